@@ -1,0 +1,244 @@
+//! Command line and environment configuration.
+//!
+//! Every flag can also be set through the environment variable named in its
+//! `--help` line (flags win over the environment). The doc comment on each
+//! field is what `seckill --help` prints, so it is written for the user.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// A flash sale that proves, under load and under faults, that 10 units are
+/// never sold 11 times.
+#[derive(Debug, Parser)]
+#[command(name = "seckill", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub services: ServiceArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the web app (and, unless --no-worker, the queue worker in-process).
+    Serve(ServeArgs),
+    /// Run the queue worker alone; several may run at once.
+    Worker(WorkerArgs),
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Manage sales.
+    #[command(subcommand)]
+    Sale(SaleCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SaleCommand {
+    /// Create a sale and print it as JSON.
+    Create(CreateSaleArgs),
+}
+
+/// Where Redis and PostgreSQL are. With neither URL set, seckill uses the
+/// servers on their default local ports when they answer and otherwise
+/// starts private ones from the installed binaries.
+#[derive(Debug, Clone, Args)]
+pub struct ServiceArgs {
+    /// Redis URL, e.g. redis://127.0.0.1:6379 [default: local or private server]
+    #[arg(long, env = "SECKILL_REDIS_URL", global = true)]
+    pub redis_url: Option<String>,
+
+    /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/seckill [default: local or private server]
+    #[arg(long, env = "SECKILL_DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Prefix of every Redis key, so several deployments (or tests) can share one Redis.
+    #[arg(long, env = "SECKILL_REDIS_PREFIX", default_value = "seckill", global = true)]
+    pub redis_prefix: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SECKILL_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+
+    /// Do not run the queue worker inside this process (run `seckill worker` instead).
+    #[arg(long, env = "SECKILL_NO_WORKER")]
+    pub no_worker: bool,
+
+    /// Token for the admin API (`Authorization: Bearer ...`); admin calls are refused while unset.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Name of this instance, sent in the X-Seckill-Instance header of every response [default: the bind address].
+    #[arg(long, env = "SECKILL_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+
+    #[command(flatten)]
+    pub purchase: PurchaseSettings,
+
+    #[command(flatten)]
+    pub worker: WorkerSettings,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub worker: WorkerSettings,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CreateSaleArgs {
+    /// Name shown on the sale page.
+    #[arg(long)]
+    pub name: String,
+    /// Units for sale.
+    #[arg(long)]
+    pub stock: i32,
+    /// Price in cents.
+    #[arg(long, default_value_t = 0)]
+    pub price_cents: i64,
+    /// Seconds from now until the sale opens.
+    #[arg(long, default_value_t = 0)]
+    pub starts_in: u64,
+    /// Seconds the sale stays open after it starts [default: no end].
+    #[arg(long)]
+    pub duration: Option<u64>,
+}
+
+/// How a purchase decides who gets a unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// The safe path: the sale's Redis lock around check-and-decrement, writes fenced.
+    Lock,
+    /// DELIBERATELY BROKEN: read stock, pause, write stock minus one, no lock. It oversells; it exists to show why the lock matters.
+    Naive,
+}
+
+pub const DEFAULT_LOCK_TTL_MS: u64 = 2_000;
+pub const DEFAULT_LOCK_WAIT_MS: u64 = 2_000;
+pub const DEFAULT_SOLD_OUT_REFRESH_MS: u64 = 250;
+pub const DEFAULT_NAIVE_DELAY_MS: u64 = 5;
+
+/// Knobs of the purchase path.
+#[derive(Debug, Clone, Args)]
+pub struct PurchaseSettings {
+    /// Purchase strategy: `lock` (safe) or `naive` (deliberately broken, for the demo).
+    #[arg(long, env = "SECKILL_STRATEGY", value_enum, default_value_t = Strategy::Lock)]
+    pub strategy: Strategy,
+
+    /// Lifetime of the sale lock in milliseconds: how long a crashed holder can block others.
+    #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = DEFAULT_LOCK_TTL_MS)]
+    pub lock_ttl_ms: u64,
+
+    /// How long a purchase waits for the sale lock before answering 503 busy, in milliseconds.
+    #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = DEFAULT_LOCK_WAIT_MS)]
+    pub lock_wait_ms: u64,
+
+    /// How long an instance trusts its own "sold out" flag before asking Redis again, in milliseconds.
+    #[arg(long, env = "SECKILL_SOLD_OUT_REFRESH_MS", default_value_t = DEFAULT_SOLD_OUT_REFRESH_MS)]
+    pub sold_out_refresh_ms: u64,
+
+    /// The `naive` strategy's pause between reading and writing the stock, in milliseconds (widens the race).
+    #[arg(long, env = "SECKILL_NAIVE_DELAY_MS", default_value_t = DEFAULT_NAIVE_DELAY_MS)]
+    pub naive_delay_ms: u64,
+}
+
+impl Default for PurchaseSettings {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::Lock,
+            lock_ttl_ms: DEFAULT_LOCK_TTL_MS,
+            lock_wait_ms: DEFAULT_LOCK_WAIT_MS,
+            sold_out_refresh_ms: DEFAULT_SOLD_OUT_REFRESH_MS,
+            naive_delay_ms: DEFAULT_NAIVE_DELAY_MS,
+        }
+    }
+}
+
+impl PurchaseSettings {
+    pub fn lock_ttl(&self) -> Duration {
+        Duration::from_millis(self.lock_ttl_ms)
+    }
+    pub fn lock_wait(&self) -> Duration {
+        Duration::from_millis(self.lock_wait_ms)
+    }
+    pub fn sold_out_refresh(&self) -> Duration {
+        Duration::from_millis(self.sold_out_refresh_ms)
+    }
+    pub fn naive_delay(&self) -> Duration {
+        Duration::from_millis(self.naive_delay_ms)
+    }
+}
+
+pub const DEFAULT_BATCH_SIZE: usize = 100;
+pub const DEFAULT_LEASE_MS: u64 = 30_000;
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+pub const DEFAULT_POLL_MS: u64 = 50;
+
+/// Knobs of the queue worker.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerSettings {
+    /// Jobs reserved and written to PostgreSQL in one transaction.
+    #[arg(long, env = "SECKILL_BATCH_SIZE", default_value_t = DEFAULT_BATCH_SIZE)]
+    pub batch_size: usize,
+
+    /// How long a reserved job belongs to its worker before it is delivered again, in milliseconds.
+    #[arg(long, env = "SECKILL_LEASE_MS", default_value_t = DEFAULT_LEASE_MS)]
+    pub lease_ms: u64,
+
+    /// Deliveries of one job before it is moved to the dead-letter set.
+    #[arg(long, env = "SECKILL_MAX_ATTEMPTS", default_value_t = DEFAULT_MAX_ATTEMPTS)]
+    pub max_attempts: u32,
+
+    /// Pause between polls of an empty queue, in milliseconds.
+    #[arg(long, env = "SECKILL_POLL_MS", default_value_t = DEFAULT_POLL_MS)]
+    pub poll_ms: u64,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            batch_size: DEFAULT_BATCH_SIZE,
+            lease_ms: DEFAULT_LEASE_MS,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            poll_ms: DEFAULT_POLL_MS,
+        }
+    }
+}
+
+impl WorkerSettings {
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+    pub fn poll(&self) -> Duration {
+        Duration::from_millis(self.poll_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn settings_defaults_match_flag_defaults() {
+        let cli = Cli::try_parse_from(["seckill", "serve"]).expect("serve parses");
+        let Command::Serve(serve) = cli.command else {
+            panic!("expected serve")
+        };
+        let (flags, defaults) = (serve.purchase, PurchaseSettings::default());
+        assert_eq!(flags.lock_ttl_ms, defaults.lock_ttl_ms);
+        assert_eq!(flags.lock_wait_ms, defaults.lock_wait_ms);
+        assert_eq!(flags.strategy, defaults.strategy);
+        assert_eq!(serve.worker.batch_size, WorkerSettings::default().batch_size);
+    }
+}

@@ -1,0 +1,92 @@
+//! Every Redis key seckill uses, in one place.
+//!
+//! All keys of one sale, including the keys of its order queue, share the
+//! hash tag `{sale:ID}`. Redis Cluster places keys with the same tag in the
+//! same slot, so every script that touches one sale (the lock, the purchase
+//! commit, the queue) stays valid when the data is sharded later.
+//!
+//! Every key starts with a prefix (`seckill` by default) so that tests, each
+//! with a prefix of its own, can share one Redis server without seeing each
+//! other's data.
+
+/// The keys of one sale.
+#[derive(Debug, Clone)]
+pub struct SaleKeys {
+    /// `STRING`: units left to sell. Absent until the sale is loaded into Redis.
+    pub stock: String,
+    /// `SET`: user ids that hold a unit of this sale (pending or confirmed).
+    pub buyers: String,
+    /// `STRING` with a TTL: the sale's lock; its value names the holder.
+    pub lock: String,
+    /// `STRING`: counter behind the lock's fencing tokens; only ever grows.
+    pub fence: String,
+    /// The sale's order queue.
+    pub queue: QueueKeys,
+}
+
+impl SaleKeys {
+    pub fn new(prefix: &str, sale_id: i64) -> Self {
+        let base = format!("{prefix}:{{sale:{sale_id}}}");
+        Self {
+            stock: format!("{base}:stock"),
+            buyers: format!("{base}:buyers"),
+            lock: format!("{base}:lock"),
+            fence: format!("{base}:fence"),
+            queue: QueueKeys::new(&base),
+        }
+    }
+}
+
+/// The keys of one task queue. `base` carries the hash tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueKeys {
+    /// `ZSET` job id -> due time (ms, Redis clock): jobs waiting to run.
+    pub due: String,
+    /// `ZSET` job id -> lease deadline (ms): jobs a worker has reserved.
+    pub inflight: String,
+    /// `HASH` job id -> payload: the job bodies, for due, in-flight and dead jobs.
+    pub jobs: String,
+    /// `HASH` job id -> number of times the job has been reserved.
+    pub attempts: String,
+    /// `ZSET` job id -> time it was given up on (ms): the dead-letter set.
+    pub dead: String,
+}
+
+impl QueueKeys {
+    pub fn new(base: &str) -> Self {
+        Self {
+            due: format!("{base}:q:due"),
+            inflight: format!("{base}:q:inflight"),
+            jobs: format!("{base}:q:jobs"),
+            attempts: format!("{base}:q:attempts"),
+            dead: format!("{base}:q:dead"),
+        }
+    }
+
+    /// The keys in the fixed order every queue script expects them.
+    pub fn all(&self) -> [&str; 5] {
+        [&self.due, &self.inflight, &self.jobs, &self.attempts, &self.dead]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_sale_shares_one_hash_tag() {
+        let keys = SaleKeys::new("t1", 42);
+        let mut all = vec![&keys.stock, &keys.buyers, &keys.lock, &keys.fence];
+        let queue: Vec<String> = keys.queue.all().iter().map(|k| k.to_string()).collect();
+        all.extend(queue.iter());
+        for key in all {
+            assert!(key.starts_with("t1:{sale:42}:"), "{key} lacks the sale's hash tag");
+        }
+    }
+
+    #[test]
+    fn different_sales_and_prefixes_never_collide() {
+        assert_ne!(SaleKeys::new("a", 1).stock, SaleKeys::new("a", 11).stock);
+        assert_ne!(SaleKeys::new("a", 1).stock, SaleKeys::new("b", 1).stock);
+    }
+}
