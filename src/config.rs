@@ -50,11 +50,21 @@ pub struct ServiceArgs {
     pub redis_url: Option<String>,
 
     /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/seckill [default: local or private server]
-    #[arg(long, env = "SECKILL_DATABASE_URL", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "SECKILL_DATABASE_URL",
+        global = true,
+        hide_env_values = true
+    )]
     pub database_url: Option<String>,
 
     /// Prefix of every Redis key, so several deployments (or tests) can share one Redis.
-    #[arg(long, env = "SECKILL_REDIS_PREFIX", default_value = "seckill", global = true)]
+    #[arg(
+        long,
+        env = "SECKILL_REDIS_PREFIX",
+        default_value = "seckill",
+        global = true
+    )]
     pub redis_prefix: String,
 }
 
@@ -239,6 +249,9 @@ mod tests {
         assert_eq!(flags.lock_ttl_ms, defaults.lock_ttl_ms);
         assert_eq!(flags.lock_wait_ms, defaults.lock_wait_ms);
         assert_eq!(flags.strategy, defaults.strategy);
-        assert_eq!(serve.worker.batch_size, WorkerSettings::default().batch_size);
+        assert_eq!(
+            serve.worker.batch_size,
+            WorkerSettings::default().batch_size
+        );
     }
 }

@@ -65,7 +65,13 @@ impl QueueKeys {
 
     /// The keys in the fixed order every queue script expects them.
     pub fn all(&self) -> [&str; 5] {
-        [&self.due, &self.inflight, &self.jobs, &self.attempts, &self.dead]
+        [
+            &self.due,
+            &self.inflight,
+            &self.jobs,
+            &self.attempts,
+            &self.dead,
+        ]
     }
 }
 
@@ -80,7 +86,10 @@ mod tests {
         let queue: Vec<String> = keys.queue.all().iter().map(|k| k.to_string()).collect();
         all.extend(queue.iter());
         for key in all {
-            assert!(key.starts_with("t1:{sale:42}:"), "{key} lacks the sale's hash tag");
+            assert!(
+                key.starts_with("t1:{sale:42}:"),
+                "{key} lacks the sale's hash tag"
+            );
         }
     }
 

@@ -1,3 +1,26 @@
 //! seckill: a flash sale that never oversells.
+//!
+//! A purchase request reaches the web layer ([`web`]), which asks the
+//! purchase path ([`purchase`]) whether the buyer gets a unit. The purchase
+//! path decides under the sale's Redis lock ([`lock`]), takes the unit in
+//! Redis and puts the order on the sale's Redis task queue ([`queue`]). The
+//! worker ([`worker`]) drains the queue into PostgreSQL, whose constraints
+//! (see `migrations/`) have the last word.
+//!
+//! Reading order for newcomers: `migrations/`, [`keys`], [`lock`] with
+//! `src/lua/lock_*.lua`, [`queue`] with `src/lua/queue_*.lua`, [`purchase`]
+//! with `src/lua/purchase_commit.lua`, [`worker`], then [`web`] and
+//! [`startup`].
+
+pub mod catalog;
 pub mod config;
+pub mod domain;
 pub mod keys;
+pub mod lock;
+pub mod purchase;
+pub mod queue;
+pub mod services;
+pub mod startup;
+pub mod telemetry;
+pub mod web;
+pub mod worker;

@@ -1,1 +1,153 @@
-fn main() {}
+//! The `seckill` binary: parse the command line, find Redis and PostgreSQL,
+//! run the chosen subcommand. Everything else lives in the library.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+use seckill::config::{Cli, Command, CreateSaleArgs, SaleCommand, ServeArgs, WorkerArgs};
+use seckill::domain::NewSale;
+use seckill::services::{Origin, Services};
+use seckill::startup::{self, Application, Settings};
+use seckill::web::SaleView;
+use seckill::worker::Worker;
+use seckill::{catalog, telemetry};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("seckill: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    // Held until the command ends: dropping it stops any private servers.
+    let services = Services::resolve(
+        cli.services.redis_url.as_deref(),
+        cli.services.database_url.as_deref(),
+    )
+    .await?;
+    log_services(&services);
+    let prefix = cli.services.redis_prefix;
+    if services.has_private_servers() && !matches!(cli.command, Command::Serve(_)) {
+        anyhow::bail!(
+            "no Redis or PostgreSQL answers on its default port, and a private server would vanish \
+             when this command exits; start the local servers, or set SECKILL_REDIS_URL and \
+             SECKILL_DATABASE_URL (for example to the servers of `docker compose up -d`)"
+        );
+    }
+    match cli.command {
+        Command::Serve(args) => serve(&services, prefix, args).await,
+        Command::Worker(args) => work(&services, prefix, args).await,
+        Command::Migrate => {
+            startup::connect_postgres(&services.database_url).await?;
+            println!(
+                "migrations applied to {}",
+                startup::redact(&services.database_url)
+            );
+            Ok(())
+        }
+        Command::Sale(SaleCommand::Create(args)) => create_sale(&services, &prefix, args).await,
+    }
+}
+
+fn log_services(services: &Services) {
+    let origin = |origin: Origin| match origin {
+        Origin::Configured => "configured",
+        Origin::Local => "found on its default local port",
+        Origin::Private => "private, started by this process; it stops when the process exits",
+    };
+    tracing::info!(url = %startup::redact(&services.redis_url), origin = origin(services.redis_origin), "Redis");
+    tracing::info!(url = %startup::redact(&services.database_url), origin = origin(services.postgres_origin), "PostgreSQL");
+}
+
+async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> anyhow::Result<()> {
+    startup::raise_open_files_limit();
+    let app = Application::build(Settings {
+        redis_url: services.redis_url.clone(),
+        database_url: services.database_url.clone(),
+        redis_prefix,
+        bind: args.bind,
+        admin_token: args.admin_token,
+        instance_id: args.instance_id,
+        run_worker: !args.no_worker,
+        purchase: args.purchase,
+        worker: args.worker,
+    })
+    .await?;
+    // The one line on stdout: scripts and tests read the address from it.
+    println!("seckill listening on http://{}", app.address());
+    std::io::stdout().flush().context("writing to stdout")?;
+    if services.has_private_servers() {
+        tracing::warn!(
+            "Redis or PostgreSQL is private to this process: other seckill processes cannot share it, \
+             and its data is gone when this one exits. Create sales with the admin API \
+             (POST /api/sales) rather than `seckill sale create`."
+        );
+    }
+    app.run_until_stopped().await
+}
+
+async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> anyhow::Result<()> {
+    let pg = startup::connect_postgres(&services.database_url).await?;
+    let redis = startup::connect_redis(&services.redis_url, args.worker.poll()).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    Worker::new(pg, redis, redis_prefix, args.worker)
+        .run(shutdown)
+        .await;
+    Ok(())
+}
+
+/// Cancel `token` on SIGINT (Ctrl-C) or SIGTERM (`docker stop`, `kill`).
+async fn cancel_on_signal(token: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("stopping after the batch in progress");
+    token.cancel();
+}
+
+async fn create_sale(
+    services: &Services,
+    prefix: &str,
+    args: CreateSaleArgs,
+) -> anyhow::Result<()> {
+    let now = Utc::now();
+    let seconds = |s: u64| chrono::Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX / 1000));
+    let starts_at = now + seconds(args.starts_in);
+    let ends_at = args.duration.map(|d| starts_at + seconds(d));
+    let new = NewSale::parse(
+        &args.name,
+        i64::from(args.stock),
+        args.price_cents,
+        Some(starts_at),
+        ends_at,
+        now,
+    )
+    .map_err(|reason| anyhow::anyhow!("invalid sale: {reason}"))?;
+    let pg = startup::connect_postgres(&services.database_url).await?;
+    let redis =
+        startup::connect_redis(&services.redis_url, std::time::Duration::from_secs(3)).await?;
+    let mut conn = redis.get().await.context("getting a Redis connection")?;
+    let sale = catalog::create_sale(&pg, &mut conn, prefix, &new).await?;
+    let view = SaleView::new(&sale, i64::from(sale.stock_total));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&view).expect("a sale serializes")
+    );
+    Ok(())
+}

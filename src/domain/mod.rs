@@ -1,0 +1,12 @@
+//! The business vocabulary: sales, buyers, orders and what a purchase can end in.
+//!
+//! Pure types and pure functions only: no I/O here, so every rule is unit-tested
+//! without Redis or PostgreSQL.
+
+mod order;
+mod sale;
+mod user_id;
+
+pub use order::{OrderJob, OrderStatus, RejectReason};
+pub use sale::{NewSale, Sale, SaleStatus, Window};
+pub use user_id::UserId;

@@ -1,0 +1,78 @@
+use uuid::Uuid;
+
+/// Where an order stands, as `GET /api/orders/{id}` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    /// Accepted by the purchase API, still on the Redis queue.
+    Pending,
+    /// Written to PostgreSQL: the buyer holds a unit.
+    Confirmed,
+    /// PostgreSQL refused it (see [`RejectReason`]).
+    Rejected,
+}
+
+impl OrderStatus {
+    /// The status as stored in the `orders.status` column.
+    pub fn parse_db(raw: &str) -> Option<Self> {
+        match raw {
+            "confirmed" => Some(Self::Confirmed),
+            "rejected" => Some(Self::Rejected),
+            _ => None,
+        }
+    }
+}
+
+/// Why PostgreSQL refused an order the purchase path had accepted. Under the
+/// `lock` strategy neither happens; under `naive` both do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The `sold <= stock_total` constraint refused one more unit.
+    SoldOut,
+    /// The buyer already holds a unit of this sale.
+    DuplicateBuyer,
+}
+
+impl RejectReason {
+    pub fn as_db(self) -> &'static str {
+        match self {
+            Self::SoldOut => "sold_out",
+            Self::DuplicateBuyer => "duplicate_buyer",
+        }
+    }
+}
+
+/// The queue job that carries an accepted order from Redis to PostgreSQL.
+/// Its queue id is the order id, so enqueueing it twice keeps one job.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OrderJob {
+    pub order_id: Uuid,
+    pub sale_id: i64,
+    pub user_id: String,
+}
+
+impl OrderJob {
+    pub fn to_payload(&self) -> String {
+        serde_json::to_string(self).expect("an OrderJob always serializes")
+    }
+
+    pub fn from_payload(payload: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_job_round_trips_through_its_payload() {
+        let job = OrderJob {
+            order_id: Uuid::now_v7(),
+            sale_id: 7,
+            user_id: "ann".into(),
+        };
+        assert_eq!(OrderJob::from_payload(&job.to_payload()).unwrap(), job);
+        assert!(OrderJob::from_payload("{not json").is_err());
+    }
+}

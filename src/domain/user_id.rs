@@ -1,0 +1,59 @@
+use std::fmt;
+
+/// A buyer's id as the client sent it: 1 to 64 characters, no control
+/// characters, not only spaces. One buyer may hold one unit per sale.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct UserId(String);
+
+impl UserId {
+    pub const MAX_CHARS: usize = 64;
+
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let chars = raw.chars().count();
+        if chars == 0 || raw.trim().is_empty() {
+            return Err("user_id must not be empty".into());
+        }
+        if chars > Self::MAX_CHARS {
+            return Err(format!(
+                "user_id must be at most {} characters, got {chars}",
+                Self::MAX_CHARS
+            ));
+        }
+        if raw.chars().any(char::is_control) {
+            return Err("user_id must not contain control characters".into());
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_ids_up_to_64_characters() {
+        assert!(UserId::parse("alice").is_ok());
+        assert!(UserId::parse(&"x".repeat(64)).is_ok());
+        // Characters, not bytes: 64 three-byte characters are fine.
+        assert!(UserId::parse(&"秒".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn rejects_empty_blank_oversized_and_control_characters() {
+        for bad in ["", "   ", "a\nb", "tab\there", "nul\0"] {
+            assert!(UserId::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(UserId::parse(&"x".repeat(65)).is_err());
+    }
+}

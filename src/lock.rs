@@ -1,0 +1,251 @@
+//! The Redis lock: the seeds' `lock()` / `unlock()` / `expire()`, with their bugs fixed.
+//!
+//! A lock is one Redis key holding the name of its holder, with a time to live.
+//! Taking it, releasing it and extending it are each one Lua script (in
+//! `src/lua/lock_*.lua`), because each is a check followed by a write, and a
+//! check and a write sent as two commands can be interleaved with another
+//! client's.
+//!
+//! What this module fixes, compared with the seeds:
+//! - **SETNX then EXPIRE** were two steps; a crash between them left a lock
+//!   that never expired. Here the key is set with its TTL in one `SET ... PX`.
+//! - **unlock deleted without checking the owner**; a holder whose lock had
+//!   expired would delete its successor's lock. Here release compares the
+//!   holder's value first and says what it found: [`Release::Released`],
+//!   [`Release::Expired`] or [`Release::NotOwner`].
+//! - **waiting polled every 100 ms** forever-ish; here a waiter backs off
+//!   exponentially with jitter (so waiters do not retry in lock-step) and
+//!   gives up at a deadline.
+//!
+//! Every acquisition also gets a **fencing token**: a number from a counter
+//! that only grows. A lock with a TTL can expire while its holder still
+//! believes it holds it (a long pause); the token lets whatever the holder
+//! writes to check that it is still the current holder (see
+//! `lua/purchase_commit.lua`).
+//!
+//! Nothing is released in `Drop`: a destructor cannot await, and blocking the
+//! executor there would stall every other request on the thread. A guard that
+//! is dropped without [`LockGuard::release`] simply expires with its TTL, the
+//! same as a holder that crashed.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+use redis::aio::ConnectionLike;
+use tokio::time::Instant;
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/lock_acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/lock_release.lua")));
+static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/lock_extend.lua")));
+
+/// The first pause of a waiter, before it doubles.
+const BACKOFF_BASE: Duration = Duration::from_millis(1);
+/// The longest pause of a waiter between two attempts.
+const BACKOFF_CAP: Duration = Duration::from_millis(32);
+
+/// A named lock in Redis. Cheap to build; holds no connection.
+#[derive(Debug, Clone)]
+pub struct RedisLock {
+    /// The key that exists while the lock is held.
+    key: String,
+    /// The counter the fencing tokens come from.
+    fence_key: String,
+    /// How long a holder keeps the lock if it never releases it (it crashed).
+    ttl: Duration,
+}
+
+/// Proof of holding a lock, returned by [`RedisLock::try_acquire`].
+#[must_use = "a lock that is never released blocks everyone until its TTL runs out"]
+#[derive(Debug)]
+pub struct LockGuard {
+    key: String,
+    /// What the lock key holds while we own it: `"<token>:<nonce>"`.
+    value: String,
+    fence: u64,
+}
+
+/// What release or extend found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// We held the lock, and the operation was done.
+    Released,
+    /// The lock had already expired; nobody holds it.
+    Expired,
+    /// The lock expired and somebody else holds it now; it was left alone.
+    NotOwner,
+}
+
+/// The result of waiting for a lock.
+#[derive(Debug)]
+pub enum Acquire {
+    Held(LockGuard),
+    /// The deadline passed while somebody else held the lock.
+    TimedOut,
+    /// The caller's `give_up` check said waiting was pointless.
+    GaveUp,
+}
+
+impl RedisLock {
+    pub fn new(key: impl Into<String>, fence_key: impl Into<String>, ttl: Duration) -> Self {
+        Self {
+            key: key.into(),
+            fence_key: fence_key.into(),
+            ttl,
+        }
+    }
+
+    /// One attempt: the lock if it is free now, `None` if somebody holds it.
+    pub async fn try_acquire<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+    ) -> redis::RedisResult<Option<LockGuard>> {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let fence: Option<u64> = ACQUIRE
+            .key(&self.key)
+            .key(&self.fence_key)
+            .arg(ttl_millis(self.ttl))
+            .arg(&nonce)
+            .invoke_async(conn)
+            .await?;
+        Ok(fence.map(|fence| LockGuard {
+            key: self.key.clone(),
+            value: format!("{fence}:{nonce}"),
+            fence,
+        }))
+    }
+
+    /// Try until `wait` has passed, backing off between attempts.
+    ///
+    /// `give_up` is asked before every attempt; when it returns true the wait
+    /// ends with [`Acquire::GaveUp`]. The purchase path uses it to stop waiting
+    /// as soon as another request found the sale sold out.
+    pub async fn acquire<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        wait: Duration,
+        mut give_up: impl FnMut() -> bool,
+    ) -> redis::RedisResult<Acquire> {
+        let deadline = Instant::now() + wait;
+        for attempt in 0u32.. {
+            if give_up() {
+                return Ok(Acquire::GaveUp);
+            }
+            if let Some(guard) = self.try_acquire(conn).await? {
+                return Ok(Acquire::Held(guard));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            // Sleep, but never past the deadline: one last attempt happens at it.
+            let pause = backoff(attempt).min(deadline - now);
+            tokio::time::sleep(pause).await;
+        }
+        Ok(Acquire::TimedOut)
+    }
+}
+
+impl LockGuard {
+    /// The fencing token: larger than the token of every earlier holder.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// What the lock key holds while this guard owns it.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// Release the lock if we still hold it. Consumes the guard either way.
+    pub async fn release<C: ConnectionLike + Send>(
+        self,
+        conn: &mut C,
+    ) -> redis::RedisResult<Release> {
+        let found: i64 = RELEASE
+            .key(&self.key)
+            .arg(&self.value)
+            .invoke_async(conn)
+            .await?;
+        Ok(Release::from_script(found))
+    }
+
+    /// Push the lock's expiry to `ttl` from now, if we still hold it.
+    pub async fn extend<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        ttl: Duration,
+    ) -> redis::RedisResult<Release> {
+        let found: i64 = EXTEND
+            .key(&self.key)
+            .arg(&self.value)
+            .arg(ttl_millis(ttl))
+            .invoke_async(conn)
+            .await?;
+        Ok(Release::from_script(found))
+    }
+}
+
+impl Release {
+    fn from_script(found: i64) -> Self {
+        match found {
+            1 => Release::Released,
+            0 => Release::Expired,
+            _ => Release::NotOwner,
+        }
+    }
+}
+
+/// Redis rejects a PX of 0, so the shortest TTL is one millisecond.
+fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The pause after failed attempt number `attempt` (0-based): exponential
+/// growth capped at [`BACKOFF_CAP`], with "equal jitter": half of it fixed,
+/// half random. The random half keeps waiters that failed together from
+/// retrying together; the fixed half keeps a waiter from spinning.
+fn backoff(attempt: u32) -> Duration {
+    let ceiling = BACKOFF_BASE
+        .saturating_mul(1u32 << attempt.min(16))
+        .min(BACKOFF_CAP);
+    let half = ceiling / 2;
+    let jitter_micros = fastrand::u64(0..=u64::try_from(half.as_micros()).unwrap_or(0));
+    half + Duration::from_micros(jitter_micros)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_stays_within_the_cap() {
+        for attempt in 0..40 {
+            let pause = backoff(attempt);
+            let ceiling = BACKOFF_BASE
+                .saturating_mul(1u32 << attempt.min(16))
+                .min(BACKOFF_CAP);
+            assert!(
+                pause >= ceiling / 2,
+                "attempt {attempt}: {pause:?} too short"
+            );
+            assert!(pause <= ceiling, "attempt {attempt}: {pause:?} too long");
+        }
+        assert!(backoff(30) <= BACKOFF_CAP);
+    }
+
+    #[test]
+    fn backoff_is_jittered() {
+        let pauses: std::collections::HashSet<Duration> = (0..50).map(|_| backoff(10)).collect();
+        assert!(pauses.len() > 1, "fifty waiters would retry in lock-step");
+    }
+
+    #[test]
+    fn ttl_is_never_zero() {
+        assert_eq!(ttl_millis(Duration::ZERO), 1);
+        assert_eq!(ttl_millis(Duration::from_millis(1500)), 1500);
+    }
+}

@@ -1,0 +1,23 @@
+-- lock_release.lua: delete the lock only if the caller still holds it.
+--
+-- KEYS[1]  the lock key
+-- ARGV[1]  the holder's value (as set by lock_acquire.lua: "token:nonce")
+--
+-- Returns 1 released, 0 expired (the key is gone), -1 not the owner (another
+-- caller holds it now).
+--
+-- The seeds' bug this fixes: their unlock deleted the key without checking
+-- who held it. A holder whose lock had expired (a long GC pause, a slow
+-- network) would then delete the lock of the next holder, letting a third
+-- caller in while the second was still inside. Compare and delete must be one
+-- step: a GET followed by a DEL from the client could still delete a lock
+-- that changed hands between the two commands.
+local current = redis.call('GET', KEYS[1])
+if not current then
+  return 0
+end
+if current ~= ARGV[1] then
+  return -1
+end
+redis.call('DEL', KEYS[1])
+return 1

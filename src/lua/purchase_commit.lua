@@ -1,0 +1,33 @@
+-- purchase_commit.lua: the writes of a purchase, fenced by the sale's lock.
+--
+-- KEYS[1]  the sale's stock          KEYS[3]  the sale's lock
+-- KEYS[2]  the sale's buyers set     KEYS[4]  its queue's due set
+--                                    KEYS[5]  its queue's jobs hash
+-- ARGV[1]  the lock value this caller got from lock_acquire.lua ("token:nonce")
+-- ARGV[2]  the buyer's user id
+-- ARGV[3]  the order id (also the queue job id)
+-- ARGV[4]  the order job's payload
+--
+-- Returns the units left after this sale, or -1 if the caller no longer
+-- holds the lock (nothing was written).
+--
+-- The race this prevents: a purchase takes the lock, reads "1 left, buyer
+-- new", and then stalls (a pause, a slow network) past the lock's TTL. The
+-- lock expires, a second purchase takes it, reads "1 left" too and sells the
+-- unit. If the first purchase then wrote its decision, the unit would be
+-- sold twice. So the writes first check, in the same atomic step, that the
+-- lock still holds this caller's value: a stale holder writes nothing.
+-- (The value includes the fencing token, so a holder can never mistake a
+-- later holder's lock for its own.)
+--
+-- Why not do the whole purchase in this one script, without a lock? In Redis
+-- alone that would work, and be faster. The lock is the seeds' lesson and
+-- the general tool: it is what you need when the decision involves more than
+-- one script can see. The fence here is what makes a lock with a TTL safe.
+if redis.call('GET', KEYS[3]) ~= ARGV[1] then
+  return -1
+end
+local left = redis.call('DECR', KEYS[1])
+redis.call('SADD', KEYS[2], ARGV[2])
+push(KEYS[4], KEYS[5], ARGV[3], ARGV[4], now_ms())
+return left

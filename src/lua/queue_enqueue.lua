@@ -1,0 +1,16 @@
+-- queue_enqueue.lua: add jobs, due after a delay (0 = now).
+--
+-- KEYS     due, inflight, jobs, attempts, dead (QueueKeys::all order)
+-- ARGV[1]  delay in milliseconds
+-- ARGV[2k], ARGV[2k+1]  job id, payload (k = 1, 2, ...)
+--
+-- Returns the number of jobs added (ids already known are skipped).
+--
+-- The seeds took a queue-wide lock around "is the id there? then add it";
+-- one script is atomic by itself and needs no lock.
+local due_at = now_ms() + tonumber(ARGV[1])
+local added = 0
+for i = 2, #ARGV, 2 do
+  added = added + push(KEYS[1], KEYS[3], ARGV[i], ARGV[i + 1], due_at)
+end
+return added

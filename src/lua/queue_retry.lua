@@ -1,0 +1,34 @@
+-- queue_retry.lua: give reserved jobs back, to run again after a delay.
+--
+-- KEYS     due, inflight, jobs, attempts, dead (QueueKeys::all order)
+-- ARGV[1]  delay in milliseconds
+-- ARGV[2]  attempts after which a job is given up on (dead-lettered)
+-- ARGV[3]  1 if this attempt counts (the job failed), 0 if it does not
+--          (the worker could not even try: PostgreSQL was down)
+-- ARGV[2k+2], ARGV[2k+3]  job id, the attempt number reserve handed out
+--
+-- Returns { requeued, dead_lettered }.
+--
+-- Like ack, only the attempt that holds a job may give it back.
+local due, inflight, attempts, dead = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
+local now = now_ms()
+local due_at, max_attempts, counted = now + tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local requeued, buried = 0, 0
+for i = 4, #ARGV, 2 do
+  local id, attempt = ARGV[i], ARGV[i + 1]
+  if redis.call('ZSCORE', inflight, id) and redis.call('HGET', attempts, id) == attempt then
+    redis.call('ZREM', inflight, id)
+    if not counted then
+      redis.call('HINCRBY', attempts, id, -1)
+      redis.call('ZADD', due, due_at, id)
+      requeued = requeued + 1
+    elseif tonumber(attempt) >= max_attempts then
+      redis.call('ZADD', dead, now, id)
+      buried = buried + 1
+    else
+      redis.call('ZADD', due, due_at, id)
+      requeued = requeued + 1
+    end
+  end
+end
+return { requeued, buried }

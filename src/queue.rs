@@ -1,0 +1,248 @@
+//! The Redis task queue: the seeds' sorted-set queue, made reliable.
+//!
+//! The idea is the seeds': a sorted set whose score is the time a job is due.
+//! Enqueue is by id, so enqueueing an id twice keeps one job; a delay makes a
+//! job due later (the seeds' delay queue, used for payment deadlines); `top`
+//! peeks at due jobs; `pop` takes them.
+//!
+//! What this module fixes: the seeds' `pop` deleted the jobs it returned, so a
+//! consumer that died before finishing lost them. Here `pop` is
+//! [`Queue::reserve`]: due jobs move into an in-flight set with a lease
+//! deadline, in the same atomic step. [`Queue::ack`] removes them when the
+//! work is done. If the consumer dies, its lease runs out and the next reserve
+//! hands the job out again; after `max_attempts` deliveries a job goes to the
+//! dead-letter set instead, where [`Queue::redrive`] can bring it back.
+//!
+//! Every operation that reads and then writes is one Lua script in
+//! `src/lua/queue_*.lua` (the queue needs no lock, unlike the seeds'). The
+//! scripts take their time from the Redis server, so instances whose clocks
+//! disagree still agree on what is due and which lease ran out.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+use redis::aio::ConnectionLike;
+
+use crate::keys::QueueKeys;
+
+/// Prepends the shared helpers (`now_ms`, `push`) to a queue script.
+macro_rules! queue_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("lua/queue_lib.lua"),
+                include_str!($file)
+            ))
+        })
+    };
+}
+pub(crate) use queue_script;
+
+static ENQUEUE: LazyLock<Script> = queue_script!("lua/queue_enqueue.lua");
+static TOP: LazyLock<Script> = queue_script!("lua/queue_top.lua");
+static RESERVE: LazyLock<Script> = queue_script!("lua/queue_reserve.lua");
+static ACK: LazyLock<Script> = queue_script!("lua/queue_ack.lua");
+static RETRY: LazyLock<Script> = queue_script!("lua/queue_retry.lua");
+static REDRIVE: LazyLock<Script> = queue_script!("lua/queue_redrive.lua");
+
+/// One named queue in Redis. Cheap to build; holds no connection.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    keys: QueueKeys,
+}
+
+/// A job handed out by [`Queue::reserve`]; give it back to `ack` or `retry`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    pub id: String,
+    pub payload: String,
+    /// Which delivery this is (1 for the first). Ack and retry count only for
+    /// the attempt that holds the job now.
+    pub attempt: u32,
+}
+
+/// What one [`Queue::reserve`] call did.
+#[derive(Debug, Default)]
+pub struct Reservation {
+    /// The jobs now leased to the caller.
+    pub jobs: Vec<Reserved>,
+    /// Jobs whose lease had run out and that were made due again.
+    pub reclaimed: u64,
+    /// Jobs whose lease had run out on their last attempt, now dead-lettered.
+    pub dead_lettered: u64,
+}
+
+/// How many jobs are in each state.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct QueueStats {
+    /// Waiting, due now or later.
+    pub waiting: u64,
+    /// Reserved by a worker and not yet acknowledged.
+    pub in_flight: u64,
+    /// Given up on.
+    pub dead: u64,
+}
+
+/// Whether a failed attempt counts towards `max_attempts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// The job itself failed; this delivery counts.
+    Failed,
+    /// The worker could not try (say, PostgreSQL was down); it does not count.
+    NotTried,
+}
+
+impl Queue {
+    pub fn new(keys: QueueKeys) -> Self {
+        Self { keys }
+    }
+
+    pub fn keys(&self) -> &QueueKeys {
+        &self.keys
+    }
+
+    /// Add jobs, due after `delay`. Ids already in the queue are skipped.
+    /// Returns how many were added.
+    pub async fn enqueue<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        jobs: &[(&str, &str)],
+        delay: Duration,
+    ) -> redis::RedisResult<u64> {
+        if jobs.is_empty() {
+            return Ok(0);
+        }
+        let mut call = ENQUEUE.prepare_invoke();
+        call.key(&self.keys.all()[..]).arg(millis(delay));
+        for (id, payload) in jobs {
+            call.arg(*id).arg(*payload);
+        }
+        call.invoke_async(conn).await
+    }
+
+    /// Peek at up to `limit` due jobs: `(id, due time in ms)`, oldest first.
+    pub async fn top<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        limit: usize,
+    ) -> redis::RedisResult<Vec<(String, u64)>> {
+        TOP.key(&self.keys.due).arg(limit).invoke_async(conn).await
+    }
+
+    /// The seeds' `pop`, made reliable: lease up to `limit` due jobs for `lease`.
+    pub async fn reserve<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        limit: usize,
+        lease: Duration,
+        max_attempts: u32,
+    ) -> redis::RedisResult<Reservation> {
+        let (reclaimed, dead_lettered, taken): (u64, u64, Vec<(String, String, u32)>) = RESERVE
+            .key(&self.keys.all()[..])
+            .arg(limit)
+            .arg(millis(lease))
+            .arg(max_attempts)
+            .invoke_async(conn)
+            .await?;
+        let jobs = taken
+            .into_iter()
+            .map(|(id, payload, attempt)| Reserved {
+                id,
+                payload,
+                attempt,
+            })
+            .collect();
+        Ok(Reservation {
+            jobs,
+            reclaimed,
+            dead_lettered,
+        })
+    }
+
+    /// The jobs are done: remove them for good. Returns how many were still
+    /// held by these attempts (a job whose lease ran out and was handed to
+    /// someone else is not removed).
+    pub async fn ack<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        jobs: &[Reserved],
+    ) -> redis::RedisResult<u64> {
+        if jobs.is_empty() {
+            return Ok(0);
+        }
+        let mut call = ACK.prepare_invoke();
+        call.key(&self.keys.all()[..]);
+        for job in jobs {
+            call.arg(&job.id).arg(job.attempt);
+        }
+        call.invoke_async(conn).await
+    }
+
+    /// Give jobs back to run again after `delay`. A [`Attempt::Failed`] job on
+    /// its last attempt goes to the dead-letter set instead.
+    /// Returns `(requeued, dead_lettered)`.
+    pub async fn retry<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        jobs: &[Reserved],
+        delay: Duration,
+        attempt: Attempt,
+        max_attempts: u32,
+    ) -> redis::RedisResult<(u64, u64)> {
+        if jobs.is_empty() {
+            return Ok((0, 0));
+        }
+        let mut call = RETRY.prepare_invoke();
+        call.key(&self.keys.all()[..])
+            .arg(millis(delay))
+            .arg(max_attempts)
+            .arg(u8::from(attempt == Attempt::Failed));
+        for job in jobs {
+            call.arg(&job.id).arg(job.attempt);
+        }
+        call.invoke_async(conn).await
+    }
+
+    /// Put every dead-lettered job back, due now, attempts reset.
+    pub async fn redrive<C: ConnectionLike + Send>(&self, conn: &mut C) -> redis::RedisResult<u64> {
+        REDRIVE.key(&self.keys.all()[..]).invoke_async(conn).await
+    }
+
+    /// The payload of a job the queue still knows (waiting, in flight or dead).
+    pub async fn payload<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        id: &str,
+    ) -> redis::RedisResult<Option<String>> {
+        redis::cmd("HGET")
+            .arg(&self.keys.jobs)
+            .arg(id)
+            .query_async(conn)
+            .await
+    }
+
+    /// How many jobs are waiting, in flight and dead, read in one transaction
+    /// so the three figures describe the same moment.
+    pub async fn stats<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+    ) -> redis::RedisResult<QueueStats> {
+        let (waiting, in_flight, dead): (u64, u64, u64) = redis::pipe()
+            .atomic()
+            .zcard(&self.keys.due)
+            .zcard(&self.keys.inflight)
+            .zcard(&self.keys.dead)
+            .query_async(conn)
+            .await?;
+        Ok(QueueStats {
+            waiting,
+            in_flight,
+            dead,
+        })
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

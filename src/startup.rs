@@ -1,0 +1,223 @@
+//! Wiring: connection pools, the HTTP server, the in-process worker, and a
+//! graceful shutdown.
+//!
+//! [`Application::build`] binds its listener before returning, so tests can
+//! ask for port 0 and read the real port from [`Application::port`].
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::middleware::DefaultHeaders;
+use actix_web::{App, HttpServer, web};
+use anyhow::Context;
+use deadpool_redis::{Pool as RedisPool, PoolConfig, Runtime, Timeouts};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing_actix_web::TracingLogger;
+
+use crate::catalog::Catalog;
+use crate::config::{PurchaseSettings, WorkerSettings};
+use crate::purchase::Purchaser;
+use crate::web::{AdminToken, AppState, routes};
+use crate::worker::Worker;
+
+/// The header that names the instance that answered.
+pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
+
+/// Redis connections per instance. Each purchase holds one while it waits for
+/// the sale lock, so this bounds how many purchases wait at once; the rest
+/// queue for a connection (up to the lock wait, then 503 busy).
+const REDIS_POOL_SIZE: usize = 64;
+/// PostgreSQL connections per instance (page reads and the worker).
+const PG_POOL_SIZE: u32 = 10;
+
+/// Everything `seckill serve` needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub redis_url: String,
+    pub database_url: String,
+    pub redis_prefix: String,
+    pub bind: SocketAddr,
+    pub admin_token: Option<String>,
+    pub instance_id: Option<String>,
+    /// Run the queue worker inside this process.
+    pub run_worker: bool,
+    pub purchase: PurchaseSettings,
+    pub worker: WorkerSettings,
+}
+
+/// Connect to PostgreSQL and bring its schema up to date. Migrations are
+/// compiled into the binary; running them twice, or from two instances at
+/// once, is safe (sqlx takes an advisory lock).
+pub async fn connect_postgres(url: &str) -> anyhow::Result<PgPool> {
+    let pool = PgPoolOptions::new()
+        .max_connections(PG_POOL_SIZE)
+        // Fail fast while PostgreSQL is down, so the worker can back off and
+        // pages can answer 500 instead of hanging.
+        .acquire_timeout(Duration::from_secs(3))
+        .connect(url)
+        .await
+        .with_context(|| format!("connecting to PostgreSQL at {}", redact(url)))?;
+    sqlx::migrate!("./migrations")
+        .run(&pool)
+        .await
+        .context("running database migrations")?;
+    Ok(pool)
+}
+
+/// A pool of Redis connections; `wait` bounds how long a caller queues for one.
+pub async fn connect_redis(url: &str, wait: Duration) -> anyhow::Result<RedisPool> {
+    let mut config = deadpool_redis::Config::from_url(url);
+    config.pool = Some(PoolConfig {
+        max_size: REDIS_POOL_SIZE,
+        timeouts: Timeouts {
+            wait: Some(wait),
+            create: Some(Duration::from_secs(3)),
+            recycle: Some(Duration::from_secs(3)),
+        },
+        ..PoolConfig::default()
+    });
+    let pool = config
+        .create_pool(Some(Runtime::Tokio1))
+        .context("building the Redis pool")?;
+    // Fail at start-up, not on the first request, when Redis is unreachable.
+    let mut conn = pool
+        .get()
+        .await
+        .with_context(|| format!("connecting to Redis at {}", redact(url)))?;
+    redis::cmd("PING")
+        .query_async::<String>(&mut conn)
+        .await
+        .context("pinging Redis")?;
+    Ok(pool)
+}
+
+/// A URL with its password, if any, replaced by `***`, fit for logs.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The listening socket, with a backlog deep enough for a flash crowd: the
+/// default of 128 would make the kernel drop the connections of a burst and
+/// the clients retry a second later.
+fn bind(address: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)
+        .context("creating the listening socket")?;
+    socket.set_reuse_address(true)?;
+    socket
+        .bind(&address.into())
+        .with_context(|| format!("binding {address}"))?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// Connections the kernel queues before the server accepts them.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// Raise this process' soft limit on open files to its hard limit. Every
+/// buyer in a burst is one open connection, and the usual soft limit (1024)
+/// is far below what thousands of concurrent buyers need.
+pub fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(%error, soft, "could not raise the open files limit");
+    }
+}
+
+pub struct Application {
+    address: SocketAddr,
+    server: Server,
+    worker: Option<JoinHandle<()>>,
+    shutdown: CancellationToken,
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let pg = connect_postgres(&settings.database_url).await?;
+        let redis = connect_redis(&settings.redis_url, settings.purchase.lock_wait()).await?;
+        // Bind first, so that port 0 (tests) becomes a real port we can name.
+        let listener = bind(settings.bind)?;
+        let address = listener.local_addr().context("reading the bound address")?;
+        let instance = settings
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| address.to_string());
+
+        let shutdown = CancellationToken::new();
+        let worker = settings.run_worker.then(|| {
+            let worker = Worker::new(
+                pg.clone(),
+                redis.clone(),
+                settings.redis_prefix.clone(),
+                settings.worker.clone(),
+            );
+            tokio::spawn(worker.run(shutdown.clone()))
+        });
+
+        let state = web::Data::new(AppState {
+            purchaser: Purchaser::new(
+                redis.clone(),
+                pg.clone(),
+                settings.redis_prefix.clone(),
+                settings.purchase.clone(),
+            ),
+            pg,
+            redis,
+            prefix: settings.redis_prefix.clone(),
+            catalog: Catalog::default(),
+            admin: AdminToken::new(settings.admin_token.as_deref()),
+        });
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap(DefaultHeaders::new().add((INSTANCE_HEADER, instance.clone())))
+                .wrap(TracingLogger::default())
+                .app_data(state.clone())
+                .configure(routes)
+        })
+        .listen(listener)
+        .context("starting the HTTP server")?
+        // Requests in flight get this long to finish on shutdown.
+        .shutdown_timeout(5)
+        .run();
+        tracing::info!(%address, strategy = ?settings.purchase.strategy, worker = settings.run_worker, "listening");
+        Ok(Self {
+            address,
+            server,
+            worker,
+            shutdown,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.address.port()
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Serve until the process gets SIGINT or SIGTERM (or the server is
+    /// stopped); then stop accepting, finish requests in flight, let the
+    /// worker finish its batch, and return.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let served = self.server.await.context("running the HTTP server");
+        self.shutdown.cancel();
+        if let Some(worker) = self.worker {
+            worker.await.context("the worker task panicked")?;
+        }
+        served
+    }
+}

@@ -1,0 +1,223 @@
+//! The JSON API handlers. Each one parses its input into domain types, calls
+//! the domain, and maps the outcome to a response; no business rule lives here.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::catalog;
+use crate::domain::{NewSale, OrderJob, OrderStatus, Sale, SaleStatus, UserId};
+use crate::purchase::Outcome;
+
+/// A request body: always a JSON object.
+type JsonObject = serde_json::Map<String, serde_json::Value>;
+
+/// Turn a JSON object into a request type. Bodies are first read as an
+/// object because serde's derived structs also accept an array of the field
+/// values (`["ann"]` would be a purchase for "ann"), which no client means.
+fn from_object<T: serde::de::DeserializeOwned>(body: JsonObject) -> Result<T, ApiError> {
+    serde_json::from_value(serde_json::Value::Object(body))
+        .map_err(|error| ApiError::InvalidRequest(format!("invalid request body: {error}")))
+}
+
+/// `POST /api/sales/{id}/purchase` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurchaseRequest {
+    user_id: String,
+}
+
+#[derive(Debug, Serialize)]
+struct PurchaseAccepted {
+    order_id: Uuid,
+    status: OrderStatus,
+}
+
+/// `POST /api/sales` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSaleRequest {
+    name: String,
+    stock: i64,
+    price_cents: i64,
+    starts_at: Option<DateTime<Utc>>,
+    ends_at: Option<DateTime<Utc>>,
+}
+
+/// A sale as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct SaleView {
+    pub id: i64,
+    pub name: String,
+    pub price_cents: i64,
+    pub stock_total: i32,
+    pub stock_left: i64,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub status: SaleStatus,
+}
+
+impl SaleView {
+    /// The price for people: 99900 -> "999.00".
+    pub fn price(&self) -> String {
+        format!("{}.{:02}", self.price_cents / 100, self.price_cents % 100)
+    }
+
+    pub fn new(sale: &Sale, stock_left: i64) -> Self {
+        Self {
+            id: sale.id,
+            name: sale.name.clone(),
+            price_cents: sale.price_cents,
+            stock_total: sale.stock_total,
+            stock_left: stock_left.max(0),
+            starts_at: sale.starts_at,
+            ends_at: sale.ends_at,
+            status: sale.status(Utc::now(), stock_left),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct OrderView {
+    order_id: Uuid,
+    sale_id: i64,
+    user_id: String,
+    status: OrderStatus,
+}
+
+/// Ids in paths are parsed by hand so that a malformed id is simply "not found".
+pub fn parse_sale_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse::<i64>().map_err(|_| ApiError::SaleNotFound)
+}
+
+pub async fn find_sale(state: &AppState, raw_id: &str) -> Result<std::sync::Arc<Sale>, ApiError> {
+    let id = parse_sale_id(raw_id)?;
+    state
+        .catalog
+        .get(&state.pg, id)
+        .await?
+        .ok_or(ApiError::SaleNotFound)
+}
+
+pub async fn purchase(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<JsonObject>,
+) -> Result<HttpResponse, ApiError> {
+    let body: PurchaseRequest = from_object(body.into_inner())?;
+    let user = UserId::parse(&body.user_id).map_err(ApiError::InvalidRequest)?;
+    let sale = find_sale(&state, &path).await?;
+    match state.purchaser.purchase(&sale, &user).await? {
+        Outcome::Accepted { order_id } => Ok(HttpResponse::Accepted().json(PurchaseAccepted {
+            order_id,
+            status: OrderStatus::Pending,
+        })),
+        Outcome::SoldOut => Err(ApiError::SoldOut),
+        Outcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
+        Outcome::NotStarted => Err(ApiError::NotStarted),
+        Outcome::Ended => Err(ApiError::Ended),
+        Outcome::Busy => Err(ApiError::Busy),
+    }
+}
+
+pub async fn get_sale(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = find_sale(&state, &path).await?;
+    let left = state.stock_left(sale.id).await?;
+    Ok(HttpResponse::Ok().json(SaleView::new(&sale, left)))
+}
+
+pub async fn create_sale(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    body: web::Json<JsonObject>,
+) -> Result<HttpResponse, ApiError> {
+    state.admin.check_bearer(&request)?;
+    let body: CreateSaleRequest = from_object(body.into_inner())?;
+    let new = NewSale::parse(
+        &body.name,
+        body.stock,
+        body.price_cents,
+        body.starts_at,
+        body.ends_at,
+        Utc::now(),
+    )
+    .map_err(ApiError::InvalidRequest)?;
+    let mut conn = state
+        .redis
+        .get()
+        .await
+        .context("getting a Redis connection")?;
+    let sale = catalog::create_sale(&state.pg, &mut conn, &state.prefix, &new).await?;
+    tracing::info!(sale_id = sale.id, stock = sale.stock_total, "sale created");
+    Ok(HttpResponse::Created().json(SaleView::new(&sale, i64::from(sale.stock_total))))
+}
+
+pub async fn get_order(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let order_id = Uuid::parse_str(&path).map_err(|_| ApiError::OrderNotFound)?;
+    // PostgreSQL, then the queues, then PostgreSQL again: the worker may move
+    // the order from the queue to PostgreSQL between the first two looks.
+    if let Some(order) = stored_order(&state, order_id).await? {
+        return Ok(HttpResponse::Ok().json(order));
+    }
+    if let Some(job) = state.queued_order(order_id).await? {
+        return Ok(HttpResponse::Ok().json(OrderView {
+            order_id,
+            sale_id: job.sale_id,
+            user_id: job.user_id,
+            status: OrderStatus::Pending,
+        }));
+    }
+    match stored_order(&state, order_id).await? {
+        Some(order) => Ok(HttpResponse::Ok().json(order)),
+        None => Err(ApiError::OrderNotFound),
+    }
+}
+
+async fn stored_order(state: &AppState, order_id: Uuid) -> Result<Option<OrderView>, ApiError> {
+    let row: Option<(i64, String, String)> =
+        sqlx::query_as("SELECT sale_id, user_id, status FROM orders WHERE id = $1")
+            .bind(order_id)
+            .fetch_optional(&state.pg)
+            .await
+            .context("reading an order")?;
+    row.map(|(sale_id, user_id, status)| {
+        let status = OrderStatus::parse_db(&status)
+            .with_context(|| format!("unknown order status {status:?}"))?;
+        Ok(OrderView {
+            order_id,
+            sale_id,
+            user_id,
+            status,
+        })
+    })
+    .transpose()
+}
+
+/// `GET /healthz`: 200 only when Redis and PostgreSQL both answer.
+pub async fn health(state: web::Data<AppState>) -> HttpResponse {
+    let (redis, postgres) = tokio::join!(state.redis_answers(), state.postgres_answers());
+    let body = serde_json::json!({
+        "redis": if redis { "ok" } else { "down" },
+        "postgres": if postgres { "ok" } else { "down" },
+    });
+    if redis && postgres {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}
+
+/// Used by `AppState::queued_order`.
+pub(super) fn decode_job(payload: &str) -> anyhow::Result<OrderJob> {
+    OrderJob::from_payload(payload).context("decoding a queued order")
+}

@@ -1,0 +1,96 @@
+//! One error type for the HTTP API, and the one place it becomes a response.
+//!
+//! Policy: business outcomes and bad input are answered with their own status
+//! and a stable machine-readable code, `{"error": "<code>", "message": "..."}`.
+//! Anything unexpected is logged with its whole cause chain inside the
+//! request's span (which carries the request id) and reaches the client only
+//! as a generic 500; the `X-Request-Id` response header links the two.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("missing or wrong admin token")]
+    Unauthorized,
+    #[error("the admin API is disabled: set SECKILL_ADMIN_TOKEN to enable it")]
+    AdminDisabled,
+    #[error("no such sale")]
+    SaleNotFound,
+    #[error("no such order")]
+    OrderNotFound,
+    #[error("no such page or endpoint")]
+    NotFound,
+    #[error("the sale is sold out")]
+    SoldOut,
+    #[error("this buyer already has a unit of this sale")]
+    AlreadyPurchased,
+    #[error("the sale has not started yet")]
+    NotStarted,
+    #[error("the sale has ended")]
+    Ended,
+    #[error("too many buyers at once; try again in a moment")]
+    Busy,
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    /// The stable code clients match on.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::Unauthorized | Self::AdminDisabled => "unauthorized",
+            Self::SaleNotFound => "sale_not_found",
+            Self::OrderNotFound => "order_not_found",
+            Self::NotFound => "not_found",
+            Self::SoldOut => "sold_out",
+            Self::AlreadyPurchased => "already_purchased",
+            Self::NotStarted => "not_started",
+            Self::Ended => "ended",
+            Self::Busy => "busy",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized | Self::AdminDisabled => StatusCode::UNAUTHORIZED,
+            Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::SoldOut | Self::AlreadyPurchased | Self::NotStarted | Self::Ended => {
+                StatusCode::CONFLICT
+            }
+            Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let message = match self {
+            Self::Internal(cause) => {
+                tracing::error!(error = format!("{cause:#}"), "request failed");
+                "Something went wrong on our side. Quote the X-Request-Id header when reporting it."
+                    .to_owned()
+            }
+            other => other.to_string(),
+        };
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            Self::Busy => {
+                response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
+            }
+            Self::Unauthorized | Self::AdminDisabled => {
+                response
+                    .insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+            }
+            _ => {}
+        }
+        response.json(serde_json::json!({ "error": self.code(), "message": message }))
+    }
+}

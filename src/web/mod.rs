@@ -1,0 +1,192 @@
+//! The HTTP side: shared state, the route table, and the input limits.
+
+mod api;
+mod error;
+mod pages;
+
+use std::time::Duration;
+
+use actix_web::{HttpRequest, web};
+use anyhow::Context;
+use deadpool_redis::Pool as RedisPool;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+pub use api::SaleView;
+pub use error::ApiError;
+
+use crate::catalog::{self, Catalog};
+use crate::domain::OrderJob;
+use crate::keys::SaleKeys;
+use crate::purchase::Purchaser;
+use crate::queue::Queue;
+
+/// The largest JSON body the API reads; anything larger is answered 400.
+pub const MAX_JSON_BYTES: usize = 4 * 1024;
+
+/// Everything a request handler needs, shared by all workers of one instance.
+pub struct AppState {
+    pub pg: PgPool,
+    pub redis: RedisPool,
+    /// Prefix of every Redis key.
+    pub prefix: String,
+    pub catalog: Catalog,
+    pub purchaser: Purchaser,
+    pub admin: AdminToken,
+}
+
+/// The admin token, kept only as a SHA-256 digest. Comparing digests of
+/// fixed length in constant time reveals neither the token nor its length
+/// through response timing.
+pub struct AdminToken(Option<[u8; 32]>);
+
+impl AdminToken {
+    pub fn new(token: Option<&str>) -> Self {
+        Self(
+            token
+                .filter(|t| !t.is_empty())
+                .map(|t| Sha256::digest(t.as_bytes()).into()),
+        )
+    }
+
+    pub fn check(&self, presented: Option<&str>) -> Result<(), ApiError> {
+        let Some(expected) = &self.0 else {
+            return Err(ApiError::AdminDisabled);
+        };
+        let presented: [u8; 32] = Sha256::digest(presented.unwrap_or_default().as_bytes()).into();
+        if bool::from(presented.ct_eq(expected)) {
+            Ok(())
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+
+    /// Check an `Authorization: Bearer <token>` header.
+    pub fn check_bearer(&self, request: &HttpRequest) -> Result<(), ApiError> {
+        let presented = request
+            .headers()
+            .get(actix_web::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        self.check(presented)
+    }
+}
+
+impl AppState {
+    /// Units left of a sale, from Redis (loaded from PostgreSQL if missing).
+    pub async fn stock_left(&self, sale_id: i64) -> anyhow::Result<i64> {
+        let keys = SaleKeys::new(&self.prefix, sale_id);
+        let mut conn = self
+            .redis
+            .get()
+            .await
+            .context("getting a Redis connection")?;
+        for _ in 0..2 {
+            let left: Option<i64> = redis::cmd("GET")
+                .arg(&keys.stock)
+                .query_async(&mut conn)
+                .await
+                .context("reading the stock")?;
+            if let Some(left) = left {
+                return Ok(left);
+            }
+            catalog::load_into_redis(&self.pg, &mut conn, &self.prefix, sale_id).await?;
+        }
+        anyhow::bail!("sale {sale_id} has no stock in Redis even after loading it")
+    }
+
+    /// An order still on a sale's queue. The order id does not say which sale
+    /// it belongs to, so every sale's queue is asked, in one pipeline.
+    pub async fn queued_order(&self, order_id: Uuid) -> anyhow::Result<Option<OrderJob>> {
+        let sale_ids = catalog::list_sales(&self.pg)
+            .await?
+            .into_iter()
+            .map(|sale| sale.id);
+        let mut pipe = redis::pipe();
+        let id = order_id.to_string();
+        for sale_id in sale_ids {
+            pipe.hget(
+                Queue::new(SaleKeys::new(&self.prefix, sale_id).queue)
+                    .keys()
+                    .jobs
+                    .clone(),
+                &id,
+            );
+        }
+        let mut conn = self
+            .redis
+            .get()
+            .await
+            .context("getting a Redis connection")?;
+        let found: Vec<Option<String>> = pipe
+            .query_async(&mut conn)
+            .await
+            .context("looking for a queued order")?;
+        found
+            .into_iter()
+            .flatten()
+            .next()
+            .map(|p| api::decode_job(&p))
+            .transpose()
+    }
+
+    pub async fn redis_answers(&self) -> bool {
+        let ping = async {
+            let mut conn = self.redis.get().await.ok()?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .ok()
+        };
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), ping).await,
+            Ok(Some(_))
+        )
+    }
+
+    pub async fn postgres_answers(&self) -> bool {
+        let select = sqlx::query("SELECT 1").execute(&self.pg);
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), select).await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+/// Every route, in one table.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(json_config())
+        .app_data(web::FormConfig::default().limit(MAX_JSON_BYTES))
+        .route("/healthz", web::get().to(api::health))
+        .route("/api/sales", web::post().to(api::create_sale))
+        .route("/api/sales/{id}", web::get().to(api::get_sale))
+        .route("/api/sales/{id}/purchase", web::post().to(api::purchase))
+        .route("/api/orders/{id}", web::get().to(api::get_order))
+        .route("/", web::get().to(pages::index))
+        .route("/sales/{id}", web::get().to(pages::sale))
+        .route("/sales/{id}/buy", web::post().to(pages::buy))
+        .route("/static/{file}", web::get().to(pages::static_file))
+        .default_service(web::to(|| async {
+            Err::<actix_web::HttpResponse, _>(ApiError::NotFound)
+        }));
+}
+
+/// JSON bodies: small, any content type (curl users forget it), and every
+/// parse failure answered as `400 invalid_request` with the parser's reason.
+fn json_config() -> web::JsonConfig {
+    web::JsonConfig::default()
+        .limit(MAX_JSON_BYTES)
+        .content_type_required(false)
+        .error_handler(|error, _request| {
+            let message = match &error {
+                actix_web::error::JsonPayloadError::Overflow { limit }
+                | actix_web::error::JsonPayloadError::OverflowKnownLength { limit, .. } => {
+                    format!("request body is larger than {limit} bytes")
+                }
+                other => format!("malformed JSON body: {other}"),
+            };
+            ApiError::InvalidRequest(message).into()
+        })
+}

@@ -1,0 +1,87 @@
+//! Every malformed purchase is answered `400 invalid_request` with a reason,
+//! and nothing is written anywhere.
+
+use serde_json::{Value, json};
+
+use crate::helpers::spawn_app;
+
+#[tokio::test]
+async fn malformed_purchases_are_answered_400_and_nothing_is_written() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let oversized_body = json!({"user_id": "ann", "padding": "x".repeat(8 * 1024)}).to_string();
+    let cases: Vec<(&str, String)> = vec![
+        ("empty body", String::new()),
+        ("not JSON", "{not json".into()),
+        ("a JSON array", "[\"ann\"]".into()),
+        ("missing user_id", "{}".into()),
+        ("empty user_id", json!({"user_id": ""}).to_string()),
+        ("blank user_id", json!({"user_id": "   "}).to_string()),
+        (
+            "user_id over 64 characters",
+            json!({"user_id": "u".repeat(65)}).to_string(),
+        ),
+        (
+            "user_id with a control character",
+            json!({"user_id": "a\u{0}b"}).to_string(),
+        ),
+        (
+            "user_id of the wrong type",
+            json!({"user_id": 42}).to_string(),
+        ),
+        ("user_id null", json!({"user_id": null}).to_string()),
+        (
+            "an unknown field",
+            json!({"user_id": "ann", "quantity": 5}).to_string(),
+        ),
+        ("a body over the size limit", oversized_body),
+    ];
+    for (what, body) in cases {
+        let response = app
+            .client
+            .post(app.url(&format!("/api/sales/{sale}/purchase")))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(response.status(), 400, "{what}");
+        let error: Value = response.json().await.expect("a JSON error");
+        assert_eq!(error["error"], "invalid_request", "{what}");
+        assert!(
+            error["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: no reason given"
+        );
+    }
+    assert_eq!(app.redis_stock(sale).await, Some(10));
+    assert!(app.redis_buyers(sale).await.is_empty());
+    let queue = app.queue_stats(sale).await;
+    assert_eq!((queue.waiting, queue.in_flight, queue.dead), (0, 0, 0));
+    app.drain().await;
+    assert!(app.orders(sale).await.is_empty());
+    assert_eq!(app.sold(sale).await, 0);
+}
+
+#[tokio::test]
+async fn a_user_id_of_exactly_64_characters_is_accepted() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(1).await;
+    let user = "秒".repeat(64);
+    assert_eq!(app.purchase(sale, &user).await.status(), 202);
+    app.drain().await;
+    assert_eq!(app.orders(sale).await[0].1, user);
+}
+
+#[tokio::test]
+async fn unknown_paths_are_answered_404_in_json() {
+    let app = spawn_app().await;
+    let response = app
+        .client
+        .get(app.url("/api/nope"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(response.status(), 404);
+    let error: Value = response.json().await.expect("JSON");
+    assert_eq!(error["error"], "not_found");
+}

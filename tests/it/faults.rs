@@ -1,0 +1,116 @@
+//! Faults: private Redis and PostgreSQL servers that the tests stop and start.
+
+use std::time::Duration;
+
+use seckill::queue::QueueStats;
+use seckill::services::{PrivatePostgres, PrivateRedis};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{Options, Scratch, eventually, services, spawn_app_on};
+
+#[tokio::test]
+async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
+    let mut postgres = PrivatePostgres::start()
+        .await
+        .expect("a private PostgreSQL");
+    let scratch = Scratch::on(&postgres.url("postgres"), &services().await.redis_url).await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sale = app.create_sale(100).await;
+    let mut accepted = Vec::new();
+    for i in 0..30 {
+        let response = app.purchase(sale, &format!("user-{i}")).await;
+        assert_eq!(response.status(), 202);
+        let body: Value = response.json().await.expect("JSON");
+        accepted.push(body["order_id"].as_str().expect("id").to_owned());
+    }
+
+    postgres.stop();
+    // One step while PostgreSQL is down: it fails, and gives the jobs back
+    // without using up an attempt.
+    let step = app.worker.try_process_batch(sale).await;
+    assert!(step.is_err(), "a batch cannot succeed without PostgreSQL");
+    assert_eq!(
+        app.queue_stats(sale).await,
+        QueueStats {
+            waiting: 30,
+            in_flight: 0,
+            dead: 0
+        }
+    );
+    // The worker loop keeps running meanwhile, backing off.
+    let shutdown = CancellationToken::new();
+    let worker = spawn_worker(&app, shutdown.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(app.queue_stats(sale).await.dead, 0);
+
+    postgres.restart().await.expect("PostgreSQL comes back");
+    eventually(Duration::from_secs(60), "the queue drains", || async {
+        app.queue_stats(sale).await == QueueStats::default()
+    })
+    .await;
+    shutdown.cancel();
+    worker.await.expect("the worker stops");
+    let orders = app.orders(sale).await;
+    let mut stored: Vec<String> = orders.iter().map(|(id, _, _)| id.to_string()).collect();
+    stored.sort();
+    accepted.sort();
+    assert_eq!(stored, accepted, "every accepted order, once");
+    assert_eq!(app.sold(sale).await, 30);
+}
+
+fn spawn_worker(
+    app: &crate::helpers::TestApp,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let worker = seckill::worker::Worker::new(
+        app.pg.clone(),
+        app.redis.clone(),
+        app.scratch.prefix.clone(),
+        seckill::config::WorkerSettings::default(),
+    );
+    tokio::spawn(worker.run(shutdown))
+}
+
+#[tokio::test]
+async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty() {
+    let mut redis = PrivateRedis::start().await.expect("a private Redis");
+    let scratch = Scratch::on(&services().await.database_url, &redis.url()).await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sale = app.create_sale(3).await;
+    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
+    app.drain().await;
+
+    redis.kill();
+    let health = app
+        .client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(health.status(), 503);
+    let body: Value = health.json().await.expect("JSON");
+    assert_eq!(body["redis"], "down");
+    assert_eq!(body["postgres"], "ok");
+    let refused = app.purchase(sale, "bob").await;
+    assert!(refused.status().is_server_error(), "{}", refused.status());
+    let error: Value = refused.json().await.expect("a JSON error");
+    assert_eq!(error["error"], "internal", "no detail leaks: {error}");
+
+    // Redis comes back with nothing in it (no persistence): the sale is
+    // reloaded from PostgreSQL, which remembers ann's unit.
+    redis.restart().await.expect("Redis comes back");
+    eventually(Duration::from_secs(10), "healthz is 200 again", || async {
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert_eq!(app.purchase(sale, "ann").await.status(), 409);
+    assert_eq!(app.purchase(sale, "bob").await.status(), 202);
+    app.drain().await;
+    assert_eq!(app.sold(sale).await, 2);
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+}

@@ -1,0 +1,357 @@
+//! The test harness: real Redis and PostgreSQL, a fresh database and a fresh
+//! Redis key prefix for every test, removed again when the test ends.
+//!
+//! The servers come from the same code the binary uses
+//! ([`seckill::services::Services`]): the configured URLs, else the local
+//! servers, else private ones started once for this test binary.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use deadpool_redis::Pool as RedisPool;
+use seckill::config::{PurchaseSettings, WorkerSettings};
+use seckill::keys::SaleKeys;
+use seckill::queue::{Queue, QueueStats};
+use seckill::services::{self, Services};
+use seckill::startup::{self, Application, Settings};
+use seckill::worker::{BatchReport, Worker};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::OnceCell;
+use uuid::Uuid;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// The servers every test of this binary shares (each test gets its own
+/// database and key prefix on them).
+static SERVICES: OnceCell<Services> = OnceCell::const_new();
+
+pub async fn services() -> &'static Services {
+    SERVICES
+        .get_or_init(|| async {
+            let redis = std::env::var("SECKILL_REDIS_URL").ok();
+            let database = std::env::var("SECKILL_DATABASE_URL").ok();
+            Services::resolve(redis.as_deref(), database.as_deref())
+                .await
+                .expect("Redis and PostgreSQL for the tests")
+        })
+        .await
+}
+
+/// A database and a Redis key prefix of one test's own. Dropping it deletes
+/// both, so tests can run in parallel and leave nothing behind.
+pub struct Scratch {
+    pub database_url: String,
+    pub redis_url: String,
+    pub prefix: String,
+}
+
+impl Scratch {
+    pub async fn new() -> Self {
+        Self::on(&services().await.database_url, &services().await.redis_url).await
+    }
+
+    /// A scratch database and prefix on the given servers (fault tests pass
+    /// their private ones).
+    pub async fn on(database_url: &str, redis_url: &str) -> Self {
+        let id = Uuid::new_v4().simple().to_string();
+        let database_url = services::with_database(database_url, &format!("seckill_test_{id}"))
+            .expect("a database URL");
+        services::ensure_database(&database_url)
+            .await
+            .expect("a scratch database");
+        Self {
+            database_url,
+            redis_url: redis_url.to_owned(),
+            prefix: format!("seckill-test-{id}"),
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let (database_url, redis_url, prefix) = (
+            self.database_url.clone(),
+            self.redis_url.clone(),
+            self.prefix.clone(),
+        );
+        // Drop cannot await; clean up on a thread with a runtime of its own.
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for clean-up");
+            runtime.block_on(async {
+                let _ = services::drop_database(&database_url).await;
+                let _ = delete_keys(&redis_url, &prefix).await;
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+async fn delete_keys(redis_url: &str, prefix: &str) -> redis::RedisResult<()> {
+    let client = redis::Client::open(redis_url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut conn)
+        .await?;
+    if !keys.is_empty() {
+        redis::cmd("DEL")
+            .arg(keys)
+            .query_async::<()>(&mut conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// An app instance running inside the test process, with no background
+/// worker: tests drain the queue themselves with [`TestApp::drain`].
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub pg: PgPool,
+    pub redis: RedisPool,
+    pub worker: Worker,
+    pub scratch: Scratch,
+}
+
+/// What a test may change about the app it spawns.
+#[derive(Clone)]
+pub struct Options {
+    pub purchase: PurchaseSettings,
+    pub worker: WorkerSettings,
+    pub admin_token: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            purchase: PurchaseSettings::default(),
+            worker: WorkerSettings::default(),
+            admin_token: Some(ADMIN_TOKEN.to_owned()),
+        }
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(Options::default()).await
+}
+
+pub async fn spawn_app_with(options: Options) -> TestApp {
+    spawn_app_on(Scratch::new().await, options).await
+}
+
+pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
+    startup::raise_open_files_limit();
+    let app = Application::build(Settings {
+        redis_url: scratch.redis_url.clone(),
+        database_url: scratch.database_url.clone(),
+        redis_prefix: scratch.prefix.clone(),
+        bind: "127.0.0.1:0".parse().expect("an address"),
+        admin_token: options.admin_token.clone(),
+        instance_id: Some("test".into()),
+        run_worker: false,
+        purchase: options.purchase.clone(),
+        worker: options.worker.clone(),
+    })
+    .await
+    .expect("the app starts");
+    let address = format!("http://{}", app.address());
+    tokio::spawn(app.run_until_stopped());
+    let pg = startup::connect_postgres(&scratch.database_url)
+        .await
+        .expect("PostgreSQL");
+    let redis = startup::connect_redis(&scratch.redis_url, Duration::from_secs(5))
+        .await
+        .expect("Redis");
+    let worker = Worker::new(
+        pg.clone(),
+        redis.clone(),
+        scratch.prefix.clone(),
+        options.worker.clone(),
+    );
+    TestApp {
+        address,
+        client: client(),
+        pg,
+        redis,
+        worker,
+        scratch,
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("an HTTP client")
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// Create a sale through the admin API; returns its id.
+    pub async fn create_sale(&self, stock: i64) -> i64 {
+        self.create_sale_with(json!({"name": "Phone", "stock": stock, "price_cents": 99_900}))
+            .await
+    }
+
+    pub async fn create_sale_with(&self, body: Value) -> i64 {
+        let response = self
+            .client
+            .post(self.url("/api/sales"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .expect("POST /api/sales");
+        assert_eq!(response.status(), 201, "creating a sale");
+        let sale: Value = response.json().await.expect("a sale");
+        sale["id"].as_i64().expect("a sale id")
+    }
+
+    pub async fn purchase(&self, sale_id: i64, user: &str) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/api/sales/{sale_id}/purchase")))
+            .json(&json!({ "user_id": user }))
+            .send()
+            .await
+            .expect("POST purchase")
+    }
+
+    /// Run worker batches until the queues are empty.
+    pub async fn drain(&self) -> BatchReport {
+        drain(&self.worker).await
+    }
+
+    pub fn keys(&self, sale_id: i64) -> SaleKeys {
+        SaleKeys::new(&self.scratch.prefix, sale_id)
+    }
+
+    pub async fn redis_conn(&self) -> deadpool_redis::Connection {
+        self.redis.get().await.expect("a Redis connection")
+    }
+
+    /// Units left according to Redis.
+    pub async fn redis_stock(&self, sale_id: i64) -> Option<i64> {
+        redis::cmd("GET")
+            .arg(&self.keys(sale_id).stock)
+            .query_async(&mut self.redis_conn().await)
+            .await
+            .expect("GET stock")
+    }
+
+    pub async fn redis_buyers(&self, sale_id: i64) -> Vec<String> {
+        redis::cmd("SMEMBERS")
+            .arg(&self.keys(sale_id).buyers)
+            .query_async(&mut self.redis_conn().await)
+            .await
+            .expect("SMEMBERS buyers")
+    }
+
+    pub async fn queue_stats(&self, sale_id: i64) -> QueueStats {
+        Queue::new(self.keys(sale_id).queue)
+            .stats(&mut self.redis_conn().await)
+            .await
+            .expect("queue stats")
+    }
+
+    /// `(order id, user id, status)` of every order of a sale in PostgreSQL.
+    pub async fn orders(&self, sale_id: i64) -> Vec<(Uuid, String, String)> {
+        orders(&self.pg, sale_id).await
+    }
+
+    /// The sale's `sold` counter in PostgreSQL.
+    pub async fn sold(&self, sale_id: i64) -> i32 {
+        sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
+            .bind(sale_id)
+            .fetch_one(&self.pg)
+            .await
+            .expect("sold")
+    }
+}
+
+pub async fn orders(pg: &PgPool, sale_id: i64) -> Vec<(Uuid, String, String)> {
+    sqlx::query_as("SELECT id, user_id, status FROM orders WHERE sale_id = $1 ORDER BY id")
+        .bind(sale_id)
+        .fetch_all(pg)
+        .await
+        .expect("orders")
+}
+
+/// Run worker batches until a pass reserves nothing.
+pub async fn drain(worker: &Worker) -> BatchReport {
+    let mut total = BatchReport::default();
+    for _ in 0..1_000 {
+        let report = worker.run_once().await.expect("a worker pass");
+        if report.reserved == 0 {
+            return total;
+        }
+        total.confirmed += report.confirmed;
+        total.rejected += report.rejected;
+        total.redelivered += report.redelivered;
+        total.reserved += report.reserved;
+    }
+    panic!("the queue did not drain in 1000 passes");
+}
+
+/// A `seckill` process (the real binary), killed when dropped.
+pub struct Process {
+    pub child: tokio::process::Child,
+    /// `http://host:port` for `serve`; empty for other commands.
+    pub address: String,
+}
+
+/// Start `seckill <args>` on the scratch database and prefix. For `serve`,
+/// waits for the address line on stdout.
+pub async fn spawn_process(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Process {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+    command
+        .args(args)
+        .env("SECKILL_REDIS_URL", &scratch.redis_url)
+        .env("SECKILL_DATABASE_URL", &scratch.database_url)
+        .env("SECKILL_REDIS_PREFIX", &scratch.prefix)
+        .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("RUST_LOG", "error")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("starting seckill");
+    let mut address = String::new();
+    if args.first() == Some(&"serve") {
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("seckill serve printed its address in time")
+            .expect("reading stdout")
+            .expect("seckill serve printed a line");
+        address = line
+            .strip_prefix("seckill listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+    }
+    Process { child, address }
+}
+
+/// Poll `check` every 20 ms until it returns true; panic after `limit`.
+pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out after {limit:?} waiting for: {what}");
+}

@@ -1,0 +1,304 @@
+//! The Redis lock against a real Redis: the seeds' bugs stay fixed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use seckill::lock::{Acquire, RedisLock, Release};
+
+use crate::helpers::Scratch;
+
+async fn redis(scratch: &Scratch) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(scratch.redis_url.as_str())
+        .expect("a Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a Redis connection")
+}
+
+fn lock(scratch: &Scratch, ttl: Duration) -> RedisLock {
+    RedisLock::new(
+        format!("{}:lock", scratch.prefix),
+        format!("{}:fence", scratch.prefix),
+        ttl,
+    )
+}
+
+/// The critical section every mutual-exclusion test runs: a read-modify-write
+/// of a counter with a pause in the middle. Two holders at once would both
+/// read the same value and one increment would be lost.
+async fn increment_slowly(conn: &mut redis::aio::MultiplexedConnection, key: &str) {
+    let value: i64 = redis::cmd("GET")
+        .arg(key)
+        .query_async::<Option<i64>>(conn)
+        .await
+        .expect("GET")
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value + 1)
+        .query_async::<()>(conn)
+        .await
+        .expect("SET");
+}
+
+async fn take(
+    lock: &RedisLock,
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> seckill::lock::LockGuard {
+    match lock
+        .acquire(conn, Duration::from_secs(30), || false)
+        .await
+        .expect("acquire")
+    {
+        Acquire::Held(guard) => guard,
+        other => panic!("expected the lock, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn only_one_of_many_tasks_holds_the_lock_at_a_time() {
+    let scratch = Scratch::new().await;
+    let lock = Arc::new(lock(&scratch, Duration::from_secs(5)));
+    let counter = format!("{}:counter", scratch.prefix);
+    let (tasks, rounds) = (20, 10);
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (lock, counter) = (Arc::clone(&lock), counter.clone());
+        let mut conn = redis(&scratch).await;
+        handles.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = take(&lock, &mut conn).await;
+                increment_slowly(&mut conn, &counter).await;
+                assert_eq!(
+                    guard.release(&mut conn).await.expect("release"),
+                    Release::Released
+                );
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.expect("a task panicked");
+    }
+    let total: i64 = redis::cmd("GET")
+        .arg(&counter)
+        .query_async(&mut redis(&scratch).await)
+        .await
+        .expect("GET");
+    assert_eq!(
+        total,
+        tasks * rounds,
+        "an increment was lost: two tasks held the lock at once"
+    );
+}
+
+/// Set in the environment of the child processes of the next test.
+const CHILD_PREFIX: &str = "SECKILL_TEST_LOCK_CHILD_PREFIX";
+const CHILD_ROUNDS: i64 = 50;
+
+#[tokio::test]
+async fn only_one_of_two_processes_holds_the_lock_at_a_time() {
+    // The same test binary, started twice by the test below, plays the two
+    // processes: in them this variable is set.
+    if let Ok(prefix) = std::env::var(CHILD_PREFIX) {
+        let redis_url = std::env::var("SECKILL_REDIS_URL").expect("the parent passes the URL");
+        let mut conn = redis::Client::open(redis_url.as_str())
+            .expect("a Redis URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a Redis connection");
+        let lock = RedisLock::new(
+            format!("{prefix}:lock"),
+            format!("{prefix}:fence"),
+            Duration::from_secs(5),
+        );
+        for _ in 0..CHILD_ROUNDS {
+            let guard = take(&lock, &mut conn).await;
+            increment_slowly(&mut conn, &format!("{prefix}:counter")).await;
+            assert_eq!(
+                guard.release(&mut conn).await.expect("release"),
+                Release::Released
+            );
+        }
+        return;
+    }
+
+    let scratch = Scratch::new().await;
+    let this_test = "lock::only_one_of_two_processes_holds_the_lock_at_a_time";
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            tokio::process::Command::new(std::env::current_exe().expect("the test binary"))
+                .args([this_test, "--exact", "--test-threads=1"])
+                .env(CHILD_PREFIX, &scratch.prefix)
+                .env("SECKILL_REDIS_URL", &scratch.redis_url)
+                .stdout(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("starting a child process")
+        })
+        .collect();
+    for child in children {
+        let status = child
+            .wait_with_output()
+            .await
+            .expect("waiting for a child")
+            .status;
+        assert!(status.success(), "a child process failed: {status}");
+    }
+    let total: i64 = redis::cmd("GET")
+        .arg(format!("{}:counter", scratch.prefix))
+        .query_async(&mut redis(&scratch).await)
+        .await
+        .expect("GET");
+    assert_eq!(
+        total,
+        2 * CHILD_ROUNDS,
+        "an increment was lost: both processes held the lock at once"
+    );
+}
+
+#[tokio::test]
+async fn a_lock_always_has_a_ttl_from_the_moment_it_exists() {
+    // The seeds' SETNX-then-EXPIRE left a window with no TTL; a crash there
+    // locked the sale forever.
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_secs(7));
+    let _guard = lock
+        .try_acquire(&mut conn)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{}:lock", scratch.prefix))
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    assert!(ttl > 0 && ttl <= 7_000, "PTTL was {ttl}");
+}
+
+#[tokio::test]
+async fn a_crashed_holder_is_replaced_once_its_ttl_runs_out() {
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_millis(300));
+    // The holder "crashes": it never releases.
+    let crashed = lock
+        .try_acquire(&mut conn)
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert!(
+        lock.try_acquire(&mut conn)
+            .await
+            .expect("acquire")
+            .is_none(),
+        "the lock was handed out twice"
+    );
+    let next = take(&lock, &mut conn).await;
+    assert!(next.fence() > crashed.fence());
+}
+
+#[tokio::test]
+async fn an_expired_holder_can_neither_release_nor_extend_the_new_owners_lock() {
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_millis(50));
+    let stale = lock
+        .try_acquire(&mut conn)
+        .await
+        .expect("acquire")
+        .expect("free");
+    tokio::time::sleep(Duration::from_millis(120)).await;
+
+    // Nobody took it yet: the stale holder learns its lock expired.
+    assert_eq!(
+        stale
+            .extend(&mut conn, Duration::from_secs(5))
+            .await
+            .expect("extend"),
+        Release::Expired
+    );
+
+    let long = RedisLock::new(
+        format!("{}:lock", scratch.prefix),
+        format!("{}:fence", scratch.prefix),
+        Duration::from_secs(30),
+    );
+    let owner = long
+        .try_acquire(&mut conn)
+        .await
+        .expect("acquire")
+        .expect("free again");
+    assert_eq!(
+        stale
+            .extend(&mut conn, Duration::from_secs(60))
+            .await
+            .expect("extend"),
+        Release::NotOwner
+    );
+    assert_eq!(
+        stale.release(&mut conn).await.expect("release"),
+        Release::NotOwner
+    );
+    // The owner's lock is untouched: nobody else can take it.
+    assert!(
+        long.try_acquire(&mut conn)
+            .await
+            .expect("acquire")
+            .is_none()
+    );
+    assert_eq!(
+        owner
+            .extend(&mut conn, Duration::from_secs(30))
+            .await
+            .expect("extend"),
+        Release::Released
+    );
+    assert_eq!(
+        owner.release(&mut conn).await.expect("release"),
+        Release::Released
+    );
+    assert!(
+        long.try_acquire(&mut conn)
+            .await
+            .expect("acquire")
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase() {
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_secs(5));
+    let mut last = 0;
+    for _ in 0..20 {
+        let guard = take(&lock, &mut conn).await;
+        assert!(guard.fence() > last, "token {} after {last}", guard.fence());
+        last = guard.fence();
+        guard.release(&mut conn).await.expect("release");
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_gives_up_at_its_deadline() {
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_secs(30));
+    let _held = lock
+        .try_acquire(&mut conn)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let waited = lock
+        .acquire(&mut conn, Duration::from_millis(100), || false)
+        .await
+        .expect("acquire");
+    assert!(matches!(waited, Acquire::TimedOut), "got {waited:?}");
+    let gave_up = lock
+        .acquire(&mut conn, Duration::from_secs(30), || true)
+        .await
+        .expect("acquire");
+    assert!(matches!(gave_up, Acquire::GaveUp), "got {gave_up:?}");
+}

@@ -1,0 +1,14 @@
+//! seckill's integration tests: one binary, real Redis and PostgreSQL.
+//!
+//! Every test gets a database and a Redis key prefix of its own (see
+//! [`helpers`]), so they run in parallel and leave nothing behind. Fault
+//! tests start private servers they may stop and kill.
+
+mod bad_input;
+mod burst;
+mod faults;
+mod helpers;
+mod lock;
+mod purchase;
+mod queue;
+mod worker;

@@ -1,0 +1,361 @@
+//! The Redis task queue against a real Redis: nothing is lost, nothing doubled.
+
+use std::time::Duration;
+
+use seckill::keys::QueueKeys;
+use seckill::queue::{Attempt, Queue, QueueStats};
+
+use crate::helpers::Scratch;
+
+const LEASE: Duration = Duration::from_secs(30);
+const MAX_ATTEMPTS: u32 = 3;
+
+async fn setup() -> (Scratch, Queue, redis::aio::MultiplexedConnection) {
+    let scratch = Scratch::new().await;
+    let conn = redis::Client::open(scratch.redis_url.as_str())
+        .expect("a Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a Redis connection");
+    let queue = Queue::new(QueueKeys::new(&format!("{}:{{q}}", scratch.prefix)));
+    (scratch, queue, conn)
+}
+
+fn stats(waiting: u64, in_flight: u64, dead: u64) -> QueueStats {
+    QueueStats {
+        waiting,
+        in_flight,
+        dead,
+    }
+}
+
+#[tokio::test]
+async fn enqueueing_an_id_twice_keeps_one_job() {
+    let (_scratch, queue, mut conn) = setup().await;
+    let added = queue
+        .enqueue(&mut conn, &[("a", "first"), ("b", "b")], Duration::ZERO)
+        .await
+        .expect("enqueue");
+    assert_eq!(added, 2);
+    let again = queue
+        .enqueue(&mut conn, &[("a", "second")], Duration::ZERO)
+        .await
+        .expect("enqueue");
+    assert_eq!(again, 0);
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(2, 0, 0));
+    let reserved = queue
+        .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    let a = reserved
+        .jobs
+        .iter()
+        .find(|job| job.id == "a")
+        .expect("job a");
+    assert_eq!(
+        a.payload, "first",
+        "the second enqueue must not overwrite the job"
+    );
+    // Still in flight: enqueueing it again now must not duplicate it either.
+    assert_eq!(
+        queue
+            .enqueue(&mut conn, &[("a", "x")], Duration::ZERO)
+            .await
+            .expect("enqueue"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_delayed_job_is_not_due_before_its_time() {
+    let (_scratch, queue, mut conn) = setup().await;
+    queue
+        .enqueue(&mut conn, &[("later", "p")], Duration::from_millis(300))
+        .await
+        .expect("enqueue");
+    assert!(queue.top(&mut conn, 10).await.expect("top").is_empty());
+    let early = queue
+        .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    assert!(
+        early.jobs.is_empty(),
+        "a job was handed out before it was due"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let due = queue.top(&mut conn, 10).await.expect("top");
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].0, "later");
+}
+
+#[tokio::test]
+async fn top_peeks_without_taking_and_reserve_takes_the_oldest_first() {
+    let (_scratch, queue, mut conn) = setup().await;
+    for id in ["1", "2", "3"] {
+        queue
+            .enqueue(&mut conn, &[(id, id)], Duration::ZERO)
+            .await
+            .expect("enqueue");
+        // Distinct due times (the server clock has millisecond resolution here).
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let peeked = queue.top(&mut conn, 2).await.expect("top");
+    assert_eq!(
+        peeked.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        ["1", "2"]
+    );
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(3, 0, 0));
+    let reserved = queue
+        .reserve(&mut conn, 2, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    let ids: Vec<_> = reserved.jobs.iter().map(|job| job.id.as_str()).collect();
+    assert_eq!(ids, ["1", "2"]);
+    assert!(reserved.jobs.iter().all(|job| job.attempt == 1));
+}
+
+#[tokio::test]
+async fn reserved_jobs_are_in_flight_until_acked_then_gone() {
+    let (_scratch, queue, mut conn) = setup().await;
+    let jobs: Vec<(String, String)> = (0..5).map(|i| (format!("j{i}"), format!("p{i}"))).collect();
+    let refs: Vec<(&str, &str)> = jobs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    queue
+        .enqueue(&mut conn, &refs, Duration::ZERO)
+        .await
+        .expect("enqueue");
+    let reserved = queue
+        .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    assert_eq!(reserved.jobs.len(), 5);
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 5, 0));
+    // A second consumer gets nothing: the jobs are leased.
+    let other = queue
+        .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    assert!(other.jobs.is_empty());
+    assert_eq!(queue.ack(&mut conn, &reserved.jobs).await.expect("ack"), 5);
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 0));
+    assert_eq!(queue.payload(&mut conn, "j0").await.expect("payload"), None);
+}
+
+#[tokio::test]
+async fn a_job_whose_lease_ran_out_is_delivered_again_and_the_late_ack_is_ignored() {
+    let (_scratch, queue, mut conn) = setup().await;
+    queue
+        .enqueue(&mut conn, &[("job", "p")], Duration::ZERO)
+        .await
+        .expect("enqueue");
+    let first = queue
+        .reserve(&mut conn, 1, Duration::from_millis(50), MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = queue
+        .reserve(&mut conn, 1, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    assert_eq!(second.reclaimed, 1);
+    assert_eq!(second.jobs.len(), 1);
+    assert_eq!(second.jobs[0].attempt, 2);
+    // The stalled first consumer wakes up and acks: that must not remove the
+    // job from under the second.
+    assert_eq!(queue.ack(&mut conn, &first.jobs).await.expect("ack"), 0);
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 1, 0));
+    assert_eq!(queue.ack(&mut conn, &second.jobs).await.expect("ack"), 1);
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 0));
+}
+
+#[tokio::test]
+async fn a_job_that_keeps_failing_is_dead_lettered_and_can_be_redriven() {
+    let (_scratch, queue, mut conn) = setup().await;
+    queue
+        .enqueue(&mut conn, &[("poison", "p")], Duration::ZERO)
+        .await
+        .expect("enqueue");
+    for attempt in 1..=MAX_ATTEMPTS {
+        let reserved = queue
+            .reserve(&mut conn, 1, LEASE, MAX_ATTEMPTS)
+            .await
+            .expect("reserve");
+        assert_eq!(reserved.jobs.len(), 1, "attempt {attempt}");
+        assert_eq!(reserved.jobs[0].attempt, attempt);
+        queue
+            .retry(
+                &mut conn,
+                &reserved.jobs,
+                Duration::ZERO,
+                Attempt::Failed,
+                MAX_ATTEMPTS,
+            )
+            .await
+            .expect("retry");
+    }
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 1));
+    assert!(
+        queue
+            .reserve(&mut conn, 1, LEASE, MAX_ATTEMPTS)
+            .await
+            .expect("reserve")
+            .jobs
+            .is_empty()
+    );
+    assert_eq!(
+        queue
+            .payload(&mut conn, "poison")
+            .await
+            .expect("payload")
+            .as_deref(),
+        Some("p")
+    );
+
+    assert_eq!(queue.redrive(&mut conn).await.expect("redrive"), 1);
+    let again = queue
+        .reserve(&mut conn, 1, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    assert_eq!(again.jobs[0].attempt, 1, "redrive resets the attempts");
+}
+
+#[tokio::test]
+async fn a_job_whose_worker_died_on_its_last_attempt_is_dead_lettered() {
+    let (_scratch, queue, mut conn) = setup().await;
+    queue
+        .enqueue(&mut conn, &[("job", "p")], Duration::ZERO)
+        .await
+        .expect("enqueue");
+    for _ in 0..2 {
+        queue
+            .reserve(&mut conn, 1, Duration::from_millis(10), 2)
+            .await
+            .expect("reserve");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let last = queue
+        .reserve(&mut conn, 1, LEASE, 2)
+        .await
+        .expect("reserve");
+    assert_eq!(last.dead_lettered, 1);
+    assert!(last.jobs.is_empty());
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 1));
+}
+
+#[tokio::test]
+async fn a_retry_that_was_not_tried_does_not_use_up_an_attempt() {
+    let (_scratch, queue, mut conn) = setup().await;
+    queue
+        .enqueue(&mut conn, &[("job", "p")], Duration::ZERO)
+        .await
+        .expect("enqueue");
+    for _ in 0..(MAX_ATTEMPTS * 2) {
+        let reserved = queue
+            .reserve(&mut conn, 1, LEASE, MAX_ATTEMPTS)
+            .await
+            .expect("reserve");
+        assert_eq!(reserved.jobs[0].attempt, 1);
+        queue
+            .retry(
+                &mut conn,
+                &reserved.jobs,
+                Duration::ZERO,
+                Attempt::NotTried,
+                MAX_ATTEMPTS,
+            )
+            .await
+            .expect("retry");
+    }
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(1, 0, 0));
+}
+
+const CHILD_QUEUE: &str = "SECKILL_TEST_QUEUE_CHILD_PREFIX";
+
+#[tokio::test]
+async fn a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_and_processed_once()
+{
+    // In the child process: reserve the job, say so, then hang until killed.
+    if let Ok(prefix) = std::env::var(CHILD_QUEUE) {
+        let url = std::env::var("SECKILL_REDIS_URL").expect("the parent passes the URL");
+        let mut conn = redis::Client::open(url.as_str())
+            .expect("URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        let queue = Queue::new(QueueKeys::new(&format!("{prefix}:{{q}}")));
+        let reserved = queue
+            .reserve(&mut conn, 10, Duration::from_millis(500), MAX_ATTEMPTS)
+            .await
+            .expect("reserve");
+        assert_eq!(reserved.jobs.len(), 1);
+        println!("reserved");
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        return;
+    }
+
+    let (scratch, queue, mut conn) = setup().await;
+    queue
+        .enqueue(&mut conn, &[("order-1", "p")], Duration::ZERO)
+        .await
+        .expect("enqueue");
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "queue::a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_and_processed_once",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(CHILD_QUEUE, &scratch.prefix)
+        .env("SECKILL_REDIS_URL", &scratch.redis_url)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting the consumer");
+    let stdout = child.stdout.take().expect("piped");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the consumer reserved in time")
+            .expect("reading its output")
+            .expect("the consumer said it reserved");
+        if line.contains("reserved") {
+            break;
+        }
+    }
+    child.kill().await.expect("SIGKILL the consumer");
+    assert_eq!(
+        queue.stats(&mut conn).await.expect("stats"),
+        stats(0, 1, 0),
+        "the job is held by the dead consumer"
+    );
+
+    // Our consumer "processes" a job by incrementing a counter, then acks.
+    let processed = format!("{}:processed", scratch.prefix);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while queue.stats(&mut conn).await.expect("stats") != stats(0, 0, 0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the job was never delivered again"
+        );
+        let reserved = queue
+            .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
+            .await
+            .expect("reserve");
+        for job in &reserved.jobs {
+            assert_eq!(job.id, "order-1");
+            assert_eq!(job.attempt, 2);
+            redis::cmd("INCR")
+                .arg(&processed)
+                .query_async::<i64>(&mut conn)
+                .await
+                .expect("INCR");
+        }
+        queue.ack(&mut conn, &reserved.jobs).await.expect("ack");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let count: i64 = redis::cmd("GET")
+        .arg(&processed)
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    assert_eq!(count, 1);
+}

@@ -1,0 +1,274 @@
+//! The worker: every accepted order reaches PostgreSQL exactly once, however
+//! the worker dies, and PostgreSQL refuses what would oversell.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use seckill::domain::OrderJob;
+use seckill::queue::{Queue, QueueStats};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::helpers::{Options, TestApp, eventually, spawn_app, spawn_app_with, spawn_process};
+
+/// Put order jobs straight on a sale's queue, as if the purchase path had
+/// accepted them (and without its checks). Returns their ids.
+async fn enqueue_orders(app: &TestApp, sale: i64, users: &[String]) -> Vec<Uuid> {
+    let jobs: Vec<OrderJob> = users
+        .iter()
+        .map(|user| OrderJob {
+            order_id: Uuid::now_v7(),
+            sale_id: sale,
+            user_id: user.clone(),
+        })
+        .collect();
+    let encoded: Vec<(String, String)> = jobs
+        .iter()
+        .map(|j| (j.order_id.to_string(), j.to_payload()))
+        .collect();
+    let refs: Vec<(&str, &str)> = encoded
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let queue = Queue::new(app.keys(sale).queue);
+    for chunk in refs.chunks(500) {
+        queue
+            .enqueue(&mut app.redis_conn().await, chunk, Duration::ZERO)
+            .await
+            .expect("enqueue");
+    }
+    jobs.iter().map(|job| job.order_id).collect()
+}
+
+fn users(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("user-{i}")).collect()
+}
+
+#[tokio::test]
+async fn a_worker_that_died_after_reserving_has_its_orders_written_by_the_next() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    for user in ["a", "b", "c"] {
+        assert_eq!(app.purchase(sale, user).await.status(), 202);
+    }
+    // The dying worker reserves with a short lease, then never writes.
+    let queue = Queue::new(app.keys(sale).queue);
+    let taken = queue
+        .reserve(
+            &mut app.redis_conn().await,
+            10,
+            Duration::from_millis(20),
+            5,
+        )
+        .await
+        .expect("reserve");
+    assert_eq!(taken.jobs.len(), 3);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let report = app.drain().await;
+    assert_eq!(report.confirmed, 3);
+    assert_eq!(app.orders(sale).await.len(), 3);
+    assert_eq!(app.sold(sale).await, 3);
+}
+
+#[tokio::test]
+async fn a_worker_that_died_after_commit_before_ack_causes_no_second_order() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    for user in ["a", "b", "c"] {
+        assert_eq!(app.purchase(sale, user).await.status(), 202);
+    }
+    let queue = Queue::new(app.keys(sale).queue);
+    let taken = queue
+        .reserve(
+            &mut app.redis_conn().await,
+            10,
+            Duration::from_millis(20),
+            5,
+        )
+        .await
+        .expect("reserve");
+    let orders: Vec<OrderJob> = taken
+        .jobs
+        .iter()
+        .map(|job| OrderJob::from_payload(&job.payload).expect("a payload"))
+        .collect();
+    // It commits the orders, then dies before acknowledging them.
+    app.worker.write_orders(&orders).await.expect("write");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let report = app.drain().await;
+    assert_eq!(report.redelivered, 3, "the jobs were delivered again");
+    assert_eq!(report.confirmed, 0, "and were no-ops");
+    assert_eq!(app.orders(sale).await.len(), 3);
+    assert_eq!(app.sold(sale).await, 3);
+    assert_eq!(app.queue_stats(sale).await, QueueStats::default());
+}
+
+#[tokio::test]
+async fn postgres_refuses_orders_beyond_the_stock_and_stores_them_as_rejected() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    // Three orders for two units: only a broken purchase path would do this.
+    let ids = enqueue_orders(&app, sale, &users(3)).await;
+    let report = app.drain().await;
+    assert_eq!((report.confirmed, report.rejected), (2, 1));
+    assert_eq!(app.sold(sale).await, 2);
+    let rejected: Vec<(Uuid, Option<String>)> =
+        sqlx::query_as("SELECT id, reason FROM orders WHERE sale_id = $1 AND status = 'rejected'")
+            .bind(sale)
+            .fetch_all(&app.pg)
+            .await
+            .expect("rejected orders");
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(
+        rejected[0].0, ids[2],
+        "the last order in queue order is the one refused"
+    );
+    assert_eq!(rejected[0].1.as_deref(), Some("sold_out"));
+
+    let order: Value = app
+        .client
+        .get(app.url(&format!("/api/orders/{}", ids[2])))
+        .send()
+        .await
+        .expect("GET order")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(order["status"], "rejected");
+}
+
+#[tokio::test]
+async fn postgres_refuses_a_second_order_for_the_same_buyer() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    enqueue_orders(&app, sale, &["ann".to_owned(), "ann".to_owned()]).await;
+    let report = app.drain().await;
+    assert_eq!((report.confirmed, report.rejected), (1, 1));
+    let reasons: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT reason FROM orders WHERE sale_id = $1 ORDER BY status")
+            .bind(sale)
+            .fetch_all(&app.pg)
+            .await
+            .expect("orders");
+    assert_eq!(reasons, [None, Some("duplicate_buyer".to_owned())]);
+    assert_eq!(app.sold(sale).await, 1);
+}
+
+#[tokio::test]
+async fn an_undecodable_job_ends_in_the_dead_letter_set_and_the_rest_are_written() {
+    let mut options = Options::default();
+    options.worker.max_attempts = 1;
+    let app = spawn_app_with(options).await;
+    let sale = app.create_sale(5).await;
+    let queue = Queue::new(app.keys(sale).queue);
+    queue
+        .enqueue(
+            &mut app.redis_conn().await,
+            &[("garbage", "{not an order")],
+            Duration::ZERO,
+        )
+        .await
+        .expect("enqueue");
+    enqueue_orders(&app, sale, &users(2)).await;
+    let report = app.drain().await;
+    assert_eq!(report.confirmed, 2);
+    assert_eq!(
+        app.queue_stats(sale).await,
+        QueueStats {
+            waiting: 0,
+            in_flight: 0,
+            dead: 1
+        }
+    );
+}
+
+/// How many confirmed orders a sale has.
+async fn confirmed(app: &TestApp, sale: i64) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1 AND status = 'confirmed'")
+        .bind(sale)
+        .fetch_one(&app.pg)
+        .await
+        .expect("count")
+}
+
+/// In-flight jobs whose lease has not run out yet (by the Redis clock): the
+/// jobs a worker holds right now.
+async fn live_leases(app: &TestApp, sale: i64) -> u64 {
+    let mut conn = app.redis_conn().await;
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .expect("TIME");
+    let now_ms = seconds * 1000 + micros / 1000;
+    redis::cmd("ZCOUNT")
+        .arg(&app.keys(sale).queue.inflight)
+        .arg(now_ms)
+        .arg("+inf")
+        .query_async(&mut conn)
+        .await
+        .expect("ZCOUNT")
+}
+
+#[tokio::test]
+async fn a_worker_process_killed_mid_batch_and_restarted_confirms_every_order_exactly_once() {
+    const ORDERS: usize = 2_000;
+    let app = spawn_app().await;
+    let sale = app.create_sale(ORDERS as i64).await;
+    let ids: HashSet<Uuid> = enqueue_orders(&app, sale, &users(ORDERS))
+        .await
+        .into_iter()
+        .collect();
+    let env = [("SECKILL_BATCH_SIZE", "20"), ("SECKILL_LEASE_MS", "300")];
+
+    // Kill the worker with SIGKILL while it holds a batch, a few times over.
+    let mut kills_mid_batch = 0;
+    for _ in 0..10 {
+        let before = confirmed(&app, sale).await;
+        let mut worker = spawn_process(&app.scratch, &["worker"], &env).await;
+        eventually(
+            Duration::from_secs(60),
+            "the worker confirms more orders",
+            || async { confirmed(&app, sale).await > before },
+        )
+        .await;
+        let pid = Pid::from_raw(worker.child.id().expect("running") as i32);
+        kill(pid, Signal::SIGKILL).expect("SIGKILL the worker");
+        worker.child.wait().await.expect("reap the worker");
+        if live_leases(&app, sale).await > 0 {
+            kills_mid_batch += 1;
+        }
+        // Let the dead worker's leases run out, so that the next round's
+        // live leases can only be the next worker's.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        if kills_mid_batch >= 2 || confirmed(&app, sale).await as usize == ORDERS {
+            break;
+        }
+    }
+    assert!(
+        kills_mid_batch >= 1,
+        "no kill hit the worker while it held a batch"
+    );
+    assert!(
+        (confirmed(&app, sale).await as usize) < ORDERS,
+        "the worker finished before it was killed"
+    );
+
+    // A fresh worker picks up what the dead ones held once their leases run out.
+    let _worker = spawn_process(&app.scratch, &["worker"], &env).await;
+    eventually(
+        Duration::from_secs(120),
+        "every order is confirmed",
+        || async { app.queue_stats(sale).await == QueueStats::default() },
+    )
+    .await;
+    let orders = app.orders(sale).await;
+    assert_eq!(orders.len(), ORDERS, "an order was lost or doubled");
+    let stored: HashSet<Uuid> = orders.iter().map(|(id, _, _)| *id).collect();
+    assert_eq!(stored, ids, "the stored orders are not the accepted ones");
+    assert!(orders.iter().all(|(_, _, status)| status == "confirmed"));
+    assert_eq!(app.sold(sale).await as usize, ORDERS);
+}
