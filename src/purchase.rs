@@ -290,22 +290,12 @@ impl Purchaser {
     ) -> anyhow::Result<Outcome> {
         // Steps 1 and 2: plain reads. Nobody else writes this sale while we
         // hold the lock, so what we read stays true until we write.
-        let (already_bought, stock_left) = self.read_sale(conn, keys, sale.id, user).await?;
-        match decide(already_bought, stock_left) {
-            Decision::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased),
-            Decision::SoldOut => {
-                self.sold_out.set(sale.id);
-                return Ok(Outcome::SoldOut);
-            }
-            Decision::Take => {}
+        if let Err(outcome) = self.check(conn, keys, sale.id, user).await? {
+            return Ok(outcome);
         }
 
         // Steps 3 to 5 in one fenced script: written only if we still hold the lock.
-        let job = OrderJob {
-            order_id: Uuid::now_v7(),
-            sale_id: sale.id,
-            user_id: user.as_str().to_owned(),
-        };
+        let job = OrderJob::new(sale.id, user);
         let Some(left) = commit(conn, keys, guard, &job)
             .await
             .context("committing a purchase")?
@@ -321,6 +311,26 @@ impl Purchaser {
         }
         Ok(Outcome::Accepted {
             order_id: job.order_id,
+        })
+    }
+
+    /// Steps 1 and 2: `Ok(units left)` when `user` may take a unit, or
+    /// `Err(outcome)` with the answer that ends the purchase.
+    async fn check<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        keys: &SaleKeys,
+        sale_id: i64,
+        user: &UserId,
+    ) -> anyhow::Result<Result<i64, Outcome>> {
+        let (already_bought, stock_left) = self.read_sale(conn, keys, sale_id, user).await?;
+        Ok(match decide(already_bought, stock_left) {
+            Decision::Take => Ok(stock_left),
+            Decision::AlreadyPurchased => Err(Outcome::AlreadyPurchased),
+            Decision::SoldOut => {
+                self.sold_out.set(sale_id);
+                Err(Outcome::SoldOut)
+            }
         })
     }
 
@@ -362,22 +372,13 @@ impl Purchaser {
         sale: &Sale,
         user: &UserId,
     ) -> anyhow::Result<Outcome> {
-        let (already_bought, stock_left) = self.read_sale(conn, keys, sale.id, user).await?;
-        match decide(already_bought, stock_left) {
-            Decision::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased),
-            Decision::SoldOut => {
-                self.sold_out.set(sale.id);
-                return Ok(Outcome::SoldOut);
-            }
-            Decision::Take => {}
-        }
+        let stock_left = match self.check(conn, keys, sale.id, user).await? {
+            Ok(stock_left) => stock_left,
+            Err(outcome) => return Ok(outcome),
+        };
         // The race window: other purchases read the same stock meanwhile.
         tokio::time::sleep(self.settings.naive_delay()).await;
-        let job = OrderJob {
-            order_id: Uuid::now_v7(),
-            sale_id: sale.id,
-            user_id: user.as_str().to_owned(),
-        };
+        let job = OrderJob::new(sale.id, user);
         let () = redis::pipe()
             .set(&keys.stock, stock_left - 1)
             .ignore()

@@ -1,5 +1,7 @@
 use uuid::Uuid;
 
+use super::UserId;
+
 /// Where an order stands, as `GET /api/orders/{id}` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -52,6 +54,16 @@ pub struct OrderJob {
 }
 
 impl OrderJob {
+    /// A new order, with a fresh id. UUIDv7 ids sort by creation time, which
+    /// keeps the orders table's primary key index append-mostly.
+    pub fn new(sale_id: i64, user: &UserId) -> Self {
+        Self {
+            order_id: Uuid::now_v7(),
+            sale_id,
+            user_id: user.as_str().to_owned(),
+        }
+    }
+
     pub fn to_payload(&self) -> String {
         serde_json::to_string(self).expect("an OrderJob always serializes")
     }

@@ -195,6 +195,18 @@ impl TestApp {
         format!("{}{path}", self.address)
     }
 
+    /// GET `path` and read the JSON body, whatever the status.
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("GET")
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+
     /// Create a sale through the admin API; returns its id.
     pub async fn create_sale(&self, stock: i64) -> i64 {
         self.create_sale_with(json!({"name": "Phone", "stock": stock, "price_cents": 99_900}))
@@ -354,4 +366,18 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("timed out after {limit:?} waiting for: {what}");
+}
+
+/// Start this test binary again, running only `test` (its full path, such as
+/// `lock::some_test`), with `env` set. Tests use it to get a second process
+/// that they can run beside themselves, or kill.
+pub fn spawn_this_test(test: &str, env: &[(&str, &str)]) -> tokio::process::Child {
+    tokio::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting a child test process")
 }

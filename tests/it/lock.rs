@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use seckill::lock::{Acquire, RedisLock, Release};
 
-use crate::helpers::Scratch;
+use crate::helpers::{Scratch, spawn_this_test};
 
 async fn redis(scratch: &Scratch) -> redis::aio::MultiplexedConnection {
     redis::Client::open(scratch.redis_url.as_str())
@@ -125,18 +125,11 @@ async fn only_one_of_two_processes_holds_the_lock_at_a_time() {
 
     let scratch = Scratch::new().await;
     let this_test = "lock::only_one_of_two_processes_holds_the_lock_at_a_time";
-    let children: Vec<_> = (0..2)
-        .map(|_| {
-            tokio::process::Command::new(std::env::current_exe().expect("the test binary"))
-                .args([this_test, "--exact", "--test-threads=1"])
-                .env(CHILD_PREFIX, &scratch.prefix)
-                .env("SECKILL_REDIS_URL", &scratch.redis_url)
-                .stdout(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("starting a child process")
-        })
-        .collect();
+    let env = [
+        (CHILD_PREFIX, scratch.prefix.as_str()),
+        ("SECKILL_REDIS_URL", scratch.redis_url.as_str()),
+    ];
+    let children: Vec<_> = (0..2).map(|_| spawn_this_test(this_test, &env)).collect();
     for child in children {
         let status = child
             .wait_with_output()

@@ -30,44 +30,20 @@ async fn a_purchase_is_accepted_pending_then_confirmed_by_the_worker() {
     assert_eq!(body["status"], "pending");
     let order_id = body["order_id"].as_str().expect("an order id").to_owned();
 
-    let order: Value = app
-        .client
-        .get(app.url(&format!("/api/orders/{order_id}")))
-        .send()
-        .await
-        .expect("GET order")
-        .json()
-        .await
-        .expect("JSON");
+    let order = app.get_json(&format!("/api/orders/{order_id}")).await;
     assert_eq!(order["status"], "pending");
     assert_eq!(order["user_id"], "ann");
     assert_eq!(order["sale_id"], sale);
 
     let report = app.drain().await;
     assert_eq!(report.confirmed, 1);
-    let order: Value = app
-        .client
-        .get(app.url(&format!("/api/orders/{order_id}")))
-        .send()
-        .await
-        .expect("GET order")
-        .json()
-        .await
-        .expect("JSON");
+    let order = app.get_json(&format!("/api/orders/{order_id}")).await;
     assert_eq!(order["status"], "confirmed");
     assert_eq!(app.orders(sale).await.len(), 1);
     assert_eq!(app.sold(sale).await, 1);
     assert_eq!(app.redis_stock(sale).await, Some(9));
 
-    let view: Value = app
-        .client
-        .get(app.url(&format!("/api/sales/{sale}")))
-        .send()
-        .await
-        .expect("GET sale")
-        .json()
-        .await
-        .expect("JSON");
+    let view = app.get_json(&format!("/api/sales/{sale}")).await;
     assert_eq!(view["stock_left"], 9);
     assert_eq!(view["stock_total"], 10);
     assert_eq!(view["status"], "live");

@@ -5,7 +5,7 @@ use std::time::Duration;
 use seckill::keys::QueueKeys;
 use seckill::queue::{Attempt, Queue, QueueStats};
 
-use crate::helpers::Scratch;
+use crate::helpers::{Scratch, spawn_this_test};
 
 const LEASE: Duration = Duration::from_secs(30);
 const MAX_ATTEMPTS: u32 = 3;
@@ -297,18 +297,13 @@ async fn a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_a
         .enqueue(&mut conn, &[("order-1", "p")], Duration::ZERO)
         .await
         .expect("enqueue");
-    let mut child = tokio::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args([
-            "queue::a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_and_processed_once",
-            "--exact",
-            "--nocapture",
-        ])
-        .env(CHILD_QUEUE, &scratch.prefix)
-        .env("SECKILL_REDIS_URL", &scratch.redis_url)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("starting the consumer");
+    let mut child = spawn_this_test(
+        "queue::a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_and_processed_once",
+        &[
+            (CHILD_QUEUE, &scratch.prefix),
+            ("SECKILL_REDIS_URL", &scratch.redis_url),
+        ],
+    );
     let stdout = child.stdout.take().expect("piped");
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
     loop {

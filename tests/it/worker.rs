@@ -7,8 +7,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use seckill::domain::OrderJob;
-use seckill::queue::{Queue, QueueStats};
-use serde_json::Value;
+use seckill::queue::{Queue, QueueStats, Reservation};
 use uuid::Uuid;
 
 use crate::helpers::{Options, TestApp, eventually, spawn_app, spawn_app_with, spawn_process};
@@ -46,16 +45,14 @@ fn users(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("user-{i}")).collect()
 }
 
-#[tokio::test]
-async fn a_worker_that_died_after_reserving_has_its_orders_written_by_the_next() {
-    let app = spawn_app().await;
+/// A sale with three accepted orders, reserved by a worker with a 20 ms
+/// lease that will never acknowledge them.
+async fn three_orders_reserved_by_a_dying_worker(app: &TestApp) -> (i64, Reservation) {
     let sale = app.create_sale(10).await;
     for user in ["a", "b", "c"] {
         assert_eq!(app.purchase(sale, user).await.status(), 202);
     }
-    // The dying worker reserves with a short lease, then never writes.
-    let queue = Queue::new(app.keys(sale).queue);
-    let taken = queue
+    let taken = Queue::new(app.keys(sale).queue)
         .reserve(
             &mut app.redis_conn().await,
             10,
@@ -65,6 +62,14 @@ async fn a_worker_that_died_after_reserving_has_its_orders_written_by_the_next()
         .await
         .expect("reserve");
     assert_eq!(taken.jobs.len(), 3);
+    (sale, taken)
+}
+
+#[tokio::test]
+async fn a_worker_that_died_after_reserving_has_its_orders_written_by_the_next() {
+    let app = spawn_app().await;
+    // The dying worker reserves three orders, then never writes them.
+    let (sale, _taken) = three_orders_reserved_by_a_dying_worker(&app).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
 
     let report = app.drain().await;
@@ -76,20 +81,7 @@ async fn a_worker_that_died_after_reserving_has_its_orders_written_by_the_next()
 #[tokio::test]
 async fn a_worker_that_died_after_commit_before_ack_causes_no_second_order() {
     let app = spawn_app().await;
-    let sale = app.create_sale(10).await;
-    for user in ["a", "b", "c"] {
-        assert_eq!(app.purchase(sale, user).await.status(), 202);
-    }
-    let queue = Queue::new(app.keys(sale).queue);
-    let taken = queue
-        .reserve(
-            &mut app.redis_conn().await,
-            10,
-            Duration::from_millis(20),
-            5,
-        )
-        .await
-        .expect("reserve");
+    let (sale, taken) = three_orders_reserved_by_a_dying_worker(&app).await;
     let orders: Vec<OrderJob> = taken
         .jobs
         .iter()
@@ -129,15 +121,7 @@ async fn postgres_refuses_orders_beyond_the_stock_and_stores_them_as_rejected() 
     );
     assert_eq!(rejected[0].1.as_deref(), Some("sold_out"));
 
-    let order: Value = app
-        .client
-        .get(app.url(&format!("/api/orders/{}", ids[2])))
-        .send()
-        .await
-        .expect("GET order")
-        .json()
-        .await
-        .expect("JSON");
+    let order = app.get_json(&format!("/api/orders/{}", ids[2])).await;
     assert_eq!(order["status"], "rejected");
 }
 
