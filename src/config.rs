@@ -46,7 +46,7 @@ pub enum SaleCommand {
 #[derive(Debug, Clone, Args)]
 pub struct ServiceArgs {
     /// Redis URL, e.g. redis://127.0.0.1:6379 [default: local or private server]
-    #[arg(long, env = "SECKILL_REDIS_URL", global = true)]
+    #[arg(long, env = "SECKILL_REDIS_URL", global = true, hide_env_values = true)]
     pub redis_url: Option<String>,
 
     /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/seckill [default: local or private server]
@@ -141,7 +141,7 @@ pub struct PurchaseSettings {
     pub strategy: Strategy,
 
     /// Lifetime of the sale lock in milliseconds: how long a crashed holder can block others.
-    #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = DEFAULT_LOCK_TTL_MS)]
+    #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = DEFAULT_LOCK_TTL_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub lock_ttl_ms: u64,
 
     /// How long a purchase waits for the sale lock before answering 503 busy, in milliseconds.
@@ -184,7 +184,7 @@ impl PurchaseSettings {
     }
 }
 
-pub const DEFAULT_BATCH_SIZE: usize = 100;
+pub const DEFAULT_BATCH_SIZE: u32 = 100;
 pub const DEFAULT_LEASE_MS: u64 = 30_000;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_POLL_MS: u64 = 50;
@@ -193,19 +193,19 @@ pub const DEFAULT_POLL_MS: u64 = 50;
 #[derive(Debug, Clone, Args)]
 pub struct WorkerSettings {
     /// Jobs reserved and written to PostgreSQL in one transaction.
-    #[arg(long, env = "SECKILL_BATCH_SIZE", default_value_t = DEFAULT_BATCH_SIZE)]
-    pub batch_size: usize,
+    #[arg(long, env = "SECKILL_BATCH_SIZE", default_value_t = DEFAULT_BATCH_SIZE, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub batch_size: u32,
 
     /// How long a reserved job belongs to its worker before it is delivered again, in milliseconds.
-    #[arg(long, env = "SECKILL_LEASE_MS", default_value_t = DEFAULT_LEASE_MS)]
+    #[arg(long, env = "SECKILL_LEASE_MS", default_value_t = DEFAULT_LEASE_MS, value_parser = clap::value_parser!(u64).range(100..))]
     pub lease_ms: u64,
 
     /// Deliveries of one job before it is moved to the dead-letter set.
-    #[arg(long, env = "SECKILL_MAX_ATTEMPTS", default_value_t = DEFAULT_MAX_ATTEMPTS)]
+    #[arg(long, env = "SECKILL_MAX_ATTEMPTS", default_value_t = DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: u32,
 
     /// Pause between polls of an empty queue, in milliseconds.
-    #[arg(long, env = "SECKILL_POLL_MS", default_value_t = DEFAULT_POLL_MS)]
+    #[arg(long, env = "SECKILL_POLL_MS", default_value_t = DEFAULT_POLL_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub poll_ms: u64,
 }
 
@@ -253,5 +253,17 @@ mod tests {
             serve.worker.batch_size,
             WorkerSettings::default().batch_size
         );
+    }
+
+    #[test]
+    fn knobs_that_would_stall_the_system_are_refused() {
+        for bad in [
+            ["seckill", "worker", "--batch-size", "0"],
+            ["seckill", "worker", "--lease-ms", "10"],
+            ["seckill", "worker", "--max-attempts", "0"],
+            ["seckill", "serve", "--lock-ttl-ms", "0"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} was accepted");
+        }
     }
 }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use seckill::config::{Cli, Command, CreateSaleArgs, SaleCommand, ServeArgs, WorkerArgs};
 use seckill::domain::NewSale;
-use seckill::services::{Origin, Services};
+use seckill::services::{Origin, PrivateServers, Services};
 use seckill::startup::{self, Application, Settings};
 use seckill::web::SaleView;
 use seckill::worker::Worker;
@@ -31,21 +31,21 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    // Only `serve` may run on private servers: it is the one command that
+    // uses them for as long as they live.
+    let private = match cli.command {
+        Command::Serve(_) => PrivateServers::Allowed,
+        _ => PrivateServers::Refused,
+    };
     // Held until the command ends: dropping it stops any private servers.
     let services = Services::resolve(
         cli.services.redis_url.as_deref(),
         cli.services.database_url.as_deref(),
+        private,
     )
     .await?;
     log_services(&services);
     let prefix = cli.services.redis_prefix;
-    if services.has_private_servers() && !matches!(cli.command, Command::Serve(_)) {
-        anyhow::bail!(
-            "no Redis or PostgreSQL answers on its default port, and a private server would vanish \
-             when this command exits; start the local servers, or set SECKILL_REDIS_URL and \
-             SECKILL_DATABASE_URL (for example to the servers of `docker compose up -d`)"
-        );
-    }
     match cli.command {
         Command::Serve(args) => serve(&services, prefix, args).await,
         Command::Worker(args) => work(&services, prefix, args).await,

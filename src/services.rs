@@ -52,6 +52,15 @@ const HOW_TO_GET_SERVERS: &str = "install the packages (Debian/Ubuntu: `apt-get 
      so seckill can find or start them, or run `docker compose up -d` and point \
      SECKILL_REDIS_URL / SECKILL_DATABASE_URL at them";
 
+/// Whether [`Services::resolve`] may start private servers. A command that
+/// exits at once (`migrate`, `sale create`) or must share its servers with
+/// other processes (`worker`) gains nothing from servers that die with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivateServers {
+    Allowed,
+    Refused,
+}
+
 /// Where a service came from, for the start-up log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -81,12 +90,21 @@ impl Services {
     pub async fn resolve(
         redis_url: Option<&str>,
         database_url: Option<&str>,
+        private: PrivateServers,
     ) -> anyhow::Result<Self> {
+        let refuse = |what: &str| {
+            anyhow::anyhow!(
+                "no {what} answers on its default local port, and a private server would vanish \
+                 when this command exits; start the local servers, or set SECKILL_REDIS_URL and \
+                 SECKILL_DATABASE_URL (for example to the servers of `docker compose up -d`)"
+            )
+        };
         let (redis_url, redis_origin, private_redis) = match redis_url {
             Some(url) => (url.to_owned(), Origin::Configured, None),
             None if redis_answers(DEFAULT_REDIS_URL).await => {
                 (DEFAULT_REDIS_URL.to_owned(), Origin::Local, None)
             }
+            None if private == PrivateServers::Refused => return Err(refuse("Redis")),
             None => {
                 let redis = PrivateRedis::start()
                     .await
@@ -101,6 +119,7 @@ impl Services {
                 Origin::Local,
                 None,
             ),
+            None if private == PrivateServers::Refused => return Err(refuse("PostgreSQL")),
             None => {
                 let postgres = PrivatePostgres::start()
                     .await

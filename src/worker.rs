@@ -108,7 +108,7 @@ impl Worker {
         let reservation = queue
             .reserve(
                 &mut conn,
-                self.settings.batch_size,
+                self.settings.batch_size as usize,
                 self.settings.lease(),
                 self.settings.max_attempts,
             )

@@ -12,7 +12,7 @@ use deadpool_redis::Pool as RedisPool;
 use seckill::config::{PurchaseSettings, WorkerSettings};
 use seckill::keys::SaleKeys;
 use seckill::queue::{Queue, QueueStats};
-use seckill::services::{self, Services};
+use seckill::services::{self, PrivateServers, Services};
 use seckill::startup::{self, Application, Settings};
 use seckill::worker::{BatchReport, Worker};
 use serde_json::{Value, json};
@@ -32,9 +32,13 @@ pub async fn services() -> &'static Services {
         .get_or_init(|| async {
             let redis = std::env::var("SECKILL_REDIS_URL").ok();
             let database = std::env::var("SECKILL_DATABASE_URL").ok();
-            Services::resolve(redis.as_deref(), database.as_deref())
-                .await
-                .expect("Redis and PostgreSQL for the tests")
+            Services::resolve(
+                redis.as_deref(),
+                database.as_deref(),
+                PrivateServers::Allowed,
+            )
+            .await
+            .expect("Redis and PostgreSQL for the tests")
         })
         .await
 }
