@@ -93,34 +93,32 @@ pub async fn load_into_redis<C: ConnectionLike + Send>(
     prefix: &str,
     sale_id: i64,
 ) -> anyhow::Result<bool> {
-    let (stock_total, sold): (i32, i32) =
-        sqlx::query_as("SELECT stock_total, sold FROM sales WHERE id = $1")
-            .bind(sale_id)
-            .fetch_one(pg)
-            .await
-            .context("reading a sale's stock")?;
-    let buyers: Vec<String> = sqlx::query_scalar(
-        "SELECT user_id FROM orders WHERE sale_id = $1 AND status = 'confirmed'",
+    // One statement, so one snapshot. Read as two queries, a worker commit
+    // between them would give a stock that does not match the buyers: the
+    // new buyer counted in one and not the other.
+    let (left, buyers): (i32, Vec<String>) = sqlx::query_as(
+        "SELECT s.stock_total - s.sold,
+                COALESCE(array_agg(o.user_id) FILTER (WHERE o.user_id IS NOT NULL), '{}')
+           FROM sales s
+           LEFT JOIN orders o ON o.sale_id = s.id AND o.status = 'confirmed'
+          WHERE s.id = $1
+          GROUP BY s.id",
     )
     .bind(sale_id)
-    .fetch_all(pg)
+    .fetch_one(pg)
     .await
-    .context("reading a sale's buyers")?;
+    .context("reading a sale's stock and buyers")?;
     let keys = SaleKeys::new(prefix, sale_id);
     let loaded: i64 = LOAD
         .key(&keys.stock)
         .key(&keys.buyers)
-        .arg(stock_total - sold)
+        .arg(left)
         .arg(buyers)
         .invoke_async(redis)
         .await
         .context("loading a sale into Redis")?;
     if loaded == 1 {
-        tracing::info!(
-            sale_id,
-            stock_left = stock_total - sold,
-            "sale loaded into Redis"
-        );
+        tracing::info!(sale_id, stock_left = left, "sale loaded into Redis");
     }
     Ok(loaded == 1)
 }

@@ -74,8 +74,12 @@ impl BatchReport {
 /// What became of one order job in PostgreSQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
+    /// Inserted as confirmed; it took a unit.
     Confirmed,
+    /// PostgreSQL refused it (sale full, or buyer already holds a unit);
+    /// stored as rejected.
     Rejected,
+    /// This order id was already stored: a redelivery, and a no-op.
     AlreadyThere,
 }
 
