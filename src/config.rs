@@ -105,10 +105,11 @@ pub struct CreateSaleArgs {
     #[arg(long)]
     pub name: String,
     /// Units for sale.
-    #[arg(long)]
+    // Negative numbers parse, so that validation can say what is wrong with them.
+    #[arg(long, allow_negative_numbers = true)]
     pub stock: i32,
     /// Price in cents.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub price_cents: i64,
     /// Seconds from now until the sale opens.
     #[arg(long, default_value_t = 0)]

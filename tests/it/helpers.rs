@@ -323,9 +323,12 @@ pub struct Process {
     pub address: String,
 }
 
-/// Start `seckill <args>` on the scratch database and prefix. For `serve`,
-/// waits for the address line on stdout.
-pub async fn spawn_process(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Process {
+/// `seckill <args>` (the real binary) on the scratch database and prefix.
+pub fn seckill_command(
+    scratch: &Scratch,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
     command
         .args(args)
@@ -337,7 +340,17 @@ pub async fn spawn_process(scratch: &Scratch, args: &[&str], env: &[(&str, &str)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
+    command
+}
+
+/// Start `seckill <args>` on the scratch database and prefix. For `serve`,
+/// waits for the address line on stdout.
+pub async fn spawn_process(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Process {
+    let mut command = seckill_command(scratch, args, env);
+    // A long-running process: let its errors reach the test output.
+    command.stderr(Stdio::inherit());
     let mut child = command.spawn().expect("starting seckill");
     let mut address = String::new();
     if args.first() == Some(&"serve") {

@@ -6,6 +6,7 @@
 
 mod bad_input;
 mod burst;
+mod cli;
 mod faults;
 mod helpers;
 mod lock;

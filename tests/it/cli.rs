@@ -1,0 +1,111 @@
+//! The command line: `sale create` and `migrate`, and their errors.
+
+use serde_json::Value;
+
+use crate::helpers::{Scratch, seckill_command, spawn_app_on};
+
+#[tokio::test]
+async fn sale_create_prints_the_sale_and_it_can_be_bought() {
+    let scratch = Scratch::new().await;
+    let output = seckill_command(
+        &scratch,
+        &[
+            "sale",
+            "create",
+            "--name",
+            "Lamp",
+            "--stock",
+            "2",
+            "--price-cents",
+            "1999",
+        ],
+        &[],
+    )
+    .output()
+    .await
+    .expect("seckill sale create");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let sale: Value = serde_json::from_slice(&output.stdout).expect("the sale as JSON on stdout");
+    assert_eq!(sale["name"], "Lamp");
+    assert_eq!(sale["stock_left"], 2);
+    assert_eq!(sale["price_cents"], 1999);
+    assert_eq!(sale["status"], "live");
+
+    let app = spawn_app_on(scratch, Default::default()).await;
+    let id = sale["id"].as_i64().expect("an id");
+    assert_eq!(app.purchase(id, "ann").await.status(), 202);
+    assert_eq!(app.redis_stock(id).await, Some(1));
+}
+
+#[tokio::test]
+async fn sale_create_refuses_an_invalid_sale_with_a_clear_message_and_stores_nothing() {
+    let scratch = Scratch::new().await;
+    for (args, expected) in [
+        (
+            vec!["--name", "Lamp", "--stock", "0"],
+            "stock must be between 1",
+        ),
+        (
+            vec!["--name", "   ", "--stock", "5"],
+            "name must not be empty",
+        ),
+        (
+            vec!["--name", "Lamp", "--stock", "5", "--price-cents", "-1"],
+            "price_cents must be between",
+        ),
+        (
+            vec!["--name", "Lamp", "--stock", "five"],
+            "invalid value 'five'",
+        ),
+    ] {
+        let mut all = vec!["sale", "create"];
+        all.extend(&args);
+        let output = seckill_command(&scratch, &all, &[])
+            .output()
+            .await
+            .expect("seckill sale create");
+        assert!(!output.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?} printed a sale");
+    }
+    let pg = seckill::startup::connect_postgres(&scratch.database_url)
+        .await
+        .expect("PostgreSQL");
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
+        .fetch_one(&pg)
+        .await
+        .expect("count");
+    assert_eq!(count, 0);
+}
+
+#[tokio::test]
+async fn migrate_creates_the_schema_and_running_it_twice_is_harmless() {
+    let scratch = Scratch::new().await;
+    for _ in 0..2 {
+        let output = seckill_command(&scratch, &["migrate"], &[])
+            .output()
+            .await
+            .expect("seckill migrate");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let pg = sqlx::PgPool::connect(&scratch.database_url)
+        .await
+        .expect("PostgreSQL");
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables
+          WHERE table_schema = 'public' AND table_name IN ('sales', 'orders') ORDER BY 1",
+    )
+    .fetch_all(&pg)
+    .await
+    .expect("tables");
+    assert_eq!(tables, ["orders", "sales"]);
+}
