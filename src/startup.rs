@@ -7,8 +7,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use actix_web::HttpMessage;
+use actix_web::body::MessageBody;
 use actix_web::dev::Server;
-use actix_web::middleware::DefaultHeaders;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::{DefaultHeaders, Next, from_fn};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use deadpool_redis::{Pool as RedisPool, PoolConfig, Runtime, Timeouts};
@@ -16,7 +20,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing_actix_web::TracingLogger;
+use tracing_actix_web::{RequestId, TracingLogger};
 
 use crate::catalog::Catalog;
 use crate::config::{PurchaseSettings, WorkerSettings};
@@ -33,6 +37,22 @@ pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
 const REDIS_POOL_SIZE: usize = 64;
 /// PostgreSQL connections per instance (page reads and the worker).
 const PG_POOL_SIZE: u32 = 10;
+
+/// Answer every request with the id `TracingLogger` gave it (and logged it
+/// under), so that a client who got a 500 can quote it.
+async fn request_id_header(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let id = request.extensions().get::<RequestId>().copied();
+    let mut response = next.call(request).await?;
+    if let Some(value) = id.and_then(|id| HeaderValue::from_str(&id.to_string()).ok()) {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static("x-request-id"), value);
+    }
+    Ok(response)
+}
 
 /// Everything `seckill serve` needs.
 #[derive(Debug, Clone)]
@@ -182,6 +202,7 @@ impl Application {
         });
         let server = HttpServer::new(move || {
             App::new()
+                .wrap(from_fn(request_id_header))
                 .wrap(DefaultHeaders::new().add((INSTANCE_HEADER, instance.clone())))
                 .wrap(TracingLogger::default())
                 .app_data(state.clone())

@@ -94,6 +94,10 @@ async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty
     assert_eq!(body["postgres"], "ok");
     let refused = app.purchase(sale, "bob").await;
     assert!(refused.status().is_server_error(), "{}", refused.status());
+    assert!(
+        refused.headers().contains_key("x-request-id"),
+        "nothing to quote when reporting it"
+    );
     let error: Value = refused.json().await.expect("a JSON error");
     assert_eq!(error["error"], "internal", "no detail leaks: {error}");
 

@@ -365,6 +365,8 @@ async fn healthz_answers_200_when_redis_and_postgres_answer() {
         .expect("GET");
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-seckill-instance"], "test");
+    let request_id = response.headers()["x-request-id"].to_str().expect("ASCII");
+    assert!(Uuid::parse_str(request_id).is_ok(), "{request_id}");
     let body: Value = response.json().await.expect("JSON");
     assert_eq!(body, json!({"redis": "ok", "postgres": "ok"}));
 }
