@@ -1,8 +1,12 @@
-//! The command line: `sale create` and `migrate`, and their errors.
+//! The command line: `sale create` and `migrate` and their errors, and how `serve` stops.
 
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::helpers::{Scratch, seckill_command, spawn_app_on};
+use crate::helpers::{Scratch, client, seckill_command, spawn_app_on, spawn_process};
 
 #[tokio::test]
 async fn sale_create_prints_the_sale_and_it_can_be_bought() {
@@ -108,4 +112,23 @@ async fn migrate_creates_the_schema_and_running_it_twice_is_harmless() {
     .await
     .expect("tables");
     assert_eq!(tables, ["orders", "sales"]);
+}
+
+#[tokio::test]
+async fn serve_stops_cleanly_on_sigterm() {
+    let scratch = Scratch::new().await;
+    let mut server = spawn_process(&scratch, &["serve", "--bind", "127.0.0.1:0"], &[]).await;
+    let health = client()
+        .get(format!("{}/healthz", server.address))
+        .send()
+        .await
+        .expect("GET /healthz");
+    assert_eq!(health.status(), 200);
+    let pid = Pid::from_raw(server.child.id().expect("running") as i32);
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let status = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+        .await
+        .expect("serve exits within 20 s of SIGTERM")
+        .expect("reap serve");
+    assert!(status.success(), "serve exited with {status}");
 }
