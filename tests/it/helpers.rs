@@ -282,6 +282,14 @@ impl TestApp {
         orders(&self.pg, sale_id).await
     }
 
+    /// How many sales PostgreSQL holds.
+    pub async fn sale_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM sales")
+            .fetch_one(&self.pg)
+            .await
+            .expect("count sales")
+    }
+
     /// The sale's `sold` counter in PostgreSQL.
     pub async fn sold(&self, sale_id: i64) -> i32 {
         sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")

@@ -285,11 +285,7 @@ async fn create_sale_requires_the_admin_token() {
         .await
         .expect("POST");
     assert_eq!(wrong.status(), 401);
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
-        .fetch_one(&app.pg)
-        .await
-        .expect("count");
-    assert_eq!(count, 0);
+    assert_eq!(app.sale_count().await, 0, "a sale was stored");
 }
 
 #[tokio::test]
@@ -347,11 +343,7 @@ async fn create_sale_returns_400_for_an_invalid_sale_and_stores_nothing() {
         assert_eq!(response.status(), 400, "{body}");
         assert_eq!(error_code(response).await, "invalid_request");
     }
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
-        .fetch_one(&app.pg)
-        .await
-        .expect("count");
-    assert_eq!(count, 0);
+    assert_eq!(app.sale_count().await, 0, "a sale was stored");
 }
 
 #[tokio::test]
