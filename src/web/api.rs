@@ -67,6 +67,17 @@ impl SaleView {
         format!("{}.{:02}", self.price_cents / 100, self.price_cents % 100)
     }
 
+    /// When the sale opens, for people: "2026-11-23 14:00:00 UTC".
+    pub fn opens(&self) -> String {
+        self.starts_at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+    }
+
+    /// When the sale closes, for people, if it ever does.
+    pub fn closes(&self) -> Option<String> {
+        self.ends_at
+            .map(|end| end.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+    }
+
     pub fn new(sale: &Sale, stock_left: i64) -> Self {
         Self {
             id: sale.id,

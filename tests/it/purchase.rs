@@ -382,11 +382,14 @@ async fn the_pages_show_the_sale_and_the_buy_form_sells_a_unit() {
         .await
         .expect("GET sale");
     assert_eq!(page.status(), 200);
+    let page = page.text().await.expect("HTML");
     assert!(
-        page.text()
-            .await
-            .expect("HTML")
-            .contains(&format!("action=\"/sales/{sale}/buy\""))
+        page.contains(&format!("action=\"/sales/{sale}/buy\"")),
+        "{page}"
+    );
+    assert!(
+        page.contains(" UTC."),
+        "the opening time is shown for people: {page}"
     );
 
     let bought = app
