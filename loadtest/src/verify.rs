@@ -1,0 +1,271 @@
+//! After a run: did the system keep its promise? Each invariant becomes one
+//! [`Check`] with what was expected, what was found, and a verdict.
+//!
+//! The verifier reads PostgreSQL and Redis directly and trusts nothing the
+//! app said, except the list of `202`s the buyers received: those are the
+//! promises the system made, and every one must be kept.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Context;
+use redis::aio::ConnectionLike;
+use seckill::keys::SaleKeys;
+use seckill::queue::Queue;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// What the run did, as the buyers saw it.
+#[derive(Debug, Clone)]
+pub struct RunFacts {
+    pub sale_id: i64,
+    /// Units the sale started with.
+    pub stock: i64,
+    /// Distinct user ids that sent at least one request.
+    pub distinct_buyers: usize,
+    /// `(user id, order id)` of every `202` answer.
+    pub accepted: Vec<(String, Uuid)>,
+}
+
+/// What the run is supposed to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// The safe strategy: nothing oversold, nothing lost, nothing invented.
+    NoOversell,
+    /// The deliberately broken `naive` strategy: the run passes only if the
+    /// purchase path accepted more orders than there were units (and
+    /// PostgreSQL still confirmed no more than the stock).
+    Oversell,
+}
+
+/// One invariant, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: &'static str,
+    pub expected: String,
+    pub actual: String,
+    pub passed: bool,
+}
+
+fn check(
+    name: &'static str,
+    expected: impl ToString,
+    actual: impl ToString,
+    passed: bool,
+) -> Check {
+    Check {
+        name,
+        expected: expected.to_string(),
+        actual: actual.to_string(),
+        passed,
+    }
+}
+
+/// Every check of a run.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub checks: Vec<Check>,
+}
+
+impl Verdict {
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|check| check.passed)
+    }
+}
+
+/// The state of one sale in PostgreSQL.
+struct Stored {
+    sold: i64,
+    /// `user id -> order ids` of confirmed orders.
+    confirmed: BTreeMap<String, Vec<Uuid>>,
+    /// Ids of every stored order, confirmed or rejected.
+    all_ids: BTreeSet<Uuid>,
+    rejected: i64,
+}
+
+async fn read_postgres(pg: &PgPool, sale_id: i64) -> anyhow::Result<Stored> {
+    // One transaction at REPEATABLE READ: every query sees the same snapshot.
+    let mut tx = pg.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await?;
+    let sold: i32 = sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
+        .bind(sale_id)
+        .fetch_one(&mut *tx)
+        .await
+        .context("reading the sale")?;
+    let rows: Vec<(Uuid, String, String)> =
+        sqlx::query_as("SELECT id, user_id, status FROM orders WHERE sale_id = $1")
+            .bind(sale_id)
+            .fetch_all(&mut *tx)
+            .await
+            .context("reading the orders")?;
+    tx.commit().await?;
+    let mut stored = Stored {
+        sold: i64::from(sold),
+        confirmed: BTreeMap::new(),
+        all_ids: BTreeSet::new(),
+        rejected: 0,
+    };
+    for (id, user, status) in rows {
+        stored.all_ids.insert(id);
+        if status == "rejected" {
+            stored.rejected += 1;
+        } else {
+            stored.confirmed.entry(user).or_default().push(id);
+        }
+    }
+    Ok(stored)
+}
+
+/// Check every invariant of a finished run. Call it once the queue has
+/// drained (a job still queued shows up as a failed "queue empty" check).
+pub async fn verify<C: ConnectionLike + Send>(
+    pg: &PgPool,
+    redis: &mut C,
+    prefix: &str,
+    facts: &RunFacts,
+    expect: Expect,
+) -> anyhow::Result<Verdict> {
+    let stored = read_postgres(pg, facts.sale_id).await?;
+    let keys = SaleKeys::new(prefix, facts.sale_id);
+    let confirmed_orders: usize = stored.confirmed.values().map(Vec::len).sum();
+    let units = usize::try_from(facts.stock).unwrap_or(0);
+    let mut checks = Vec::new();
+
+    let accepted = facts.accepted.len();
+    match expect {
+        Expect::NoOversell => checks.push(check(
+            "accepted purchases (202) <= units",
+            format!("<= {units}"),
+            accepted,
+            accepted <= units,
+        )),
+        Expect::Oversell => checks.push(check(
+            "the naive strategy oversold (202s > units)",
+            format!("> {units}"),
+            format!("{accepted} ({} too many)", accepted.saturating_sub(units)),
+            accepted > units,
+        )),
+    }
+    let expected_confirmed = units.min(facts.distinct_buyers);
+    checks.push(check(
+        "confirmed orders in PostgreSQL = min(units, distinct buyers)",
+        expected_confirmed,
+        confirmed_orders,
+        confirmed_orders == expected_confirmed,
+    ));
+    let doubled = stored
+        .confirmed
+        .values()
+        .filter(|ids| ids.len() > 1)
+        .count();
+    checks.push(check("buyers holding two orders", 0, doubled, doubled == 0));
+    checks.push(check(
+        "sold counter = confirmed orders",
+        confirmed_orders,
+        stored.sold,
+        usize::try_from(stored.sold).is_ok_and(|sold| sold == confirmed_orders),
+    ));
+
+    // Nothing lost: every order id the buyers were promised is stored.
+    let lost = facts
+        .accepted
+        .iter()
+        .filter(|(_, id)| !stored.all_ids.contains(id))
+        .count();
+    checks.push(check(
+        "accepted orders missing from PostgreSQL",
+        0,
+        lost,
+        lost == 0,
+    ));
+
+    if expect == Expect::NoOversell {
+        checks.push(check(
+            "rejected orders",
+            0,
+            stored.rejected,
+            stored.rejected == 0,
+        ));
+        // Exactly the winners hold the units: each 202 is one confirmed
+        // order of its user, and no confirmed order lacks a 202.
+        let promised: BTreeMap<&str, Uuid> = facts
+            .accepted
+            .iter()
+            .map(|(u, id)| (u.as_str(), *id))
+            .collect();
+        let kept = stored
+            .confirmed
+            .iter()
+            .all(|(user, ids)| ids.len() == 1 && promised.get(user.as_str()) == Some(&ids[0]))
+            && promised.len() == stored.confirmed.len();
+        checks.push(check(
+            "confirmed orders are exactly the 202s (nothing lost, nothing invented)",
+            format!("{} orders, one per 202", promised.len()),
+            format!(
+                "{} orders of {} users",
+                confirmed_orders,
+                stored.confirmed.len()
+            ),
+            kept,
+        ));
+
+        let (stock, buyers): (Option<i64>, BTreeSet<String>) = redis::pipe()
+            .get(&keys.stock)
+            .smembers(&keys.buyers)
+            .query_async(redis)
+            .await
+            .context("reading the sale from Redis")?;
+        let expected_stock = facts.stock - stored.sold;
+        checks.push(check(
+            "Redis stock = units - sold, never negative",
+            expected_stock,
+            stock.map_or("missing".to_owned(), |s| s.to_string()),
+            stock == Some(expected_stock) && expected_stock >= 0,
+        ));
+        let pg_buyers: BTreeSet<String> = stored.confirmed.keys().cloned().collect();
+        checks.push(check(
+            "Redis buyers = PostgreSQL buyers",
+            format!("{} buyers", pg_buyers.len()),
+            format!(
+                "{} buyers{}",
+                buyers.len(),
+                if buyers == pg_buyers {
+                    ""
+                } else {
+                    ", different ones"
+                }
+            ),
+            buyers == pg_buyers,
+        ));
+    }
+
+    let queue = Queue::new(keys.queue.clone())
+        .stats(redis)
+        .await
+        .context("reading the queue")?;
+    checks.push(check(
+        "queue empty (waiting + in flight)",
+        0,
+        queue.waiting + queue.in_flight,
+        queue.waiting + queue.in_flight == 0,
+    ));
+    checks.push(check("dead-lettered jobs", 0, queue.dead, queue.dead == 0));
+    // -2: no lock (fine); -1: a lock that never expires (the seeds' bug).
+    let lock_ttl: i64 = redis::cmd("PTTL")
+        .arg(&keys.lock)
+        .query_async(redis)
+        .await
+        .context("reading the lock's TTL")?;
+    checks.push(check(
+        "no lock key without a TTL",
+        "absent or expiring",
+        match lock_ttl {
+            -2 => "absent".to_owned(),
+            -1 => "no TTL".to_owned(),
+            ms => format!("expires in {ms} ms"),
+        },
+        lock_ttl != -1,
+    ));
+    Ok(Verdict { checks })
+}

@@ -1,0 +1,224 @@
+//! The verifier against real PostgreSQL and Redis: a kept promise passes,
+//! and each way of breaking it fails the check that names it.
+
+use seckill::catalog;
+use seckill::domain::NewSale;
+use seckill::services::{self, PrivateServers, Services};
+use seckill::startup;
+use seckill_loadtest::verify::{Expect, RunFacts, Verdict, verify};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// A sale of 5 units sold to `winners` with everything consistent: orders
+/// confirmed in PostgreSQL, `sold` counted, Redis stock and buyers matching.
+struct World {
+    _services: Services,
+    pg: PgPool,
+    redis: redis::aio::MultiplexedConnection,
+    database_url: String,
+    prefix: String,
+    facts: RunFacts,
+}
+
+impl World {
+    async fn new(winners: usize) -> Self {
+        let redis_env = std::env::var("SECKILL_REDIS_URL").ok();
+        let pg_env = std::env::var("SECKILL_DATABASE_URL").ok();
+        let services = Services::resolve(
+            redis_env.as_deref(),
+            pg_env.as_deref(),
+            PrivateServers::Allowed,
+        )
+        .await
+        .expect("Redis and PostgreSQL");
+        let id = Uuid::new_v4().simple().to_string();
+        let database_url =
+            services::with_database(&services.database_url, &format!("seckill_verify_{id}"))
+                .expect("URL");
+        services::ensure_database(&database_url)
+            .await
+            .expect("a scratch database");
+        let pg = startup::connect_postgres(&database_url)
+            .await
+            .expect("PostgreSQL");
+        let mut redis = redis::Client::open(services.redis_url.as_str())
+            .expect("URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("Redis");
+        let prefix = format!("seckill-verify-{id}");
+        let new = NewSale::parse("Phone", 5, 100, None, None, chrono::Utc::now()).expect("a sale");
+        let sale = catalog::create_sale(&pg, &mut redis, &prefix, &new)
+            .await
+            .expect("create");
+        let mut accepted = Vec::new();
+        for i in 0..winners {
+            let (user, order) = (format!("winner-{i}"), Uuid::now_v7());
+            sqlx::query("INSERT INTO orders (id, sale_id, user_id, status) VALUES ($1, $2, $3, 'confirmed')")
+                .bind(order)
+                .bind(sale.id)
+                .bind(&user)
+                .execute(&pg)
+                .await
+                .expect("insert an order");
+            accepted.push((user, order));
+        }
+        sqlx::query("UPDATE sales SET sold = $1 WHERE id = $2")
+            .bind(winners as i32)
+            .bind(sale.id)
+            .execute(&pg)
+            .await
+            .expect("sold");
+        let keys = seckill::keys::SaleKeys::new(&prefix, sale.id);
+        let mut pipe = redis::pipe();
+        pipe.set(&keys.stock, 5 - winners as i64).ignore();
+        for (user, _) in &accepted {
+            pipe.sadd(&keys.buyers, user).ignore();
+        }
+        pipe.query_async::<()>(&mut redis)
+            .await
+            .expect("Redis state");
+        Self {
+            _services: services,
+            pg,
+            redis,
+            database_url,
+            prefix,
+            facts: RunFacts {
+                sale_id: sale.id,
+                stock: 5,
+                distinct_buyers: 100,
+                accepted,
+            },
+        }
+    }
+
+    fn keys(&self) -> seckill::keys::SaleKeys {
+        seckill::keys::SaleKeys::new(&self.prefix, self.facts.sale_id)
+    }
+
+    async fn verify(&mut self, expect: Expect) -> Verdict {
+        verify(&self.pg, &mut self.redis, &self.prefix, &self.facts, expect)
+            .await
+            .expect("verify")
+    }
+
+    /// The names of the checks that failed.
+    async fn failures(&mut self, expect: Expect) -> Vec<&'static str> {
+        let verdict = self.verify(expect).await;
+        verdict
+            .checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name)
+            .collect()
+    }
+
+    async fn clean_up(self) {
+        self.pg.close().await;
+        services::drop_database(&self.database_url)
+            .await
+            .expect("drop the database");
+        let mut redis = self.redis;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.prefix))
+            .query_async(&mut redis)
+            .await
+            .expect("KEYS");
+        if !keys.is_empty() {
+            redis::cmd("DEL")
+                .arg(keys)
+                .query_async::<()>(&mut redis)
+                .await
+                .expect("DEL");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_run_that_kept_its_promise_passes_every_check() {
+    let mut world = World::new(5).await;
+    let verdict = world.verify(Expect::NoOversell).await;
+    assert!(verdict.passed(), "{:#?}", verdict.checks);
+    assert!(verdict.checks.len() >= 10, "fewer checks than invariants");
+    world.clean_up().await;
+}
+
+#[tokio::test]
+async fn an_order_promised_by_a_202_but_missing_from_postgres_fails() {
+    let mut world = World::new(5).await;
+    world.facts.accepted.push(("late".into(), Uuid::now_v7()));
+    let failures = world.failures(Expect::NoOversell).await;
+    assert!(
+        failures.contains(&"accepted orders missing from PostgreSQL"),
+        "{failures:?}"
+    );
+    assert!(
+        failures.contains(&"accepted purchases (202) <= units"),
+        "{failures:?}"
+    );
+    world.clean_up().await;
+}
+
+#[tokio::test]
+async fn a_confirmed_order_without_a_202_fails() {
+    let mut world = World::new(3).await;
+    world.facts.accepted.pop();
+    let failures = world.failures(Expect::NoOversell).await;
+    assert!(
+        failures
+            .contains(&"confirmed orders are exactly the 202s (nothing lost, nothing invented)"),
+        "{failures:?}"
+    );
+    world.clean_up().await;
+}
+
+#[tokio::test]
+async fn redis_stock_out_of_step_with_postgres_fails() {
+    let mut world = World::new(5).await;
+    redis::cmd("SET")
+        .arg(&world.keys().stock)
+        .arg(-1)
+        .query_async::<()>(&mut world.redis)
+        .await
+        .expect("SET");
+    let failures = world.failures(Expect::NoOversell).await;
+    assert_eq!(failures, ["Redis stock = units - sold, never negative"]);
+    world.clean_up().await;
+}
+
+#[tokio::test]
+async fn a_lock_left_without_a_ttl_and_a_dead_letter_fail() {
+    let mut world = World::new(5).await;
+    let keys = world.keys();
+    redis::pipe()
+        .set(&keys.lock, "stuck")
+        .ignore()
+        .zadd(&keys.queue.dead, "job", 1)
+        .ignore()
+        .query_async::<()>(&mut world.redis)
+        .await
+        .expect("bad Redis state");
+    let failures = world.failures(Expect::NoOversell).await;
+    assert_eq!(
+        failures,
+        ["dead-lettered jobs", "no lock key without a TTL"]
+    );
+    world.clean_up().await;
+}
+
+#[tokio::test]
+async fn the_oversell_expectation_fails_when_nothing_was_oversold() {
+    let mut world = World::new(5).await;
+    assert_eq!(
+        world.failures(Expect::Oversell).await,
+        ["the naive strategy oversold (202s > units)"]
+    );
+    world.facts.accepted.push(("extra".into(), Uuid::now_v7()));
+    // An oversell whose extra order never reached PostgreSQL is still a loss.
+    assert_eq!(
+        world.failures(Expect::Oversell).await,
+        ["accepted orders missing from PostgreSQL"]
+    );
+    world.clean_up().await;
+}
