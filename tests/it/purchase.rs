@@ -392,13 +392,13 @@ async fn the_pages_show_the_sale_and_the_buy_form_sells_a_unit() {
         "the opening time is shown for people: {page}"
     );
 
-    let bought = app
-        .client
-        .post(app.url(&format!("/sales/{sale}/buy")))
-        .form(&[("user_id", "ann")])
-        .send()
-        .await
-        .expect("POST buy");
+    let buy = || {
+        app.client
+            .post(app.url(&format!("/sales/{sale}/buy")))
+            .form(&[("user_id", "ann")])
+            .send()
+    };
+    let bought = buy().await.expect("POST buy");
     assert_eq!(bought.status(), 200);
     assert!(
         bought.headers()["set-cookie"]
@@ -412,13 +412,7 @@ async fn the_pages_show_the_sale_and_the_buy_form_sells_a_unit() {
         "{html}"
     );
 
-    let again = app
-        .client
-        .post(app.url(&format!("/sales/{sale}/buy")))
-        .form(&[("user_id", "ann")])
-        .send()
-        .await
-        .expect("POST buy");
+    let again = buy().await.expect("POST buy");
     assert!(
         again
             .text()
