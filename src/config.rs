@@ -32,6 +32,10 @@ pub enum Command {
     /// Manage sales.
     #[command(subcommand)]
     Sale(SaleCommand),
+    /// The whole show: start two app instances and a worker, let 10,000 buyers
+    /// race for 10 units, verify, report; then again with the deliberately
+    /// broken `naive` strategy, side by side.
+    Demo(crate::demo::DemoArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -10,10 +10,12 @@
 //! Reading order for newcomers: `migrations/`, [`keys`], [`lock`] with
 //! `src/lua/lock_*.lua`, [`queue`] with `src/lua/queue_*.lua`, [`purchase`]
 //! with `src/lua/purchase_commit.lua`, [`worker`], then [`web`] and
-//! [`startup`].
+//! [`startup`]. [`demo`] runs the load test (the `loadtest/` crate) against
+//! app instances it starts.
 
 pub mod catalog;
 pub mod config;
+pub mod demo;
 pub mod domain;
 pub mod keys;
 pub mod lock;

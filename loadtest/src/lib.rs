@@ -1,6 +1,271 @@
-//! seckill's load test: fires buyers at the app over HTTP, then checks in
-//! PostgreSQL and Redis that the promise was kept.
+//! seckill's load test: thousands of buyers over HTTP, then the promise
+//! checked in PostgreSQL and Redis.
 //!
-//! So far this holds the verifier ([`verify`]); the generator is `main.rs`.
+//! One run ([`load_test`]) goes through five phases, each shown as it
+//! happens ([`progress`]):
+//!
+//! 1. **connect**: open the connections ([`http`]);
+//! 2. **release** (or **send**): fire the buyers ([`scenario`]) and classify
+//!    every answer by meaning ([`outcome`]);
+//! 3. **settle**: wait, bounded, until the worker has drained the sale's queue;
+//! 4. **verify**: check every invariant in PostgreSQL and Redis ([`verify`]);
+//! 5. **report**: percentiles, timeline and resources ([`stats`]) as a
+//!    terminal table, JSON and HTML ([`report`]).
+//!
+//! This crate talks to the app only over HTTP, and to PostgreSQL and Redis
+//! only to verify. Starting app instances is the caller's business: the
+//! `seckill-loadtest` binary and `seckill demo` (in the root package) do it.
 
+pub mod http;
+pub mod outcome;
+pub mod progress;
+pub mod report;
+pub mod scenario;
+pub mod stats;
 pub mod verify;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+use sqlx::PgPool;
+
+use crate::outcome::Outcome;
+use crate::progress::Progress;
+use crate::report::{Environment, Report, RunConfig};
+use crate::scenario::{Plan, Scenario, Shape};
+use crate::stats::{CpuClock, Summary};
+use crate::verify::{Expect, RunFacts, SaleKeys, queue_depth, verify};
+
+/// Share of late sends above which a `rate` run says the generator could not
+/// keep up, and is invalid.
+const MAX_LATE_SHARE: f64 = 0.01;
+
+/// How the load is shaped and what the run must show. Shared by
+/// `seckill-loadtest` and `seckill demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// How to send the load.
+    #[arg(long, value_enum, default_value_t = Scenario::Burst)]
+    pub scenario: Scenario,
+
+    /// Distinct buyers.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub users: u32,
+
+    /// Fraction of buyers who also fire a second request at the same moment (0 to 1).
+    #[arg(long, default_value_t = 0.05, value_parser = fraction)]
+    pub dup: f64,
+
+    /// Requests per second (`rate` scenario).
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate: f64,
+
+    /// Seconds to keep sending (`rate`, `closed`) [default: send each buyer's requests once].
+    #[arg(long)]
+    pub duration: Option<f64>,
+
+    /// Connections (`rate`, `closed`); a burst opens one per request.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    pub connections: u64,
+
+    /// What the run must show: `no-oversell`, or `oversell` for the deliberately broken naive strategy.
+    #[arg(long, value_enum, default_value_t = Expect::NoOversell)]
+    pub expect: Expect,
+
+    /// Seconds to wait for the worker to drain the sale's queue before verifying.
+    #[arg(long, default_value_t = 30)]
+    pub settle_secs: u64,
+
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// Write the report as one self-contained HTML file here.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+}
+
+fn fraction(raw: &str) -> Result<f64, String> {
+    let value: f64 = raw
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a number"))?;
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!("{value} is not between 0 and 1"))
+    }
+}
+
+/// The sale under load, the instances serving it, and where to verify it.
+pub struct Subject {
+    /// Base URLs of the app instances.
+    pub targets: Vec<String>,
+    /// How many of them the caller started for this run.
+    pub spawned: usize,
+    /// Their purchase strategy, when the caller knows it.
+    pub strategy: Option<String>,
+    pub sale_id: i64,
+    pub stock: i64,
+    pub pg: PgPool,
+    pub redis: redis::aio::MultiplexedConnection,
+    pub keys: SaleKeys,
+}
+
+/// Run the load, verify, and report. Errors are failures to run at all;
+/// a run that ran but broke a promise or was invalid is a [`Report`] with
+/// that verdict.
+pub async fn load_test(
+    subject: &mut Subject,
+    args: &LoadArgs,
+    label: &str,
+    progress: &Progress,
+) -> anyhow::Result<Report> {
+    let started_at = Utc::now();
+    let mut targets = Vec::new();
+    for url in &subject.targets {
+        targets.push(http::Target::resolve(url).await?);
+    }
+    let plan = Plan::new(subject.sale_id, args.users, args.dup, targets);
+    let shape = Shape {
+        scenario: args.scenario,
+        rate: args.rate,
+        duration: args.duration.map(Duration::from_secs_f64),
+        connections: args.connections as usize,
+    };
+    let clock = CpuClock::start();
+    let run = scenario::run(&plan, shape, progress).await?;
+    let generator = clock.stop();
+    let summary = Summary::from_run(&run, args.scenario);
+    let problems = problems(&summary);
+
+    settle(subject, args, progress).await?;
+
+    let checking = progress.phase("verify", None);
+    let mut winners: Vec<(String, uuid::Uuid)> = run
+        .samples
+        .iter()
+        .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id)))
+        .collect();
+    winners.sort();
+    let mut asked: Vec<u32> = run.samples.iter().map(|s| s.user).collect();
+    asked.sort_unstable();
+    asked.dedup();
+    let facts = RunFacts {
+        sale_id: subject.sale_id,
+        stock: subject.stock,
+        distinct_buyers: asked.len(),
+        accepted: winners,
+    };
+    let verdict = verify(
+        &subject.pg,
+        &mut subject.redis,
+        &subject.keys,
+        &facts,
+        args.expect,
+    )
+    .await?;
+    let failed = verdict.checks.iter().filter(|c| !c.passed).count();
+    checking.finish(&format!("{} checks, {failed} failed", verdict.checks.len()));
+
+    let won = summary.count(Outcome::Won);
+    let report = Report {
+        schema: report::SCHEMA,
+        label: label.to_owned(),
+        started_at,
+        config: RunConfig {
+            scenario: args.scenario,
+            targets: subject.targets.clone(),
+            spawned_instances: subject.spawned,
+            sale_id: subject.sale_id,
+            stock: subject.stock,
+            strategy: subject.strategy.clone(),
+            users: args.users,
+            duplicate_fraction: args.dup,
+            planned_requests: plan.requests.len(),
+            rate_per_second: (args.scenario == Scenario::Rate).then_some(args.rate),
+            duration_s: args.duration,
+            connections: (args.scenario != Scenario::Burst).then_some(args.connections as usize),
+            expect: args.expect,
+        },
+        environment: Environment::here(),
+        verdict: Report::judge(&problems, &verdict.checks),
+        oversold_by: won.saturating_sub(u64::try_from(subject.stock).unwrap_or(0)),
+        summary,
+        generator,
+        invariants: verdict.checks,
+        problems,
+    };
+    if let Some(path) = &args.json {
+        write(path, &report.to_json())?;
+    }
+    if let Some(path) = &args.html {
+        write(path, &report.to_html())?;
+    }
+    Ok(report)
+}
+
+/// Why the figures of a run cannot be trusted, if they cannot.
+fn problems(summary: &Summary) -> Vec<String> {
+    let mut problems = Vec::new();
+    if summary.connect_errors > 0 {
+        problems.push(format!(
+            "{} connections could not be opened",
+            summary.connect_errors
+        ));
+    }
+    let errors = summary.count(Outcome::Error);
+    if errors > 0 {
+        problems.push(format!(
+            "{errors} requests failed (5xx, unexpected answers or broken connections)"
+        ));
+    }
+    if summary.dropped_sends > 0 {
+        problems.push(format!(
+            "{} sends dropped: the generator could not keep the rate",
+            summary.dropped_sends
+        ));
+    }
+    let late_share = summary.late_sends as f64 / summary.requests.max(1) as f64;
+    if late_share > MAX_LATE_SHARE {
+        problems.push(format!(
+            "{:.1}% of sends left more than 10 ms late: the generator is saturated; lower --rate or raise --connections",
+            late_share * 100.0
+        ));
+    }
+    problems
+}
+
+/// Wait until the worker has drained the sale's queue, or the time is up
+/// (then the "queue empty" check fails and says so).
+async fn settle(subject: &mut Subject, args: &LoadArgs, progress: &Progress) -> anyhow::Result<()> {
+    let phase = progress.phase("settle", None);
+    let deadline = Instant::now() + Duration::from_secs(args.settle_secs);
+    loop {
+        let depth = queue_depth(&mut subject.redis, &subject.keys)
+            .await
+            .context("reading the queue")?;
+        let left = depth.waiting + depth.in_flight;
+        if left == 0 {
+            phase.finish("queue drained");
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            phase.finish(&format!(
+                "{left} jobs still queued after {}s",
+                args.settle_secs
+            ));
+            return Ok(());
+        }
+        phase.message(&format!("{left} orders still queued"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn write(path: &std::path::Path, content: &str) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, content).with_context(|| format!("writing {}", path.display()))
+}

@@ -9,10 +9,51 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context;
 use redis::aio::ConnectionLike;
-use seckill::keys::SaleKeys;
-use seckill::queue::Queue;
+use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
+
+/// The Redis keys of the sale under test. The caller names them (seckill's
+/// `keys::SaleKeys` knows the layout); this crate does not depend on seckill.
+#[derive(Debug, Clone)]
+pub struct SaleKeys {
+    /// `STRING`: units left.
+    pub stock: String,
+    /// `SET`: user ids holding a unit.
+    pub buyers: String,
+    /// `STRING` with a TTL: the sale's lock.
+    pub lock: String,
+    /// `ZSET`s of the sale's order queue: waiting, in flight, dead-lettered.
+    pub queue_due: String,
+    pub queue_inflight: String,
+    pub queue_dead: String,
+}
+
+/// How many jobs the sale's order queue holds, read in one transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDepth {
+    pub waiting: u64,
+    pub in_flight: u64,
+    pub dead: u64,
+}
+
+pub async fn queue_depth<C: ConnectionLike + Send>(
+    redis: &mut C,
+    keys: &SaleKeys,
+) -> redis::RedisResult<QueueDepth> {
+    let (waiting, in_flight, dead) = redis::pipe()
+        .atomic()
+        .zcard(&keys.queue_due)
+        .zcard(&keys.queue_inflight)
+        .zcard(&keys.queue_dead)
+        .query_async(redis)
+        .await?;
+    Ok(QueueDepth {
+        waiting,
+        in_flight,
+        dead,
+    })
+}
 
 /// What the run did, as the buyers saw it.
 #[derive(Debug, Clone)]
@@ -27,7 +68,8 @@ pub struct RunFacts {
 }
 
 /// What the run is supposed to show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Expect {
     /// The safe strategy: nothing oversold, nothing lost, nothing invented.
     NoOversell,
@@ -38,7 +80,7 @@ pub enum Expect {
 }
 
 /// One invariant, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
     pub name: &'static str,
     pub expected: String,
@@ -122,12 +164,11 @@ async fn read_postgres(pg: &PgPool, sale_id: i64) -> anyhow::Result<Stored> {
 pub async fn verify<C: ConnectionLike + Send>(
     pg: &PgPool,
     redis: &mut C,
-    prefix: &str,
+    keys: &SaleKeys,
     facts: &RunFacts,
     expect: Expect,
 ) -> anyhow::Result<Verdict> {
     let stored = read_postgres(pg, facts.sale_id).await?;
-    let keys = SaleKeys::new(prefix, facts.sale_id);
     let confirmed_orders: usize = stored.confirmed.values().map(Vec::len).sum();
     let units = usize::try_from(facts.stock).unwrap_or(0);
     let mut checks = Vec::new();
@@ -240,8 +281,7 @@ pub async fn verify<C: ConnectionLike + Send>(
         ));
     }
 
-    let queue = Queue::new(keys.queue.clone())
-        .stats(redis)
+    let queue = queue_depth(redis, keys)
         .await
         .context("reading the queue")?;
     checks.push(check(

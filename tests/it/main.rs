@@ -12,4 +12,5 @@ mod helpers;
 mod lock;
 mod purchase;
 mod queue;
+mod verify;
 mod worker;

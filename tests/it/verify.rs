@@ -1,54 +1,38 @@
-//! The verifier against real PostgreSQL and Redis: a kept promise passes,
-//! and each way of breaking it fails the check that names it.
+//! The load test's verifier against real PostgreSQL and Redis: a kept
+//! promise passes, and each way of breaking it fails the check that names it.
 
 use seckill::catalog;
+use seckill::demo::verify_keys;
 use seckill::domain::NewSale;
-use seckill::services::{self, PrivateServers, Services};
 use seckill::startup;
 use seckill_loadtest::verify::{Expect, RunFacts, Verdict, verify};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::helpers::Scratch;
+
 /// A sale of 5 units sold to `winners` with everything consistent: orders
 /// confirmed in PostgreSQL, `sold` counted, Redis stock and buyers matching.
 struct World {
-    _services: Services,
     pg: PgPool,
     redis: redis::aio::MultiplexedConnection,
-    database_url: String,
-    prefix: String,
+    scratch: Scratch,
     facts: RunFacts,
 }
 
 impl World {
     async fn new(winners: usize) -> Self {
-        let redis_env = std::env::var("SECKILL_REDIS_URL").ok();
-        let pg_env = std::env::var("SECKILL_DATABASE_URL").ok();
-        let services = Services::resolve(
-            redis_env.as_deref(),
-            pg_env.as_deref(),
-            PrivateServers::Allowed,
-        )
-        .await
-        .expect("Redis and PostgreSQL");
-        let id = Uuid::new_v4().simple().to_string();
-        let database_url =
-            services::with_database(&services.database_url, &format!("seckill_verify_{id}"))
-                .expect("URL");
-        services::ensure_database(&database_url)
-            .await
-            .expect("a scratch database");
-        let pg = startup::connect_postgres(&database_url)
+        let scratch = Scratch::new().await;
+        let pg = startup::connect_postgres(&scratch.database_url)
             .await
             .expect("PostgreSQL");
-        let mut redis = redis::Client::open(services.redis_url.as_str())
+        let mut redis = redis::Client::open(scratch.redis_url.as_str())
             .expect("URL")
             .get_multiplexed_async_connection()
             .await
             .expect("Redis");
-        let prefix = format!("seckill-verify-{id}");
         let new = NewSale::parse("Phone", 5, 100, None, None, chrono::Utc::now()).expect("a sale");
-        let sale = catalog::create_sale(&pg, &mut redis, &prefix, &new)
+        let sale = catalog::create_sale(&pg, &mut redis, &scratch.prefix, &new)
             .await
             .expect("create");
         let mut accepted = Vec::new();
@@ -69,7 +53,7 @@ impl World {
             .execute(&pg)
             .await
             .expect("sold");
-        let keys = seckill::keys::SaleKeys::new(&prefix, sale.id);
+        let keys = seckill::keys::SaleKeys::new(&scratch.prefix, sale.id);
         let mut pipe = redis::pipe();
         pipe.set(&keys.stock, 5 - winners as i64).ignore();
         for (user, _) in &accepted {
@@ -79,11 +63,9 @@ impl World {
             .await
             .expect("Redis state");
         Self {
-            _services: services,
             pg,
             redis,
-            database_url,
-            prefix,
+            scratch,
             facts: RunFacts {
                 sale_id: sale.id,
                 stock: 5,
@@ -94,11 +76,12 @@ impl World {
     }
 
     fn keys(&self) -> seckill::keys::SaleKeys {
-        seckill::keys::SaleKeys::new(&self.prefix, self.facts.sale_id)
+        seckill::keys::SaleKeys::new(&self.scratch.prefix, self.facts.sale_id)
     }
 
     async fn verify(&mut self, expect: Expect) -> Verdict {
-        verify(&self.pg, &mut self.redis, &self.prefix, &self.facts, expect)
+        let keys = verify_keys(&self.scratch.prefix, self.facts.sale_id);
+        verify(&self.pg, &mut self.redis, &keys, &self.facts, expect)
             .await
             .expect("verify")
     }
@@ -113,26 +96,6 @@ impl World {
             .map(|c| c.name)
             .collect()
     }
-
-    async fn clean_up(self) {
-        self.pg.close().await;
-        services::drop_database(&self.database_url)
-            .await
-            .expect("drop the database");
-        let mut redis = self.redis;
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}:*", self.prefix))
-            .query_async(&mut redis)
-            .await
-            .expect("KEYS");
-        if !keys.is_empty() {
-            redis::cmd("DEL")
-                .arg(keys)
-                .query_async::<()>(&mut redis)
-                .await
-                .expect("DEL");
-        }
-    }
 }
 
 #[tokio::test]
@@ -141,7 +104,6 @@ async fn a_run_that_kept_its_promise_passes_every_check() {
     let verdict = world.verify(Expect::NoOversell).await;
     assert!(verdict.passed(), "{:#?}", verdict.checks);
     assert!(verdict.checks.len() >= 10, "fewer checks than invariants");
-    world.clean_up().await;
 }
 
 #[tokio::test]
@@ -157,7 +119,6 @@ async fn an_order_promised_by_a_202_but_missing_from_postgres_fails() {
         failures.contains(&"accepted purchases (202) <= units"),
         "{failures:?}"
     );
-    world.clean_up().await;
 }
 
 #[tokio::test]
@@ -170,7 +131,6 @@ async fn a_confirmed_order_without_a_202_fails() {
             .contains(&"confirmed orders are exactly the 202s (nothing lost, nothing invented)"),
         "{failures:?}"
     );
-    world.clean_up().await;
 }
 
 #[tokio::test]
@@ -184,7 +144,6 @@ async fn redis_stock_out_of_step_with_postgres_fails() {
         .expect("SET");
     let failures = world.failures(Expect::NoOversell).await;
     assert_eq!(failures, ["Redis stock = units - sold, never negative"]);
-    world.clean_up().await;
 }
 
 #[tokio::test]
@@ -204,7 +163,6 @@ async fn a_lock_left_without_a_ttl_and_a_dead_letter_fail() {
         failures,
         ["dead-lettered jobs", "no lock key without a TTL"]
     );
-    world.clean_up().await;
 }
 
 #[tokio::test]
@@ -220,5 +178,4 @@ async fn the_oversell_expectation_fails_when_nothing_was_oversold() {
         world.failures(Expect::Oversell).await,
         ["accepted orders missing from PostgreSQL"]
     );
-    world.clean_up().await;
 }

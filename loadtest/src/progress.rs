@@ -1,0 +1,142 @@
+//! What the run is doing, as it does it: connect, release, answers by
+//! outcome, settle, verify.
+//!
+//! On a terminal each phase is a live indicatif bar; anywhere else (CI, a
+//! pipe, a log file) each phase prints plain lines: when it starts, its
+//! counts about once a second, and how it ended.
+
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::outcome::Outcome;
+
+/// How often plain mode repeats a phase's counts.
+const PLAIN_EVERY: Duration = Duration::from_secs(1);
+
+/// Where progress goes. Cheap to clone.
+#[derive(Clone)]
+pub struct Progress {
+    live: bool,
+}
+
+impl Progress {
+    /// Bars on a terminal, plain lines otherwise.
+    pub fn stderr() -> Self {
+        Self {
+            live: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Plain lines, whatever stderr is.
+    pub fn plain() -> Self {
+        Self { live: false }
+    }
+
+    /// Start a phase; `total` gives it a bar, otherwise a spinner.
+    pub fn phase(&self, name: &str, total: Option<u64>) -> Phase {
+        let bar = self.live.then(|| {
+            let bar = match total {
+                Some(total) => {
+                    ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+                }
+                None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+            };
+            let template = if total.is_some() {
+                "{prefix:>8.bold} [{bar:30.cyan/blue}] {pos}/{len} {msg}"
+            } else {
+                "{prefix:>8.bold} {spinner} {elapsed} {msg}"
+            };
+            bar.set_style(
+                ProgressStyle::with_template(template)
+                    .expect("a valid progress template")
+                    .progress_chars("=> "),
+            );
+            bar.set_prefix(name.to_owned());
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        });
+        if bar.is_none() {
+            eprintln!("{name:>8}: started");
+        }
+        Phase {
+            name: name.to_owned(),
+            bar,
+            started: Instant::now(),
+            last_line: Arc::new(Mutex::new(Instant::now())),
+        }
+    }
+}
+
+/// One phase of the run.
+#[derive(Clone)]
+pub struct Phase {
+    name: String,
+    bar: Option<ProgressBar>,
+    started: Instant,
+    /// When plain mode last printed a line.
+    last_line: Arc<Mutex<Instant>>,
+}
+
+impl Phase {
+    /// Whether plain mode is due to print a line now.
+    fn plain_due(&self) -> bool {
+        let mut last = self.last_line.lock().expect("progress lock");
+        if last.elapsed() >= PLAIN_EVERY {
+            *last = Instant::now();
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn position(&self, done: u64) {
+        match &self.bar {
+            Some(bar) => bar.set_position(done),
+            None if self.plain_due() => eprintln!("{:>8}: {done}", self.name),
+            None => {}
+        }
+    }
+
+    /// Show the answers so far, by outcome.
+    pub fn answers(&self, counts: &[u64; Outcome::ALL.len()]) {
+        let total: u64 = counts.iter().sum();
+        let text = Outcome::ALL
+            .iter()
+            .zip(counts)
+            .filter(|(_, count)| **count > 0)
+            .map(|(outcome, count)| format!("{} {count}", outcome.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(total);
+                bar.set_message(text);
+            }
+            None if self.plain_due() => eprintln!("{:>8}: {total} answers: {text}", self.name),
+            None => {}
+        }
+    }
+
+    pub fn message(&self, text: &str) {
+        match &self.bar {
+            Some(bar) => bar.set_message(text.to_owned()),
+            None if self.plain_due() => eprintln!("{:>8}: {text}", self.name),
+            None => {}
+        }
+    }
+
+    /// End the phase with a one-line summary.
+    pub fn finish(&self, summary: &str) {
+        match &self.bar {
+            Some(bar) => bar.finish_with_message(summary.to_owned()),
+            None => eprintln!(
+                "{:>8}: done in {:.2?}: {summary}",
+                self.name,
+                self.started.elapsed()
+            ),
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! `seckill-loadtest`: the load generator's command line. Everything it does
+//! is in `seckill::demo::load_test` and the `loadtest/` crate.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use seckill::demo::{self, LoadTestCli};
+use seckill::services::{PrivateServers, Services};
+use seckill::telemetry;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = LoadTestCli::parse();
+    telemetry::init();
+    // Instances it starts itself may run on private servers: they live as
+    // long as this process. Instances given with --target have servers of
+    // their own, which are the ones to verify.
+    let private = if cli.targets.is_empty() {
+        PrivateServers::Allowed
+    } else {
+        PrivateServers::Refused
+    };
+    let run = async {
+        let services = Services::resolve(
+            cli.services.redis_url.as_deref(),
+            cli.services.database_url.as_deref(),
+            private,
+        )
+        .await?;
+        demo::load_test(cli, &services).await
+    };
+    match run.await {
+        Ok(verdict) => ExitCode::from(verdict.exit_code()),
+        Err(error) => {
+            eprintln!("seckill-loadtest: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

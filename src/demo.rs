@@ -1,0 +1,425 @@
+//! The load test against app instances this process starts, and the demo.
+//!
+//! The load generator itself lives in `loadtest/` (crate `seckill_loadtest`)
+//! and knows the app only over HTTP. This module adds what needs seckill's
+//! own code: finding or starting Redis and PostgreSQL ([`crate::services`]),
+//! starting app instances and a worker as separate processes ([`Cluster`]),
+//! creating the sale, and naming its Redis keys for the verifier.
+//!
+//! Two binaries use it: `seckill-loadtest` ([`load_test`]) and
+//! `seckill demo` ([`demo`]).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chrono::Utc;
+use clap::{Args, ValueEnum};
+use seckill_loadtest::progress::Progress;
+use seckill_loadtest::report::{Report, Verdict, side_by_side};
+use seckill_loadtest::verify::Expect;
+use seckill_loadtest::{LoadArgs, Subject};
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::catalog;
+use crate::config::{ServiceArgs, Strategy};
+use crate::domain::NewSale;
+use crate::keys::SaleKeys;
+use crate::services::Services;
+use crate::startup;
+
+/// How long a started `seckill serve` may take to print its address.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a stopped process may take to finish its work and exit.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `seckill-loadtest`'s command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "seckill-loadtest",
+    version,
+    about = "Fire thousands of buyers at seckill over HTTP, then check in PostgreSQL and Redis that nothing was oversold, lost or invented.",
+    after_help = "Exit status: 0 every check passed; 1 a check failed; 2 the run itself was invalid (errors, a saturated generator) or could not run."
+)]
+pub struct LoadTestCli {
+    #[command(flatten)]
+    pub services: ServiceArgs,
+
+    /// Base URL of a running app instance; repeat for several (buyers are
+    /// spread round-robin). Its Redis and PostgreSQL must be the ones given
+    /// by --redis-url / --database-url (or the local ones), for verification.
+    #[arg(long = "target", value_name = "URL", conflicts_with_all = ["spawn", "strategy"])]
+    pub targets: Vec<String>,
+
+    /// Start this many app instances, and one worker, for the run [default: 2 when no --target is given].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub spawn: Option<u32>,
+
+    /// Purchase strategy of the instances it starts.
+    #[arg(long, value_enum)]
+    pub strategy: Option<Strategy>,
+
+    /// Units of the sale it creates.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000), conflicts_with = "sale")]
+    pub stock: u32,
+
+    /// Use this existing sale instead of creating one.
+    #[arg(long, value_name = "ID")]
+    pub sale: Option<i64>,
+
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// `seckill demo`'s options: all have defaults, none is needed.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Distinct buyers in each run.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub users: u32,
+
+    /// Units for sale in each run.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub stock: u32,
+
+    /// App instances in each run (plus one worker).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub instances: u32,
+
+    /// Where the JSON and HTML reports go.
+    #[arg(long, default_value = "target/seckill-demo")]
+    pub report_dir: PathBuf,
+
+    /// Quit after the verdict instead of serving the sale page until Ctrl-C.
+    #[arg(long)]
+    pub exit: bool,
+}
+
+/// App instances and one worker, as separate `seckill` processes on shared
+/// servers. Dropping it kills them; [`Cluster::stop`] stops them gracefully.
+pub struct Cluster {
+    /// Base URLs of the instances.
+    pub urls: Vec<String>,
+    processes: Vec<Child>,
+}
+
+impl Cluster {
+    /// Start `instances` × `seckill serve --no-worker` and one `seckill worker`.
+    pub async fn start(
+        seckill: &Path,
+        services: &Services,
+        prefix: &str,
+        label: &str,
+        instances: u32,
+        strategy: Strategy,
+    ) -> anyhow::Result<Self> {
+        let strategy = strategy_name(strategy);
+        let command = |args: &[&str]| {
+            let mut command = Command::new(seckill);
+            command
+                .args(args)
+                .env("SECKILL_REDIS_URL", &services.redis_url)
+                .env("SECKILL_DATABASE_URL", &services.database_url)
+                .env("SECKILL_REDIS_PREFIX", prefix)
+                .env("SECKILL_STRATEGY", &strategy)
+                // Errors only: the oversell warnings of a naive run would
+                // drown the progress display.
+                .env("RUST_LOG", "error")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .kill_on_drop(true);
+            command
+        };
+        let mut cluster = Self {
+            urls: Vec::new(),
+            processes: Vec::new(),
+        };
+        for i in 1..=instances {
+            let id = format!("{label}-{i}");
+            let mut child = command(&[
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--no-worker",
+                "--instance-id",
+                &id,
+            ])
+            .spawn()
+            .with_context(|| format!("starting {}", seckill.display()))?;
+            let stdout = child.stdout.take().expect("stdout is piped");
+            cluster.processes.push(child);
+            let line =
+                tokio::time::timeout(START_TIMEOUT, BufReader::new(stdout).lines().next_line())
+                    .await
+                    .with_context(|| format!("{id} did not start within {START_TIMEOUT:?}"))?
+                    .context("reading the address of an instance")?
+                    .with_context(|| {
+                        format!("{id} exited before it listened (its errors are above)")
+                    })?;
+            let url = line
+                .strip_prefix("seckill listening on ")
+                .with_context(|| format!("unexpected first line from {id}: {line:?}"))?;
+            cluster.urls.push(url.to_owned());
+        }
+        cluster.processes.push(
+            command(&["worker"])
+                .stdout(Stdio::null())
+                .spawn()
+                .context("starting the worker")?,
+        );
+        Ok(cluster)
+    }
+
+    /// SIGTERM every process and wait for it to finish its work.
+    pub async fn stop(mut self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        for child in &self.processes {
+            if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            }
+        }
+        for child in &mut self.processes {
+            if tokio::time::timeout(STOP_TIMEOUT, child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+    }
+}
+
+fn strategy_name(strategy: Strategy) -> String {
+    strategy
+        .to_possible_value()
+        .expect("no strategy is skipped")
+        .get_name()
+        .to_owned()
+}
+
+/// The `seckill` binary: this one, or the one beside `seckill-loadtest`.
+fn seckill_binary() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe().context("finding this program")?;
+    if me.file_stem().is_some_and(|stem| stem == "seckill") {
+        return Ok(me);
+    }
+    let sibling = me.with_file_name(format!("seckill{}", std::env::consts::EXE_SUFFIX));
+    if !sibling.exists() {
+        bail!(
+            "{} not found; build both binaries first (`cargo build --release`)",
+            sibling.display()
+        );
+    }
+    Ok(sibling)
+}
+
+/// The verifier's view of a sale's Redis keys.
+pub fn verify_keys(prefix: &str, sale_id: i64) -> seckill_loadtest::verify::SaleKeys {
+    let keys = SaleKeys::new(prefix, sale_id);
+    seckill_loadtest::verify::SaleKeys {
+        stock: keys.stock,
+        buyers: keys.buyers,
+        lock: keys.lock,
+        queue_due: keys.queue.due,
+        queue_inflight: keys.queue.inflight,
+        queue_dead: keys.queue.dead,
+    }
+}
+
+async fn redis_connection(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    redis::Client::open(url)
+        .context("SECKILL_REDIS_URL is not a Redis URL")?
+        .get_multiplexed_async_connection()
+        .await
+        .with_context(|| format!("connecting to Redis at {}", startup::redact(url)))
+}
+
+/// Create a sale that opens now.
+async fn create_sale(
+    pg: &PgPool,
+    redis: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    name: &str,
+    stock: u32,
+) -> anyhow::Result<i64> {
+    let new = NewSale::parse(name, i64::from(stock), 99_900, None, None, Utc::now())
+        .map_err(|reason| anyhow::anyhow!("invalid sale: {reason}"))?;
+    Ok(catalog::create_sale(pg, redis, prefix, &new).await?.id)
+}
+
+/// `seckill-loadtest`: one run, its report on stdout. Returns the verdict.
+pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<Verdict> {
+    startup::raise_open_files_limit();
+    let prefix = cli.services.redis_prefix.clone();
+    let pg = startup::connect_postgres(&services.database_url).await?;
+    let mut redis = redis_connection(&services.redis_url).await?;
+    let (sale_id, stock) = match cli.sale {
+        Some(id) => {
+            let stock: i32 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&pg)
+                .await
+                .context("reading the sale")?
+                .with_context(|| format!("no sale {id} in the database"))?;
+            (id, i64::from(stock))
+        }
+        None => {
+            let id = create_sale(&pg, &mut redis, &prefix, "Load test", cli.stock).await?;
+            (id, i64::from(cli.stock))
+        }
+    };
+    let strategy = cli.strategy.unwrap_or(Strategy::Lock);
+    let cluster = if cli.targets.is_empty() {
+        let instances = cli.spawn.unwrap_or(2);
+        let progress = Progress::stderr().phase("start", None);
+        let cluster = Cluster::start(
+            &seckill_binary()?,
+            services,
+            &prefix,
+            "app",
+            instances,
+            strategy,
+        )
+        .await?;
+        progress.finish(&format!("{instances} app instances and a worker"));
+        Some(cluster)
+    } else {
+        None
+    };
+    let mut subject = Subject {
+        targets: cluster
+            .as_ref()
+            .map_or_else(|| cli.targets.clone(), |c| c.urls.clone()),
+        spawned: cluster.as_ref().map_or(0, |c| c.urls.len()),
+        strategy: cluster.as_ref().map(|_| strategy_name(strategy)),
+        sale_id,
+        stock,
+        pg,
+        redis,
+        keys: verify_keys(&prefix, sale_id),
+    };
+    let report =
+        seckill_loadtest::load_test(&mut subject, &cli.load, "run", &Progress::stderr()).await;
+    if let Some(cluster) = cluster {
+        cluster.stop().await;
+    }
+    let report = report?;
+    println!("{}", report.to_text());
+    print_paths(&cli.load);
+    Ok(report.verdict)
+}
+
+fn print_paths(load: &LoadArgs) {
+    if let Some(path) = &load.json {
+        println!("JSON report: {}", path.display());
+    }
+    if let Some(path) = &load.html {
+        println!("HTML report: {}", path.display());
+    }
+}
+
+/// `seckill demo`: the same burst against the safe strategy and the naive
+/// one, side by side; then the sale page stays up until Ctrl-C (or, with
+/// `--exit`, the demo ends). Returns the worse of the two verdicts.
+pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::Result<Verdict> {
+    startup::raise_open_files_limit();
+    let seckill = seckill_binary()?;
+    let pg = startup::connect_postgres(&services.database_url).await?;
+    let progress = Progress::stderr();
+    println!(
+        "seckill demo: {} buyers race for {} units on {} app instances, twice:\n  \
+         1. strategy `lock`: the Redis lock guards the stock; nothing may be oversold;\n  \
+         2. strategy `naive`: no lock (deliberately broken); it must oversell, and PostgreSQL must refuse the excess.",
+        args.users, args.stock, args.instances
+    );
+    let mut reports: Vec<Report> = Vec::new();
+    let mut kept: Option<(Cluster, i64)> = None;
+    for (label, strategy, expect) in [
+        ("lock", Strategy::Lock, Expect::NoOversell),
+        ("naive", Strategy::Naive, Expect::Oversell),
+    ] {
+        let starting = progress.phase("start", None);
+        let cluster =
+            Cluster::start(&seckill, services, prefix, label, args.instances, strategy).await?;
+        starting.finish(&format!(
+            "{} `{label}` instances ({}) and a worker",
+            args.instances,
+            cluster.urls.join(", ")
+        ));
+        let mut redis = redis_connection(&services.redis_url).await?;
+        let name = format!("Phone, {label} strategy");
+        let sale_id = create_sale(&pg, &mut redis, prefix, &name, args.stock).await?;
+        let load = LoadArgs {
+            scenario: seckill_loadtest::scenario::Scenario::Burst,
+            users: args.users,
+            dup: 0.05,
+            rate: 0.0,
+            duration: None,
+            connections: 1,
+            expect,
+            settle_secs: 60,
+            json: Some(args.report_dir.join(format!("{label}.json"))),
+            html: Some(args.report_dir.join(format!("{label}.html"))),
+        };
+        let mut subject = Subject {
+            targets: cluster.urls.clone(),
+            spawned: cluster.urls.len(),
+            strategy: Some(strategy_name(strategy)),
+            sale_id,
+            stock: i64::from(args.stock),
+            pg: pg.clone(),
+            redis,
+            keys: verify_keys(prefix, sale_id),
+        };
+        let report = seckill_loadtest::load_test(&mut subject, &load, label, &progress).await;
+        let report = match report {
+            Ok(report) => report,
+            Err(error) => {
+                cluster.stop().await;
+                return Err(error);
+            }
+        };
+        println!("{}", report.to_text());
+        print_paths(&load);
+        reports.push(report);
+        if strategy == Strategy::Lock {
+            kept = Some((cluster, sale_id));
+        } else {
+            cluster.stop().await;
+        }
+    }
+    println!("\n== side by side ==");
+    println!("{}", side_by_side(&reports.iter().collect::<Vec<_>>()));
+    let verdict = reports
+        .iter()
+        .map(|r| r.verdict)
+        .max_by_key(|v| v.exit_code())
+        .unwrap_or(Verdict::Invalid);
+    println!("demo verdict: {}", verdict.as_str());
+    let Some((cluster, sale_id)) = kept else {
+        return Ok(verdict);
+    };
+    if !args.exit {
+        println!(
+            "\nThe sale page stays up: {}/sales/{sale_id} (every sale: {}/). Press Ctrl-C to stop.",
+            cluster.urls[0], cluster.urls[0]
+        );
+        wait_for_signal().await;
+    }
+    cluster.stop().await;
+    Ok(verdict)
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
