@@ -128,6 +128,9 @@ pub async fn load_test(
         targets.push(http::Target::resolve(url).await?);
     }
     let plan = Plan::new(subject.sale_id, args.users, args.dup, targets);
+    // Units already sold (an existing sale given with --sale) were promised
+    // before this run; the checks count them with this run's 202s.
+    let before = verify::holders(&subject.pg, subject.sale_id).await?;
     let shape = Shape {
         scenario: args.scenario,
         rate: args.rate,
@@ -143,20 +146,23 @@ pub async fn load_test(
     settle(subject, args, progress).await?;
 
     let checking = progress.phase("verify", None);
-    let mut winners: Vec<(String, uuid::Uuid)> = run
-        .samples
-        .iter()
-        .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id)))
-        .collect();
-    winners.sort();
     let mut asked: Vec<u32> = run.samples.iter().map(|s| s.user).collect();
     asked.sort_unstable();
     asked.dedup();
     let facts = RunFacts {
         sale_id: subject.sale_id,
         stock: subject.stock,
-        distinct_buyers: asked.len(),
-        accepted: winners,
+        // This run's user ids carry its tag: none of them bought before.
+        distinct_buyers: before.len() + asked.len(),
+        accepted: before
+            .iter()
+            .cloned()
+            .chain(
+                run.samples
+                    .iter()
+                    .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id))),
+            )
+            .collect(),
     };
     let verdict = verify(
         &subject.pg,
@@ -194,6 +200,11 @@ pub async fn load_test(
         oversold_by: won.saturating_sub(u64::try_from(subject.stock).unwrap_or(0)),
         summary,
         generator,
+        stored: report::Stored {
+            sold_before: before.len() as u64,
+            confirmed: verdict.confirmed,
+            rejected: verdict.rejected,
+        },
         invariants: verdict.checks,
         problems,
     };

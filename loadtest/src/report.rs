@@ -88,6 +88,17 @@ impl Environment {
     }
 }
 
+/// What PostgreSQL holds for the sale after the run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Stored {
+    /// Units already sold when the run began (an existing sale).
+    pub sold_before: u64,
+    /// Orders holding a unit.
+    pub confirmed: u64,
+    /// Orders PostgreSQL refused.
+    pub rejected: u64,
+}
+
 /// Everything about one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -99,6 +110,7 @@ pub struct Report {
     pub environment: Environment,
     pub summary: Summary,
     pub generator: Resources,
+    pub stored: Stored,
     pub invariants: Vec<Check>,
     pub verdict: Verdict,
     /// Why the run is invalid, when it is.
@@ -213,6 +225,17 @@ impl Report {
             g.cores_used,
             g.machine_share * 100.0,
             g.peak_rss_mib
+        );
+        let _ = writeln!(
+            out,
+            "PostgreSQL: {} orders confirmed{}, {} refused",
+            self.stored.confirmed,
+            if self.stored.sold_before > 0 {
+                format!(" ({} of them before this run)", self.stored.sold_before)
+            } else {
+                String::new()
+            },
+            self.stored.rejected
         );
         if !self.invariants.is_empty() {
             let _ = writeln!(out, "checks:");
@@ -478,6 +501,22 @@ pub fn side_by_side(reports: &[&Report]) -> String {
         &mut out,
         "units sold beyond the stock",
         reports.iter().map(|r| r.oversold_by.to_string()).collect(),
+    );
+    row(
+        &mut out,
+        "orders confirmed by PostgreSQL",
+        reports
+            .iter()
+            .map(|r| r.stored.confirmed.to_string())
+            .collect(),
+    );
+    row(
+        &mut out,
+        "orders refused by PostgreSQL",
+        reports
+            .iter()
+            .map(|r| r.stored.rejected.to_string())
+            .collect(),
     );
     row(
         &mut out,

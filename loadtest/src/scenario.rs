@@ -74,6 +74,8 @@ pub struct Planned {
 /// Who sends what, to where.
 pub struct Plan {
     pub sale_id: i64,
+    /// `/api/sales/{sale_id}/purchase`.
+    pub path: hyper::Uri,
     /// Makes this run's user ids unique, so runs on one sale do not collide.
     pub tag: String,
     pub users: u32,
@@ -104,6 +106,7 @@ impl Plan {
         let tag = Uuid::new_v4().simple().to_string()[..8].to_owned();
         Self {
             sale_id,
+            path: crate::http::purchase_path(sale_id),
             tag,
             users,
             targets,
@@ -260,7 +263,7 @@ async fn burst(plan: &Plan, live: &Arc<Live>, progress: &Progress) -> anyhow::Re
             Arc::clone(&limit),
             released.clone(),
         );
-        let (sale_id, user, user_id) = (plan.sale_id, planned.user, plan.user_id(planned.user));
+        let (path, user, user_id) = (plan.path.clone(), planned.user, plan.user_id(planned.user));
         buyers.push(tokio::spawn(async move {
             let connection = {
                 let _permit = limit
@@ -283,7 +286,7 @@ async fn burst(plan: &Plan, live: &Arc<Live>, progress: &Progress) -> anyhow::Re
             };
             let sent = start.elapsed();
             let answer = match connection {
-                Ok(mut connection) => connection.purchase(sale_id, &user_id).await,
+                Ok(mut connection) => connection.purchase(&path, &user_id).await,
                 Err(_) => Answer {
                     classified: Classified::error(),
                     instance: None,
@@ -413,7 +416,7 @@ async fn rate(
             let planned = plan.requests[next % plan.requests.len()];
             let (pools, live, dropped) =
                 (Arc::clone(&pools), Arc::clone(live), Arc::clone(&dropped));
-            let (sale_id, user_id) = (plan.sale_id, plan.user_id(planned.user));
+            let (path, user_id) = (plan.path.clone(), plan.user_id(planned.user));
             sends.push(tokio::spawn(async move {
                 let pool = &pools[planned.target];
                 // Wait for a free connection, but not forever: a send that
@@ -432,7 +435,7 @@ async fn rate(
                     .pop()
                     .expect("a permit means an idle connection");
                 let sent = start.elapsed();
-                let answer = connection.purchase(sale_id, &user_id).await;
+                let answer = connection.purchase(&path, &user_id).await;
                 let done = start.elapsed();
                 live.answer(answer.classified.outcome);
                 if !connection.is_open()
@@ -488,7 +491,7 @@ async fn closed(
     let mut workers = Vec::with_capacity(connections.len());
     for mut connection in connections {
         let (taken, live) = (Arc::clone(&taken), Arc::clone(live));
-        let (sale_id, tag, requests) = (plan.sale_id, plan.tag.clone(), plan.requests.clone());
+        let (path, tag, requests) = (plan.path.clone(), plan.tag.clone(), plan.requests.clone());
         let duration = shape.duration;
         workers.push(tokio::spawn(async move {
             let mut samples = Vec::new();
@@ -504,7 +507,7 @@ async fn closed(
                 let planned = requests[k % requests.len()];
                 let sent = start.elapsed();
                 let answer = connection
-                    .purchase(sale_id, &user_id(&tag, planned.user))
+                    .purchase(&path, &user_id(&tag, planned.user))
                     .await;
                 let done = start.elapsed();
                 live.answer(answer.classified.outcome);

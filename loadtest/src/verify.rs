@@ -102,10 +102,14 @@ fn check(
     }
 }
 
-/// Every check of a run.
+/// Every check of a run, and what PostgreSQL holds for the sale.
 #[derive(Debug, Clone)]
 pub struct Verdict {
     pub checks: Vec<Check>,
+    /// Orders holding a unit.
+    pub confirmed: u64,
+    /// Orders PostgreSQL refused (the naive strategy's excess).
+    pub rejected: u64,
 }
 
 impl Verdict {
@@ -157,6 +161,18 @@ async fn read_postgres(pg: &PgPool, sale_id: i64) -> anyhow::Result<Stored> {
         }
     }
     Ok(stored)
+}
+
+/// `(user id, order id)` of the orders that hold a unit of the sale now.
+/// Taken before a run on an existing sale: those promises were made
+/// before the run, and the verifier counts them as such.
+pub async fn holders(pg: &PgPool, sale_id: i64) -> anyhow::Result<Vec<(String, Uuid)>> {
+    let stored = read_postgres(pg, sale_id).await?;
+    Ok(stored
+        .confirmed
+        .into_iter()
+        .flat_map(|(user, ids)| ids.into_iter().map(move |id| (user.clone(), id)))
+        .collect())
 }
 
 /// Check every invariant of a finished run. Call it once the queue has
@@ -307,5 +323,9 @@ pub async fn verify<C: ConnectionLike + Send>(
         },
         lock_ttl != -1,
     ));
-    Ok(Verdict { checks })
+    Ok(Verdict {
+        checks,
+        confirmed: confirmed_orders as u64,
+        rejected: u64::try_from(stored.rejected).unwrap_or(0),
+    })
 }

@@ -337,7 +337,25 @@ pub fn seckill_command(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+    command_on(env!("CARGO_BIN_EXE_seckill"), scratch, args, env)
+}
+
+/// `seckill-loadtest <args>` (the real binary) on the scratch database and prefix.
+pub fn loadtest_command(
+    scratch: &Scratch,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> tokio::process::Command {
+    command_on(env!("CARGO_BIN_EXE_seckill-loadtest"), scratch, args, env)
+}
+
+fn command_on(
+    program: &str,
+    scratch: &Scratch,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
     command
         .args(args)
         .env("SECKILL_REDIS_URL", &scratch.redis_url)

@@ -9,6 +9,7 @@ mod burst;
 mod cli;
 mod faults;
 mod helpers;
+mod loadtest;
 mod lock;
 mod purchase;
 mod queue;

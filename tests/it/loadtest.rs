@@ -1,0 +1,398 @@
+//! The load test and the demo as their users run them: real processes, a
+//! few hundred buyers, and then what the exit code, the reports and
+//! PostgreSQL say.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::{Scratch, loadtest_command, seckill_command};
+
+/// Long enough for three processes to start and a few hundred buyers to race
+/// on a loaded CI machine; a hung run fails instead of hanging the suite.
+const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+async fn finish(mut command: tokio::process::Command) -> Output {
+    tokio::time::timeout(RUN_LIMIT, command.output())
+        .await
+        .expect("the run ended in time")
+        .expect("the program started")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the JSON report"))
+        .expect("valid JSON")
+}
+
+/// `(status, count)` of every order in the scratch database.
+async fn orders_by_status(scratch: &Scratch) -> Vec<(String, i64)> {
+    let pg = seckill::startup::connect_postgres(&scratch.database_url)
+        .await
+        .expect("PostgreSQL");
+    sqlx::query_as("SELECT status, count(*) FROM orders GROUP BY status ORDER BY status")
+        .fetch_all(&pg)
+        .await
+        .expect("orders")
+}
+
+#[tokio::test]
+async fn a_burst_on_two_spawned_instances_sells_each_unit_once_and_reports_it() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (json, html) = (dir.path().join("run.json"), dir.path().join("run.html"));
+    let output = finish(loadtest_command(
+        &scratch,
+        &[
+            "--spawn",
+            "2",
+            "--users",
+            "300",
+            "--dup",
+            "0.1",
+            "--json",
+            json.to_str().expect("a UTF-8 path"),
+            "--html",
+            html.to_str().expect("a UTF-8 path"),
+        ],
+        &[],
+    ))
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("verdict: PASS"));
+
+    let report = read_json(&json);
+    assert_eq!(report["schema"], "seckill-loadtest/1");
+    assert_eq!(report["verdict"], "pass");
+    assert_eq!(report["config"]["planned_requests"], 330);
+    let counts = &report["summary"]["counts"];
+    assert_eq!(counts["won"], 10, "{counts}");
+    let answered: u64 = counts
+        .as_object()
+        .expect("counts by outcome")
+        .values()
+        .map(|n| n.as_u64().expect("a count"))
+        .sum();
+    assert_eq!(answered, 330, "every request is answered and classified");
+    assert!(counts.get("error").is_none(), "{counts}");
+    let by_instance = report["summary"]["won_by_instance"]
+        .as_object()
+        .expect("winners by instance");
+    let winners: u64 = by_instance.values().map(|n| n.as_u64().expect("n")).sum();
+    assert_eq!(winners, 10);
+    let checks = report["invariants"].as_array().expect("the checks");
+    assert!(checks.len() >= 10);
+    assert!(checks.iter().all(|c| c["passed"] == true), "{checks:?}");
+    assert!(report["summary"]["launch_skew_us"].is_u64());
+    assert!(report["generator"]["cpu_ms"].as_f64().expect("CPU time") > 0.0);
+
+    let page = std::fs::read_to_string(&html).expect("the HTML report");
+    assert_eq!(page.matches("<svg").count(), 2, "two charts");
+    assert!(page.contains("PASS"));
+    assert!(
+        !page.contains("<script"),
+        "the report is self-contained and static"
+    );
+
+    // What PostgreSQL says, independently of the report.
+    assert_eq!(orders_by_status(&scratch).await, [("confirmed".into(), 10)]);
+}
+
+#[tokio::test]
+async fn the_naive_strategy_oversells_and_only_passes_when_that_is_expected() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let json = dir.path().join("naive.json");
+    // A wide race window, so that the oversell does not depend on luck.
+    let env = [("SECKILL_NAIVE_DELAY_MS", "30")];
+    let naive = |expect: &'static str| {
+        loadtest_command(
+            &scratch,
+            &[
+                "--spawn",
+                "2",
+                "--strategy",
+                "naive",
+                "--users",
+                "200",
+                "--expect",
+                expect,
+                "--json",
+                json.to_str().expect("a UTF-8 path"),
+            ],
+            &env,
+        )
+    };
+
+    let output = finish(naive("oversell")).await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let report = read_json(&json);
+    let won = report["summary"]["counts"]["won"].as_u64().expect("wins");
+    assert!(won > 10, "the naive strategy sold {won} of 10 units");
+    assert_eq!(report["oversold_by"].as_u64(), Some(won - 10));
+
+    // Without --expect oversell the same run is a broken promise: exit 1,
+    // and the failed check is named.
+    let output = finish(naive("no-oversell")).await;
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let report = read_json(&json);
+    let failed: Vec<&str> = report["invariants"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["passed"] == false)
+        .map(|c| c["name"].as_str().expect("a name"))
+        .collect();
+    assert!(
+        failed.contains(&"accepted purchases (202) <= units"),
+        "{failed:?}"
+    );
+
+    // PostgreSQL had the last word both times: 10 confirmed per sale, the excess rejected.
+    let by_status = orders_by_status(&scratch).await;
+    assert_eq!(by_status[0], ("confirmed".into(), 20), "{by_status:?}");
+    assert_eq!(by_status[1].0, "rejected", "{by_status:?}");
+}
+
+#[tokio::test]
+async fn expecting_an_oversell_from_the_lock_strategy_fails_with_exit_1() {
+    let scratch = Scratch::new().await;
+    let output = finish(loadtest_command(
+        &scratch,
+        &["--spawn", "1", "--users", "100", "--expect", "oversell"],
+        &[],
+    ))
+    .await;
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("FAIL the naive strategy oversold (202s > units)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("verdict: FAIL"));
+}
+
+#[tokio::test]
+async fn a_run_whose_requests_fail_is_invalid_and_exits_2() {
+    let scratch = Scratch::new().await;
+    let created = finish(seckill_command(
+        &scratch,
+        &["sale", "create", "--name", "Lamp", "--stock", "3"],
+        &[],
+    ))
+    .await;
+    assert!(created.status.success(), "{}", text(&created));
+    let sale: Value = serde_json::from_slice(&created.stdout).expect("the sale");
+    let sale = sale["id"].to_string();
+    // A port nobody listens on: every connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("its address");
+    let target = format!("http://{closed}");
+    let output = finish(loadtest_command(
+        &scratch,
+        &["--target", &target, "--sale", &sale, "--users", "20"],
+        &[],
+    ))
+    .await;
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("INVALID RUN: 21 connections could not be opened"),
+        "{stdout}"
+    );
+    assert!(orders_by_status(&scratch).await.is_empty());
+}
+
+#[tokio::test]
+async fn bad_arguments_are_refused_before_anything_runs() {
+    let scratch = Scratch::new().await;
+    for (args, expected) in [
+        (vec!["--dup", "1.5"], "not between 0 and 1"),
+        (vec!["--users", "0"], "--users"),
+        (
+            vec!["--target", "http://127.0.0.1:1", "--spawn", "2"],
+            "cannot be used with",
+        ),
+        (vec!["--sale", "999999", "--users", "5"], "no sale 999999"),
+    ] {
+        let output = finish(loadtest_command(&scratch, &args, &[])).await;
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", text(&output));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    assert!(orders_by_status(&scratch).await.is_empty());
+}
+
+#[tokio::test]
+async fn the_closed_and_rate_scenarios_keep_the_promise_too() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let json = dir.path().join("run.json");
+    let json_arg = json.to_str().expect("a UTF-8 path");
+
+    // Closed: 8 connections, each planned request once.
+    let output = finish(loadtest_command(
+        &scratch,
+        &[
+            "--spawn",
+            "2",
+            "--scenario",
+            "closed",
+            "--connections",
+            "8",
+            "--users",
+            "150",
+            "--json",
+            json_arg,
+        ],
+        &[],
+    ))
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let report = read_json(&json);
+    assert_eq!(report["config"]["scenario"], "closed");
+    assert_eq!(report["summary"]["requests"], 157);
+    assert_eq!(report["summary"]["counts"]["won"], 10);
+
+    // Rate: 150 requests a second for one second. On a busy machine some
+    // sends may leave late, which makes the run invalid (exit 2) but never
+    // breaks a promise: the checks must pass either way.
+    let output = finish(loadtest_command(
+        &scratch,
+        &[
+            "--spawn",
+            "2",
+            "--scenario",
+            "rate",
+            "--rate",
+            "150",
+            "--duration",
+            "1",
+            "--users",
+            "100",
+            "--json",
+            json_arg,
+        ],
+        &[],
+    ))
+    .await;
+    let report = read_json(&json);
+    assert_eq!(report["config"]["scenario"], "rate");
+    let summary = &report["summary"];
+    let (answered, dropped) = (
+        summary["requests"].as_u64().expect("requests"),
+        summary["dropped_sends"].as_u64().expect("dropped"),
+    );
+    assert_eq!(
+        answered + dropped,
+        150,
+        "every arrival is answered or counted as dropped"
+    );
+    // Arrivals past the 105 planned requests start again at buyer 0: duplicates.
+    assert_eq!(summary["counts"]["won"], 10);
+    let checks = report["invariants"].as_array().expect("checks");
+    assert!(checks.iter().all(|c| c["passed"] == true), "{checks:?}");
+    match output.status.code() {
+        Some(0) => assert_eq!(report["verdict"], "pass"),
+        Some(2) => {
+            let problems = report["problems"].as_array().expect("problems");
+            assert!(
+                problems.iter().all(|p| p
+                    .as_str()
+                    .is_some_and(|p| p.contains("late") || p.contains("dropped"))),
+                "only lateness may invalidate this run: {problems:?}"
+            );
+        }
+        other => panic!("exit {other:?}: {}", text(&output)),
+    }
+}
+
+#[tokio::test]
+async fn the_demo_runs_both_strategies_side_by_side_and_exits_0() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let output = finish(seckill_command(
+        &scratch,
+        &[
+            "demo",
+            "--exit",
+            "--users",
+            "300",
+            "--report-dir",
+            dir.path().to_str().expect("a UTF-8 path"),
+        ],
+        &[("SECKILL_NAIVE_DELAY_MS", "30")],
+    ))
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("== side by side =="), "{stdout}");
+    assert!(stdout.contains("demo verdict: PASS"), "{stdout}");
+    for file in ["lock.json", "lock.html", "naive.json", "naive.html"] {
+        let path = dir.path().join(file);
+        assert!(path.exists(), "{file} missing");
+        assert!(
+            stdout.contains(&path.display().to_string()),
+            "{file}'s path is not printed"
+        );
+    }
+    let (lock, naive) = (
+        read_json(&dir.path().join("lock.json")),
+        read_json(&dir.path().join("naive.json")),
+    );
+    assert_eq!(lock["summary"]["counts"]["won"], 10);
+    assert_eq!(lock["oversold_by"], 0);
+    assert!(naive["oversold_by"].as_u64().expect("oversold_by") > 0);
+    // Two sales of 10: 20 confirmed orders, and the naive excess rejected.
+    let by_status = orders_by_status(&scratch).await;
+    assert_eq!(by_status[0], ("confirmed".into(), 20), "{by_status:?}");
+}
+
+#[tokio::test]
+async fn a_second_run_on_an_existing_sale_counts_the_units_sold_before_it() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let json = dir.path().join("run.json");
+    let json_arg = json.to_str().expect("a UTF-8 path");
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        loadtest_command(&scratch, &args, &[])
+    };
+
+    // 20 units, 5 buyers: 5 sold, 15 left.
+    let first = finish(run([
+        "--spawn", "1", "--stock", "20", "--users", "5", "--dup", "0", "--json", json_arg,
+    ]
+    .map(String::from)
+    .to_vec()))
+    .await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let sale = read_json(&json)["config"]["sale_id"].to_string();
+
+    // 30 more buyers on the same sale: the other 15 units go, and the 5
+    // orders from before are neither "invented" nor double-counted.
+    let second = finish(run([
+        "--spawn", "1", "--sale", &sale, "--users", "30", "--json", json_arg,
+    ]
+    .map(String::from)
+    .to_vec()))
+    .await;
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    let report = read_json(&json);
+    assert_eq!(report["summary"]["counts"]["won"], 15);
+    assert_eq!(report["stored"]["sold_before"], 5);
+    assert_eq!(report["stored"]["confirmed"], 20);
+    assert_eq!(orders_by_status(&scratch).await, [("confirmed".into(), 20)]);
+}
