@@ -127,7 +127,7 @@ pub async fn load_test(
     for url in &subject.targets {
         targets.push(http::Target::resolve(url).await?);
     }
-    let plan = Plan::new(subject.sale_id, args.users, args.dup, targets);
+    let plan = std::sync::Arc::new(Plan::new(subject.sale_id, args.users, args.dup, targets));
     // Units already sold (an existing sale given with --sale) were promised
     // before this run; the checks count them with this run's 202s.
     let before = verify::holders(&subject.pg, subject.sale_id).await?;

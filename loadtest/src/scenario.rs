@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, oneshot, watch};
 use uuid::Uuid;
 
 use crate::http::{Answer, Connection, Target};
@@ -32,9 +32,9 @@ use crate::outcome::Classified;
 use crate::outcome::Outcome;
 use crate::progress::{Phase, Progress};
 
-/// How many connections a burst opens at once while it gets ready.
+/// How many connections a burst opens at once (over all lanes) while it gets ready.
 const CONNECT_CONCURRENCY: usize = 256;
-/// How long a burst waits for all its connections.
+/// How long a run waits for all its connections.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 /// A `rate` send that starts this much after it was due counts as late.
 pub const LATE_AFTER: Duration = Duration::from_millis(10);
@@ -213,18 +213,224 @@ pub struct Shape {
 }
 
 /// Run the plan; progress goes to `progress`.
-pub async fn run(plan: &Plan, shape: Shape, progress: &Progress) -> anyhow::Result<RunData> {
+pub async fn run(plan: &Arc<Plan>, shape: Shape, progress: &Progress) -> anyhow::Result<RunData> {
     if plan.targets.is_empty() {
         bail!("no target to send requests to");
     }
     if plan.requests.is_empty() {
         bail!("no buyers: --users must be at least 1");
     }
+    if shape.scenario == Scenario::Rate && !(shape.rate > 0.0 && shape.rate.is_finite()) {
+        bail!("--rate must be a positive number of requests per second");
+    }
+    let lanes = std::thread::available_parallelism().map_or(1, |n| n.get());
     let live = Arc::new(Live::default());
+    let (plan, live_for_lanes) = (Arc::clone(plan), Arc::clone(&live));
     match shape.scenario {
-        Scenario::Burst => burst(plan, &live, progress).await,
-        Scenario::Rate => rate(plan, shape, &live, progress).await,
-        Scenario::Closed => closed(plan, shape, &live, progress).await,
+        Scenario::Burst => {
+            let total = plan.requests.len();
+            run_lanes(
+                lanes,
+                total,
+                &live,
+                progress,
+                "release",
+                Some(total as u64),
+                move |lane, released| {
+                    burst_lane(
+                        Arc::clone(&plan),
+                        Arc::clone(&live_for_lanes),
+                        lanes,
+                        lane,
+                        released,
+                    )
+                },
+            )
+            .await
+        }
+        Scenario::Rate => {
+            let arrivals = match shape.duration {
+                Some(duration) => (shape.rate * duration.as_secs_f64()).round() as usize,
+                None => plan.requests.len(),
+            };
+            let counts = lane_connections(shape.connections, lanes, plan.targets.len());
+            let total = counts.iter().sum();
+            run_lanes(
+                lanes,
+                total,
+                &live,
+                progress,
+                "send",
+                Some(arrivals as u64),
+                move |lane, released| {
+                    rate_lane(
+                        Arc::clone(&plan),
+                        Arc::clone(&live_for_lanes),
+                        shape,
+                        arrivals,
+                        (lane, lanes, counts[lane]),
+                        released,
+                    )
+                },
+            )
+            .await
+        }
+        Scenario::Closed => {
+            let counts = lane_connections(shape.connections, lanes, plan.targets.len());
+            let total = counts.iter().sum();
+            let taken = Arc::new(AtomicUsize::new(0));
+            let sends = shape
+                .duration
+                .is_none()
+                .then_some(plan.requests.len() as u64);
+            run_lanes(
+                lanes,
+                total,
+                &live,
+                progress,
+                "send",
+                sends,
+                move |lane, released| {
+                    closed_lane(
+                        Arc::clone(&plan),
+                        Arc::clone(&live_for_lanes),
+                        shape.duration,
+                        Arc::clone(&taken),
+                        counts[lane],
+                        released,
+                    )
+                },
+            )
+            .await
+        }
+    }
+}
+
+/// How many connections each lane opens: `total` shared out, and at least
+/// one per target in every lane, so any lane can send to any instance.
+fn lane_connections(total: usize, lanes: usize, targets: usize) -> Vec<usize> {
+    (0..lanes)
+        .map(|lane| (total / lanes + usize::from(lane < total % lanes)).max(targets))
+        .collect()
+}
+
+/// The start signal: `None` until the release, then the release instant.
+type Released = watch::Receiver<Option<Instant>>;
+
+/// What one lane sent.
+#[derive(Default)]
+struct LaneResult {
+    samples: Vec<Sample>,
+    dropped: u64,
+}
+
+/// Send from `lanes` threads, each running a single-threaded tokio runtime
+/// of its own (as wrk runs one event loop per thread). Each lane opens its
+/// connections, counts them in `live`, and waits for the release; this
+/// function waits until all `connections` are open (or failed), releases
+/// every lane at one instant, and gathers what they sent.
+///
+/// Why lanes and not one multi-threaded runtime: a socket's readiness then
+/// wakes a task on the thread that polls it, with no work stealing and no
+/// hand-over between threads. On two cores shared with the app under test,
+/// that is the difference between keeping up with wrk and not.
+async fn run_lanes<F, Fut>(
+    lanes: usize,
+    connections: usize,
+    live: &Arc<Live>,
+    progress: &Progress,
+    phase: &str,
+    total: Option<u64>,
+    lane: F,
+) -> anyhow::Result<RunData>
+where
+    F: Fn(usize, Released) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = LaneResult>,
+{
+    let connecting = progress.phase("connect", Some(connections as u64));
+    let (release, released) = watch::channel::<Option<Instant>>(None);
+    let lane = Arc::new(lane);
+    let mut results = Vec::with_capacity(lanes);
+    for i in 0..lanes {
+        let (lane, released) = (Arc::clone(&lane), released.clone());
+        let (done, result) = oneshot::channel();
+        std::thread::Builder::new()
+            .name(format!("lane-{i}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime for a lane");
+                let _ = done.send(runtime.block_on(lane(i, released)));
+            })
+            .context("starting a lane thread")?;
+        results.push(result);
+    }
+
+    // Wait until every connection is open (or failed).
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        let (ok, failed) = (
+            live.connected.load(Ordering::Relaxed),
+            live.connect_failed.load(Ordering::Relaxed),
+        );
+        connecting.position(ok + failed);
+        if ok + failed >= connections as u64 {
+            connecting.finish(&format!("{ok} connections open, {failed} failed"));
+            break;
+        }
+        if Instant::now() > deadline {
+            // Dropping `release` tells every lane to give up.
+            bail!("only {ok} of {connections} connections opened in {CONNECT_TIMEOUT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let sending = progress.phase(phase, total);
+    let ticker = Ticker::start(sending.clone(), Arc::clone(live));
+    let start = Instant::now();
+    release
+        .send(Some(start))
+        .context("every lane stopped waiting")?;
+    let mut data = RunData::default();
+    for result in results {
+        let result = result.await.context("a lane thread panicked")?;
+        data.samples.extend(result.samples);
+        data.dropped += result.dropped;
+    }
+    data.wall = start.elapsed();
+    data.connect_errors = live.connect_failed.load(Ordering::Relaxed);
+    drop(ticker);
+    sending.answers(&live.answers());
+    sending.finish(&format!(
+        "{} answers, {} dropped, in {:.2?}",
+        data.samples.len(),
+        data.dropped,
+        data.wall
+    ));
+    Ok(data)
+}
+
+/// Wait for the release; `None` if the run was abandoned.
+async fn wait_for_release(mut released: Released) -> Option<Instant> {
+    released
+        .wait_for(Option::is_some)
+        .await
+        .ok()
+        .and_then(|start| *start)
+}
+
+/// Open a connection and count it in `live`.
+async fn connect(target: &Arc<Target>, live: &Live) -> Option<Connection> {
+    match Connection::open(Arc::clone(target)).await {
+        Ok(connection) => {
+            live.connected.fetch_add(1, Ordering::Relaxed);
+            Some(connection)
+        }
+        Err(_) => {
+            live.connect_failed.fetch_add(1, Ordering::Relaxed);
+            None
+        }
     }
 }
 
@@ -249,292 +455,214 @@ impl Drop for Ticker {
     }
 }
 
-async fn burst(plan: &Plan, live: &Arc<Live>, progress: &Progress) -> anyhow::Result<RunData> {
-    let total = plan.requests.len();
-    let connecting = progress.phase("connect", Some(total as u64));
-    // The start signal: `None` until the release, then the release instant.
-    let (release, released) = watch::channel::<Option<Instant>>(None);
-    let limit = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
-    let mut buyers = Vec::with_capacity(total);
-    for planned in &plan.requests {
-        let (target, live, limit, mut released) = (
-            Arc::clone(&plan.targets[planned.target]),
-            Arc::clone(live),
+/// A burst lane: every `lanes`-th request, each on a connection of its own,
+/// all fired at the release.
+async fn burst_lane(
+    plan: Arc<Plan>,
+    live: Arc<Live>,
+    lanes: usize,
+    lane: usize,
+    released: Released,
+) -> LaneResult {
+    let limit = Arc::new(Semaphore::new((CONNECT_CONCURRENCY / lanes).max(1)));
+    let mut buyers = Vec::new();
+    for planned in plan.requests.iter().skip(lane).step_by(lanes).copied() {
+        let (plan, live, limit, released) = (
+            Arc::clone(&plan),
+            Arc::clone(&live),
             Arc::clone(&limit),
             released.clone(),
         );
-        let (path, user, user_id) = (plan.path.clone(), planned.user, plan.user_id(planned.user));
         buyers.push(tokio::spawn(async move {
             let connection = {
                 let _permit = limit
                     .acquire()
                     .await
                     .expect("the semaphore is never closed");
-                Connection::open(target).await
-            };
-            match &connection {
-                Ok(_) => live.connected.fetch_add(1, Ordering::Relaxed),
-                Err(_) => live.connect_failed.fetch_add(1, Ordering::Relaxed),
+                connect(&plan.targets[planned.target], &live).await
             };
             // Everybody waits here until the release.
-            let start = released
-                .wait_for(Option::is_some)
-                .await
-                .map(|start| start.expect("waited for Some"));
-            let Ok(start) = start else {
-                return None; // the run was abandoned
-            };
+            let start = wait_for_release(released).await?;
+            let user_id = plan.user_id(planned.user);
             let sent = start.elapsed();
             let answer = match connection {
-                Ok(mut connection) => connection.purchase(&path, &user_id).await,
-                Err(_) => Answer {
+                Some(mut connection) => connection.purchase(&plan.path, &user_id).await,
+                None => Answer {
                     classified: Classified::error(),
                     instance: None,
                 },
             };
             let done = start.elapsed();
             live.answer(answer.classified.outcome);
-            Some(Sample::new(user, answer, Duration::ZERO, sent, done))
+            Some(Sample::new(
+                planned.user,
+                answer,
+                Duration::ZERO,
+                sent,
+                done,
+            ))
         }));
     }
-
-    // Wait until every buyer holds a connection (or failed to get one).
-    let deadline = Instant::now() + CONNECT_TIMEOUT;
-    loop {
-        let (ok, failed) = (
-            live.connected.load(Ordering::Relaxed),
-            live.connect_failed.load(Ordering::Relaxed),
-        );
-        connecting.position(ok + failed);
-        if ok + failed >= total as u64 {
-            connecting.finish(&format!("{ok} connections open, {failed} failed"));
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("only {ok} of {total} connections opened in {CONNECT_TIMEOUT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-
-    let racing = progress.phase("release", Some(total as u64));
-    let ticker = Ticker::start(racing.clone(), Arc::clone(live));
-    let start = Instant::now();
-    release
-        .send(Some(start))
-        .context("every buyer stopped waiting")?;
-    let mut samples = Vec::with_capacity(total);
+    let mut result = LaneResult::default();
     for buyer in buyers {
-        if let Some(sample) = buyer.await.context("a buyer task panicked")? {
-            samples.push(sample);
+        if let Ok(Some(sample)) = buyer.await {
+            result.samples.push(sample);
         }
     }
-    let wall = start.elapsed();
-    drop(ticker);
-    racing.answers(&live.answers());
-    racing.finish(&format!("{} answers in {wall:.2?}", samples.len()));
-    Ok(RunData {
-        samples,
-        connect_errors: live.connect_failed.load(Ordering::Relaxed),
-        dropped: 0,
-        wall,
-    })
+    result
 }
 
-/// Open connections, spread round-robin over the targets.
-async fn open_connections(
-    plan: &Plan,
-    count: usize,
-    progress: &Progress,
-) -> anyhow::Result<Vec<Connection>> {
-    let phase = progress.phase("connect", Some(count as u64));
-    let mut connections = Vec::with_capacity(count);
-    for i in 0..count {
-        let target = Arc::clone(&plan.targets[i % plan.targets.len()]);
-        connections.push(Connection::open(target).await?);
-        phase.position(i as u64 + 1);
-    }
-    phase.finish(&format!("{count} connections open"));
-    Ok(connections)
-}
-
-/// Connections to one target that `rate` sends borrow and give back.
+/// Connections to one target that a rate lane's sends borrow and give back.
 struct Pool {
     idle: Mutex<Vec<Connection>>,
     /// One permit per idle connection.
     free: Semaphore,
 }
 
-async fn rate(
-    plan: &Plan,
+/// A rate lane: arrivals `lane`, `lane + lanes`, ... each due at `k / rate`
+/// seconds after the release, sent on a pooled connection.
+async fn rate_lane(
+    plan: Arc<Plan>,
+    live: Arc<Live>,
     shape: Shape,
-    live: &Arc<Live>,
-    progress: &Progress,
-) -> anyhow::Result<RunData> {
-    if !(shape.rate > 0.0 && shape.rate.is_finite()) {
-        bail!("--rate must be a positive number of requests per second");
-    }
-    let arrivals = match shape.duration {
-        Some(duration) => (shape.rate * duration.as_secs_f64()).round() as usize,
-        None => plan.requests.len(),
-    };
-    let connections = shape.connections.max(plan.targets.len());
-    let mut pools: Vec<Pool> = (0..plan.targets.len())
-        .map(|_| Pool {
-            idle: Mutex::new(Vec::new()),
-            free: Semaphore::new(0),
-        })
-        .collect();
-    for connection in open_connections(plan, connections, progress).await? {
-        let i = plan
-            .targets
-            .iter()
-            .position(|t| Arc::ptr_eq(t, connection.target()))
-            .expect("a connection to one of the targets");
-        pools[i]
-            .idle
-            .get_mut()
-            .expect("not shared yet")
-            .push(connection);
-        pools[i].free.add_permits(1);
-    }
-    let pools = Arc::new(pools);
-    let dropped = Arc::new(AtomicU64::new(0));
-
-    let sending = progress.phase("send", Some(arrivals as u64));
-    let ticker = Ticker::start(sending.clone(), Arc::clone(live));
-    let start = tokio::time::Instant::now();
-    let mut sends = Vec::with_capacity(arrivals);
-    let mut next = 0usize;
-    while next < arrivals {
-        // Start every send that is due by now; then sleep until the next one.
-        let now = start.elapsed();
-        while next < arrivals {
-            let due = Duration::from_secs_f64(next as f64 / shape.rate);
-            if due > now {
-                break;
-            }
-            let planned = plan.requests[next % plan.requests.len()];
-            let (pools, live, dropped) =
-                (Arc::clone(&pools), Arc::clone(live), Arc::clone(&dropped));
-            let (path, user_id) = (plan.path.clone(), plan.user_id(planned.user));
-            sends.push(tokio::spawn(async move {
-                let pool = &pools[planned.target];
-                // Wait for a free connection, but not forever: a send that
-                // cannot start within DROP_AFTER of its due time is dropped.
-                let permit =
-                    tokio::time::timeout_at(start + due + DROP_AFTER, pool.free.acquire()).await;
-                let Ok(Ok(permit)) = permit else {
-                    dropped.fetch_add(1, Ordering::Relaxed);
-                    return None;
-                };
-                permit.forget();
-                let mut connection = pool
-                    .idle
-                    .lock()
-                    .expect("pool lock")
-                    .pop()
-                    .expect("a permit means an idle connection");
-                let sent = start.elapsed();
-                let answer = connection.purchase(&path, &user_id).await;
-                let done = start.elapsed();
-                live.answer(answer.classified.outcome);
-                if !connection.is_open()
-                    && let Ok(fresh) = Connection::open(Arc::clone(connection.target())).await
-                {
-                    connection = fresh;
-                }
-                pool.idle.lock().expect("pool lock").push(connection);
-                pool.free.add_permits(1);
-                Some(Sample::new(planned.user, answer, due, sent, done))
-            }));
-            next += 1;
+    arrivals: usize,
+    (lane, lanes, connections): (usize, usize, usize),
+    released: Released,
+) -> LaneResult {
+    let pools: Arc<Vec<Pool>> = Arc::new(
+        (0..plan.targets.len())
+            .map(|_| Pool {
+                idle: Mutex::new(Vec::new()),
+                free: Semaphore::new(0),
+            })
+            .collect(),
+    );
+    for c in 0..connections {
+        let target = c % plan.targets.len();
+        if let Some(connection) = connect(&plan.targets[target], &live).await {
+            pools[target]
+                .idle
+                .lock()
+                .expect("pool lock")
+                .push(connection);
+            pools[target].free.add_permits(1);
         }
-        if next < arrivals {
-            let due = Duration::from_secs_f64(next as f64 / shape.rate);
+    }
+    let Some(start) = wait_for_release(released).await else {
+        return LaneResult::default();
+    };
+    let start = tokio::time::Instant::from_std(start);
+    let dropped = Arc::new(AtomicU64::new(0));
+    let mut sends = Vec::new();
+    for k in (lane..arrivals).step_by(lanes) {
+        let due = Duration::from_secs_f64(k as f64 / shape.rate);
+        if start + due > tokio::time::Instant::now() {
             tokio::time::sleep_until(start + due).await;
         }
+        let planned = plan.requests[k % plan.requests.len()];
+        let (plan, pools, live, dropped) = (
+            Arc::clone(&plan),
+            Arc::clone(&pools),
+            Arc::clone(&live),
+            Arc::clone(&dropped),
+        );
+        sends.push(tokio::spawn(async move {
+            let pool = &pools[planned.target];
+            // Wait for a free connection, but not forever: a send that
+            // cannot start within DROP_AFTER of its due time is dropped.
+            let permit =
+                tokio::time::timeout_at(start + due + DROP_AFTER, pool.free.acquire()).await;
+            let Ok(Ok(permit)) = permit else {
+                dropped.fetch_add(1, Ordering::Relaxed);
+                return None;
+            };
+            permit.forget();
+            let mut connection = pool
+                .idle
+                .lock()
+                .expect("pool lock")
+                .pop()
+                .expect("a permit means an idle connection");
+            let user_id = plan.user_id(planned.user);
+            let sent = start.elapsed();
+            let answer = connection.purchase(&plan.path, &user_id).await;
+            let done = start.elapsed();
+            live.answer(answer.classified.outcome);
+            if !connection.is_open()
+                && let Some(fresh) = connect(connection.target(), &live).await
+            {
+                connection = fresh;
+            }
+            pool.idle.lock().expect("pool lock").push(connection);
+            pool.free.add_permits(1);
+            Some(Sample::new(planned.user, answer, due, sent, done))
+        }));
     }
-    let mut samples = Vec::with_capacity(arrivals);
+    let mut result = LaneResult::default();
     for send in sends {
-        if let Some(sample) = send.await.context("a send task panicked")? {
-            samples.push(sample);
+        if let Ok(Some(sample)) = send.await {
+            result.samples.push(sample);
         }
     }
-    let wall = start.elapsed();
-    drop(ticker);
-    sending.answers(&live.answers());
-    let dropped = dropped.load(Ordering::Relaxed);
-    sending.finish(&format!(
-        "{} answers, {dropped} dropped, in {wall:.2?}",
-        samples.len()
-    ));
-    Ok(RunData {
-        samples,
-        connect_errors: 0,
-        dropped,
-        wall,
-    })
+    result.dropped = dropped.load(Ordering::Relaxed);
+    result
 }
 
-async fn closed(
-    plan: &Plan,
-    shape: Shape,
-    live: &Arc<Live>,
-    progress: &Progress,
-) -> anyhow::Result<RunData> {
-    let connections = open_connections(plan, shape.connections.max(1), progress).await?;
-    let total = plan.requests.len();
-    let taken = Arc::new(AtomicUsize::new(0));
-    let sending = progress.phase("send", shape.duration.is_none().then_some(total as u64));
-    let ticker = Ticker::start(sending.clone(), Arc::clone(live));
-    let start = Instant::now();
-    let mut workers = Vec::with_capacity(connections.len());
-    for mut connection in connections {
-        let (taken, live) = (Arc::clone(&taken), Arc::clone(live));
-        let (path, tag, requests) = (plan.path.clone(), plan.tag.clone(), plan.requests.clone());
-        let duration = shape.duration;
-        workers.push(tokio::spawn(async move {
+/// A closed lane: `connections` loops, each sending the next planned
+/// request (shared across lanes through `taken`) as soon as its previous
+/// one is answered.
+async fn closed_lane(
+    plan: Arc<Plan>,
+    live: Arc<Live>,
+    duration: Option<Duration>,
+    taken: Arc<AtomicUsize>,
+    connections: usize,
+    released: Released,
+) -> LaneResult {
+    let mut opened = Vec::with_capacity(connections);
+    for c in 0..connections {
+        if let Some(connection) = connect(&plan.targets[c % plan.targets.len()], &live).await {
+            opened.push(connection);
+        }
+    }
+    let Some(start) = wait_for_release(released).await else {
+        return LaneResult::default();
+    };
+    let mut loops = Vec::with_capacity(opened.len());
+    for mut connection in opened {
+        let (plan, live, taken) = (Arc::clone(&plan), Arc::clone(&live), Arc::clone(&taken));
+        loops.push(tokio::spawn(async move {
             let mut samples = Vec::new();
             loop {
                 let k = taken.fetch_add(1, Ordering::Relaxed);
                 let more = match duration {
                     Some(duration) => start.elapsed() < duration,
-                    None => k < requests.len(),
+                    None => k < plan.requests.len(),
                 };
                 if !more {
                     return samples;
                 }
-                let planned = requests[k % requests.len()];
+                let planned = plan.requests[k % plan.requests.len()];
+                let user_id = plan.user_id(planned.user);
                 let sent = start.elapsed();
-                let answer = connection
-                    .purchase(&path, &user_id(&tag, planned.user))
-                    .await;
+                let answer = connection.purchase(&plan.path, &user_id).await;
                 let done = start.elapsed();
                 live.answer(answer.classified.outcome);
                 samples.push(Sample::new(planned.user, answer, sent, sent, done));
                 if !connection.is_open() {
-                    match Connection::open(Arc::clone(connection.target())).await {
-                        Ok(fresh) => connection = fresh,
-                        Err(_) => return samples,
+                    match connect(connection.target(), &live).await {
+                        Some(fresh) => connection = fresh,
+                        None => return samples,
                     }
                 }
             }
         }));
     }
-    let mut samples = Vec::new();
-    for worker in workers {
-        samples.extend(worker.await.context("a sender task panicked")?);
+    let mut result = LaneResult::default();
+    for samples in loops {
+        result.samples.extend(samples.await.unwrap_or_default());
     }
-    let wall = start.elapsed();
-    drop(ticker);
-    sending.answers(&live.answers());
-    sending.finish(&format!("{} answers in {wall:.2?}", samples.len()));
-    Ok(RunData {
-        samples,
-        connect_errors: 0,
-        dropped: 0,
-        wall,
-    })
+    result
 }
 
 #[cfg(test)]
@@ -548,6 +676,13 @@ mod tests {
         assert_eq!((0..1000).filter(|&u| is_duplicate(u, 0.05)).count(), 50);
         assert_eq!((0..1000).filter(|&u| is_duplicate(u, 0.0)).count(), 0);
         assert_eq!((0..1000).filter(|&u| is_duplicate(u, 1.0)).count(), 1000);
+    }
+
+    #[test]
+    fn every_lane_gets_its_share_of_connections_and_one_per_target() {
+        assert_eq!(lane_connections(64, 2, 2), vec![32, 32]);
+        assert_eq!(lane_connections(5, 2, 1), vec![3, 2]);
+        assert_eq!(lane_connections(1, 2, 3), vec![3, 3]);
     }
 
     #[test]
