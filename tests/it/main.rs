@@ -6,6 +6,7 @@
 
 mod admin;
 mod bad_input;
+mod browser;
 mod burst;
 mod cli;
 mod faults;
