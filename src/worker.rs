@@ -268,20 +268,32 @@ impl Worker {
         .fetch_all(&self.pg)
         .await
         .context("reading payment deadlines")?;
-        let queue = Queue::new(keys.deadlines.clone());
+        // Orders confirmed in one transaction share their deadline, so
+        // this is usually one enqueue per batch.
+        let mut by_delay: std::collections::BTreeMap<i64, Vec<(String, String)>> =
+            std::collections::BTreeMap::new();
         for order in orders {
-            let Some((_, left_ms)) = due.iter().find(|(id, _)| *id == order.order_id) else {
-                continue;
-            };
-            let (id, payload) = (order.order_id.to_string(), order.to_payload());
+            if let Some((_, left_ms)) = due.iter().find(|(id, _)| *id == order.order_id) {
+                by_delay
+                    .entry(*left_ms)
+                    .or_default()
+                    .push((order.order_id.to_string(), order.to_payload()));
+            }
+        }
+        let queue = Queue::new(keys.deadlines.clone());
+        for (left_ms, jobs) in by_delay {
+            let jobs: Vec<(&str, &str)> = jobs
+                .iter()
+                .map(|(id, payload)| (id.as_str(), payload.as_str()))
+                .collect();
             queue
                 .enqueue(
                     conn,
-                    &[(id.as_str(), payload.as_str())],
-                    Duration::from_millis(u64::try_from(*left_ms).unwrap_or(0)),
+                    &jobs,
+                    Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
                 )
                 .await
-                .context("queueing a payment deadline")?;
+                .context("queueing payment deadlines")?;
         }
         Ok(())
     }
