@@ -11,6 +11,7 @@
   const id = sale.dataset.saleId;
   const total = Number(sale.dataset.stockTotal);
   const startsAt = Number(sale.dataset.startsAtMs);
+  const endsAt = Number(sale.dataset.endsAtMs) || Infinity;
   // Count on the server's clock: the visitor's may be off.
   const skew = Number(sale.dataset.serverNowMs) - Date.now();
   const now = () => Date.now() + skew;
@@ -34,7 +35,7 @@
   }
 
   function updateButton() {
-    const open = now() >= startsAt;
+    const open = now() >= startsAt && now() < endsAt;
     button.disabled = inFlight || !open || stockLeft <= 0;
     button.textContent = stockLeft <= 0 && open ? "Sold out" : "Buy";
   }
@@ -47,6 +48,9 @@
       const parts = h > 0 ? [h + " h", m + " min", r + " s"] : m > 0 ? [m + " min", r + " s"] : [r + " s"];
       countdown.textContent = "Opens in " + parts.join(" ") + ".";
       countdown.dataset.state = "waiting";
+    } else if (now() >= endsAt) {
+      countdown.textContent = "The sale has ended.";
+      countdown.dataset.state = "ended";
     } else {
       countdown.textContent = "The sale is open.";
       countdown.dataset.state = "open";

@@ -40,6 +40,8 @@ struct SalePage {
     /// the countdown: the script counts on the server's clock, not the
     /// visitor's, which may be off.
     starts_at_ms: i64,
+    /// When the sale closes, in ms since the epoch; 0 if it never does.
+    ends_at_ms: i64,
     server_now_ms: i64,
 }
 
@@ -135,6 +137,7 @@ pub async fn sale(
     let mut response = html(&SalePage {
         open: view.status == SaleStatus::Live,
         starts_at_ms: view.starts_at.timestamp_millis(),
+        ends_at_ms: view.ends_at.map_or(0, |end| end.timestamp_millis()),
         server_now_ms: chrono::Utc::now().timestamp_millis(),
         sale: view,
         buyer: buyer.clone(),
