@@ -272,3 +272,48 @@ async fn a_buyer_watches_the_countdown_buys_and_pays_while_another_browser_sees_
     watcher.close().await.expect("close the watcher's browser");
     stop_worker.cancel();
 }
+
+/// Fill the input with this id.
+async fn type_into(browser: &Client, id: &str, text: &str) {
+    let input = browser
+        .find(Locator::Id(id))
+        .await
+        .unwrap_or_else(|error| panic!("#{id}: {error}"));
+    input.clear().await.expect("clear the input");
+    input.send_keys(text).await.expect("type into the input");
+}
+
+#[tokio::test]
+async fn an_admin_logs_in_through_the_form_and_creates_a_sale_in_a_real_browser() {
+    // Real form posts from Chromium: they carry Origin and Sec-Fetch-Site,
+    // which the cross-site check must accept; and the Secure login cookie
+    // must come back over plain HTTP to 127.0.0.1.
+    let app = spawn_app_with(Options::default()).await;
+    let driver = ChromeDriver::start().await;
+    let profile = tempfile::tempdir().expect("a temporary directory");
+    let admin = driver.browser(profile.path()).await;
+
+    admin.goto(&app.url("/admin")).await.expect("open /admin");
+    type_into(&admin, "token", "wrong").await;
+    click(&admin, "log-in").await;
+    eventually(PATIENCE, "the wrong token to be refused", || async {
+        admin
+            .source()
+            .await
+            .is_ok_and(|html| html.contains("missing or wrong admin token"))
+    })
+    .await;
+
+    type_into(&admin, "token", crate::helpers::ADMIN_TOKEN).await;
+    click(&admin, "log-in").await;
+    wait_for_text(&admin, "create-heading", "Create a sale").await;
+    type_into(&admin, "name", "Browser lamp").await;
+    type_into(&admin, "stock", "7").await;
+    type_into(&admin, "starts_in_secs", "0").await;
+    click(&admin, "create").await;
+    wait_for_text(&admin, "redis-stock", "7").await;
+    wait_for_text(&admin, "pg-stock", "7").await;
+    screenshot(&admin, "6-admin-sale.png").await;
+    assert_eq!(app.sale_count().await, 1);
+    admin.close().await.expect("close the browser");
+}
