@@ -152,10 +152,11 @@ async fn click(browser: &Client, id: &str) {
         .unwrap_or_else(|error| panic!("clicking #{id}: {error}"));
 }
 
-/// The app with a worker running in the background, as `seckill serve` has.
-async fn app_with_worker() -> (TestApp, CancellationToken) {
+/// The app with a worker running in the background, as `seckill serve` has,
+/// giving buyers `window_secs` to pay.
+async fn app_with_worker(window_secs: u64) -> (TestApp, CancellationToken) {
     let settings = WorkerSettings {
-        payment_window_secs: 120,
+        payment_window_secs: window_secs,
         poll_ms: 20,
         ..WorkerSettings::default()
     };
@@ -177,7 +178,7 @@ async fn app_with_worker() -> (TestApp, CancellationToken) {
 
 #[tokio::test]
 async fn a_buyer_watches_the_countdown_buys_and_pays_while_another_browser_sees_units_fall() {
-    let (app, stop_worker) = app_with_worker().await;
+    let (app, stop_worker) = app_with_worker(120).await;
     let driver = ChromeDriver::start().await;
     let profiles = tempfile::tempdir().expect("a temporary directory");
     let buyer = driver.browser(&profiles.path().join("buyer")).await;
@@ -270,6 +271,43 @@ async fn a_buyer_watches_the_countdown_buys_and_pays_while_another_browser_sees_
 
     buyer.close().await.expect("close the buyer's browser");
     watcher.close().await.expect("close the watcher's browser");
+    stop_worker.cancel();
+}
+
+#[tokio::test]
+async fn the_order_page_turns_cancelled_when_the_window_closes_unpaid() {
+    // Long enough for the browser to start and see the order confirmed first.
+    let (app, stop_worker) = app_with_worker(10).await;
+    let driver = ChromeDriver::start().await;
+    let profile = tempfile::tempdir().expect("a temporary directory");
+    let browser = driver.browser(profile.path()).await;
+    let sale = app.create_sale(1).await;
+    let order = app.buy(sale, "slow-payer").await;
+
+    browser
+        .goto(&app.url(&format!("/orders/{order}")))
+        .await
+        .expect("open the order page");
+    wait_for_text(&browser, "status", "confirmed").await;
+    // Nobody pays: the page follows the order to its end, unreloaded.
+    wait_for_text(&browser, "status", "cancelled").await;
+    wait_for_text(&browser, "headline", "went back on sale").await;
+    assert!(
+        !browser
+            .find(Locator::Id("pay"))
+            .await
+            .expect("the pay button")
+            .is_displayed()
+            .await
+            .expect("is it shown"),
+        "the Pay button is still offered"
+    );
+    screenshot(&browser, "7-cancelled.png").await;
+    eventually(PATIENCE, "the unit to be back on sale", || async {
+        app.redis_stock(sale).await == Some(1)
+    })
+    .await;
+    browser.close().await.expect("close the browser");
     stop_worker.cancel();
 }
 
