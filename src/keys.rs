@@ -1,7 +1,7 @@
 //! Every Redis key seckill uses, in one place.
 //!
-//! All keys of one sale, including the keys of its order queue, share the
-//! hash tag `{sale:ID}`. Redis Cluster places keys with the same tag in the
+//! All keys of one sale, including the keys of its two queues (orders and
+//! payment deadlines), share the hash tag `{sale:ID}`. Redis Cluster places keys with the same tag in the
 //! same slot, so every script that touches one sale (the lock, the purchase
 //! commit, the queue) stays valid when the data is sharded later.
 //!
