@@ -34,12 +34,14 @@
 //! [`Worker::try_process_deadlines`] runs the due deadlines: see
 //! `payment.rs` for how a deadline and a payment race.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context;
 use deadpool_redis::Pool as RedisPool;
 use sqlx::{PgPool, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::config::WorkerSettings;
 use crate::domain::{OrderJob, RejectReason};
@@ -257,9 +259,9 @@ impl Worker {
         keys: &SaleKeys,
         orders: &[OrderJob],
     ) -> anyhow::Result<()> {
-        let ids: Vec<uuid::Uuid> = orders.iter().map(|order| order.order_id).collect();
+        let ids: Vec<Uuid> = orders.iter().map(|order| order.order_id).collect();
         // Milliseconds left until each deadline, on PostgreSQL's clock.
-        let due: Vec<(uuid::Uuid, i64)> = sqlx::query_as(
+        let due: Vec<(Uuid, i64)> = sqlx::query_as(
             "SELECT id, GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
                FROM orders
               WHERE id = ANY($1) AND status = 'confirmed' AND pay_by IS NOT NULL",
@@ -270,8 +272,7 @@ impl Worker {
         .context("reading payment deadlines")?;
         // Orders confirmed in one transaction share their deadline, so
         // this is usually one enqueue per batch.
-        let mut by_delay: std::collections::BTreeMap<i64, Vec<(String, String)>> =
-            std::collections::BTreeMap::new();
+        let mut by_delay: BTreeMap<i64, Vec<(String, String)>> = BTreeMap::new();
         for order in orders {
             if let Some((_, left_ms)) = due.iter().find(|(id, _)| *id == order.order_id) {
                 by_delay

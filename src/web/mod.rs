@@ -15,6 +15,7 @@ use deadpool_redis::Pool as RedisPool;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use api::{OrderView, SaleView};
@@ -27,7 +28,6 @@ use crate::keys::SaleKeys;
 use crate::payment::{self, PayOutcome};
 use crate::purchase::Purchaser;
 use crate::queue::Queue;
-use tokio_util::sync::CancellationToken;
 
 /// The largest JSON body the API reads; anything larger is answered 400.
 pub const MAX_JSON_BYTES: usize = 4 * 1024;
@@ -210,7 +210,9 @@ impl AppState {
                 .ok_or(ApiError::OrderNotFound),
             PayOutcome::WindowClosed => Err(ApiError::PaymentWindowClosed),
             PayOutcome::Rejected => Err(ApiError::OrderRejected),
-            PayOutcome::NotFound => match self.queued_order(order_id).await? {
+            // Not in PostgreSQL when we paid. Still queued, or confirmed
+            // since: either way, not payable a moment ago; try again.
+            PayOutcome::NotFound => match self.find_order(order_id).await? {
                 Some(_) => Err(ApiError::OrderPending),
                 None => Err(ApiError::OrderNotFound),
             },
