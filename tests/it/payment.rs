@@ -456,3 +456,80 @@ async fn an_order_redelivered_after_its_commit_still_gets_its_payment_deadline()
     let early = app.worker.try_process_deadlines(sale).await.expect("step");
     assert_eq!(early.reserved, 0);
 }
+
+/// How many sessions of this test's database wait for a lock.
+async fn lock_waiters(app: &TestApp) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(&app.pg)
+    .await
+    .expect("pg_stat_activity")
+}
+
+#[tokio::test]
+async fn a_payment_and_a_deadline_queued_on_the_same_row_end_with_the_first_one_winning() {
+    // The race made to happen every time: the test holds the order's row
+    // lock, lets the payment and the deadline queue up behind it in a
+    // chosen order, then lets go. The first in line wins; the second finds
+    // the status changed, updates nothing, and does nothing.
+    let app = app_with_window(600, 100).await;
+    for pay_first in [true, false] {
+        let (sale, order) = confirmed_order(&app, 1, "ann").await;
+        make_deadlines_due(&app, sale, &[order]).await;
+        let mut holder = app.pg.begin().await.expect("begin");
+        sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
+            .bind(order)
+            .execute(&mut *holder)
+            .await
+            .expect("lock the row");
+
+        let pay = {
+            let request = app
+                .client
+                .post(app.url(&format!("/api/orders/{order}/pay")));
+            async move { request.send().await.expect("POST pay").status().as_u16() }
+        };
+        let worker = Worker::new(
+            app.pg.clone(),
+            app.redis.clone(),
+            app.scratch.prefix.clone(),
+            WorkerSettings::default(),
+        );
+        let cancel = async move { worker.try_process_deadlines(sale).await.expect("a step") };
+        let (pay, cancel) = if pay_first {
+            let pay = tokio::spawn(pay);
+            eventually(Duration::from_secs(20), "the payment to wait", || async {
+                lock_waiters(&app).await == 1
+            })
+            .await;
+            (pay, tokio::spawn(cancel))
+        } else {
+            let cancel = tokio::spawn(cancel);
+            eventually(Duration::from_secs(20), "the deadline to wait", || async {
+                lock_waiters(&app).await == 1
+            })
+            .await;
+            (tokio::spawn(pay), cancel)
+        };
+        eventually(Duration::from_secs(20), "both to wait", || async {
+            lock_waiters(&app).await == 2
+        })
+        .await;
+        holder.rollback().await.expect("let go of the row");
+
+        let (pay, cancel) = (pay.await.expect("pay"), cancel.await.expect("cancel"));
+        if pay_first {
+            assert_eq!((pay, cancel.cancelled, cancel.paid_in_time), (200, 0, 1));
+            assert_eq!(status_of(&app, order).await, "paid");
+            assert_eq!(app.sold(sale).await, 1);
+            assert_eq!(app.redis_stock(sale).await, Some(0));
+        } else {
+            assert_eq!((pay, cancel.cancelled), (409, 1));
+            assert_eq!(status_of(&app, order).await, "cancelled");
+            assert_eq!(app.sold(sale).await, 0);
+            assert_eq!(app.redis_stock(sale).await, Some(1));
+        }
+    }
+}
