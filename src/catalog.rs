@@ -100,7 +100,7 @@ pub async fn load_into_redis<C: ConnectionLike + Send>(
         "SELECT s.stock_total - s.sold,
                 COALESCE(array_agg(o.user_id) FILTER (WHERE o.user_id IS NOT NULL), '{}')
            FROM sales s
-           LEFT JOIN orders o ON o.sale_id = s.id AND o.status = 'confirmed'
+           LEFT JOIN orders o ON o.sale_id = s.id AND o.status IN ('confirmed', 'paid')
           WHERE s.id = $1
           GROUP BY s.id",
     )

@@ -193,6 +193,7 @@ pub const DEFAULT_BATCH_SIZE: u32 = 100;
 pub const DEFAULT_LEASE_MS: u64 = 30_000;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_POLL_MS: u64 = 50;
+pub const DEFAULT_PAYMENT_WINDOW_SECS: u64 = 900;
 
 /// Knobs of the queue worker.
 #[derive(Debug, Clone, Args)]
@@ -212,6 +213,10 @@ pub struct WorkerSettings {
     /// Pause between polls of an empty queue, in milliseconds.
     #[arg(long, env = "SECKILL_POLL_MS", default_value_t = DEFAULT_POLL_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub poll_ms: u64,
+
+    /// Seconds a confirmed order has to be paid before it is cancelled and its unit goes back on sale.
+    #[arg(long, env = "SECKILL_PAYMENT_WINDOW_SECS", default_value_t = DEFAULT_PAYMENT_WINDOW_SECS, value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+    pub payment_window_secs: u64,
 }
 
 impl Default for WorkerSettings {
@@ -221,6 +226,7 @@ impl Default for WorkerSettings {
             lease_ms: DEFAULT_LEASE_MS,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             poll_ms: DEFAULT_POLL_MS,
+            payment_window_secs: DEFAULT_PAYMENT_WINDOW_SECS,
         }
     }
 }
@@ -231,6 +237,9 @@ impl WorkerSettings {
     }
     pub fn poll(&self) -> Duration {
         Duration::from_millis(self.poll_ms)
+    }
+    pub fn payment_window(&self) -> Duration {
+        Duration::from_secs(self.payment_window_secs)
     }
 }
 
@@ -258,6 +267,10 @@ mod tests {
             serve.worker.batch_size,
             WorkerSettings::default().batch_size
         );
+        assert_eq!(
+            serve.worker.payment_window_secs,
+            WorkerSettings::default().payment_window_secs
+        );
     }
 
     #[test]
@@ -267,6 +280,7 @@ mod tests {
             ["seckill", "worker", "--lease-ms", "10"],
             ["seckill", "worker", "--max-attempts", "0"],
             ["seckill", "serve", "--lock-ttl-ms", "0"],
+            ["seckill", "worker", "--payment-window-secs", "0"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} was accepted");
         }

@@ -115,6 +115,7 @@ impl Cluster {
         label: &str,
         instances: u32,
         strategy: Strategy,
+        admin_token: &str,
     ) -> anyhow::Result<Self> {
         let strategy = strategy_name(strategy);
         let command = |args: &[&str]| {
@@ -125,6 +126,7 @@ impl Cluster {
                 .env("SECKILL_DATABASE_URL", &services.database_url)
                 .env("SECKILL_REDIS_PREFIX", prefix)
                 .env("SECKILL_STRATEGY", &strategy)
+                .env("SECKILL_ADMIN_TOKEN", admin_token)
                 // Errors only: the oversell warnings of a naive run would
                 // drown the progress display.
                 .env("RUST_LOG", "error")
@@ -192,6 +194,15 @@ impl Cluster {
             }
         }
     }
+}
+
+/// The admin token of the instances this process starts: the user's
+/// `SECKILL_ADMIN_TOKEN`, or a fresh one (printed by the demo).
+fn admin_token() -> String {
+    std::env::var("SECKILL_ADMIN_TOKEN")
+        .ok()
+        .filter(|token| !token.is_empty())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
 }
 
 fn strategy_name(strategy: Strategy) -> String {
@@ -284,6 +295,7 @@ pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<
             "app",
             instances,
             strategy,
+            &admin_token(),
         )
         .await?;
         progress.finish(&format!("{instances} app instances and a worker"));
@@ -337,6 +349,7 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
          2. strategy `naive`: no lock (deliberately broken); it must oversell, and PostgreSQL must refuse the excess.",
         args.users, args.stock, args.instances
     );
+    let token = admin_token();
     let mut reports: Vec<Report> = Vec::new();
     let mut kept: Option<(Cluster, i64)> = None;
     for (label, strategy, expect) in [
@@ -344,8 +357,16 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
         ("naive", Strategy::Naive, Expect::Oversell),
     ] {
         let starting = progress.phase("start", None);
-        let cluster =
-            Cluster::start(&seckill, services, prefix, label, args.instances, strategy).await?;
+        let cluster = Cluster::start(
+            &seckill,
+            services,
+            prefix,
+            label,
+            args.instances,
+            strategy,
+            &token,
+        )
+        .await?;
         starting.finish(&format!(
             "{} `{label}` instances ({}) and a worker",
             args.instances,
@@ -405,9 +426,11 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
         return Ok(verdict);
     };
     if !args.exit {
+        let url = &cluster.urls[0];
         println!(
-            "\nThe sale page stays up: {}/sales/{sale_id} (every sale: {}/). Press Ctrl-C to stop.",
-            cluster.urls[0], cluster.urls[0]
+            "\nThe sale page stays up: {url}/sales/{sale_id}\n\
+             Every sale: {url}/   Admin: {url}/admin (token {token})\n\
+             Press Ctrl-C to stop."
         );
         wait_for_signal().await;
     }

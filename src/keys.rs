@@ -1,7 +1,7 @@
 //! Every Redis key seckill uses, in one place.
 //!
-//! All keys of one sale, including the keys of its order queue, share the
-//! hash tag `{sale:ID}`. Redis Cluster places keys with the same tag in the
+//! All keys of one sale, including the keys of its two queues (orders and
+//! payment deadlines), share the hash tag `{sale:ID}`. Redis Cluster places keys with the same tag in the
 //! same slot, so every script that touches one sale (the lock, the purchase
 //! commit, the queue) stays valid when the data is sharded later.
 //!
@@ -22,6 +22,16 @@ pub struct SaleKeys {
     pub fence: String,
     /// The sale's order queue.
     pub queue: QueueKeys,
+    /// The queue of payment deadlines: one delayed job per confirmed order,
+    /// due when its payment window closes (see `payment.rs`).
+    pub deadlines: QueueKeys,
+    /// `SET`: ids of cancelled orders whose unit has been given back in
+    /// Redis. It makes the give-back happen once per order however often the
+    /// deadline job is delivered (see `lua/unit_return.lua`).
+    pub returned: String,
+    /// Pub/sub channel (not a key) on which every change of the units left
+    /// is published, as the new number of units left.
+    pub events: String,
 }
 
 impl SaleKeys {
@@ -33,8 +43,35 @@ impl SaleKeys {
             lock: format!("{base}:lock"),
             fence: format!("{base}:fence"),
             queue: QueueKeys::new(&base),
+            deadlines: QueueKeys::new(&format!("{base}:pay")),
+            returned: format!("{base}:returned"),
+            events: format!("{base}:events"),
         }
     }
+}
+
+/// The pattern that matches every sale's events channel under `prefix`,
+/// for one `PSUBSCRIBE` per app instance. Glob characters in the prefix are
+/// escaped so that they match only themselves.
+pub fn events_pattern(prefix: &str) -> String {
+    let mut escaped = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    format!("{escaped}:{{sale:*}}:events")
+}
+
+/// The sale id in an events channel name, the inverse of [`SaleKeys::events`].
+pub fn sale_of_events_channel(prefix: &str, channel: &str) -> Option<i64> {
+    channel
+        .strip_prefix(prefix)?
+        .strip_prefix(":{sale:")?
+        .strip_suffix("}:events")?
+        .parse()
+        .ok()
 }
 
 /// The keys of one task queue. `base` carries the hash tag.
@@ -82,15 +119,45 @@ mod tests {
     #[test]
     fn every_key_of_a_sale_shares_one_hash_tag() {
         let keys = SaleKeys::new("t1", 42);
-        let mut all = vec![&keys.stock, &keys.buyers, &keys.lock, &keys.fence];
-        let queue: Vec<String> = keys.queue.all().iter().map(|k| k.to_string()).collect();
-        all.extend(queue.iter());
+        let mut all = vec![
+            &keys.stock,
+            &keys.buyers,
+            &keys.lock,
+            &keys.fence,
+            &keys.returned,
+            &keys.events,
+        ];
+        let queues: Vec<String> = keys
+            .queue
+            .all()
+            .iter()
+            .chain(keys.deadlines.all().iter())
+            .map(|k| k.to_string())
+            .collect();
+        all.extend(queues.iter());
         for key in all {
             assert!(
                 key.starts_with("t1:{sale:42}:"),
                 "{key} lacks the sale's hash tag"
             );
         }
+    }
+
+    #[test]
+    fn the_order_queue_and_the_deadline_queue_are_distinct() {
+        let keys = SaleKeys::new("t1", 42);
+        for (order, deadline) in keys.queue.all().iter().zip(keys.deadlines.all()) {
+            assert_ne!(*order, deadline);
+        }
+    }
+
+    #[test]
+    fn an_events_channel_names_its_sale_and_matches_the_pattern() {
+        let channel = SaleKeys::new("t1", 42).events;
+        assert_eq!(sale_of_events_channel("t1", &channel), Some(42));
+        assert_eq!(sale_of_events_channel("t2", &channel), None);
+        assert_eq!(events_pattern("t1"), "t1:{sale:*}:events");
+        assert_eq!(events_pattern("a*b"), "a\\*b:{sale:*}:events");
     }
 
     #[test]

@@ -117,12 +117,7 @@ async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> an
 
 /// Cancel `token` on SIGINT (Ctrl-C) or SIGTERM (`docker stop`, `kill`).
 async fn cancel_on_signal(token: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    startup::wait_for_signal().await;
     tracing::info!("stopping after the batch in progress");
     token.cancel();
 }

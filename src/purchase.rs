@@ -145,6 +145,7 @@ pub async fn commit<C: ConnectionLike + Send>(
         .arg(&job.user_id)
         .arg(job.order_id.to_string())
         .arg(job.to_payload())
+        .arg(&keys.events)
         .invoke_async(conn)
         .await?;
     Ok((left >= 0).then_some(left))
@@ -383,6 +384,8 @@ impl Purchaser {
             .set(&keys.stock, stock_left - 1)
             .ignore()
             .sadd(&keys.buyers, user.as_str())
+            .ignore()
+            .publish(&keys.events, stock_left - 1)
             .ignore()
             .query_async(conn)
             .await

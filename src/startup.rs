@@ -24,8 +24,9 @@ use tracing_actix_web::{RequestId, TracingLogger};
 
 use crate::catalog::Catalog;
 use crate::config::{PurchaseSettings, WorkerSettings};
+use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
-use crate::web::{AdminToken, AppState, routes};
+use crate::web::{AdminToken, AppState, routes, security};
 use crate::worker::Worker;
 
 /// The header that names the instance that answered.
@@ -161,6 +162,8 @@ pub struct Application {
     address: SocketAddr,
     server: Server,
     worker: Option<JoinHandle<()>>,
+    /// The task that forwards Redis pub/sub to the live pages.
+    events: JoinHandle<()>,
     shutdown: CancellationToken,
 }
 
@@ -187,6 +190,13 @@ impl Application {
             tokio::spawn(worker.run(shutdown.clone()))
         });
 
+        let (events, events_task) = SaleEvents::start(
+            &settings.redis_url,
+            &settings.redis_prefix,
+            shutdown.clone(),
+        )
+        .context("starting the sale events listener")?;
+
         let state = web::Data::new(AppState {
             purchaser: Purchaser::new(
                 redis.clone(),
@@ -199,9 +209,13 @@ impl Application {
             prefix: settings.redis_prefix.clone(),
             catalog: Catalog::default(),
             admin: AdminToken::new(settings.admin_token.as_deref()),
+            events,
+            shutdown: shutdown.clone(),
         });
         let server = HttpServer::new(move || {
             App::new()
+                .wrap(from_fn(security::refuse_cross_site_posts))
+                .wrap(security::headers())
                 .wrap(from_fn(request_id_header))
                 .wrap(DefaultHeaders::new().add((INSTANCE_HEADER, instance.clone())))
                 .wrap(TracingLogger::default())
@@ -212,12 +226,16 @@ impl Application {
         .context("starting the HTTP server")?
         // Requests in flight get this long to finish on shutdown.
         .shutdown_timeout(5)
+        // We handle SIGINT and SIGTERM ourselves (run_until_stopped), so that
+        // the live event streams end before the server waits for them.
+        .disable_signals()
         .run();
         tracing::info!(%address, strategy = ?settings.purchase.strategy, worker = settings.run_worker, "listening");
         Ok(Self {
             address,
             server,
             worker,
+            events: events_task,
             shutdown,
         })
     }
@@ -231,14 +249,37 @@ impl Application {
     }
 
     /// Serve until the process gets SIGINT or SIGTERM (or the server is
-    /// stopped); then stop accepting, finish requests in flight, let the
-    /// worker finish its batch, and return.
+    /// stopped); then end the live event streams, stop accepting, finish
+    /// requests in flight, let the worker finish its batch, and return.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let handle = self.server.handle();
+        let shutdown = self.shutdown.clone();
+        // Event streams never finish by themselves: cancelling the token
+        // first ends them, so the graceful stop below does not wait its
+        // whole timeout for every open sale page.
+        let on_signal = tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            shutdown.cancel();
+            handle.stop(true).await;
+        });
         let served = self.server.await.context("running the HTTP server");
+        on_signal.abort();
         self.shutdown.cancel();
         if let Some(worker) = self.worker {
             worker.await.context("the worker task panicked")?;
         }
+        self.events.await.context("the sale events task panicked")?;
         served
+    }
+}
+
+/// Wait for SIGINT (Ctrl-C) or SIGTERM (`docker stop`, `kill`).
+pub async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
 }

@@ -25,17 +25,28 @@
 //! While PostgreSQL is down, reserved jobs go back to the queue without using
 //! up an attempt, and the worker backs off (up to a few seconds) until it
 //! answers again.
+//!
+//! The worker drains a second queue per sale: the payment deadlines. Each
+//! confirmed order gets a delayed job there, due when its payment window
+//! closes; it is queued after the commit that confirms the order and before
+//! the order job's ack, so a crash in between redelivers the order job, whose
+//! (no-op) write queues the deadline again; queueing by id keeps one job.
+//! [`Worker::try_process_deadlines`] runs the due deadlines: see
+//! `payment.rs` for how a deadline and a payment race.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context;
 use deadpool_redis::Pool as RedisPool;
 use sqlx::{PgPool, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::config::WorkerSettings;
 use crate::domain::{OrderJob, RejectReason};
 use crate::keys::SaleKeys;
+use crate::payment::{self, Deadline};
 use crate::queue::{Attempt, Queue, Reserved};
 
 /// Longest pause between tries while PostgreSQL or Redis is failing.
@@ -58,16 +69,23 @@ pub struct BatchReport {
     pub reclaimed: u64,
     /// Jobs that ran out of attempts and were dead-lettered by this reserve.
     pub dead_lettered: u64,
+    /// Unpaid orders cancelled at their deadline (their unit is back on sale).
+    pub cancelled: usize,
+    /// Deadlines that found the order paid: nothing to do.
+    pub paid_in_time: usize,
 }
 
 impl BatchReport {
-    fn add(&mut self, other: BatchReport) {
+    /// Add another report's counts to this one.
+    pub fn add(&mut self, other: BatchReport) {
         self.reserved += other.reserved;
         self.confirmed += other.confirmed;
         self.rejected += other.rejected;
         self.redelivered += other.redelivered;
         self.reclaimed += other.reclaimed;
         self.dead_lettered += other.dead_lettered;
+        self.cancelled += other.cancelled;
+        self.paid_in_time += other.paid_in_time;
     }
 }
 
@@ -100,72 +118,16 @@ impl Worker {
         }
     }
 
-    /// One step on one sale's queue: reserve, write, commit, ack.
+    /// One step on one sale's queue: reserve, write, commit, queue the
+    /// payment deadlines, ack.
     #[tracing::instrument(skip(self), fields(reserved))]
     pub async fn try_process_batch(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
-        let queue = Queue::new(SaleKeys::new(&self.prefix, sale_id).queue);
-        let mut conn = self
-            .redis
-            .get()
-            .await
-            .context("getting a Redis connection")?;
-        let reservation = queue
-            .reserve(
-                &mut conn,
-                self.settings.batch_size as usize,
-                self.settings.lease(),
-                self.settings.max_attempts,
-            )
-            .await
-            .context("reserving jobs")?;
-        let mut report = BatchReport {
-            reserved: reservation.jobs.len(),
-            reclaimed: reservation.reclaimed,
-            dead_lettered: reservation.dead_lettered,
-            ..BatchReport::default()
-        };
-        if reservation.reclaimed > 0 {
-            tracing::warn!(
-                count = reservation.reclaimed,
-                "redelivering jobs whose worker died"
-            );
-        }
-        if reservation.dead_lettered > 0 {
-            tracing::error!(
-                count = reservation.dead_lettered,
-                "jobs dead-lettered after too many attempts"
-            );
-        }
-        if reservation.jobs.is_empty() {
+        let keys = SaleKeys::new(&self.prefix, sale_id);
+        let queue = Queue::new(keys.queue.clone());
+        let (mut conn, mut report, orders, reserved) = self.reserve(&queue).await?;
+        if reserved.is_empty() {
             return Ok(report);
         }
-        tracing::Span::current().record("reserved", reservation.jobs.len());
-
-        // A payload that does not decode can never succeed: count the attempt
-        // so it ends in the dead-letter set, and carry on with the rest.
-        let (jobs, broken): (Vec<_>, Vec<_>) = reservation
-            .jobs
-            .into_iter()
-            .map(|job| (OrderJob::from_payload(&job.payload).ok(), job))
-            .partition(|(order, _)| order.is_some());
-        if !broken.is_empty() {
-            let broken: Vec<Reserved> = broken.into_iter().map(|(_, job)| job).collect();
-            tracing::error!(ids = ?broken.iter().map(|j| &j.id).collect::<Vec<_>>(), "undecodable jobs");
-            queue
-                .retry(
-                    &mut conn,
-                    &broken,
-                    FAILED_JOB_DELAY,
-                    Attempt::Failed,
-                    self.settings.max_attempts,
-                )
-                .await
-                .context("giving back undecodable jobs")?;
-        }
-        let (orders, reserved): (Vec<OrderJob>, Vec<Reserved>) = jobs
-            .into_iter()
-            .map(|(order, job)| (order.expect("partitioned on is_some"), job))
-            .unzip();
 
         match self.write_orders(&orders).await {
             Ok(written) => {
@@ -176,6 +138,11 @@ impl Worker {
                         Written::AlreadyThere => report.redelivered += 1,
                     }
                 }
+                // After the commit, before the ack: a crash in between
+                // redelivers the order jobs, and this runs again.
+                self.schedule_deadlines(&mut conn, &keys, &orders)
+                    .await
+                    .context("queueing payment deadlines")?;
                 // Only now, after the commit, may the jobs leave the queue.
                 queue
                     .ack(&mut conn, &reserved)
@@ -207,13 +174,199 @@ impl Worker {
         }
     }
 
+    /// Reserve a batch from `queue` and decode it. Returns the connection
+    /// it used, the report so far, the decoded jobs and their reservations,
+    /// in the same order. A payload that does not decode can never succeed:
+    /// its attempt counts, so it ends in the dead-letter set, and the rest
+    /// carry on.
+    async fn reserve(
+        &self,
+        queue: &Queue,
+    ) -> anyhow::Result<(
+        deadpool_redis::Connection,
+        BatchReport,
+        Vec<OrderJob>,
+        Vec<Reserved>,
+    )> {
+        let mut conn = self
+            .redis
+            .get()
+            .await
+            .context("getting a Redis connection")?;
+        let reservation = queue
+            .reserve(
+                &mut conn,
+                self.settings.batch_size as usize,
+                self.settings.lease(),
+                self.settings.max_attempts,
+            )
+            .await
+            .context("reserving jobs")?;
+        let report = BatchReport {
+            reserved: reservation.jobs.len(),
+            reclaimed: reservation.reclaimed,
+            dead_lettered: reservation.dead_lettered,
+            ..BatchReport::default()
+        };
+        if reservation.reclaimed > 0 {
+            tracing::warn!(
+                count = reservation.reclaimed,
+                "redelivering jobs whose worker died"
+            );
+        }
+        if reservation.dead_lettered > 0 {
+            tracing::error!(
+                count = reservation.dead_lettered,
+                "jobs dead-lettered after too many attempts"
+            );
+        }
+        if !reservation.jobs.is_empty() {
+            tracing::Span::current().record("reserved", reservation.jobs.len());
+        }
+        let (jobs, broken): (Vec<_>, Vec<_>) = reservation
+            .jobs
+            .into_iter()
+            .map(|job| (OrderJob::from_payload(&job.payload).ok(), job))
+            .partition(|(order, _)| order.is_some());
+        if !broken.is_empty() {
+            let broken: Vec<Reserved> = broken.into_iter().map(|(_, job)| job).collect();
+            tracing::error!(ids = ?broken.iter().map(|j| &j.id).collect::<Vec<_>>(), "undecodable jobs");
+            queue
+                .retry(
+                    &mut conn,
+                    &broken,
+                    FAILED_JOB_DELAY,
+                    Attempt::Failed,
+                    self.settings.max_attempts,
+                )
+                .await
+                .context("giving back undecodable jobs")?;
+        }
+        let (orders, reserved) = jobs
+            .into_iter()
+            .map(|(order, job)| (order.expect("partitioned on is_some"), job))
+            .unzip();
+        Ok((conn, report, orders, reserved))
+    }
+
+    /// Queue the payment deadline of every order of the batch that is
+    /// confirmed in PostgreSQL, due when its `pay_by` passes. Orders just
+    /// confirmed and redelivered ones alike: queueing by id keeps one job,
+    /// and a redelivered order keeps the deadline it was given first.
+    async fn schedule_deadlines(
+        &self,
+        conn: &mut deadpool_redis::Connection,
+        keys: &SaleKeys,
+        orders: &[OrderJob],
+    ) -> anyhow::Result<()> {
+        let ids: Vec<Uuid> = orders.iter().map(|order| order.order_id).collect();
+        // Milliseconds left until each deadline, on PostgreSQL's clock.
+        let due: Vec<(Uuid, i64)> = sqlx::query_as(
+            "SELECT id, GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
+               FROM orders
+              WHERE id = ANY($1) AND status = 'confirmed' AND pay_by IS NOT NULL",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pg)
+        .await
+        .context("reading payment deadlines")?;
+        // Orders confirmed in one transaction share their deadline, so
+        // this is usually one enqueue per batch.
+        let mut by_delay: BTreeMap<i64, Vec<(String, String)>> = BTreeMap::new();
+        for order in orders {
+            if let Some((_, left_ms)) = due.iter().find(|(id, _)| *id == order.order_id) {
+                by_delay
+                    .entry(*left_ms)
+                    .or_default()
+                    .push((order.order_id.to_string(), order.to_payload()));
+            }
+        }
+        let queue = Queue::new(keys.deadlines.clone());
+        for (left_ms, jobs) in by_delay {
+            let jobs: Vec<(&str, &str)> = jobs
+                .iter()
+                .map(|(id, payload)| (id.as_str(), payload.as_str()))
+                .collect();
+            queue
+                .enqueue(
+                    conn,
+                    &jobs,
+                    Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
+                )
+                .await
+                .context("queueing payment deadlines")?;
+        }
+        Ok(())
+    }
+
+    /// One step on one sale's deadline queue: for each due deadline, cancel
+    /// the order in PostgreSQL if it is still unpaid, give its unit back in
+    /// Redis, and only then ack. See `payment.rs`.
+    #[tracing::instrument(skip(self), fields(reserved))]
+    pub async fn try_process_deadlines(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
+        let keys = SaleKeys::new(&self.prefix, sale_id);
+        let queue = Queue::new(keys.deadlines.clone());
+        let (mut conn, mut report, orders, reserved) = self.reserve(&queue).await?;
+        for (done, order) in orders.iter().enumerate() {
+            let deadline = match payment::cancel_unpaid(&self.pg, order.order_id).await {
+                Ok(deadline) => deadline,
+                Err(error) => {
+                    // Acknowledge what is done; give this job and the rest
+                    // back (not counting the attempt while PostgreSQL is
+                    // unreachable); stop.
+                    let attempt = if is_unavailable(&error) {
+                        Attempt::NotTried
+                    } else {
+                        Attempt::Failed
+                    };
+                    let (finished, rest) = reserved.split_at(done);
+                    queue
+                        .ack(&mut conn, finished)
+                        .await
+                        .context("acknowledging deadlines")?;
+                    queue
+                        .retry(
+                            &mut conn,
+                            rest,
+                            FAILED_JOB_DELAY,
+                            attempt,
+                            self.settings.max_attempts,
+                        )
+                        .await
+                        .context("giving back deadlines after a failed cancel")?;
+                    return Err(error).context("cancelling an unpaid order");
+                }
+            };
+            match deadline {
+                Deadline::Cancelled => report.cancelled += 1,
+                Deadline::Paid => report.paid_in_time += 1,
+                Deadline::AlreadyCancelled | Deadline::Nothing => report.redelivered += 1,
+            }
+            if deadline.returns_unit() {
+                // A Redis failure here leaves this job (and the rest of the
+                // batch) unacknowledged: they are delivered again when the
+                // lease runs out, and the return then happens.
+                let returned = payment::return_unit(&mut conn, &keys, order)
+                    .await
+                    .context("giving a unit back in Redis")?;
+                tracing::info!(order_id = %order.order_id, ?returned, "deadline passed unpaid");
+            }
+        }
+        queue
+            .ack(&mut conn, &reserved)
+            .await
+            .context("acknowledging deadlines")?;
+        Ok(report)
+    }
+
     /// Write a batch of orders in one transaction. Public so that tests can
     /// play a worker that dies between this commit and the ack.
     pub async fn write_orders(&self, orders: &[OrderJob]) -> Result<Vec<Written>, sqlx::Error> {
         let mut tx = self.pg.begin().await?;
         let mut written = Vec::with_capacity(orders.len());
+        let window = self.settings.payment_window().as_secs_f64();
         for order in orders {
-            written.push(write_order(&mut tx, order).await?);
+            written.push(write_order(&mut tx, order, window).await?);
         }
         tx.commit().await?;
         Ok(written)
@@ -228,11 +381,13 @@ impl Worker {
             .context("listing sales")
     }
 
-    /// One pass over every sale's queue. Returns what it did in total.
+    /// One pass over every sale's order queue and deadline queue. Returns
+    /// what it did in total.
     pub async fn run_once(&self) -> anyhow::Result<BatchReport> {
         let mut total = BatchReport::default();
         for sale_id in self.sale_ids().await? {
             total.add(self.try_process_batch(sale_id).await?);
+            total.add(self.try_process_deadlines(sale_id).await?);
         }
         Ok(total)
     }
@@ -273,21 +428,25 @@ impl Worker {
     }
 }
 
-/// Insert one order. Each order gets a savepoint, so that a refused order
+/// Insert one order, with its payment deadline `window_secs` from now on
+/// PostgreSQL's clock. Each order gets a savepoint, so that a refused order
 /// rolls back only itself, and is then stored as rejected.
 async fn write_order(
     tx: &mut Transaction<'_, Postgres>,
     order: &OrderJob,
+    window_secs: f64,
 ) -> Result<Written, sqlx::Error> {
     use sqlx::Acquire;
     let mut savepoint = tx.begin().await?;
     let inserted = sqlx::query(
-        "INSERT INTO orders (id, sale_id, user_id, status) VALUES ($1, $2, $3, 'confirmed')
+        "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
+         VALUES ($1, $2, $3, 'confirmed', now() + make_interval(secs => $4))
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(order.order_id)
     .bind(order.sale_id)
     .bind(&order.user_id)
+    .bind(window_secs)
     .execute(&mut *savepoint)
     .await;
     let refused = match inserted {

@@ -8,8 +8,13 @@ use super::UserId;
 pub enum OrderStatus {
     /// Accepted by the purchase API, still on the Redis queue.
     Pending,
-    /// Written to PostgreSQL: the buyer holds a unit.
+    /// Written to PostgreSQL: the buyer holds a unit, and must pay for it
+    /// before the payment window closes.
     Confirmed,
+    /// Paid within the window: the unit is the buyer's for good.
+    Paid,
+    /// Not paid in time: the unit went back on sale.
+    Cancelled,
     /// PostgreSQL refused it (see [`RejectReason`]).
     Rejected,
 }
@@ -19,9 +24,27 @@ impl OrderStatus {
     pub fn parse_db(raw: &str) -> Option<Self> {
         match raw {
             "confirmed" => Some(Self::Confirmed),
+            "paid" => Some(Self::Paid),
+            "cancelled" => Some(Self::Cancelled),
             "rejected" => Some(Self::Rejected),
             _ => None,
         }
+    }
+
+    /// The status as the API and the pages name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Confirmed => "confirmed",
+            Self::Paid => "paid",
+            Self::Cancelled => "cancelled",
+            Self::Rejected => "rejected",
+        }
+    }
+
+    /// Whether the order can still change (pending and confirmed orders can).
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Paid | Self::Cancelled | Self::Rejected)
     }
 }
 
@@ -46,6 +69,10 @@ impl RejectReason {
 
 /// The queue job that carries an accepted order from Redis to PostgreSQL.
 /// Its queue id is the order id, so enqueueing it twice keeps one job.
+///
+/// The same payload, under the same id, is the order's payment deadline on
+/// the sale's deadline queue (see `payment.rs`): it names everything the
+/// cancellation needs to give the unit back in Redis.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OrderJob {
     pub order_id: Uuid,
@@ -86,5 +113,20 @@ mod tests {
         };
         assert_eq!(OrderJob::from_payload(&job.to_payload()).unwrap(), job);
         assert!(OrderJob::from_payload("{not json").is_err());
+    }
+
+    #[test]
+    fn every_stored_status_parses_back_to_itself() {
+        for status in [
+            OrderStatus::Confirmed,
+            OrderStatus::Paid,
+            OrderStatus::Cancelled,
+            OrderStatus::Rejected,
+        ] {
+            assert_eq!(OrderStatus::parse_db(status.as_str()), Some(status));
+        }
+        assert_eq!(OrderStatus::parse_db("pending"), None, "never stored");
+        assert!(!OrderStatus::Confirmed.is_final());
+        assert!(OrderStatus::Cancelled.is_final());
     }
 }

@@ -7,6 +7,8 @@
 -- ARGV[2]  the buyer's user id
 -- ARGV[3]  the order id (also the queue job id)
 -- ARGV[4]  the order job's payload
+-- ARGV[5]  the sale's events channel (pub/sub, not a key): the new units
+--          left are published on it, for the live sale pages
 --
 -- Returns the units left after this sale, or -1 if the caller no longer
 -- holds the lock (nothing was written).
@@ -30,4 +32,5 @@ end
 local left = redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[2])
 push(KEYS[4], KEYS[5], ARGV[3], ARGV[4], now_ms())
+redis.call('PUBLISH', ARGV[5], left)
 return left

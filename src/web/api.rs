@@ -11,6 +11,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::catalog;
 use crate::domain::{NewSale, OrderJob, OrderStatus, Sale, SaleStatus, UserId};
+use crate::payment::StoredOrder;
 use crate::purchase::Outcome;
 
 /// A request body: always a JSON object.
@@ -67,6 +68,11 @@ impl SaleView {
         format!("{}.{:02}", self.price_cents / 100, self.price_cents % 100)
     }
 
+    /// Units taken so far (pending, confirmed or paid).
+    pub fn sold(&self) -> i64 {
+        i64::from(self.stock_total) - self.stock_left
+    }
+
     /// When the sale opens, for people: "2026-11-23 14:00:00 UTC".
     pub fn opens(&self) -> String {
         self.starts_at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
@@ -92,12 +98,37 @@ impl SaleView {
     }
 }
 
-#[derive(Debug, Serialize)]
-struct OrderView {
-    order_id: Uuid,
-    sale_id: i64,
-    user_id: String,
-    status: OrderStatus,
+/// An order as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderView {
+    pub order_id: Uuid,
+    pub sale_id: i64,
+    pub user_id: String,
+    pub status: OrderStatus,
+    /// The end of the payment window, while the order is confirmed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pay_by: Option<DateTime<Utc>>,
+}
+
+impl From<StoredOrder> for OrderView {
+    fn from(order: StoredOrder) -> Self {
+        Self {
+            order_id: order.order_id,
+            sale_id: order.sale_id,
+            user_id: order.user_id,
+            status: order.status,
+            pay_by: order.pay_by,
+        }
+    }
+}
+
+impl OrderView {
+    /// Whole seconds left to pay, while the window is open.
+    pub fn seconds_to_pay(&self) -> Option<i64> {
+        self.pay_by
+            .map(|deadline| (deadline - Utc::now()).num_seconds())
+            .filter(|left| *left > 0)
+    }
 }
 
 /// Ids in paths are parsed by hand so that a malformed id is simply "not found".
@@ -160,58 +191,45 @@ pub async fn create_sale(
         Utc::now(),
     )
     .map_err(ApiError::InvalidRequest)?;
+    let sale = store_sale(&state, &new).await?;
+    Ok(HttpResponse::Created().json(SaleView::new(&sale, i64::from(sale.stock_total))))
+}
+
+/// Store a validated sale in PostgreSQL and Redis (the API and the admin page).
+pub async fn store_sale(state: &AppState, new: &NewSale) -> Result<Sale, ApiError> {
     let mut conn = state
         .redis
         .get()
         .await
         .context("getting a Redis connection")?;
-    let sale = catalog::create_sale(&state.pg, &mut conn, &state.prefix, &new).await?;
+    let sale = catalog::create_sale(&state.pg, &mut conn, &state.prefix, new).await?;
     tracing::info!(sale_id = sale.id, stock = sale.stock_total, "sale created");
-    Ok(HttpResponse::Created().json(SaleView::new(&sale, i64::from(sale.stock_total))))
+    Ok(sale)
 }
 
 pub async fn get_order(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let order_id = Uuid::parse_str(&path).map_err(|_| ApiError::OrderNotFound)?;
-    // PostgreSQL, then the queues, then PostgreSQL again: the worker may move
-    // the order from the queue to PostgreSQL between the first two looks.
-    if let Some(order) = stored_order(&state, order_id).await? {
-        return Ok(HttpResponse::Ok().json(order));
-    }
-    if let Some(job) = state.queued_order(order_id).await? {
-        return Ok(HttpResponse::Ok().json(OrderView {
-            order_id,
-            sale_id: job.sale_id,
-            user_id: job.user_id,
-            status: OrderStatus::Pending,
-        }));
-    }
-    match stored_order(&state, order_id).await? {
+    let order_id = parse_order_id(&path)?;
+    match state.find_order(order_id).await? {
         Some(order) => Ok(HttpResponse::Ok().json(order)),
         None => Err(ApiError::OrderNotFound),
     }
 }
 
-async fn stored_order(state: &AppState, order_id: Uuid) -> Result<Option<OrderView>, ApiError> {
-    let row: Option<(i64, String, String)> =
-        sqlx::query_as("SELECT sale_id, user_id, status FROM orders WHERE id = $1")
-            .bind(order_id)
-            .fetch_optional(&state.pg)
-            .await
-            .context("reading an order")?;
-    row.map(|(sale_id, user_id, status)| {
-        let status = OrderStatus::parse_db(&status)
-            .with_context(|| format!("unknown order status {status:?}"))?;
-        Ok(OrderView {
-            order_id,
-            sale_id,
-            user_id,
-            status,
-        })
-    })
-    .transpose()
+/// `POST /api/orders/{id}/pay`: simulated payment, no body.
+pub async fn pay(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let order = state.pay_order(parse_order_id(&path)?).await?;
+    Ok(HttpResponse::Ok().json(order))
+}
+
+/// A malformed order id is simply "not found".
+pub fn parse_order_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::OrderNotFound)
 }
 
 /// `GET /healthz`: 200 only when Redis and PostgreSQL both answer.

@@ -34,6 +34,14 @@ pub enum ApiError {
     Ended,
     #[error("too many buyers at once; try again in a moment")]
     Busy,
+    #[error("the payment window of this order has closed; the order is cancelled or about to be")]
+    PaymentWindowClosed,
+    #[error("this order is not confirmed yet; pay once it is confirmed")]
+    OrderPending,
+    #[error("this order was refused and holds no unit to pay for")]
+    OrderRejected,
+    #[error("cross-site form posts are refused")]
+    CrossSite,
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
 }
@@ -52,6 +60,10 @@ impl ApiError {
             Self::NotStarted => "not_started",
             Self::Ended => "ended",
             Self::Busy => "busy",
+            Self::PaymentWindowClosed => "payment_window_closed",
+            Self::OrderPending => "order_pending",
+            Self::OrderRejected => "order_rejected",
+            Self::CrossSite => "cross_site_request",
             Self::Internal(_) => "internal",
         }
     }
@@ -63,9 +75,14 @@ impl ResponseError for ApiError {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized | Self::AdminDisabled => StatusCode::UNAUTHORIZED,
             Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
-            Self::SoldOut | Self::AlreadyPurchased | Self::NotStarted | Self::Ended => {
-                StatusCode::CONFLICT
-            }
+            Self::SoldOut
+            | Self::AlreadyPurchased
+            | Self::NotStarted
+            | Self::Ended
+            | Self::PaymentWindowClosed
+            | Self::OrderPending
+            | Self::OrderRejected => StatusCode::CONFLICT,
+            Self::CrossSite => StatusCode::FORBIDDEN,
             Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

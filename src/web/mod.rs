@@ -1,8 +1,11 @@
 //! The HTTP side: shared state, the route table, and the input limits.
 
+mod admin;
 mod api;
 mod error;
+mod live;
 mod pages;
+pub mod security;
 
 use std::time::Duration;
 
@@ -12,14 +15,17 @@ use deadpool_redis::Pool as RedisPool;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use api::SaleView;
+pub use api::{OrderView, SaleView};
 pub use error::ApiError;
 
 use crate::catalog::{self, Catalog};
-use crate::domain::OrderJob;
+use crate::domain::{OrderJob, OrderStatus};
+use crate::events::SaleEvents;
 use crate::keys::SaleKeys;
+use crate::payment::{self, PayOutcome};
 use crate::purchase::Purchaser;
 use crate::queue::Queue;
 
@@ -35,28 +41,69 @@ pub struct AppState {
     pub catalog: Catalog,
     pub purchaser: Purchaser,
     pub admin: AdminToken,
+    /// Stock changes from Redis pub/sub, for the live sale pages.
+    pub events: SaleEvents,
+    /// Cancelled when the instance shuts down: live event streams end then,
+    /// so that they do not hold the graceful shutdown up.
+    pub shutdown: CancellationToken,
 }
 
-/// The admin token, kept only as a SHA-256 digest. Comparing digests of
-/// fixed length in constant time reveals neither the token nor its length
-/// through response timing.
-pub struct AdminToken(Option<[u8; 32]>);
+/// The admin token, kept only as a SHA-256 digest, and the value of the
+/// admin login cookie it opens. Comparing digests of fixed length in constant
+/// time reveals neither the token nor its length through response timing.
+pub struct AdminToken {
+    digest: Option<[u8; 32]>,
+    cookie: Option<String>,
+}
+
+/// What the admin login cookie holds: a digest of the token, labelled so
+/// that it differs from the digest above. Never the token itself, so a
+/// leaked cookie (a log, a screenshot of the browser's tools) does not leak
+/// the token, which also opens the admin API.
+fn admin_cookie_value(token: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"seckill admin cookie v1\0")
+        .chain_update(token.as_bytes())
+        .finalize();
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
 
 impl AdminToken {
     pub fn new(token: Option<&str>) -> Self {
-        Self(
-            token
-                .filter(|t| !t.is_empty())
-                .map(|t| Sha256::digest(t.as_bytes()).into()),
-        )
+        let token = token.filter(|t| !t.is_empty());
+        Self {
+            digest: token.map(|t| Sha256::digest(t.as_bytes()).into()),
+            cookie: token.map(admin_cookie_value),
+        }
     }
 
     pub fn check(&self, presented: Option<&str>) -> Result<(), ApiError> {
-        let Some(expected) = &self.0 else {
+        let Some(expected) = &self.digest else {
             return Err(ApiError::AdminDisabled);
         };
         let presented: [u8; 32] = Sha256::digest(presented.unwrap_or_default().as_bytes()).into();
         if bool::from(presented.ct_eq(expected)) {
+            Ok(())
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+
+    /// The login cookie's value, if `presented` is the token.
+    pub fn cookie_for(&self, presented: &str) -> Result<String, ApiError> {
+        self.check(Some(presented))?;
+        Ok(admin_cookie_value(presented))
+    }
+
+    /// Check the value of a login cookie.
+    pub fn check_cookie(&self, presented: Option<&str>) -> Result<(), ApiError> {
+        let Some(expected) = &self.cookie else {
+            return Err(ApiError::AdminDisabled);
+        };
+        // Every right value has the same length, so comparing lengths first
+        // reveals nothing about the expected value.
+        let presented = presented.unwrap_or_default().as_bytes();
+        if presented.len() == expected.len() && bool::from(presented.ct_eq(expected.as_bytes())) {
             Ok(())
         } else {
             Err(ApiError::Unauthorized)
@@ -132,6 +179,46 @@ impl AppState {
             .transpose()
     }
 
+    /// An order wherever it is: PostgreSQL, then the queues, then
+    /// PostgreSQL again (the worker may move the order from the queue to
+    /// PostgreSQL between the first two looks).
+    pub async fn find_order(&self, order_id: Uuid) -> anyhow::Result<Option<OrderView>> {
+        if let Some(order) = payment::stored_order(&self.pg, order_id).await? {
+            return Ok(Some(OrderView::from(order)));
+        }
+        if let Some(job) = self.queued_order(order_id).await? {
+            return Ok(Some(OrderView {
+                order_id,
+                sale_id: job.sale_id,
+                user_id: job.user_id,
+                status: OrderStatus::Pending,
+                pay_by: None,
+            }));
+        }
+        Ok(payment::stored_order(&self.pg, order_id)
+            .await?
+            .map(OrderView::from))
+    }
+
+    /// Pay for an order (simulated: no money moves). Paying a paid order
+    /// again changes nothing and answers as the first payment did.
+    pub async fn pay_order(&self, order_id: Uuid) -> Result<OrderView, ApiError> {
+        match payment::pay(&self.pg, order_id).await? {
+            PayOutcome::Paid | PayOutcome::AlreadyPaid => self
+                .find_order(order_id)
+                .await?
+                .ok_or(ApiError::OrderNotFound),
+            PayOutcome::WindowClosed => Err(ApiError::PaymentWindowClosed),
+            PayOutcome::Rejected => Err(ApiError::OrderRejected),
+            // Not in PostgreSQL when we paid. Still queued, or confirmed
+            // since: either way, not payable a moment ago; try again.
+            PayOutcome::NotFound => match self.find_order(order_id).await? {
+                Some(_) => Err(ApiError::OrderPending),
+                None => Err(ApiError::OrderNotFound),
+            },
+        }
+    }
+
     pub async fn redis_answers(&self) -> bool {
         let ping = async {
             let mut conn = self.redis.get().await.ok()?;
@@ -163,10 +250,20 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/api/sales", web::post().to(api::create_sale))
         .route("/api/sales/{id}", web::get().to(api::get_sale))
         .route("/api/sales/{id}/purchase", web::post().to(api::purchase))
+        .route("/api/sales/{id}/events", web::get().to(live::sale_events))
         .route("/api/orders/{id}", web::get().to(api::get_order))
+        .route("/api/orders/{id}/pay", web::post().to(api::pay))
         .route("/", web::get().to(pages::index))
         .route("/sales/{id}", web::get().to(pages::sale))
         .route("/sales/{id}/buy", web::post().to(pages::buy))
+        .route("/orders/{id}", web::get().to(pages::order))
+        .route("/orders/{id}/pay", web::post().to(pages::pay))
+        .route("/admin", web::get().to(admin::index))
+        .route("/admin/login", web::post().to(admin::login))
+        .route("/admin/logout", web::post().to(admin::logout))
+        .route("/admin/sales", web::post().to(admin::create_sale))
+        .route("/admin/sales/{id}", web::get().to(admin::sale))
+        .route("/admin/sales/{id}/redrive", web::post().to(admin::redrive))
         .route("/static/{file}", web::get().to(pages::static_file))
         .default_service(web::to(|| async {
             Err::<actix_web::HttpResponse, _>(ApiError::NotFound)

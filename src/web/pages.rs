@@ -1,5 +1,9 @@
-//! Server-rendered pages: the sale list, a sale, and the result of a purchase.
-//! They work without JavaScript: buying is a plain form post.
+//! Server-rendered pages: the sale list, a sale, the result of a purchase,
+//! and an order. They work without JavaScript: every figure is rendered here,
+//! and buying and paying are plain form posts. With JavaScript
+//! (`static/sale.js`, `static/order.js`), the sale page counts down to the
+//! opening, buys without leaving the page and shows the units left falling
+//! live; the order page follows the order's status and the time left to pay.
 
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::header::ContentType;
@@ -9,10 +13,10 @@ use askama::Template;
 use serde::Deserialize;
 
 use super::AppState;
-use super::api::{SaleView, find_sale};
+use super::api::{OrderView, SaleView, find_sale, parse_order_id};
 use super::error::ApiError;
 use crate::catalog;
-use crate::domain::UserId;
+use crate::domain::{OrderStatus, SaleStatus, UserId};
 use crate::purchase::Outcome;
 
 /// The cookie that remembers a browser's buyer id, so one browser is one buyer.
@@ -21,7 +25,8 @@ const BUYER_COOKIE: &str = "seckill_buyer";
 #[derive(Template)]
 #[template(path = "index.html")]
 struct IndexPage {
-    sales: Vec<SaleView>,
+    /// `(heading, sales)`: live (and sold-out) sales, upcoming, ended.
+    sections: Vec<(&'static str, Vec<SaleView>)>,
 }
 
 #[derive(Template)]
@@ -29,6 +34,48 @@ struct IndexPage {
 struct SalePage {
     sale: SaleView,
     buyer: String,
+    /// Whether the Buy button works now (the server checks again anyway).
+    open: bool,
+    /// The opening time and the server's clock, in ms since the epoch, for
+    /// the countdown: the script counts on the server's clock, not the
+    /// visitor's, which may be off.
+    starts_at_ms: i64,
+    /// When the sale closes, in ms since the epoch; 0 if it never does.
+    ends_at_ms: i64,
+    server_now_ms: i64,
+}
+
+#[derive(Template)]
+#[template(path = "order.html")]
+struct OrderPage {
+    order: OrderView,
+    sale_name: String,
+    /// What a failed payment said, if this page answers one.
+    notice: Option<String>,
+    server_now_ms: i64,
+}
+
+impl OrderPage {
+    /// The order's status in words.
+    fn headline(&self) -> &'static str {
+        match self.order.status {
+            OrderStatus::Pending => {
+                "Pending: your unit is reserved, and the order is being recorded."
+            }
+            OrderStatus::Confirmed => "Confirmed: the unit is yours once you pay.",
+            OrderStatus::Paid => "Paid. The unit is yours.",
+            OrderStatus::Cancelled => {
+                "Cancelled: the payment window closed, and the unit went back on sale."
+            }
+            OrderStatus::Rejected => "Rejected: this order holds no unit.",
+        }
+    }
+
+    fn pay_by_ms(&self) -> i64 {
+        self.order
+            .pay_by
+            .map_or(0, |deadline| deadline.timestamp_millis())
+    }
 }
 
 #[derive(Template)]
@@ -47,7 +94,7 @@ pub struct BuyForm {
     user_id: String,
 }
 
-fn html(page: &impl Template) -> Result<HttpResponse, ApiError> {
+pub(super) fn html(page: &impl Template) -> Result<HttpResponse, ApiError> {
     let body = page.render().context("rendering a page")?;
     Ok(HttpResponse::Ok()
         .content_type(ContentType::html())
@@ -55,12 +102,21 @@ fn html(page: &impl Template) -> Result<HttpResponse, ApiError> {
 }
 
 pub async fn index(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let mut sales = Vec::new();
+    let (mut live, mut upcoming, mut ended) = (Vec::new(), Vec::new(), Vec::new());
     for sale in catalog::list_sales(&state.pg).await? {
         let left = state.stock_left(sale.id).await?;
-        sales.push(SaleView::new(&sale, left));
+        let view = SaleView::new(&sale, left);
+        match view.status {
+            SaleStatus::Upcoming => upcoming.push(view),
+            SaleStatus::Live | SaleStatus::SoldOut => live.push(view),
+            SaleStatus::Ended => ended.push(view),
+        }
     }
-    html(&IndexPage { sales })
+    let sections = [("Live now", live), ("Upcoming", upcoming), ("Ended", ended)]
+        .into_iter()
+        .filter(|(_, sales)| !sales.is_empty())
+        .collect();
+    html(&IndexPage { sections })
 }
 
 pub async fn sale(
@@ -70,15 +126,42 @@ pub async fn sale(
 ) -> Result<HttpResponse, ApiError> {
     let sale = find_sale(&state, &path).await?;
     let left = state.stock_left(sale.id).await?;
-    let buyer = request
+    let known = request
         .cookie(BUYER_COOKIE)
         .map(|c| c.value().to_owned())
-        .filter(|v| UserId::parse(v).is_ok())
+        .filter(|v| UserId::parse(v).is_ok());
+    let buyer = known
+        .clone()
         .unwrap_or_else(|| format!("buyer-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
-    html(&SalePage {
-        sale: SaleView::new(&sale, left),
-        buyer,
-    })
+    let view = SaleView::new(&sale, left);
+    let mut response = html(&SalePage {
+        open: view.status == SaleStatus::Live,
+        starts_at_ms: view.starts_at.timestamp_millis(),
+        ends_at_ms: view.ends_at.map_or(0, |end| end.timestamp_millis()),
+        server_now_ms: chrono::Utc::now().timestamp_millis(),
+        sale: view,
+        buyer: buyer.clone(),
+    })?;
+    // Remember the buyer from the first visit, so that one browser is one
+    // buyer whether it buys with the script or with the form.
+    if known.is_none() {
+        set_buyer_cookie(&mut response, &buyer)?;
+    }
+    Ok(response)
+}
+
+fn set_buyer_cookie(response: &mut HttpResponse, buyer: &str) -> Result<(), ApiError> {
+    // Lax: sent when the visitor follows a link here from elsewhere, never
+    // with a post another site starts.
+    let cookie = Cookie::build(BUYER_COOKIE, buyer.to_owned())
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .finish();
+    response
+        .add_cookie(&cookie)
+        .context("setting the buyer cookie")?;
+    Ok(())
 }
 
 pub async fn buy(
@@ -115,15 +198,67 @@ pub async fn buy(
         order_id,
     };
     let mut response = html(&page)?;
-    let cookie = Cookie::build(BUYER_COOKIE, user.as_str().to_owned())
-        .path("/")
-        .http_only(true)
-        .same_site(SameSite::Lax)
-        .finish();
-    response
-        .add_cookie(&cookie)
-        .context("setting the buyer cookie")?;
+    set_buyer_cookie(&mut response, user.as_str())?;
     Ok(response)
+}
+
+pub async fn order(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let order = state
+        .find_order(parse_order_id(&path)?)
+        .await?
+        .ok_or(ApiError::OrderNotFound)?;
+    html(&order_page(&state, order, None).await?)
+}
+
+/// `POST /orders/{id}/pay`, the form behind the Pay button: pay, then show
+/// the order (a redirect, so that reloading does not post again), or the
+/// order with the reason the payment was refused.
+pub async fn pay(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let order_id = parse_order_id(&path)?;
+    match state.pay_order(order_id).await {
+        Ok(_) => Ok(HttpResponse::SeeOther()
+            .insert_header(("Location", format!("/orders/{order_id}")))
+            .finish()),
+        Err(
+            refused @ (ApiError::PaymentWindowClosed
+            | ApiError::OrderPending
+            | ApiError::OrderRejected),
+        ) => {
+            let order = state
+                .find_order(order_id)
+                .await?
+                .ok_or(ApiError::OrderNotFound)?;
+            let page = order_page(&state, order, Some(refused.to_string())).await?;
+            let mut response = html(&page)?;
+            *response.status_mut() = actix_web::http::StatusCode::CONFLICT;
+            Ok(response)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+async fn order_page(
+    state: &AppState,
+    order: OrderView,
+    notice: Option<String>,
+) -> Result<OrderPage, ApiError> {
+    let sale_name = state
+        .catalog
+        .get(&state.pg, order.sale_id)
+        .await?
+        .map_or_else(String::new, |sale| sale.name.clone());
+    Ok(OrderPage {
+        order,
+        sale_name,
+        notice,
+        server_now_ms: chrono::Utc::now().timestamp_millis(),
+    })
 }
 
 /// The few static files, compiled into the binary so it runs from anywhere.
@@ -132,6 +267,14 @@ pub async fn static_file(path: web::Path<String>) -> Result<HttpResponse, ApiErr
         "style.css" => (
             include_str!("../../static/style.css"),
             "text/css; charset=utf-8",
+        ),
+        "sale.js" => (
+            include_str!("../../static/sale.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        "order.js" => (
+            include_str!("../../static/order.js"),
+            "text/javascript; charset=utf-8",
         ),
         _ => return Err(ApiError::NotFound),
     };

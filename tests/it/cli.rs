@@ -132,3 +132,47 @@ async fn serve_stops_cleanly_on_sigterm() {
         .expect("reap serve");
     assert!(status.success(), "serve exited with {status}");
 }
+
+#[tokio::test]
+async fn serve_ends_open_event_streams_and_exits_cleanly_on_sigterm() {
+    let scratch = Scratch::new().await;
+    let mut server = spawn_process(&scratch, &["serve", "--bind", "127.0.0.1:0"], &[]).await;
+    let client = client();
+    let created = client
+        .post(format!("{}/api/sales", server.address))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .json(&serde_json::json!({"name": "Lamp", "stock": 2, "price_cents": 100}))
+        .send()
+        .await
+        .expect("POST /api/sales");
+    let sale: Value = created.json().await.expect("a sale");
+    let mut stream = client
+        .get(format!(
+            "{}/api/sales/{}/events",
+            server.address, sale["id"]
+        ))
+        .send()
+        .await
+        .expect("GET events");
+    // Wait for the opening snapshot: the stream is open.
+    let mut seen = String::new();
+    while !seen.contains("stock_left") {
+        let chunk = stream.chunk().await.expect("a chunk").expect("more");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+
+    let pid = Pid::from_raw(server.child.id().expect("running") as i32);
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    // The stream ends (cleanly, or with the connection), rather than
+    // holding the shutdown up.
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the event stream outlived SIGTERM by 20 s");
+    let status = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+        .await
+        .expect("serve exits within 20 s of SIGTERM")
+        .expect("reap serve");
+    assert!(status.success(), "serve exited with {status}");
+}

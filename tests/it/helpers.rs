@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use deadpool_redis::Pool as RedisPool;
 use seckill::config::{PurchaseSettings, WorkerSettings};
-use seckill::keys::SaleKeys;
-use seckill::queue::{Queue, QueueStats};
+use seckill::domain::OrderJob;
+use seckill::keys::{QueueKeys, SaleKeys};
+use seckill::queue::{Queue, QueueStats, Reservation};
 use seckill::services::{self, PrivateServers, Services};
 use seckill::startup::{self, Application, Settings};
 use seckill::worker::{BatchReport, Worker};
@@ -277,6 +278,65 @@ impl TestApp {
             .expect("queue stats")
     }
 
+    /// Reserve up to ten jobs of `queue` as a worker that is about to die
+    /// would: with a 20 ms lease, never to be acknowledged.
+    pub async fn reserve_as_a_dying_worker(&self, queue: QueueKeys) -> Reservation {
+        Queue::new(queue)
+            .reserve(
+                &mut self.redis_conn().await,
+                10,
+                Duration::from_millis(20),
+                5,
+            )
+            .await
+            .expect("reserve")
+    }
+
+    /// Write reserved order jobs to PostgreSQL, as the worker does, and
+    /// then neither queue their deadlines nor acknowledge them: a worker
+    /// that dies right after its commit.
+    pub async fn commit_as_a_dying_worker(&self, taken: &Reservation) {
+        let orders: Vec<OrderJob> = taken
+            .jobs
+            .iter()
+            .map(|job| OrderJob::from_payload(&job.payload).expect("a payload"))
+            .collect();
+        self.worker.write_orders(&orders).await.expect("write");
+    }
+
+    /// The sale's payment deadline queue.
+    pub async fn deadline_stats(&self, sale_id: i64) -> QueueStats {
+        Queue::new(self.keys(sale_id).deadlines)
+            .stats(&mut self.redis_conn().await)
+            .await
+            .expect("deadline queue stats")
+    }
+
+    /// POST /api/orders/{id}/pay.
+    pub async fn pay(&self, order_id: Uuid) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/api/orders/{order_id}/pay")))
+            .send()
+            .await
+            .expect("POST pay")
+    }
+
+    /// GET /api/orders/{id}, as JSON.
+    pub async fn order(&self, order_id: Uuid) -> Value {
+        self.get_json(&format!("/api/orders/{order_id}")).await
+    }
+
+    /// Buy a unit for `user` and return the order id; panics unless 202.
+    pub async fn buy(&self, sale_id: i64, user: &str) -> Uuid {
+        let response = self.purchase(sale_id, user).await;
+        assert_eq!(response.status(), 202, "buying for {user}");
+        let body: Value = response.json().await.expect("a JSON body");
+        body["order_id"]
+            .as_str()
+            .and_then(|id| Uuid::parse_str(id).ok())
+            .expect("an order id")
+    }
+
     /// `(order id, user id, status)` of every order of a sale in PostgreSQL.
     pub async fn orders(&self, sale_id: i64) -> Vec<(Uuid, String, String)> {
         orders(&self.pg, sale_id).await
@@ -316,10 +376,7 @@ pub async fn drain(worker: &Worker) -> BatchReport {
         if report.reserved == 0 {
             return total;
         }
-        total.confirmed += report.confirmed;
-        total.rejected += report.rejected;
-        total.redelivered += report.redelivered;
-        total.reserved += report.reserved;
+        total.add(report);
     }
     panic!("the queue did not drain in 1000 passes");
 }

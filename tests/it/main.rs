@@ -4,13 +4,17 @@
 //! [`helpers`]), so they run in parallel and leave nothing behind. Fault
 //! tests start private servers they may stop and kill.
 
+mod admin;
 mod bad_input;
+mod browser;
 mod burst;
 mod cli;
 mod faults;
 mod helpers;
 mod loadtest;
 mod lock;
+mod pages;
+mod payment;
 mod purchase;
 mod queue;
 mod verify;

@@ -179,3 +179,43 @@ async fn the_oversell_expectation_fails_when_nothing_was_oversold() {
         ["accepted orders missing from PostgreSQL"]
     );
 }
+
+#[tokio::test]
+async fn a_paid_order_holds_its_unit_and_a_cancelled_one_is_named() {
+    let mut world = World::new(5).await;
+    let (paid, cancelled) = (world.facts.accepted[0].1, world.facts.accepted[1].1);
+    sqlx::query("UPDATE orders SET status = 'paid', paid_at = now() WHERE id = $1")
+        .bind(paid)
+        .execute(&world.pg)
+        .await
+        .expect("pay");
+    let verdict = world.verify(Expect::NoOversell).await;
+    assert!(verdict.passed(), "{:#?}", verdict.checks);
+
+    // The payment window runs out on another order mid-run: its unit goes
+    // back (as the worker does it), and the run no longer describes the race.
+    sqlx::query("UPDATE orders SET status = 'cancelled', cancelled_at = now() WHERE id = $1")
+        .bind(cancelled)
+        .execute(&world.pg)
+        .await
+        .expect("cancel");
+    sqlx::query("UPDATE sales SET sold = sold - 1 WHERE id = $1")
+        .bind(world.facts.sale_id)
+        .execute(&world.pg)
+        .await
+        .expect("return the unit");
+    let keys = world.keys();
+    redis::pipe()
+        .incr(&keys.stock, 1)
+        .ignore()
+        .srem(&keys.buyers, &world.facts.accepted[1].0)
+        .ignore()
+        .query_async::<()>(&mut world.redis)
+        .await
+        .expect("return the unit in Redis");
+    let failures = world.failures(Expect::NoOversell).await;
+    assert!(
+        failures.contains(&"orders cancelled by the payment window during the run"),
+        "{failures:?}"
+    );
+}

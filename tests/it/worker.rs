@@ -52,15 +52,7 @@ async fn three_orders_reserved_by_a_dying_worker(app: &TestApp) -> (i64, Reserva
     for user in ["a", "b", "c"] {
         assert_eq!(app.purchase(sale, user).await.status(), 202);
     }
-    let taken = Queue::new(app.keys(sale).queue)
-        .reserve(
-            &mut app.redis_conn().await,
-            10,
-            Duration::from_millis(20),
-            5,
-        )
-        .await
-        .expect("reserve");
+    let taken = app.reserve_as_a_dying_worker(app.keys(sale).queue).await;
     assert_eq!(taken.jobs.len(), 3);
     (sale, taken)
 }
@@ -82,13 +74,8 @@ async fn a_worker_that_died_after_reserving_has_its_orders_written_by_the_next()
 async fn a_worker_that_died_after_commit_before_ack_causes_no_second_order() {
     let app = spawn_app().await;
     let (sale, taken) = three_orders_reserved_by_a_dying_worker(&app).await;
-    let orders: Vec<OrderJob> = taken
-        .jobs
-        .iter()
-        .map(|job| OrderJob::from_payload(&job.payload).expect("a payload"))
-        .collect();
     // It commits the orders, then dies before acknowledging them.
-    app.worker.write_orders(&orders).await.expect("write");
+    app.commit_as_a_dying_worker(&taken).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
 
     let report = app.drain().await;

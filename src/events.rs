@@ -1,0 +1,122 @@
+//! Live units-left for the sale pages: Redis pub/sub in, one broadcast out.
+//!
+//! Every script that changes a sale's stock (a purchase, a unit given back)
+//! publishes the new units left on the sale's channel (`keys::SaleKeys::events`).
+//! Each app instance holds ONE Redis pub/sub connection, pattern-subscribed
+//! to every sale's channel, and re-broadcasts what arrives on a
+//! `tokio::sync::broadcast` channel; every browser's server-sent-event stream
+//! (`web::live`) is a receiver of that broadcast. So a thousand watching
+//! browsers cost one Redis connection, not a thousand.
+//!
+//! Pub/sub is fire-and-forget: a message published while the connection is
+//! down, or one a slow receiver lags behind on, is lost. The streams
+//! therefore also send a fresh snapshot, read from Redis, every few
+//! seconds, so a page that missed a message catches up by itself.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::keys;
+
+/// Messages a slow receiver may fall behind by before it skips ahead (it
+/// then relies on the next snapshot).
+const CAPACITY: usize = 1024;
+/// Longest pause between attempts to reconnect to Redis.
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(5);
+
+/// A sale's units left changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StockChange {
+    pub sale_id: i64,
+    pub stock_left: i64,
+}
+
+/// The instance's fan-out of stock changes. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SaleEvents {
+    sender: broadcast::Sender<StockChange>,
+}
+
+impl SaleEvents {
+    /// Start listening on Redis for every sale under `prefix`, until
+    /// `shutdown` is cancelled. The returned task reconnects by itself.
+    pub fn start(
+        redis_url: &str,
+        prefix: &str,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<(Self, JoinHandle<()>)> {
+        let client = redis::Client::open(redis_url)?;
+        let (sender, _) = broadcast::channel(CAPACITY);
+        let task = tokio::spawn(listen(client, prefix.to_owned(), sender.clone(), shutdown));
+        Ok((Self { sender }, task))
+    }
+
+    /// A receiver of every stock change from now on, for every sale.
+    pub fn subscribe(&self) -> broadcast::Receiver<StockChange> {
+        self.sender.subscribe()
+    }
+}
+
+/// Connect, subscribe, forward; on any failure, pause and start over.
+async fn listen(
+    client: redis::Client,
+    prefix: String,
+    sender: broadcast::Sender<StockChange>,
+    shutdown: CancellationToken,
+) {
+    let mut failures: u32 = 0;
+    while !shutdown.is_cancelled() {
+        let session = forward(&client, &prefix, &sender, &mut failures);
+        let error = tokio::select! {
+            () = shutdown.cancelled() => break,
+            error = session => error,
+        };
+        failures = failures.saturating_add(1);
+        let pause = Duration::from_millis(100)
+            .saturating_mul(1u32 << failures.min(10))
+            .min(MAX_RECONNECT_PAUSE);
+        tracing::warn!(
+            error = format!("{error:#}"),
+            ?pause,
+            "sale events: Redis pub/sub lost; reconnecting"
+        );
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// One pub/sub session: returns only when it fails.
+async fn forward(
+    client: &redis::Client,
+    prefix: &str,
+    sender: &broadcast::Sender<StockChange>,
+    failures: &mut u32,
+) -> anyhow::Error {
+    let mut pubsub = match client.get_async_pubsub().await {
+        Ok(pubsub) => pubsub,
+        Err(error) => return anyhow::Error::new(error).context("connecting"),
+    };
+    if let Err(error) = pubsub.psubscribe(keys::events_pattern(prefix)).await {
+        return anyhow::Error::new(error).context("subscribing");
+    }
+    *failures = 0;
+    let mut messages = pubsub.on_message();
+    while let Some(message) = messages.next().await {
+        let sale_id = keys::sale_of_events_channel(prefix, message.get_channel_name());
+        let stock_left = message.get_payload::<i64>().ok();
+        if let (Some(sale_id), Some(stock_left)) = (sale_id, stock_left) {
+            // An error only means that nobody is watching right now.
+            let _ = sender.send(StockChange {
+                sale_id,
+                stock_left: stock_left.max(0),
+            });
+        }
+    }
+    anyhow::anyhow!("the pub/sub connection closed")
+}

@@ -1,0 +1,38 @@
+-- unit_return.lua: give a cancelled order's unit back, once.
+--
+-- KEYS[1]  the sale's stock
+-- KEYS[2]  the sale's buyers set
+-- KEYS[3]  the sale's set of orders whose unit was returned
+-- ARGV[1]  the cancelled order's id
+-- ARGV[2]  its buyer's user id
+-- ARGV[3]  the sale's events channel (pub/sub, not a key)
+--
+-- Returns the units left after the return, -1 if there was nothing to give
+-- back (this order's unit was returned before, or its buyer holds no unit
+-- in Redis), or -2 if the sale is not loaded in Redis (then nothing is
+-- written: loading it from PostgreSQL later counts the cancellation).
+--
+-- Called after PostgreSQL has cancelled the order, by every delivery of its
+-- deadline job, including the redeliveries that follow a worker crash
+-- between the PostgreSQL commit and this script. The race this prevents:
+-- the deadline job is delivered twice (a crash before its ack, or a second
+-- worker after a lease ran out), and both deliveries give the unit back:
+-- the stock grows by two for one cancelled order, and the sale oversells.
+-- The marker set makes the return happen once per order id: the first
+-- delivery adds the id, every later one finds it and writes nothing.
+--
+-- Why the buyer check too: after the return, the buyer may buy again. A
+-- late duplicate of the old job must not remove the buyer of the NEW order
+-- from the set; the marker stops it before it gets there.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return -2
+end
+if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
+  return -1
+end
+if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then
+  return -1
+end
+local left = redis.call('INCR', KEYS[1])
+redis.call('PUBLISH', ARGV[3], left)
+return left

@@ -1,0 +1,321 @@
+//! The admin pages: log in with the admin token, create a sale, and look
+//! inside one: its orders, its stock in Redis beside PostgreSQL's, and its
+//! two queues, with a button to re-drive dead-lettered jobs.
+//!
+//! Logging in posts the token once; the answer sets the `seckill_admin`
+//! cookie, which holds a digest of the token, never the token (see
+//! `AdminToken`). The cookie is `HttpOnly` (no script can read it),
+//! `SameSite=Strict` (no other site's post carries it) and `Secure`
+//! (browsers send it only over HTTPS, and over plain HTTP to `localhost` and
+//! `127.0.0.1`, which they treat as secure: a local demo works, a remote
+//! one needs TLS in front). Every admin page and form checks it; without
+//! it, pages show the login form (`401`) and posts are answered
+//! `401 unauthorized`.
+
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use anyhow::Context;
+use askama::Template;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::AppState;
+use super::api::{SaleView, find_sale, store_sale};
+use super::error::ApiError;
+use super::pages::html;
+use crate::catalog;
+use crate::domain::NewSale;
+use crate::keys::SaleKeys;
+use crate::queue::{Queue, QueueStats};
+
+/// The admin login cookie.
+const ADMIN_COOKIE: &str = "seckill_admin";
+/// Rows of the orders table on a sale's admin page (newest first).
+const ORDERS_SHOWN: i64 = 200;
+
+#[derive(Template)]
+#[template(path = "admin_login.html")]
+struct LoginPage {
+    notice: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "admin.html")]
+struct AdminPage {
+    sales: Vec<SaleView>,
+    notice: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "admin_sale.html")]
+struct AdminSalePage {
+    sale: SaleView,
+    /// Units left according to Redis (`None`: the sale is not loaded).
+    redis_stock: Option<i64>,
+    /// Units left according to PostgreSQL: `stock_total - sold`.
+    pg_left: i64,
+    sold: i32,
+    orders: Vec<OrderRow>,
+    /// `(form value, label, stats)` of the order queue and the deadline queue.
+    queues: Vec<(&'static str, &'static str, QueueStats)>,
+}
+
+impl AdminSalePage {
+    fn stocks_agree(&self) -> bool {
+        self.redis_stock == Some(self.pg_left)
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct OrderRow {
+    id: Uuid,
+    user_id: String,
+    status: String,
+    reason: Option<String>,
+    pay_by: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+}
+
+impl OrderRow {
+    fn created(&self) -> String {
+        self.created_at.format("%H:%M:%S%.3f").to_string()
+    }
+    fn deadline(&self) -> String {
+        match (&self.pay_by, self.status.as_str()) {
+            (Some(deadline), "confirmed") => deadline.format("%H:%M:%S").to_string(),
+            _ => String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    token: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NewSaleForm {
+    name: String,
+    stock: i64,
+    price_cents: i64,
+    /// Seconds from now until the sale opens.
+    starts_in_secs: i64,
+    /// Seconds the sale stays open; empty for no end.
+    duration_secs: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RedriveForm {
+    /// `orders` or `deadlines`.
+    queue: String,
+}
+
+/// Whether the request carries a valid admin cookie.
+fn authenticate(state: &AppState, request: &HttpRequest) -> Result<(), ApiError> {
+    let cookie = request.cookie(ADMIN_COOKIE);
+    state.admin.check_cookie(cookie.as_ref().map(|c| c.value()))
+}
+
+fn login_page(notice: Option<String>, status: StatusCode) -> Result<HttpResponse, ApiError> {
+    let mut response = html(&LoginPage { notice })?;
+    *response.status_mut() = status;
+    Ok(response)
+}
+
+fn see_other(location: &str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header(("Location", location.to_owned()))
+        .finish()
+}
+
+/// `GET /admin`: the sales and the form to create one, or the login form.
+pub async fn index(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    if authenticate(&state, &request).is_err() {
+        return login_page(None, StatusCode::UNAUTHORIZED);
+    }
+    admin_page(&state, None, StatusCode::OK).await
+}
+
+async fn admin_page(
+    state: &AppState,
+    notice: Option<String>,
+    status: StatusCode,
+) -> Result<HttpResponse, ApiError> {
+    let mut sales = Vec::new();
+    for sale in catalog::list_sales(&state.pg).await? {
+        let left = state.stock_left(sale.id).await?;
+        sales.push(SaleView::new(&sale, left));
+    }
+    let mut response = html(&AdminPage { sales, notice })?;
+    *response.status_mut() = status;
+    Ok(response)
+}
+
+/// `POST /admin/login`: the token in, the cookie out.
+pub async fn login(
+    state: web::Data<AppState>,
+    form: web::Form<LoginForm>,
+) -> Result<HttpResponse, ApiError> {
+    let value = match state.admin.cookie_for(&form.token) {
+        Ok(value) => value,
+        Err(refused) => {
+            tracing::warn!("admin login refused");
+            return login_page(Some(refused.to_string()), StatusCode::UNAUTHORIZED);
+        }
+    };
+    let cookie = Cookie::build(ADMIN_COOKIE, value)
+        .path("/admin")
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Strict)
+        .finish();
+    let mut response = see_other("/admin");
+    response
+        .add_cookie(&cookie)
+        .context("setting the admin cookie")?;
+    Ok(response)
+}
+
+/// `POST /admin/logout`: forget the cookie.
+pub async fn logout() -> Result<HttpResponse, ApiError> {
+    let mut cookie = Cookie::build(ADMIN_COOKIE, "")
+        .path("/admin")
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Strict)
+        .finish();
+    cookie.make_removal();
+    let mut response = see_other("/admin");
+    response
+        .add_cookie(&cookie)
+        .context("clearing the admin cookie")?;
+    Ok(response)
+}
+
+/// `POST /admin/sales`: the create-a-sale form.
+pub async fn create_sale(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    form: web::Form<NewSaleForm>,
+) -> Result<HttpResponse, ApiError> {
+    authenticate(&state, &request)?;
+    let now = Utc::now();
+    let starts_at = now + chrono::Duration::seconds(form.starts_in_secs.clamp(0, 31_536_000));
+    let duration = match form.duration_secs.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(raw) => match raw.parse::<i64>() {
+            Ok(secs) => Some(secs.clamp(-1, 31_536_000)),
+            Err(_) => {
+                let notice = "duration must be a whole number of seconds, or empty".to_owned();
+                return admin_page(&state, Some(notice), StatusCode::BAD_REQUEST).await;
+            }
+        },
+    };
+    let ends_at = duration.map(|secs| starts_at + chrono::Duration::seconds(secs));
+    let new = match NewSale::parse(
+        &form.name,
+        form.stock,
+        form.price_cents,
+        Some(starts_at),
+        ends_at,
+        now,
+    ) {
+        Ok(new) => new,
+        Err(reason) => return admin_page(&state, Some(reason), StatusCode::BAD_REQUEST).await,
+    };
+    let sale = store_sale(&state, &new).await?;
+    Ok(see_other(&format!("/admin/sales/{}", sale.id)))
+}
+
+/// `GET /admin/sales/{id}`: one sale, inside.
+pub async fn sale(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    if authenticate(&state, &request).is_err() {
+        return login_page(None, StatusCode::UNAUTHORIZED);
+    }
+    let sale = find_sale(&state, &path).await?;
+    let keys = SaleKeys::new(&state.prefix, sale.id);
+    let mut conn = state
+        .redis
+        .get()
+        .await
+        .context("getting a Redis connection")?;
+    let redis_stock: Option<i64> = redis::cmd("GET")
+        .arg(&keys.stock)
+        .query_async(&mut conn)
+        .await
+        .context("reading the stock")?;
+    let order_queue = Queue::new(keys.queue.clone())
+        .stats(&mut conn)
+        .await
+        .context("reading the order queue")?;
+    let deadline_queue = Queue::new(keys.deadlines.clone())
+        .stats(&mut conn)
+        .await
+        .context("reading the deadline queue")?;
+    let sold: i32 = sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
+        .bind(sale.id)
+        .fetch_one(&state.pg)
+        .await
+        .context("reading sold")?;
+    let orders: Vec<OrderRow> = sqlx::query_as(
+        "SELECT id, user_id, status, reason, pay_by, created_at FROM orders
+          WHERE sale_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2",
+    )
+    .bind(sale.id)
+    .bind(ORDERS_SHOWN)
+    .fetch_all(&state.pg)
+    .await
+    .context("reading a sale's orders")?;
+    html(&AdminSalePage {
+        sale: SaleView::new(&sale, redis_stock.unwrap_or(0)),
+        redis_stock,
+        pg_left: i64::from(sale.stock_total - sold),
+        sold,
+        orders,
+        queues: vec![
+            ("orders", "Orders", order_queue),
+            ("deadlines", "Payment deadlines", deadline_queue),
+        ],
+    })
+}
+
+/// `POST /admin/sales/{id}/redrive`: put a queue's dead-lettered jobs back.
+pub async fn redrive(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    form: web::Form<RedriveForm>,
+) -> Result<HttpResponse, ApiError> {
+    authenticate(&state, &request)?;
+    let sale = find_sale(&state, &path).await?;
+    let keys = SaleKeys::new(&state.prefix, sale.id);
+    let queue = match form.queue.as_str() {
+        "orders" => Queue::new(keys.queue),
+        "deadlines" => Queue::new(keys.deadlines),
+        other => {
+            return Err(ApiError::InvalidRequest(format!(
+                "unknown queue {other:?}: expected orders or deadlines"
+            )));
+        }
+    };
+    let mut conn = state
+        .redis
+        .get()
+        .await
+        .context("getting a Redis connection")?;
+    let count = queue
+        .redrive(&mut conn)
+        .await
+        .context("re-driving dead-lettered jobs")?;
+    tracing::info!(sale_id = sale.id, queue = %form.queue, count, "dead-lettered jobs re-driven");
+    Ok(see_other(&format!("/admin/sales/{}", sale.id)))
+}

@@ -1,0 +1,105 @@
+//! `GET /api/sales/{id}/events`: a sale's units left, live, as server-sent
+//! events (`text/event-stream`), for the sale page's `EventSource`.
+//!
+//! Each stream is a receiver of the instance's one broadcast of stock
+//! changes (see `events.rs`), filtered to its sale. It opens with a
+//! snapshot read from Redis, and sends a fresh snapshot every
+//! [`SNAPSHOT_EVERY`], so a client that missed a message (pub/sub drops
+//! them while its connection is down; a receiver that lags skips some)
+//! shows the right figure again within seconds. The snapshot doubles as
+//! the heartbeat that lets proxies and the browser see the stream is alive.
+//!
+//! Every stream ends when the instance shuts down, so that an open page
+//! never holds a graceful shutdown up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web::Bytes;
+use actix_web::{HttpResponse, web};
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::AppState;
+use super::api::find_sale;
+use super::error::ApiError;
+use crate::events::StockChange;
+
+/// How often a stream sends a snapshot read from Redis.
+pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
+
+/// What one stream needs between events.
+struct Stream {
+    state: web::Data<AppState>,
+    sale_id: i64,
+    changes: broadcast::Receiver<StockChange>,
+    snapshots: tokio::time::Interval,
+}
+
+pub async fn sale_events(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let sale: Arc<_> = find_sale(&state, &path).await?;
+    // Subscribe before the first snapshot is read, so that no change can
+    // fall between the two.
+    let changes = state.events.subscribe();
+    // The first tick fires at once: it is the opening snapshot.
+    let snapshots = tokio::time::interval(SNAPSHOT_EVERY);
+    let stream = Stream {
+        state,
+        sale_id: sale.id,
+        changes,
+        snapshots,
+    };
+    // The browser reconnects by itself if the stream breaks; tell it not
+    // to wait long before it does.
+    let opening = futures_util::stream::once(async {
+        Ok::<_, std::convert::Infallible>(Bytes::from_static(b"retry: 2000\n\n"))
+    });
+    let events = futures_util::stream::unfold(stream, |mut stream| async move {
+        let event = stream.next_event().await?;
+        Some((Ok(event), stream))
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("Cache-Control", "no-cache"))
+        // Ask proxies such as nginx not to buffer the stream.
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(futures_util::StreamExt::chain(opening, events)))
+}
+
+impl Stream {
+    /// The next event to send, or `None` when the stream should end.
+    async fn next_event(&mut self) -> Option<Bytes> {
+        loop {
+            tokio::select! {
+                () = self.state.shutdown.cancelled() => return None,
+                _ = self.snapshots.tick() => {
+                    match self.state.stock_left(self.sale_id).await {
+                        Ok(left) => return Some(stock_event(left)),
+                        // Redis is down: keep the stream open with a
+                        // comment line, and try again at the next tick.
+                        Err(_) => return Some(Bytes::from_static(b": redis unavailable\n\n")),
+                    }
+                }
+                change = self.changes.recv() => match change {
+                    Ok(change) if change.sale_id == self.sale_id => {
+                        return Some(stock_event(change.stock_left));
+                    }
+                    Ok(_) => {}
+                    // Skipped some messages: send a snapshot right away.
+                    Err(RecvError::Lagged(_)) => self.snapshots.reset_immediately(),
+                    Err(RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+}
+
+fn stock_event(stock_left: i64) -> Bytes {
+    Bytes::from(format!(
+        "event: stock\ndata: {{\"stock_left\":{}}}\n\n",
+        stock_left.max(0)
+    ))
+}

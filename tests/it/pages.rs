@@ -1,0 +1,308 @@
+//! The storefront pages without a browser: what they render, the headers
+//! they send, the cross-site posts they refuse, and the live event stream.
+
+use std::time::Duration;
+
+use reqwest::header::{CONTENT_TYPE, SET_COOKIE};
+use seckill::events::SaleEvents;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{TestApp, spawn_app};
+
+async fn get_html(app: &TestApp, path: &str) -> (reqwest::StatusCode, String) {
+    let response = app.client.get(app.url(path)).send().await.expect("GET");
+    (response.status(), response.text().await.expect("a body"))
+}
+
+#[tokio::test]
+async fn every_response_carries_the_security_headers() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    for path in [
+        "/".to_owned(),
+        format!("/sales/{sale}"),
+        format!("/api/sales/{sale}"),
+        "/admin".to_owned(),
+        "/static/sale.js".to_owned(),
+        "/no/such/page".to_owned(),
+    ] {
+        let response = app.client.get(app.url(&path)).send().await.expect("GET");
+        let headers = response.headers();
+        let csp = headers["content-security-policy"].to_str().expect("ASCII");
+        for directive in [
+            "default-src 'self'",
+            "script-src 'self'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(
+                csp.contains(directive),
+                "{path}: {directive} missing from {csp}"
+            );
+        }
+        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(headers["x-frame-options"], "DENY", "{path}");
+        assert_eq!(headers["referrer-policy"], "same-origin", "{path}");
+    }
+}
+
+#[tokio::test]
+async fn the_pages_run_no_inline_script_or_style_so_the_policy_can_forbid_them() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    let order = app.buy(sale, "ann").await;
+    for path in [
+        "/".to_owned(),
+        format!("/sales/{sale}"),
+        format!("/orders/{order}"),
+        "/admin".to_owned(),
+    ] {
+        let (status, html) = get_html(&app, &path).await;
+        assert!(status.is_success() || status == 401, "{path}: {status}");
+        for inline in ["<script>", "style=", "onclick", "<style"] {
+            assert!(!html.contains(inline), "{path} has {inline}: {html}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_cross_site_form_post_is_refused_and_writes_nothing() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    let own_origin = app.address.clone();
+    let buy = |headers: Vec<(&'static str, String)>| {
+        let mut request = app
+            .client
+            .post(app.url(&format!("/sales/{sale}/buy")))
+            .form(&[("user_id", "victim")]);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    for forged in [
+        vec![("origin", "https://evil.example".to_owned())],
+        vec![("origin", "null".to_owned())],
+        vec![("sec-fetch-site", "cross-site".to_owned())],
+        vec![
+            ("sec-fetch-site", "same-site".to_owned()),
+            ("origin", own_origin.clone()),
+        ],
+        vec![("referer", "https://evil.example/trap.html".to_owned())],
+    ] {
+        let response = buy(forged.clone()).await.expect("POST");
+        assert_eq!(response.status(), 403, "{forged:?}");
+        let body: serde_json::Value = response.json().await.expect("JSON");
+        assert_eq!(body["error"], "cross_site_request", "{forged:?}");
+    }
+    let login = app
+        .client
+        .post(app.url("/admin/login"))
+        .header("origin", "https://evil.example")
+        .form(&[("token", crate::helpers::ADMIN_TOKEN)])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(login.status(), 403, "a forged admin login");
+    assert!(
+        app.redis_buyers(sale).await.is_empty(),
+        "a forged post bought"
+    );
+
+    // The same post from the app's own pages goes through.
+    let own = buy(vec![
+        ("origin", own_origin.clone()),
+        ("sec-fetch-site", "same-origin".to_owned()),
+    ])
+    .await
+    .expect("POST");
+    assert_eq!(own.status(), 200);
+    assert_eq!(app.redis_buyers(sale).await, ["victim"]);
+}
+
+#[tokio::test]
+async fn the_sale_page_renders_its_figures_and_gives_a_new_browser_a_buyer_cookie() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+    let response = app
+        .client
+        .get(app.url(&format!("/sales/{sale}")))
+        .send()
+        .await
+        .expect("GET");
+    let cookie = response.headers()[SET_COOKIE]
+        .to_str()
+        .expect("ASCII")
+        .to_owned();
+    assert!(cookie.starts_with("seckill_buyer=buyer-"), "{cookie}");
+    assert!(cookie.contains("SameSite=Lax") && cookie.contains("HttpOnly"));
+    let html = response.text().await.expect("HTML");
+    for expected in [
+        r#"<strong id="stock-left" class="big">4</strong> of 5 left"#,
+        r#"<span id="sold">1</span> sold"#,
+        r#"<script src="/static/sale.js" defer></script>"#,
+        r#"<label for="user_id">"#,
+    ] {
+        assert!(html.contains(expected), "{expected} missing from {html}");
+    }
+    assert!(
+        !html.contains(r#"id="buy" disabled"#),
+        "a live sale's button is enabled"
+    );
+}
+
+#[tokio::test]
+async fn an_upcoming_sale_disables_its_buy_button_and_the_server_refuses_early_buyers() {
+    let app = spawn_app().await;
+    let starts_at = chrono::Utc::now() + chrono::Duration::seconds(3600);
+    let sale = app
+        .create_sale_with(serde_json::json!({
+            "name": "Later", "stock": 3, "price_cents": 100, "starts_at": starts_at,
+        }))
+        .await;
+    let (_, html) = get_html(&app, &format!("/sales/{sale}")).await;
+    assert!(html.contains(r#"id="buy" disabled"#), "{html}");
+    assert!(html.contains("The sale has not started yet."), "{html}");
+    let (_, index) = get_html(&app, "/").await;
+    assert!(
+        index.contains("Upcoming") && index.contains("Later"),
+        "{index}"
+    );
+    // The form posted anyway, as a page without the script would.
+    let early = app
+        .client
+        .post(app.url(&format!("/sales/{sale}/buy")))
+        .form(&[("user_id", "eager")])
+        .send()
+        .await
+        .expect("POST");
+    assert!(
+        early
+            .text()
+            .await
+            .expect("HTML")
+            .contains("The sale has not started yet.")
+    );
+    assert!(app.redis_buyers(sale).await.is_empty());
+}
+
+#[tokio::test]
+async fn the_order_page_follows_the_order_from_pending_to_paid_with_the_pay_form() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    let order = app.buy(sale, "ann").await;
+    let path = format!("/orders/{order}");
+    let (status, html) = get_html(&app, &path).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains(r#"<strong id="status">pending</strong>"#),
+        "{html}"
+    );
+
+    app.drain().await;
+    let (_, html) = get_html(&app, &path).await;
+    assert!(
+        html.contains(r#"<strong id="status">confirmed</strong>"#),
+        "{html}"
+    );
+    assert!(html.contains("seconds left to pay."), "{html}");
+    assert!(
+        html.contains(&format!(r#"action="/orders/{order}/pay""#)),
+        "{html}"
+    );
+
+    // Pay with the form, as a browser without the script would.
+    let paid = app
+        .client
+        .post(app.url(&format!("/orders/{order}/pay")))
+        .send()
+        .await
+        .expect("POST pay");
+    assert_eq!(paid.status(), 200, "the redirect leads back to the order");
+    let html = paid.text().await.expect("HTML");
+    assert!(
+        html.contains(r#"<strong id="status">paid</strong>"#),
+        "{html}"
+    );
+
+    let (status, _) = get_html(&app, &format!("/orders/{}", uuid::Uuid::now_v7())).await;
+    assert_eq!(status, 404);
+}
+
+/// Read the event stream until `want` appears in it.
+async fn read_until(stream: &mut reqwest::Response, seen: &mut String, want: &str) {
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while !seen.contains(want) {
+            let chunk = stream
+                .chunk()
+                .await
+                .expect("a chunk")
+                .expect("the stream goes on");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "{want} never came; the stream said: {seen}");
+}
+
+#[tokio::test]
+async fn the_event_stream_sends_the_units_left_as_buyers_buy() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    let mut stream = app
+        .client
+        .get(app.url(&format!("/api/sales/{sale}/events")))
+        .send()
+        .await
+        .expect("GET events");
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()[CONTENT_TYPE], "text/event-stream");
+    let mut seen = String::new();
+    read_until(
+        &mut stream,
+        &mut seen,
+        "event: stock\ndata: {\"stock_left\":5}",
+    )
+    .await;
+    app.buy(sale, "ann").await;
+    read_until(&mut stream, &mut seen, "data: {\"stock_left\":4}").await;
+
+    let missing = app
+        .client
+        .get(app.url("/api/sales/424242/events"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test]
+async fn stock_changes_reach_the_broadcast_through_redis_pub_sub() {
+    // The fan-out on its own, without the periodic snapshots of the stream:
+    // only pub/sub can deliver these.
+    let app = spawn_app().await;
+    let sale = app.create_sale(3).await;
+    let shutdown = CancellationToken::new();
+    let (events, task) = SaleEvents::start(
+        &app.scratch.redis_url,
+        &app.scratch.prefix,
+        shutdown.clone(),
+    )
+    .expect("start");
+    let mut changes = events.subscribe();
+    // The subscription is made in the background: buy until a change arrives.
+    let mut received = None;
+    for user in ["ann", "bob", "cat"] {
+        app.buy(sale, user).await;
+        if let Ok(Ok(change)) = tokio::time::timeout(Duration::from_secs(5), changes.recv()).await {
+            received = Some(change);
+            break;
+        }
+    }
+    let change = received.expect("a stock change arrived over pub/sub");
+    assert_eq!(change.sale_id, sale);
+    assert!(change.stock_left < 3, "{change:?}");
+    shutdown.cancel();
+    task.await.expect("the listener stops on shutdown");
+}
