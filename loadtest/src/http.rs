@@ -7,6 +7,7 @@
 //! also lets the burst open every connection *before* the start signal, so
 //! that the race measures the app and not TCP handshakes.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -78,6 +79,16 @@ pub struct Answer {
     pub instance: Option<Arc<str>>,
 }
 
+impl Answer {
+    /// No answer: the connection failed.
+    pub fn error() -> Self {
+        Self {
+            classified: Classified::error(),
+            instance: None,
+        }
+    }
+}
+
 /// The path of a sale's purchase endpoint, parsed once per run (cloning a
 /// `Uri` is cheap; parsing one per request is not).
 pub fn purchase_path(sale_id: i64) -> hyper::Uri {
@@ -125,23 +136,36 @@ impl Connection {
         &self.target
     }
 
-    /// `POST /api/sales/{sale_id}/purchase` for `user`. A transport failure
+    /// `POST /api/sales/{sale_id}/purchase` for `user`. A connection the
+    /// server closed while it sat idle (its keep-alive timer ran out) is
+    /// opened again first, as any HTTP client would. A transport failure
     /// is an [`Outcome::Error`](crate::outcome::Outcome::Error), not a Rust
     /// error: it is one of the things the run measures.
     pub async fn purchase(&mut self, path: &hyper::Uri, user: &str) -> Answer {
-        match self.try_purchase(path, user).await {
-            Ok(answer) => answer,
-            Err(_) => Answer {
-                classified: Classified::error(),
-                instance: None,
-            },
+        if self.ended_while_idle() {
+            match Self::open(Arc::clone(&self.target)).await {
+                Ok(fresh) => *self = fresh,
+                Err(_) => return Answer::error(),
+            }
         }
+        self.try_purchase(path, user)
+            .await
+            .unwrap_or_else(|_| Answer::error())
     }
 
-    /// Whether the connection can carry another request (the server may
-    /// have closed it).
-    pub fn is_open(&self) -> bool {
-        self.io.is_some() && !self.sender.is_closed()
+    /// Whether the connection ended since it last carried a request. hyper's
+    /// side is only driven during a request, so look once, without waiting:
+    /// a close from the server is then read as the end of the stream.
+    fn ended_while_idle(&mut self) -> bool {
+        let Some(driver) = self.io.as_mut() else {
+            return true;
+        };
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        if driver.as_mut().poll(&mut context).is_ready() || self.sender.is_closed() {
+            self.io = None;
+            return true;
+        }
+        false
     }
 
     async fn try_purchase(&mut self, path: &hyper::Uri, user: &str) -> anyhow::Result<Answer> {

@@ -18,6 +18,7 @@
 //! [`Plan::new`]) goes to the next instance, so duplicates race across
 //! instances, where only the shared Redis can stop them.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,7 +29,6 @@ use tokio::sync::{Semaphore, oneshot, watch};
 use uuid::Uuid;
 
 use crate::http::{Answer, Connection, Target};
-use crate::outcome::Classified;
 use crate::outcome::Outcome;
 use crate::progress::{Phase, Progress};
 
@@ -481,16 +481,13 @@ async fn burst_lane(
                     .expect("the semaphore is never closed");
                 connect(&plan.targets[planned.target], &live).await
             };
+            let user_id = plan.user_id(planned.user);
             // Everybody waits here until the release.
             let start = wait_for_release(released).await?;
-            let user_id = plan.user_id(planned.user);
             let sent = start.elapsed();
             let answer = match connection {
                 Some(mut connection) => connection.purchase(&plan.path, &user_id).await,
-                None => Answer {
-                    classified: Classified::error(),
-                    instance: None,
-                },
+                None => Answer::error(),
             };
             let done = start.elapsed();
             live.answer(answer.classified.outcome);
@@ -514,7 +511,7 @@ async fn burst_lane(
 
 /// Connections to one target that a rate lane's sends borrow and give back.
 struct Pool {
-    idle: Mutex<Vec<Connection>>,
+    idle: Mutex<VecDeque<Connection>>,
     /// One permit per idle connection.
     free: Semaphore,
 }
@@ -532,7 +529,7 @@ async fn rate_lane(
     let pools: Arc<Vec<Pool>> = Arc::new(
         (0..plan.targets.len())
             .map(|_| Pool {
-                idle: Mutex::new(Vec::new()),
+                idle: Mutex::new(VecDeque::new()),
                 free: Semaphore::new(0),
             })
             .collect(),
@@ -544,7 +541,7 @@ async fn rate_lane(
                 .idle
                 .lock()
                 .expect("pool lock")
-                .push(connection);
+                .push_back(connection);
             pools[target].free.add_permits(1);
         }
     }
@@ -577,23 +574,20 @@ async fn rate_lane(
                 return None;
             };
             permit.forget();
+            // The longest idle first: every connection stays in use, so
+            // none sits idle long enough for the server to close it.
             let mut connection = pool
                 .idle
                 .lock()
                 .expect("pool lock")
-                .pop()
+                .pop_front()
                 .expect("a permit means an idle connection");
             let user_id = plan.user_id(planned.user);
             let sent = start.elapsed();
             let answer = connection.purchase(&plan.path, &user_id).await;
             let done = start.elapsed();
             live.answer(answer.classified.outcome);
-            if !connection.is_open()
-                && let Some(fresh) = connect(connection.target(), &live).await
-            {
-                connection = fresh;
-            }
-            pool.idle.lock().expect("pool lock").push(connection);
+            pool.idle.lock().expect("pool lock").push_back(connection);
             pool.free.add_permits(1);
             Some(Sample::new(planned.user, answer, due, sent, done))
         }));
@@ -649,12 +643,6 @@ async fn closed_lane(
                 let done = start.elapsed();
                 live.answer(answer.classified.outcome);
                 samples.push(Sample::new(planned.user, answer, sent, sent, done));
-                if !connection.is_open() {
-                    match connect(connection.target(), &live).await {
-                        Some(fresh) => connection = fresh,
-                        None => return samples,
-                    }
-                }
             }
         }));
     }
