@@ -1,12 +1,12 @@
-# The seckill binary in a small image. Used by docker-compose.yml.
+# The seckill binaries (the app and its load test) in a small image. Used by docker-compose.yml.
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin seckill
+RUN cargo build --release --locked --bin seckill --bin seckill-loadtest
 
 FROM debian:bookworm-slim
 RUN useradd --system --no-create-home seckill
-COPY --from=build /src/target/release/seckill /usr/local/bin/seckill
+COPY --from=build /src/target/release/seckill /src/target/release/seckill-loadtest /usr/local/bin/
 USER seckill
 EXPOSE 8080
 ENTRYPOINT ["seckill"]
