@@ -229,6 +229,7 @@ pub async fn run(plan: &Arc<Plan>, shape: Shape, progress: &Progress) -> anyhow:
     match shape.scenario {
         Scenario::Burst => {
             let total = plan.requests.len();
+            check_open_files(total)?;
             run_lanes(
                 lanes,
                 total,
@@ -304,6 +305,26 @@ pub async fn run(plan: &Arc<Plan>, shape: Shape, progress: &Progress) -> anyhow:
             .await
         }
     }
+}
+
+/// Files this process keeps open besides its connections (Redis,
+/// PostgreSQL, stdio, the runtime's own).
+const SPARE_FILES: usize = 64;
+
+/// A burst holds one connection per request at once: refuse one that the
+/// open-files limit would cut short, before any connection is opened.
+fn check_open_files(connections: usize) -> anyhow::Result<()> {
+    use nix::sys::resource::{Resource, getrlimit};
+    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).context("reading the open-files limit")?;
+    let allowed = usize::try_from(soft).unwrap_or(usize::MAX);
+    if connections + SPARE_FILES > allowed {
+        bail!(
+            "a burst of {connections} requests holds {connections} connections at once, but this \
+             process may open only {allowed} files (`ulimit -n`; the hard limit is the most it \
+             can raise itself to): use fewer --users or --dup, or raise the limit"
+        );
+    }
+    Ok(())
 }
 
 /// How many connections each lane opens: `total` shared out, and at least
@@ -671,6 +692,16 @@ mod tests {
         assert_eq!(lane_connections(64, 2, 2), vec![32, 32]);
         assert_eq!(lane_connections(5, 2, 1), vec![3, 2]);
         assert_eq!(lane_connections(1, 2, 3), vec![3, 3]);
+    }
+
+    #[test]
+    fn a_burst_larger_than_the_open_files_limit_is_refused_up_front() {
+        assert!(check_open_files(1).is_ok());
+        let refused = check_open_files(usize::MAX / 2).expect_err("far above any limit");
+        assert!(
+            refused.to_string().contains("use fewer --users"),
+            "{refused}"
+        );
     }
 
     #[test]
