@@ -96,6 +96,24 @@ pub struct DemoArgs {
     /// Quit after the verdict instead of serving the sale page until Ctrl-C.
     #[arg(long)]
     pub exit: bool,
+
+    /// Seconds the winners have to pay. Short, so that while the page stays
+    /// up the unpaid orders are cancelled and their units come back on sale.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(30..=31_536_000))]
+    pub payment_window_secs: u64,
+}
+
+/// What a [`Cluster`] runs.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterSpec<'a> {
+    /// Names the instances: `{label}-1`, `{label}-2`, ...
+    pub label: &'a str,
+    pub instances: u32,
+    pub strategy: Strategy,
+    pub admin_token: &'a str,
+    /// `SECKILL_PAYMENT_WINDOW_SECS` for the instances; `None` keeps the
+    /// environment's (or the default).
+    pub payment_window_secs: Option<u64>,
 }
 
 /// App instances and one worker, as separate `seckill` processes on shared
@@ -112,11 +130,15 @@ impl Cluster {
         seckill: &Path,
         services: &Services,
         prefix: &str,
-        label: &str,
-        instances: u32,
-        strategy: Strategy,
-        admin_token: &str,
+        spec: &ClusterSpec<'_>,
     ) -> anyhow::Result<Self> {
+        let ClusterSpec {
+            label,
+            instances,
+            strategy,
+            admin_token,
+            payment_window_secs,
+        } = *spec;
         let strategy = strategy_name(strategy);
         let command = |args: &[&str]| {
             let mut command = Command::new(seckill);
@@ -134,6 +156,9 @@ impl Cluster {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .kill_on_drop(true);
+            if let Some(secs) = payment_window_secs {
+                command.env("SECKILL_PAYMENT_WINDOW_SECS", secs.to_string());
+            }
             command
         };
         let mut cluster = Self {
@@ -288,16 +313,14 @@ pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<
     let cluster = if cli.targets.is_empty() {
         let instances = cli.spawn.unwrap_or(2);
         let progress = Progress::stderr().phase("start", None);
-        let cluster = Cluster::start(
-            &seckill_binary()?,
-            services,
-            &prefix,
-            "app",
+        let spec = ClusterSpec {
+            label: "app",
             instances,
             strategy,
-            &admin_token(),
-        )
-        .await?;
+            admin_token: &admin_token(),
+            payment_window_secs: None,
+        };
+        let cluster = Cluster::start(&seckill_binary()?, services, &prefix, &spec).await?;
         progress.finish(&format!("{instances} app instances and a worker"));
         Some(cluster)
     } else {
@@ -357,16 +380,14 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
         ("naive", Strategy::Naive, Expect::Oversell),
     ] {
         let starting = progress.phase("start", None);
-        let cluster = Cluster::start(
-            &seckill,
-            services,
-            prefix,
+        let spec = ClusterSpec {
             label,
-            args.instances,
+            instances: args.instances,
             strategy,
-            &token,
-        )
-        .await?;
+            admin_token: &token,
+            payment_window_secs: Some(args.payment_window_secs),
+        };
+        let cluster = Cluster::start(&seckill, services, prefix, &spec).await?;
         starting.finish(&format!(
             "{} `{label}` instances ({}) and a worker",
             args.instances,
@@ -430,7 +451,10 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
         println!(
             "\nThe sale page stays up: {url}/sales/{sale_id}\n\
              Every sale: {url}/   Admin: {url}/admin (token {token})\n\
-             Press Ctrl-C to stop."
+             The winners' orders are cancelled {secs} s after they were confirmed unless paid\n\
+             (nobody pays them here): watch the units come back on sale.\n\
+             Press Ctrl-C to stop.",
+            secs = args.payment_window_secs
         );
         wait_for_signal().await;
     }

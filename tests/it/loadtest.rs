@@ -396,3 +396,56 @@ async fn a_second_run_on_an_existing_sale_counts_the_units_sold_before_it() {
     assert_eq!(report["stored"]["confirmed"], 20);
     assert_eq!(orders_by_status(&scratch).await, [("confirmed".into(), 20)]);
 }
+
+#[tokio::test]
+async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mut demo = seckill_command(
+        &scratch,
+        &[
+            "demo",
+            "--users",
+            "100",
+            "--report-dir",
+            dir.path().to_str().expect("a UTF-8 path"),
+        ],
+        &[],
+    )
+    .spawn()
+    .expect("seckill demo");
+    let mut lines = BufReader::new(demo.stdout.take().expect("stdout is piped")).lines();
+    let page = tokio::time::timeout(RUN_LIMIT, async {
+        while let Some(line) = lines.next_line().await.expect("reading stdout") {
+            if let Some(url) = line.strip_prefix("The sale page stays up: ") {
+                return url.to_owned();
+            }
+        }
+        panic!("the demo ended without printing its sale page");
+    })
+    .await
+    .expect("the demo reached its sale page in time");
+
+    let response = crate::helpers::client()
+        .get(&page)
+        .send()
+        .await
+        .expect("GET the sale page");
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.expect("the page");
+    assert!(body.contains("Phone, lock strategy"), "{body}");
+
+    let pid = i32::try_from(demo.id().expect("running")).expect("a pid");
+    kill(Pid::from_raw(pid), Signal::SIGINT).expect("SIGINT");
+    let status = tokio::time::timeout(Duration::from_secs(30), demo.wait())
+        .await
+        .expect("the demo stopped in time")
+        .expect("its exit status");
+    assert_eq!(status.code(), Some(0));
+    // Its instances are gone with it.
+    assert!(crate::helpers::client().get(&page).send().await.is_err());
+}
