@@ -433,6 +433,7 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
             kept = Some((cluster, sale_id));
         } else {
             cluster.stop().await;
+            reset_from_postgres(&pg, &services.redis_url, prefix, sale_id).await?;
         }
     }
     println!("\n== side by side ==");
@@ -460,6 +461,31 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
     }
     cluster.stop().await;
     Ok(verdict)
+}
+
+/// Replace a sale's units left and buyers in Redis with what PostgreSQL
+/// says. The naive run leaves them wrong on purpose (more buyers than units,
+/// a stock that was overwritten); left so, the sale page would go on showing
+/// it, and the cancelled orders' units would be added to a wrong count.
+async fn reset_from_postgres(
+    pg: &PgPool,
+    redis_url: &str,
+    prefix: &str,
+    sale_id: i64,
+) -> anyhow::Result<()> {
+    let keys = SaleKeys::new(prefix, sale_id);
+    let mut redis = redis_connection(redis_url).await?;
+    // One DEL of both keys, then the load (which writes only when the keys
+    // are absent): a purchase between the two finds them absent and loads
+    // the same figures from PostgreSQL.
+    let () = redis::cmd("DEL")
+        .arg(&keys.stock)
+        .arg(&keys.buyers)
+        .query_async(&mut redis)
+        .await
+        .context("clearing the naive sale in Redis")?;
+    catalog::load_into_redis(pg, &mut redis, prefix, sale_id).await?;
+    Ok(())
 }
 
 async fn wait_for_signal() {

@@ -358,6 +358,23 @@ async fn the_demo_runs_both_strategies_side_by_side_and_exits_0() {
     // Two sales of 10: 20 confirmed orders, and the naive excess rejected.
     let by_status = orders_by_status(&scratch).await;
     assert_eq!(by_status[0], ("confirmed".into(), 20), "{by_status:?}");
+
+    // The naive run left Redis wrong; the demo put PostgreSQL's figures
+    // back, so the page shows the truth: no unit left, ten buyers.
+    let naive_sale = naive["config"]["sale_id"].as_i64().expect("a sale id");
+    let keys = seckill::keys::SaleKeys::new(&scratch.prefix, naive_sale);
+    let mut redis = redis::Client::open(scratch.redis_url.as_str())
+        .expect("URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis");
+    let (stock, buyers): (Option<i64>, u64) = redis::pipe()
+        .get(&keys.stock)
+        .scard(&keys.buyers)
+        .query_async(&mut redis)
+        .await
+        .expect("the naive sale in Redis");
+    assert_eq!((stock, buyers), (Some(0), 10));
 }
 
 #[tokio::test]
