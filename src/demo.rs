@@ -338,8 +338,12 @@ pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<
         redis,
         keys: verify_keys(&prefix, sale_id),
     };
-    let report =
-        seckill_loadtest::load_test(&mut subject, &cli.load, "run", &Progress::stderr()).await;
+    // Interrupted, the run is dropped and the cluster stopped below.
+    let progress = Progress::stderr();
+    let report = tokio::select! {
+        report = seckill_loadtest::load_test(&mut subject, &cli.load, "run", &progress) => report,
+        () = startup::wait_for_signal() => Err(anyhow::anyhow!("interrupted")),
+    };
     if let Some(cluster) = cluster {
         cluster.stop().await;
     }
@@ -362,6 +366,39 @@ fn print_paths(load: &LoadArgs) {
 /// one, side by side; then the sale page stays up until Ctrl-C (or, with
 /// `--exit`, the demo ends). Returns the worse of the two verdicts.
 pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::Result<Verdict> {
+    // Interrupted during the runs, the runs' future is dropped, and with it
+    // the clusters, whose processes are killed (a worker killed mid-batch
+    // loses nothing: that is what the queue is for).
+    let (verdict, kept, token) = tokio::select! {
+        ran = both_runs(&args, services, prefix) => ran?,
+        () = startup::wait_for_signal() => bail!("interrupted; the app instances were stopped"),
+    };
+    let Some((cluster, sale_id)) = kept else {
+        return Ok(verdict);
+    };
+    if !args.exit {
+        let url = &cluster.urls[0];
+        println!(
+            "\nThe sale page stays up: {url}/sales/{sale_id}\n\
+             Every sale: {url}/   Admin: {url}/admin (token {token})\n\
+             The winners' orders are cancelled {secs} s after they were confirmed unless paid\n\
+             (nobody pays them here): watch the units come back on sale.\n\
+             Press Ctrl-C to stop.",
+            secs = args.payment_window_secs
+        );
+        startup::wait_for_signal().await;
+    }
+    cluster.stop().await;
+    Ok(verdict)
+}
+
+/// The two runs of the demo. Returns the worse verdict, the `lock` cluster
+/// with its sale (kept serving), and the admin token.
+async fn both_runs(
+    args: &DemoArgs,
+    services: &Services,
+    prefix: &str,
+) -> anyhow::Result<(Verdict, Option<(Cluster, i64)>, String)> {
     startup::raise_open_files_limit();
     let seckill = seckill_binary()?;
     let pg = startup::connect_postgres(&services.database_url).await?;
@@ -444,23 +481,7 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
         .max_by_key(|v| v.exit_code())
         .unwrap_or(Verdict::Invalid);
     println!("demo verdict: {}", verdict.as_str());
-    let Some((cluster, sale_id)) = kept else {
-        return Ok(verdict);
-    };
-    if !args.exit {
-        let url = &cluster.urls[0];
-        println!(
-            "\nThe sale page stays up: {url}/sales/{sale_id}\n\
-             Every sale: {url}/   Admin: {url}/admin (token {token})\n\
-             The winners' orders are cancelled {secs} s after they were confirmed unless paid\n\
-             (nobody pays them here): watch the units come back on sale.\n\
-             Press Ctrl-C to stop.",
-            secs = args.payment_window_secs
-        );
-        wait_for_signal().await;
-    }
-    cluster.stop().await;
-    Ok(verdict)
+    Ok((verdict, kept, token))
 }
 
 /// Replace a sale's units left and buyers in Redis with what PostgreSQL
@@ -486,13 +507,4 @@ async fn reset_from_postgres(
         .context("clearing the naive sale in Redis")?;
     catalog::load_into_redis(pg, &mut redis, prefix, sale_id).await?;
     Ok(())
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }

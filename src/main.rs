@@ -21,11 +21,17 @@ use seckill::{catalog, telemetry};
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init();
+    // `demo` answers like `seckill-loadtest`: 1 only for a broken promise,
+    // 2 when it could not run at all.
+    let failure = match cli.command {
+        Command::Demo(_) => ExitCode::from(2),
+        _ => ExitCode::FAILURE,
+    };
     match run(cli).await {
         Ok(code) => code,
         Err(error) => {
             eprintln!("seckill: {error:#}");
-            ExitCode::FAILURE
+            failure
         }
     }
 }

@@ -132,10 +132,6 @@ impl Connection {
         })
     }
 
-    pub fn target(&self) -> &Arc<Target> {
-        &self.target
-    }
-
     /// `POST /api/sales/{sale_id}/purchase` for `user`. A connection the
     /// server closed while it sat idle (its keep-alive timer ran out) is
     /// opened again first, as any HTTP client would. A transport failure
@@ -203,16 +199,83 @@ impl Connection {
             anyhow::Ok((status, body))
         };
         // The exchange makes progress only while the connection is polled.
-        let (status, body) = tokio::select! {
-            exchanged = exchange => exchanged?,
-            ended = driver.as_mut() => {
-                *io = None;
-                bail!("the connection ended mid-request: {ended:?}");
+        // The connection may also end first with the whole answer already
+        // read (`Connection: close`): then the exchange finishes from what
+        // hyper buffered, or fails if the answer never came.
+        let (status, body) = {
+            let mut exchange = std::pin::pin!(exchange);
+            tokio::select! {
+                exchanged = &mut exchange => exchanged?,
+                _ = driver.as_mut() => {
+                    *io = None;
+                    exchange.await?
+                }
             }
         };
         Ok(Answer {
             classified: classify(status, &body),
             instance: self.instance.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::outcome::Outcome;
+
+    /// A server that answers every connection's first request with
+    /// `response`, then closes it.
+    async fn closing_server(response: &'static str) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let address = listener.local_addr().expect("an address");
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = vec![0; 4096];
+                    let _ = socket.read(&mut request).await;
+                    let _ = socket.write_all(response.as_bytes()).await;
+                    let _ = socket.shutdown().await;
+                });
+            }
+        });
+        format!("http://{address}")
+    }
+
+    #[tokio::test]
+    async fn a_whole_answer_on_a_connection_the_server_closes_is_still_an_answer() {
+        let body = r#"{"error":"sold_out","message":"the sale is sold out"}"#;
+        let response: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nConnection: close\r\n\
+                 X-Seckill-Instance: solo\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_boxed_str(),
+        );
+        let target = Target::resolve(&closing_server(response).await)
+            .await
+            .expect("a target");
+        let mut connection = Connection::open(Arc::clone(&target)).await.expect("open");
+        let path = purchase_path(1);
+        for _ in 0..3 {
+            // The second and third purchases find the connection closed and reopen it.
+            let answer = connection.purchase(&path, "ann").await;
+            assert_eq!(answer.classified.outcome, Outcome::SoldOut);
+            assert_eq!(answer.instance.as_deref(), Some("solo"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_before_any_answer_is_an_error() {
+        let target = Target::resolve(&closing_server("").await)
+            .await
+            .expect("a target");
+        let mut connection = Connection::open(target).await.expect("open");
+        let answer = connection.purchase(&purchase_path(1), "ann").await;
+        assert_eq!(answer.classified.outcome, Outcome::Error);
     }
 }

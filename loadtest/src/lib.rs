@@ -59,11 +59,11 @@ pub struct LoadArgs {
     pub dup: f64,
 
     /// Requests per second (`rate` scenario).
-    #[arg(long, default_value_t = 1000.0)]
+    #[arg(long, default_value_t = 1000.0, value_parser = positive)]
     pub rate: f64,
 
     /// Seconds to keep sending (`rate`, `closed`) [default: send each buyer's requests once].
-    #[arg(long)]
+    #[arg(long, value_parser = seconds)]
     pub duration: Option<f64>,
 
     /// Connections (`rate`, `closed`); a burst opens one per request.
@@ -85,6 +85,34 @@ pub struct LoadArgs {
     /// Write the report as one self-contained HTML file here.
     #[arg(long)]
     pub html: Option<PathBuf>,
+}
+
+/// A finite number above zero (a rate).
+fn positive(raw: &str) -> Result<f64, String> {
+    let value: f64 = raw
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a number"))?;
+    if value.is_finite() && value > 0.0 && value <= 10_000_000.0 {
+        Ok(value)
+    } else {
+        Err(format!(
+            "{raw} is not a number above 0 (and at most 10,000,000)"
+        ))
+    }
+}
+
+/// A duration in seconds: above zero, at most a day.
+fn seconds(raw: &str) -> Result<f64, String> {
+    let value: f64 = raw
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a number"))?;
+    if value.is_finite() && value > 0.0 && value <= 86_400.0 {
+        Ok(value)
+    } else {
+        Err(format!(
+            "{raw} is not a number of seconds above 0 (and at most 86400)"
+        ))
+    }
 }
 
 fn fraction(raw: &str) -> Result<f64, String> {
@@ -146,7 +174,15 @@ pub async fn load_test(
     settle(subject, args, progress).await?;
 
     let checking = progress.phase("verify", None);
-    let mut asked: Vec<u32> = run.samples.iter().map(|s| s.user).collect();
+    // Buyers who were answered: a buyer whose every request came back busy
+    // or failed never competed for a unit, so the check that every unit
+    // found a buyer does not count them.
+    let mut asked: Vec<u32> = run
+        .samples
+        .iter()
+        .filter(|s| !matches!(s.outcome, Outcome::Busy | Outcome::Error))
+        .map(|s| s.user)
+        .collect();
     asked.sort_unstable();
     asked.dedup();
     let facts = RunFacts {
@@ -220,6 +256,9 @@ pub async fn load_test(
 /// Why the figures of a run cannot be trusted, if they cannot.
 fn problems(summary: &Summary) -> Vec<String> {
     let mut problems = Vec::new();
+    if summary.requests == 0 {
+        problems.push("no request was answered: the run measured nothing".to_owned());
+    }
     if summary.connect_errors > 0 {
         problems.push(format!(
             "{} connections could not be opened",
@@ -279,4 +318,28 @@ fn write(path: &std::path::Path, content: &str) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     std::fs::write(path, content).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_that_got_no_answer_is_invalid() {
+        let summary = Summary::from_run(&scenario::RunData::default(), Scenario::Closed);
+        assert_eq!(
+            problems(&summary),
+            ["no request was answered: the run measured nothing"]
+        );
+    }
+
+    #[test]
+    fn rates_and_durations_must_be_finite_and_positive() {
+        assert!(positive("250").is_ok());
+        assert!(seconds("0.5").is_ok());
+        for bad in ["0", "-1", "nan", "inf", "1e30", "x"] {
+            assert!(positive(bad).is_err(), "{bad}");
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
+    }
 }

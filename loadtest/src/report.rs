@@ -187,14 +187,16 @@ impl Report {
                 micros(skew)
             );
         }
-        match s.time_to_sell_out_ms {
-            Some(ms) => {
-                let _ = writeln!(out, "sold out {ms:.1} ms after the start");
+        let _ = match s.time_to_sell_out_ms {
+            Some(ms) => writeln!(
+                out,
+                "sold out: the last winning answer came {ms:.1} ms after the start"
+            ),
+            None if s.count(Outcome::SoldOut) > 0 => {
+                writeln!(out, "sold out before this run won anything")
             }
-            None => {
-                let _ = writeln!(out, "not sold out");
-            }
-        }
+            None => writeln!(out, "not sold out"),
+        };
         if c.scenario == crate::scenario::Scenario::Rate {
             let _ = writeln!(
                 out,
@@ -219,7 +221,7 @@ impl Report {
         let g = &self.generator;
         let _ = writeln!(
             out,
-            "generator: {:.0} ms CPU over {:.0} ms = {:.2} cores ({:.0}% of the machine), peak memory {:.0} MiB",
+            "generator (connecting included): {:.0} ms CPU over {:.0} ms = {:.2} cores ({:.0}% of the machine), peak memory {:.0} MiB",
             g.cpu_ms,
             g.wall_ms,
             g.cores_used,

@@ -12,6 +12,8 @@
 //!   are sends dropped because no connection came free in time.
 //! - **closed**: C connections, each sending its next request as soon as the
 //!   previous one is answered, like wrk or ab. Useful to compare with them.
+//!   Each connection keeps to one instance (connections are spread
+//!   round-robin), whatever instance the plan gave the buyer.
 //!
 //! Every request is `POST /api/sales/{id}/purchase` for one buyer. Buyer `i`
 //! goes to instance `i mod n`; a buyer's duplicate request (see
@@ -80,7 +82,7 @@ pub struct Plan {
     pub tag: String,
     pub users: u32,
     pub targets: Vec<Arc<Target>>,
-    /// Every buyer once, then the duplicates.
+    /// Every buyer once, each duplicate right after its original.
     pub requests: Vec<Planned>,
 }
 
@@ -89,20 +91,19 @@ impl Plan {
     /// them, spread evenly, also send a second request at the same moment.
     pub fn new(sale_id: i64, users: u32, dup: f64, targets: Vec<Arc<Target>>) -> Self {
         let n = targets.len().max(1);
-        let mut requests: Vec<Planned> = (0..users)
-            .map(|user| Planned {
-                user,
-                target: user as usize % n,
-            })
-            .collect();
-        requests.extend(
-            (0..users)
-                .filter(|&user| is_duplicate(user, dup))
-                .map(|user| Planned {
+        // A duplicate right after its original: in a burst both leave in the
+        // same moment, and a rate or closed run that stops early sends both.
+        let mut requests = Vec::with_capacity(users as usize);
+        for user in 0..users {
+            let target = user as usize % n;
+            requests.push(Planned { user, target });
+            if is_duplicate(user, dup) {
+                requests.push(Planned {
                     user,
-                    target: (user as usize + 1) % n,
-                }),
-        );
+                    target: (target + 1) % n,
+                });
+            }
+        }
         let tag = Uuid::new_v4().simple().to_string()[..8].to_owned();
         Self {
             sale_id,
@@ -277,7 +278,9 @@ pub async fn run(plan: &Arc<Plan>, shape: Shape, progress: &Progress) -> anyhow:
             .await
         }
         Scenario::Closed => {
-            let counts = lane_connections(shape.connections, lanes, plan.targets.len());
+            // A closed loop keeps to one instance per connection: no lane
+            // needs one of each.
+            let counts = lane_connections(shape.connections, lanes, 0);
             let total = counts.iter().sum();
             let taken = Arc::new(AtomicUsize::new(0));
             let sends = shape
@@ -297,7 +300,7 @@ pub async fn run(plan: &Arc<Plan>, shape: Shape, progress: &Progress) -> anyhow:
                         Arc::clone(&live_for_lanes),
                         shape.duration,
                         Arc::clone(&taken),
-                        counts[lane],
+                        (lane, lanes, counts[lane]),
                         released,
                     )
                 },
@@ -328,10 +331,11 @@ fn check_open_files(connections: usize) -> anyhow::Result<()> {
 }
 
 /// How many connections each lane opens: `total` shared out, and at least
-/// one per target in every lane, so any lane can send to any instance.
-fn lane_connections(total: usize, lanes: usize, targets: usize) -> Vec<usize> {
+/// `minimum` in every lane (a rate lane needs one per instance, so that it
+/// can send to any of them; a closed lane's connections keep to theirs).
+fn lane_connections(total: usize, lanes: usize, minimum: usize) -> Vec<usize> {
     (0..lanes)
-        .map(|lane| (total / lanes + usize::from(lane < total % lanes)).max(targets))
+        .map(|lane| (total / lanes + usize::from(lane < total % lanes)).max(minimum))
         .collect()
 }
 
@@ -512,13 +516,10 @@ async fn burst_lane(
             };
             let done = start.elapsed();
             live.answer(answer.classified.outcome);
-            Some(Sample::new(
-                planned.user,
-                answer,
-                Duration::ZERO,
-                sent,
-                done,
-            ))
+            // Latency from the buyer's own send: how long the app took.
+            // How late the send left after the release is the launch skew,
+            // reported on its own.
+            Some(Sample::new(planned.user, answer, sent, sent, done))
         }));
     }
     let mut result = LaneResult::default();
@@ -631,12 +632,14 @@ async fn closed_lane(
     live: Arc<Live>,
     duration: Option<Duration>,
     taken: Arc<AtomicUsize>,
-    connections: usize,
+    (lane, lanes, connections): (usize, usize, usize),
     released: Released,
 ) -> LaneResult {
     let mut opened = Vec::with_capacity(connections);
     for c in 0..connections {
-        if let Some(connection) = connect(&plan.targets[c % plan.targets.len()], &live).await {
+        // Connection `lane + c·lanes` of the run, spread round-robin.
+        let target = (lane + c * lanes) % plan.targets.len();
+        if let Some(connection) = connect(&plan.targets[target], &live).await {
             opened.push(connection);
         }
     }
@@ -692,6 +695,8 @@ mod tests {
         assert_eq!(lane_connections(64, 2, 2), vec![32, 32]);
         assert_eq!(lane_connections(5, 2, 1), vec![3, 2]);
         assert_eq!(lane_connections(1, 2, 3), vec![3, 3]);
+        // A closed run opens exactly what was asked for.
+        assert_eq!(lane_connections(1, 2, 0), vec![1, 0]);
     }
 
     #[test]

@@ -61,7 +61,8 @@ pub struct RunFacts {
     pub sale_id: i64,
     /// Units the sale started with.
     pub stock: i64,
-    /// Distinct user ids that sent at least one request.
+    /// Distinct user ids that got at least one answer other than busy or
+    /// an error (the buyers who competed for a unit).
     pub distinct_buyers: usize,
     /// `(user id, order id)` of every `202` answer.
     pub accepted: Vec<(String, Uuid)>,

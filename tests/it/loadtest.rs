@@ -226,6 +226,14 @@ async fn bad_arguments_are_refused_before_anything_runs() {
             "cannot be used with",
         ),
         (vec!["--sale", "999999", "--users", "5"], "no sale 999999"),
+        (vec!["--duration=-1"], "not a number of seconds above 0"),
+        (vec!["--duration", "nan"], "not a number of seconds above 0"),
+        (vec!["--scenario", "closed", "--duration", "0"], "above 0"),
+        (
+            vec!["--scenario", "rate", "--rate", "0"],
+            "not a number above 0",
+        ),
+        (vec!["--rate", "inf"], "not a number above 0"),
     ] {
         let output = finish(loadtest_command(&scratch, &args, &[])).await;
         assert_eq!(output.status.code(), Some(2), "{args:?}: {}", text(&output));
@@ -233,6 +241,47 @@ async fn bad_arguments_are_refused_before_anything_runs() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
     assert!(orders_by_status(&scratch).await.is_empty());
+    let pg = seckill::startup::connect_postgres(&scratch.database_url)
+        .await
+        .expect("PostgreSQL");
+    let sales: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
+        .fetch_one(&pg)
+        .await
+        .expect("count sales");
+    assert_eq!(sales, 0, "a refused run created a sale");
+}
+
+#[tokio::test]
+async fn buyers_told_busy_do_not_count_as_buyers_left_without_a_unit() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let json = dir.path().join("run.json");
+    // Plenty of units, and no patience for the lock: many buyers are told
+    // "busy" and never compete. The run must still pass.
+    let output = finish(loadtest_command(
+        &scratch,
+        &[
+            "--spawn",
+            "2",
+            "--stock",
+            "100000",
+            "--users",
+            "300",
+            "--json",
+            json.to_str().expect("a UTF-8 path"),
+        ],
+        &[("SECKILL_LOCK_WAIT_MS", "0")],
+    ))
+    .await;
+    let report = read_json(&json);
+    let counts = &report["summary"]["counts"];
+    assert!(
+        counts["busy"].as_u64().unwrap_or(0) > 0,
+        "nobody was busy: {counts}"
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let won = counts["won"].as_u64().expect("wins");
+    assert_eq!(report["stored"]["confirmed"].as_u64(), Some(won));
 }
 
 #[tokio::test]
