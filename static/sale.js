@@ -52,7 +52,11 @@
       countdown.textContent = "The sale has ended.";
       countdown.dataset.state = "ended";
     } else {
-      countdown.textContent = "The sale is open.";
+      // Sold out is not over: a unit whose buyer does not pay in time
+      // comes back on sale, and this page shows it when it does.
+      countdown.textContent = stockLeft > 0
+        ? "The sale is open."
+        : "The sale is open, and every unit is taken for now: units whose buyers do not pay in time come back.";
       countdown.dataset.state = "open";
     }
     updateButton();

@@ -279,7 +279,7 @@ impl Report {
         for check in &self.invariants {
             let _ = write!(
                 checks,
-                "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr class=\"{}\"><td>{}</td><td class=\"text\">{}</td><td>{}</td><td>{}</td></tr>",
                 if check.passed { "pass" } else { "fail" },
                 if check.passed { "pass" } else { "FAIL" },
                 escape(check.name),
@@ -303,12 +303,12 @@ impl Report {
 body {{ font: 16px/1.5 system-ui, sans-serif; color: #111; max-width: 60rem; margin: 0 auto; padding: 1rem; }}
 table {{ border-collapse: collapse; margin: 1rem 0; }}
 td, th {{ border-bottom: 1px solid #ccc; padding: .25rem .75rem; text-align: right; }}
-td:first-child, th:first-child {{ text-align: left; }}
+td:first-child, th:first-child, .text {{ text-align: left; }}
 tr.fail td {{ color: #a11; font-weight: 600; }}
 .verdict {{ font-size: 1.5rem; font-weight: 700; }}
 .verdict.PASS {{ color: #0a6b2d; }} .verdict.FAIL, .verdict.INVALID {{ color: #a11; }}
 svg {{ max-width: 100%; height: auto; }}
-pre {{ background: #f4f4f4; padding: .5rem; overflow-x: auto; }}
+pre {{ background: #f4f4f4; padding: .5rem; white-space: pre-wrap; }}
 </style></head><body>
 <h1>seckill load test: {label}</h1>
 <p class="verdict {verdict}">{verdict}</p>
@@ -320,7 +320,7 @@ pre {{ background: #f4f4f4; padding: .5rem; overflow-x: auto; }}
 <h2>Latency by outcome</h2>
 <table><tr><th>outcome</th><th>count</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th></tr>{rows}</table>
 <h2>Checks</h2>
-<table><tr><th></th><th>check</th><th>expected</th><th>found</th></tr>{checks}</table>
+<table><tr><th></th><th class=\"text\">check</th><th>expected</th><th>found</th></tr>{checks}</table>
 <p>Started {started}. Schema {schema}.</p>
 </body></html>
 "#,
@@ -336,6 +336,8 @@ pre {{ background: #f4f4f4; padding: .5rem; overflow-x: auto; }}
 
     /// Answers per 100 ms, one line per outcome, the sell-out marked.
     fn timeline_svg(&self) -> String {
+        /// Where a bucket with no answer is drawn on the log scale.
+        const FLOOR: f64 = 0.5;
         let s = &self.summary;
         let end_s = (s.timeline.len().max(1) as f64) / 10.0;
         let peak = s
@@ -347,16 +349,25 @@ pre {{ background: #f4f4f4; padding: .5rem; overflow-x: auto; }}
             .unwrap_or(1)
             .max(1) as f64;
         svg_chart(|root| {
+            // Log scale: ten winners must show beside thousands of
+            // "sold out"; an empty bucket sits on the floor, at 0.5.
             let mut chart = ChartBuilder::on(root)
                 .margin(15)
                 .x_label_area_size(40)
                 .y_label_area_size(60)
-                .build_cartesian_2d(0f64..end_s, 0f64..peak * 1.1)?;
+                .build_cartesian_2d(0f64..end_s, (FLOOR..peak * 2.0).log_scale())?;
             chart
                 .configure_mesh()
                 .light_line_style(RGBColor(235, 235, 235))
+                .y_label_formatter(&|n| {
+                    if *n < 1.0 {
+                        "0".to_owned()
+                    } else {
+                        format!("{n:.0}")
+                    }
+                })
                 .x_desc("seconds after the start")
-                .y_desc("answers per 100 ms")
+                .y_desc("answers per 100 ms (log scale)")
                 .draw()?;
             for (i, outcome) in Outcome::ALL.iter().enumerate() {
                 if s.count(*outcome) == 0 {
@@ -367,7 +378,7 @@ pre {{ background: #f4f4f4; padding: .5rem; overflow-x: auto; }}
                 let points = s.timeline.iter().flat_map(|b| {
                     let (from, n) = (
                         b.t_ms as f64 / 1000.0,
-                        b.counts.get(outcome).copied().unwrap_or(0) as f64,
+                        (b.counts.get(outcome).copied().unwrap_or(0) as f64).max(FLOOR),
                     );
                     [(from, n), (from + 0.1, n)]
                 });
@@ -382,7 +393,7 @@ pre {{ background: #f4f4f4; padding: .5rem; overflow-x: auto; }}
                 let x = ms / 1000.0;
                 chart
                     .draw_series(std::iter::once(PathElement::new(
-                        vec![(x, 0.0), (x, peak * 1.1)],
+                        vec![(x, FLOOR), (x, peak * 2.0)],
                         BLACK.stroke_width(1),
                     )))?
                     .label(format!("sold out at {ms:.0} ms"))
@@ -408,12 +419,20 @@ pre {{ background: #f4f4f4; padding: .5rem; overflow-x: auto; }}
             .unwrap_or(1000)
             .max(1000) as f64
             / 1000.0;
+        let lowest = s
+            .latency
+            .iter()
+            .filter_map(|l| l.curve.first().map(|(_, us)| *us))
+            .min()
+            .unwrap_or(10)
+            .max(10) as f64
+            / 1000.0;
         svg_chart(|root| {
             let mut chart = ChartBuilder::on(root)
                 .margin(15)
                 .x_label_area_size(40)
                 .y_label_area_size(60)
-                .build_cartesian_2d(0f64..8f64, (0.01f64..highest * 2.0).log_scale())?;
+                .build_cartesian_2d(0f64..8f64, (lowest / 2.0..highest * 2.0).log_scale())?;
             chart
                 .configure_mesh()
                 .light_line_style(RGBColor(235, 235, 235))
@@ -426,7 +445,8 @@ pre {{ background: #f4f4f4; padding: .5rem; overflow-x: auto; }}
                         .to_owned()
                 })
                 .x_desc("percentile")
-                .y_desc("latency (ms)")
+                .y_label_formatter(&|ms| format!("{ms}"))
+                .y_desc("latency (ms, log scale)")
                 .draw()?;
             for latency in &s.latency {
                 let color = Palette99::pick(latency.outcome.index()).to_rgba();
@@ -434,7 +454,7 @@ pre {{ background: #f4f4f4; padding: .5rem; overflow-x: auto; }}
                     .curve
                     .iter()
                     .enumerate()
-                    .map(|(i, (_, us))| (i as f64, (*us as f64 / 1000.0).max(0.01)));
+                    .map(|(i, (_, us))| (i as f64, (*us as f64 / 1000.0).max(lowest / 2.0)));
                 chart
                     .draw_series(LineSeries::new(points, color.stroke_width(2)))?
                     .label(latency.outcome.as_str())

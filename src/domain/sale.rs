@@ -40,6 +40,16 @@ impl SaleStatus {
             Self::Ended => "ended",
         }
     }
+
+    /// The status for people.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Upcoming => "upcoming",
+            Self::Live => "live",
+            Self::SoldOut => "sold out",
+            Self::Ended => "ended",
+        }
+    }
 }
 
 impl Sale {
