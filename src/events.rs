@@ -13,8 +13,6 @@
 //! therefore also send a fresh snapshot, read from Redis, every few
 //! seconds, so a page that missed a message catches up by itself.
 
-use std::time::Duration;
-
 use futures_util::StreamExt;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -25,8 +23,6 @@ use crate::keys;
 /// Messages a slow receiver may fall behind by before it skips ahead (it
 /// then relies on the next snapshot).
 const CAPACITY: usize = 1024;
-/// Longest pause between attempts to reconnect to Redis.
-const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(5);
 
 /// A sale's units left changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,9 +72,8 @@ async fn listen(
             error = session => error,
         };
         failures = failures.saturating_add(1);
-        let pause = Duration::from_millis(100)
-            .saturating_mul(1u32 << failures.min(10))
-            .min(MAX_RECONNECT_PAUSE);
+        // The worker's back-off: 100 ms, doubling, at most 5 s.
+        let pause = crate::worker::failure_backoff(failures);
         tracing::warn!(
             error = format!("{error:#}"),
             ?pause,

@@ -34,7 +34,7 @@
 //! [`Worker::try_process_deadlines`] runs the due deadlines: see
 //! `payment.rs` for how a deadline and a payment race.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -273,8 +273,9 @@ impl Worker {
         // Orders confirmed in one transaction share their deadline, so
         // this is usually one enqueue per batch.
         let mut by_delay: BTreeMap<i64, Vec<(String, String)>> = BTreeMap::new();
+        let due: HashMap<Uuid, i64> = due.into_iter().collect();
         for order in orders {
-            if let Some((_, left_ms)) = due.iter().find(|(id, _)| *id == order.order_id) {
+            if let Some(left_ms) = due.get(&order.order_id) {
                 by_delay
                     .entry(*left_ms)
                     .or_default()
@@ -523,7 +524,7 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
 }
 
 /// Exponential back-off after `failures` failures in a row: 100 ms, 200 ms, ... up to 5 s.
-fn failure_backoff(failures: u32) -> Duration {
+pub(crate) fn failure_backoff(failures: u32) -> Duration {
     Duration::from_millis(100)
         .saturating_mul(1u32 << failures.saturating_sub(1).min(10))
         .min(MAX_BACKOFF)
