@@ -87,31 +87,23 @@ pub struct LoadArgs {
     pub html: Option<PathBuf>,
 }
 
-/// A finite number above zero (a rate).
+/// A rate: requests per second, above zero.
 fn positive(raw: &str) -> Result<f64, String> {
-    let value: f64 = raw
-        .parse()
-        .map_err(|_| format!("{raw:?} is not a number"))?;
-    if value.is_finite() && value > 0.0 && value <= 10_000_000.0 {
-        Ok(value)
-    } else {
-        Err(format!(
-            "{raw} is not a number above 0 (and at most 10,000,000)"
-        ))
-    }
+    above_zero(raw, 10_000_000.0, "a number")
 }
 
-/// A duration in seconds: above zero, at most a day.
+/// A duration: seconds, above zero, at most a day.
 fn seconds(raw: &str) -> Result<f64, String> {
-    let value: f64 = raw
-        .parse()
-        .map_err(|_| format!("{raw:?} is not a number"))?;
-    if value.is_finite() && value > 0.0 && value <= 86_400.0 {
-        Ok(value)
-    } else {
-        Err(format!(
-            "{raw} is not a number of seconds above 0 (and at most 86400)"
-        ))
+    above_zero(raw, 86_400.0, "a number of seconds")
+}
+
+/// A finite number in (0, max]; `what` names it in the error. Rejecting
+/// NaN, infinities and huge values here keeps them from panicking later in
+/// `Duration::from_secs_f64`, after the run has started things.
+fn above_zero(raw: &str, max: f64, what: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 && value <= max => Ok(value),
+        _ => Err(format!("{raw} is not {what} above 0 (and at most {max})")),
     }
 }
 

@@ -30,11 +30,6 @@ impl Progress {
         }
     }
 
-    /// Plain lines, whatever stderr is.
-    pub fn plain() -> Self {
-        Self { live: false }
-    }
-
     /// Start a phase; `total` gives it a bar, otherwise a spinner.
     pub fn phase(&self, name: &str, total: Option<u64>) -> Phase {
         let bar = self.live.then(|| {

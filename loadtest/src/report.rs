@@ -161,16 +161,10 @@ impl Report {
             "outcome", "count", "p50", "p90", "p99", "p99.9", "max"
         );
         for latency in &s.latency {
+            let [outcome, count, p50, p90, p99, p999, max] = cells(latency);
             let _ = writeln!(
                 out,
-                "{:<12} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                latency.outcome.as_str(),
-                latency.count,
-                micros(latency.p50_us),
-                micros(latency.p90_us),
-                micros(latency.p99_us),
-                micros(latency.p999_us),
-                micros(latency.max_us),
+                "{outcome:<12} {count:>8} {p50:>9} {p90:>9} {p99:>9} {p999:>9} {max:>9}"
             );
         }
         let _ = writeln!(
@@ -262,17 +256,11 @@ impl Report {
     /// One self-contained HTML page: no scripts, no external files.
     pub fn to_html(&self) -> String {
         let mut rows = String::new();
-        for l in &self.summary.latency {
+        for latency in &self.summary.latency {
             let _ = write!(
                 rows,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                l.outcome.as_str(),
-                l.count,
-                micros(l.p50_us),
-                micros(l.p90_us),
-                micros(l.p99_us),
-                micros(l.p999_us),
-                micros(l.max_us)
+                "<tr><td>{}</td></tr>",
+                cells(latency).join("</td><td>")
             );
         }
         let mut checks = String::new();
@@ -573,6 +561,19 @@ pub fn side_by_side(reports: &[&Report]) -> String {
             .collect(),
     );
     out
+}
+
+/// A latency row: outcome, count, p50, p90, p99, p99.9, max.
+fn cells(latency: &crate::stats::Latency) -> [String; 7] {
+    [
+        latency.outcome.as_str().to_owned(),
+        latency.count.to_string(),
+        micros(latency.p50_us),
+        micros(latency.p90_us),
+        micros(latency.p99_us),
+        micros(latency.p999_us),
+        micros(latency.max_us),
+    ]
 }
 
 fn by_instance(counts: &BTreeMap<String, u64>) -> String {
