@@ -94,6 +94,24 @@ async fn a_burst_on_two_spawned_instances_sells_each_unit_once_and_reports_it() 
     assert!(checks.len() >= 10);
     assert!(checks.iter().all(|c| c["passed"] == true), "{checks:?}");
     assert!(report["summary"]["launch_skew_us"].is_u64());
+    let timeline: u64 = report["summary"]["timeline"]
+        .as_array()
+        .expect("the 100 ms timeline")
+        .iter()
+        .flat_map(|bucket| bucket["counts"].as_object().expect("counts").values())
+        .map(|n| n.as_u64().expect("a count"))
+        .sum();
+    assert_eq!(timeline, 330, "every answer is in one timeline bucket");
+    // Not a terminal: the progress is plain lines on stderr, phase by phase.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for phase in [
+        "connect: done",
+        "release: done",
+        "settle: done",
+        "verify: done",
+    ] {
+        assert!(stderr.contains(phase), "no {phase:?} line in:\n{stderr}");
+    }
     assert!(report["generator"]["cpu_ms"].as_f64().expect("CPU time") > 0.0);
 
     let page = std::fs::read_to_string(&html).expect("the HTML report");
