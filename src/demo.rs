@@ -33,6 +33,10 @@ use crate::startup;
 
 /// How long a started `seckill serve` may take to print its address.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a demo's sales stay open: long enough for a workshop to play
+/// with the page, short enough that the sales of earlier demos move to the
+/// "Ended" list instead of piling up as live ones.
+const DEMO_SALE_OPEN: chrono::Duration = chrono::Duration::hours(1);
 /// How long a stopped process may take to finish its work and exit.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -275,16 +279,25 @@ async fn redis_connection(url: &str) -> anyhow::Result<redis::aio::MultiplexedCo
         .with_context(|| format!("connecting to Redis at {}", startup::redact(url)))
 }
 
-/// Create a sale that opens now.
+/// Create a sale that opens now and, if `open_for` is given, closes then.
 async fn create_sale(
     pg: &PgPool,
     redis: &mut redis::aio::MultiplexedConnection,
     prefix: &str,
     name: &str,
     stock: u32,
+    open_for: Option<chrono::Duration>,
 ) -> anyhow::Result<i64> {
-    let new = NewSale::parse(name, i64::from(stock), 99_900, None, None, Utc::now())
-        .map_err(|reason| anyhow::anyhow!("invalid sale: {reason}"))?;
+    let now = Utc::now();
+    let new = NewSale::parse(
+        name,
+        i64::from(stock),
+        99_900,
+        Some(now),
+        open_for.map(|open_for| now + open_for),
+        now,
+    )
+    .map_err(|reason| anyhow::anyhow!("invalid sale: {reason}"))?;
     Ok(catalog::create_sale(pg, redis, prefix, &new).await?.id)
 }
 
@@ -305,7 +318,7 @@ pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<
             (id, i64::from(stock))
         }
         None => {
-            let id = create_sale(&pg, &mut redis, &prefix, "Load test", cli.stock).await?;
+            let id = create_sale(&pg, &mut redis, &prefix, "Load test", cli.stock, None).await?;
             (id, i64::from(cli.stock))
         }
     };
@@ -432,7 +445,15 @@ async fn both_runs(
         ));
         let mut redis = redis_connection(&services.redis_url).await?;
         let name = format!("Phone, {label} strategy");
-        let sale_id = create_sale(&pg, &mut redis, prefix, &name, args.stock).await?;
+        let sale_id = create_sale(
+            &pg,
+            &mut redis,
+            prefix,
+            &name,
+            args.stock,
+            Some(DEMO_SALE_OPEN),
+        )
+        .await?;
         let load = LoadArgs {
             scenario: seckill_loadtest::scenario::Scenario::Burst,
             users: args.users,

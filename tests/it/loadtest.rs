@@ -426,6 +426,18 @@ async fn the_demo_runs_both_strategies_side_by_side_and_exits_0() {
     let by_status = orders_by_status(&scratch).await;
     assert_eq!(by_status[0], ("confirmed".into(), 20), "{by_status:?}");
 
+    // Both sales close after an hour, so repeated demos do not pile up as live sales.
+    let pg = seckill::startup::connect_postgres(&scratch.database_url)
+        .await
+        .expect("PostgreSQL");
+    let closing_in_an_hour: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sales WHERE ends_at = starts_at + interval '1 hour'",
+    )
+    .fetch_one(&pg)
+    .await
+    .expect("count sales");
+    assert_eq!(closing_in_an_hour, 2);
+
     // The naive run left Redis wrong; the demo put PostgreSQL's figures
     // back, so the page shows the truth: no unit left, ten buyers.
     let naive_sale = naive["config"]["sale_id"].as_i64().expect("a sale id");
