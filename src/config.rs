@@ -1,48 +1,16 @@
-//! Command line and environment configuration.
+//! The knobs: where the servers are, and how the purchase path and the
+//! worker behave.
 //!
-//! Every flag can also be set through the environment variable named in its
-//! `--help` line (flags win over the environment). The doc comment on each
-//! field is what `seckill --help` prints, so it is written for the user.
+//! Plain data at the bottom of the layers: the purchase path and the worker
+//! read their settings from here, and the command lines (`cli.rs`) put them
+//! together. Every flag can also be set through the environment variable
+//! named in its `--help` line (flags win over the environment). The doc
+//! comment on each field is what `seckill --help` prints, so it is written
+//! for the user.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-
-/// A flash sale that proves, under load and under faults, that 10 units are
-/// never sold 11 times.
-#[derive(Debug, Parser)]
-#[command(name = "seckill", version, about, long_about = None)]
-pub struct Cli {
-    #[command(flatten)]
-    pub services: ServiceArgs,
-
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the web app (and, unless --no-worker, the queue worker in-process).
-    Serve(ServeArgs),
-    /// Run the queue worker alone; several may run at once.
-    Worker(WorkerArgs),
-    /// Apply the database migrations and exit.
-    Migrate,
-    /// Manage sales.
-    #[command(subcommand)]
-    Sale(SaleCommand),
-    /// The whole show: start two app instances and a worker, let 10,000 buyers
-    /// race for 10 units, verify, report; then again with the deliberately
-    /// broken `naive` strategy, side by side.
-    Demo(crate::demo::DemoArgs),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum SaleCommand {
-    /// Create a sale and print it as JSON.
-    Create(CreateSaleArgs),
-}
+use clap::{Args, ValueEnum};
 
 /// Where Redis and PostgreSQL are. With neither URL set, seckill uses the
 /// servers on their default local ports when they answer and otherwise
@@ -70,57 +38,6 @@ pub struct ServiceArgs {
         global = true
     )]
     pub redis_prefix: String,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "SECKILL_BIND", default_value = "127.0.0.1:8080")]
-    pub bind: SocketAddr,
-
-    /// Do not run the queue worker inside this process (run `seckill worker` instead).
-    #[arg(long, env = "SECKILL_NO_WORKER")]
-    pub no_worker: bool,
-
-    /// Token for the admin API (`Authorization: Bearer ...`); admin calls are refused while unset.
-    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
-
-    /// Name of this instance, sent in the X-Seckill-Instance header of every response [default: the bind address].
-    #[arg(long, env = "SECKILL_INSTANCE_ID")]
-    pub instance_id: Option<String>,
-
-    #[command(flatten)]
-    pub purchase: PurchaseSettings,
-
-    #[command(flatten)]
-    pub worker: WorkerSettings,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct WorkerArgs {
-    #[command(flatten)]
-    pub worker: WorkerSettings,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct CreateSaleArgs {
-    /// Name shown on the sale page.
-    #[arg(long)]
-    pub name: String,
-    /// Units for sale.
-    // Negative numbers parse, so that validation can say what is wrong with them.
-    #[arg(long, allow_negative_numbers = true)]
-    pub stock: i32,
-    /// Price in cents.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub price_cents: i64,
-    /// Seconds from now until the sale opens.
-    #[arg(long, default_value_t = 0)]
-    pub starts_in: u64,
-    /// Seconds the sale stays open after it starts [default: no end].
-    #[arg(long)]
-    pub duration: Option<u64>,
 }
 
 /// How a purchase decides who gets a unit.
@@ -240,49 +157,5 @@ impl WorkerSettings {
     }
     pub fn payment_window(&self) -> Duration {
         Duration::from_secs(self.payment_window_secs)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cli_definition_is_consistent() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn settings_defaults_match_flag_defaults() {
-        let cli = Cli::try_parse_from(["seckill", "serve"]).expect("serve parses");
-        let Command::Serve(serve) = cli.command else {
-            panic!("expected serve")
-        };
-        let (flags, defaults) = (serve.purchase, PurchaseSettings::default());
-        assert_eq!(flags.lock_ttl_ms, defaults.lock_ttl_ms);
-        assert_eq!(flags.lock_wait_ms, defaults.lock_wait_ms);
-        assert_eq!(flags.strategy, defaults.strategy);
-        assert_eq!(
-            serve.worker.batch_size,
-            WorkerSettings::default().batch_size
-        );
-        assert_eq!(
-            serve.worker.payment_window_secs,
-            WorkerSettings::default().payment_window_secs
-        );
-    }
-
-    #[test]
-    fn knobs_that_would_stall_the_system_are_refused() {
-        for bad in [
-            ["seckill", "worker", "--batch-size", "0"],
-            ["seckill", "worker", "--lease-ms", "10"],
-            ["seckill", "worker", "--max-attempts", "0"],
-            ["seckill", "serve", "--lock-ttl-ms", "0"],
-            ["seckill", "worker", "--payment-window-secs", "0"],
-        ] {
-            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} was accepted");
-        }
     }
 }

@@ -72,8 +72,8 @@ async fn listen(
             error = session => error,
         };
         failures = failures.saturating_add(1);
-        // The worker's back-off: 100 ms, doubling, at most 5 s.
-        let pause = crate::worker::failure_backoff(failures);
+        // 100 ms, doubling, at most 5 s (see backoff.rs).
+        let pause = crate::backoff::after(failures);
         tracing::warn!(
             error = format!("{error:#}"),
             ?pause,

@@ -20,18 +20,31 @@
 //! [`demo`] runs the load test (the `loadtest/` crate) against app instances
 //! it starts.
 
-pub mod catalog;
+// The layers, bottom up (ARCHITECTURE.md draws them; tests/it/layers.rs
+// keeps every `use crate::` pointing down):
+// 0: the vocabulary and the knobs, no I/O of their own but probes.
+pub mod backoff;
 pub mod config;
-pub mod demo;
 pub mod domain;
-pub mod events;
 pub mod keys;
+pub mod probe;
+pub mod telemetry;
+// 1: the article's two tools, fixed.
 pub mod lock;
+pub mod queue;
+// 2: the one owner of each table.
+pub mod store;
+// 3: the use cases.
+pub mod events;
 pub mod payment;
 pub mod purchase;
-pub mod queue;
+pub mod worker;
+// 4: the ways in: HTTP and the command line.
+pub mod cli;
+pub mod web;
+// 5: wiring and harnesses.
+pub mod cluster;
+pub mod demo;
+pub mod harness;
 pub mod services;
 pub mod startup;
-pub mod telemetry;
-pub mod web;
-pub mod worker;

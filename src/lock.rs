@@ -1,4 +1,4 @@
-//! The Redis lock: the seeds' `lock()` / `unlock()` / `expire()`, with their bugs fixed.
+//! The Redis lock: the article's `lock()` / `unlock()` / `expire()`, with their bugs fixed.
 //!
 //! A lock is one Redis key holding the name of its holder, with a time to live.
 //! Taking it, releasing it and extending it are each one Lua script (in
@@ -6,7 +6,7 @@
 //! check and a write sent as two commands can be interleaved with another
 //! client's.
 //!
-//! What this module fixes, compared with the seeds:
+//! What this module fixes, compared with the article:
 //! - **SETNX then EXPIRE** were two steps; a crash between them left a lock
 //!   that never expired. Here the key is set with its TTL in one `SET ... PX`.
 //! - **unlock deleted without checking the owner**; a holder whose lock had

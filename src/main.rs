@@ -9,13 +9,13 @@ use chrono::Utc;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
-use seckill::config::{Cli, Command, CreateSaleArgs, SaleCommand, ServeArgs, WorkerArgs};
+use seckill::cli::{Cli, Command, CreateSaleArgs, CreatedSale, SaleCommand, ServeArgs, WorkerArgs};
 use seckill::domain::NewSale;
-use seckill::services::{Origin, PrivateServers, Services};
+use seckill::services::{Origin, PrivateServers, Services, redact};
 use seckill::startup::{self, Application, Settings};
-use seckill::web::SaleView;
+use seckill::store::Store;
+use seckill::telemetry;
 use seckill::worker::Worker;
-use seckill::{catalog, telemetry};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -57,10 +57,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Worker(args) => work(&services, prefix, args).await?,
         Command::Migrate => {
             startup::connect_postgres(&services.database_url).await?;
-            println!(
-                "migrations applied to {}",
-                startup::redact(&services.database_url)
-            );
+            println!("migrations applied to {}", redact(&services.database_url));
         }
         Command::Sale(SaleCommand::Create(args)) => create_sale(&services, &prefix, args).await?,
         Command::Demo(args) => {
@@ -79,8 +76,8 @@ fn log_services(services: &Services) {
         Origin::Local => "found on its default local port",
         Origin::Private => "private, started by this process; it stops when the process exits",
     };
-    tracing::info!(url = %startup::redact(&services.redis_url), origin = origin(services.redis_origin), "Redis");
-    tracing::info!(url = %startup::redact(&services.database_url), origin = origin(services.postgres_origin), "PostgreSQL");
+    tracing::info!(url = %redact(&services.redis_url), origin = origin(services.redis_origin), "Redis");
+    tracing::info!(url = %redact(&services.database_url), origin = origin(services.postgres_origin), "PostgreSQL");
 }
 
 async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> anyhow::Result<()> {
@@ -115,7 +112,7 @@ async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> an
     let redis = startup::connect_redis(&services.redis_url, args.worker.poll()).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    Worker::new(pg, redis, redis_prefix, args.worker)
+    Worker::new(Store::new(pg, redis, redis_prefix), args.worker)
         .run(shutdown)
         .await;
     Ok(())
@@ -134,27 +131,23 @@ async fn create_sale(
     args: CreateSaleArgs,
 ) -> anyhow::Result<()> {
     let now = Utc::now();
-    let seconds = |s: u64| chrono::Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX / 1000));
-    let starts_at = now + seconds(args.starts_in);
-    let ends_at = args.duration.map(|d| starts_at + seconds(d));
-    let new = NewSale::parse(
-        &args.name,
-        i64::from(args.stock),
-        args.price_cents,
-        Some(starts_at),
-        ends_at,
-        now,
-    )
-    .map_err(|reason| anyhow::anyhow!("invalid sale: {reason}"))?;
+    // Seconds beyond i64 are refused by the builder's range check, like any
+    // other out-of-range number.
+    let seconds = |secs: u64| i64::try_from(secs).unwrap_or(i64::MAX);
+    let mut new = NewSale::builder(args.name, i64::from(args.stock))
+        .price_cents(args.price_cents)
+        .starts_in(seconds(args.starts_in));
+    if let Some(duration) = args.duration {
+        new = new.lasts(seconds(duration));
+    }
+    let new = new.build(now).context("invalid sale")?;
     let pg = startup::connect_postgres(&services.database_url).await?;
     let redis =
         startup::connect_redis(&services.redis_url, std::time::Duration::from_secs(3)).await?;
-    let mut conn = redis.get().await.context("getting a Redis connection")?;
-    let sale = catalog::create_sale(&pg, &mut conn, prefix, &new).await?;
-    let view = SaleView::new(&sale, i64::from(sale.stock_total));
+    let sale = Store::new(pg, redis, prefix).create_sale(&new).await?;
     println!(
         "{}",
-        serde_json::to_string_pretty(&view).expect("a sale serializes")
+        serde_json::to_string_pretty(&CreatedSale::new(&sale, now)).expect("a sale serializes")
     );
     Ok(())
 }

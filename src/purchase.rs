@@ -26,18 +26,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
-use deadpool_redis::Pool as RedisPool;
 use redis::Script;
 use redis::aio::ConnectionLike;
-use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::catalog;
 use crate::config::{PurchaseSettings, Strategy};
 use crate::domain::{OrderJob, Sale, UserId, Window};
 use crate::keys::SaleKeys;
 use crate::lock::{Acquire, LockGuard, RedisLock, Release};
 use crate::queue::{Queue, queue_script};
+use crate::store::{self, Snapshot, Store};
 
 static COMMIT: LazyLock<Script> = queue_script!("lua/purchase_commit.lua");
 
@@ -153,19 +151,20 @@ pub async fn commit<C: ConnectionLike + Send>(
 
 /// Runs purchases. One per app instance, shared by all requests.
 pub struct Purchaser {
-    redis: RedisPool,
-    pg: PgPool,
-    prefix: String,
+    /// Redis for the lock and the commit; PostgreSQL only to load a sale
+    /// Redis lost.
+    store: Store,
+    /// The strategy and its timings; fixed at start.
     settings: PurchaseSettings,
+    /// This instance's memory of sold-out sales. Set by any purchase that
+    /// sees no unit left, cleared when a stale flag finds units again.
     sold_out: SoldOutFlags,
 }
 
 impl Purchaser {
-    pub fn new(redis: RedisPool, pg: PgPool, prefix: String, settings: PurchaseSettings) -> Self {
+    pub fn new(store: Store, settings: PurchaseSettings) -> Self {
         Self {
-            redis,
-            pg,
-            prefix,
+            store,
             settings,
             sold_out: SoldOutFlags::default(),
         }
@@ -191,10 +190,10 @@ impl Purchaser {
         if self.sold_out.check(sale.id, refresh) == Flag::SoldOut {
             return Ok(Outcome::SoldOut);
         }
-        let keys = SaleKeys::new(&self.prefix, sale.id);
+        let keys = SaleKeys::new(&self.store.prefix, sale.id);
         // The pool's wait timeout bounds how long a request queues for a
         // connection; running out of connections is "busy", not an error.
-        let mut conn = match self.redis.get().await {
+        let mut conn = match self.store.redis.get().await {
             Ok(conn) => conn,
             Err(deadpool_redis::PoolError::Timeout(_)) => return Ok(Outcome::Busy),
             Err(error) => return Err(error).context("getting a Redis connection"),
@@ -291,7 +290,7 @@ impl Purchaser {
     ) -> anyhow::Result<Outcome> {
         // Steps 1 and 2: plain reads. Nobody else writes this sale while we
         // hold the lock, so what we read stays true until we write.
-        if let Err(outcome) = self.check(conn, keys, sale.id, user).await? {
+        if let Err(outcome) = self.check(conn, sale.id, user).await? {
             return Ok(outcome);
         }
 
@@ -320,12 +319,22 @@ impl Purchaser {
     async fn check<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
-        keys: &SaleKeys,
         sale_id: i64,
         user: &UserId,
     ) -> anyhow::Result<Result<i64, Outcome>> {
-        let (already_bought, stock_left) = self.read_sale(conn, keys, sale_id, user).await?;
-        Ok(match decide(already_bought, stock_left) {
+        // Loads the sale into Redis first if Redis lost it (a restart).
+        let Snapshot {
+            stock_left,
+            holds_unit,
+        } = store::sales::snapshot(
+            &self.store.pg,
+            conn,
+            &self.store.prefix,
+            sale_id,
+            Some(user),
+        )
+        .await?;
+        Ok(match decide(holds_unit, stock_left) {
             Decision::Take => Ok(stock_left),
             Decision::AlreadyPurchased => Err(Outcome::AlreadyPurchased),
             Decision::SoldOut => {
@@ -335,37 +344,11 @@ impl Purchaser {
         })
     }
 
-    /// Whether `user` holds a unit, and how many units are left. Loads the
-    /// sale into Redis first if Redis does not have it (it was restarted).
-    async fn read_sale<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        keys: &SaleKeys,
-        sale_id: i64,
-        user: &UserId,
-    ) -> anyhow::Result<(bool, i64)> {
-        for _ in 0..2 {
-            let (bought, left): (bool, Option<i64>) = redis::pipe()
-                .sismember(&keys.buyers, user.as_str())
-                .get(&keys.stock)
-                .query_async(conn)
-                .await
-                .context("reading the sale from Redis")?;
-            match left {
-                Some(left) => return Ok((bought, left)),
-                None => {
-                    catalog::load_into_redis(&self.pg, conn, &self.prefix, sale_id).await?;
-                }
-            }
-        }
-        anyhow::bail!("sale {sale_id} has no stock in Redis even after loading it")
-    }
-
     /// DELIBERATELY BROKEN. The same five steps with no lock and a pause
-    /// between reading and writing, as the seeds' first draft would do them.
-    /// Every purchase that reads during another's pause sees the same stock
+    /// between reading and writing, as a first draft without the article's
+    /// lock would do them. Every purchase that reads during another's pause sees the same stock
     /// and writes the same "stock minus one": units are sold more than once.
-    /// PostgreSQL's constraints then refuse the excess orders (see worker.rs).
+    /// PostgreSQL's constraints then refuse the excess orders (see store/orders.rs).
     async fn purchase_naive<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
@@ -373,7 +356,7 @@ impl Purchaser {
         sale: &Sale,
         user: &UserId,
     ) -> anyhow::Result<Outcome> {
-        let stock_left = match self.check(conn, keys, sale.id, user).await? {
+        let stock_left = match self.check(conn, sale.id, user).await? {
             Ok(stock_left) => stock_left,
             Err(outcome) => return Ok(outcome),
         };

@@ -1,11 +1,11 @@
-//! The Redis task queue: the seeds' sorted-set queue, made reliable.
+//! The Redis task queue: the article's sorted-set queue, made reliable.
 //!
-//! The idea is the seeds': a sorted set whose score is the time a job is due.
+//! The idea is the article's: a sorted set whose score is the time a job is due.
 //! Enqueue is by id, so enqueueing an id twice keeps one job; a delay makes a
-//! job due later (the seeds' delay queue, used for payment deadlines); `top`
+//! job due later (the article's delay queue, used for payment deadlines); `top`
 //! peeks at due jobs; `pop` takes them.
 //!
-//! What this module fixes: the seeds' `pop` deleted the jobs it returned, so a
+//! What this module fixes: the article's `pop` deleted the jobs it returned, so a
 //! consumer that died before finishing lost them. Here `pop` is
 //! [`Queue::reserve`]: due jobs move into an in-flight set with a lease
 //! deadline, in the same atomic step. [`Queue::ack`] removes them when the
@@ -14,7 +14,7 @@
 //! dead-letter set instead, where [`Queue::redrive`] can bring it back.
 //!
 //! Every operation that reads and then writes is one Lua script in
-//! `src/lua/queue_*.lua` (the queue needs no lock, unlike the seeds'). The
+//! `src/lua/queue_*.lua` (the queue needs no lock, unlike the article's). The
 //! scripts take their time from the Redis server, so instances whose clocks
 //! disagree still agree on what is due and which lease ran out.
 
@@ -130,7 +130,7 @@ impl Queue {
         TOP.key(&self.keys.due).arg(limit).invoke_async(conn).await
     }
 
-    /// The seeds' `pop`, made reliable: lease up to `limit` due jobs for `lease`.
+    /// The article's `pop`, made reliable: lease up to `limit` due jobs for `lease`.
     pub async fn reserve<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,

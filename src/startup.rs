@@ -22,10 +22,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing_actix_web::{RequestId, TracingLogger};
 
-use crate::catalog::Catalog;
 use crate::config::{PurchaseSettings, WorkerSettings};
 use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
+use crate::services::redact;
+use crate::store::Store;
 use crate::web::{AdminToken, AppState, routes, security};
 use crate::worker::Worker;
 
@@ -116,17 +117,6 @@ pub async fn connect_redis(url: &str, wait: Duration) -> anyhow::Result<RedisPoo
     Ok(pool)
 }
 
-/// A URL with its password, if any, replaced by `***`, fit for logs.
-pub fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// The listening socket, with a backlog deep enough for a flash crowd: the
 /// default of 128 would make the kernel drop the connections of a burst and
 /// the clients retry a second later.
@@ -158,12 +148,18 @@ pub fn raise_open_files_limit() {
     }
 }
 
+/// One running `seckill serve`: the HTTP server, and the tasks that live
+/// as long as it does. Owned by whoever runs it; nothing in it is shared.
 pub struct Application {
+    /// The address the listener is bound to (a real port, even when 0 was asked for).
     address: SocketAddr,
+    /// The actix-web server; awaiting it serves until it stops.
     server: Server,
+    /// The in-process queue worker, unless `--no-worker`.
     worker: Option<JoinHandle<()>>,
     /// The task that forwards Redis pub/sub to the live pages.
     events: JoinHandle<()>,
+    /// Cancelled to stop: ends the event streams, the worker and the events task.
     shutdown: CancellationToken,
 }
 
@@ -179,14 +175,10 @@ impl Application {
             .clone()
             .unwrap_or_else(|| address.to_string());
 
+        let store = Store::new(pg, redis, settings.redis_prefix.clone());
         let shutdown = CancellationToken::new();
         let worker = settings.run_worker.then(|| {
-            let worker = Worker::new(
-                pg.clone(),
-                redis.clone(),
-                settings.redis_prefix.clone(),
-                settings.worker.clone(),
-            );
+            let worker = Worker::new(store.clone(), settings.worker.clone());
             tokio::spawn(worker.run(shutdown.clone()))
         });
 
@@ -198,16 +190,8 @@ impl Application {
         .context("starting the sale events listener")?;
 
         let state = web::Data::new(AppState {
-            purchaser: Purchaser::new(
-                redis.clone(),
-                pg.clone(),
-                settings.redis_prefix.clone(),
-                settings.purchase.clone(),
-            ),
-            pg,
-            redis,
-            prefix: settings.redis_prefix.clone(),
-            catalog: Catalog::default(),
+            purchaser: Purchaser::new(store.clone(), settings.purchase.clone()),
+            store,
             admin: AdminToken::new(settings.admin_token.as_deref()),
             events,
             shutdown: shutdown.clone(),

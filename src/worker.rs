@@ -34,23 +34,20 @@
 //! [`Worker::try_process_deadlines`] runs the due deadlines: see
 //! `payment.rs` for how a deadline and a payment race.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context;
-use deadpool_redis::Pool as RedisPool;
-use sqlx::{PgPool, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
+use crate::backoff;
 use crate::config::WorkerSettings;
-use crate::domain::{OrderJob, RejectReason};
-use crate::keys::SaleKeys;
-use crate::payment::{self, Deadline};
+use crate::domain::OrderJob;
+use crate::keys::{QueueKeys, SaleKeys};
+use crate::payment;
 use crate::queue::{Attempt, Queue, Reserved};
+use crate::store::{self, Deadline, Store, Written};
 
-/// Longest pause between tries while PostgreSQL or Redis is failing.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Delay before a job that failed by itself (not because PostgreSQL was down) runs again.
 const FAILED_JOB_DELAY: Duration = Duration::from_secs(1);
 
@@ -89,47 +86,53 @@ impl BatchReport {
     }
 }
 
-/// What became of one order job in PostgreSQL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Written {
-    /// Inserted as confirmed; it took a unit.
-    Confirmed,
-    /// PostgreSQL refused it (sale full, or buyer already holds a unit);
-    /// stored as rejected.
-    Rejected,
-    /// This order id was already stored: a redelivery, and a no-op.
-    AlreadyThere,
-}
-
+/// Drains the queues of every sale. Several may run at once, in one process
+/// or many: the queue hands each job to one of them at a time.
 pub struct Worker {
-    pg: PgPool,
-    redis: RedisPool,
-    prefix: String,
+    /// PostgreSQL, Redis and the key prefix; shared with the web handlers
+    /// when the worker runs inside `seckill serve`.
+    store: Store,
+    /// Batch size, lease, attempts, poll and payment window; fixed at start.
     settings: WorkerSettings,
 }
 
+/// A batch reserved from one queue, its payloads decoded.
+struct Batch {
+    /// The sale's keys, and the queue the batch came from.
+    keys: SaleKeys,
+    queue: Queue,
+    /// The connection the reserve used; the ack goes through it too.
+    conn: deadpool_redis::Connection,
+    /// What the reserve did (reserved, reclaimed, dead-lettered).
+    report: BatchReport,
+    /// The decoded jobs, and their reservations in the same order.
+    orders: Vec<OrderJob>,
+    reserved: Vec<Reserved>,
+}
+
 impl Worker {
-    pub fn new(pg: PgPool, redis: RedisPool, prefix: String, settings: WorkerSettings) -> Self {
-        Self {
-            pg,
-            redis,
-            prefix,
-            settings,
-        }
+    pub fn new(store: Store, settings: WorkerSettings) -> Self {
+        Self { store, settings }
     }
 
     /// One step on one sale's queue: reserve, write, commit, queue the
     /// payment deadlines, ack.
     #[tracing::instrument(skip(self), fields(reserved))]
     pub async fn try_process_batch(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
-        let keys = SaleKeys::new(&self.prefix, sale_id);
-        let queue = Queue::new(keys.queue.clone());
-        let (mut conn, mut report, orders, reserved) = self.reserve(&queue).await?;
+        let Batch {
+            keys,
+            queue,
+            mut conn,
+            mut report,
+            orders,
+            reserved,
+        } = self.reserve(sale_id, |keys| &keys.queue).await?;
         if reserved.is_empty() {
             return Ok(report);
         }
 
-        match self.write_orders(&orders).await {
+        let window = self.settings.payment_window();
+        match self.store.confirm_orders(&orders, window).await {
             Ok(written) => {
                 for outcome in written {
                     match outcome {
@@ -154,7 +157,7 @@ impl Worker {
                 // PostgreSQL being unreachable is not the jobs' fault: give
                 // them back without using up an attempt. Any other failure
                 // counts, so a job that always fails ends up dead-lettered.
-                let (attempt, delay) = if is_unavailable(&error) {
+                let (attempt, delay) = if store::is_unavailable(&error) {
                     (Attempt::NotTried, Duration::ZERO)
                 } else {
                     (Attempt::Failed, FAILED_JOB_DELAY)
@@ -174,25 +177,18 @@ impl Worker {
         }
     }
 
-    /// Reserve a batch from `queue` and decode it. Returns the connection
-    /// it used, the report so far, the decoded jobs and their reservations,
-    /// in the same order. A payload that does not decode can never succeed:
-    /// its attempt counts, so it ends in the dead-letter set, and the rest
-    /// carry on.
+    /// Reserve a batch from one of the sale's queues (`which` picks it from
+    /// the sale's keys) and decode it. A payload that does not decode can
+    /// never succeed: its attempt counts, so it ends in the dead-letter set,
+    /// and the rest carry on.
     async fn reserve(
         &self,
-        queue: &Queue,
-    ) -> anyhow::Result<(
-        deadpool_redis::Connection,
-        BatchReport,
-        Vec<OrderJob>,
-        Vec<Reserved>,
-    )> {
-        let mut conn = self
-            .redis
-            .get()
-            .await
-            .context("getting a Redis connection")?;
+        sale_id: i64,
+        which: fn(&SaleKeys) -> &QueueKeys,
+    ) -> anyhow::Result<Batch> {
+        let keys = SaleKeys::new(&self.store.prefix, sale_id);
+        let queue = Queue::new(which(&keys).clone());
+        let mut conn = self.store.redis().await?;
         let reservation = queue
             .reserve(
                 &mut conn,
@@ -208,28 +204,18 @@ impl Worker {
             dead_lettered: reservation.dead_lettered,
             ..BatchReport::default()
         };
-        if reservation.reclaimed > 0 {
-            tracing::warn!(
-                count = reservation.reclaimed,
-                "redelivering jobs whose worker died"
-            );
+        log_reservation(&report);
+        let (mut orders, mut reserved, mut broken) = (Vec::new(), Vec::new(), Vec::new());
+        for job in reservation.jobs {
+            match OrderJob::from_payload(&job.payload) {
+                Ok(order) => {
+                    orders.push(order);
+                    reserved.push(job);
+                }
+                Err(_) => broken.push(job),
+            }
         }
-        if reservation.dead_lettered > 0 {
-            tracing::error!(
-                count = reservation.dead_lettered,
-                "jobs dead-lettered after too many attempts"
-            );
-        }
-        if !reservation.jobs.is_empty() {
-            tracing::Span::current().record("reserved", reservation.jobs.len());
-        }
-        let (jobs, broken): (Vec<_>, Vec<_>) = reservation
-            .jobs
-            .into_iter()
-            .map(|job| (OrderJob::from_payload(&job.payload).ok(), job))
-            .partition(|(order, _)| order.is_some());
         if !broken.is_empty() {
-            let broken: Vec<Reserved> = broken.into_iter().map(|(_, job)| job).collect();
             tracing::error!(ids = ?broken.iter().map(|j| &j.id).collect::<Vec<_>>(), "undecodable jobs");
             queue
                 .retry(
@@ -242,11 +228,14 @@ impl Worker {
                 .await
                 .context("giving back undecodable jobs")?;
         }
-        let (orders, reserved) = jobs
-            .into_iter()
-            .map(|(order, job)| (order.expect("partitioned on is_some"), job))
-            .unzip();
-        Ok((conn, report, orders, reserved))
+        Ok(Batch {
+            keys,
+            queue,
+            conn,
+            report,
+            orders,
+            reserved,
+        })
     }
 
     /// Queue the payment deadline of every order of the batch that is
@@ -259,41 +248,27 @@ impl Worker {
         keys: &SaleKeys,
         orders: &[OrderJob],
     ) -> anyhow::Result<()> {
-        let ids: Vec<Uuid> = orders.iter().map(|order| order.order_id).collect();
-        // Milliseconds left until each deadline, on PostgreSQL's clock.
-        let due: Vec<(Uuid, i64)> = sqlx::query_as(
-            "SELECT id, GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
-               FROM orders
-              WHERE id = ANY($1) AND status = 'confirmed' AND pay_by IS NOT NULL",
-        )
-        .bind(&ids)
-        .fetch_all(&self.pg)
-        .await
-        .context("reading payment deadlines")?;
+        let ids: Vec<_> = orders.iter().map(|order| order.order_id).collect();
+        let due = self.store.payment_deadlines(&ids).await?;
         // Orders confirmed in one transaction share their deadline, so
         // this is usually one enqueue per batch.
-        let mut by_delay: BTreeMap<i64, Vec<(String, String)>> = BTreeMap::new();
-        let due: HashMap<Uuid, i64> = due.into_iter().collect();
+        let mut by_delay: BTreeMap<Duration, Vec<(String, String)>> = BTreeMap::new();
         for order in orders {
-            if let Some(left_ms) = due.get(&order.order_id) {
+            if let Some(left) = due.get(&order.order_id) {
                 by_delay
-                    .entry(*left_ms)
+                    .entry(*left)
                     .or_default()
                     .push((order.order_id.to_string(), order.to_payload()));
             }
         }
         let queue = Queue::new(keys.deadlines.clone());
-        for (left_ms, jobs) in by_delay {
+        for (left, jobs) in by_delay {
             let jobs: Vec<(&str, &str)> = jobs
                 .iter()
                 .map(|(id, payload)| (id.as_str(), payload.as_str()))
                 .collect();
             queue
-                .enqueue(
-                    conn,
-                    &jobs,
-                    Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
-                )
+                .enqueue(conn, &jobs, left)
                 .await
                 .context("queueing payment deadlines")?;
         }
@@ -305,17 +280,22 @@ impl Worker {
     /// Redis, and only then ack. See `payment.rs`.
     #[tracing::instrument(skip(self), fields(reserved))]
     pub async fn try_process_deadlines(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
-        let keys = SaleKeys::new(&self.prefix, sale_id);
-        let queue = Queue::new(keys.deadlines.clone());
-        let (mut conn, mut report, orders, reserved) = self.reserve(&queue).await?;
+        let Batch {
+            keys,
+            queue,
+            mut conn,
+            mut report,
+            orders,
+            reserved,
+        } = self.reserve(sale_id, |keys| &keys.deadlines).await?;
         for (done, order) in orders.iter().enumerate() {
-            let deadline = match payment::cancel_unpaid(&self.pg, order.order_id).await {
+            let deadline = match self.store.cancel_unpaid(order.order_id).await {
                 Ok(deadline) => deadline,
                 Err(error) => {
                     // Acknowledge what is done; give this job and the rest
                     // back (not counting the attempt while PostgreSQL is
                     // unreachable); stop.
-                    let attempt = if is_unavailable(&error) {
+                    let attempt = if store::is_unavailable(&error) {
                         Attempt::NotTried
                     } else {
                         Attempt::Failed
@@ -360,33 +340,13 @@ impl Worker {
         Ok(report)
     }
 
-    /// Write a batch of orders in one transaction. Public so that tests can
-    /// play a worker that dies between this commit and the ack.
-    pub async fn write_orders(&self, orders: &[OrderJob]) -> Result<Vec<Written>, sqlx::Error> {
-        let mut tx = self.pg.begin().await?;
-        let mut written = Vec::with_capacity(orders.len());
-        let window = self.settings.payment_window().as_secs_f64();
-        for order in orders {
-            written.push(write_order(&mut tx, order, window).await?);
-        }
-        tx.commit().await?;
-        Ok(written)
-    }
-
-    /// Every sale id; the worker visits each sale's queue in turn. (A system
-    /// with thousands of sales would keep a set of non-empty queues instead.)
-    async fn sale_ids(&self) -> anyhow::Result<Vec<i64>> {
-        sqlx::query_scalar("SELECT id FROM sales ORDER BY id")
-            .fetch_all(&self.pg)
-            .await
-            .context("listing sales")
-    }
-
     /// One pass over every sale's order queue and deadline queue. Returns
     /// what it did in total.
     pub async fn run_once(&self) -> anyhow::Result<BatchReport> {
         let mut total = BatchReport::default();
-        for sale_id in self.sale_ids().await? {
+        // Every sale's queues in turn. (A system with thousands of sales
+        // would keep a set of non-empty queues instead.)
+        for sale_id in self.store.sale_ids().await? {
             total.add(self.try_process_batch(sale_id).await?);
             total.add(self.try_process_deadlines(sale_id).await?);
         }
@@ -411,7 +371,7 @@ impl Worker {
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
-                    let pause = failure_backoff(failures);
+                    let pause = backoff::after(failures);
                     tracing::warn!(
                         error = format!("{error:#}"),
                         ?pause,
@@ -429,122 +389,22 @@ impl Worker {
     }
 }
 
-/// Insert one order, with its payment deadline `window_secs` from now on
-/// PostgreSQL's clock. Each order gets a savepoint, so that a refused order
-/// rolls back only itself, and is then stored as rejected.
-async fn write_order(
-    tx: &mut Transaction<'_, Postgres>,
-    order: &OrderJob,
-    window_secs: f64,
-) -> Result<Written, sqlx::Error> {
-    use sqlx::Acquire;
-    let mut savepoint = tx.begin().await?;
-    let inserted = sqlx::query(
-        "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
-         VALUES ($1, $2, $3, 'confirmed', now() + make_interval(secs => $4))
-         ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(order.order_id)
-    .bind(order.sale_id)
-    .bind(&order.user_id)
-    .bind(window_secs)
-    .execute(&mut *savepoint)
-    .await;
-    let refused = match inserted {
-        Ok(done) if done.rows_affected() == 0 => {
-            // Redelivered: this order id is already stored.
-            savepoint.commit().await?;
-            return Ok(Written::AlreadyThere);
-        }
-        Ok(_) => {
-            // Only a newly inserted order takes a unit. The CHECK
-            // (sold <= stock_total) refuses the unit if none is left.
-            let taken = sqlx::query("UPDATE sales SET sold = sold + 1 WHERE id = $1")
-                .bind(order.sale_id)
-                .execute(&mut *savepoint)
-                .await;
-            match taken {
-                Ok(_) => {
-                    savepoint.commit().await?;
-                    return Ok(Written::Confirmed);
-                }
-                Err(error) if is_constraint(&error, "sold_within_stock") => RejectReason::SoldOut,
-                Err(error) => return Err(error),
-            }
-        }
-        Err(error) if is_constraint(&error, "orders_one_per_buyer") => RejectReason::DuplicateBuyer,
-        Err(error) => return Err(error),
-    };
-    savepoint.rollback().await?;
-    tracing::warn!(
-        order_id = %order.order_id,
-        sale_id = order.sale_id,
-        user_id = %order.user_id,
-        reason = refused.as_db(),
-        "oversell attempt refused by PostgreSQL"
-    );
-    sqlx::query(
-        "INSERT INTO orders (id, sale_id, user_id, status, reason) VALUES ($1, $2, $3, 'rejected', $4)
-         ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(order.order_id)
-    .bind(order.sale_id)
-    .bind(&order.user_id)
-    .bind(refused.as_db())
-    .execute(&mut **tx)
-    .await?;
-    Ok(Written::Rejected)
-}
-
-/// Whether `error` is the violation of the named constraint or unique index.
-fn is_constraint(error: &sqlx::Error, name: &str) -> bool {
-    error
-        .as_database_error()
-        .and_then(|db| db.constraint())
-        .is_some_and(|constraint| constraint == name)
-}
-
-/// Whether the failure means "PostgreSQL is not reachable", as opposed to a
-/// problem with the jobs themselves.
-fn is_unavailable(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::WorkerCrashed => true,
-        // 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now,
-        // and class 08: connection exceptions.
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
-        _ => false,
+/// Say what a reserve found besides work: jobs of dead workers, and jobs
+/// out of attempts.
+fn log_reservation(report: &BatchReport) {
+    if report.reclaimed > 0 {
+        tracing::warn!(
+            count = report.reclaimed,
+            "redelivering jobs whose worker died"
+        );
     }
-}
-
-/// Exponential back-off after `failures` failures in a row: 100 ms, 200 ms, ... up to 5 s.
-pub(crate) fn failure_backoff(failures: u32) -> Duration {
-    Duration::from_millis(100)
-        .saturating_mul(1u32 << failures.saturating_sub(1).min(10))
-        .min(MAX_BACKOFF)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failure_backoff_doubles_up_to_the_cap() {
-        assert_eq!(failure_backoff(1), Duration::from_millis(100));
-        assert_eq!(failure_backoff(2), Duration::from_millis(200));
-        assert_eq!(failure_backoff(4), Duration::from_millis(800));
-        assert_eq!(failure_backoff(30), MAX_BACKOFF);
+    if report.dead_lettered > 0 {
+        tracing::error!(
+            count = report.dead_lettered,
+            "jobs dead-lettered after too many attempts"
+        );
     }
-
-    #[test]
-    fn a_pool_timeout_means_postgres_is_unavailable() {
-        assert!(is_unavailable(&sqlx::Error::PoolTimedOut));
-        assert!(!is_unavailable(&sqlx::Error::RowNotFound));
+    if report.reserved > 0 {
+        tracing::Span::current().record("reserved", report.reserved);
     }
 }

@@ -1,10 +1,11 @@
 //! `seckill-loadtest`: the load generator's command line. Everything it does
-//! is in `seckill::demo::load_test` and the `loadtest/` crate.
+//! is in `seckill::harness::load_test` and the `loadtest/` crate.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use seckill::demo::{self, LoadTestCli};
+use seckill::cli::LoadTestCli;
+use seckill::harness;
 use seckill::services::{PrivateServers, Services};
 use seckill::telemetry;
 
@@ -27,7 +28,7 @@ async fn main() -> ExitCode {
             private,
         )
         .await?;
-        demo::load_test(cli, &services).await
+        harness::load_test(cli, &services).await
     };
     match run.await {
         Ok(verdict) => ExitCode::from(verdict.exit_code()),

@@ -7,6 +7,6 @@ mod order;
 mod sale;
 mod user_id;
 
-pub use order::{OrderJob, OrderStatus, RejectReason};
-pub use sale::{NewSale, Sale, SaleStatus, Window};
-pub use user_id::UserId;
+pub use order::{Order, OrderJob, OrderStatus, RejectReason};
+pub use sale::{InvalidSale, NewSale, NewSaleBuilder, Sale, SaleStatus, Window};
+pub use user_id::{InvalidUserId, UserId};

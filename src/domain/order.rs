@@ -1,10 +1,17 @@
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::UserId;
 
 /// Where an order stands, as `GET /api/orders/{id}` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+///
+/// The same enum is the `orders.status` column (a TEXT with a CHECK on the
+/// four stored values): sqlx reads and writes it by its snake_case name, so
+/// no status is ever spelled as a string in Rust. `Pending` is never
+/// stored: a pending order lives only on the Redis queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum OrderStatus {
     /// Accepted by the purchase API, still on the Redis queue.
     Pending,
@@ -20,18 +27,7 @@ pub enum OrderStatus {
 }
 
 impl OrderStatus {
-    /// The status as stored in the `orders.status` column.
-    pub fn parse_db(raw: &str) -> Option<Self> {
-        match raw {
-            "confirmed" => Some(Self::Confirmed),
-            "paid" => Some(Self::Paid),
-            "cancelled" => Some(Self::Cancelled),
-            "rejected" => Some(Self::Rejected),
-            _ => None,
-        }
-    }
-
-    /// The status as the API and the pages name it.
+    /// The status as the API, the pages and the `orders.status` column name it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
@@ -48,9 +44,51 @@ impl OrderStatus {
     }
 }
 
+impl std::fmt::Display for OrderStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An order as the app knows it, wherever it is: still pending on a sale's
+/// queue, or stored in PostgreSQL. This is also what `GET /api/orders/{id}`
+/// answers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Order {
+    pub order_id: Uuid,
+    pub sale_id: i64,
+    pub user_id: String,
+    pub status: OrderStatus,
+    /// The end of the payment window, while the order is confirmed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pay_by: Option<DateTime<Utc>>,
+}
+
+impl Order {
+    /// An order accepted by the purchase path and not yet written by the worker.
+    pub fn pending(job: &OrderJob) -> Self {
+        Self {
+            order_id: job.order_id,
+            sale_id: job.sale_id,
+            user_id: job.user_id.clone(),
+            status: OrderStatus::Pending,
+            pay_by: None,
+        }
+    }
+
+    /// Whole seconds left to pay, while the window is open.
+    pub fn seconds_to_pay(&self) -> Option<i64> {
+        self.pay_by
+            .map(|deadline| (deadline - Utc::now()).num_seconds())
+            .filter(|left| *left > 0)
+    }
+}
+
 /// Why PostgreSQL refused an order the purchase path had accepted. Under the
-/// `lock` strategy neither happens; under `naive` both do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `lock` strategy neither happens; under `naive` both do. Stored in
+/// `orders.reason` by its snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum RejectReason {
     /// The `sold <= stock_total` constraint refused one more unit.
     SoldOut,
@@ -58,8 +96,15 @@ pub enum RejectReason {
     DuplicateBuyer,
 }
 
+impl std::fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl RejectReason {
-    pub fn as_db(self) -> &'static str {
+    /// The reason as stored in `orders.reason` and shown on the admin page.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::SoldOut => "sold_out",
             Self::DuplicateBuyer => "duplicate_buyer",
@@ -116,16 +161,21 @@ mod tests {
     }
 
     #[test]
-    fn every_stored_status_parses_back_to_itself() {
+    fn the_names_the_api_shows_are_the_serde_names() {
+        // (That PostgreSQL reads each stored status back as itself is tested
+        // against a real database in tests/it/store.rs.)
         for status in [
+            OrderStatus::Pending,
             OrderStatus::Confirmed,
             OrderStatus::Paid,
             OrderStatus::Cancelled,
             OrderStatus::Rejected,
         ] {
-            assert_eq!(OrderStatus::parse_db(status.as_str()), Some(status));
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::Value::from(status.as_str())
+            );
         }
-        assert_eq!(OrderStatus::parse_db("pending"), None, "never stored");
         assert!(!OrderStatus::Confirmed.is_final());
         assert!(OrderStatus::Cancelled.is_final());
     }

@@ -1,5 +1,16 @@
 use std::fmt;
 
+/// Why a buyer id was refused; the message is what the client reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidUserId {
+    #[error("user_id must not be empty")]
+    Empty,
+    #[error("user_id must be at most {max} characters, got {got}", max = UserId::MAX_CHARS)]
+    TooLong { got: usize },
+    #[error("user_id must not contain control characters")]
+    ControlCharacter,
+}
+
 /// A buyer's id as the client sent it: 1 to 64 characters, no control
 /// characters, not only spaces. One buyer may hold one unit per sale.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
@@ -9,19 +20,16 @@ pub struct UserId(String);
 impl UserId {
     pub const MAX_CHARS: usize = 64;
 
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    pub fn parse(raw: &str) -> Result<Self, InvalidUserId> {
         let chars = raw.chars().count();
         if chars == 0 || raw.trim().is_empty() {
-            return Err("user_id must not be empty".into());
+            return Err(InvalidUserId::Empty);
         }
         if chars > Self::MAX_CHARS {
-            return Err(format!(
-                "user_id must be at most {} characters, got {chars}",
-                Self::MAX_CHARS
-            ));
+            return Err(InvalidUserId::TooLong { got: chars });
         }
         if raw.chars().any(char::is_control) {
-            return Err("user_id must not contain control characters".into());
+            return Err(InvalidUserId::ControlCharacter);
         }
         Ok(Self(raw.to_owned()))
     }

@@ -7,7 +7,7 @@
 --
 -- Returns the fencing token (an integer) on success, or nil if the lock is held.
 --
--- The seeds' bug this fixes: they ran SETNX and then EXPIRE as two commands.
+-- The article's bug this fixes: they ran SETNX and then EXPIRE as two commands.
 -- A process that died between the two left a lock with no TTL that nobody
 -- could ever take again. Here the key is created with its TTL in one SET, and
 -- the fencing token is drawn in the same script, so no caller can observe a

@@ -6,7 +6,7 @@
 --
 -- Returns 1 extended, 0 expired, -1 not the owner.
 --
--- The seeds' expire() extended whatever lock was under the name, so a holder
+-- The article's expire() extended whatever lock was under the name, so a holder
 -- that had lost its lock could prolong the new owner's. Same compare-first
 -- rule as release, in one atomic step.
 local current = redis.call('GET', KEYS[1])

@@ -6,7 +6,7 @@
 -- Returns 1 released, 0 expired (the key is gone), -1 not the owner (another
 -- caller holds it now).
 --
--- The seeds' bug this fixes: their unlock deleted the key without checking
+-- The article's bug this fixes: their unlock deleted the key without checking
 -- who held it. A holder whose lock had expired (a long GC pause, a slow
 -- network) would then delete the lock of the next holder, letting a third
 -- caller in while the second was still inside. Compare and delete must be one

@@ -23,7 +23,7 @@
 -- later holder's lock for its own.)
 --
 -- Why not do the whole purchase in this one script, without a lock? In Redis
--- alone that would work, and be faster. The lock is the seeds' lesson and
+-- alone that would work, and be faster. The lock is the article's lesson and
 -- the general tool: it is what you need when the decision involves more than
 -- one script can see. The fence here is what makes a lock with a TTL safe.
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then

@@ -6,7 +6,7 @@
 --
 -- Returns the number of jobs added (ids already known are skipped).
 --
--- The seeds took a queue-wide lock around "is the id there? then add it";
+-- The article took a queue-wide lock around "is the id there? then add it";
 -- one script is atomic by itself and needs no lock.
 local due_at = now_ms() + tonumber(ARGV[1])
 local added = 0

@@ -7,7 +7,7 @@
 --
 -- Returns { reclaimed, dead_lettered, { {id, payload, attempt}, ... } }.
 --
--- The seeds' pop() read the due jobs and deleted them from the queue: a
+-- The article's pop() read the due jobs and deleted them from the queue: a
 -- consumer that died after the pop and before it finished lost the job for
 -- good. Here the jobs move into the in-flight set in the same atomic step,
 -- with a lease deadline. Only ack (queue_ack.lua) removes a job for good; a

@@ -17,18 +17,17 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use anyhow::Context;
 use askama::Template;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::Deserialize;
-use uuid::Uuid;
 
 use super::AppState;
-use super::api::{SaleView, find_sale, store_sale};
+use super::api::{SaleView, find_sale};
 use super::error::ApiError;
 use super::pages::html;
-use crate::catalog;
-use crate::domain::NewSale;
+use crate::domain::{NewSale, OrderStatus};
 use crate::keys::SaleKeys;
 use crate::queue::{Queue, QueueStats};
+use crate::store::OrderRow;
 
 /// The admin login cookie.
 const ADMIN_COOKIE: &str = "seckill_admin";
@@ -68,23 +67,19 @@ impl AdminSalePage {
     }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-struct OrderRow {
-    id: Uuid,
-    user_id: String,
-    status: String,
-    reason: Option<String>,
-    pay_by: Option<DateTime<Utc>>,
-    created_at: DateTime<Utc>,
+/// How the admin page shows an order's times.
+trait OrderTimes {
+    fn created(&self) -> String;
+    fn deadline(&self) -> String;
 }
 
-impl OrderRow {
+impl OrderTimes for OrderRow {
     fn created(&self) -> String {
         self.created_at.format("%H:%M:%S%.3f").to_string()
     }
     fn deadline(&self) -> String {
-        match (&self.pay_by, self.status.as_str()) {
-            (Some(deadline), "confirmed") => deadline.format("%H:%M:%S").to_string(),
+        match (&self.pay_by, self.status) {
+            (Some(deadline), OrderStatus::Confirmed) => deadline.format("%H:%M:%S").to_string(),
             _ => String::new(),
         }
     }
@@ -147,8 +142,8 @@ async fn admin_page(
     status: StatusCode,
 ) -> Result<HttpResponse, ApiError> {
     let mut sales = Vec::new();
-    for sale in catalog::list_sales(&state.pg).await? {
-        let left = state.stock_left(sale.id).await?;
+    for sale in state.store.sales().await? {
+        let left = state.store.stock_left(sale.id).await?;
         sales.push(SaleView::new(&sale, left));
     }
     let mut response = html(&AdminPage { sales, notice })?;
@@ -204,31 +199,26 @@ pub async fn create_sale(
     form: web::Form<NewSaleForm>,
 ) -> Result<HttpResponse, ApiError> {
     authenticate(&state, &request)?;
-    let now = Utc::now();
-    let starts_at = now + chrono::Duration::seconds(form.starts_in_secs.clamp(0, 31_536_000));
-    let duration = match form.duration_secs.as_deref().map(str::trim) {
-        None | Some("") => None,
+    let mut new = NewSale::builder(form.name.as_str(), form.stock)
+        .price_cents(form.price_cents)
+        .starts_in(form.starts_in_secs);
+    match form.duration_secs.as_deref().map(str::trim) {
+        None | Some("") => {}
         Some(raw) => match raw.parse::<i64>() {
-            Ok(secs) => Some(secs.clamp(-1, 31_536_000)),
+            Ok(secs) => new = new.lasts(secs),
             Err(_) => {
                 let notice = "duration must be a whole number of seconds, or empty".to_owned();
                 return admin_page(&state, Some(notice), StatusCode::BAD_REQUEST).await;
             }
         },
-    };
-    let ends_at = duration.map(|secs| starts_at + chrono::Duration::seconds(secs));
-    let new = match NewSale::parse(
-        &form.name,
-        form.stock,
-        form.price_cents,
-        Some(starts_at),
-        ends_at,
-        now,
-    ) {
+    }
+    let new = match new.build(Utc::now()) {
         Ok(new) => new,
-        Err(reason) => return admin_page(&state, Some(reason), StatusCode::BAD_REQUEST).await,
+        Err(invalid) => {
+            return admin_page(&state, Some(invalid.to_string()), StatusCode::BAD_REQUEST).await;
+        }
     };
-    let sale = store_sale(&state, &new).await?;
+    let sale = state.store.create_sale(&new).await?;
     Ok(see_other(&format!("/admin/sales/{}", sale.id)))
 }
 
@@ -242,12 +232,8 @@ pub async fn sale(
         return login_page(None, StatusCode::UNAUTHORIZED);
     }
     let sale = find_sale(&state, &path).await?;
-    let keys = SaleKeys::new(&state.prefix, sale.id);
-    let mut conn = state
-        .redis
-        .get()
-        .await
-        .context("getting a Redis connection")?;
+    let keys = SaleKeys::new(&state.store.prefix, sale.id);
+    let mut conn = state.store.redis().await?;
     let redis_stock: Option<i64> = redis::cmd("GET")
         .arg(&keys.stock)
         .query_async(&mut conn)
@@ -261,20 +247,8 @@ pub async fn sale(
         .stats(&mut conn)
         .await
         .context("reading the deadline queue")?;
-    let sold: i32 = sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
-        .bind(sale.id)
-        .fetch_one(&state.pg)
-        .await
-        .context("reading sold")?;
-    let orders: Vec<OrderRow> = sqlx::query_as(
-        "SELECT id, user_id, status, reason, pay_by, created_at FROM orders
-          WHERE sale_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2",
-    )
-    .bind(sale.id)
-    .bind(ORDERS_SHOWN)
-    .fetch_all(&state.pg)
-    .await
-    .context("reading a sale's orders")?;
+    let sold = state.store.sold(sale.id).await?;
+    let orders = state.store.orders_of_sale(sale.id, ORDERS_SHOWN).await?;
     html(&AdminSalePage {
         sale: SaleView::new(&sale, redis_stock.unwrap_or(0)),
         redis_stock,
@@ -297,7 +271,7 @@ pub async fn redrive(
 ) -> Result<HttpResponse, ApiError> {
     authenticate(&state, &request)?;
     let sale = find_sale(&state, &path).await?;
-    let keys = SaleKeys::new(&state.prefix, sale.id);
+    let keys = SaleKeys::new(&state.store.prefix, sale.id);
     let queue = match form.queue.as_str() {
         "orders" => Queue::new(keys.queue),
         "deadlines" => Queue::new(keys.deadlines),
@@ -307,11 +281,7 @@ pub async fn redrive(
             )));
         }
     };
-    let mut conn = state
-        .redis
-        .get()
-        .await
-        .context("getting a Redis connection")?;
+    let mut conn = state.store.redis().await?;
     let count = queue
         .redrive(&mut conn)
         .await

@@ -1,18 +1,22 @@
 //! The JSON API handlers. Each one parses its input into domain types, calls
 //! the domain, and maps the outcome to a response; no business rule lives here.
 
+use std::time::Duration;
+
 use actix_web::{HttpRequest, HttpResponse, web};
-use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::catalog;
-use crate::domain::{NewSale, OrderJob, OrderStatus, Sale, SaleStatus, UserId};
-use crate::payment::StoredOrder;
+use crate::domain::{NewSale, Order, OrderStatus, Sale, SaleStatus, UserId};
+use crate::payment::{self, PayRefused};
+use crate::probe;
 use crate::purchase::Outcome;
+
+/// How long `/healthz` waits for each server.
+const HEALTH_PROBE_LIMIT: Duration = Duration::from_secs(1);
 
 /// A request body: always a JSON object.
 type JsonObject = serde_json::Map<String, serde_json::Value>;
@@ -98,39 +102,6 @@ impl SaleView {
     }
 }
 
-/// An order as the API shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct OrderView {
-    pub order_id: Uuid,
-    pub sale_id: i64,
-    pub user_id: String,
-    pub status: OrderStatus,
-    /// The end of the payment window, while the order is confirmed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pay_by: Option<DateTime<Utc>>,
-}
-
-impl From<StoredOrder> for OrderView {
-    fn from(order: StoredOrder) -> Self {
-        Self {
-            order_id: order.order_id,
-            sale_id: order.sale_id,
-            user_id: order.user_id,
-            status: order.status,
-            pay_by: order.pay_by,
-        }
-    }
-}
-
-impl OrderView {
-    /// Whole seconds left to pay, while the window is open.
-    pub fn seconds_to_pay(&self) -> Option<i64> {
-        self.pay_by
-            .map(|deadline| (deadline - Utc::now()).num_seconds())
-            .filter(|left| *left > 0)
-    }
-}
-
 /// Ids in paths are parsed by hand so that a malformed id is simply "not found".
 pub fn parse_sale_id(raw: &str) -> Result<i64, ApiError> {
     raw.parse::<i64>().map_err(|_| ApiError::SaleNotFound)
@@ -138,11 +109,7 @@ pub fn parse_sale_id(raw: &str) -> Result<i64, ApiError> {
 
 pub async fn find_sale(state: &AppState, raw_id: &str) -> Result<std::sync::Arc<Sale>, ApiError> {
     let id = parse_sale_id(raw_id)?;
-    state
-        .catalog
-        .get(&state.pg, id)
-        .await?
-        .ok_or(ApiError::SaleNotFound)
+    state.store.sale(id).await?.ok_or(ApiError::SaleNotFound)
 }
 
 pub async fn purchase(
@@ -151,7 +118,7 @@ pub async fn purchase(
     body: web::Json<JsonObject>,
 ) -> Result<HttpResponse, ApiError> {
     let body: PurchaseRequest = from_object(body.into_inner())?;
-    let user = UserId::parse(&body.user_id).map_err(ApiError::InvalidRequest)?;
+    let user = UserId::parse(&body.user_id).map_err(ApiError::invalid)?;
     let sale = find_sale(&state, &path).await?;
     match state.purchaser.purchase(&sale, &user).await? {
         Outcome::Accepted { order_id } => Ok(HttpResponse::Accepted().json(PurchaseAccepted {
@@ -171,7 +138,7 @@ pub async fn get_sale(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = find_sale(&state, &path).await?;
-    let left = state.stock_left(sale.id).await?;
+    let left = state.store.stock_left(sale.id).await?;
     Ok(HttpResponse::Ok().json(SaleView::new(&sale, left)))
 }
 
@@ -182,29 +149,16 @@ pub async fn create_sale(
 ) -> Result<HttpResponse, ApiError> {
     state.admin.check_bearer(&request)?;
     let body: CreateSaleRequest = from_object(body.into_inner())?;
-    let new = NewSale::parse(
-        &body.name,
-        body.stock,
-        body.price_cents,
-        body.starts_at,
-        body.ends_at,
-        Utc::now(),
-    )
-    .map_err(ApiError::InvalidRequest)?;
-    let sale = store_sale(&state, &new).await?;
+    let mut new = NewSale::builder(body.name, body.stock).price_cents(body.price_cents);
+    if let Some(starts_at) = body.starts_at {
+        new = new.starts_at(starts_at);
+    }
+    if let Some(ends_at) = body.ends_at {
+        new = new.ends_at(ends_at);
+    }
+    let new = new.build(Utc::now()).map_err(ApiError::invalid)?;
+    let sale = state.store.create_sale(&new).await?;
     Ok(HttpResponse::Created().json(SaleView::new(&sale, i64::from(sale.stock_total))))
-}
-
-/// Store a validated sale in PostgreSQL and Redis (the API and the admin page).
-pub async fn store_sale(state: &AppState, new: &NewSale) -> Result<Sale, ApiError> {
-    let mut conn = state
-        .redis
-        .get()
-        .await
-        .context("getting a Redis connection")?;
-    let sale = catalog::create_sale(&state.pg, &mut conn, &state.prefix, new).await?;
-    tracing::info!(sale_id = sale.id, stock = sale.stock_total, "sale created");
-    Ok(sale)
 }
 
 pub async fn get_order(
@@ -212,7 +166,7 @@ pub async fn get_order(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let order_id = parse_order_id(&path)?;
-    match state.find_order(order_id).await? {
+    match state.store.find_order(order_id).await? {
         Some(order) => Ok(HttpResponse::Ok().json(order)),
         None => Err(ApiError::OrderNotFound),
     }
@@ -223,8 +177,20 @@ pub async fn pay(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let order = state.pay_order(parse_order_id(&path)?).await?;
+    let order = pay_order(&state, parse_order_id(&path)?).await?;
     Ok(HttpResponse::Ok().json(order))
+}
+
+/// Pay, with a refusal as the error the API and the pages show.
+pub async fn pay_order(state: &AppState, order_id: Uuid) -> Result<Order, ApiError> {
+    payment::pay(&state.store, order_id)
+        .await?
+        .map_err(|refused| match refused {
+            PayRefused::WindowClosed => ApiError::PaymentWindowClosed,
+            PayRefused::Rejected => ApiError::OrderRejected,
+            PayRefused::Pending => ApiError::OrderPending,
+            PayRefused::NotFound => ApiError::OrderNotFound,
+        })
 }
 
 /// A malformed order id is simply "not found".
@@ -234,7 +200,10 @@ pub fn parse_order_id(raw: &str) -> Result<Uuid, ApiError> {
 
 /// `GET /healthz`: 200 only when Redis and PostgreSQL both answer.
 pub async fn health(state: web::Data<AppState>) -> HttpResponse {
-    let (redis, postgres) = tokio::join!(state.redis_answers(), state.postgres_answers());
+    let (redis, postgres) = tokio::join!(
+        probe::redis_pool_answers(&state.store.redis, HEALTH_PROBE_LIMIT),
+        probe::postgres_pool_answers(&state.store.pg, HEALTH_PROBE_LIMIT),
+    );
     let body = serde_json::json!({
         "redis": if redis { "ok" } else { "down" },
         "postgres": if postgres { "ok" } else { "down" },
@@ -244,9 +213,4 @@ pub async fn health(state: web::Data<AppState>) -> HttpResponse {
     } else {
         HttpResponse::ServiceUnavailable().json(body)
     }
-}
-
-/// Used by `AppState::queued_order`.
-pub(super) fn decode_job(payload: &str) -> anyhow::Result<OrderJob> {
-    OrderJob::from_payload(payload).context("decoding a queued order")
 }

@@ -47,6 +47,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// Bad input, with the validation's own words as the message.
+    pub fn invalid(reason: impl std::fmt::Display) -> Self {
+        Self::InvalidRequest(reason.to_string())
+    }
+
     /// The stable code clients match on.
     pub fn code(&self) -> &'static str {
         match self {

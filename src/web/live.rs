@@ -76,7 +76,7 @@ impl Stream {
             tokio::select! {
                 () = self.state.shutdown.cancelled() => return None,
                 _ = self.snapshots.tick() => {
-                    match self.state.stock_left(self.sale_id).await {
+                    match self.state.store.stock_left(self.sale_id).await {
                         Ok(left) => return Some(stock_event(left)),
                         // Redis is down: keep the stream open with a
                         // comment line, and try again at the next tick.

@@ -7,39 +7,32 @@ mod live;
 mod pages;
 pub mod security;
 
-use std::time::Duration;
-
 use actix_web::{HttpRequest, web};
-use anyhow::Context;
-use deadpool_redis::Pool as RedisPool;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
-pub use api::{OrderView, SaleView};
+pub use api::SaleView;
 pub use error::ApiError;
 
-use crate::catalog::{self, Catalog};
-use crate::domain::{OrderJob, OrderStatus};
 use crate::events::SaleEvents;
-use crate::keys::SaleKeys;
-use crate::payment::{self, PayOutcome};
 use crate::purchase::Purchaser;
-use crate::queue::Queue;
+use crate::store::Store;
 
 /// The largest JSON body the API reads; anything larger is answered 400.
 pub const MAX_JSON_BYTES: usize = 4 * 1024;
 
-/// Everything a request handler needs, shared by all workers of one instance.
+/// Everything a request handler needs, shared by all workers of one
+/// instance. Built once by `startup.rs`; nothing in it is replaced while the
+/// instance runs (what changes inside, the catalog cache and the sold-out
+/// flags, has its own lock).
 pub struct AppState {
-    pub pg: PgPool,
-    pub redis: RedisPool,
-    /// Prefix of every Redis key.
-    pub prefix: String,
-    pub catalog: Catalog,
+    /// PostgreSQL, Redis, the key prefix and the cache of sales: every read
+    /// and write of data goes through it.
+    pub store: Store,
+    /// The purchase path, with this instance's sold-out flags.
     pub purchaser: Purchaser,
+    /// The admin token's digest; checks logins, cookies and bearer headers.
     pub admin: AdminToken,
     /// Stock changes from Redis pub/sub, for the live sale pages.
     pub events: SaleEvents,
@@ -118,127 +111,6 @@ impl AdminToken {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.strip_prefix("Bearer "));
         self.check(presented)
-    }
-}
-
-impl AppState {
-    /// Units left of a sale, from Redis (loaded from PostgreSQL if missing).
-    pub async fn stock_left(&self, sale_id: i64) -> anyhow::Result<i64> {
-        let keys = SaleKeys::new(&self.prefix, sale_id);
-        let mut conn = self
-            .redis
-            .get()
-            .await
-            .context("getting a Redis connection")?;
-        for _ in 0..2 {
-            let left: Option<i64> = redis::cmd("GET")
-                .arg(&keys.stock)
-                .query_async(&mut conn)
-                .await
-                .context("reading the stock")?;
-            if let Some(left) = left {
-                return Ok(left);
-            }
-            catalog::load_into_redis(&self.pg, &mut conn, &self.prefix, sale_id).await?;
-        }
-        anyhow::bail!("sale {sale_id} has no stock in Redis even after loading it")
-    }
-
-    /// An order still on a sale's queue. The order id does not say which sale
-    /// it belongs to, so every sale's queue is asked, in one pipeline.
-    pub async fn queued_order(&self, order_id: Uuid) -> anyhow::Result<Option<OrderJob>> {
-        let sale_ids = catalog::list_sales(&self.pg)
-            .await?
-            .into_iter()
-            .map(|sale| sale.id);
-        let mut pipe = redis::pipe();
-        let id = order_id.to_string();
-        for sale_id in sale_ids {
-            pipe.hget(
-                Queue::new(SaleKeys::new(&self.prefix, sale_id).queue)
-                    .keys()
-                    .jobs
-                    .clone(),
-                &id,
-            );
-        }
-        let mut conn = self
-            .redis
-            .get()
-            .await
-            .context("getting a Redis connection")?;
-        let found: Vec<Option<String>> = pipe
-            .query_async(&mut conn)
-            .await
-            .context("looking for a queued order")?;
-        found
-            .into_iter()
-            .flatten()
-            .next()
-            .map(|p| api::decode_job(&p))
-            .transpose()
-    }
-
-    /// An order wherever it is: PostgreSQL, then the queues, then
-    /// PostgreSQL again (the worker may move the order from the queue to
-    /// PostgreSQL between the first two looks).
-    pub async fn find_order(&self, order_id: Uuid) -> anyhow::Result<Option<OrderView>> {
-        if let Some(order) = payment::stored_order(&self.pg, order_id).await? {
-            return Ok(Some(OrderView::from(order)));
-        }
-        if let Some(job) = self.queued_order(order_id).await? {
-            return Ok(Some(OrderView {
-                order_id,
-                sale_id: job.sale_id,
-                user_id: job.user_id,
-                status: OrderStatus::Pending,
-                pay_by: None,
-            }));
-        }
-        Ok(payment::stored_order(&self.pg, order_id)
-            .await?
-            .map(OrderView::from))
-    }
-
-    /// Pay for an order (simulated: no money moves). Paying a paid order
-    /// again changes nothing and answers as the first payment did.
-    pub async fn pay_order(&self, order_id: Uuid) -> Result<OrderView, ApiError> {
-        match payment::pay(&self.pg, order_id).await? {
-            PayOutcome::Paid | PayOutcome::AlreadyPaid => self
-                .find_order(order_id)
-                .await?
-                .ok_or(ApiError::OrderNotFound),
-            PayOutcome::WindowClosed => Err(ApiError::PaymentWindowClosed),
-            PayOutcome::Rejected => Err(ApiError::OrderRejected),
-            // Not in PostgreSQL when we paid. Still queued, or confirmed
-            // since: either way, not payable a moment ago; try again.
-            PayOutcome::NotFound => match self.find_order(order_id).await? {
-                Some(_) => Err(ApiError::OrderPending),
-                None => Err(ApiError::OrderNotFound),
-            },
-        }
-    }
-
-    pub async fn redis_answers(&self) -> bool {
-        let ping = async {
-            let mut conn = self.redis.get().await.ok()?;
-            redis::cmd("PING")
-                .query_async::<String>(&mut conn)
-                .await
-                .ok()
-        };
-        matches!(
-            tokio::time::timeout(Duration::from_secs(1), ping).await,
-            Ok(Some(_))
-        )
-    }
-
-    pub async fn postgres_answers(&self) -> bool {
-        let select = sqlx::query("SELECT 1").execute(&self.pg);
-        matches!(
-            tokio::time::timeout(Duration::from_secs(1), select).await,
-            Ok(Ok(_))
-        )
     }
 }
 

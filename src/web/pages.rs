@@ -13,10 +13,9 @@ use askama::Template;
 use serde::Deserialize;
 
 use super::AppState;
-use super::api::{OrderView, SaleView, find_sale, parse_order_id};
+use super::api::{SaleView, find_sale, parse_order_id, pay_order};
 use super::error::ApiError;
-use crate::catalog;
-use crate::domain::{OrderStatus, SaleStatus, UserId};
+use crate::domain::{Order, OrderStatus, SaleStatus, UserId};
 use crate::purchase::Outcome;
 
 /// The cookie that remembers a browser's buyer id, so one browser is one buyer.
@@ -48,7 +47,7 @@ struct SalePage {
 #[derive(Template)]
 #[template(path = "order.html")]
 struct OrderPage {
-    order: OrderView,
+    order: Order,
     sale_name: String,
     /// What a failed payment said, if this page answers one.
     notice: Option<String>,
@@ -103,8 +102,8 @@ pub(super) fn html(page: &impl Template) -> Result<HttpResponse, ApiError> {
 
 pub async fn index(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let (mut live, mut upcoming, mut ended) = (Vec::new(), Vec::new(), Vec::new());
-    for sale in catalog::list_sales(&state.pg).await? {
-        let left = state.stock_left(sale.id).await?;
+    for sale in state.store.sales().await? {
+        let left = state.store.stock_left(sale.id).await?;
         let view = SaleView::new(&sale, left);
         match view.status {
             SaleStatus::Upcoming => upcoming.push(view),
@@ -125,7 +124,7 @@ pub async fn sale(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let sale = find_sale(&state, &path).await?;
-    let left = state.stock_left(sale.id).await?;
+    let left = state.store.stock_left(sale.id).await?;
     let known = request
         .cookie(BUYER_COOKIE)
         .map(|c| c.value().to_owned())
@@ -169,7 +168,7 @@ pub async fn buy(
     path: web::Path<String>,
     form: web::Form<BuyForm>,
 ) -> Result<HttpResponse, ApiError> {
-    let user = UserId::parse(form.user_id.trim()).map_err(ApiError::InvalidRequest)?;
+    let user = UserId::parse(form.user_id.trim()).map_err(ApiError::invalid)?;
     let sale = find_sale(&state, &path).await?;
     let outcome = state.purchaser.purchase(&sale, &user).await?;
     let (won, headline, order_id) = match outcome {
@@ -190,7 +189,7 @@ pub async fn buy(
             None,
         ),
     };
-    let left = state.stock_left(sale.id).await?;
+    let left = state.store.stock_left(sale.id).await?;
     let page = BoughtPage {
         sale: SaleView::new(&sale, left),
         won,
@@ -207,6 +206,7 @@ pub async fn order(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let order = state
+        .store
         .find_order(parse_order_id(&path)?)
         .await?
         .ok_or(ApiError::OrderNotFound)?;
@@ -221,7 +221,7 @@ pub async fn pay(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let order_id = parse_order_id(&path)?;
-    match state.pay_order(order_id).await {
+    match pay_order(&state, order_id).await {
         Ok(_) => Ok(HttpResponse::SeeOther()
             .insert_header(("Location", format!("/orders/{order_id}")))
             .finish()),
@@ -231,6 +231,7 @@ pub async fn pay(
             | ApiError::OrderRejected),
         ) => {
             let order = state
+                .store
                 .find_order(order_id)
                 .await?
                 .ok_or(ApiError::OrderNotFound)?;
@@ -245,12 +246,12 @@ pub async fn pay(
 
 async fn order_page(
     state: &AppState,
-    order: OrderView,
+    order: Order,
     notice: Option<String>,
 ) -> Result<OrderPage, ApiError> {
     let sale_name = state
-        .catalog
-        .get(&state.pg, order.sale_id)
+        .store
+        .sale(order.sale_id)
         .await?
         .map_or_else(String::new, |sale| sale.name.clone());
     Ok(OrderPage {

@@ -166,12 +166,7 @@ async fn app_with_worker(window_secs: u64) -> (TestApp, CancellationToken) {
     })
     .await;
     let stop = CancellationToken::new();
-    let worker = Worker::new(
-        app.pg.clone(),
-        app.redis.clone(),
-        app.scratch.prefix.clone(),
-        settings,
-    );
+    let worker = Worker::new(app.store.clone(), settings);
     tokio::spawn(worker.run(stop.clone()));
     (app, stop)
 }

@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
-use crate::helpers::{ADMIN_TOKEN, Process, Scratch, client, eventually, orders, spawn_process};
+use seckill::cluster::Cluster;
+
+use crate::helpers::{ADMIN_TOKEN, Scratch, client, cluster, eventually, orders};
 
 const STOCK: i64 = 10;
 const BUYERS: usize = 2_000;
@@ -27,30 +29,18 @@ struct Answer {
 }
 
 /// Three processes: two app instances (the first also runs the worker) and
-/// a stand-alone worker.
-async fn start_cluster(scratch: &Scratch, env: &[(&str, &str)]) -> Vec<Process> {
-    vec![
-        spawn_process(
-            scratch,
-            &["serve", "--bind", "127.0.0.1:0", "--instance-id", "a"],
-            env,
-        )
-        .await,
-        spawn_process(
-            scratch,
-            &[
-                "serve",
-                "--bind",
-                "127.0.0.1:0",
-                "--instance-id",
-                "b",
-                "--no-worker",
-            ],
-            env,
-        )
-        .await,
-        spawn_process(scratch, &["worker"], env).await,
-    ]
+/// a stand-alone worker. Returns them and the instances' base URLs.
+async fn start_cluster(scratch: &Scratch, env: &[(&str, &str)]) -> (Cluster, Vec<String>) {
+    let mut processes = cluster(scratch, env);
+    let a = processes.start_app("a", &[]).await.expect("a starts");
+    let b = processes
+        .start_app("b", &["--no-worker"])
+        .await
+        .expect("b starts");
+    processes
+        .start_worker("worker", &[])
+        .expect("the worker starts");
+    (processes, vec![a, b])
 }
 
 /// Create the sale, then release every buyer at one barrier and collect the answers.
@@ -112,8 +102,7 @@ fn count_by_status(answers: &[Answer]) -> HashMap<u16, usize> {
 async fn ten_units_are_sold_exactly_ten_times_across_two_instances_under_a_burst() {
     seckill::startup::raise_open_files_limit();
     let scratch = Scratch::new().await;
-    let cluster = start_cluster(&scratch, &[]).await;
-    let instances: Vec<String> = cluster[..2].iter().map(|p| p.address.clone()).collect();
+    let (cluster, instances) = start_cluster(&scratch, &[]).await;
     let (sale, answers) = burst(&instances).await;
 
     let counts = count_by_status(&answers);
@@ -203,8 +192,7 @@ async fn the_naive_strategy_oversells_under_the_same_burst_and_postgres_refuses_
         ("SECKILL_STRATEGY", "naive"),
         ("SECKILL_NAIVE_DELAY_MS", "20"),
     ];
-    let cluster = start_cluster(&scratch, &env).await;
-    let instances: Vec<String> = cluster[..2].iter().map(|p| p.address.clone()).collect();
+    let (cluster, instances) = start_cluster(&scratch, &env).await;
     let (sale, answers) = burst(&instances).await;
 
     let accepted = answers.iter().filter(|a| a.status == 202).count();

@@ -2,11 +2,10 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::helpers::{Scratch, client, seckill_command, spawn_app_on, spawn_process};
+use crate::helpers::{Scratch, client, cluster, seckill_command, spawn_app_on};
 
 #[tokio::test]
 async fn sale_create_prints_the_sale_and_it_can_be_bought() {
@@ -117,29 +116,30 @@ async fn migrate_creates_the_schema_and_running_it_twice_is_harmless() {
 #[tokio::test]
 async fn serve_stops_cleanly_on_sigterm() {
     let scratch = Scratch::new().await;
-    let mut server = spawn_process(&scratch, &["serve", "--bind", "127.0.0.1:0"], &[]).await;
+    let mut server = cluster(&scratch, &[]);
+    let address = server.start_app("a", &[]).await.expect("serve starts");
     let health = client()
-        .get(format!("{}/healthz", server.address))
+        .get(format!("{address}/healthz"))
         .send()
         .await
         .expect("GET /healthz");
     assert_eq!(health.status(), 200);
-    let pid = Pid::from_raw(server.child.id().expect("running") as i32);
-    kill(pid, Signal::SIGTERM).expect("SIGTERM");
-    let status = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+    server.signal("a", Signal::SIGTERM).expect("SIGTERM");
+    let status = server
+        .wait("a", Duration::from_secs(20))
         .await
-        .expect("serve exits within 20 s of SIGTERM")
-        .expect("reap serve");
+        .expect("serve exits within 20 s of SIGTERM");
     assert!(status.success(), "serve exited with {status}");
 }
 
 #[tokio::test]
 async fn serve_ends_open_event_streams_and_exits_cleanly_on_sigterm() {
     let scratch = Scratch::new().await;
-    let mut server = spawn_process(&scratch, &["serve", "--bind", "127.0.0.1:0"], &[]).await;
+    let mut server = cluster(&scratch, &[]);
+    let address = server.start_app("a", &[]).await.expect("serve starts");
     let client = client();
     let created = client
-        .post(format!("{}/api/sales", server.address))
+        .post(format!("{address}/api/sales"))
         .bearer_auth(crate::helpers::ADMIN_TOKEN)
         .json(&serde_json::json!({"name": "Lamp", "stock": 2, "price_cents": 100}))
         .send()
@@ -147,10 +147,7 @@ async fn serve_ends_open_event_streams_and_exits_cleanly_on_sigterm() {
         .expect("POST /api/sales");
     let sale: Value = created.json().await.expect("a sale");
     let mut stream = client
-        .get(format!(
-            "{}/api/sales/{}/events",
-            server.address, sale["id"]
-        ))
+        .get(format!("{address}/api/sales/{}/events", sale["id"]))
         .send()
         .await
         .expect("GET events");
@@ -161,8 +158,7 @@ async fn serve_ends_open_event_streams_and_exits_cleanly_on_sigterm() {
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
 
-    let pid = Pid::from_raw(server.child.id().expect("running") as i32);
-    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    server.signal("a", Signal::SIGTERM).expect("SIGTERM");
     // The stream ends (cleanly, or with the connection), rather than
     // holding the shutdown up.
     let ended = tokio::time::timeout(Duration::from_secs(20), async {
@@ -170,9 +166,9 @@ async fn serve_ends_open_event_streams_and_exits_cleanly_on_sigterm() {
     })
     .await;
     assert!(ended.is_ok(), "the event stream outlived SIGTERM by 20 s");
-    let status = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+    let status = server
+        .wait("a", Duration::from_secs(20))
         .await
-        .expect("serve exits within 20 s of SIGTERM")
-        .expect("reap serve");
+        .expect("serve exits within 20 s of SIGTERM");
     assert!(status.success(), "serve exited with {status}");
 }

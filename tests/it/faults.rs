@@ -64,9 +64,7 @@ fn spawn_worker(
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let worker = seckill::worker::Worker::new(
-        app.pg.clone(),
-        app.redis.clone(),
-        app.scratch.prefix.clone(),
+        app.store.clone(),
         seckill::config::WorkerSettings::default(),
     );
     tokio::spawn(worker.run(shutdown))

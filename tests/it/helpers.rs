@@ -9,16 +9,17 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use deadpool_redis::Pool as RedisPool;
+use seckill::cluster::{Cluster, Deployment};
 use seckill::config::{PurchaseSettings, WorkerSettings};
 use seckill::domain::OrderJob;
 use seckill::keys::{QueueKeys, SaleKeys};
 use seckill::queue::{Queue, QueueStats, Reservation};
 use seckill::services::{self, PrivateServers, Services};
 use seckill::startup::{self, Application, Settings};
+use seckill::store::Store;
 use seckill::worker::{BatchReport, Worker};
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 
@@ -117,9 +118,13 @@ async fn delete_keys(redis_url: &str, prefix: &str) -> redis::RedisResult<()> {
 pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
+    /// The app's data, for the steps a test plays itself.
+    pub store: Store,
     pub pg: PgPool,
     pub redis: RedisPool,
     pub worker: Worker,
+    /// The worker's settings (the payment window of `commit_as_a_dying_worker`).
+    pub worker_settings: WorkerSettings,
     pub scratch: Scratch,
 }
 
@@ -172,18 +177,16 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
     let redis = startup::connect_redis(&scratch.redis_url, Duration::from_secs(5))
         .await
         .expect("Redis");
-    let worker = Worker::new(
-        pg.clone(),
-        redis.clone(),
-        scratch.prefix.clone(),
-        options.worker.clone(),
-    );
+    let store = Store::new(pg.clone(), redis.clone(), scratch.prefix.clone());
+    let worker = Worker::new(store.clone(), options.worker.clone());
     TestApp {
         address,
         client: client(),
+        store,
         pg,
         redis,
         worker,
+        worker_settings: options.worker,
         scratch,
     }
 }
@@ -301,7 +304,11 @@ impl TestApp {
             .iter()
             .map(|job| OrderJob::from_payload(&job.payload).expect("a payload"))
             .collect();
-        self.worker.write_orders(&orders).await.expect("write");
+        let window = self.worker_settings.payment_window();
+        self.store
+            .confirm_orders(&orders, window)
+            .await
+            .expect("write");
     }
 
     /// The sale's payment deadline queue.
@@ -381,11 +388,24 @@ pub async fn drain(worker: &Worker) -> BatchReport {
     panic!("the queue did not drain in 1000 passes");
 }
 
-/// A `seckill` process (the real binary), killed when dropped.
-pub struct Process {
-    pub child: tokio::process::Child,
-    /// `http://host:port` for `serve`; empty for other commands.
-    pub address: String,
+/// The scratch database and prefix as a deployment of the real `seckill`
+/// binary, with the tests' admin token and `env` added.
+pub fn deployment(scratch: &Scratch, env: &[(&str, &str)]) -> Deployment {
+    let deployment = Deployment::new(
+        env!("CARGO_BIN_EXE_seckill"),
+        &scratch.redis_url,
+        &scratch.database_url,
+        &scratch.prefix,
+    )
+    .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN);
+    env.iter().fold(deployment, |deployment, (name, value)| {
+        deployment.env(name, *value)
+    })
+}
+
+/// An empty cluster of `seckill` processes on the scratch database and prefix.
+pub fn cluster(scratch: &Scratch, env: &[(&str, &str)]) -> Cluster {
+    Cluster::new(deployment(scratch, env))
 }
 
 /// `seckill <args>` (the real binary) on the scratch database and prefix.
@@ -394,7 +414,7 @@ pub fn seckill_command(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> tokio::process::Command {
-    command_on(env!("CARGO_BIN_EXE_seckill"), scratch, args, env)
+    deployment(scratch, env).command(args)
 }
 
 /// `seckill-loadtest <args>` (the real binary) on the scratch database and prefix.
@@ -403,53 +423,9 @@ pub fn loadtest_command(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> tokio::process::Command {
-    command_on(env!("CARGO_BIN_EXE_seckill-loadtest"), scratch, args, env)
-}
-
-fn command_on(
-    program: &str,
-    scratch: &Scratch,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(args)
-        .env("SECKILL_REDIS_URL", &scratch.redis_url)
-        .env("SECKILL_DATABASE_URL", &scratch.database_url)
-        .env("SECKILL_REDIS_PREFIX", &scratch.prefix)
-        .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("RUST_LOG", "error")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
-}
-
-/// Start `seckill <args>` on the scratch database and prefix. For `serve`,
-/// waits for the address line on stdout.
-pub async fn spawn_process(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Process {
-    let mut command = seckill_command(scratch, args, env);
-    // A long-running process: let its errors reach the test output.
-    command.stderr(Stdio::inherit());
-    let mut child = command.spawn().expect("starting seckill");
-    let mut address = String::new();
-    if args.first() == Some(&"serve") {
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .expect("seckill serve printed its address in time")
-            .expect("reading stdout")
-            .expect("seckill serve printed a line");
-        address = line
-            .strip_prefix("seckill listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
-    }
-    Process { child, address }
+    deployment(scratch, env)
+        .with_binary(env!("CARGO_BIN_EXE_seckill-loadtest"))
+        .command(args)
 }
 
 /// Poll `check` every 20 ms until it returns true; panic after `limit`.

@@ -1,4 +1,4 @@
-//! The Redis lock against a real Redis: the seeds' bugs stay fixed.
+//! The Redis lock against a real Redis: the article's bugs stay fixed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -152,7 +152,7 @@ async fn only_one_of_two_processes_holds_the_lock_at_a_time() {
 
 #[tokio::test]
 async fn a_lock_always_has_a_ttl_from_the_moment_it_exists() {
-    // The seeds' SETNX-then-EXPIRE left a window with no TTL; a crash there
+    // The article's SETNX-then-EXPIRE left a window with no TTL; a crash there
     // locked the sale forever.
     let scratch = Scratch::new().await;
     let mut conn = redis(&scratch).await;

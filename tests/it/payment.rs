@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use seckill::config::WorkerSettings;
 use seckill::domain::OrderJob;
-use seckill::payment::{self, Deadline};
 use seckill::queue::{Queue, QueueStats};
+use seckill::store::Deadline;
 use seckill::worker::{BatchReport, Worker};
 use serde_json::Value;
 use tokio::sync::Barrier;
@@ -53,7 +53,9 @@ async fn make_deadlines_due(app: &TestApp, sale: i64, orders: &[Uuid]) {
 
 /// The order's payload as its deadline job carries it.
 async fn deadline_job(app: &TestApp, order: Uuid) -> OrderJob {
-    let stored = payment::stored_order(&app.pg, order)
+    let stored = app
+        .store
+        .stored_order(order)
         .await
         .expect("read")
         .expect("a stored order");
@@ -271,9 +273,7 @@ async fn race_once(app: &TestApp, orders: usize) {
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
         let worker = Worker::new(
-            app.pg.clone(),
-            app.redis.clone(),
-            app.scratch.prefix.clone(),
+            app.store.clone(),
             WorkerSettings {
                 batch_size: 1,
                 ..WorkerSettings::default()
@@ -404,7 +404,7 @@ async fn a_worker_that_died_between_the_cancel_and_the_unit_return_returns_it_on
         .expect("reserve");
     assert_eq!(taken.jobs.len(), 1);
     assert_eq!(
-        payment::cancel_unpaid(&app.pg, ann).await.expect("cancel"),
+        app.store.cancel_unpaid(ann).await.expect("cancel"),
         Deadline::Cancelled
     );
     assert_eq!(app.redis_stock(sale).await, Some(0), "not returned yet");
@@ -491,12 +491,7 @@ async fn a_payment_and_a_deadline_queued_on_the_same_row_end_with_the_first_one_
                 .post(app.url(&format!("/api/orders/{order}/pay")));
             async move { request.send().await.expect("POST pay").status().as_u16() }
         };
-        let worker = Worker::new(
-            app.pg.clone(),
-            app.redis.clone(),
-            app.scratch.prefix.clone(),
-            WorkerSettings::default(),
-        );
+        let worker = Worker::new(app.store.clone(), WorkerSettings::default());
         let cancel = async move { worker.try_process_deadlines(sale).await.expect("a step") };
         let (pay, cancel) = if pay_first {
             let pay = tokio::spawn(pay);

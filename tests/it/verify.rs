@@ -1,10 +1,10 @@
 //! The load test's verifier against real PostgreSQL and Redis: a kept
 //! promise passes, and each way of breaking it fails the check that names it.
 
-use seckill::catalog;
-use seckill::demo::verify_keys;
 use seckill::domain::NewSale;
+use seckill::harness::verify_keys;
 use seckill::startup;
+use seckill::store::Store;
 use seckill_loadtest::verify::{Expect, RunFacts, Verdict, verify};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -31,8 +31,15 @@ impl World {
             .get_multiplexed_async_connection()
             .await
             .expect("Redis");
-        let new = NewSale::parse("Phone", 5, 100, None, None, chrono::Utc::now()).expect("a sale");
-        let sale = catalog::create_sale(&pg, &mut redis, &scratch.prefix, &new)
+        let pool = startup::connect_redis(&scratch.redis_url, std::time::Duration::from_secs(5))
+            .await
+            .expect("Redis");
+        let new = NewSale::builder("Phone", 5)
+            .price_cents(100)
+            .build(chrono::Utc::now())
+            .expect("a sale");
+        let sale = Store::new(pg.clone(), pool, scratch.prefix.clone())
+            .create_sale(&new)
             .await
             .expect("create");
         let mut accepted = Vec::new();

@@ -4,13 +4,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use seckill::domain::OrderJob;
 use seckill::queue::{Queue, QueueStats, Reservation};
 use uuid::Uuid;
 
-use crate::helpers::{Options, TestApp, eventually, spawn_app, spawn_app_with, spawn_process};
+use crate::helpers::{Options, TestApp, cluster, eventually, spawn_app, spawn_app_with};
 
 /// Put order jobs straight on a sale's queue, as if the purchase path had
 /// accepted them (and without its checks). Returns their ids.
@@ -196,19 +194,20 @@ async fn a_worker_process_killed_mid_batch_and_restarted_confirms_every_order_ex
     let env = [("SECKILL_BATCH_SIZE", "20"), ("SECKILL_LEASE_MS", "300")];
 
     // Kill the worker with SIGKILL while it holds a batch, a few times over.
+    let mut workers = cluster(&app.scratch, &env);
     let mut kills_mid_batch = 0;
     for _ in 0..10 {
         let before = confirmed(&app, sale).await;
-        let mut worker = spawn_process(&app.scratch, &["worker"], &env).await;
+        workers
+            .start_worker("doomed", &[])
+            .expect("a worker starts");
         eventually(
             Duration::from_secs(60),
             "the worker confirms more orders",
             || async { confirmed(&app, sale).await > before },
         )
         .await;
-        let pid = Pid::from_raw(worker.child.id().expect("running") as i32);
-        kill(pid, Signal::SIGKILL).expect("SIGKILL the worker");
-        worker.child.wait().await.expect("reap the worker");
+        workers.kill("doomed").await.expect("SIGKILL the worker");
         if live_leases(&app, sale).await > 0 {
             kills_mid_batch += 1;
         }
@@ -229,7 +228,7 @@ async fn a_worker_process_killed_mid_batch_and_restarted_confirms_every_order_ex
     );
 
     // A fresh worker picks up what the dead ones held once their leases run out.
-    let _worker = spawn_process(&app.scratch, &["worker"], &env).await;
+    workers.start_worker("fresh", &[]).expect("a worker starts");
     eventually(
         Duration::from_secs(120),
         "every order is confirmed",

@@ -1,0 +1,236 @@
+//! The command lines of `seckill` and `seckill-loadtest`, and what they print.
+//!
+//! Only definitions live here: clap turns them into parsing, `--help` and
+//! environment fallbacks. The knobs they share with the library (where the
+//! servers are, how purchases and the worker behave) are in `config.rs`;
+//! the binaries (`src/main.rs`, `src/bin/seckill-loadtest.rs`) run the
+//! commands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Parser, Subcommand};
+use seckill_loadtest::LoadArgs;
+use serde::Serialize;
+
+use crate::config::{PurchaseSettings, ServiceArgs, Strategy, WorkerSettings};
+use crate::domain::{Sale, SaleStatus};
+
+/// A flash sale that proves, under load and under faults, that 10 units are
+/// never sold 11 times.
+#[derive(Debug, Parser)]
+#[command(name = "seckill", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub services: ServiceArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the web app (and, unless --no-worker, the queue worker in-process).
+    Serve(ServeArgs),
+    /// Run the queue worker alone; several may run at once.
+    Worker(WorkerArgs),
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Manage sales.
+    #[command(subcommand)]
+    Sale(SaleCommand),
+    /// The whole show: start two app instances and a worker, let 10,000 buyers
+    /// race for 10 units, verify, report; then again with the deliberately
+    /// broken `naive` strategy, side by side.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SaleCommand {
+    /// Create a sale and print it as JSON.
+    Create(CreateSaleArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SECKILL_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+
+    /// Do not run the queue worker inside this process (run `seckill worker` instead).
+    #[arg(long, env = "SECKILL_NO_WORKER")]
+    pub no_worker: bool,
+
+    /// Token for the admin API (`Authorization: Bearer ...`); admin calls are refused while unset.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Name of this instance, sent in the X-Seckill-Instance header of every response [default: the bind address].
+    #[arg(long, env = "SECKILL_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+
+    #[command(flatten)]
+    pub purchase: PurchaseSettings,
+
+    #[command(flatten)]
+    pub worker: WorkerSettings,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub worker: WorkerSettings,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CreateSaleArgs {
+    /// Name shown on the sale page.
+    #[arg(long)]
+    pub name: String,
+    /// Units for sale.
+    // Negative numbers parse, so that validation can say what is wrong with them.
+    #[arg(long, allow_negative_numbers = true)]
+    pub stock: i32,
+    /// Price in cents.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub price_cents: i64,
+    /// Seconds from now until the sale opens.
+    #[arg(long, default_value_t = 0)]
+    pub starts_in: u64,
+    /// Seconds the sale stays open after it starts [default: no end].
+    #[arg(long)]
+    pub duration: Option<u64>,
+}
+
+/// `seckill-loadtest`'s command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "seckill-loadtest",
+    version,
+    about = "Fire thousands of buyers at seckill over HTTP, then check in PostgreSQL and Redis that nothing was oversold, lost or invented.",
+    after_help = "Exit status: 0 every check passed; 1 a check failed; 2 the run itself was invalid (errors, a saturated generator) or could not run."
+)]
+pub struct LoadTestCli {
+    #[command(flatten)]
+    pub services: ServiceArgs,
+
+    /// Base URL of a running app instance; repeat for several (buyers are
+    /// spread round-robin). Its Redis and PostgreSQL must be the ones given
+    /// by --redis-url / --database-url (or the local ones), for verification.
+    #[arg(long = "target", value_name = "URL", conflicts_with_all = ["spawn", "strategy"])]
+    pub targets: Vec<String>,
+
+    /// Start this many app instances, and one worker, for the run [default: 2 when no --target is given].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub spawn: Option<u32>,
+
+    /// Purchase strategy of the instances it starts.
+    #[arg(long, value_enum)]
+    pub strategy: Option<Strategy>,
+
+    /// Units of the sale it creates.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000), conflicts_with = "sale")]
+    pub stock: u32,
+
+    /// Use this existing sale instead of creating one.
+    #[arg(long, value_name = "ID")]
+    pub sale: Option<i64>,
+
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// `seckill demo`'s options: all have defaults, none is needed.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Distinct buyers in each run.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub users: u32,
+
+    /// Units for sale in each run.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub stock: u32,
+
+    /// App instances in each run (plus one worker).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub instances: u32,
+
+    /// Where the JSON and HTML reports go.
+    #[arg(long, default_value = "target/seckill-demo")]
+    pub report_dir: PathBuf,
+
+    /// Quit after the verdict instead of serving the sale page until Ctrl-C.
+    #[arg(long)]
+    pub exit: bool,
+
+    /// Seconds the winners have to pay. Short, so that while the page stays
+    /// up the unpaid orders are cancelled and their units come back on sale.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(30..=31_536_000))]
+    pub payment_window_secs: u64,
+}
+
+/// What `seckill sale create` prints, as JSON: the sale as created, with all
+/// of its units left and its status.
+#[derive(Debug, Serialize)]
+pub struct CreatedSale<'a> {
+    #[serde(flatten)]
+    pub sale: &'a Sale,
+    pub stock_left: i64,
+    pub status: SaleStatus,
+}
+
+impl<'a> CreatedSale<'a> {
+    pub fn new(sale: &'a Sale, now: DateTime<Utc>) -> Self {
+        let stock_left = i64::from(sale.stock_total);
+        Self {
+            sale,
+            stock_left,
+            status: sale.status(now, stock_left),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn settings_defaults_match_flag_defaults() {
+        let cli = Cli::try_parse_from(["seckill", "serve"]).expect("serve parses");
+        let Command::Serve(serve) = cli.command else {
+            panic!("expected serve")
+        };
+        let (flags, defaults) = (serve.purchase, PurchaseSettings::default());
+        assert_eq!(flags.lock_ttl_ms, defaults.lock_ttl_ms);
+        assert_eq!(flags.lock_wait_ms, defaults.lock_wait_ms);
+        assert_eq!(flags.strategy, defaults.strategy);
+        assert_eq!(
+            serve.worker.batch_size,
+            WorkerSettings::default().batch_size
+        );
+        assert_eq!(
+            serve.worker.payment_window_secs,
+            WorkerSettings::default().payment_window_secs
+        );
+    }
+
+    #[test]
+    fn knobs_that_would_stall_the_system_are_refused() {
+        for bad in [
+            ["seckill", "worker", "--batch-size", "0"],
+            ["seckill", "worker", "--lease-ms", "10"],
+            ["seckill", "worker", "--max-attempts", "0"],
+            ["seckill", "serve", "--lock-ttl-ms", "0"],
+            ["seckill", "worker", "--payment-window-secs", "0"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Start, name, kill and stop `seckill` processes: the one way to run a
+//! deployment of several app instances and workers.
+//!
+//! The demo, `seckill-loadtest --spawn` and the integration tests all run
+//! seckill the way an operator would: as separate `seckill serve` and
+//! `seckill worker` processes sharing one Redis and one PostgreSQL. A
+//! [`Deployment`] says where the servers are and what environment every
+//! process gets; a [`Cluster`] starts processes of it, each under a name,
+//! waits for an app's "listening on" line to learn its address, and can
+//! signal, kill or stop any one of them by name (the fault tests kill
+//! workers with SIGKILL mid-batch).
+//!
+//! Every process is killed when its [`Cluster`] is dropped (tokio's
+//! `kill_on_drop`), so an interrupted demo or a failed test leaves none
+//! behind. [`Cluster::stop`] is the polite way: SIGTERM, then a wait for the
+//! batch or requests in flight to finish.
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// How long a started `seckill serve` may take to print its address.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a stopped process may take to finish its work and exit.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// What `seckill serve` prints first; the address follows.
+const LISTENING: &str = "seckill listening on ";
+
+/// Where the processes of a deployment find their servers, and the
+/// environment they all share.
+#[derive(Debug, Clone)]
+pub struct Deployment {
+    /// The program to run: `seckill`, or `seckill-loadtest` for the tests
+    /// of the load generator.
+    binary: PathBuf,
+    /// `(name, value)` set on every process, after the servers' URLs.
+    env: Vec<(String, String)>,
+}
+
+impl Deployment {
+    /// Processes of `binary` on these servers, under this key prefix. They
+    /// log errors only, unless [`Deployment::env`] sets `RUST_LOG`.
+    pub fn new(
+        binary: impl Into<PathBuf>,
+        redis_url: &str,
+        database_url: &str,
+        prefix: &str,
+    ) -> Self {
+        Self {
+            binary: binary.into(),
+            env: Vec::new(),
+        }
+        .env("SECKILL_REDIS_URL", redis_url)
+        .env("SECKILL_DATABASE_URL", database_url)
+        .env("SECKILL_REDIS_PREFIX", prefix)
+        // Errors only: the oversell warnings of a naive run would drown
+        // the demo's progress display and the tests' output.
+        .env("RUST_LOG", "error")
+    }
+
+    /// Set an environment variable on every process (a later value wins).
+    pub fn env(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.env.push((name.to_owned(), value.into()));
+        self
+    }
+
+    /// The same deployment, running another program.
+    pub fn with_binary(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.binary = binary.into();
+        self
+    }
+
+    /// `binary <args>` with this deployment's environment; no input, output
+    /// piped, killed when dropped. For one-shot commands (`migrate`,
+    /// `sale create`) as much as for the processes of a [`Cluster`].
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .args(args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        command
+    }
+}
+
+/// One running process of a cluster.
+#[derive(Debug)]
+struct Member {
+    /// What the cluster calls it: also the app's `--instance-id`.
+    name: String,
+    /// `http://host:port` of an app instance; `None` for a worker.
+    url: Option<String>,
+    child: Child,
+}
+
+/// Named `seckill` processes of one [`Deployment`]. Dropping it kills them;
+/// [`Cluster::stop`] stops them gracefully.
+#[derive(Debug)]
+pub struct Cluster {
+    deployment: Deployment,
+    /// In the order they were started.
+    members: Vec<Member>,
+}
+
+impl Cluster {
+    /// An empty cluster; start processes with [`Cluster::start_app`] and
+    /// [`Cluster::start_worker`].
+    pub fn new(deployment: Deployment) -> Self {
+        Self {
+            deployment,
+            members: Vec::new(),
+        }
+    }
+
+    /// The usual shape: `instances` app instances named `{label}-1`,
+    /// `{label}-2`, ... that run no worker, and one worker, `{label}-worker`.
+    pub async fn start(
+        deployment: Deployment,
+        label: &str,
+        instances: u32,
+    ) -> anyhow::Result<Self> {
+        let mut cluster = Self::new(deployment);
+        for i in 1..=instances {
+            cluster
+                .start_app(&format!("{label}-{i}"), &["--no-worker"])
+                .await?;
+        }
+        cluster.start_worker(&format!("{label}-worker"), &[])?;
+        Ok(cluster)
+    }
+
+    /// Start `seckill serve` on a free port as `name` (its instance id),
+    /// with `args` added, and wait until it prints its address. Returns the
+    /// address as a base URL.
+    pub async fn start_app(&mut self, name: &str, args: &[&str]) -> anyhow::Result<String> {
+        let mut all = vec!["serve", "--bind", "127.0.0.1:0", "--instance-id", name];
+        all.extend_from_slice(args);
+        let mut command = self.deployment.command(&all);
+        // A long-running process: its errors go where ours go.
+        command.stderr(Stdio::inherit());
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {}", self.deployment.binary.display()))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        // Kept in the cluster before the wait, so that a failure below still
+        // kills it on drop.
+        self.members.push(Member {
+            name: name.to_owned(),
+            url: None,
+            child,
+        });
+        let line = tokio::time::timeout(START_TIMEOUT, BufReader::new(stdout).lines().next_line())
+            .await
+            .with_context(|| format!("{name} did not start within {START_TIMEOUT:?}"))?
+            .with_context(|| format!("reading the address of {name}"))?
+            .with_context(|| format!("{name} exited before it listened (its errors are above)"))?;
+        let url = line
+            .strip_prefix(LISTENING)
+            .with_context(|| format!("unexpected first line from {name}: {line:?}"))?
+            .to_owned();
+        self.members.last_mut().expect("just pushed").url = Some(url.clone());
+        Ok(url)
+    }
+
+    /// Start `seckill worker` as `name`, with `args` added.
+    pub fn start_worker(&mut self, name: &str, args: &[&str]) -> anyhow::Result<()> {
+        let mut all = vec!["worker"];
+        all.extend_from_slice(args);
+        let mut command = self.deployment.command(&all);
+        command.stdout(Stdio::null()).stderr(Stdio::inherit());
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting the worker {name}"))?;
+        self.members.push(Member {
+            name: name.to_owned(),
+            url: None,
+            child,
+        });
+        Ok(())
+    }
+
+    /// The base URLs of the running app instances, in the order they started.
+    pub fn urls(&self) -> Vec<String> {
+        self.members.iter().filter_map(|m| m.url.clone()).collect()
+    }
+
+    /// The base URL of the app instance `name`.
+    pub fn url(&self, name: &str) -> anyhow::Result<String> {
+        self.member(name)?
+            .url
+            .clone()
+            .with_context(|| format!("{name} is not an app instance"))
+    }
+
+    /// Send `signal` to `name` (SIGSTOP and SIGCONT pause and resume it).
+    pub fn signal(&self, name: &str, signal: Signal) -> anyhow::Result<()> {
+        let pid = self
+            .member(name)?
+            .child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .with_context(|| format!("{name} has exited"))?;
+        kill(Pid::from_raw(pid), signal).with_context(|| format!("sending {signal} to {name}"))
+    }
+
+    /// Wait up to `limit` for `name` to exit, and forget it. Returns how it ended.
+    pub async fn wait(&mut self, name: &str, limit: Duration) -> anyhow::Result<ExitStatus> {
+        let index = self.index(name)?;
+        let status = tokio::time::timeout(limit, self.members[index].child.wait())
+            .await
+            .with_context(|| format!("{name} did not exit within {limit:?}"))?
+            .with_context(|| format!("waiting for {name}"))?;
+        self.members.remove(index);
+        Ok(status)
+    }
+
+    /// Kill `name` at once (SIGKILL), as a crash would, and forget it.
+    pub async fn kill(&mut self, name: &str) -> anyhow::Result<()> {
+        self.signal(name, Signal::SIGKILL)?;
+        self.wait(name, STOP_TIMEOUT).await?;
+        Ok(())
+    }
+
+    /// SIGTERM every process and wait for each to finish its work; kill
+    /// whichever takes longer than [`STOP_TIMEOUT`].
+    pub async fn stop(mut self) {
+        for member in &self.members {
+            if let Some(pid) = member.child.id().and_then(|id| i32::try_from(id).ok()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            }
+        }
+        for member in &mut self.members {
+            if tokio::time::timeout(STOP_TIMEOUT, member.child.wait())
+                .await
+                .is_err()
+            {
+                let _ = member.child.kill().await;
+            }
+        }
+    }
+
+    fn index(&self, name: &str) -> anyhow::Result<usize> {
+        match self.members.iter().position(|m| m.name == name) {
+            Some(index) => Ok(index),
+            None => bail!("no process named {name} in the cluster"),
+        }
+    }
+
+    fn member(&self, name: &str) -> anyhow::Result<&Member> {
+        Ok(&self.members[self.index(name)?])
+    }
+}
+
+/// The `seckill` binary: this program, or the one beside it (when this is
+/// `seckill-loadtest`).
+pub fn seckill_binary() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe().context("finding this program")?;
+    if me.file_stem().is_some_and(|stem| stem == "seckill") {
+        return Ok(me);
+    }
+    let sibling = me.with_file_name(format!("seckill{}", std::env::consts::EXE_SUFFIX));
+    if !sibling.exists() {
+        bail!(
+            "{} not found; build both binaries first (`cargo build --release`)",
+            sibling.display()
+        );
+    }
+    Ok(sibling)
+}

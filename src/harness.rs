@@ -1,0 +1,193 @@
+//! The load test against app instances this process starts: what
+//! `seckill-loadtest` ([`load_test`]) and `seckill demo` share.
+//!
+//! The load generator itself lives in `loadtest/` (crate `seckill_loadtest`)
+//! and knows the app only over HTTP. This module adds what needs seckill's
+//! own code: connecting to the servers [`crate::services`] found, starting
+//! app instances and a worker ([`crate::cluster`]), creating the sale, and
+//! naming its Redis keys for the verifier.
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::ValueEnum;
+use seckill_loadtest::progress::Progress;
+use seckill_loadtest::report::Verdict;
+use seckill_loadtest::{LoadArgs, Subject};
+
+use crate::cli::LoadTestCli;
+use crate::cluster::{Cluster, Deployment, seckill_binary};
+use crate::config::Strategy;
+use crate::domain::NewSale;
+use crate::keys::SaleKeys;
+use crate::services::{Services, redact};
+use crate::startup;
+use crate::store::Store;
+
+/// How long a Redis connection of the harness may wait for the pool.
+const POOL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The admin token of the instances this process starts: the user's
+/// `SECKILL_ADMIN_TOKEN`, or a fresh one (printed by the demo).
+pub fn admin_token() -> String {
+    std::env::var("SECKILL_ADMIN_TOKEN")
+        .ok()
+        .filter(|token| !token.is_empty())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+}
+
+/// The strategy's name on the command line (`lock`, `naive`).
+pub fn strategy_name(strategy: Strategy) -> String {
+    strategy
+        .to_possible_value()
+        .expect("no strategy is skipped")
+        .get_name()
+        .to_owned()
+}
+
+/// The store of the servers the run uses.
+pub async fn connect(services: &Services, prefix: &str) -> anyhow::Result<Store> {
+    let pg = startup::connect_postgres(&services.database_url).await?;
+    let redis = startup::connect_redis(&services.redis_url, POOL_WAIT).await?;
+    Ok(Store::new(pg, redis, prefix))
+}
+
+/// The processes of a run: instances of `strategy`, with `token` as their
+/// admin token, on the servers found.
+pub fn deployment(
+    services: &Services,
+    prefix: &str,
+    strategy: Strategy,
+    token: &str,
+) -> anyhow::Result<Deployment> {
+    Ok(Deployment::new(
+        seckill_binary()?,
+        &services.redis_url,
+        &services.database_url,
+        prefix,
+    )
+    .env("SECKILL_STRATEGY", strategy_name(strategy))
+    .env("SECKILL_ADMIN_TOKEN", token))
+}
+
+/// Create a sale of `stock` units that opens now and, if `open_secs` is
+/// given, closes that many seconds later.
+pub async fn create_sale(
+    store: &Store,
+    name: &str,
+    stock: u32,
+    open_secs: Option<i64>,
+) -> anyhow::Result<i64> {
+    let mut new = NewSale::builder(name, i64::from(stock)).price_cents(99_900);
+    if let Some(secs) = open_secs {
+        new = new.lasts(secs);
+    }
+    let new = new.build(Utc::now()).context("invalid sale")?;
+    Ok(store.create_sale(&new).await?.id)
+}
+
+/// What the load generator is pointed at and verifies: the instances, the
+/// sale, and the servers behind them.
+pub async fn subject(
+    store: &Store,
+    services: &Services,
+    targets: Vec<String>,
+    spawned: Option<Strategy>,
+    sale_id: i64,
+    stock: i64,
+) -> anyhow::Result<Subject> {
+    let redis = redis::Client::open(services.redis_url.as_str())
+        .context("SECKILL_REDIS_URL is not a Redis URL")?
+        .get_multiplexed_async_connection()
+        .await
+        .with_context(|| format!("connecting to Redis at {}", redact(&services.redis_url)))?;
+    Ok(Subject {
+        spawned: if spawned.is_some() { targets.len() } else { 0 },
+        targets,
+        strategy: spawned.map(strategy_name),
+        sale_id,
+        stock,
+        pg: store.pg.clone(),
+        redis,
+        keys: verify_keys(&store.prefix, sale_id),
+    })
+}
+
+/// The verifier's view of a sale's Redis keys.
+pub fn verify_keys(prefix: &str, sale_id: i64) -> seckill_loadtest::verify::SaleKeys {
+    let keys = SaleKeys::new(prefix, sale_id);
+    seckill_loadtest::verify::SaleKeys {
+        stock: keys.stock,
+        buyers: keys.buyers,
+        lock: keys.lock,
+        queue_due: keys.queue.due,
+        queue_inflight: keys.queue.inflight,
+        queue_dead: keys.queue.dead,
+    }
+}
+
+/// Where the reports went, if anywhere.
+pub fn print_paths(load: &LoadArgs) {
+    if let Some(path) = &load.json {
+        println!("JSON report: {}", path.display());
+    }
+    if let Some(path) = &load.html {
+        println!("HTML report: {}", path.display());
+    }
+}
+
+/// `seckill-loadtest`: one run, its report on stdout. Returns the verdict.
+pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<Verdict> {
+    startup::raise_open_files_limit();
+    let store = connect(services, &cli.services.redis_prefix).await?;
+    let (sale_id, stock) = match cli.sale {
+        Some(id) => {
+            let sale = store
+                .sale(id)
+                .await?
+                .with_context(|| format!("no sale {id} in the database"))?;
+            (id, i64::from(sale.stock_total))
+        }
+        None => {
+            let id = create_sale(&store, "Load test", cli.stock, None).await?;
+            (id, i64::from(cli.stock))
+        }
+    };
+    let strategy = cli.strategy.unwrap_or(Strategy::Lock);
+    let cluster = match cli.targets.is_empty() {
+        true => Some(spawn(&cli, services, &store.prefix, strategy).await?),
+        false => None,
+    };
+    let targets = cluster
+        .as_ref()
+        .map_or_else(|| cli.targets.clone(), Cluster::urls);
+    let spawned = cluster.as_ref().map(|_| strategy);
+    let mut subject = subject(&store, services, targets, spawned, sale_id, stock).await?;
+    // Interrupted, the run is dropped and the cluster stopped below.
+    let progress = Progress::stderr();
+    let report = tokio::select! {
+        report = seckill_loadtest::load_test(&mut subject, &cli.load, "run", &progress) => report,
+        () = startup::wait_for_signal() => Err(anyhow::anyhow!("interrupted")),
+    };
+    if let Some(cluster) = cluster {
+        cluster.stop().await;
+    }
+    let report = report?;
+    println!("{}", report.to_text());
+    print_paths(&cli.load);
+    Ok(report.verdict)
+}
+
+/// Start `--spawn N` instances (2 by default) and a worker, showing progress.
+async fn spawn(
+    cli: &LoadTestCli,
+    services: &Services,
+    prefix: &str,
+    strategy: Strategy,
+) -> anyhow::Result<Cluster> {
+    let instances = cli.spawn.unwrap_or(2);
+    let progress = Progress::stderr().phase("start", None);
+    let deployment = deployment(services, prefix, strategy, &admin_token())?;
+    let cluster = Cluster::start(deployment, "app", instances).await?;
+    progress.finish(&format!("{instances} app instances and a worker"));
+    Ok(cluster)
+}

@@ -1,0 +1,178 @@
+//! Finding Redis and PostgreSQL, or starting private ones.
+//!
+//! seckill needs a real Redis and a real PostgreSQL, and a newcomer should not
+//! have to set anything up to try it. [`Services::resolve`] decides, for each
+//! of the two, in this order:
+//!
+//! 1. the URL the user gave (`SECKILL_REDIS_URL`, `SECKILL_DATABASE_URL`);
+//! 2. the server on its default local port, if it answers;
+//! 3. a private server, started from the installed binaries (`redis-server`;
+//!    PostgreSQL's `initdb` and `postgres`) in a temporary directory on a free
+//!    port. It stops, and its directory is deleted, when the [`Services`]
+//!    value is dropped.
+//!
+//! When all three fail it says how to get the servers: install the packages,
+//! or `docker compose up -d`.
+//!
+//! The tests use the same code; the fault tests start [`PrivateRedis`] and
+//! [`PrivatePostgres`] directly, because they need servers they may stop.
+//!
+//! The files: this one decides; `redis_server.rs` and `postgres_server.rs` start private
+//! servers; `supervise.rs` keeps a started server from outliving us; `url.rs`
+//! reads and rewrites the URLs (and hides their passwords in logs).
+//!
+//! A process that is killed (`kill -9`, a crashed test) cannot run its
+//! destructors. So that its private servers do not outlive it, each one has a
+//! tiny "reaper" shell process that checks every second whether the parent
+//! still lives and stops the server when it does not.
+
+mod postgres_server;
+mod redis_server;
+mod supervise;
+mod url;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+
+pub use postgres_server::{PrivatePostgres, drop_database, ensure_database};
+pub use redis_server::PrivateRedis;
+pub use url::{redact, with_database};
+
+use crate::probe;
+
+/// Where seckill looks for Redis when no URL is given.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// Where seckill looks for PostgreSQL when no URL is given (trust auth, as a
+/// fresh Debian install allows for local connections).
+pub const DEFAULT_POSTGRES_SERVER: &str = "postgres://postgres@127.0.0.1:5432";
+/// The database seckill uses on a server it found or started.
+pub const DEFAULT_DATABASE: &str = "seckill";
+
+/// How long a probe waits for a local server before deciding it is not there.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+const HOW_TO_GET_SERVERS: &str = "install the packages (Debian/Ubuntu: `apt-get install redis-server postgresql`) \
+     so seckill can find or start them, or run `docker compose up -d` and point \
+     SECKILL_REDIS_URL / SECKILL_DATABASE_URL at them";
+
+/// Whether [`Services::resolve`] may start private servers. A command that
+/// exits at once (`migrate`, `sale create`) or must share its servers with
+/// other processes (`worker`) gains nothing from servers that die with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivateServers {
+    Allowed,
+    Refused,
+}
+
+/// Where a service came from, for the start-up log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The user gave its URL.
+    Configured,
+    /// It answered on its default local port.
+    Local,
+    /// This process started it; it stops when the process exits.
+    Private,
+}
+
+/// The Redis and PostgreSQL this process uses. Keep it alive as long as the
+/// URLs are in use: dropping it stops the private servers.
+#[derive(Debug)]
+pub struct Services {
+    pub redis_url: String,
+    pub redis_origin: Origin,
+    /// A URL naming a database that exists and may be migrated.
+    pub database_url: String,
+    pub postgres_origin: Origin,
+    private_redis: Option<PrivateRedis>,
+    private_postgres: Option<PrivatePostgres>,
+}
+
+impl Services {
+    /// Decide where Redis and PostgreSQL are (see the module docs).
+    pub async fn resolve(
+        redis_url: Option<&str>,
+        database_url: Option<&str>,
+        private: PrivateServers,
+    ) -> anyhow::Result<Self> {
+        let refuse = |what: &str| {
+            anyhow::anyhow!(
+                "no {what} answers on its default local port, and a private server would vanish \
+                 when this command exits; start the local servers, or set SECKILL_REDIS_URL and \
+                 SECKILL_DATABASE_URL (for example to the servers of `docker compose up -d`)"
+            )
+        };
+        let (redis_url, redis_origin, private_redis) = match redis_url {
+            Some(url) => (url.to_owned(), Origin::Configured, None),
+            None if redis_answers(DEFAULT_REDIS_URL).await => {
+                (DEFAULT_REDIS_URL.to_owned(), Origin::Local, None)
+            }
+            None if private == PrivateServers::Refused => return Err(refuse("Redis")),
+            None => {
+                let redis = PrivateRedis::start()
+                    .await
+                    .with_context(|| format!("no Redis answers on 127.0.0.1:6379 and none could be started; {HOW_TO_GET_SERVERS}"))?;
+                (redis.url(), Origin::Private, Some(redis))
+            }
+        };
+        let (server_url, postgres_origin, private_postgres) = match database_url {
+            Some(url) => (url.to_owned(), Origin::Configured, None),
+            None if postgres_answers(DEFAULT_POSTGRES_SERVER).await => (
+                with_database(DEFAULT_POSTGRES_SERVER, DEFAULT_DATABASE)?,
+                Origin::Local,
+                None,
+            ),
+            None if private == PrivateServers::Refused => return Err(refuse("PostgreSQL")),
+            None => {
+                let postgres = PrivatePostgres::start()
+                    .await
+                    .with_context(|| format!("no PostgreSQL answers on 127.0.0.1:5432 and none could be started; {HOW_TO_GET_SERVERS}"))?;
+                (
+                    postgres.url(DEFAULT_DATABASE),
+                    Origin::Private,
+                    Some(postgres),
+                )
+            }
+        };
+        ensure_database(&server_url).await?;
+        Ok(Self {
+            redis_url,
+            redis_origin,
+            database_url: server_url,
+            postgres_origin,
+            private_redis,
+            private_postgres,
+        })
+    }
+
+    /// Whether this process started a server of its own.
+    pub fn has_private_servers(&self) -> bool {
+        self.private_redis.is_some() || self.private_postgres.is_some()
+    }
+}
+
+/// Whether a Redis server answers PING at `url`.
+pub async fn redis_answers(url: &str) -> bool {
+    probe::within(PROBE_TIMEOUT, async {
+        let client = redis::Client::open(url)?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        probe::ping(&mut conn).await
+    })
+    .await
+}
+
+/// Whether a PostgreSQL server accepts a connection to its `postgres`
+/// database at `server_url`.
+pub async fn postgres_answers(server_url: &str) -> bool {
+    let Ok(url) = with_database(server_url, "postgres") else {
+        return false;
+    };
+    probe::within(PROBE_TIMEOUT, async {
+        let conn = PgConnection::connect(&url).await?;
+        conn.close().await
+    })
+    .await
+}

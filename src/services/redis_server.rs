@@ -1,0 +1,101 @@
+//! A private Redis server: started on a free port from the installed
+//! `redis-server`, keeping nothing on disk; killed and restarted by the
+//! fault tests.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::Context;
+use nix::sys::signal::Signal;
+use tempfile::TempDir;
+
+use super::redis_answers;
+use super::supervise::{Supervised, find_on_path, free_port, wait_until};
+
+/// A Redis server of our own, on a free port, keeping nothing on disk.
+#[derive(Debug)]
+pub struct PrivateRedis {
+    port: u16,
+    dir: TempDir,
+    server: Option<Supervised>,
+}
+
+impl PrivateRedis {
+    /// Start `redis-server` and wait until it answers.
+    pub async fn start() -> anyhow::Result<Self> {
+        let binary = find_on_path("redis-server").context("redis-server is not installed")?;
+        let dir = tempfile::Builder::new()
+            .prefix("seckill-redis-")
+            .tempdir()
+            .context("creating a directory for Redis")?;
+        let mut redis = Self {
+            port: free_port()?,
+            dir,
+            server: None,
+        };
+        redis.launch(&binary)?;
+        redis.wait_ready().await?;
+        Ok(redis)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kill the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.stop(Signal::SIGKILL);
+        }
+    }
+
+    /// Start the server again on the same port (after [`PrivateRedis::kill`]).
+    /// It comes back empty: it keeps nothing on disk.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let binary = find_on_path("redis-server").context("redis-server is not installed")?;
+        self.launch(&binary)?;
+        self.wait_ready().await
+    }
+
+    fn launch(&mut self, binary: &Path) -> anyhow::Result<()> {
+        let log = std::fs::File::create(self.dir.path().join("redis.log"))?;
+        let mut command = Command::new(binary);
+        command
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        self.server = Some(Supervised::spawn(
+            command,
+            self.dir.path(),
+            Signal::SIGTERM,
+        )?);
+        Ok(())
+    }
+
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let url = self.url();
+        wait_until(|| redis_answers(&url)).await.with_context(|| {
+            format!(
+                "Redis did not answer; see {}",
+                self.dir.path().join("redis.log").display()
+            )
+        })
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.stop(Signal::SIGTERM);
+        }
+    }
+}

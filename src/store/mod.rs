@@ -1,0 +1,90 @@
+//! The store: the one owner of each table, and the only place with SQL.
+//!
+//! [`sales`] owns the `sales` table and a sale's figures in Redis (units
+//! left, buyers): creating a sale, the per-instance cache of sales, loading
+//! a sale into Redis from PostgreSQL, and reading its stock with a reload
+//! when Redis lost it. [`orders`] owns the `orders` table: confirming a
+//! batch from the queue, paying, cancelling an unpaid order, finding an
+//! order wherever it is (PostgreSQL or a queue), and the admin's list.
+//!
+//! Everything here goes through a [`Store`]: the PostgreSQL pool, the Redis
+//! pool and the key prefix, shared by the web handlers, the purchase path
+//! and the worker of one process. The conditional statements that decide
+//! races (pay against cancel, the CHECK that refuses an oversell) live in
+//! these files, each with the race it decides named beside it; the names of
+//! the constraints they rely on are in [`schema`], next to the migration
+//! that creates them.
+
+pub mod orders;
+pub mod sales;
+pub mod schema;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use deadpool_redis::Pool as RedisPool;
+use sqlx::PgPool;
+
+pub use orders::{Deadline, OrderRow, PayOutcome, Written};
+pub use sales::{Catalog, Snapshot};
+
+/// The app's handle on its data. Cheap to clone: every field is shared.
+#[derive(Clone)]
+pub struct Store {
+    /// PostgreSQL, which has the last word on every order.
+    pub pg: PgPool,
+    /// Redis: the sale's stock and buyers, the lock, the queues.
+    pub redis: RedisPool,
+    /// Prefix of every Redis key (see `keys.rs`); fixed for the process.
+    pub prefix: String,
+    /// The sales this process has read, by id. Shared by every clone; a sale
+    /// never changes after it is created, so nothing ever evicts it.
+    pub catalog: Arc<Catalog>,
+}
+
+impl Store {
+    pub fn new(pg: PgPool, redis: RedisPool, prefix: impl Into<String>) -> Self {
+        Self {
+            pg,
+            redis,
+            prefix: prefix.into(),
+            catalog: Arc::default(),
+        }
+    }
+
+    /// A connection from the Redis pool.
+    pub async fn redis(&self) -> anyhow::Result<deadpool_redis::Connection> {
+        self.redis.get().await.context("getting a Redis connection")
+    }
+}
+
+/// Whether a PostgreSQL error means "PostgreSQL is not reachable", as
+/// opposed to a problem with what was asked of it. The worker gives jobs
+/// back without charging an attempt for the first kind.
+pub fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
+        // 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now,
+        // and class 08: connection exceptions.
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_timeout_means_postgres_is_unavailable() {
+        assert!(is_unavailable(&sqlx::Error::PoolTimedOut));
+        assert!(!is_unavailable(&sqlx::Error::RowNotFound));
+    }
+}

@@ -1,0 +1,219 @@
+//! Sales: created in PostgreSQL, loaded into Redis, cached in each process.
+//!
+//! PostgreSQL holds the sale itself; Redis holds what the purchase path
+//! changes at high speed (units left, who bought). A sale's row never changes
+//! after it is created, apart from its `sold` counter, so every process keeps
+//! the rows it has seen in memory ([`Catalog`]) and asks PostgreSQL once per
+//! sale.
+//!
+//! Redis may lose a sale's figures (a restart without persistence). Every
+//! read of them goes through [`snapshot`], which finds the stock key missing,
+//! loads the sale from PostgreSQL (`lua/sale_load.lua`, which writes only
+//! when the keys are still absent) and reads again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, RwLock};
+
+use anyhow::Context;
+use redis::Script;
+use redis::aio::ConnectionLike;
+use sqlx::PgPool;
+
+use super::Store;
+use crate::domain::{NewSale, Sale, UserId};
+use crate::keys::SaleKeys;
+
+static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sale_load.lua")));
+
+const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at";
+
+/// The sales a process has seen, by id.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    /// A std lock, not a tokio one: nothing awaits while it is held.
+    /// Written once per sale, by the first request that reads it.
+    cache: RwLock<HashMap<i64, Arc<Sale>>>,
+}
+
+/// What Redis says of a sale, for one buyer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Units left to sell (negative only after the `naive` strategy oversold).
+    pub stock_left: i64,
+    /// Whether the buyer asked about holds a unit.
+    pub holds_unit: bool,
+}
+
+impl Store {
+    /// The sale with this id, from memory or from PostgreSQL.
+    pub async fn sale(&self, id: i64) -> anyhow::Result<Option<Arc<Sale>>> {
+        let catalog = &self.catalog.cache;
+        if let Some(sale) = catalog.read().expect("catalog lock poisoned").get(&id) {
+            return Ok(Some(Arc::clone(sale)));
+        }
+        let sale: Option<Sale> =
+            sqlx::query_as(&format!("SELECT {SALE_COLUMNS} FROM sales WHERE id = $1"))
+                .bind(id)
+                .fetch_optional(&self.pg)
+                .await
+                .context("reading a sale")?;
+        Ok(sale.map(|sale| {
+            let sale = Arc::new(sale);
+            catalog
+                .write()
+                .expect("catalog lock poisoned")
+                .insert(id, Arc::clone(&sale));
+            sale
+        }))
+    }
+
+    /// Insert a sale into PostgreSQL and load it into Redis.
+    pub async fn create_sale(&self, new: &NewSale) -> anyhow::Result<Sale> {
+        let sale: Sale = sqlx::query_as(&format!(
+            "INSERT INTO sales (name, price_cents, stock_total, starts_at, ends_at)
+             VALUES ($1, $2, $3, $4, $5) RETURNING {SALE_COLUMNS}"
+        ))
+        .bind(&new.name)
+        .bind(new.price_cents)
+        .bind(new.stock_total)
+        .bind(new.starts_at)
+        .bind(new.ends_at)
+        .fetch_one(&self.pg)
+        .await
+        .context("inserting a sale")?;
+        // If Redis fails here the sale exists only in PostgreSQL; that is safe:
+        // the first purchase finds the stock key missing and loads it.
+        let mut conn = self.redis().await?;
+        load_into_redis(&self.pg, &mut conn, &self.prefix, sale.id).await?;
+        tracing::info!(sale_id = sale.id, stock = sale.stock_total, "sale created");
+        Ok(sale)
+    }
+
+    /// All sales, newest first.
+    pub async fn sales(&self) -> anyhow::Result<Vec<Sale>> {
+        sqlx::query_as(&format!(
+            "SELECT {SALE_COLUMNS} FROM sales ORDER BY id DESC"
+        ))
+        .fetch_all(&self.pg)
+        .await
+        .context("listing sales")
+    }
+
+    /// The ids of all sales, oldest first: the worker's round.
+    pub async fn sale_ids(&self) -> anyhow::Result<Vec<i64>> {
+        sqlx::query_scalar("SELECT id FROM sales ORDER BY id")
+            .fetch_all(&self.pg)
+            .await
+            .context("listing sales")
+    }
+
+    /// Units held by confirmed and paid orders, as PostgreSQL counts them.
+    pub async fn sold(&self, sale_id: i64) -> anyhow::Result<i32> {
+        sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
+            .bind(sale_id)
+            .fetch_one(&self.pg)
+            .await
+            .context("reading sold")
+    }
+
+    /// Units left of a sale, from Redis (loaded from PostgreSQL if missing).
+    pub async fn stock_left(&self, sale_id: i64) -> anyhow::Result<i64> {
+        let mut conn = self.redis().await?;
+        let snapshot = snapshot(&self.pg, &mut conn, &self.prefix, sale_id, None).await?;
+        Ok(snapshot.stock_left)
+    }
+
+    /// Replace a sale's units left and buyers in Redis with what PostgreSQL
+    /// says. The demo runs it after the `naive` run, which leaves them wrong
+    /// on purpose (more buyers than units, a stock that was overwritten).
+    pub async fn reset_sale_in_redis(&self, sale_id: i64) -> anyhow::Result<()> {
+        let keys = SaleKeys::new(&self.prefix, sale_id);
+        let mut conn = self.redis().await?;
+        // One DEL of both keys, then the load (which writes only when the keys
+        // are absent): a purchase between the two finds them absent and loads
+        // the same figures from PostgreSQL.
+        let () = redis::cmd("DEL")
+            .arg(&keys.stock)
+            .arg(&keys.buyers)
+            .query_async(&mut conn)
+            .await
+            .context("clearing a sale in Redis")?;
+        load_into_redis(&self.pg, &mut conn, &self.prefix, sale_id).await?;
+        Ok(())
+    }
+}
+
+/// Units left of a sale and whether `buyer` holds one, from Redis, loading
+/// the sale from PostgreSQL first if Redis does not have it (it was
+/// restarted). On the purchase path, under the sale lock, so it takes the
+/// caller's connection.
+pub async fn snapshot<C: ConnectionLike + Send>(
+    pg: &PgPool,
+    conn: &mut C,
+    prefix: &str,
+    sale_id: i64,
+    buyer: Option<&UserId>,
+) -> anyhow::Result<Snapshot> {
+    let keys = SaleKeys::new(prefix, sale_id);
+    // With no buyer, ask about the empty id, which `UserId` never allows:
+    // one round trip and one code path for both questions.
+    let buyer = buyer.map_or("", UserId::as_str);
+    for _ in 0..2 {
+        let (holds_unit, left): (bool, Option<i64>) = redis::pipe()
+            .sismember(&keys.buyers, buyer)
+            .get(&keys.stock)
+            .query_async(conn)
+            .await
+            .context("reading the sale from Redis")?;
+        match left {
+            Some(stock_left) => {
+                return Ok(Snapshot {
+                    stock_left,
+                    holds_unit,
+                });
+            }
+            None => {
+                load_into_redis(pg, conn, prefix, sale_id).await?;
+            }
+        }
+    }
+    anyhow::bail!("sale {sale_id} has no stock in Redis even after loading it")
+}
+
+/// Load a sale's units left and buyers into Redis from PostgreSQL, unless
+/// Redis has them already. Returns whether it loaded.
+pub async fn load_into_redis<C: ConnectionLike + Send>(
+    pg: &PgPool,
+    redis: &mut C,
+    prefix: &str,
+    sale_id: i64,
+) -> anyhow::Result<bool> {
+    // One statement, so one snapshot. Read as two queries, a worker commit
+    // between them would give a stock that does not match the buyers: the
+    // new buyer counted in one and not the other.
+    let (left, buyers): (i32, Vec<String>) = sqlx::query_as(
+        "SELECT s.stock_total - s.sold,
+                COALESCE(array_agg(o.user_id) FILTER (WHERE o.user_id IS NOT NULL), '{}')
+           FROM sales s
+           LEFT JOIN orders o ON o.sale_id = s.id AND o.status IN ('confirmed', 'paid')
+          WHERE s.id = $1
+          GROUP BY s.id",
+    )
+    .bind(sale_id)
+    .fetch_one(pg)
+    .await
+    .context("reading a sale's stock and buyers")?;
+    let keys = SaleKeys::new(prefix, sale_id);
+    let loaded: i64 = LOAD
+        .key(&keys.stock)
+        .key(&keys.buyers)
+        .arg(left)
+        .arg(buyers)
+        .invoke_async(redis)
+        .await
+        .context("loading a sale into Redis")?;
+    if loaded == 1 {
+        tracing::info!(sale_id, stock_left = left, "sale loaded into Redis");
+    }
+    Ok(loaded == 1)
+}
