@@ -5,7 +5,8 @@
 //! path decides under the sale's Redis lock ([`lock`]), takes the unit in
 //! Redis and puts the order on the sale's Redis task queue ([`queue`]). The
 //! worker ([`worker`]) drains the queue into PostgreSQL, whose constraints
-//! (see `migrations/`) have the last word.
+//! (see `migrations/`) have the last word. Every read and write of a table
+//! goes through the store ([`store`]), its one owner.
 //!
 //! A confirmed order must then be paid within a window ([`payment`]): the
 //! worker queues a delayed deadline job per order, and cancels the orders
@@ -13,12 +14,13 @@
 //! a sale's units left is published on Redis pub/sub, and [`events`] fans it
 //! out to the browsers watching the sale page.
 //!
-//! Reading order for newcomers: `migrations/`, [`keys`], [`lock`] with
-//! `src/lua/lock_*.lua`, [`queue`] with `src/lua/queue_*.lua`, [`purchase`]
-//! with `src/lua/purchase_commit.lua`, [`worker`], [`payment`] with
+//! Reading order for newcomers: `ARCHITECTURE.md` (the map), `migrations/`,
+//! [`keys`], [`lock`] with `src/lua/lock_*.lua`, [`queue`] with
+//! `src/lua/queue_*.lua`, [`store`], [`purchase`] with
+//! `src/lua/purchase_commit.lua`, [`worker`], [`payment`] with
 //! `src/lua/unit_return.lua`, [`events`], then [`web`] and [`startup`].
-//! [`demo`] runs the load test (the `loadtest/` crate) against app instances
-//! it starts.
+//! [`cluster`] starts app instances and workers as processes; [`harness`]
+//! and [`demo`] run the load test (the `loadtest/` crate) against them.
 
 // The layers, bottom up (ARCHITECTURE.md draws them; tests/it/layers.rs
 // keeps every `use crate::` pointing down):

@@ -98,7 +98,7 @@ pub enum InvalidSale {
     Stock,
     #[error("price_cents must be between 0 and {max}", max = NewSale::MAX_PRICE_CENTS)]
     Price,
-    #[error("the sale must start within {max} seconds from now", max = NewSale::MAX_SCHEDULE_SECS)]
+    #[error("a sale opens between now and {max} seconds from now", max = NewSale::MAX_SCHEDULE_SECS)]
     StartsTooLate,
     #[error("a sale lasts between 1 and {max} seconds", max = NewSale::MAX_SCHEDULE_SECS)]
     Duration,

@@ -64,6 +64,15 @@ async fn sale_create_refuses_an_invalid_sale_with_a_clear_message_and_stores_not
             vec!["--name", "Lamp", "--stock", "five"],
             "invalid value 'five'",
         ),
+        // Far beyond any date: a clear refusal, not a panic in date arithmetic.
+        (
+            vec!["--name", "Lamp", "--stock", "5", "--starts-in", "10000000000000"],
+            "a sale opens between now and 31536000 seconds from now",
+        ),
+        (
+            vec!["--name", "Lamp", "--stock", "5", "--duration", "0"],
+            "a sale lasts between 1 and 31536000 seconds",
+        ),
     ] {
         let mut all = vec!["sale", "create"];
         all.extend(&args);
