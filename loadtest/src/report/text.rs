@@ -10,10 +10,23 @@ use super::Report;
 use crate::outcome::Outcome;
 
 impl Report {
-    /// The report as a terminal table.
+    /// The report as a terminal table, one section after another.
     pub fn to_text(&self) -> String {
-        let (c, s) = (&self.config, &self.summary);
         let mut out = String::new();
+        self.write_headline(&mut out);
+        self.write_latency_table(&mut out);
+        self.write_timing(&mut out);
+        self.write_instances(&mut out);
+        self.write_generator(&mut out);
+        self.write_stored(&mut out);
+        self.write_checks(&mut out);
+        self.write_verdict(&mut out);
+        out
+    }
+
+    /// `== label: what was sent, to where, for which sale ==`.
+    fn write_headline(&self, out: &mut String) {
+        let c = &self.config;
         let duplicates = c.planned_requests.saturating_sub(c.users as usize);
         let _ = writeln!(
             out,
@@ -30,18 +43,28 @@ impl Report {
                 .map(|s| format!(", strategy {s}"))
                 .unwrap_or_default(),
         );
+    }
+
+    /// Count and latency percentiles, one row per outcome.
+    fn write_latency_table(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "{:<12} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
             "outcome", "count", "p50", "p90", "p99", "p99.9", "max"
         );
-        for latency in &s.latency {
+        for latency in &self.summary.latency {
             let [outcome, count, p50, p90, p99, p999, max] = cells(latency);
             let _ = writeln!(
                 out,
                 "{outcome:<12} {count:>8} {p50:>9} {p90:>9} {p99:>9} {p999:>9} {max:>9}"
             );
         }
+    }
+
+    /// Throughput, launch skew (burst), when the sale sold out, and late
+    /// or dropped sends (rate).
+    fn write_timing(&self, out: &mut String) {
+        let s = &self.summary;
         let _ = writeln!(
             out,
             "{} answers in {:.2} s = {:.0} requests/s",
@@ -66,13 +89,18 @@ impl Report {
             }
             None => writeln!(out, "not sold out"),
         };
-        if c.scenario == crate::scenario::Scenario::Rate {
+        if self.config.scenario == crate::scenario::Scenario::Rate {
             let _ = writeln!(
                 out,
                 "late sends (> 10 ms after due): {}, dropped sends: {}",
                 s.late_sends, s.dropped_sends
             );
         }
+    }
+
+    /// Which instances answered, and which of them sold the units.
+    fn write_instances(&self, out: &mut String) {
+        let s = &self.summary;
         if !s.won_by_instance.is_empty() {
             let _ = writeln!(
                 out,
@@ -87,6 +115,10 @@ impl Report {
                 by_instance(&s.answers_by_instance)
             );
         }
+    }
+
+    /// What the generator itself cost, to tell whether it was the bottleneck.
+    fn write_generator(&self, out: &mut String) {
         let g = &self.generator;
         let _ = writeln!(
             out,
@@ -97,6 +129,10 @@ impl Report {
             g.machine_share * 100.0,
             g.peak_rss_mib
         );
+    }
+
+    /// The orders PostgreSQL holds after the run.
+    fn write_stored(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "PostgreSQL: {} orders confirmed{}, {} refused",
@@ -108,109 +144,82 @@ impl Report {
             },
             self.stored.rejected
         );
-        if !self.invariants.is_empty() {
-            let _ = writeln!(out, "checks:");
-            for check in &self.invariants {
-                let _ = writeln!(
-                    out,
-                    "  {} {}: expected {}, found {}",
-                    if check.passed { "pass" } else { "FAIL" },
-                    check.name,
-                    check.expected,
-                    check.actual
-                );
-            }
+    }
+
+    /// Every check: pass or FAIL, what was expected, what was found.
+    fn write_checks(&self, out: &mut String) {
+        if self.invariants.is_empty() {
+            return;
         }
+        let _ = writeln!(out, "checks:");
+        for check in &self.invariants {
+            let _ = writeln!(
+                out,
+                "  {} {}: expected {}, found {}",
+                if check.passed { "pass" } else { "FAIL" },
+                check.name,
+                check.expected,
+                check.actual
+            );
+        }
+    }
+
+    /// Why the run is invalid, if it is, and the verdict.
+    fn write_verdict(&self, out: &mut String) {
         for problem in &self.problems {
             let _ = writeln!(out, "  INVALID RUN: {problem}");
         }
         let _ = writeln!(out, "verdict: {}", self.verdict.as_str());
-        out
     }
 }
+
+/// How one cell of the side-by-side table is read from its report.
+type Cell = fn(&Report) -> String;
+
+/// The rows of the side-by-side table after the labels: what each row
+/// shows, and how to read it from one report.
+const COMPARED: [(&str, Cell); 8] = [
+    ("units for sale", |r| r.config.stock.to_string()),
+    ("buyers told \"you got one\" (202)", |r| {
+        r.summary.count(Outcome::Won).to_string()
+    }),
+    ("units sold beyond the stock", |r| r.oversold_by.to_string()),
+    ("orders confirmed by PostgreSQL", |r| {
+        r.stored.confirmed.to_string()
+    }),
+    ("orders refused by PostgreSQL", |r| {
+        r.stored.rejected.to_string()
+    }),
+    ("p99 of winning answers", |r| {
+        r.summary
+            .latency(Outcome::Won)
+            .map_or("-".to_owned(), |l| micros(l.p99_us))
+    }),
+    ("time to sell out", |r| {
+        r.summary
+            .time_to_sell_out_ms
+            .map_or("-".to_owned(), |ms| format!("{ms:.0} ms"))
+    }),
+    ("verdict", |r| r.verdict.as_str().to_owned()),
+];
 
 /// Two or more reports side by side, for the demo's lock-versus-naive finale.
 pub fn side_by_side(reports: &[&Report]) -> String {
     let mut out = String::new();
-    let row = |out: &mut String, name: &str, cells: Vec<String>| {
-        let _ = write!(out, "{name:<38}");
-        for cell in cells {
-            let _ = write!(out, " {cell:>16}");
-        }
-        let _ = writeln!(out);
-    };
-    row(
-        &mut out,
-        "",
-        reports.iter().map(|r| r.label.clone()).collect(),
-    );
-    row(
-        &mut out,
-        "units for sale",
-        reports.iter().map(|r| r.config.stock.to_string()).collect(),
-    );
-    row(
-        &mut out,
-        "buyers told \"you got one\" (202)",
-        reports
-            .iter()
-            .map(|r| r.summary.count(Outcome::Won).to_string())
-            .collect(),
-    );
-    row(
-        &mut out,
-        "units sold beyond the stock",
-        reports.iter().map(|r| r.oversold_by.to_string()).collect(),
-    );
-    row(
-        &mut out,
-        "orders confirmed by PostgreSQL",
-        reports
-            .iter()
-            .map(|r| r.stored.confirmed.to_string())
-            .collect(),
-    );
-    row(
-        &mut out,
-        "orders refused by PostgreSQL",
-        reports
-            .iter()
-            .map(|r| r.stored.rejected.to_string())
-            .collect(),
-    );
-    row(
-        &mut out,
-        "p99 of winning answers",
-        reports
-            .iter()
-            .map(|r| {
-                r.summary
-                    .latency(Outcome::Won)
-                    .map_or("-".to_owned(), |l| micros(l.p99_us))
-            })
-            .collect(),
-    );
-    row(
-        &mut out,
-        "time to sell out",
-        reports
-            .iter()
-            .map(|r| {
-                r.summary
-                    .time_to_sell_out_ms
-                    .map_or("-".to_owned(), |ms| format!("{ms:.0} ms"))
-            })
-            .collect(),
-    );
-    row(
-        &mut out,
-        "verdict",
-        reports
-            .iter()
-            .map(|r| r.verdict.as_str().to_owned())
-            .collect(),
-    );
+    write_row(&mut out, "", reports.iter().map(|r| r.label.clone()));
+    for (name, cell) in COMPARED {
+        write_row(&mut out, name, reports.iter().map(|r| cell(r)));
+    }
     out
+}
+
+/// One row of the side-by-side table: its name, then one cell per report.
+fn write_row(out: &mut String, name: &str, cells: impl Iterator<Item = String>) {
+    let _ = write!(out, "{name:<38}");
+    for cell in cells {
+        let _ = write!(out, " {cell:>16}");
+    }
+    let _ = writeln!(out);
 }
 
 /// A latency row: outcome, count, p50, p90, p99, p99.9, max.
