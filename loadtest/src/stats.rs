@@ -78,61 +78,7 @@ impl Summary {
 
     pub fn from_run(run: &RunData, scenario: Scenario) -> Self {
         let samples = &run.samples;
-        let mut histograms: BTreeMap<Outcome, Histogram<u64>> = BTreeMap::new();
-        let mut counts: BTreeMap<Outcome, u64> = BTreeMap::new();
-        let mut timeline: Vec<[u64; Outcome::ALL.len()]> = Vec::new();
-        let mut won_by_instance = BTreeMap::new();
-        let mut answers_by_instance = BTreeMap::new();
-        for sample in samples {
-            *counts.entry(sample.outcome).or_default() += 1;
-            histograms
-                .entry(sample.outcome)
-                .or_insert_with(|| {
-                    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
-                        .expect("valid histogram bounds")
-                })
-                .saturating_record(sample.latency_us().max(1));
-            let bucket = (sample.done_us / micros(BUCKET)) as usize;
-            if timeline.len() <= bucket {
-                timeline.resize(bucket + 1, [0; Outcome::ALL.len()]);
-            }
-            timeline[bucket][sample.outcome.index()] += 1;
-            if let Some(instance) = &sample.instance {
-                *answers_by_instance.entry(instance.to_string()).or_default() += 1;
-                if sample.outcome == Outcome::Won {
-                    *won_by_instance.entry(instance.to_string()).or_default() += 1;
-                }
-            }
-        }
-        let latency = histograms
-            .into_iter()
-            .map(|(outcome, h)| Latency {
-                outcome,
-                count: h.len(),
-                p50_us: h.value_at_quantile(0.50),
-                p90_us: h.value_at_quantile(0.90),
-                p99_us: h.value_at_quantile(0.99),
-                p999_us: h.value_at_quantile(0.999),
-                max_us: h.max(),
-                curve: [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0]
-                    .into_iter()
-                    .map(|p| (p, h.value_at_quantile(p / 100.0)))
-                    .collect(),
-            })
-            .collect();
-        let timeline = timeline
-            .into_iter()
-            .enumerate()
-            .map(|(i, row)| Bucket {
-                t_ms: i as u64 * BUCKET.as_millis() as u64,
-                counts: Outcome::ALL
-                    .iter()
-                    .zip(row)
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(o, n)| (*o, n))
-                    .collect(),
-            })
-            .collect();
+        let tally = Tally::of(samples);
         let wall = run.wall.as_secs_f64();
         Self {
             requests: samples.len() as u64,
@@ -142,27 +88,117 @@ impl Summary {
             } else {
                 0.0
             },
-            counts,
-            latency,
-            timeline,
+            counts: tally.counts,
+            latency: latencies(tally.histograms),
+            timeline: buckets(tally.timeline),
             launch_skew_us: match scenario {
                 Scenario::Burst => launch_skew(samples),
                 _ => None,
             },
             time_to_sell_out_ms: time_to_sell_out(samples),
-            // Only `rate` has due times to be late for.
-            late_sends: match scenario {
-                Scenario::Rate => samples
-                    .iter()
-                    .filter(|s| s.sent_us.saturating_sub(s.intended_us) > micros(LATE_AFTER))
-                    .count() as u64,
-                _ => 0,
-            },
+            late_sends: late_sends(samples, scenario),
             dropped_sends: run.dropped,
             connect_errors: run.connect_errors,
-            won_by_instance,
-            answers_by_instance,
+            won_by_instance: tally.won_by_instance,
+            answers_by_instance: tally.answers_by_instance,
         }
+    }
+}
+
+/// The samples counted in one pass: by outcome, in latency histograms, in
+/// 100 ms buckets, and by the instance that answered.
+#[derive(Default)]
+struct Tally {
+    counts: BTreeMap<Outcome, u64>,
+    histograms: BTreeMap<Outcome, Histogram<u64>>,
+    /// Answers per bucket, by outcome in the order of [`Outcome::ALL`].
+    timeline: Vec<[u64; Outcome::ALL.len()]>,
+    won_by_instance: BTreeMap<String, u64>,
+    answers_by_instance: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn of(samples: &[Sample]) -> Self {
+        let mut tally = Self::default();
+        for sample in samples {
+            tally.add(sample);
+        }
+        tally
+    }
+
+    fn add(&mut self, sample: &Sample) {
+        *self.counts.entry(sample.outcome).or_default() += 1;
+        self.histograms
+            .entry(sample.outcome)
+            .or_insert_with(|| {
+                Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
+            })
+            .saturating_record(sample.latency_us().max(1));
+        let bucket = (sample.done_us / micros(BUCKET)) as usize;
+        if self.timeline.len() <= bucket {
+            self.timeline.resize(bucket + 1, [0; Outcome::ALL.len()]);
+        }
+        self.timeline[bucket][sample.outcome.index()] += 1;
+        if let Some(instance) = &sample.instance {
+            *self
+                .answers_by_instance
+                .entry(instance.to_string())
+                .or_default() += 1;
+            if sample.outcome == Outcome::Won {
+                *self
+                    .won_by_instance
+                    .entry(instance.to_string())
+                    .or_default() += 1;
+            }
+        }
+    }
+}
+
+/// The percentiles of each outcome's histogram, and the points of its curve.
+fn latencies(histograms: BTreeMap<Outcome, Histogram<u64>>) -> Vec<Latency> {
+    histograms
+        .into_iter()
+        .map(|(outcome, h)| Latency {
+            outcome,
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.50),
+            p90_us: h.value_at_quantile(0.90),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+            curve: [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0]
+                .into_iter()
+                .map(|p| (p, h.value_at_quantile(p / 100.0)))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The timeline's rows as buckets, each listing only the outcomes it saw.
+fn buckets(rows: Vec<[u64; Outcome::ALL.len()]>) -> Vec<Bucket> {
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, row)| Bucket {
+            t_ms: i as u64 * BUCKET.as_millis() as u64,
+            counts: Outcome::ALL
+                .iter()
+                .zip(row)
+                .filter(|(_, n)| *n > 0)
+                .map(|(o, n)| (*o, n))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Sends that left more than [`LATE_AFTER`] after they were due. Only
+/// `rate` has due times to be late for.
+fn late_sends(samples: &[Sample], scenario: Scenario) -> u64 {
+    match scenario {
+        Scenario::Rate => samples
+            .iter()
+            .filter(|s| s.sent_us.saturating_sub(s.intended_us) > micros(LATE_AFTER))
+            .count() as u64,
+        _ => 0,
     }
 }
 
