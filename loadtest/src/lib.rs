@@ -25,18 +25,20 @@ pub mod stats;
 pub mod verify;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
 use sqlx::PgPool;
+use uuid::Uuid;
 
 use crate::outcome::Outcome;
 use crate::progress::Progress;
 use crate::report::{Environment, Report, RunConfig};
-use crate::scenario::{Plan, Scenario, Shape};
+use crate::scenario::{Plan, RunData, Scenario, Shape};
 use crate::stats::{CpuClock, Summary};
-use crate::verify::{Expect, RunFacts, SaleKeys, queue_depth, verify};
+use crate::verify::{Expect, RunFacts, SaleKeys, Verdict, queue_depth, verify};
 
 /// Share of late sends above which a `rate` run says the generator could not
 /// keep up, and is invalid.
@@ -147,82 +149,26 @@ pub async fn load_test(
     for url in &subject.targets {
         targets.push(http::Target::resolve(url).await?);
     }
-    let plan = std::sync::Arc::new(Plan::new(subject.sale_id, args.users, args.dup, targets));
+    let plan = Arc::new(Plan::new(subject.sale_id, args.users, args.dup, targets));
     // Units already sold (an existing sale given with --sale) were promised
     // before this run; the checks count them with this run's 202s.
     let before = verify::holders(&subject.pg, subject.sale_id).await?;
-    let shape = Shape {
-        scenario: args.scenario,
-        rate: args.rate,
-        duration: args.duration.map(Duration::from_secs_f64),
-        connections: args.connections as usize,
-    };
     let clock = CpuClock::start();
-    let run = scenario::run(&plan, shape, progress).await?;
+    let run = scenario::run(&plan, args.shape(), progress).await?;
     let generator = clock.stop();
     let summary = Summary::from_run(&run, args.scenario);
     let problems = problems(&summary);
 
     settle(subject, args, progress).await?;
-
-    let checking = progress.phase("verify", None);
-    // Buyers who were answered: a buyer whose every request came back busy
-    // or failed never competed for a unit, so the check that every unit
-    // found a buyer does not count them.
-    let mut asked: Vec<u32> = run
-        .samples
-        .iter()
-        .filter(|s| !matches!(s.outcome, Outcome::Busy | Outcome::Error))
-        .map(|s| s.user)
-        .collect();
-    asked.sort_unstable();
-    asked.dedup();
-    let facts = RunFacts {
-        sale_id: subject.sale_id,
-        stock: subject.stock,
-        // This run's user ids carry its tag: none of them bought before.
-        distinct_buyers: before.len() + asked.len(),
-        accepted: before
-            .iter()
-            .cloned()
-            .chain(
-                run.samples
-                    .iter()
-                    .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id))),
-            )
-            .collect(),
-    };
-    let verdict = verify(
-        &subject.pg,
-        &mut subject.redis,
-        &subject.keys,
-        &facts,
-        args.expect,
-    )
-    .await?;
-    let failed = verdict.checks.iter().filter(|c| !c.passed).count();
-    checking.finish(&format!("{} checks, {failed} failed", verdict.checks.len()));
+    let facts = run_facts(subject, &plan, &run, &before);
+    let verdict = check(subject, args.expect, &facts, progress).await?;
 
     let won = summary.count(Outcome::Won);
     let report = Report {
         schema: report::SCHEMA,
         label: label.to_owned(),
         started_at,
-        config: RunConfig {
-            scenario: args.scenario,
-            targets: subject.targets.clone(),
-            spawned_instances: subject.spawned,
-            sale_id: subject.sale_id,
-            stock: subject.stock,
-            strategy: subject.strategy.clone(),
-            users: args.users,
-            duplicate_fraction: args.dup,
-            planned_requests: plan.requests.len(),
-            rate_per_second: (args.scenario == Scenario::Rate).then_some(args.rate),
-            duration_s: args.duration,
-            connections: (args.scenario != Scenario::Burst).then_some(args.connections as usize),
-            expect: args.expect,
-        },
+        config: run_config(subject, args, &plan),
         environment: Environment::here(),
         verdict: Report::judge(&problems, &verdict.checks),
         oversold_by: won.saturating_sub(u64::try_from(subject.stock).unwrap_or(0)),
@@ -243,6 +189,89 @@ pub async fn load_test(
         write(path, &report.to_html())?;
     }
     Ok(report)
+}
+
+impl LoadArgs {
+    /// How the scenario runs.
+    fn shape(&self) -> Shape {
+        Shape {
+            scenario: self.scenario,
+            rate: self.rate,
+            duration: self.duration.map(Duration::from_secs_f64),
+            connections: self.connections as usize,
+        }
+    }
+}
+
+/// What the run did, as the buyers saw it, for the verifier. `before`
+/// holds the orders that held a unit before the run began.
+fn run_facts(subject: &Subject, plan: &Plan, run: &RunData, before: &[(String, Uuid)]) -> RunFacts {
+    // Buyers who were answered: a buyer whose every request came back busy
+    // or failed never competed for a unit, so the check that every unit
+    // found a buyer does not count them.
+    let mut asked: Vec<u32> = run
+        .samples
+        .iter()
+        .filter(|s| !matches!(s.outcome, Outcome::Busy | Outcome::Error))
+        .map(|s| s.user)
+        .collect();
+    asked.sort_unstable();
+    asked.dedup();
+    RunFacts {
+        sale_id: subject.sale_id,
+        stock: subject.stock,
+        // This run's user ids carry its tag: none of them bought before.
+        distinct_buyers: before.len() + asked.len(),
+        accepted: before
+            .iter()
+            .cloned()
+            .chain(
+                run.samples
+                    .iter()
+                    .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id))),
+            )
+            .collect(),
+    }
+}
+
+/// The verify phase: check every invariant, and show how many failed.
+async fn check(
+    subject: &mut Subject,
+    expect: Expect,
+    facts: &RunFacts,
+    progress: &Progress,
+) -> anyhow::Result<Verdict> {
+    let checking = progress.phase("verify", None);
+    let verdict = verify(
+        &subject.pg,
+        &mut subject.redis,
+        &subject.keys,
+        facts,
+        expect,
+    )
+    .await?;
+    let failed = verdict.checks.iter().filter(|c| !c.passed).count();
+    checking.finish(&format!("{} checks, {failed} failed", verdict.checks.len()));
+    Ok(verdict)
+}
+
+/// What was asked for, as the report records it.
+fn run_config(subject: &Subject, args: &LoadArgs, plan: &Plan) -> RunConfig {
+    RunConfig {
+        scenario: args.scenario,
+        targets: subject.targets.clone(),
+        spawned_instances: subject.spawned,
+        sale_id: subject.sale_id,
+        stock: subject.stock,
+        strategy: subject.strategy.clone(),
+        users: args.users,
+        duplicate_fraction: args.dup,
+        planned_requests: plan.requests.len(),
+        rate_per_second: (args.scenario == Scenario::Rate).then_some(args.rate),
+        duration_s: args.duration,
+        connections: (args.scenario != Scenario::Burst).then_some(args.connections as usize),
+        expect: args.expect,
+    }
 }
 
 /// Why the figures of a run cannot be trusted, if they cannot.
