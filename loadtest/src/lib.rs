@@ -6,7 +6,7 @@
 //!
 //! 1. **connect**: open the connections ([`http`]);
 //! 2. **release** (or **send**): fire the buyers ([`scenario`]) and classify
-//!    every answer by meaning ([`outcome`]);
+//!    every answer by meaning ([`answer`]);
 //! 3. **settle**: wait, bounded, until the worker has drained the sale's queue;
 //! 4. **verify**: check every invariant in PostgreSQL and Redis ([`verify`]);
 //! 5. **report**: percentiles, timeline and resources ([`stats`]) as a
@@ -16,8 +16,8 @@
 //! only to verify. Starting app instances is the caller's business: the
 //! `seckill-loadtest` binary and `seckill demo` (in the root package) do it.
 
+pub mod answer;
 pub mod http;
-pub mod outcome;
 pub mod progress;
 pub mod report;
 pub mod scenario;
@@ -33,12 +33,12 @@ use chrono::Utc;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::outcome::Outcome;
+use crate::answer::AnswerKind;
 use crate::progress::Progress;
 use crate::report::{Environment, Report, RunConfig};
 use crate::scenario::{Plan, RunData, Scenario, Shape};
 use crate::stats::{CpuClock, Summary};
-use crate::verify::{Expect, RunFacts, SaleKeys, Verdict, queue_depth, verify};
+use crate::verify::{Expect, Findings, RedisKeys, RunFacts, queue_depth, verify};
 
 /// Share of late sends above which a `rate` run says the generator could not
 /// keep up, and is invalid.
@@ -132,7 +132,7 @@ pub struct Subject {
     pub stock: i64,
     pub pg: PgPool,
     pub redis: redis::aio::MultiplexedConnection,
-    pub keys: SaleKeys,
+    pub keys: RedisKeys,
 }
 
 /// Run the load, verify, and report. Errors are failures to run at all;
@@ -161,25 +161,25 @@ pub async fn load_test(
 
     settle(subject, args, progress).await?;
     let facts = run_facts(subject, &plan, &run, &before);
-    let verdict = check(subject, args.expect, &facts, progress).await?;
+    let findings = check_invariants(subject, args.expect, &facts, progress).await?;
 
-    let won = summary.count(Outcome::Won);
+    let won = summary.count(AnswerKind::Won);
     let report = Report {
         schema: report::SCHEMA,
         label: label.to_owned(),
         started_at,
         config: run_config(subject, args, &plan),
         environment: Environment::here(),
-        verdict: Report::judge(&problems, &verdict.checks),
+        verdict: Report::judge(&problems, &findings.checks),
         oversold_by: won.saturating_sub(u64::try_from(subject.stock).unwrap_or(0)),
         summary,
         generator,
-        stored: report::Stored {
+        stored: report::StoredOrders {
             sold_before: before.len() as u64,
-            confirmed: verdict.confirmed,
-            rejected: verdict.rejected,
+            confirmed: findings.confirmed,
+            rejected: findings.rejected,
         },
-        invariants: verdict.checks,
+        invariants: findings.checks,
         problems,
     };
     if let Some(path) = &args.json {
@@ -212,7 +212,7 @@ fn run_facts(subject: &Subject, plan: &Plan, run: &RunData, before: &[(String, U
     let mut asked: Vec<u32> = run
         .samples
         .iter()
-        .filter(|s| !matches!(s.outcome, Outcome::Busy | Outcome::Error))
+        .filter(|s| !matches!(s.outcome, AnswerKind::Busy | AnswerKind::Error))
         .map(|s| s.user)
         .collect();
     asked.sort_unstable();
@@ -235,14 +235,14 @@ fn run_facts(subject: &Subject, plan: &Plan, run: &RunData, before: &[(String, U
 }
 
 /// The verify phase: check every invariant, and show how many failed.
-async fn check(
+async fn check_invariants(
     subject: &mut Subject,
     expect: Expect,
     facts: &RunFacts,
     progress: &Progress,
-) -> anyhow::Result<Verdict> {
+) -> anyhow::Result<Findings> {
     let checking = progress.phase("verify", None);
-    let verdict = verify(
+    let findings = verify(
         &subject.pg,
         &mut subject.redis,
         &subject.keys,
@@ -250,9 +250,12 @@ async fn check(
         expect,
     )
     .await?;
-    let failed = verdict.checks.iter().filter(|c| !c.passed).count();
-    checking.finish(&format!("{} checks, {failed} failed", verdict.checks.len()));
-    Ok(verdict)
+    let failed = findings.checks.iter().filter(|c| !c.passed).count();
+    checking.finish(&format!(
+        "{} checks, {failed} failed",
+        findings.checks.len()
+    ));
+    Ok(findings)
 }
 
 /// What was asked for, as the report records it.
@@ -286,7 +289,7 @@ fn problems(summary: &Summary) -> Vec<String> {
             summary.connect_errors
         ));
     }
-    let errors = summary.count(Outcome::Error);
+    let errors = summary.count(AnswerKind::Error);
     if errors > 0 {
         problems.push(format!(
             "{errors} requests failed (5xx, unexpected answers or broken connections)"

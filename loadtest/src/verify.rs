@@ -1,5 +1,5 @@
 //! After a run: did the system keep its promise? Each invariant becomes one
-//! [`Check`] with what was expected, what was found, and a verdict.
+//! [`Check`] with what was expected, what was found, and whether it held.
 //!
 //! The verifier reads PostgreSQL and Redis directly and trusts nothing the
 //! app said, except the list of `202`s the buyers received: those are the
@@ -13,10 +13,11 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-/// The Redis keys of the sale under test. The caller names them (seckill's
-/// `keys::SaleKeys` knows the layout); this crate does not depend on seckill.
+/// The Redis keys of the sale under test, which the verifier reads. The
+/// caller names them (seckill's `keys::SaleKeys` knows the layout); this
+/// crate does not depend on seckill.
 #[derive(Debug, Clone)]
-pub struct SaleKeys {
+pub struct RedisKeys {
     /// `STRING`: units left.
     pub stock: String,
     /// `SET`: user ids holding a unit.
@@ -39,7 +40,7 @@ pub struct QueueDepth {
 
 pub async fn queue_depth<C: ConnectionLike + Send>(
     redis: &mut C,
-    keys: &SaleKeys,
+    keys: &RedisKeys,
 ) -> redis::RedisResult<QueueDepth> {
     let (waiting, in_flight, dead) = redis::pipe()
         .atomic()
@@ -103,9 +104,11 @@ fn check(
     }
 }
 
-/// Every check of a run, and what PostgreSQL holds for the sale.
+/// What the verifier found: every check of a run, and what PostgreSQL
+/// holds for the sale. The run's verdict is judged from these checks and
+/// the run's own problems ([`Report::judge`](crate::report::Report::judge)).
 #[derive(Debug, Clone)]
-pub struct Verdict {
+pub struct Findings {
     pub checks: Vec<Check>,
     /// Orders holding a unit.
     pub confirmed: u64,
@@ -113,14 +116,14 @@ pub struct Verdict {
     pub rejected: u64,
 }
 
-impl Verdict {
+impl Findings {
     pub fn passed(&self) -> bool {
         self.checks.iter().all(|check| check.passed)
     }
 }
 
-/// The state of one sale in PostgreSQL.
-struct Stored {
+/// The state of one sale in PostgreSQL, read in one snapshot.
+struct SaleSnapshot {
     sold: i64,
     /// `user id -> order ids` of the orders that hold a unit: `confirmed`
     /// (awaiting payment) or `paid`.
@@ -133,14 +136,14 @@ struct Stored {
     cancelled: i64,
 }
 
-impl Stored {
+impl SaleSnapshot {
     /// Orders holding a unit.
     fn confirmed_orders(&self) -> usize {
         self.confirmed.values().map(Vec::len).sum()
     }
 }
 
-async fn read_postgres(pg: &PgPool, sale_id: i64) -> anyhow::Result<Stored> {
+async fn read_postgres(pg: &PgPool, sale_id: i64) -> anyhow::Result<SaleSnapshot> {
     // One transaction at REPEATABLE READ: every query sees the same snapshot.
     let mut tx = pg.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -158,7 +161,7 @@ async fn read_postgres(pg: &PgPool, sale_id: i64) -> anyhow::Result<Stored> {
             .await
             .context("reading the orders")?;
     tx.commit().await?;
-    let mut stored = Stored {
+    let mut stored = SaleSnapshot {
         sold: i64::from(sold),
         confirmed: BTreeMap::new(),
         all_ids: BTreeSet::new(),
@@ -197,10 +200,10 @@ pub async fn holders(pg: &PgPool, sale_id: i64) -> anyhow::Result<Vec<(String, U
 pub async fn verify<C: ConnectionLike + Send>(
     pg: &PgPool,
     redis: &mut C,
-    keys: &SaleKeys,
+    keys: &RedisKeys,
     facts: &RunFacts,
     expect: Expect,
-) -> anyhow::Result<Verdict> {
+) -> anyhow::Result<Findings> {
     let stored = read_postgres(pg, facts.sale_id).await?;
     let mut checks = vec![
         promise_check(facts, expect),
@@ -227,7 +230,7 @@ pub async fn verify<C: ConnectionLike + Send>(
         .context("reading the queue")?;
     checks.extend(queue_checks(queue));
     checks.push(lock_ttl_check(redis, keys).await?);
-    Ok(Verdict {
+    Ok(Findings {
         checks,
         confirmed: stored.confirmed_orders() as u64,
         rejected: u64::try_from(stored.rejected).unwrap_or(0),
@@ -260,7 +263,7 @@ fn promise_check(facts: &RunFacts, expect: Expect) -> Check {
 }
 
 /// Every unit found a buyer, if there were buyers enough, and no more.
-fn confirmed_count_check(facts: &RunFacts, stored: &Stored) -> Check {
+fn confirmed_count_check(facts: &RunFacts, stored: &SaleSnapshot) -> Check {
     let expected = units(facts).min(facts.distinct_buyers);
     let confirmed = stored.confirmed_orders();
     check(
@@ -272,7 +275,7 @@ fn confirmed_count_check(facts: &RunFacts, stored: &Stored) -> Check {
 }
 
 /// One unit per buyer.
-fn double_orders_check(stored: &Stored) -> Check {
+fn double_orders_check(stored: &SaleSnapshot) -> Check {
     let doubled = stored
         .confirmed
         .values()
@@ -282,7 +285,7 @@ fn double_orders_check(stored: &Stored) -> Check {
 }
 
 /// The sale's `sold` counter agrees with its orders.
-fn sold_counter_check(stored: &Stored) -> Check {
+fn sold_counter_check(stored: &SaleSnapshot) -> Check {
     let confirmed = stored.confirmed_orders();
     check(
         "sold counter = confirmed orders",
@@ -293,7 +296,7 @@ fn sold_counter_check(stored: &Stored) -> Check {
 }
 
 /// Nothing lost: every order id the buyers were promised is stored.
-fn lost_orders_check(facts: &RunFacts, stored: &Stored) -> Check {
+fn lost_orders_check(facts: &RunFacts, stored: &SaleSnapshot) -> Check {
     let lost = facts
         .accepted
         .iter()
@@ -311,7 +314,7 @@ fn lost_orders_check(facts: &RunFacts, stored: &Stored) -> Check {
 /// an order cancelled for want of payment means the payment window
 /// (SECKILL_PAYMENT_WINDOW_SECS) was shorter than the run, and the counts
 /// of the other checks no longer describe the race.
-fn cancelled_orders_check(stored: &Stored) -> Check {
+fn cancelled_orders_check(stored: &SaleSnapshot) -> Check {
     check(
         "orders cancelled by the payment window during the run",
         0,
@@ -321,13 +324,13 @@ fn cancelled_orders_check(stored: &Stored) -> Check {
 }
 
 /// The safe strategy never sends PostgreSQL an order it must refuse.
-fn rejected_orders_check(stored: &Stored) -> Check {
+fn rejected_orders_check(stored: &SaleSnapshot) -> Check {
     check("rejected orders", 0, stored.rejected, stored.rejected == 0)
 }
 
 /// Exactly the winners hold the units: each `202` is one confirmed order
 /// of its user, and no confirmed order lacks a `202`.
-fn exactly_the_202s_check(facts: &RunFacts, stored: &Stored) -> Check {
+fn exactly_the_202s_check(facts: &RunFacts, stored: &SaleSnapshot) -> Check {
     let promised: BTreeMap<&str, Uuid> = facts
         .accepted
         .iter()
@@ -351,7 +354,7 @@ fn exactly_the_202s_check(facts: &RunFacts, stored: &Stored) -> Check {
 }
 
 /// Redis' stock counter agrees with PostgreSQL and never went below zero.
-fn redis_stock_check(facts: &RunFacts, stored: &Stored, stock: Option<i64>) -> Check {
+fn redis_stock_check(facts: &RunFacts, stored: &SaleSnapshot, stock: Option<i64>) -> Check {
     let expected = facts.stock - stored.sold;
     check(
         "Redis stock = units - sold, never negative",
@@ -362,7 +365,7 @@ fn redis_stock_check(facts: &RunFacts, stored: &Stored, stock: Option<i64>) -> C
 }
 
 /// Redis' set of buyers is PostgreSQL's, no more and no fewer.
-fn redis_buyers_check(stored: &Stored, buyers: &BTreeSet<String>) -> Check {
+fn redis_buyers_check(stored: &SaleSnapshot, buyers: &BTreeSet<String>) -> Check {
     let pg_buyers: BTreeSet<String> = stored.confirmed.keys().cloned().collect();
     check(
         "Redis buyers = PostgreSQL buyers",
@@ -392,7 +395,7 @@ fn queue_checks(queue: QueueDepth) -> [Check; 2] {
 /// No lock is left behind that never expires.
 async fn lock_ttl_check<C: ConnectionLike + Send>(
     redis: &mut C,
-    keys: &SaleKeys,
+    keys: &RedisKeys,
 ) -> anyhow::Result<Check> {
     // -2: no lock (fine); -1: a lock that never expires (the seeds' bug).
     let lock_ttl: i64 = redis::cmd("PTTL")

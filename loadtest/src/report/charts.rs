@@ -6,7 +6,7 @@ use plotters::prelude::*;
 
 use super::Report;
 use super::html::escape;
-use crate::outcome::Outcome;
+use crate::answer::AnswerKind;
 
 impl Report {
     /// Answers per 100 ms, one line per outcome, the sell-out marked.
@@ -44,7 +44,7 @@ impl Report {
                 .x_desc("seconds after the start")
                 .y_desc("answers per 100 ms (log scale)")
                 .draw()?;
-            for (i, outcome) in Outcome::ALL.iter().enumerate() {
+            for (i, outcome) in AnswerKind::ALL.iter().enumerate() {
                 if s.count(*outcome) == 0 {
                     continue;
                 }

@@ -95,7 +95,7 @@ impl Environment {
 
 /// What PostgreSQL holds for the sale after the run.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct Stored {
+pub struct StoredOrders {
     /// Units already sold when the run began (an existing sale).
     pub sold_before: u64,
     /// Orders holding a unit.
@@ -115,7 +115,7 @@ pub struct Report {
     pub environment: Environment,
     pub summary: Summary,
     pub generator: Resources,
-    pub stored: Stored,
+    pub stored: StoredOrders,
     pub invariants: Vec<Check>,
     pub verdict: Verdict,
     /// Why the run is invalid, when it is.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::Report;
-use crate::outcome::Outcome;
+use crate::answer::AnswerKind;
 
 impl Report {
     /// The report as a terminal table, one section after another.
@@ -84,7 +84,7 @@ impl Report {
                 out,
                 "sold out: the last winning answer came {ms:.1} ms after the start"
             ),
-            None if s.count(Outcome::SoldOut) > 0 => {
+            None if s.count(AnswerKind::SoldOut) > 0 => {
                 writeln!(out, "sold out before this run won anything")
             }
             None => writeln!(out, "not sold out"),
@@ -181,7 +181,7 @@ type Cell = fn(&Report) -> String;
 const COMPARED: [(&str, Cell); 8] = [
     ("units for sale", |r| r.config.stock.to_string()),
     ("buyers told \"you got one\" (202)", |r| {
-        r.summary.count(Outcome::Won).to_string()
+        r.summary.count(AnswerKind::Won).to_string()
     }),
     ("units sold beyond the stock", |r| r.oversold_by.to_string()),
     ("orders confirmed by PostgreSQL", |r| {
@@ -192,7 +192,7 @@ const COMPARED: [(&str, Cell); 8] = [
     }),
     ("p99 of winning answers", |r| {
         r.summary
-            .latency(Outcome::Won)
+            .latency(AnswerKind::Won)
             .map_or("-".to_owned(), |l| micros(l.p99_us))
     }),
     ("time to sell out", |r| {

@@ -15,7 +15,7 @@ use super::lanes::{
 };
 use super::plan::{Plan, Planned};
 use super::sample::{Live, RunData, Sample};
-use crate::http::Answer;
+use crate::http::PurchaseAnswer;
 use crate::progress::Progress;
 
 /// How many connections a burst opens at once (over all lanes) while it gets ready.
@@ -110,7 +110,7 @@ async fn buy_at_release(
     let sent = start.elapsed();
     let answer = match connection {
         Some(mut connection) => connection.purchase(&plan.path, &user_id).await,
-        None => Answer::error(),
+        None => PurchaseAnswer::error(),
     };
     let done = start.elapsed();
     live.answer(answer.classified.outcome);

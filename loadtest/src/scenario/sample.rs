@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::http::Answer;
-use crate::outcome::Outcome;
+use crate::answer::AnswerKind;
+use crate::http::PurchaseAnswer;
 
 /// One request, as the generator saw it. Times are microseconds from the
 /// run's start (the release, for a burst).
 #[derive(Debug, Clone)]
 pub struct Sample {
     pub user: u32,
-    pub outcome: Outcome,
+    pub outcome: AnswerKind,
     pub order_id: Option<Uuid>,
     pub instance: Option<Arc<str>>,
     /// When the request was due.
@@ -31,7 +31,7 @@ pub struct Sample {
 impl Sample {
     pub(super) fn new(
         user: u32,
-        answer: Answer,
+        answer: PurchaseAnswer,
         intended: Duration,
         sent: Duration,
         done: Duration,
@@ -70,15 +70,15 @@ pub struct RunData {
 pub struct Live {
     pub connected: AtomicU64,
     pub connect_failed: AtomicU64,
-    pub answered: [AtomicU64; Outcome::ALL.len()],
+    pub answered: [AtomicU64; AnswerKind::ALL.len()],
 }
 
 impl Live {
-    pub(super) fn answer(&self, outcome: Outcome) {
+    pub(super) fn answer(&self, outcome: AnswerKind) {
         self.answered[outcome.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn answers(&self) -> [u64; Outcome::ALL.len()] {
+    pub fn answers(&self) -> [u64; AnswerKind::ALL.len()] {
         std::array::from_fn(|i| self.answered[i].load(Ordering::Relaxed))
     }
 }
