@@ -392,12 +392,14 @@ fn queue_checks(queue: QueueDepth) -> [Check; 2] {
     ]
 }
 
-/// No lock is left behind that never expires.
+/// No lock is left behind that never expires: the article's `setnx()`
+/// then `expire()` leaves one whenever it crashes between the two.
 async fn lock_ttl_check<C: ConnectionLike + Send>(
     redis: &mut C,
     keys: &RedisKeys,
 ) -> anyhow::Result<Check> {
-    // -2: no lock (fine); -1: a lock that never expires (the seeds' bug).
+    // -2: no lock (fine); -1: a lock that never expires (the article's
+    // SETNX-then-EXPIRE bug).
     let lock_ttl: i64 = redis::cmd("PTTL")
         .arg(&keys.lock)
         .query_async(redis)
