@@ -10,7 +10,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::answer::AnswerKind;
-use crate::scenario::{LATE_AFTER, RunData, Sample, Scenario};
+use crate::scenario::{LATE_AFTER, RunData, Sample, Scenario, micros_of};
 
 /// Width of one timeline bucket.
 pub const BUCKET: Duration = Duration::from_millis(100);
@@ -134,7 +134,7 @@ impl Tally {
                 Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
             })
             .saturating_record(sample.latency_us().max(1));
-        let bucket = (sample.done_us / micros(BUCKET)) as usize;
+        let bucket = (sample.done_us / micros_of(BUCKET)) as usize;
         if self.timeline.len() <= bucket {
             self.timeline.resize(bucket + 1, [0; AnswerKind::ALL.len()]);
         }
@@ -196,14 +196,10 @@ fn late_sends(samples: &[Sample], scenario: Scenario) -> u64 {
     match scenario {
         Scenario::Rate => samples
             .iter()
-            .filter(|s| s.sent_us.saturating_sub(s.intended_us) > micros(LATE_AFTER))
+            .filter(|s| s.sent_us.saturating_sub(s.intended_us) > micros_of(LATE_AFTER))
             .count() as u64,
         _ => 0,
     }
-}
-
-fn micros(duration: Duration) -> u64 {
-    duration.as_micros() as u64
 }
 
 /// The spread of send times: how far from "all at once" the release was.

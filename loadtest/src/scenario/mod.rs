@@ -39,6 +39,7 @@ use crate::progress::Progress;
 
 pub use plan::{Plan, Planned, Scenario, Shape, user_id};
 pub use rate::{DROP_AFTER, LATE_AFTER};
+pub(crate) use sample::micros_of;
 pub use sample::{Live, RunData, Sample};
 
 /// Run the plan; progress goes to `progress`.

@@ -41,9 +41,9 @@ impl Sample {
             outcome: answer.classified.outcome,
             order_id: answer.classified.order_id,
             instance: answer.instance,
-            intended_us: micros(intended),
-            sent_us: micros(sent),
-            done_us: micros(done),
+            intended_us: micros_of(intended),
+            sent_us: micros_of(sent),
+            done_us: micros_of(done),
         }
     }
 
@@ -83,6 +83,7 @@ impl Live {
     }
 }
 
-fn micros(duration: Duration) -> u64 {
+/// A duration in whole microseconds, the unit of a [`Sample`]'s times.
+pub(crate) fn micros_of(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
