@@ -8,7 +8,7 @@
 //! 2. **release** (or **send**): fire the buyers ([`scenario`]) and classify
 //!    every answer by meaning ([`answer`]);
 //! 3. **settle**: wait, bounded, until the worker has drained the sale's queue;
-//! 4. **verify**: check every invariant in PostgreSQL and Redis ([`verify`]);
+//! 4. **verify**: check every invariant in PostgreSQL and Redis ([`mod@verify`]);
 //! 5. **report**: percentiles, timeline and resources ([`stats`]) as a
 //!    terminal table, JSON and HTML ([`report`]).
 //!

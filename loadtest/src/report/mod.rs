@@ -1,9 +1,9 @@
 //! The report of one run: what was asked for, where it ran, what was
 //! measured, what PostgreSQL holds and how each check went, and the verdict
 //! that becomes the exit code. One value, [`Report`], written three ways,
-//! one module each: a table for the terminal ([`text`]), a versioned JSON
-//! document for machines ([`json`]), and one self-contained HTML page
-//! ([`html`]) with SVG charts drawn by plotters ([`charts`]).
+//! one file each: a table for the terminal (`text.rs`), a versioned JSON
+//! document for machines (`json.rs`), and one self-contained HTML page
+//! (`html.rs`) with SVG charts drawn by plotters (`charts.rs`).
 
 mod charts;
 mod html;

@@ -1,16 +1,16 @@
 //! The three ways of sending load, one file each.
 //!
-//! - **burst** (the flash sale, [`burst`]): every buyer opens a connection
+//! - **burst** (the flash sale, `burst.rs`): every buyer opens a connection
 //!   first, then all wait at one start signal and fire together. The spread
 //!   between the first and the last send (the launch skew) is reported, so
 //!   the audience can see that the race was real.
-//! - **rate** (an open model, [`rate`]): requests are due at a fixed rate
+//! - **rate** (an open model, `rate.rs`): requests are due at a fixed rate
 //!   whether or not earlier ones were answered. Latency runs from the moment
 //!   a request was *due*, not from when it was finally sent, so a generator
 //!   or server that falls behind shows up as latency instead of hiding it
 //!   (the "coordinated omission" trap). Sends that start late are counted,
 //!   and so are sends dropped because no connection came free in time.
-//! - **closed** ([`closed`]): C connections, each sending its next request
+//! - **closed** (`closed.rs`): C connections, each sending its next request
 //!   as soon as the previous one is answered, like wrk or ab. Useful to
 //!   compare with them. Each connection keeps to one instance (connections
 //!   are spread round-robin), whatever instance the plan gave the buyer.
@@ -20,9 +20,9 @@
 //! [`Plan::new`]) goes to the next instance, so duplicates race across
 //! instances, where only the shared Redis can stop them.
 //!
-//! Who sends what is planned in [`plan`]; what each request gave is a
-//! [`Sample`] ([`sample`]); the threads that send, and the start signal
-//! that releases them together, are in [`lanes`].
+//! Who sends what is planned in `plan.rs`; what each request gave is a
+//! [`Sample`] (`sample.rs`); the threads that send, and the start signal
+//! that releases them together, are in `lanes.rs`.
 
 mod burst;
 mod closed;
