@@ -36,16 +36,20 @@ pub(super) struct Lane {
     pub lanes: usize,
     /// How many connections this lane opens before the release.
     pub connections: usize,
+    /// What to send, and to which target.
     pub plan: Arc<Plan>,
     /// Where the lane counts its connections and answers.
     pub live: Arc<Live>,
+    /// The start signal every lane waits for.
     pub released: Released,
 }
 
 /// What one lane sent.
 #[derive(Default)]
 pub(super) struct LaneResult {
+    /// One per answered request.
     pub samples: Vec<Sample>,
+    /// `rate` sends dropped for want of a free connection.
     pub dropped: u64,
 }
 

@@ -56,6 +56,8 @@ pub(super) async fn run(
 
 /// Connections to one target that a rate lane's sends borrow and give back.
 struct Pool {
+    /// Idle connections, the longest idle first. A std Mutex, not a tokio
+    /// one: nothing awaits while it is held.
     idle: Mutex<VecDeque<Connection>>,
     /// One permit per idle connection.
     free: Semaphore,
@@ -97,7 +99,9 @@ impl Pool {
 
 /// What the sends of one rate lane share.
 struct Sends {
+    /// What to send, and to which target.
     plan: Arc<Plan>,
+    /// Where each answer is counted as it comes.
     live: Arc<Live>,
     /// One pool per target.
     pools: Vec<Pool>,

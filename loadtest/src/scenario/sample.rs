@@ -66,10 +66,16 @@ pub struct RunData {
 }
 
 /// Counters the progress display reads while a scenario runs.
+///
+/// Atomics, not a lock: every lane thread adds to them, and nobody needs
+/// the counts to agree with each other at one instant.
 #[derive(Debug, Default)]
 pub struct Live {
+    /// Connections opened so far.
     pub connected: AtomicU64,
+    /// Connections that could not be opened.
     pub connect_failed: AtomicU64,
+    /// Answers so far, by kind in the order of [`AnswerKind::ALL`].
     pub answered: [AtomicU64; AnswerKind::ALL.len()],
 }
 
