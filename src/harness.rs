@@ -113,9 +113,9 @@ pub async fn subject(
 }
 
 /// The verifier's view of a sale's Redis keys.
-pub fn verify_keys(prefix: &str, sale_id: i64) -> seckill_loadtest::verify::SaleKeys {
+pub fn verify_keys(prefix: &str, sale_id: i64) -> seckill_loadtest::verify::RedisKeys {
     let keys = SaleKeys::new(prefix, sale_id);
-    seckill_loadtest::verify::SaleKeys {
+    seckill_loadtest::verify::RedisKeys {
         stock: keys.stock,
         buyers: keys.buyers,
         lock: keys.lock,

@@ -6,9 +6,9 @@
 //!
 //! 1. **connect**: open the connections ([`http`]);
 //! 2. **release** (or **send**): fire the buyers ([`scenario`]) and classify
-//!    every answer by meaning ([`outcome`]);
+//!    every answer by meaning ([`answer`]);
 //! 3. **settle**: wait, bounded, until the worker has drained the sale's queue;
-//! 4. **verify**: check every invariant in PostgreSQL and Redis ([`verify`]);
+//! 4. **verify**: check every invariant in PostgreSQL and Redis ([`mod@verify`]);
 //! 5. **report**: percentiles, timeline and resources ([`stats`]) as a
 //!    terminal table, JSON and HTML ([`report`]).
 //!
@@ -16,8 +16,8 @@
 //! only to verify. Starting app instances is the caller's business: the
 //! `seckill-loadtest` binary and `seckill demo` (in the root package) do it.
 
+pub mod answer;
 pub mod http;
-pub mod outcome;
 pub mod progress;
 pub mod report;
 pub mod scenario;
@@ -25,18 +25,20 @@ pub mod stats;
 pub mod verify;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
 use sqlx::PgPool;
+use uuid::Uuid;
 
-use crate::outcome::Outcome;
+use crate::answer::AnswerKind;
 use crate::progress::Progress;
 use crate::report::{Environment, Report, RunConfig};
-use crate::scenario::{Plan, Scenario, Shape};
+use crate::scenario::{Plan, RunData, Scenario, Shape};
 use crate::stats::{CpuClock, Summary};
-use crate::verify::{Expect, RunFacts, SaleKeys, queue_depth, verify};
+use crate::verify::{Expect, Findings, RedisKeys, RunFacts, queue_depth, verify};
 
 /// Share of late sends above which a `rate` run says the generator could not
 /// keep up, and is invalid.
@@ -130,7 +132,7 @@ pub struct Subject {
     pub stock: i64,
     pub pg: PgPool,
     pub redis: redis::aio::MultiplexedConnection,
-    pub keys: SaleKeys,
+    pub keys: RedisKeys,
 }
 
 /// Run the load, verify, and report. Errors are failures to run at all;
@@ -147,37 +149,75 @@ pub async fn load_test(
     for url in &subject.targets {
         targets.push(http::Target::resolve(url).await?);
     }
-    let plan = std::sync::Arc::new(Plan::new(subject.sale_id, args.users, args.dup, targets));
+    let plan = Arc::new(Plan::new(subject.sale_id, args.users, args.dup, targets));
     // Units already sold (an existing sale given with --sale) were promised
     // before this run; the checks count them with this run's 202s.
     let before = verify::holders(&subject.pg, subject.sale_id).await?;
-    let shape = Shape {
-        scenario: args.scenario,
-        rate: args.rate,
-        duration: args.duration.map(Duration::from_secs_f64),
-        connections: args.connections as usize,
-    };
     let clock = CpuClock::start();
-    let run = scenario::run(&plan, shape, progress).await?;
+    let run = scenario::run(&plan, args.shape(), progress).await?;
     let generator = clock.stop();
     let summary = Summary::from_run(&run, args.scenario);
     let problems = problems(&summary);
 
     settle(subject, args, progress).await?;
+    let facts = run_facts(subject, &plan, &run, &before);
+    let findings = check_invariants(subject, args.expect, &facts, progress).await?;
 
-    let checking = progress.phase("verify", None);
+    let won = summary.count(AnswerKind::Won);
+    let report = Report {
+        schema: report::SCHEMA,
+        label: label.to_owned(),
+        started_at,
+        config: run_config(subject, args, &plan),
+        environment: Environment::here(),
+        verdict: Report::judge(&problems, &findings.checks),
+        oversold_by: won.saturating_sub(u64::try_from(subject.stock).unwrap_or(0)),
+        summary,
+        generator,
+        stored: report::StoredOrders {
+            sold_before: before.len() as u64,
+            confirmed: findings.confirmed,
+            rejected: findings.rejected,
+        },
+        invariants: findings.checks,
+        problems,
+    };
+    if let Some(path) = &args.json {
+        write(path, &report.to_json())?;
+    }
+    if let Some(path) = &args.html {
+        write(path, &report.to_html())?;
+    }
+    Ok(report)
+}
+
+impl LoadArgs {
+    /// How the scenario runs.
+    fn shape(&self) -> Shape {
+        Shape {
+            scenario: self.scenario,
+            rate: self.rate,
+            duration: self.duration.map(Duration::from_secs_f64),
+            connections: self.connections as usize,
+        }
+    }
+}
+
+/// What the run did, as the buyers saw it, for the verifier. `before`
+/// holds the orders that held a unit before the run began.
+fn run_facts(subject: &Subject, plan: &Plan, run: &RunData, before: &[(String, Uuid)]) -> RunFacts {
     // Buyers who were answered: a buyer whose every request came back busy
     // or failed never competed for a unit, so the check that every unit
     // found a buyer does not count them.
     let mut asked: Vec<u32> = run
         .samples
         .iter()
-        .filter(|s| !matches!(s.outcome, Outcome::Busy | Outcome::Error))
+        .filter(|s| !matches!(s.outcome, AnswerKind::Busy | AnswerKind::Error))
         .map(|s| s.user)
         .collect();
     asked.sort_unstable();
     asked.dedup();
-    let facts = RunFacts {
+    RunFacts {
         sale_id: subject.sale_id,
         stock: subject.stock,
         // This run's user ids carry its tag: none of them bought before.
@@ -191,58 +231,50 @@ pub async fn load_test(
                     .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id))),
             )
             .collect(),
-    };
-    let verdict = verify(
+    }
+}
+
+/// The verify phase: check every invariant, and show how many failed.
+async fn check_invariants(
+    subject: &mut Subject,
+    expect: Expect,
+    facts: &RunFacts,
+    progress: &Progress,
+) -> anyhow::Result<Findings> {
+    let checking = progress.phase("verify", None);
+    let findings = verify(
         &subject.pg,
         &mut subject.redis,
         &subject.keys,
-        &facts,
-        args.expect,
+        facts,
+        expect,
     )
     .await?;
-    let failed = verdict.checks.iter().filter(|c| !c.passed).count();
-    checking.finish(&format!("{} checks, {failed} failed", verdict.checks.len()));
+    let failed = findings.checks.iter().filter(|c| !c.passed).count();
+    checking.finish(&format!(
+        "{} checks, {failed} failed",
+        findings.checks.len()
+    ));
+    Ok(findings)
+}
 
-    let won = summary.count(Outcome::Won);
-    let report = Report {
-        schema: report::SCHEMA,
-        label: label.to_owned(),
-        started_at,
-        config: RunConfig {
-            scenario: args.scenario,
-            targets: subject.targets.clone(),
-            spawned_instances: subject.spawned,
-            sale_id: subject.sale_id,
-            stock: subject.stock,
-            strategy: subject.strategy.clone(),
-            users: args.users,
-            duplicate_fraction: args.dup,
-            planned_requests: plan.requests.len(),
-            rate_per_second: (args.scenario == Scenario::Rate).then_some(args.rate),
-            duration_s: args.duration,
-            connections: (args.scenario != Scenario::Burst).then_some(args.connections as usize),
-            expect: args.expect,
-        },
-        environment: Environment::here(),
-        verdict: Report::judge(&problems, &verdict.checks),
-        oversold_by: won.saturating_sub(u64::try_from(subject.stock).unwrap_or(0)),
-        summary,
-        generator,
-        stored: report::Stored {
-            sold_before: before.len() as u64,
-            confirmed: verdict.confirmed,
-            rejected: verdict.rejected,
-        },
-        invariants: verdict.checks,
-        problems,
-    };
-    if let Some(path) = &args.json {
-        write(path, &report.to_json())?;
+/// What was asked for, as the report records it.
+fn run_config(subject: &Subject, args: &LoadArgs, plan: &Plan) -> RunConfig {
+    RunConfig {
+        scenario: args.scenario,
+        targets: subject.targets.clone(),
+        spawned_instances: subject.spawned,
+        sale_id: subject.sale_id,
+        stock: subject.stock,
+        strategy: subject.strategy.clone(),
+        users: args.users,
+        duplicate_fraction: args.dup,
+        planned_requests: plan.requests.len(),
+        rate_per_second: (args.scenario == Scenario::Rate).then_some(args.rate),
+        duration_s: args.duration,
+        connections: (args.scenario != Scenario::Burst).then_some(args.connections as usize),
+        expect: args.expect,
     }
-    if let Some(path) = &args.html {
-        write(path, &report.to_html())?;
-    }
-    Ok(report)
 }
 
 /// Why the figures of a run cannot be trusted, if they cannot.
@@ -257,7 +289,7 @@ fn problems(summary: &Summary) -> Vec<String> {
             summary.connect_errors
         ));
     }
-    let errors = summary.count(Outcome::Error);
+    let errors = summary.count(AnswerKind::Error);
     if errors > 0 {
         problems.push(format!(
             "{errors} requests failed (5xx, unexpected answers or broken connections)"

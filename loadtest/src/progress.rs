@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::outcome::Outcome;
+use crate::answer::AnswerKind;
 
 /// How often plain mode repeats a phase's counts.
 const PLAIN_EVERY: Duration = Duration::from_secs(1);
@@ -96,9 +96,9 @@ impl Phase {
     }
 
     /// Show the answers so far, by outcome.
-    pub fn answers(&self, counts: &[u64; Outcome::ALL.len()]) {
+    pub fn answers(&self, counts: &[u64; AnswerKind::ALL.len()]) {
         let total: u64 = counts.iter().sum();
-        let text = Outcome::ALL
+        let text = AnswerKind::ALL
             .iter()
             .zip(counts)
             .filter(|(_, count)| **count > 0)

@@ -9,8 +9,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::outcome::Outcome;
-use crate::scenario::{LATE_AFTER, RunData, Sample, Scenario};
+use crate::answer::AnswerKind;
+use crate::scenario::{LATE_AFTER, RunData, Sample, Scenario, micros_of};
 
 /// Width of one timeline bucket.
 pub const BUCKET: Duration = Duration::from_millis(100);
@@ -20,7 +20,7 @@ const MAX_LATENCY_US: u64 = 600_000_000;
 /// Latency of one outcome, in microseconds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Latency {
-    pub outcome: Outcome,
+    pub outcome: AnswerKind,
     pub count: u64,
     pub p50_us: u64,
     pub p90_us: u64,
@@ -37,7 +37,7 @@ pub struct Latency {
 pub struct Bucket {
     /// Start of the bucket, ms from the run's start.
     pub t_ms: u64,
-    pub counts: BTreeMap<Outcome, u64>,
+    pub counts: BTreeMap<AnswerKind, u64>,
 }
 
 /// Everything measured about a run.
@@ -48,7 +48,7 @@ pub struct Summary {
     pub wall_ms: f64,
     /// Answers per second over the wall time.
     pub requests_per_second: f64,
-    pub counts: BTreeMap<Outcome, u64>,
+    pub counts: BTreeMap<AnswerKind, u64>,
     pub latency: Vec<Latency>,
     pub timeline: Vec<Bucket>,
     /// Burst only: time between the first and the last send after the release.
@@ -68,71 +68,17 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn count(&self, outcome: Outcome) -> u64 {
+    pub fn count(&self, outcome: AnswerKind) -> u64 {
         self.counts.get(&outcome).copied().unwrap_or(0)
     }
 
-    pub fn latency(&self, outcome: Outcome) -> Option<&Latency> {
+    pub fn latency(&self, outcome: AnswerKind) -> Option<&Latency> {
         self.latency.iter().find(|l| l.outcome == outcome)
     }
 
     pub fn from_run(run: &RunData, scenario: Scenario) -> Self {
         let samples = &run.samples;
-        let mut histograms: BTreeMap<Outcome, Histogram<u64>> = BTreeMap::new();
-        let mut counts: BTreeMap<Outcome, u64> = BTreeMap::new();
-        let mut timeline: Vec<[u64; Outcome::ALL.len()]> = Vec::new();
-        let mut won_by_instance = BTreeMap::new();
-        let mut answers_by_instance = BTreeMap::new();
-        for sample in samples {
-            *counts.entry(sample.outcome).or_default() += 1;
-            histograms
-                .entry(sample.outcome)
-                .or_insert_with(|| {
-                    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
-                        .expect("valid histogram bounds")
-                })
-                .saturating_record(sample.latency_us().max(1));
-            let bucket = (sample.done_us / micros(BUCKET)) as usize;
-            if timeline.len() <= bucket {
-                timeline.resize(bucket + 1, [0; Outcome::ALL.len()]);
-            }
-            timeline[bucket][sample.outcome.index()] += 1;
-            if let Some(instance) = &sample.instance {
-                *answers_by_instance.entry(instance.to_string()).or_default() += 1;
-                if sample.outcome == Outcome::Won {
-                    *won_by_instance.entry(instance.to_string()).or_default() += 1;
-                }
-            }
-        }
-        let latency = histograms
-            .into_iter()
-            .map(|(outcome, h)| Latency {
-                outcome,
-                count: h.len(),
-                p50_us: h.value_at_quantile(0.50),
-                p90_us: h.value_at_quantile(0.90),
-                p99_us: h.value_at_quantile(0.99),
-                p999_us: h.value_at_quantile(0.999),
-                max_us: h.max(),
-                curve: [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0]
-                    .into_iter()
-                    .map(|p| (p, h.value_at_quantile(p / 100.0)))
-                    .collect(),
-            })
-            .collect();
-        let timeline = timeline
-            .into_iter()
-            .enumerate()
-            .map(|(i, row)| Bucket {
-                t_ms: i as u64 * BUCKET.as_millis() as u64,
-                counts: Outcome::ALL
-                    .iter()
-                    .zip(row)
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(o, n)| (*o, n))
-                    .collect(),
-            })
-            .collect();
+        let tally = Tally::of(samples);
         let wall = run.wall.as_secs_f64();
         Self {
             requests: samples.len() as u64,
@@ -142,32 +88,118 @@ impl Summary {
             } else {
                 0.0
             },
-            counts,
-            latency,
-            timeline,
+            counts: tally.counts,
+            latency: latencies(tally.histograms),
+            timeline: buckets(tally.timeline),
             launch_skew_us: match scenario {
                 Scenario::Burst => launch_skew(samples),
                 _ => None,
             },
             time_to_sell_out_ms: time_to_sell_out(samples),
-            // Only `rate` has due times to be late for.
-            late_sends: match scenario {
-                Scenario::Rate => samples
-                    .iter()
-                    .filter(|s| s.sent_us.saturating_sub(s.intended_us) > micros(LATE_AFTER))
-                    .count() as u64,
-                _ => 0,
-            },
+            late_sends: late_sends(samples, scenario),
             dropped_sends: run.dropped,
             connect_errors: run.connect_errors,
-            won_by_instance,
-            answers_by_instance,
+            won_by_instance: tally.won_by_instance,
+            answers_by_instance: tally.answers_by_instance,
         }
     }
 }
 
-fn micros(duration: Duration) -> u64 {
-    duration.as_micros() as u64
+/// The samples counted in one pass: by outcome, in latency histograms, in
+/// 100 ms buckets, and by the instance that answered.
+#[derive(Default)]
+struct Tally {
+    counts: BTreeMap<AnswerKind, u64>,
+    histograms: BTreeMap<AnswerKind, Histogram<u64>>,
+    /// Answers per bucket, by outcome in the order of [`AnswerKind::ALL`].
+    timeline: Vec<[u64; AnswerKind::ALL.len()]>,
+    won_by_instance: BTreeMap<String, u64>,
+    answers_by_instance: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn of(samples: &[Sample]) -> Self {
+        let mut tally = Self::default();
+        for sample in samples {
+            tally.add(sample);
+        }
+        tally
+    }
+
+    fn add(&mut self, sample: &Sample) {
+        *self.counts.entry(sample.outcome).or_default() += 1;
+        self.histograms
+            .entry(sample.outcome)
+            .or_insert_with(|| {
+                Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
+            })
+            .saturating_record(sample.latency_us().max(1));
+        let bucket = (sample.done_us / micros_of(BUCKET)) as usize;
+        if self.timeline.len() <= bucket {
+            self.timeline.resize(bucket + 1, [0; AnswerKind::ALL.len()]);
+        }
+        self.timeline[bucket][sample.outcome.index()] += 1;
+        if let Some(instance) = &sample.instance {
+            *self
+                .answers_by_instance
+                .entry(instance.to_string())
+                .or_default() += 1;
+            if sample.outcome == AnswerKind::Won {
+                *self
+                    .won_by_instance
+                    .entry(instance.to_string())
+                    .or_default() += 1;
+            }
+        }
+    }
+}
+
+/// The percentiles of each outcome's histogram, and the points of its curve.
+fn latencies(histograms: BTreeMap<AnswerKind, Histogram<u64>>) -> Vec<Latency> {
+    histograms
+        .into_iter()
+        .map(|(outcome, h)| Latency {
+            outcome,
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.50),
+            p90_us: h.value_at_quantile(0.90),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+            curve: [50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0]
+                .into_iter()
+                .map(|p| (p, h.value_at_quantile(p / 100.0)))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The timeline's rows as buckets, each listing only the outcomes it saw.
+fn buckets(rows: Vec<[u64; AnswerKind::ALL.len()]>) -> Vec<Bucket> {
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, row)| Bucket {
+            t_ms: i as u64 * BUCKET.as_millis() as u64,
+            counts: AnswerKind::ALL
+                .iter()
+                .zip(row)
+                .filter(|(_, n)| *n > 0)
+                .map(|(o, n)| (*o, n))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Sends that left more than [`LATE_AFTER`] after they were due. Only
+/// `rate` has due times to be late for.
+fn late_sends(samples: &[Sample], scenario: Scenario) -> u64 {
+    match scenario {
+        Scenario::Rate => samples
+            .iter()
+            .filter(|s| s.sent_us.saturating_sub(s.intended_us) > micros_of(LATE_AFTER))
+            .count() as u64,
+        _ => 0,
+    }
 }
 
 /// The spread of send times: how far from "all at once" the release was.
@@ -180,12 +212,12 @@ fn launch_skew(samples: &[Sample]) -> Option<u64> {
 /// The sale sold out when some buyer was told so; it happened when the last
 /// winner got its answer.
 fn time_to_sell_out(samples: &[Sample]) -> Option<f64> {
-    if !samples.iter().any(|s| s.outcome == Outcome::SoldOut) {
+    if !samples.iter().any(|s| s.outcome == AnswerKind::SoldOut) {
         return None;
     }
     samples
         .iter()
-        .filter(|s| s.outcome == Outcome::Won)
+        .filter(|s| s.outcome == AnswerKind::Won)
         .map(|s| s.done_us)
         .max()
         .map(|us| us as f64 / 1000.0)
@@ -259,7 +291,7 @@ fn peak_rss_kib() -> u64 {
 mod tests {
     use super::*;
 
-    fn sample(outcome: Outcome, sent_us: u64, done_us: u64) -> Sample {
+    fn sample(outcome: AnswerKind, sent_us: u64, done_us: u64) -> Sample {
         Sample {
             user: 0,
             outcome,
@@ -282,14 +314,16 @@ mod tests {
     #[test]
     fn counts_percentiles_and_timeline_follow_the_samples() {
         let mut samples: Vec<Sample> = (1..=100)
-            .map(|i| sample(Outcome::SoldOut, 10, i * 1000))
+            .map(|i| sample(AnswerKind::SoldOut, 10, i * 1000))
             .collect();
-        samples.push(sample(Outcome::Won, 5, 150_000));
+        samples.push(sample(AnswerKind::Won, 5, 150_000));
         let summary = Summary::from_run(&run(samples), Scenario::Burst);
         assert_eq!(summary.requests, 101);
-        assert_eq!(summary.count(Outcome::SoldOut), 100);
-        assert_eq!(summary.count(Outcome::Won), 1);
-        let sold_out = summary.latency(Outcome::SoldOut).expect("sold-out latency");
+        assert_eq!(summary.count(AnswerKind::SoldOut), 100);
+        assert_eq!(summary.count(AnswerKind::Won), 1);
+        let sold_out = summary
+            .latency(AnswerKind::SoldOut)
+            .expect("sold-out latency");
         // 1 ms .. 100 ms, one each: the median is 50 ms (within HDR's 0.1%).
         assert!(
             (49_900..=50_100).contains(&sold_out.p50_us),
@@ -299,9 +333,9 @@ mod tests {
         assert!((99_000..=100_100).contains(&sold_out.max_us));
         // 100 sold-out answers in the first bucket (1..=99 ms) and one at 100 ms; the win at 150 ms.
         assert_eq!(summary.timeline.len(), 2);
-        assert_eq!(summary.timeline[0].counts[&Outcome::SoldOut], 99);
-        assert_eq!(summary.timeline[1].counts[&Outcome::SoldOut], 1);
-        assert_eq!(summary.timeline[1].counts[&Outcome::Won], 1);
+        assert_eq!(summary.timeline[0].counts[&AnswerKind::SoldOut], 99);
+        assert_eq!(summary.timeline[1].counts[&AnswerKind::SoldOut], 1);
+        assert_eq!(summary.timeline[1].counts[&AnswerKind::Won], 1);
         assert_eq!(summary.launch_skew_us, Some(5));
         assert_eq!(summary.time_to_sell_out_ms, Some(150.0));
         assert_eq!(summary.won_by_instance["a"], 1);
@@ -310,21 +344,25 @@ mod tests {
 
     #[test]
     fn a_sale_nobody_was_refused_has_not_sold_out() {
-        let summary = Summary::from_run(&run(vec![sample(Outcome::Won, 0, 10)]), Scenario::Burst);
+        let summary =
+            Summary::from_run(&run(vec![sample(AnswerKind::Won, 0, 10)]), Scenario::Burst);
         assert_eq!(summary.time_to_sell_out_ms, None);
     }
 
     #[test]
     fn late_sends_are_those_that_left_more_than_10_ms_after_their_due_time() {
-        let mut on_time = sample(Outcome::SoldOut, 1_000 + 9_000, 20_000);
+        let mut on_time = sample(AnswerKind::SoldOut, 1_000 + 9_000, 20_000);
         on_time.intended_us = 1_000;
-        let mut late = sample(Outcome::SoldOut, 1_000 + 11_000, 20_000);
+        let mut late = sample(AnswerKind::SoldOut, 1_000 + 11_000, 20_000);
         late.intended_us = 1_000;
         let summary = Summary::from_run(&run(vec![on_time, late]), Scenario::Rate);
         assert_eq!(summary.late_sends, 1);
         assert_eq!(summary.launch_skew_us, None);
         // Latency runs from the due time, so waiting to be sent is not hidden.
-        let max = summary.latency(Outcome::SoldOut).expect("latency").max_us;
+        let max = summary
+            .latency(AnswerKind::SoldOut)
+            .expect("latency")
+            .max_us;
         assert!((19_000..19_100).contains(&max), "{max}");
     }
 }

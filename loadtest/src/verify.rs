@@ -1,5 +1,5 @@
 //! After a run: did the system keep its promise? Each invariant becomes one
-//! [`Check`] with what was expected, what was found, and a verdict.
+//! [`Check`] with what was expected, what was found, and whether it held.
 //!
 //! The verifier reads PostgreSQL and Redis directly and trusts nothing the
 //! app said, except the list of `202`s the buyers received: those are the
@@ -13,10 +13,11 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-/// The Redis keys of the sale under test. The caller names them (seckill's
-/// `keys::SaleKeys` knows the layout); this crate does not depend on seckill.
+/// The Redis keys of the sale under test, which the verifier reads. The
+/// caller names them (seckill's `keys::SaleKeys` knows the layout); this
+/// crate does not depend on seckill.
 #[derive(Debug, Clone)]
-pub struct SaleKeys {
+pub struct RedisKeys {
     /// `STRING`: units left.
     pub stock: String,
     /// `SET`: user ids holding a unit.
@@ -39,7 +40,7 @@ pub struct QueueDepth {
 
 pub async fn queue_depth<C: ConnectionLike + Send>(
     redis: &mut C,
-    keys: &SaleKeys,
+    keys: &RedisKeys,
 ) -> redis::RedisResult<QueueDepth> {
     let (waiting, in_flight, dead) = redis::pipe()
         .atomic()
@@ -103,9 +104,11 @@ fn check(
     }
 }
 
-/// Every check of a run, and what PostgreSQL holds for the sale.
+/// What the verifier found: every check of a run, and what PostgreSQL
+/// holds for the sale. The run's verdict is judged from these checks and
+/// the run's own problems ([`Report::judge`](crate::report::Report::judge)).
 #[derive(Debug, Clone)]
-pub struct Verdict {
+pub struct Findings {
     pub checks: Vec<Check>,
     /// Orders holding a unit.
     pub confirmed: u64,
@@ -113,14 +116,14 @@ pub struct Verdict {
     pub rejected: u64,
 }
 
-impl Verdict {
+impl Findings {
     pub fn passed(&self) -> bool {
         self.checks.iter().all(|check| check.passed)
     }
 }
 
-/// The state of one sale in PostgreSQL.
-struct Stored {
+/// The state of one sale in PostgreSQL, read in one snapshot.
+struct SaleSnapshot {
     sold: i64,
     /// `user id -> order ids` of the orders that hold a unit: `confirmed`
     /// (awaiting payment) or `paid`.
@@ -133,7 +136,14 @@ struct Stored {
     cancelled: i64,
 }
 
-async fn read_postgres(pg: &PgPool, sale_id: i64) -> anyhow::Result<Stored> {
+impl SaleSnapshot {
+    /// Orders holding a unit.
+    fn confirmed_orders(&self) -> usize {
+        self.confirmed.values().map(Vec::len).sum()
+    }
+}
+
+async fn read_postgres(pg: &PgPool, sale_id: i64) -> anyhow::Result<SaleSnapshot> {
     // One transaction at REPEATABLE READ: every query sees the same snapshot.
     let mut tx = pg.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -151,7 +161,7 @@ async fn read_postgres(pg: &PgPool, sale_id: i64) -> anyhow::Result<Stored> {
             .await
             .context("reading the orders")?;
     tx.commit().await?;
-    let mut stored = Stored {
+    let mut stored = SaleSnapshot {
         sold: i64::from(sold),
         confirmed: BTreeMap::new(),
         all_ids: BTreeSet::new(),
@@ -184,154 +194,218 @@ pub async fn holders(pg: &PgPool, sale_id: i64) -> anyhow::Result<Vec<(String, U
 
 /// Check every invariant of a finished run. Call it once the queue has
 /// drained (a job still queued shows up as a failed "queue empty" check).
+///
+/// The checks come in a fixed order, PostgreSQL first, then Redis: reports
+/// and tests list them in that order.
 pub async fn verify<C: ConnectionLike + Send>(
     pg: &PgPool,
     redis: &mut C,
-    keys: &SaleKeys,
+    keys: &RedisKeys,
     facts: &RunFacts,
     expect: Expect,
-) -> anyhow::Result<Verdict> {
+) -> anyhow::Result<Findings> {
     let stored = read_postgres(pg, facts.sale_id).await?;
-    let confirmed_orders: usize = stored.confirmed.values().map(Vec::len).sum();
-    let units = usize::try_from(facts.stock).unwrap_or(0);
-    let mut checks = Vec::new();
-
-    let accepted = facts.accepted.len();
-    match expect {
-        Expect::NoOversell => checks.push(check(
-            "accepted purchases (202) <= units",
-            format!("<= {units}"),
-            accepted,
-            accepted <= units,
-        )),
-        Expect::Oversell => checks.push(check(
-            "the naive strategy oversold (202s > units)",
-            format!("> {units}"),
-            format!("{accepted} ({} too many)", accepted.saturating_sub(units)),
-            accepted > units,
-        )),
-    }
-    let expected_confirmed = units.min(facts.distinct_buyers);
-    checks.push(check(
-        "confirmed orders in PostgreSQL = min(units, distinct buyers)",
-        expected_confirmed,
-        confirmed_orders,
-        confirmed_orders == expected_confirmed,
-    ));
-    let doubled = stored
-        .confirmed
-        .values()
-        .filter(|ids| ids.len() > 1)
-        .count();
-    checks.push(check("buyers holding two orders", 0, doubled, doubled == 0));
-    checks.push(check(
-        "sold counter = confirmed orders",
-        confirmed_orders,
-        stored.sold,
-        usize::try_from(stored.sold).is_ok_and(|sold| sold == confirmed_orders),
-    ));
-
-    // Nothing lost: every order id the buyers were promised is stored.
-    let lost = facts
-        .accepted
-        .iter()
-        .filter(|(_, id)| !stored.all_ids.contains(id))
-        .count();
-    checks.push(check(
-        "accepted orders missing from PostgreSQL",
-        0,
-        lost,
-        lost == 0,
-    ));
-
-    // A load test measures the race for the units, which ends in seconds;
-    // an order cancelled for want of payment means the payment window
-    // (SECKILL_PAYMENT_WINDOW_SECS) was shorter than the run, and the
-    // counts above no longer describe the race.
-    checks.push(check(
-        "orders cancelled by the payment window during the run",
-        0,
-        stored.cancelled,
-        stored.cancelled == 0,
-    ));
-
+    let mut checks = vec![
+        promise_check(facts, expect),
+        confirmed_count_check(facts, &stored),
+        double_orders_check(&stored),
+        sold_counter_check(&stored),
+        lost_orders_check(facts, &stored),
+        cancelled_orders_check(&stored),
+    ];
     if expect == Expect::NoOversell {
-        checks.push(check(
-            "rejected orders",
-            0,
-            stored.rejected,
-            stored.rejected == 0,
-        ));
-        // Exactly the winners hold the units: each 202 is one confirmed
-        // order of its user, and no confirmed order lacks a 202.
-        let promised: BTreeMap<&str, Uuid> = facts
-            .accepted
-            .iter()
-            .map(|(u, id)| (u.as_str(), *id))
-            .collect();
-        let kept = stored
-            .confirmed
-            .iter()
-            .all(|(user, ids)| ids.len() == 1 && promised.get(user.as_str()) == Some(&ids[0]))
-            && promised.len() == stored.confirmed.len();
-        checks.push(check(
-            "confirmed orders are exactly the 202s (nothing lost, nothing invented)",
-            format!("{} orders, one per 202", promised.len()),
-            format!(
-                "{} orders of {} users",
-                confirmed_orders,
-                stored.confirmed.len()
-            ),
-            kept,
-        ));
-
+        checks.push(rejected_orders_check(&stored));
+        checks.push(exactly_the_202s_check(facts, &stored));
         let (stock, buyers): (Option<i64>, BTreeSet<String>) = redis::pipe()
             .get(&keys.stock)
             .smembers(&keys.buyers)
             .query_async(redis)
             .await
             .context("reading the sale from Redis")?;
-        let expected_stock = facts.stock - stored.sold;
-        checks.push(check(
-            "Redis stock = units - sold, never negative",
-            expected_stock,
-            stock.map_or("missing".to_owned(), |s| s.to_string()),
-            stock == Some(expected_stock) && expected_stock >= 0,
-        ));
-        let pg_buyers: BTreeSet<String> = stored.confirmed.keys().cloned().collect();
-        checks.push(check(
-            "Redis buyers = PostgreSQL buyers",
-            format!("{} buyers", pg_buyers.len()),
-            format!(
-                "{} buyers{}",
-                buyers.len(),
-                if buyers == pg_buyers {
-                    ""
-                } else {
-                    ", different ones"
-                }
-            ),
-            buyers == pg_buyers,
-        ));
+        checks.push(redis_stock_check(facts, &stored, stock));
+        checks.push(redis_buyers_check(&stored, &buyers));
     }
-
     let queue = queue_depth(redis, keys)
         .await
         .context("reading the queue")?;
-    checks.push(check(
-        "queue empty (waiting + in flight)",
+    checks.extend(queue_checks(queue));
+    checks.push(lock_ttl_check(redis, keys).await?);
+    Ok(Findings {
+        checks,
+        confirmed: stored.confirmed_orders() as u64,
+        rejected: u64::try_from(stored.rejected).unwrap_or(0),
+    })
+}
+
+/// The units the sale started with, as a count.
+fn units(facts: &RunFacts) -> usize {
+    usize::try_from(facts.stock).unwrap_or(0)
+}
+
+/// The promise itself: no more `202`s than units, or, for the naive
+/// strategy, more.
+fn promise_check(facts: &RunFacts, expect: Expect) -> Check {
+    let (accepted, units) = (facts.accepted.len(), units(facts));
+    match expect {
+        Expect::NoOversell => check(
+            "accepted purchases (202) <= units",
+            format!("<= {units}"),
+            accepted,
+            accepted <= units,
+        ),
+        Expect::Oversell => check(
+            "the naive strategy oversold (202s > units)",
+            format!("> {units}"),
+            format!("{accepted} ({} too many)", accepted.saturating_sub(units)),
+            accepted > units,
+        ),
+    }
+}
+
+/// Every unit found a buyer, if there were buyers enough, and no more.
+fn confirmed_count_check(facts: &RunFacts, stored: &SaleSnapshot) -> Check {
+    let expected = units(facts).min(facts.distinct_buyers);
+    let confirmed = stored.confirmed_orders();
+    check(
+        "confirmed orders in PostgreSQL = min(units, distinct buyers)",
+        expected,
+        confirmed,
+        confirmed == expected,
+    )
+}
+
+/// One unit per buyer.
+fn double_orders_check(stored: &SaleSnapshot) -> Check {
+    let doubled = stored
+        .confirmed
+        .values()
+        .filter(|ids| ids.len() > 1)
+        .count();
+    check("buyers holding two orders", 0, doubled, doubled == 0)
+}
+
+/// The sale's `sold` counter agrees with its orders.
+fn sold_counter_check(stored: &SaleSnapshot) -> Check {
+    let confirmed = stored.confirmed_orders();
+    check(
+        "sold counter = confirmed orders",
+        confirmed,
+        stored.sold,
+        usize::try_from(stored.sold).is_ok_and(|sold| sold == confirmed),
+    )
+}
+
+/// Nothing lost: every order id the buyers were promised is stored.
+fn lost_orders_check(facts: &RunFacts, stored: &SaleSnapshot) -> Check {
+    let lost = facts
+        .accepted
+        .iter()
+        .filter(|(_, id)| !stored.all_ids.contains(id))
+        .count();
+    check(
+        "accepted orders missing from PostgreSQL",
         0,
-        queue.waiting + queue.in_flight,
-        queue.waiting + queue.in_flight == 0,
-    ));
-    checks.push(check("dead-lettered jobs", 0, queue.dead, queue.dead == 0));
-    // -2: no lock (fine); -1: a lock that never expires (the seeds' bug).
+        lost,
+        lost == 0,
+    )
+}
+
+/// A load test measures the race for the units, which ends in seconds;
+/// an order cancelled for want of payment means the payment window
+/// (SECKILL_PAYMENT_WINDOW_SECS) was shorter than the run, and the counts
+/// of the other checks no longer describe the race.
+fn cancelled_orders_check(stored: &SaleSnapshot) -> Check {
+    check(
+        "orders cancelled by the payment window during the run",
+        0,
+        stored.cancelled,
+        stored.cancelled == 0,
+    )
+}
+
+/// The safe strategy never sends PostgreSQL an order it must refuse.
+fn rejected_orders_check(stored: &SaleSnapshot) -> Check {
+    check("rejected orders", 0, stored.rejected, stored.rejected == 0)
+}
+
+/// Exactly the winners hold the units: each `202` is one confirmed order
+/// of its user, and no confirmed order lacks a `202`.
+fn exactly_the_202s_check(facts: &RunFacts, stored: &SaleSnapshot) -> Check {
+    let promised: BTreeMap<&str, Uuid> = facts
+        .accepted
+        .iter()
+        .map(|(u, id)| (u.as_str(), *id))
+        .collect();
+    let kept = stored
+        .confirmed
+        .iter()
+        .all(|(user, ids)| ids.len() == 1 && promised.get(user.as_str()) == Some(&ids[0]))
+        && promised.len() == stored.confirmed.len();
+    check(
+        "confirmed orders are exactly the 202s (nothing lost, nothing invented)",
+        format!("{} orders, one per 202", promised.len()),
+        format!(
+            "{} orders of {} users",
+            stored.confirmed_orders(),
+            stored.confirmed.len()
+        ),
+        kept,
+    )
+}
+
+/// Redis' stock counter agrees with PostgreSQL and never went below zero.
+fn redis_stock_check(facts: &RunFacts, stored: &SaleSnapshot, stock: Option<i64>) -> Check {
+    let expected = facts.stock - stored.sold;
+    check(
+        "Redis stock = units - sold, never negative",
+        expected,
+        stock.map_or("missing".to_owned(), |s| s.to_string()),
+        stock == Some(expected) && expected >= 0,
+    )
+}
+
+/// Redis' set of buyers is PostgreSQL's, no more and no fewer.
+fn redis_buyers_check(stored: &SaleSnapshot, buyers: &BTreeSet<String>) -> Check {
+    let pg_buyers: BTreeSet<String> = stored.confirmed.keys().cloned().collect();
+    check(
+        "Redis buyers = PostgreSQL buyers",
+        format!("{} buyers", pg_buyers.len()),
+        format!(
+            "{} buyers{}",
+            buyers.len(),
+            if *buyers == pg_buyers {
+                ""
+            } else {
+                ", different ones"
+            }
+        ),
+        *buyers == pg_buyers,
+    )
+}
+
+/// The worker did every job the run queued, and gave up on none.
+fn queue_checks(queue: QueueDepth) -> [Check; 2] {
+    let left = queue.waiting + queue.in_flight;
+    [
+        check("queue empty (waiting + in flight)", 0, left, left == 0),
+        check("dead-lettered jobs", 0, queue.dead, queue.dead == 0),
+    ]
+}
+
+/// No lock is left behind that never expires: the article's `setnx()`
+/// then `expire()` leaves one whenever it crashes between the two.
+async fn lock_ttl_check<C: ConnectionLike + Send>(
+    redis: &mut C,
+    keys: &RedisKeys,
+) -> anyhow::Result<Check> {
+    // -2: no lock (fine); -1: a lock that never expires (the article's
+    // SETNX-then-EXPIRE bug).
     let lock_ttl: i64 = redis::cmd("PTTL")
         .arg(&keys.lock)
         .query_async(redis)
         .await
         .context("reading the lock's TTL")?;
-    checks.push(check(
+    Ok(check(
         "no lock key without a TTL",
         "absent or expiring",
         match lock_ttl {
@@ -340,10 +414,5 @@ pub async fn verify<C: ConnectionLike + Send>(
             ms => format!("expires in {ms} ms"),
         },
         lock_ttl != -1,
-    ));
-    Ok(Verdict {
-        checks,
-        confirmed: confirmed_orders as u64,
-        rejected: u64::try_from(stored.rejected).unwrap_or(0),
-    })
+    ))
 }

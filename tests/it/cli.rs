@@ -66,7 +66,14 @@ async fn sale_create_refuses_an_invalid_sale_with_a_clear_message_and_stores_not
         ),
         // Far beyond any date: a clear refusal, not a panic in date arithmetic.
         (
-            vec!["--name", "Lamp", "--stock", "5", "--starts-in", "10000000000000"],
+            vec![
+                "--name",
+                "Lamp",
+                "--stock",
+                "5",
+                "--starts-in",
+                "10000000000000",
+            ],
             "a sale opens between now and 31536000 seconds from now",
         ),
         (

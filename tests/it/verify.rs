@@ -5,7 +5,7 @@ use seckill::domain::NewSale;
 use seckill::harness::verify_keys;
 use seckill::startup;
 use seckill::store::Store;
-use seckill_loadtest::verify::{Expect, RunFacts, Verdict, verify};
+use seckill_loadtest::verify::{Expect, Findings, RunFacts, verify};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -86,7 +86,7 @@ impl World {
         seckill::keys::SaleKeys::new(&self.scratch.prefix, self.facts.sale_id)
     }
 
-    async fn verify(&mut self, expect: Expect) -> Verdict {
+    async fn verify(&mut self, expect: Expect) -> Findings {
         let keys = verify_keys(&self.scratch.prefix, self.facts.sale_id);
         verify(&self.pg, &mut self.redis, &keys, &self.facts, expect)
             .await

@@ -1,4 +1,5 @@
-//! What a buyer got, by meaning rather than by status class.
+//! What a buyer got, by meaning rather than by status class: each answer
+//! is classified as one [`AnswerKind`].
 //!
 //! A `409` can mean "sold out" or "you already have one"; a `503` is "busy,
 //! try again"; a `500`, a connection reset or an answer we cannot read is an
@@ -9,10 +10,11 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// How one request ended.
+/// The kind of answer one request got: how it ended, by meaning. Reports
+/// call it the request's outcome, and name it in snake case (`sold_out`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum AnswerKind {
     /// `202`: the buyer got a unit (an order id came back).
     Won,
     /// `409 sold_out`.
@@ -29,49 +31,49 @@ pub enum Outcome {
     Error,
 }
 
-impl Outcome {
+impl AnswerKind {
     /// Every outcome, in the order reports list them.
-    pub const ALL: [Outcome; 7] = [
-        Outcome::Won,
-        Outcome::SoldOut,
-        Outcome::Duplicate,
-        Outcome::NotStarted,
-        Outcome::Ended,
-        Outcome::Busy,
-        Outcome::Error,
+    pub const ALL: [AnswerKind; 7] = [
+        AnswerKind::Won,
+        AnswerKind::SoldOut,
+        AnswerKind::Duplicate,
+        AnswerKind::NotStarted,
+        AnswerKind::Ended,
+        AnswerKind::Busy,
+        AnswerKind::Error,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Won => "won",
-            Outcome::SoldOut => "sold_out",
-            Outcome::Duplicate => "duplicate",
-            Outcome::NotStarted => "not_started",
-            Outcome::Ended => "ended",
-            Outcome::Busy => "busy",
-            Outcome::Error => "error",
+            AnswerKind::Won => "won",
+            AnswerKind::SoldOut => "sold_out",
+            AnswerKind::Duplicate => "duplicate",
+            AnswerKind::NotStarted => "not_started",
+            AnswerKind::Ended => "ended",
+            AnswerKind::Busy => "busy",
+            AnswerKind::Error => "error",
         }
     }
 
     pub fn index(self) -> usize {
-        Outcome::ALL
+        AnswerKind::ALL
             .iter()
             .position(|o| *o == self)
             .expect("ALL lists every outcome")
     }
 }
 
-/// An outcome, and the order id when the buyer won.
+/// An answer's kind, and the order id when the buyer won.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Classified {
-    pub outcome: Outcome,
+    pub outcome: AnswerKind,
     pub order_id: Option<Uuid>,
 }
 
 impl Classified {
     pub fn error() -> Self {
         Self {
-            outcome: Outcome::Error,
+            outcome: AnswerKind::Error,
             order_id: None,
         }
     }
@@ -94,16 +96,16 @@ pub fn classify(status: u16, body: &[u8]) -> Classified {
     let outcome = match (status, body.error) {
         (202, None) if body.order_id.is_some() => {
             return Classified {
-                outcome: Outcome::Won,
+                outcome: AnswerKind::Won,
                 order_id: body.order_id,
             };
         }
-        (409, Some("sold_out")) => Outcome::SoldOut,
-        (409, Some("already_purchased")) => Outcome::Duplicate,
-        (409, Some("not_started")) => Outcome::NotStarted,
-        (409, Some("ended")) => Outcome::Ended,
-        (503, Some("busy")) => Outcome::Busy,
-        _ => Outcome::Error,
+        (409, Some("sold_out")) => AnswerKind::SoldOut,
+        (409, Some("already_purchased")) => AnswerKind::Duplicate,
+        (409, Some("not_started")) => AnswerKind::NotStarted,
+        (409, Some("ended")) => AnswerKind::Ended,
+        (503, Some("busy")) => AnswerKind::Busy,
+        _ => AnswerKind::Error,
     };
     Classified {
         outcome,
@@ -115,7 +117,7 @@ pub fn classify(status: u16, body: &[u8]) -> Classified {
 mod tests {
     use super::*;
 
-    fn outcome(status: u16, body: &str) -> Outcome {
+    fn outcome(status: u16, body: &str) -> AnswerKind {
         classify(status, body.as_bytes()).outcome
     }
 
@@ -126,7 +128,7 @@ mod tests {
             202,
             format!(r#"{{"order_id":"{id}","status":"pending"}}"#).as_bytes(),
         );
-        assert_eq!(won.outcome, Outcome::Won);
+        assert_eq!(won.outcome, AnswerKind::Won);
         assert_eq!(won.order_id, Some(id));
     }
 
@@ -134,39 +136,45 @@ mod tests {
     fn conflicts_are_told_apart_by_their_error_code() {
         assert_eq!(
             outcome(409, r#"{"error":"sold_out","message":"x"}"#),
-            Outcome::SoldOut
+            AnswerKind::SoldOut
         );
         assert_eq!(
             outcome(409, r#"{"error":"already_purchased","message":"x"}"#),
-            Outcome::Duplicate
+            AnswerKind::Duplicate
         );
         assert_eq!(
             outcome(409, r#"{"error":"not_started"}"#),
-            Outcome::NotStarted
+            AnswerKind::NotStarted
         );
-        assert_eq!(outcome(409, r#"{"error":"ended"}"#), Outcome::Ended);
+        assert_eq!(outcome(409, r#"{"error":"ended"}"#), AnswerKind::Ended);
         assert_eq!(
             outcome(503, r#"{"error":"busy","message":"x"}"#),
-            Outcome::Busy
+            AnswerKind::Busy
         );
     }
 
     #[test]
     fn anything_unexpected_is_an_error() {
         // A 202 that does not say which order it accepted cannot be verified.
-        assert_eq!(outcome(202, r#"{"status":"pending"}"#), Outcome::Error);
-        assert_eq!(outcome(202, r#"{"order_id":"not-a-uuid"}"#), Outcome::Error);
-        assert_eq!(outcome(500, r#"{"error":"internal"}"#), Outcome::Error);
+        assert_eq!(outcome(202, r#"{"status":"pending"}"#), AnswerKind::Error);
+        assert_eq!(
+            outcome(202, r#"{"order_id":"not-a-uuid"}"#),
+            AnswerKind::Error
+        );
+        assert_eq!(outcome(500, r#"{"error":"internal"}"#), AnswerKind::Error);
         // A known code under the wrong status is not trusted either.
-        assert_eq!(outcome(200, r#"{"error":"sold_out"}"#), Outcome::Error);
-        assert_eq!(outcome(409, r#"{"error":"something_new"}"#), Outcome::Error);
-        assert_eq!(outcome(409, "<html>proxy error</html>"), Outcome::Error);
-        assert_eq!(outcome(502, ""), Outcome::Error);
+        assert_eq!(outcome(200, r#"{"error":"sold_out"}"#), AnswerKind::Error);
+        assert_eq!(
+            outcome(409, r#"{"error":"something_new"}"#),
+            AnswerKind::Error
+        );
+        assert_eq!(outcome(409, "<html>proxy error</html>"), AnswerKind::Error);
+        assert_eq!(outcome(502, ""), AnswerKind::Error);
     }
 
     #[test]
     fn every_outcome_has_its_own_index() {
-        for (i, outcome) in Outcome::ALL.iter().enumerate() {
+        for (i, outcome) in AnswerKind::ALL.iter().enumerate() {
             assert_eq!(outcome.index(), i);
         }
     }

@@ -1,0 +1,168 @@
+//! The report of one run: what was asked for, where it ran, what was
+//! measured, what PostgreSQL holds and how each check went, and the verdict
+//! that becomes the exit code. One value, [`Report`], written three ways,
+//! one file each: a table for the terminal (`text.rs`), a versioned JSON
+//! document for machines (`json.rs`), and one self-contained HTML page
+//! (`html.rs`) with SVG charts drawn by plotters (`charts.rs`).
+
+mod charts;
+mod html;
+mod json;
+mod text;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::stats::{Resources, Summary};
+use crate::verify::{Check, Expect};
+
+pub use text::{micros, side_by_side};
+
+/// Changes whenever a field of the JSON report changes meaning or goes away.
+pub const SCHEMA: &str = "seckill-loadtest/1";
+
+/// How the run ended; the exit code of the load test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every invariant held. Exit code 0.
+    Pass,
+    /// An invariant broke. Exit code 1.
+    Fail,
+    /// The run itself cannot be trusted (errors, a saturated generator);
+    /// its invariants say nothing. Exit code 2.
+    Invalid,
+}
+
+impl Verdict {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Pass => 0,
+            Verdict::Fail => 1,
+            Verdict::Invalid => 2,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Invalid => "INVALID",
+        }
+    }
+}
+
+/// What was asked for.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunConfig {
+    pub scenario: crate::scenario::Scenario,
+    pub targets: Vec<String>,
+    /// App instances the load test started itself (0 with `--target`).
+    pub spawned_instances: usize,
+    pub sale_id: i64,
+    pub stock: i64,
+    /// The instances' purchase strategy, when the load test started them.
+    pub strategy: Option<String>,
+    pub users: u32,
+    pub duplicate_fraction: f64,
+    /// Requests planned: every buyer once, plus the duplicates.
+    pub planned_requests: usize,
+    pub rate_per_second: Option<f64>,
+    pub duration_s: Option<f64>,
+    pub connections: Option<usize>,
+    pub expect: Expect,
+}
+
+/// Where it ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct Environment {
+    pub os: &'static str,
+    pub arch: &'static str,
+    pub cpus: usize,
+    pub generator: String,
+}
+
+impl Environment {
+    pub fn here() -> Self {
+        Self {
+            os: std::env::consts::OS,
+            arch: std::env::consts::ARCH,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            generator: format!("seckill-loadtest {}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// What PostgreSQL holds for the sale after the run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StoredOrders {
+    /// Units already sold when the run began (an existing sale).
+    pub sold_before: u64,
+    /// Orders holding a unit.
+    pub confirmed: u64,
+    /// Orders PostgreSQL refused.
+    pub rejected: u64,
+}
+
+/// Everything about one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    /// A short name for the run ("lock", "naive", ...).
+    pub label: String,
+    pub started_at: DateTime<Utc>,
+    pub config: RunConfig,
+    pub environment: Environment,
+    pub summary: Summary,
+    pub generator: Resources,
+    pub stored: StoredOrders,
+    pub invariants: Vec<Check>,
+    pub verdict: Verdict,
+    /// Why the run is invalid, when it is.
+    pub problems: Vec<String>,
+    /// Winning answers beyond the stock (the naive strategy's oversell).
+    pub oversold_by: u64,
+}
+
+impl Report {
+    /// Decide the verdict from the problems and the checks.
+    pub fn judge(problems: &[String], checks: &[Check]) -> Verdict {
+        if !problems.is_empty() {
+            Verdict::Invalid
+        } else if checks.iter().all(|c| c.passed) {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(passed: bool) -> Check {
+        Check {
+            name: "a check",
+            expected: "1".into(),
+            actual: "1".into(),
+            passed,
+        }
+    }
+
+    #[test]
+    fn problems_make_a_run_invalid_whatever_its_checks_say() {
+        assert_eq!(Report::judge(&[], &[check(true)]), Verdict::Pass);
+        assert_eq!(
+            Report::judge(&[], &[check(true), check(false)]),
+            Verdict::Fail
+        );
+        assert_eq!(
+            Report::judge(&["3 errors".into()], &[check(true)]),
+            Verdict::Invalid
+        );
+        assert_eq!(Verdict::Pass.exit_code(), 0);
+        assert_eq!(Verdict::Fail.exit_code(), 1);
+        assert_eq!(Verdict::Invalid.exit_code(), 2);
+    }
+}

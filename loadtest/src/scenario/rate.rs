@@ -1,0 +1,177 @@
+//! The rate scenario, an open model: requests fall due at a fixed rate,
+//! whether or not earlier ones were answered, and go out on pooled
+//! connections.
+//!
+//! Latency runs from the moment a request was *due*, not from when it was
+//! finally sent, so a generator or server that falls behind shows up as
+//! latency instead of hiding it (the "coordinated omission" trap). A send
+//! that starts more than [`LATE_AFTER`] after its due time is counted as
+//! late; one that finds no free connection within [`DROP_AFTER`] is
+//! dropped and counted. Either makes the run invalid when there are many.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::lanes::{
+    Lane, LaneResult, connect, connections_per_lane, run_lanes, samples_of, wait_for_release,
+};
+use super::plan::{Plan, Planned, Shape};
+use super::sample::{Live, RunData, Sample};
+use crate::http::Connection;
+use crate::progress::Progress;
+
+/// A `rate` send that starts this much after it was due counts as late.
+pub const LATE_AFTER: Duration = Duration::from_millis(10);
+/// A `rate` send still waiting for a connection this long after it was due
+/// is dropped (and counted): the generator cannot keep the rate.
+pub const DROP_AFTER: Duration = Duration::from_secs(1);
+
+/// Send `shape.rate` requests a second, for `shape.duration` or until
+/// every planned request was sent once.
+pub(super) async fn run(
+    plan: &Arc<Plan>,
+    shape: Shape,
+    progress: &Progress,
+) -> anyhow::Result<RunData> {
+    let arrivals = match shape.duration {
+        Some(duration) => (shape.rate * duration.as_secs_f64()).round() as usize,
+        None => plan.requests.len(),
+    };
+    let connections = connections_per_lane(shape.connections, plan.targets.len());
+    run_lanes(
+        plan,
+        connections,
+        progress,
+        "send",
+        Some(arrivals as u64),
+        move |lane| rate_lane(lane, shape.rate, arrivals),
+    )
+    .await
+}
+
+/// Connections to one target that a rate lane's sends borrow and give back.
+struct Pool {
+    /// Idle connections, the longest idle first. A std Mutex, not a tokio
+    /// one: nothing awaits while it is held.
+    idle: Mutex<VecDeque<Connection>>,
+    /// One permit per idle connection.
+    free: Semaphore,
+}
+
+impl Pool {
+    fn new() -> Self {
+        Self {
+            idle: Mutex::new(VecDeque::new()),
+            free: Semaphore::new(0),
+        }
+    }
+
+    /// Put a connection (back) at the end of the idle queue.
+    fn give_back(&self, connection: Connection) {
+        self.idle.lock().expect("pool lock").push_back(connection);
+        self.free.add_permits(1);
+    }
+
+    /// Borrow the connection idle the longest, waiting for one until
+    /// `deadline`; `None` if none came free in time.
+    async fn borrow_by(&self, deadline: Instant) -> Option<Connection> {
+        let permit = tokio::time::timeout_at(deadline, self.free.acquire()).await;
+        let Ok(Ok(permit)) = permit else {
+            return None;
+        };
+        permit.forget();
+        // The longest idle first: every connection stays in use, so none
+        // sits idle long enough for the server to close it.
+        let connection = self
+            .idle
+            .lock()
+            .expect("pool lock")
+            .pop_front()
+            .expect("a permit means an idle connection");
+        Some(connection)
+    }
+}
+
+/// What the sends of one rate lane share.
+struct Sends {
+    /// What to send, and to which target.
+    plan: Arc<Plan>,
+    /// Where each answer is counted as it comes.
+    live: Arc<Live>,
+    /// One pool per target.
+    pools: Vec<Pool>,
+    /// Sends dropped for want of a free connection.
+    dropped: AtomicU64,
+    /// The release.
+    start: Instant,
+}
+
+impl Sends {
+    /// Send `planned`, due `due` after the release, on a connection of its
+    /// target's pool; `None` if it was dropped.
+    async fn send(self: Arc<Self>, planned: Planned, due: Duration) -> Option<Sample> {
+        let pool = &self.pools[planned.target];
+        // Wait for a free connection, but not forever: a send that cannot
+        // start within DROP_AFTER of its due time is dropped.
+        let Some(mut connection) = pool.borrow_by(self.start + due + DROP_AFTER).await else {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let user_id = self.plan.user_id(planned.user);
+        let sent = self.start.elapsed();
+        let answer = connection.purchase(&self.plan.path, &user_id).await;
+        let done = self.start.elapsed();
+        self.live.answer(answer.classified.outcome);
+        pool.give_back(connection);
+        Some(Sample::new(planned.user, answer, due, sent, done))
+    }
+}
+
+/// A rate lane: arrivals `lane`, `lane + lanes`, ... each due at `k / rate`
+/// seconds after the release, sent on a pooled connection.
+async fn rate_lane(lane: Lane, rate: f64, arrivals: usize) -> LaneResult {
+    let pools = open_pools(&lane).await;
+    let Some(start) = wait_for_release(lane.released).await else {
+        return LaneResult::default();
+    };
+    let sends = Arc::new(Sends {
+        plan: lane.plan,
+        live: lane.live,
+        pools,
+        dropped: AtomicU64::new(0),
+        start: Instant::from_std(start),
+    });
+    let mut started = Vec::new();
+    for k in (lane.index..arrivals).step_by(lane.lanes) {
+        let due = Duration::from_secs_f64(k as f64 / rate);
+        if sends.start + due > Instant::now() {
+            tokio::time::sleep_until(sends.start + due).await;
+        }
+        let planned = sends.plan.requests[k % sends.plan.requests.len()];
+        started.push(tokio::spawn(Arc::clone(&sends).send(planned, due)));
+    }
+    let samples = samples_of(started).await;
+    LaneResult {
+        samples,
+        dropped: sends.dropped.load(Ordering::Relaxed),
+    }
+}
+
+/// Open the lane's connections, spread round-robin over the targets, each
+/// into its target's pool.
+async fn open_pools(lane: &Lane) -> Vec<Pool> {
+    let targets = &lane.plan.targets;
+    let pools: Vec<Pool> = targets.iter().map(|_| Pool::new()).collect();
+    for c in 0..lane.connections {
+        let target = c % targets.len();
+        if let Some(connection) = connect(&targets[target], &lane.live).await {
+            pools[target].give_back(connection);
+        }
+    }
+    pools
+}

@@ -1,0 +1,95 @@
+//! What the sending produces: one [`Sample`] per answered request, the
+//! [`RunData`] of a whole run, and the [`Live`] counters the progress
+//! display reads while the lanes are still sending. Times are kept as
+//! plain microseconds from the start, which is all the statistics need.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::answer::AnswerKind;
+use crate::http::PurchaseAnswer;
+
+/// One request, as the generator saw it. Times are microseconds from the
+/// run's start (the release, for a burst).
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub user: u32,
+    pub outcome: AnswerKind,
+    pub order_id: Option<Uuid>,
+    pub instance: Option<Arc<str>>,
+    /// When the request was due.
+    pub intended_us: u64,
+    /// When it was handed to the connection.
+    pub sent_us: u64,
+    /// When the whole answer was in.
+    pub done_us: u64,
+}
+
+impl Sample {
+    pub(super) fn new(
+        user: u32,
+        answer: PurchaseAnswer,
+        intended: Duration,
+        sent: Duration,
+        done: Duration,
+    ) -> Self {
+        Self {
+            user,
+            outcome: answer.classified.outcome,
+            order_id: answer.classified.order_id,
+            instance: answer.instance,
+            intended_us: micros_of(intended),
+            sent_us: micros_of(sent),
+            done_us: micros_of(done),
+        }
+    }
+
+    /// Latency as the buyer experiences it: from when the request was due.
+    pub fn latency_us(&self) -> u64 {
+        self.done_us.saturating_sub(self.intended_us)
+    }
+}
+
+/// What a scenario produced.
+#[derive(Debug, Default)]
+pub struct RunData {
+    pub samples: Vec<Sample>,
+    /// Connections that could not be opened before the start.
+    pub connect_errors: u64,
+    /// `rate` sends dropped because no connection came free in time.
+    pub dropped: u64,
+    /// Start (release) to the last answer.
+    pub wall: Duration,
+}
+
+/// Counters the progress display reads while a scenario runs.
+///
+/// Atomics, not a lock: every lane thread adds to them, and nobody needs
+/// the counts to agree with each other at one instant.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// Connections opened so far.
+    pub connected: AtomicU64,
+    /// Connections that could not be opened.
+    pub connect_failed: AtomicU64,
+    /// Answers so far, by kind in the order of [`AnswerKind::ALL`].
+    pub answered: [AtomicU64; AnswerKind::ALL.len()],
+}
+
+impl Live {
+    pub(super) fn answer(&self, outcome: AnswerKind) {
+        self.answered[outcome.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn answers(&self) -> [u64; AnswerKind::ALL.len()] {
+        std::array::from_fn(|i| self.answered[i].load(Ordering::Relaxed))
+    }
+}
+
+/// A duration in whole microseconds, the unit of a [`Sample`]'s times.
+pub(crate) fn micros_of(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
