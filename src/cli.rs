@@ -229,6 +229,15 @@ mod tests {
             ["seckill", "worker", "--max-attempts", "0"],
             ["seckill", "serve", "--lock-ttl-ms", "0"],
             ["seckill", "worker", "--payment-window-secs", "0"],
+            // Numbers so large that a time computed from them would
+            // overflow (Instant + Duration panics): refused at start.
+            ["seckill", "serve", "--lock-wait-ms", "18446744073709551615"],
+            ["seckill", "serve", "--lock-ttl-ms", "18446744073709551615"],
+            ["seckill", "serve", "--sold-out-refresh-ms", "18446744073709551615"],
+            ["seckill", "serve", "--naive-delay-ms", "18446744073709551615"],
+            ["seckill", "worker", "--lease-ms", "18446744073709551615"],
+            ["seckill", "worker", "--poll-ms", "18446744073709551615"],
+            ["seckill", "worker", "--max-attempts", "4294967295"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} was accepted");
         }

@@ -62,20 +62,20 @@ pub struct PurchaseSettings {
     #[arg(long, env = "SECKILL_STRATEGY", value_enum, default_value_t = Strategy::Lock)]
     pub strategy: Strategy,
 
-    /// Lifetime of the sale lock in milliseconds: how long a crashed holder can block others.
-    #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = DEFAULT_LOCK_TTL_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Lifetime of the sale lock in milliseconds, 1 to 600000: how long a crashed holder can block others.
+    #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = DEFAULT_LOCK_TTL_MS, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub lock_ttl_ms: u64,
 
-    /// How long a purchase waits for the sale lock before answering 503 busy, in milliseconds.
-    #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = DEFAULT_LOCK_WAIT_MS)]
+    /// How long a purchase waits for the sale lock before answering 503 busy, in milliseconds, 0 to 60000.
+    #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = DEFAULT_LOCK_WAIT_MS, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub lock_wait_ms: u64,
 
-    /// How long an instance trusts its own "sold out" flag before asking Redis again, in milliseconds.
-    #[arg(long, env = "SECKILL_SOLD_OUT_REFRESH_MS", default_value_t = DEFAULT_SOLD_OUT_REFRESH_MS)]
+    /// How long an instance trusts its own "sold out" flag before asking Redis again, in milliseconds, 0 to 60000.
+    #[arg(long, env = "SECKILL_SOLD_OUT_REFRESH_MS", default_value_t = DEFAULT_SOLD_OUT_REFRESH_MS, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub sold_out_refresh_ms: u64,
 
-    /// The `naive` strategy's pause between reading and writing the stock, in milliseconds (widens the race).
-    #[arg(long, env = "SECKILL_NAIVE_DELAY_MS", default_value_t = DEFAULT_NAIVE_DELAY_MS)]
+    /// The `naive` strategy's pause between reading and writing the stock, in milliseconds, 0 to 10000 (widens the race).
+    #[arg(long, env = "SECKILL_NAIVE_DELAY_MS", default_value_t = DEFAULT_NAIVE_DELAY_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub naive_delay_ms: u64,
 }
 
@@ -115,23 +115,23 @@ pub const DEFAULT_PAYMENT_WINDOW_SECS: u64 = 900;
 /// Knobs of the queue worker.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerSettings {
-    /// Jobs reserved and written to PostgreSQL in one transaction.
+    /// Jobs reserved and written to PostgreSQL in one transaction, 1 to 10000.
     #[arg(long, env = "SECKILL_BATCH_SIZE", default_value_t = DEFAULT_BATCH_SIZE, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: u32,
 
-    /// How long a reserved job belongs to its worker before it is delivered again, in milliseconds.
-    #[arg(long, env = "SECKILL_LEASE_MS", default_value_t = DEFAULT_LEASE_MS, value_parser = clap::value_parser!(u64).range(100..))]
+    /// How long a reserved job belongs to its worker before it is delivered again, in milliseconds, 100 to 3600000.
+    #[arg(long, env = "SECKILL_LEASE_MS", default_value_t = DEFAULT_LEASE_MS, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub lease_ms: u64,
 
-    /// Deliveries of one job before it is moved to the dead-letter set.
-    #[arg(long, env = "SECKILL_MAX_ATTEMPTS", default_value_t = DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Deliveries of one job before it is moved to the dead-letter set, 1 to 1000.
+    #[arg(long, env = "SECKILL_MAX_ATTEMPTS", default_value_t = DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub max_attempts: u32,
 
-    /// Pause between polls of an empty queue, in milliseconds.
-    #[arg(long, env = "SECKILL_POLL_MS", default_value_t = DEFAULT_POLL_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Pause between polls of an empty queue, in milliseconds, 1 to 60000.
+    #[arg(long, env = "SECKILL_POLL_MS", default_value_t = DEFAULT_POLL_MS, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub poll_ms: u64,
 
-    /// Seconds a confirmed order has to be paid before it is cancelled and its unit goes back on sale.
+    /// Seconds a confirmed order has to be paid before it is cancelled and its unit goes back on sale, 1 to 31536000.
     #[arg(long, env = "SECKILL_PAYMENT_WINDOW_SECS", default_value_t = DEFAULT_PAYMENT_WINDOW_SECS, value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
     pub payment_window_secs: u64,
 }
