@@ -233,8 +233,18 @@ mod tests {
             // overflow (Instant + Duration panics): refused at start.
             ["seckill", "serve", "--lock-wait-ms", "18446744073709551615"],
             ["seckill", "serve", "--lock-ttl-ms", "18446744073709551615"],
-            ["seckill", "serve", "--sold-out-refresh-ms", "18446744073709551615"],
-            ["seckill", "serve", "--naive-delay-ms", "18446744073709551615"],
+            [
+                "seckill",
+                "serve",
+                "--sold-out-refresh-ms",
+                "18446744073709551615",
+            ],
+            [
+                "seckill",
+                "serve",
+                "--naive-delay-ms",
+                "18446744073709551615",
+            ],
             ["seckill", "worker", "--lease-ms", "18446744073709551615"],
             ["seckill", "worker", "--poll-ms", "18446744073709551615"],
             ["seckill", "worker", "--max-attempts", "4294967295"],

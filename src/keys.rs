@@ -50,6 +50,16 @@ impl SaleKeys {
     }
 }
 
+/// The lock that lets one worker at a time sweep the payment deadlines
+/// (see `worker.rs`), and its fencing counter: `(lock, fence)`. Not a sale's
+/// key, so it carries no sale's hash tag.
+pub fn sweep_lock(prefix: &str) -> (String, String) {
+    (
+        format!("{prefix}:sweep:lock"),
+        format!("{prefix}:sweep:fence"),
+    )
+}
+
 /// The pattern that matches every sale's events channel under `prefix`,
 /// for one `PSUBSCRIBE` per app instance. Glob characters in the prefix are
 /// escaped so that they match only themselves.

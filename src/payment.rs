@@ -29,13 +29,14 @@
 
 use std::sync::LazyLock;
 
+use anyhow::Context;
 use redis::Script;
 use redis::aio::ConnectionLike;
 use uuid::Uuid;
 
 use crate::domain::{Order, OrderJob};
 use crate::keys::SaleKeys;
-use crate::store::{PayOutcome, Store};
+use crate::store::{self, PayOutcome, Store};
 
 static UNIT_RETURN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/unit_return.lua")));
@@ -73,6 +74,17 @@ pub async fn pay(store: &Store, order_id: Uuid) -> anyhow::Result<Result<Order, 
     })
 }
 
+/// The error for a script answer this code does not know: a script and its
+/// caller out of step, which no retry will fix.
+pub fn unexpected_answer(script: &'static str, answer: &str) -> redis::RedisError {
+    (
+        redis::ErrorKind::UnexpectedReturnType,
+        script,
+        format!("unknown answer {answer:?}"),
+    )
+        .into()
+}
+
 /// What the Redis half of a deadline did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnitReturn {
@@ -93,7 +105,7 @@ pub async fn return_unit<C: ConnectionLike + Send>(
     keys: &SaleKeys,
     order: &OrderJob,
 ) -> redis::RedisResult<UnitReturn> {
-    let left: i64 = UNIT_RETURN
+    let (status, left): (String, i64) = UNIT_RETURN
         .key(&keys.stock)
         .key(&keys.buyers)
         .key(&keys.returned)
@@ -102,9 +114,48 @@ pub async fn return_unit<C: ConnectionLike + Send>(
         .arg(&keys.events)
         .invoke_async(conn)
         .await?;
-    Ok(match left {
-        -2 => UnitReturn::SaleNotLoaded,
-        left if left < 0 => UnitReturn::AlreadyReturned,
-        stock_left => UnitReturn::Returned { stock_left },
+    Ok(match status.as_str() {
+        "returned" => UnitReturn::Returned { stock_left: left },
+        "already_returned" => UnitReturn::AlreadyReturned,
+        "not_loaded" => UnitReturn::SaleNotLoaded,
+        other => return Err(unexpected_answer("unit_return.lua", other)),
     })
+}
+
+/// The Redis half of a deadline, whatever state Redis is in. If the sale is
+/// not loaded (Redis lost it), load it from PostgreSQL, which already counts
+/// the cancellation, and ask again.
+///
+/// The race this closes: a page starts loading the sale and reads
+/// PostgreSQL while the order is still confirmed; the deadline cancels it
+/// and finds the sale not loaded; the page then writes what it read, with
+/// the order's unit taken and its buyer in the set. Had the deadline simply
+/// been acknowledged, Redis would hold one unit fewer than PostgreSQL, and
+/// refuse that buyer, for ever. Loading the sale here first makes either
+/// order of events end right: if our load lands first, the page's stale
+/// write finds the stock key present and writes nothing; if the page's
+/// write lands first, our second call finds the buyer in the set and gives
+/// the unit back.
+pub async fn give_unit_back<C: ConnectionLike + Send>(
+    store: &Store,
+    conn: &mut C,
+    keys: &SaleKeys,
+    order: &OrderJob,
+) -> anyhow::Result<UnitReturn> {
+    for _ in 0..2 {
+        match return_unit(conn, keys, order)
+            .await
+            .context("giving a unit back in Redis")?
+        {
+            UnitReturn::SaleNotLoaded => {
+                store::sales::load_into_redis(&store.pg, conn, &store.prefix, order.sale_id)
+                    .await?;
+            }
+            done => return Ok(done),
+        }
+    }
+    anyhow::bail!(
+        "sale {} is not loaded in Redis even after loading it",
+        order.sale_id
+    )
 }

@@ -34,10 +34,16 @@ use crate::config::{PurchaseSettings, Strategy};
 use crate::domain::{OrderJob, Sale, UserId, Window};
 use crate::keys::SaleKeys;
 use crate::lock::{Acquire, LockGuard, RedisLock, Release};
+use crate::payment;
+use crate::probe;
 use crate::queue::{Queue, queue_script};
 use crate::store::{self, Snapshot, Store};
 
 static COMMIT: LazyLock<Script> = queue_script!("lua/purchase_commit.lua");
+
+/// How long a purchase whose commit answer was lost spends finding out
+/// whether its order was taken.
+const LOOKUP_LIMIT: Duration = Duration::from_secs(1);
 
 /// How a purchase ended. Business outcomes, not errors: each maps to one
 /// HTTP status in `web::api`.
@@ -126,14 +132,15 @@ impl SoldOutFlags {
 /// Steps 3 to 5 of a purchase, fenced: take the unit, record the buyer and
 /// queue the order, all in one script that first checks that `guard` still
 /// owns the sale's lock (see `lua/purchase_commit.lua`). Returns the units
-/// left, or `None` when the lock had expired: then nothing was written.
+/// left (below zero if Redis was already oversold), or `None` when the lock
+/// had expired: then nothing was written.
 pub async fn commit<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
     guard: &LockGuard,
     job: &OrderJob,
 ) -> redis::RedisResult<Option<i64>> {
-    let left: i64 = COMMIT
+    let (status, left): (String, i64) = COMMIT
         .key(&keys.stock)
         .key(&keys.buyers)
         .key(&keys.lock)
@@ -146,7 +153,11 @@ pub async fn commit<C: ConnectionLike + Send>(
         .arg(&keys.events)
         .invoke_async(conn)
         .await?;
-    Ok((left >= 0).then_some(left))
+    match status.as_str() {
+        "committed" => Ok(Some(left)),
+        "lock_lost" => Ok(None),
+        other => Err(payment::unexpected_answer("purchase_commit.lua", other)),
+    }
 }
 
 /// Runs purchases. One per app instance, shared by all requests.
@@ -296,21 +307,53 @@ impl Purchaser {
 
         // Steps 3 to 5 in one fenced script: written only if we still hold the lock.
         let job = OrderJob::new(sale.id, user);
-        let Some(left) = commit(conn, keys, guard, &job)
-            .await
-            .context("committing a purchase")?
-        else {
+        let committed = match commit(conn, keys, guard, &job).await {
+            Ok(committed) => committed,
+            // The connection broke before the answer came back: the script
+            // may have run. Find out before answering, so that an order that
+            // was taken is never answered with an error.
+            Err(error) if probe::transient_redis(&error) => {
+                return self.after_a_lost_answer(&job, error).await;
+            }
+            Err(error) => return Err(error).context("committing a purchase"),
+        };
+        let Some(left) = committed else {
             tracing::warn!(
                 fence = guard.fence(),
                 "lock lost before commit; nothing written"
             );
             return Ok(Outcome::Busy);
         };
-        if left == 0 {
+        if left <= 0 {
             self.sold_out.set(sale.id);
         }
         Ok(Outcome::Accepted {
             order_id: job.order_id,
+        })
+    }
+
+    /// The commit's answer was lost with its connection. Look the order up
+    /// (PostgreSQL, then the sale's queue) on a fresh connection: found, it
+    /// was taken, and the buyer is told so; not found, or Redis still cannot
+    /// be asked, the error stands (the API answers `503`, and the buyer may
+    /// look the order id up later).
+    async fn after_a_lost_answer(
+        &self,
+        job: &OrderJob,
+        error: redis::RedisError,
+    ) -> anyhow::Result<Outcome> {
+        let lookup = tokio::time::timeout(LOOKUP_LIMIT, self.store.find_order(job.order_id));
+        if let Ok(Ok(Some(_))) = lookup.await {
+            tracing::warn!(order_id = %job.order_id, "commit answer lost, but the order was taken");
+            return Ok(Outcome::Accepted {
+                order_id: job.order_id,
+            });
+        }
+        Err(error).with_context(|| {
+            format!(
+                "committing a purchase: the answer was lost; order {} was not found",
+                job.order_id
+            )
         })
     }
 

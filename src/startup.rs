@@ -5,6 +5,7 @@
 //! ask for port 0 and read the real port from [`Application::port`].
 
 use std::net::SocketAddr;
+use std::str::FromStr;
 use std::time::Duration;
 
 use actix_web::HttpMessage;
@@ -17,7 +18,7 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use deadpool_redis::{Pool as RedisPool, PoolConfig, Runtime, Timeouts};
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing_actix_web::{RequestId, TracingLogger};
@@ -39,6 +40,8 @@ pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
 const REDIS_POOL_SIZE: usize = 64;
 /// PostgreSQL connections per instance (page reads and the worker).
 const PG_POOL_SIZE: u32 = 10;
+/// The longest any statement may run (PostgreSQL's `statement_timeout`).
+const STATEMENT_TIMEOUT: &str = "10s";
 
 /// Answer every request with the id `TracingLogger` gave it (and logged it
 /// under), so that a client who got a 500 can quote it.
@@ -75,12 +78,18 @@ pub struct Settings {
 /// compiled into the binary; running them twice, or from two instances at
 /// once, is safe (sqlx takes an advisory lock).
 pub async fn connect_postgres(url: &str) -> anyhow::Result<PgPool> {
+    let options = PgConnectOptions::from_str(url)
+        .with_context(|| format!("{} is not a PostgreSQL URL", redact(url)))?
+        // No statement may hang on: a stuck one would hold its batch past
+        // the worker's lease (30 s by default, well above this), and hold a
+        // page's answer. It fails as "try again later" (see probe.rs).
+        .options([("statement_timeout", STATEMENT_TIMEOUT)]);
     let pool = PgPoolOptions::new()
         .max_connections(PG_POOL_SIZE)
         // Fail fast while PostgreSQL is down, so the worker can back off and
-        // pages can answer 500 instead of hanging.
+        // pages can answer 503 instead of hanging.
         .acquire_timeout(Duration::from_secs(3))
-        .connect(url)
+        .connect_with(options)
         .await
         .with_context(|| format!("connecting to PostgreSQL at {}", redact(url)))?;
     sqlx::migrate!("./migrations")

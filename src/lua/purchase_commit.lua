@@ -10,8 +10,12 @@
 -- ARGV[5]  the sale's events channel (pub/sub, not a key): the new units
 --          left are published on it, for the live sale pages
 --
--- Returns the units left after this sale, or -1 if the caller no longer
--- holds the lock (nothing was written).
+-- Returns {'committed', units left after this sale} when it wrote, or
+-- {'lock_lost', 0} if the caller no longer holds the lock (nothing was
+-- written). A pair, not one number: DECR can return any number, including
+-- a negative one (Redis already out of step, say after the `naive` strategy
+-- ran on the same sale), so no number could stand for "lock lost" without
+-- turning some real commit into a refusal.
 --
 -- The race this prevents: a purchase takes the lock, reads "1 left, buyer
 -- new", and then stalls (a pause, a slow network) past the lock's TTL. The
@@ -27,10 +31,10 @@
 -- the general tool: it is what you need when the decision involves more than
 -- one script can see. The fence here is what makes a lock with a TTL safe.
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then
-  return -1
+  return {'lock_lost', 0}
 end
 local left = redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[2])
 push(KEYS[4], KEYS[5], ARGV[3], ARGV[4], now_ms())
 redis.call('PUBLISH', ARGV[5], left)
-return left
+return {'committed', left}

@@ -7,10 +7,13 @@
 -- ARGV[2]  its buyer's user id
 -- ARGV[3]  the sale's events channel (pub/sub, not a key)
 --
--- Returns the units left after the return, -1 if there was nothing to give
--- back (this order's unit was returned before, or its buyer holds no unit
--- in Redis), or -2 if the sale is not loaded in Redis (then nothing is
--- written: loading it from PostgreSQL later counts the cancellation).
+-- Returns {'returned', units left after the return}, {'already_returned', 0}
+-- if there was nothing to give back (this order's unit was returned before,
+-- or its buyer holds no unit in Redis), or {'not_loaded', 0} if the sale is
+-- not loaded in Redis (then nothing is written; the caller loads the sale
+-- from PostgreSQL, which already counts the cancellation, and calls again).
+-- Pairs, not numbers: INCR can return any number, including a negative one
+-- when Redis was oversold, so no number could stand for a status.
 --
 -- Called after PostgreSQL has cancelled the order, by every delivery of its
 -- deadline job, including the redeliveries that follow a worker crash
@@ -25,14 +28,14 @@
 -- late duplicate of the old job must not remove the buyer of the NEW order
 -- from the set; the marker stops it before it gets there.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return -2
+  return {'not_loaded', 0}
 end
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
-  return -1
+  return {'already_returned', 0}
 end
 if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then
-  return -1
+  return {'already_returned', 0}
 end
 local left = redis.call('INCR', KEYS[1])
 redis.call('PUBLISH', ARGV[3], left)
-return left
+return {'returned', left}

@@ -57,34 +57,3 @@ impl Store {
         self.redis.get().await.context("getting a Redis connection")
     }
 }
-
-/// Whether a PostgreSQL error means "PostgreSQL is not reachable", as
-/// opposed to a problem with what was asked of it. The worker gives jobs
-/// back without charging an attempt for the first kind.
-pub fn is_unavailable(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::WorkerCrashed => true,
-        // 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now,
-        // and class 08: connection exceptions.
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pool_timeout_means_postgres_is_unavailable() {
-        assert!(is_unavailable(&sqlx::Error::PoolTimedOut));
-        assert!(!is_unavailable(&sqlx::Error::RowNotFound));
-    }
-}

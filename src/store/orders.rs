@@ -73,6 +73,10 @@ pub enum Deadline {
     Paid,
     /// The order is rejected, or unknown: nothing to do.
     Nothing,
+    /// The order is confirmed but its deadline has not passed on
+    /// PostgreSQL's clock: the job came early (the queue runs on Redis'
+    /// clock), and must run again once `left` has passed.
+    NotDue { left: Duration },
 }
 
 impl Deadline {
@@ -166,9 +170,11 @@ impl Store {
     pub async fn cancel_unpaid(&self, order_id: Uuid) -> Result<Deadline, sqlx::Error> {
         let mut tx = self.pg.begin().await?;
         // The race with pay is decided here: see the module comment.
+        // `pay_by <= now()`: PostgreSQL's clock alone says whether the window
+        // has closed, the same clock `pay` asks.
         let cancelled: Option<i64> = sqlx::query_scalar(
             "UPDATE orders SET status = 'cancelled', cancelled_at = now(), updated_at = now()
-              WHERE id = $1 AND status = 'confirmed'
+              WHERE id = $1 AND status = 'confirmed' AND pay_by <= now()
               RETURNING sale_id",
         )
         .bind(order_id)
@@ -184,12 +190,55 @@ impl Store {
             tracing::info!(%order_id, sale_id, "unpaid order cancelled");
             return Ok(Deadline::Cancelled);
         }
+        // Why not: asked in the same transaction, so on the same `now()` as
+        // the UPDATE (a transaction's `now()` is its start): a window that
+        // closed in between cannot look closed here and open above.
+        let found: Option<(OrderStatus, Option<i64>)> = sqlx::query_as(
+            "SELECT status, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint
+               FROM orders WHERE id = $1",
+        )
+        .bind(order_id)
+        .fetch_optional(&mut *tx)
+        .await?;
         tx.rollback().await?;
-        Ok(match self.status(order_id).await? {
-            Some(OrderStatus::Cancelled) => Deadline::AlreadyCancelled,
-            Some(OrderStatus::Paid) => Deadline::Paid,
+        Ok(match found {
+            Some((OrderStatus::Cancelled, _)) => Deadline::AlreadyCancelled,
+            Some((OrderStatus::Paid, _)) => Deadline::Paid,
+            Some((OrderStatus::Confirmed, Some(left_ms))) => Deadline::NotDue {
+                left: Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
+            },
             _ => Deadline::Nothing,
         })
+    }
+
+    /// Every confirmed order that has a payment deadline, with the time left
+    /// until it (zero once it has passed), on PostgreSQL's clock: what the
+    /// sales' deadline queues must hold. The worker's sweep re-queues them,
+    /// for deadlines Redis lost.
+    pub async fn unpaid_orders(&self) -> anyhow::Result<Vec<(OrderJob, Duration)>> {
+        let rows: Vec<(Uuid, i64, String, i64)> = sqlx::query_as(
+            "SELECT id, sale_id, user_id,
+                    GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
+               FROM orders
+              WHERE status = 'confirmed' AND pay_by IS NOT NULL",
+        )
+        .fetch_all(&self.pg)
+        .await
+        .context("reading the unpaid orders")?;
+        Ok(rows
+            .into_iter()
+            .map(|(order_id, sale_id, user_id, left_ms)| {
+                let job = OrderJob {
+                    order_id,
+                    sale_id,
+                    user_id,
+                };
+                (
+                    job,
+                    Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
+                )
+            })
+            .collect())
     }
 
     /// One order as stored in PostgreSQL.

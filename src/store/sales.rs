@@ -180,18 +180,40 @@ pub async fn snapshot<C: ConnectionLike + Send>(
     anyhow::bail!("sale {sale_id} has no stock in Redis even after loading it")
 }
 
+/// A sale's figures as PostgreSQL has them, ready to be loaded into Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loadable {
+    /// `stock_total - sold`.
+    pub stock_left: i32,
+    /// The buyers of its confirmed and paid orders.
+    pub buyers: Vec<String>,
+}
+
 /// Load a sale's units left and buyers into Redis from PostgreSQL, unless
 /// Redis has them already. Returns whether it loaded.
+///
+/// Between the read and the write, PostgreSQL may change (a worker confirms
+/// or cancels an order); the write then puts a past state into Redis. The
+/// worker copes with that where it matters: a unit given back to a sale that
+/// is not loaded is given back only after loading the sale itself (see
+/// `payment::give_unit_back`), so that a stale load cannot lose it.
 pub async fn load_into_redis<C: ConnectionLike + Send>(
     pg: &PgPool,
     redis: &mut C,
     prefix: &str,
     sale_id: i64,
 ) -> anyhow::Result<bool> {
+    let loadable = read_loadable(pg, sale_id).await?;
+    write_loadable(redis, prefix, sale_id, &loadable).await
+}
+
+/// The read half of [`load_into_redis`]. Public, with the write half, so
+/// that tests can play a loader that read before a change and writes after.
+pub async fn read_loadable(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loadable> {
     // One statement, so one snapshot. Read as two queries, a worker commit
     // between them would give a stock that does not match the buyers: the
     // new buyer counted in one and not the other.
-    let (left, buyers): (i32, Vec<String>) = sqlx::query_as(
+    let (stock_left, buyers): (i32, Vec<String>) = sqlx::query_as(
         "SELECT s.stock_total - s.sold,
                 COALESCE(array_agg(o.user_id) FILTER (WHERE o.user_id IS NOT NULL), '{}')
            FROM sales s
@@ -203,17 +225,32 @@ pub async fn load_into_redis<C: ConnectionLike + Send>(
     .fetch_one(pg)
     .await
     .context("reading a sale's stock and buyers")?;
+    Ok(Loadable { stock_left, buyers })
+}
+
+/// The write half of [`load_into_redis`]: writes only if the sale's stock
+/// key is absent (`lua/sale_load.lua`). Returns whether it wrote.
+pub async fn write_loadable<C: ConnectionLike + Send>(
+    redis: &mut C,
+    prefix: &str,
+    sale_id: i64,
+    loadable: &Loadable,
+) -> anyhow::Result<bool> {
     let keys = SaleKeys::new(prefix, sale_id);
     let loaded: i64 = LOAD
         .key(&keys.stock)
         .key(&keys.buyers)
-        .arg(left)
-        .arg(buyers)
+        .arg(loadable.stock_left)
+        .arg(&loadable.buyers)
         .invoke_async(redis)
         .await
         .context("loading a sale into Redis")?;
     if loaded == 1 {
-        tracing::info!(sale_id, stock_left = left, "sale loaded into Redis");
+        tracing::info!(
+            sale_id,
+            stock_left = loadable.stock_left,
+            "sale loaded into Redis"
+        );
     }
     Ok(loaded == 1)
 }

@@ -2,13 +2,18 @@
 //!
 //! Policy: business outcomes and bad input are answered with their own status
 //! and a stable machine-readable code, `{"error": "<code>", "message": "..."}`.
-//! Anything unexpected is logged with its whole cause chain inside the
+//! A failure because Redis or PostgreSQL is down (or refusing work for a
+//! while: see `probe::transient`) is `503 unavailable` with `Retry-After`:
+//! the request was fine, and trying again later is the right move.
+//! Anything else unexpected is logged with its whole cause chain inside the
 //! request's span (which carries the request id) and reaches the client only
 //! as a generic 500; the `X-Request-Id` response header links the two.
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
+
+use crate::probe;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -42,8 +47,22 @@ pub enum ApiError {
     OrderRejected,
     #[error("cross-site form posts are refused")]
     CrossSite,
+    #[error("a server behind the app is unavailable; try again in a moment")]
+    Unavailable(anyhow::Error),
     #[error("internal error")]
-    Internal(#[from] anyhow::Error),
+    Internal(anyhow::Error),
+}
+
+/// Every `?` on an `anyhow` error in a handler comes through here: a
+/// server that is down is `Unavailable`, anything else `Internal`.
+impl From<anyhow::Error> for ApiError {
+    fn from(error: anyhow::Error) -> Self {
+        if probe::transient(&error) {
+            Self::Unavailable(error)
+        } else {
+            Self::Internal(error)
+        }
+    }
 }
 
 impl ApiError {
@@ -69,6 +88,7 @@ impl ApiError {
             Self::OrderPending => "order_pending",
             Self::OrderRejected => "order_rejected",
             Self::CrossSite => "cross_site_request",
+            Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
         }
     }
@@ -88,13 +108,17 @@ impl ResponseError for ApiError {
             | Self::OrderPending
             | Self::OrderRejected => StatusCode::CONFLICT,
             Self::CrossSite => StatusCode::FORBIDDEN,
-            Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Busy | Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let message = match self {
+            Self::Unavailable(cause) => {
+                tracing::warn!(error = format!("{cause:#}"), "a server is unavailable");
+                self.to_string()
+            }
             Self::Internal(cause) => {
                 tracing::error!(error = format!("{cause:#}"), "request failed");
                 "Something went wrong on our side. Quote the X-Request-Id header when reporting it."
@@ -104,7 +128,7 @@ impl ResponseError for ApiError {
         };
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            Self::Busy => {
+            Self::Busy | Self::Unavailable(_) => {
                 response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
             }
             Self::Unauthorized | Self::AdminDisabled => {

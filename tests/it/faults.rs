@@ -26,6 +26,15 @@ async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
     }
 
     postgres.stop();
+    // The API says "try again later" meanwhile, never 500.
+    let order = app
+        .client
+        .get(app.url(&format!("/api/orders/{}", accepted[0])))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(order.status(), 503);
+    assert_eq!(order.headers()["retry-after"], "1");
     // One step while PostgreSQL is down: it fails, and gives the jobs back
     // without using up an attempt.
     let step = app.worker.try_process_batch(sale).await;
@@ -90,14 +99,32 @@ async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty
     let body: Value = health.json().await.expect("JSON");
     assert_eq!(body["redis"], "down");
     assert_eq!(body["postgres"], "ok");
+    // While Redis is down the answer is honest: unavailable, try again
+    // later; never a 500, and no detail of the failure.
     let refused = app.purchase(sale, "bob").await;
-    assert!(refused.status().is_server_error(), "{}", refused.status());
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
     assert!(
         refused.headers().contains_key("x-request-id"),
         "nothing to quote when reporting it"
     );
     let error: Value = refused.json().await.expect("a JSON error");
-    assert_eq!(error["error"], "internal", "no detail leaks: {error}");
+    assert_eq!(error["error"], "unavailable", "{error}");
+    assert!(
+        !error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("refused"),
+        "{error}"
+    );
+    let page = app
+        .client
+        .get(app.url(&format!("/api/sales/{sale}")))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(page.status(), 503);
+    assert_eq!(page.headers()["retry-after"], "1");
 
     // Redis comes back with nothing in it (no persistence): the sale is
     // reloaded from PostgreSQL, which remembers ann's unit.

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use seckill::config::WorkerSettings;
 use seckill::domain::OrderJob;
+use seckill::payment::{self, UnitReturn};
 use seckill::queue::{Queue, QueueStats};
 use seckill::store::Deadline;
+use seckill::store::sales;
 use seckill::worker::{BatchReport, Worker};
 use serde_json::Value;
 use tokio::sync::Barrier;
@@ -37,9 +39,10 @@ async fn confirmed_order(app: &TestApp, stock: i64, user: &str) -> (i64, Uuid) {
     (sale, order)
 }
 
-/// Make the deadlines of `orders` due now, as if their windows had closed
-/// (on the queue's clock; PostgreSQL's `pay_by` is left as it is).
+/// Make the deadlines of `orders` due now, as if their windows had closed:
+/// on PostgreSQL's clock (`pay_by`, which decides) and on the queue's.
 async fn make_deadlines_due(app: &TestApp, sale: i64, orders: &[Uuid]) {
+    close_windows_in(app, orders, Duration::ZERO).await;
     let mut zadd = redis::cmd("ZADD");
     zadd.arg(&app.keys(sale).deadlines.due).arg("XX");
     for order in orders {
@@ -49,6 +52,17 @@ async fn make_deadlines_due(app: &TestApp, sale: i64, orders: &[Uuid]) {
         .query_async(&mut app.redis_conn().await)
         .await
         .expect("ZADD");
+}
+
+/// Set the payment windows of `orders` to close `after` from now, on
+/// PostgreSQL's clock (the queue's due times are left as they are).
+async fn close_windows_in(app: &TestApp, orders: &[Uuid], after: Duration) {
+    sqlx::query("UPDATE orders SET pay_by = now() + make_interval(secs => $2) WHERE id = ANY($1)")
+        .bind(orders)
+        .bind(after.as_secs_f64())
+        .execute(&app.pg)
+        .await
+        .expect("set pay_by");
 }
 
 /// The order's payload as its deadline job carries it.
@@ -253,7 +267,11 @@ async fn race_once(app: &TestApp, orders: usize) {
         ids.push(app.buy(sale, &format!("racer-{i}")).await);
     }
     app.drain().await;
+    // Due now on the queue's clock; on PostgreSQL's, which decides, the
+    // windows close a moment after the race starts, so that payments and
+    // deadlines meet at the boundary.
     make_deadlines_due(app, sale, &ids).await;
+    close_windows_in(app, &ids, Duration::from_millis(30)).await;
 
     const WORKERS: usize = 2;
     let barrier = Arc::new(Barrier::new(orders + WORKERS));
@@ -299,7 +317,17 @@ async fn race_once(app: &TestApp, orders: usize) {
     for worker in workers {
         worker.await.expect("a worker task");
     }
-    app.drain().await;
+    // Deadlines that came before their window closed went back on the
+    // queue for the time left: run them until none is left.
+    eventually(
+        Duration::from_secs(20),
+        "every deadline handled",
+        || async {
+            app.drain().await;
+            app.deadline_stats(sale).await == QueueStats::default()
+        },
+    )
+    .await;
 
     let mut paid_users = Vec::new();
     for (i, order) in ids.iter().enumerate() {
@@ -473,11 +501,20 @@ async fn a_payment_and_a_deadline_queued_on_the_same_row_end_with_the_first_one_
     // The race made to happen every time: the test holds the order's row
     // lock, lets the payment and the deadline queue up behind it in a
     // chosen order, then lets go. The first in line wins; the second finds
-    // the status changed, updates nothing, and does nothing.
+    // the status changed (or the window closed), updates nothing, and does
+    // nothing.
+    //
+    // PostgreSQL's clock decides the window (`pay_by`), so for both to be
+    // in time the payment starts before the window closes and the deadline
+    // after; the lock queue's order then decides. A deadline that queues
+    // first has started after the close, and so has any payment behind it.
     let app = app_with_window(600, 100).await;
     for pay_first in [true, false] {
         let (sale, order) = confirmed_order(&app, 1, "ann").await;
         make_deadlines_due(&app, sale, &[order]).await;
+        let window = Duration::from_millis(1_500);
+        close_windows_in(&app, &[order], window).await;
+        let closes = tokio::time::Instant::now() + window;
         let mut holder = app.pg.begin().await.expect("begin");
         sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
             .bind(order)
@@ -499,8 +536,14 @@ async fn a_payment_and_a_deadline_queued_on_the_same_row_end_with_the_first_one_
                 lock_waiters(&app).await == 1
             })
             .await;
+            assert!(
+                tokio::time::Instant::now() < closes,
+                "the payment came too late"
+            );
+            tokio::time::sleep_until(closes + Duration::from_millis(50)).await;
             (pay, tokio::spawn(cancel))
         } else {
+            tokio::time::sleep_until(closes + Duration::from_millis(50)).await;
             let cancel = tokio::spawn(cancel);
             eventually(Duration::from_secs(20), "the deadline to wait", || async {
                 lock_waiters(&app).await == 1
@@ -508,10 +551,23 @@ async fn a_payment_and_a_deadline_queued_on_the_same_row_end_with_the_first_one_
             .await;
             (tokio::spawn(pay), cancel)
         };
-        eventually(Duration::from_secs(20), "both to wait", || async {
-            lock_waiters(&app).await == 2
-        })
-        .await;
+        if pay_first {
+            eventually(Duration::from_secs(20), "both to wait", || async {
+                lock_waiters(&app).await == 2
+            })
+            .await;
+        } else {
+            // A payment after the close does not even wait for the row: its
+            // WHERE clause (`pay_by > now()`) matches nothing.
+            tokio::time::timeout(Duration::from_secs(5), async {
+                while !pay.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .expect("a late payment is refused without waiting for the row");
+            assert_eq!(lock_waiters(&app).await, 1, "the deadline still waits");
+        }
         holder.rollback().await.expect("let go of the row");
 
         let (pay, cancel) = (pay.await.expect("pay"), cancel.await.expect("cancel"));
@@ -527,4 +583,118 @@ async fn a_payment_and_a_deadline_queued_on_the_same_row_end_with_the_first_one_
             assert_eq!(app.redis_stock(sale).await, Some(1));
         }
     }
+}
+
+/// A unit given back to a sale whose Redis stock is below zero (oversold
+/// by the `naive` strategy) is a unit given back, not "sale not loaded".
+#[tokio::test]
+async fn a_unit_given_back_to_an_oversold_stock_is_counted_as_returned() {
+    let app = app_with_window(900, 10).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    let keys = app.keys(sale);
+    let mut conn = app.redis_conn().await;
+    let () = redis::cmd("SET")
+        .arg(&keys.stock)
+        .arg(-3)
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let job = deadline_job(&app, ann).await;
+    let returned = payment::return_unit(&mut conn, &keys, &job)
+        .await
+        .expect("return");
+    assert_eq!(returned, UnitReturn::Returned { stock_left: -2 });
+    assert!(app.redis_buyers(sale).await.is_empty());
+}
+
+/// The interleaving of a reload and a cancellation: a page reads the sale
+/// from PostgreSQL while ann's order is confirmed; the deadline cancels it
+/// while the sale is not loaded in Redis; then the page writes what it read.
+/// Redis must end with PostgreSQL's figures: the unit back, ann free to buy.
+#[tokio::test]
+async fn a_reload_that_read_before_a_cancellation_does_not_lose_the_unit() {
+    let app = app_with_window(900, 10).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    let keys = app.keys(sale);
+    // Redis restarted without persistence: the sale's figures are gone.
+    let () = redis::cmd("DEL")
+        .arg(&keys.stock)
+        .arg(&keys.buyers)
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("DEL");
+    // A page starts loading the sale: it reads PostgreSQL now...
+    let stale = sales::read_loadable(&app.pg, sale).await.expect("read");
+    assert_eq!(
+        (stale.stock_left, stale.buyers.clone()),
+        (0, vec!["ann".to_owned()])
+    );
+    // ...the deadline passes and the worker cancels ann's order...
+    make_deadlines_due(&app, sale, &[ann]).await;
+    let report = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!(report.cancelled, 1);
+    // ...and the page's write lands last.
+    sales::write_loadable(
+        &mut app.redis_conn().await,
+        &app.scratch.prefix,
+        sale,
+        &stale,
+    )
+    .await
+    .expect("write");
+    assert_eq!(app.sold(sale).await, 0);
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(1),
+        "the returned unit was lost"
+    );
+    assert!(
+        app.redis_buyers(sale).await.is_empty(),
+        "ann is still a buyer in Redis"
+    );
+    assert_eq!(app.deadline_stats(sale).await, QueueStats::default());
+}
+
+/// Redis lost the payment deadlines (a restart without persistence): the
+/// sweep a worker runs on its first pass puts them back, and the unpaid
+/// order is cancelled, its unit back on sale.
+#[tokio::test]
+async fn deadlines_redis_lost_are_swept_back_and_the_unpaid_order_is_cancelled() {
+    let app = app_with_window(900, 10).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    assert_eq!(app.deadline_stats(sale).await.waiting, 1);
+    let deadlines = app.keys(sale).deadlines;
+    let () = redis::cmd("DEL")
+        .arg(&deadlines.all()[..])
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("DEL");
+    close_windows_in(&app, &[ann], Duration::ZERO).await;
+
+    // A worker starts: its first pass sweeps.
+    let worker = Worker::new(app.store.clone(), WorkerSettings::default());
+    let report = crate::helpers::drain(&worker).await;
+    assert_eq!((report.swept, report.cancelled), (1, 1));
+    assert_eq!(status_of(&app, ann).await, "cancelled");
+    assert_eq!(app.sold(sale).await, 0);
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+    assert!(app.redis_buyers(sale).await.is_empty());
+}
+
+/// PostgreSQL's clock alone says when a window closes: a deadline job that
+/// the queue (on Redis' clock) hands out early cancels nothing, and runs
+/// again once the window has closed.
+#[tokio::test]
+async fn a_deadline_that_comes_before_the_window_closes_waits_for_it() {
+    let app = app_with_window(900, 10).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    make_deadlines_due(&app, sale, &[ann]).await;
+    close_windows_in(&app, &[ann], Duration::from_secs(1)).await;
+    let early = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!((early.not_due, early.cancelled), (1, 0));
+    assert_eq!(status_of(&app, ann).await, "confirmed");
+    assert_eq!(app.deadline_stats(sale).await.waiting, 1);
+    run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
+    assert_eq!(status_of(&app, ann).await, "cancelled");
+    assert_eq!(app.redis_stock(sale).await, Some(1));
 }

@@ -223,6 +223,45 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
     assert_eq!(app.redis_buyers(sale).await, ["current"]);
 }
 
+/// A holder whose commit takes the stock below zero (Redis already out of
+/// step: the `naive` strategy ran on the same sale, or a reload raced) did
+/// write: the order is queued, so the answer must be "written", not "lock
+/// lost" (which the API would answer `503` for an order it had taken).
+#[tokio::test]
+async fn a_commit_that_takes_the_stock_below_zero_is_reported_as_written() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(1).await;
+    let keys = app.keys(sale);
+    let mut conn = app.redis_conn().await;
+    let holder = RedisLock::new(&keys.lock, &keys.fence, Duration::from_secs(30))
+        .try_acquire(&mut conn)
+        .await
+        .expect("acquire")
+        .expect("free");
+    // Something outside the lock sold the last unit meanwhile.
+    let () = redis::cmd("SET")
+        .arg(&keys.stock)
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let job = OrderJob {
+        order_id: Uuid::now_v7(),
+        sale_id: sale,
+        user_id: "late".into(),
+    };
+    let written = purchase::commit(&mut conn, &keys, &holder, &job)
+        .await
+        .expect("commit");
+    assert_eq!(
+        written,
+        Some(-1),
+        "a commit that wrote was reported as a lost lock"
+    );
+    assert_eq!(app.queue_stats(sale).await.waiting, 1);
+    assert_eq!(app.redis_buyers(sale).await, ["late"]);
+}
+
 #[tokio::test]
 async fn a_sale_missing_from_redis_is_reloaded_from_postgres_with_its_buyers() {
     let app = spawn_app().await;

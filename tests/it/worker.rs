@@ -242,3 +242,103 @@ async fn a_worker_process_killed_mid_batch_and_restarted_confirms_every_order_ex
     assert!(orders.iter().all(|(_, _, status)| status == "confirmed"));
     assert_eq!(app.sold(sale).await as usize, ORDERS);
 }
+
+/// One job PostgreSQL refuses for a reason of its own (here a buyer id the
+/// table's CHECK forbids, as a corrupted job would carry) must not take its
+/// batch-mates down with it: they are confirmed, and only it is charged.
+#[tokio::test]
+async fn a_poison_job_is_charged_alone_and_its_batch_mates_are_confirmed() {
+    let mut options = Options::default();
+    options.worker.max_attempts = 1;
+    let app = spawn_app_with(options).await;
+    let sale = app.create_sale(5).await;
+    let mut buyers = users(3);
+    buyers.insert(1, "x".repeat(100));
+    enqueue_orders(&app, sale, &buyers).await;
+    let report = app.drain().await;
+    assert_eq!((report.confirmed, report.failed), (3, 1));
+    assert_eq!(confirmed(&app, sale).await, 3);
+    assert_eq!(
+        app.queue_stats(sale).await,
+        QueueStats {
+            waiting: 0,
+            in_flight: 0,
+            dead: 1
+        }
+    );
+}
+
+/// Make the scratch database read-only for new sessions (as a failover to
+/// a standby does), or writable again, and cut the sessions it has so that
+/// every pool reconnects and sees it.
+async fn set_read_only(app: &TestApp, read_only: bool) {
+    use sqlx::Connection;
+    let url = seckill::services::with_database(&app.scratch.database_url, "postgres").expect("URL");
+    let mut admin = sqlx::PgConnection::connect(&url)
+        .await
+        .expect("admin connection");
+    let name = app
+        .scratch
+        .database_url
+        .rsplit('/')
+        .next()
+        .expect("a database name")
+        .to_owned();
+    let setting = if read_only { "on" } else { "off" };
+    sqlx::query(&format!(
+        r#"ALTER DATABASE "{name}" SET default_transaction_read_only = {setting}"#
+    ))
+    .execute(&mut admin)
+    .await
+    .expect("ALTER DATABASE");
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&name)
+        .execute(&mut admin)
+        .await
+        .expect("cut the sessions");
+}
+
+/// A database that refuses writes for a while (read-only during a
+/// failover) is not the jobs' fault: however many passes fail meanwhile,
+/// nothing is dead-lettered, and everything is confirmed once it is writable.
+#[tokio::test]
+async fn a_read_only_database_dead_letters_nothing_and_all_is_confirmed_after() {
+    let mut options = Options::default();
+    options.worker.max_attempts = 2;
+    let app = spawn_app_with(options).await;
+    let sale = app.create_sale(20).await;
+    let ids: HashSet<Uuid> = enqueue_orders(&app, sale, &users(20))
+        .await
+        .into_iter()
+        .collect();
+    set_read_only(&app, true).await;
+    // More failed passes than two attempts would allow, a second apart
+    // (the delay a charged job waits before it is due again).
+    for _ in 0..4 {
+        assert!(app.worker.run_once().await.is_err(), "a write went through");
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+    }
+    assert_eq!(
+        app.queue_stats(sale).await.dead,
+        0,
+        "healthy orders were dead-lettered"
+    );
+    set_read_only(&app, false).await;
+    eventually(
+        Duration::from_secs(30),
+        "every order is confirmed",
+        || async {
+            let _ = app.worker.run_once().await;
+            app.queue_stats(sale).await == QueueStats::default()
+        },
+    )
+    .await;
+    let stored: HashSet<Uuid> = app
+        .orders(sale)
+        .await
+        .iter()
+        .map(|(id, _, _)| *id)
+        .collect();
+    assert_eq!(stored, ids);
+    assert_eq!(confirmed(&app, sale).await, 20);
+}

@@ -22,20 +22,20 @@
 //! does, which is how the demo shows the database catching what Redis let
 //! through.
 //!
-//! While PostgreSQL is down, reserved jobs go back to the queue without using
-//! up an attempt, and the worker backs off (up to a few seconds) until it
-//! answers again.
+//! While PostgreSQL is down, or refuses work for a reason of its own state
+//! (out of connections, read-only during a failover, a deadlock: see
+//! [`probe::transient_postgres`]), reserved jobs go back to the queue without
+//! using up an attempt, and the worker backs off (up to a few seconds) until
+//! it answers again. When a batch fails for a reason of its own, the worker
+//! writes its orders one by one, so that only the job at fault is charged.
 //!
-//! The worker drains a second queue per sale: the payment deadlines. Each
-//! confirmed order gets a delayed job there, due when its payment window
-//! closes; it is queued after the commit that confirms the order and before
-//! the order job's ack, so a crash in between redelivers the order job, whose
-//! (no-op) write queues the deadline again; queueing by id keeps one job.
-//! [`Worker::try_process_deadlines`] runs the due deadlines: see
-//! `payment.rs` for how a deadline and a payment race.
+//! The worker drains a second queue per sale, the payment deadlines, and
+//! puts back the deadlines Redis lost: see `deadlines.rs`.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+mod deadlines;
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
@@ -44,12 +44,15 @@ use crate::backoff;
 use crate::config::WorkerSettings;
 use crate::domain::OrderJob;
 use crate::keys::{QueueKeys, SaleKeys};
-use crate::payment;
+use crate::probe;
 use crate::queue::{Attempt, Queue, Reserved};
-use crate::store::{self, Deadline, Store, Written};
+use crate::store::{Store, Written};
 
 /// Delay before a job that failed by itself (not because PostgreSQL was down) runs again.
 const FAILED_JOB_DELAY: Duration = Duration::from_secs(1);
+/// How often a worker sweeps the payment deadlines back into their queues
+/// (see `deadlines.rs`); the first pass of every worker sweeps too.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// What one batch did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +73,12 @@ pub struct BatchReport {
     pub cancelled: usize,
     /// Deadlines that found the order paid: nothing to do.
     pub paid_in_time: usize,
+    /// Deadlines that came before PostgreSQL's `pay_by` and wait again.
+    pub not_due: usize,
+    /// Payment deadlines put back in their queue by a sweep (Redis had lost them).
+    pub swept: u64,
+    /// Jobs that failed by themselves, charged an attempt, to run again later.
+    pub failed: usize,
 }
 
 impl BatchReport {
@@ -83,6 +92,20 @@ impl BatchReport {
         self.dead_lettered += other.dead_lettered;
         self.cancelled += other.cancelled;
         self.paid_in_time += other.paid_in_time;
+        self.not_due += other.not_due;
+        self.swept += other.swept;
+        self.failed += other.failed;
+    }
+
+    /// Count what became of each order of a write.
+    fn count(&mut self, written: &[Written]) {
+        for outcome in written {
+            match outcome {
+                Written::Confirmed => self.confirmed += 1,
+                Written::Rejected => self.rejected += 1,
+                Written::AlreadyThere => self.redelivered += 1,
+            }
+        }
     }
 }
 
@@ -94,9 +117,14 @@ pub struct Worker {
     store: Store,
     /// Batch size, lease, attempts, poll and payment window; fixed at start.
     settings: WorkerSettings,
+    /// When this worker last swept the payment deadlines; `None` until its
+    /// first pass. A std Mutex: held for a read and a write, never across an
+    /// await. Only `run_once` changes it.
+    last_sweep: Mutex<Option<Instant>>,
 }
 
-/// A batch reserved from one queue, its payloads decoded.
+/// A batch reserved from one queue, its payloads decoded. Owned by the one
+/// step that reserved it.
 struct Batch {
     /// The sale's keys, and the queue the batch came from.
     keys: SaleKeys,
@@ -112,7 +140,11 @@ struct Batch {
 
 impl Worker {
     pub fn new(store: Store, settings: WorkerSettings) -> Self {
-        Self { store, settings }
+        Self {
+            store,
+            settings,
+            last_sweep: Mutex::new(None),
+        }
     }
 
     /// One step on one sale's queue: reserve, write, commit, queue the
@@ -120,61 +152,115 @@ impl Worker {
     #[tracing::instrument(skip(self), fields(reserved))]
     pub async fn try_process_batch(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
         let Batch {
-            keys,
             queue,
             mut conn,
             mut report,
             orders,
             reserved,
+            ..
         } = self.reserve(sale_id, |keys| &keys.queue).await?;
         if reserved.is_empty() {
             return Ok(report);
         }
 
         let window = self.settings.payment_window();
-        match self.store.confirm_orders(&orders, window).await {
-            Ok(written) => {
-                for outcome in written {
-                    match outcome {
-                        Written::Confirmed => report.confirmed += 1,
-                        Written::Rejected => report.rejected += 1,
-                        Written::AlreadyThere => report.redelivered += 1,
-                    }
-                }
-                // After the commit, before the ack: a crash in between
-                // redelivers the order jobs, and this runs again.
-                self.schedule_deadlines(&mut conn, &keys, &orders)
-                    .await
-                    .context("queueing payment deadlines")?;
-                // Only now, after the commit, may the jobs leave the queue.
-                queue
-                    .ack(&mut conn, &reserved)
-                    .await
-                    .context("acknowledging jobs")?;
-                Ok(report)
-            }
-            Err(error) => {
-                // PostgreSQL being unreachable is not the jobs' fault: give
-                // them back without using up an attempt. Any other failure
-                // counts, so a job that always fails ends up dead-lettered.
-                let (attempt, delay) = if store::is_unavailable(&error) {
-                    (Attempt::NotTried, Duration::ZERO)
-                } else {
-                    (Attempt::Failed, FAILED_JOB_DELAY)
-                };
+        let max_attempts = self.settings.max_attempts;
+        let written = match self.store.confirm_orders(&orders, window).await {
+            Ok(written) => written,
+            // PostgreSQL down, or refusing work for a while, is not the
+            // jobs' fault: give them back without using up an attempt.
+            Err(error) if probe::transient_postgres(&error) => {
                 queue
                     .retry(
                         &mut conn,
                         &reserved,
-                        delay,
-                        attempt,
-                        self.settings.max_attempts,
+                        Duration::ZERO,
+                        Attempt::NotTried,
+                        max_attempts,
                     )
                     .await
                     .context("giving back jobs after a failed write")?;
-                Err(error).context("writing orders to PostgreSQL")
+                return Err(error).context("writing orders to PostgreSQL");
+            }
+            // A failure of the batch's own: one job is at fault, and only
+            // it may be charged, or a poison job would drag its batch-mates
+            // into the dead-letter set with it.
+            Err(error) => {
+                tracing::warn!(
+                    error = %error,
+                    "a batch failed; writing its orders one by one to find the job at fault"
+                );
+                return self
+                    .confirm_one_by_one(&mut conn, &queue, report, &orders, &reserved)
+                    .await;
+            }
+        };
+        report.count(&written);
+        // After the commit, before the ack: a crash in between redelivers
+        // the order jobs, and this runs again.
+        self.schedule_deadlines(&mut conn, &orders)
+            .await
+            .context("queueing payment deadlines")?;
+        // Only now, after the commit, may the jobs leave the queue.
+        queue
+            .ack(&mut conn, &reserved)
+            .await
+            .context("acknowledging jobs")?;
+        Ok(report)
+    }
+
+    /// Write a failed batch's orders one transaction each: the ones that
+    /// commit are acknowledged, the one that fails by itself is charged an
+    /// attempt and tried again later. If PostgreSQL goes away meanwhile, the
+    /// rest are given back uncharged.
+    async fn confirm_one_by_one(
+        &self,
+        conn: &mut deadpool_redis::Connection,
+        queue: &Queue,
+        mut report: BatchReport,
+        orders: &[OrderJob],
+        reserved: &[Reserved],
+    ) -> anyhow::Result<BatchReport> {
+        let window = self.settings.payment_window();
+        let max_attempts = self.settings.max_attempts;
+        for (i, (order, job)) in orders.iter().zip(reserved).enumerate() {
+            let one = std::slice::from_ref(order);
+            match self.store.confirm_orders(one, window).await {
+                Ok(written) => {
+                    report.count(&written);
+                    self.schedule_deadlines(conn, one).await?;
+                    queue.ack(conn, std::slice::from_ref(job)).await?;
+                }
+                Err(error) if probe::transient_postgres(&error) => {
+                    queue
+                        .retry(
+                            conn,
+                            &reserved[i..],
+                            Duration::ZERO,
+                            Attempt::NotTried,
+                            max_attempts,
+                        )
+                        .await
+                        .context("giving back jobs after a failed write")?;
+                    return Err(error).context("writing orders to PostgreSQL");
+                }
+                Err(error) => {
+                    tracing::error!(order_id = %order.order_id, error = %error, "an order job failed by itself");
+                    report.failed += 1;
+                    queue
+                        .retry(
+                            conn,
+                            std::slice::from_ref(job),
+                            FAILED_JOB_DELAY,
+                            Attempt::Failed,
+                            max_attempts,
+                        )
+                        .await
+                        .context("giving back a failed job")?;
+                }
             }
         }
+        Ok(report)
     }
 
     /// Reserve a batch from one of the sale's queues (`which` picks it from
@@ -238,112 +324,13 @@ impl Worker {
         })
     }
 
-    /// Queue the payment deadline of every order of the batch that is
-    /// confirmed in PostgreSQL, due when its `pay_by` passes. Orders just
-    /// confirmed and redelivered ones alike: queueing by id keeps one job,
-    /// and a redelivered order keeps the deadline it was given first.
-    async fn schedule_deadlines(
-        &self,
-        conn: &mut deadpool_redis::Connection,
-        keys: &SaleKeys,
-        orders: &[OrderJob],
-    ) -> anyhow::Result<()> {
-        let ids: Vec<_> = orders.iter().map(|order| order.order_id).collect();
-        let due = self.store.payment_deadlines(&ids).await?;
-        // Orders confirmed in one transaction share their deadline, so
-        // this is usually one enqueue per batch.
-        let mut by_delay: BTreeMap<Duration, Vec<(String, String)>> = BTreeMap::new();
-        for order in orders {
-            if let Some(left) = due.get(&order.order_id) {
-                by_delay
-                    .entry(*left)
-                    .or_default()
-                    .push((order.order_id.to_string(), order.to_payload()));
-            }
-        }
-        let queue = Queue::new(keys.deadlines.clone());
-        for (left, jobs) in by_delay {
-            let jobs: Vec<(&str, &str)> = jobs
-                .iter()
-                .map(|(id, payload)| (id.as_str(), payload.as_str()))
-                .collect();
-            queue
-                .enqueue(conn, &jobs, left)
-                .await
-                .context("queueing payment deadlines")?;
-        }
-        Ok(())
-    }
-
-    /// One step on one sale's deadline queue: for each due deadline, cancel
-    /// the order in PostgreSQL if it is still unpaid, give its unit back in
-    /// Redis, and only then ack. See `payment.rs`.
-    #[tracing::instrument(skip(self), fields(reserved))]
-    pub async fn try_process_deadlines(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
-        let Batch {
-            keys,
-            queue,
-            mut conn,
-            mut report,
-            orders,
-            reserved,
-        } = self.reserve(sale_id, |keys| &keys.deadlines).await?;
-        for (done, order) in orders.iter().enumerate() {
-            let deadline = match self.store.cancel_unpaid(order.order_id).await {
-                Ok(deadline) => deadline,
-                Err(error) => {
-                    // Acknowledge what is done; give this job and the rest
-                    // back (not counting the attempt while PostgreSQL is
-                    // unreachable); stop.
-                    let attempt = if store::is_unavailable(&error) {
-                        Attempt::NotTried
-                    } else {
-                        Attempt::Failed
-                    };
-                    let (finished, rest) = reserved.split_at(done);
-                    queue
-                        .ack(&mut conn, finished)
-                        .await
-                        .context("acknowledging deadlines")?;
-                    queue
-                        .retry(
-                            &mut conn,
-                            rest,
-                            FAILED_JOB_DELAY,
-                            attempt,
-                            self.settings.max_attempts,
-                        )
-                        .await
-                        .context("giving back deadlines after a failed cancel")?;
-                    return Err(error).context("cancelling an unpaid order");
-                }
-            };
-            match deadline {
-                Deadline::Cancelled => report.cancelled += 1,
-                Deadline::Paid => report.paid_in_time += 1,
-                Deadline::AlreadyCancelled | Deadline::Nothing => report.redelivered += 1,
-            }
-            if deadline.returns_unit() {
-                // A Redis failure here leaves this job (and the rest of the
-                // batch) unacknowledged: they are delivered again when the
-                // lease runs out, and the return then happens.
-                let returned = payment::return_unit(&mut conn, &keys, order)
-                    .await
-                    .context("giving a unit back in Redis")?;
-                tracing::info!(order_id = %order.order_id, ?returned, "deadline passed unpaid");
-            }
-        }
-        queue
-            .ack(&mut conn, &reserved)
-            .await
-            .context("acknowledging deadlines")?;
-        Ok(report)
-    }
-
     /// One pass over every sale's order queue and deadline queue. Returns
     /// what it did in total.
     pub async fn run_once(&self) -> anyhow::Result<BatchReport> {
         let mut total = BatchReport::default();
+        if self.sweep_is_due() {
+            total.swept = self.sweep_deadlines().await?;
+        }
         // Every sale's queues in turn. (A system with thousands of sales
         // would keep a set of non-empty queues instead.)
         for sale_id in self.store.sale_ids().await? {

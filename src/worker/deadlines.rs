@@ -1,0 +1,212 @@
+//! The worker's second queue per sale: payment deadlines.
+//!
+//! Each confirmed order gets a delayed job on its sale's deadline queue (the
+//! article's delay queue), due when its payment window closes. It is queued
+//! after the commit that confirms the order and before the order job's ack,
+//! so a crash in between redelivers the order job, whose (no-op) write
+//! queues the deadline again; queueing by id keeps one job.
+//!
+//! When a deadline comes due, [`Worker::try_process_deadlines`] cancels the
+//! order if it is still unpaid and gives its unit back: see `payment.rs`,
+//! and `store/orders.rs` for how a deadline and a payment race. PostgreSQL's
+//! clock alone says whether the window has closed; a job that comes early
+//! (the queue runs on Redis' clock) waits again for the time left.
+//!
+//! The deadlines live only in Redis, and a Redis that restarts without
+//! persistence loses them: the orders would stay confirmed, unpayable and
+//! never cancelled, their units never back on sale. So every worker, on its
+//! first pass and every [`SWEEP_EVERY`] after, sweeps: under a lock, so one
+//! worker at a time, it puts the deadline of every confirmed order back in
+//! its queue. Queueing by id makes that a no-op for every deadline Redis
+//! still has.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::{Batch, BatchReport, FAILED_JOB_DELAY, SWEEP_EVERY, Worker};
+use crate::domain::OrderJob;
+use crate::keys::{self, SaleKeys};
+use crate::lock::RedisLock;
+use crate::payment;
+use crate::probe;
+use crate::queue::{Attempt, Queue};
+use crate::store::Deadline;
+
+/// How long the sweep lock lives: longer than a sweep takes, short enough
+/// that a worker that died mid-sweep does not hold the others up for long.
+const SWEEP_LOCK_TTL: Duration = Duration::from_secs(30);
+
+impl Worker {
+    /// Queue the payment deadline of every order of the batch that is
+    /// confirmed in PostgreSQL, due when its `pay_by` passes. Orders just
+    /// confirmed and redelivered ones alike: queueing by id keeps one job,
+    /// and a redelivered order keeps the deadline it was given first.
+    pub(super) async fn schedule_deadlines(
+        &self,
+        conn: &mut deadpool_redis::Connection,
+        orders: &[OrderJob],
+    ) -> anyhow::Result<u64> {
+        let ids: Vec<_> = orders.iter().map(|order| order.order_id).collect();
+        let due = self.store.payment_deadlines(&ids).await?;
+        let deadlines = orders
+            .iter()
+            .filter_map(|order| Some((order, *due.get(&order.order_id)?)));
+        enqueue_deadlines(conn, &self.store.prefix, deadlines).await
+    }
+
+    /// One step on one sale's deadline queue: for each due deadline, cancel
+    /// the order in PostgreSQL if it is still unpaid, give its unit back in
+    /// Redis, and only then ack. See `payment.rs`.
+    #[tracing::instrument(skip(self), fields(reserved))]
+    pub async fn try_process_deadlines(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
+        let Batch {
+            keys,
+            queue,
+            mut conn,
+            mut report,
+            orders,
+            reserved,
+        } = self.reserve(sale_id, |keys| &keys.deadlines).await?;
+        for (done, order) in orders.iter().enumerate() {
+            let deadline = match self.store.cancel_unpaid(order.order_id).await {
+                Ok(deadline) => deadline,
+                Err(error) => {
+                    // Acknowledge what is done; give this job and the rest
+                    // back (not counting the attempt while PostgreSQL is
+                    // unreachable); stop.
+                    let attempt = if probe::transient_postgres(&error) {
+                        Attempt::NotTried
+                    } else {
+                        Attempt::Failed
+                    };
+                    let (finished, rest) = reserved.split_at(done);
+                    queue
+                        .ack(&mut conn, finished)
+                        .await
+                        .context("acknowledging deadlines")?;
+                    queue
+                        .retry(
+                            &mut conn,
+                            rest,
+                            FAILED_JOB_DELAY,
+                            attempt,
+                            self.settings.max_attempts,
+                        )
+                        .await
+                        .context("giving back deadlines after a failed cancel")?;
+                    return Err(error).context("cancelling an unpaid order");
+                }
+            };
+            match deadline {
+                Deadline::Cancelled => report.cancelled += 1,
+                Deadline::Paid => report.paid_in_time += 1,
+                Deadline::AlreadyCancelled | Deadline::Nothing => report.redelivered += 1,
+                Deadline::NotDue { left } => {
+                    // Early, by PostgreSQL's clock: back on the queue for the
+                    // time left, uncharged. (The ack below then skips it:
+                    // this attempt no longer holds it.)
+                    report.not_due += 1;
+                    queue
+                        .retry(
+                            &mut conn,
+                            &reserved[done..=done],
+                            left,
+                            Attempt::NotTried,
+                            self.settings.max_attempts,
+                        )
+                        .await
+                        .context("putting back a deadline that came early")?;
+                }
+            }
+            if deadline.returns_unit() {
+                // A Redis failure here leaves this job (and the rest of the
+                // batch) unacknowledged: they are delivered again when the
+                // lease runs out, and the return then happens.
+                let returned =
+                    payment::give_unit_back(&self.store, &mut conn, &keys, order).await?;
+                tracing::info!(order_id = %order.order_id, ?returned, "deadline passed unpaid");
+            }
+        }
+        queue
+            .ack(&mut conn, &reserved)
+            .await
+            .context("acknowledging deadlines")?;
+        Ok(report)
+    }
+
+    /// Whether this worker's next pass should sweep (and, if so, note that it does).
+    pub(super) fn sweep_is_due(&self) -> bool {
+        let mut last = self.last_sweep.lock().expect("sweep clock poisoned");
+        let due = last.is_none_or(|at| at.elapsed() >= SWEEP_EVERY);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    }
+
+    /// Put the payment deadline of every confirmed order back in its sale's
+    /// queue, unless another worker is sweeping right now. Returns how many
+    /// deadlines were missing and are queued again.
+    pub async fn sweep_deadlines(&self) -> anyhow::Result<u64> {
+        let mut conn = self.store.redis().await?;
+        let (lock_key, fence_key) = keys::sweep_lock(&self.store.prefix);
+        let lock = RedisLock::new(lock_key, fence_key, SWEEP_LOCK_TTL);
+        // The race this prevents is only waste (two sweeps queue the same
+        // ids, and queueing by id keeps one job), so a worker that finds the
+        // lock taken simply skips its turn.
+        let Some(guard) = lock
+            .try_acquire(&mut conn)
+            .await
+            .context("taking the sweep lock")?
+        else {
+            return Ok(0);
+        };
+        let swept = async {
+            let unpaid = self.store.unpaid_orders().await?;
+            let deadlines = unpaid.iter().map(|(order, left)| (order, *left));
+            enqueue_deadlines(&mut conn, &self.store.prefix, deadlines).await
+        }
+        .await;
+        // Not fatal if it fails: the lock expires with its TTL.
+        let _ = guard.release(&mut conn).await;
+        let swept = swept?;
+        if swept > 0 {
+            tracing::warn!(
+                count = swept,
+                "payment deadlines Redis had lost are queued again"
+            );
+        }
+        Ok(swept)
+    }
+}
+
+/// Queue deadline jobs, each on its sale's deadline queue, due after its
+/// delay. Orders confirmed together share their deadline, so this is usually
+/// one enqueue per sale. Returns how many jobs were new to their queue.
+async fn enqueue_deadlines<'a>(
+    conn: &mut deadpool_redis::Connection,
+    prefix: &str,
+    deadlines: impl Iterator<Item = (&'a OrderJob, Duration)>,
+) -> anyhow::Result<u64> {
+    let mut grouped: BTreeMap<(i64, Duration), Vec<(String, String)>> = BTreeMap::new();
+    for (order, left) in deadlines {
+        grouped
+            .entry((order.sale_id, left))
+            .or_default()
+            .push((order.order_id.to_string(), order.to_payload()));
+    }
+    let mut added = 0;
+    for ((sale_id, left), jobs) in grouped {
+        let jobs: Vec<(&str, &str)> = jobs
+            .iter()
+            .map(|(id, payload)| (id.as_str(), payload.as_str()))
+            .collect();
+        added += Queue::new(SaleKeys::new(prefix, sale_id).deadlines)
+            .enqueue(conn, &jobs, left)
+            .await
+            .context("queueing payment deadlines")?;
+    }
+    Ok(added)
+}
