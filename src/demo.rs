@@ -38,13 +38,12 @@ struct Kept {
 /// `--exit`, the demo ends). Returns the worse of the two verdicts.
 pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::Result<Verdict> {
     startup::raise_open_files_limit();
-    let store = harness::connect(services, prefix).await?;
     let token = admin_token();
     // Interrupted during the runs, the runs' future is dropped, and with it
     // the clusters, whose processes are killed (a worker killed mid-batch
     // loses nothing: that is what the queue is for).
     let (verdict, kept) = tokio::select! {
-        ran = both_runs(&args, services, &store, &token) => ran?,
+        ran = both_runs(&args, services, prefix, &token) => ran?,
         () = startup::wait_for_signal() => bail!("interrupted; the app instances were stopped"),
     };
     let Some(Kept { cluster, sale_id }) = kept else {
@@ -71,9 +70,10 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
 async fn both_runs(
     args: &DemoArgs,
     services: &Services,
-    store: &Store,
+    prefix: &str,
     token: &str,
 ) -> anyhow::Result<(Verdict, Option<Kept>)> {
+    let store = &harness::connect(services, prefix).await?;
     println!(
         "seckill demo: {} buyers race for {} units on {} app instances, twice:\n  \
          1. strategy `lock`: the Redis lock guards the stock; nothing may be oversold;\n  \

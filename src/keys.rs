@@ -50,6 +50,35 @@ impl SaleKeys {
     }
 }
 
+/// A sale's two queues, by name (the admin's re-drive form names them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaleQueue {
+    /// The order queue, drained into PostgreSQL by the worker.
+    Orders,
+    /// The payment deadlines, one delayed job per confirmed order.
+    Deadlines,
+}
+
+impl SaleQueue {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Orders => "orders",
+            Self::Deadlines => "deadlines",
+        }
+    }
+}
+
+impl SaleKeys {
+    /// The keys of one of the sale's queues.
+    pub fn queue_keys(&self, which: SaleQueue) -> &QueueKeys {
+        match which {
+            SaleQueue::Orders => &self.queue,
+            SaleQueue::Deadlines => &self.deadlines,
+        }
+    }
+}
+
 /// The lock that lets one worker at a time sweep the payment deadlines
 /// (see `worker.rs`), and its fencing counter: `(lock, fence)`. Not a sale's
 /// key, so it carries no sale's hash tag.

@@ -2,10 +2,10 @@
 //! and, when a call failed, whether the failure was the server's (try again
 //! later) rather than the request's.
 //!
-//! `GET /healthz` asks through the app's pools; service discovery
-//! (`services/`) asks a URL before deciding to use the server behind it.
-//! Both come here, so "answers" means the same thing everywhere: a reply
-//! within the limit, not merely a connection.
+//! `GET /healthz` asks through the app's pools (a `PING`, a `SELECT 1`);
+//! service discovery (`services/`) asks a URL before deciding to use the
+//! server behind it (a `PING`; for PostgreSQL, a connection). Each waits
+//! only so long ([`within`]).
 //!
 //! The classification ([`transient`]) decides two honest answers: the API
 //! says `503 unavailable` with `Retry-After` instead of `500` while a server

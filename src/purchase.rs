@@ -163,7 +163,7 @@ pub async fn commit<C: ConnectionLike + Send>(
 /// Runs purchases. One per app instance, shared by all requests.
 pub struct Purchaser {
     /// Redis for the lock and the commit; PostgreSQL only to load a sale
-    /// Redis lost.
+    /// Redis lost. Shared with the rest of the instance; never replaced.
     store: Store,
     /// The strategy and its timings; fixed at start.
     settings: PurchaseSettings,

@@ -160,15 +160,20 @@ pub fn raise_open_files_limit() {
 /// One running `seckill serve`: the HTTP server, and the tasks that live
 /// as long as it does. Owned by whoever runs it; nothing in it is shared.
 pub struct Application {
-    /// The address the listener is bound to (a real port, even when 0 was asked for).
+    /// The address the listener is bound to (a real port, even when 0 was
+    /// asked for). Set by `build`, read-only after.
     address: SocketAddr,
-    /// The actix-web server; awaiting it serves until it stops.
+    /// The actix-web server; awaiting it serves until it stops. Consumed by
+    /// `run_until_stopped`, the only thing that stops it.
     server: Server,
-    /// The in-process queue worker, unless `--no-worker`.
+    /// The in-process queue worker, unless `--no-worker`. Awaited by
+    /// `run_until_stopped` once `shutdown` is cancelled.
     worker: Option<JoinHandle<()>>,
-    /// The task that forwards Redis pub/sub to the live pages.
+    /// The task that forwards Redis pub/sub to the live pages. Awaited by
+    /// `run_until_stopped` once `shutdown` is cancelled.
     events: JoinHandle<()>,
-    /// Cancelled to stop: ends the event streams, the worker and the events task.
+    /// Cancelled to stop, by `run_until_stopped` on a signal: ends the
+    /// event streams, the worker and the events task.
     shutdown: CancellationToken,
 }
 

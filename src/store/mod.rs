@@ -15,6 +15,7 @@
 //! the constraints they rely on are in [`schema`], next to the migration
 //! that creates them.
 
+pub mod admin;
 pub mod orders;
 pub mod sales;
 pub mod schema;
@@ -25,15 +26,18 @@ use anyhow::Context;
 use deadpool_redis::Pool as RedisPool;
 use sqlx::PgPool;
 
+pub use admin::SaleInside;
 pub use orders::{Deadline, OrderRow, PayOutcome, Written};
 pub use sales::{Catalog, Snapshot};
 
 /// The app's handle on its data. Cheap to clone: every field is shared.
 #[derive(Clone)]
 pub struct Store {
-    /// PostgreSQL, which has the last word on every order.
+    /// PostgreSQL, which has the last word on every order. Set at start;
+    /// the pool itself is shared by every clone.
     pub pg: PgPool,
-    /// Redis: the sale's stock and buyers, the lock, the queues.
+    /// Redis: the sale's stock and buyers, the lock, the queues. Set at
+    /// start; the pool is shared by every clone.
     pub redis: RedisPool,
     /// Prefix of every Redis key (see `keys.rs`); fixed for the process.
     pub prefix: String,

@@ -34,6 +34,7 @@ use uuid::Uuid;
 use super::{Store, schema};
 use crate::domain::{Order, OrderJob, OrderStatus, RejectReason};
 use crate::keys::SaleKeys;
+use crate::queue::Queue;
 
 /// What became of one order job in PostgreSQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,7 +278,7 @@ impl Store {
         let id = order_id.to_string();
         let mut pipe = redis::pipe();
         for sale_id in self.sale_ids().await? {
-            pipe.hget(SaleKeys::new(&self.prefix, sale_id).queue.jobs, &id);
+            Queue::new(SaleKeys::new(&self.prefix, sale_id).queue).pipe_payload(&mut pipe, &id);
         }
         let mut conn = self.redis().await?;
         let found: Vec<Option<String>> = pipe

@@ -69,6 +69,9 @@ impl Store {
 
     /// Insert a sale into PostgreSQL and load it into Redis.
     pub async fn create_sale(&self, new: &NewSale) -> anyhow::Result<Sale> {
+        // The connection first: with Redis unreachable, nothing is written,
+        // and a retry cannot create the sale twice.
+        let mut conn = self.redis().await?;
         let sale: Sale = sqlx::query_as(&format!(
             "INSERT INTO sales (name, price_cents, stock_total, starts_at, ends_at)
              VALUES ($1, $2, $3, $4, $5) RETURNING {SALE_COLUMNS}"
@@ -83,7 +86,6 @@ impl Store {
         .context("inserting a sale")?;
         // If Redis fails here the sale exists only in PostgreSQL; that is safe:
         // the first purchase finds the stock key missing and loads it.
-        let mut conn = self.redis().await?;
         load_into_redis(&self.pg, &mut conn, &self.prefix, sale.id).await?;
         tracing::info!(sale_id = sale.id, stock = sale.stock_total, "sale created");
         Ok(sale)

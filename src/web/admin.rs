@@ -25,8 +25,8 @@ use super::api::{SaleView, find_sale};
 use super::error::ApiError;
 use super::pages::html;
 use crate::domain::{NewSale, OrderStatus};
-use crate::keys::SaleKeys;
-use crate::queue::{Queue, QueueStats};
+use crate::keys::SaleQueue;
+use crate::queue::QueueStats;
 use crate::store::OrderRow;
 
 /// The admin login cookie.
@@ -103,8 +103,8 @@ pub struct NewSaleForm {
 
 #[derive(Debug, Deserialize)]
 pub struct RedriveForm {
-    /// `orders` or `deadlines`.
-    queue: String,
+    /// `orders` or `deadlines`; anything else is refused by the form parser.
+    queue: SaleQueue,
 }
 
 /// Whether the request carries a valid admin cookie.
@@ -232,32 +232,16 @@ pub async fn sale(
         return login_page(None, StatusCode::UNAUTHORIZED);
     }
     let sale = find_sale(&state, &path).await?;
-    let keys = SaleKeys::new(&state.store.prefix, sale.id);
-    let mut conn = state.store.redis().await?;
-    let redis_stock: Option<i64> = redis::cmd("GET")
-        .arg(&keys.stock)
-        .query_async(&mut conn)
-        .await
-        .context("reading the stock")?;
-    let order_queue = Queue::new(keys.queue.clone())
-        .stats(&mut conn)
-        .await
-        .context("reading the order queue")?;
-    let deadline_queue = Queue::new(keys.deadlines.clone())
-        .stats(&mut conn)
-        .await
-        .context("reading the deadline queue")?;
-    let sold = state.store.sold(sale.id).await?;
-    let orders = state.store.orders_of_sale(sale.id, ORDERS_SHOWN).await?;
+    let inside = state.store.sale_inside(sale.id, ORDERS_SHOWN).await?;
     html(&AdminSalePage {
-        sale: SaleView::new(&sale, redis_stock.unwrap_or(0)),
-        redis_stock,
-        pg_left: i64::from(sale.stock_total - sold),
-        sold,
-        orders,
+        sale: SaleView::new(&sale, inside.redis_stock.unwrap_or(0)),
+        redis_stock: inside.redis_stock,
+        pg_left: i64::from(sale.stock_total - inside.sold),
+        sold: inside.sold,
+        orders: inside.orders,
         queues: vec![
-            ("orders", "Orders", order_queue),
-            ("deadlines", "Payment deadlines", deadline_queue),
+            ("orders", "Orders", inside.order_queue),
+            ("deadlines", "Payment deadlines", inside.deadline_queue),
         ],
     })
 }
@@ -271,21 +255,6 @@ pub async fn redrive(
 ) -> Result<HttpResponse, ApiError> {
     authenticate(&state, &request)?;
     let sale = find_sale(&state, &path).await?;
-    let keys = SaleKeys::new(&state.store.prefix, sale.id);
-    let queue = match form.queue.as_str() {
-        "orders" => Queue::new(keys.queue),
-        "deadlines" => Queue::new(keys.deadlines),
-        other => {
-            return Err(ApiError::InvalidRequest(format!(
-                "unknown queue {other:?}: expected orders or deadlines"
-            )));
-        }
-    };
-    let mut conn = state.store.redis().await?;
-    let count = queue
-        .redrive(&mut conn)
-        .await
-        .context("re-driving dead-lettered jobs")?;
-    tracing::info!(sale_id = sale.id, queue = %form.queue, count, "dead-lettered jobs re-driven");
+    state.store.redrive(sale.id, form.queue).await?;
     Ok(see_other(&format!("/admin/sales/{}", sale.id)))
 }

@@ -28,16 +28,20 @@ pub const MAX_JSON_BYTES: usize = 4 * 1024;
 /// flags, has its own lock).
 pub struct AppState {
     /// PostgreSQL, Redis, the key prefix and the cache of sales: every read
-    /// and write of data goes through it.
+    /// and write of data goes through it. Set by `startup`; never replaced.
     pub store: Store,
-    /// The purchase path, with this instance's sold-out flags.
+    /// The purchase path, with this instance's sold-out flags (which only
+    /// the purchase path changes). Set by `startup`; never replaced.
     pub purchaser: Purchaser,
     /// The admin token's digest; checks logins, cookies and bearer headers.
+    /// Fixed at start from `SECKILL_ADMIN_TOKEN`.
     pub admin: AdminToken,
-    /// Stock changes from Redis pub/sub, for the live sale pages.
+    /// Stock changes from Redis pub/sub, for the live sale pages. Only the
+    /// events task sends on it; every stream is a receiver.
     pub events: SaleEvents,
-    /// Cancelled when the instance shuts down: live event streams end then,
-    /// so that they do not hold the graceful shutdown up.
+    /// Cancelled when the instance shuts down (by `startup`, on a signal):
+    /// live event streams end then, so that they do not hold the graceful
+    /// shutdown up.
     pub shutdown: CancellationToken,
 }
 
@@ -117,7 +121,13 @@ impl AdminToken {
 /// Every route, in one table.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.app_data(json_config())
-        .app_data(web::FormConfig::default().limit(MAX_JSON_BYTES))
+        .app_data(
+            web::FormConfig::default()
+                .limit(MAX_JSON_BYTES)
+                .error_handler(|error, _request| {
+                    ApiError::invalid(format!("malformed form: {error}")).into()
+                }),
+        )
         .route("/healthz", web::get().to(api::health))
         .route("/api/sales", web::post().to(api::create_sale))
         .route("/api/sales/{id}", web::get().to(api::get_sale))

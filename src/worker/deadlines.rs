@@ -58,7 +58,8 @@ impl Worker {
 
     /// One step on one sale's deadline queue: for each due deadline, cancel
     /// the order in PostgreSQL if it is still unpaid, give its unit back in
-    /// Redis, and only then ack. See `payment.rs`.
+    /// Redis, and only then ack. The race with a payment is decided in
+    /// `store/orders.rs`; the unit's return is `payment.rs`.
     #[tracing::instrument(skip(self), fields(reserved))]
     pub async fn try_process_deadlines(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
         let Batch {

@@ -113,7 +113,7 @@ impl BatchReport {
 /// or many: the queue hands each job to one of them at a time.
 pub struct Worker {
     /// PostgreSQL, Redis and the key prefix; shared with the web handlers
-    /// when the worker runs inside `seckill serve`.
+    /// when the worker runs inside `seckill serve`. Never replaced.
     store: Store,
     /// Batch size, lease, attempts, poll and payment window; fixed at start.
     settings: WorkerSettings,
@@ -126,15 +126,17 @@ pub struct Worker {
 /// A batch reserved from one queue, its payloads decoded. Owned by the one
 /// step that reserved it.
 struct Batch {
-    /// The sale's keys, and the queue the batch came from.
+    /// The sale's keys.
     keys: SaleKeys,
+    /// The queue the batch came from: acks and retries go back to it.
     queue: Queue,
     /// The connection the reserve used; the ack goes through it too.
     conn: deadpool_redis::Connection,
     /// What the reserve did (reserved, reclaimed, dead-lettered).
     report: BatchReport,
-    /// The decoded jobs, and their reservations in the same order.
+    /// The decoded jobs.
     orders: Vec<OrderJob>,
+    /// Their reservations, in the same order: what ack and retry take.
     reserved: Vec<Reserved>,
 }
 

@@ -223,6 +223,19 @@ async fn an_admin_creates_a_sale_sees_its_orders_and_stock_and_redrives_dead_job
         assert!(html.contains(expected), "{expected} missing from {html}");
     }
 
+    // A queue the sale does not have: a clear 400, nothing re-driven.
+    let unknown = no_redirects()
+        .post(app.url(&format!("/admin/sales/{sale}/redrive")))
+        .header(COOKIE, &cookie)
+        .form(&[("queue", "everything")])
+        .send()
+        .await
+        .expect("POST redrive");
+    assert_eq!(unknown.status(), 400);
+    let error: serde_json::Value = unknown.json().await.expect("a JSON error");
+    assert_eq!(error["error"], "invalid_request");
+    assert_eq!(app.queue_stats(sale).await.dead, 1);
+
     let redrive = no_redirects()
         .post(app.url(&format!("/admin/sales/{sale}/redrive")))
         .header(COOKIE, &cookie)

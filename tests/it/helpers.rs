@@ -257,6 +257,18 @@ impl TestApp {
         self.redis.get().await.expect("a Redis connection")
     }
 
+    /// Forget a sale's units left and buyers in Redis, as a Redis restarted
+    /// without persistence has.
+    pub async fn wipe_sale_from_redis(&self, sale_id: i64) {
+        let keys = self.keys(sale_id);
+        let () = redis::cmd("DEL")
+            .arg(&keys.stock)
+            .arg(&keys.buyers)
+            .query_async(&mut self.redis_conn().await)
+            .await
+            .expect("DEL");
+    }
+
     /// Units left according to Redis.
     pub async fn redis_stock(&self, sale_id: i64) -> Option<i64> {
         redis::cmd("GET")

@@ -33,13 +33,24 @@ fn layers() -> BTreeMap<String, u32> {
     layers
 }
 
-/// The top-level modules `src/lib.rs` declares.
+/// The top-level modules `src/lib.rs` declares, public or not.
 fn declared_modules() -> BTreeSet<String> {
-    std::fs::read_to_string(Path::new(ROOT).join("src/lib.rs"))
-        .expect("reading src/lib.rs")
+    let lib =
+        std::fs::read_to_string(Path::new(ROOT).join("src/lib.rs")).expect("reading src/lib.rs");
+    strip_comments(&lib)
         .lines()
-        .filter_map(|line| line.trim().strip_prefix("pub mod "))
-        .map(|rest| rest.trim_end_matches(';').to_owned())
+        .filter_map(|line| {
+            let line = line.trim();
+            let rest = line.strip_prefix("mod ").or_else(|| {
+                let after_pub = line.strip_prefix("pub")?;
+                let after_vis = match after_pub.strip_prefix('(') {
+                    Some(inner) => inner.split_once(')')?.1,
+                    None => after_pub,
+                };
+                after_vis.trim_start().strip_prefix("mod ")
+            })?;
+            Some(rest.trim_end_matches(';').trim().to_owned())
+        })
         .collect()
 }
 
@@ -57,37 +68,130 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// The top-level module a file of `src/` belongs to: `src/x.rs` and
-/// `src/x/...` are `x`. `None` for the crate root and the binaries.
-fn module_of(file: &Path) -> Option<String> {
-    let relative = file.strip_prefix(Path::new(ROOT).join("src")).ok()?;
-    let first = relative.components().next()?.as_os_str().to_str()?;
-    match first {
-        "lib.rs" | "main.rs" | "bin" => None,
-        name => Some(name.trim_end_matches(".rs").to_owned()),
+/// The module path of a file of `src/`: `src/x.rs` and `src/x/mod.rs` are
+/// `[x]`, `src/x/y.rs` is `[x, y]`. Empty for the crate root and the
+/// binaries, which are not checked.
+fn module_path(file: &Path) -> Vec<String> {
+    let Ok(relative) = file.strip_prefix(Path::new(ROOT).join("src")) else {
+        return Vec::new();
+    };
+    let mut path: Vec<String> = relative
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .map(|c| c.trim_end_matches(".rs").to_owned())
+        .collect();
+    if path.last().is_some_and(|last| last == "mod") {
+        path.pop();
+    }
+    match path.first().map(String::as_str) {
+        None | Some("lib" | "main" | "bin") => Vec::new(),
+        Some(_) => path,
     }
 }
 
-/// The modules a file's code refers to through `crate::`, comments left out
-/// (a doc comment may name a module above it: that is a pointer for the
-/// reader, not an arrow).
-fn references(source: &str) -> BTreeSet<String> {
+/// `source` with its comments left out (string literals kept whole, so a
+/// `//` inside one does not cut a line short). A doc comment may name a
+/// module above its own: that is a pointer for the reader, not an arrow.
+fn strip_comments(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut chars = source.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                out.push(c);
+                while let Some(c) = chars.next() {
+                    out.push(c);
+                    if c == '\\' {
+                        if let Some(escaped) = chars.next() {
+                            out.push(escaped);
+                        }
+                    } else if c == '"' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut last = ' ';
+                for c in chars.by_ref() {
+                    if last == '*' && c == '/' {
+                        break;
+                    }
+                    last = c;
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// The top-level modules a file refers to, from its module path `at`:
+/// `crate::x`, `use crate::{x, y::{z}}` over any number of lines, and
+/// `super::` paths that climb out of the file's top-level module.
+fn references_from(at: &[String], source: &str) -> BTreeSet<String> {
+    let code = strip_comments(source);
     let mut found = BTreeSet::new();
-    for line in source.lines() {
-        let code = line.split("//").next().unwrap_or_default();
-        let mut rest = code;
-        while let Some(at) = rest.find("crate::") {
-            rest = &rest[at + "crate::".len()..];
-            if let Some(group) = rest.strip_prefix('{') {
-                // `use crate::{a, b::c}`: every name at the group's top.
-                let inner = group.split('}').next().unwrap_or_default();
-                found.extend(inner.split(',').filter_map(|item| first_name(item.trim())));
-            } else if let Some(name) = first_name(rest) {
-                found.insert(name);
+    for (start, _) in code.char_indices() {
+        let rest = &code[start..];
+        // A path starts a word: `my_crate::x` is no `crate::` path.
+        let starts_word = !code[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        if !starts_word {
+            continue;
+        }
+        if let Some(path) = rest.strip_prefix("crate::") {
+            found.extend(tree_heads(path));
+        } else if rest.starts_with("super::") {
+            let (mut climbed, mut path) = (0, rest);
+            while let Some(next) = path.strip_prefix("super::") {
+                climbed += 1;
+                path = next;
+            }
+            // Out of the top-level module: the next name is a top-level one.
+            if climbed >= at.len() {
+                found.extend(tree_heads(path));
             }
         }
     }
     found
+}
+
+/// The first names of a use tree: `x::y` gives `x`; `{a, b::{c, d}}` gives
+/// `a` and `b`.
+fn tree_heads(tree: &str) -> Vec<String> {
+    let tree = tree.trim_start();
+    let Some(group) = tree.strip_prefix('{') else {
+        return first_name(tree).into_iter().collect();
+    };
+    let mut heads = Vec::new();
+    let (mut depth, mut item) = (0, String::new());
+    for c in group.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                heads.extend(first_name(item.trim()));
+                item.clear();
+                continue;
+            }
+            _ => {}
+        }
+        item.push(c);
+    }
+    heads.extend(first_name(item.trim()));
+    heads
 }
 
 fn first_name(path: &str) -> Option<String> {
@@ -102,11 +206,12 @@ fn first_name(path: &str) -> Option<String> {
 fn arrows() -> BTreeMap<String, BTreeSet<String>> {
     let mut arrows: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in rust_files(&Path::new(ROOT).join("src")) {
-        let Some(from) = module_of(&file) else {
+        let at = module_path(&file);
+        let Some(from) = at.first().cloned() else {
             continue;
         };
         let source = std::fs::read_to_string(&file).expect("reading a source file");
-        let mut to = references(&source);
+        let mut to = references_from(&at, &source);
         to.remove(&from);
         arrows.entry(from).or_default().extend(to);
     }
@@ -189,11 +294,45 @@ fn modules_of_one_layer_refer_to_each_other_without_a_circle() {
 }
 
 #[test]
-fn the_checker_sees_grouped_and_inline_references_and_skips_comments() {
-    let source = "use crate::{keys, store::Store};\n\
-                  let x = crate::backoff::after(1);\n\
-                  //! see [`crate::demo`]\n\
-                  let y = 1; // crate::web";
-    let found: Vec<_> = references(source).into_iter().collect();
-    assert_eq!(found, ["backoff", "keys", "store"]);
+fn the_checker_sees_every_way_of_naming_a_module_and_skips_comments() {
+    let check = |path: &[&str], source: &str| -> Vec<String> {
+        let at: Vec<String> = path.iter().map(|p| p.to_string()).collect();
+        references_from(&at, source).into_iter().collect()
+    };
+    let none: Vec<String> = Vec::new();
+    // Grouped, nested, over several lines, and inline paths.
+    assert_eq!(
+        check(
+            &["demo"],
+            "use crate::{\n    keys,\n    store::{self, Store},\n    web,\n};"
+        ),
+        ["keys", "store", "web"]
+    );
+    assert_eq!(
+        check(&["demo"], "let x = crate::backoff::after(1);"),
+        ["backoff"]
+    );
+    // Comments are pointers for the reader, not arrows; a `//` inside a
+    // string literal is not a comment.
+    assert_eq!(
+        check(&["demo"], "//! see [`crate::web`]\n/* crate::cli */"),
+        none
+    );
+    assert_eq!(
+        check(
+            &["demo"],
+            "let u = \"redis://x\"; let y = crate::probe::ping;"
+        ),
+        ["probe"]
+    );
+    // `super::` from a top-level file names a top-level module; from a
+    // nested file it stays home unless it climbs out.
+    assert_eq!(check(&["store"], "use super::web;"), ["web"]);
+    assert_eq!(check(&["store", "orders"], "use super::Store;"), none);
+    assert_eq!(
+        check(&["store", "orders"], "use super::super::web::X;"),
+        ["web"]
+    );
+    // A name that merely ends in "crate" is no path.
+    assert_eq!(check(&["demo"], "let x = my_crate::web;"), none);
 }

@@ -615,14 +615,8 @@ async fn a_unit_given_back_to_an_oversold_stock_is_counted_as_returned() {
 async fn a_reload_that_read_before_a_cancellation_does_not_lose_the_unit() {
     let app = app_with_window(900, 10).await;
     let (sale, ann) = confirmed_order(&app, 1, "ann").await;
-    let keys = app.keys(sale);
     // Redis restarted without persistence: the sale's figures are gone.
-    let () = redis::cmd("DEL")
-        .arg(&keys.stock)
-        .arg(&keys.buyers)
-        .query_async(&mut app.redis_conn().await)
-        .await
-        .expect("DEL");
+    app.wipe_sale_from_redis(sale).await;
     // A page starts loading the sale: it reads PostgreSQL now...
     let stale = sales::read_loadable(&app.pg, sale).await.expect("read");
     assert_eq!(

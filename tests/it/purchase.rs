@@ -269,13 +269,7 @@ async fn a_sale_missing_from_redis_is_reloaded_from_postgres_with_its_buyers() {
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
     app.drain().await;
     // Redis restarted without persistence: the sale's keys are gone.
-    let keys = app.keys(sale);
-    redis::cmd("DEL")
-        .arg(&keys.stock)
-        .arg(&keys.buyers)
-        .query_async::<()>(&mut app.redis_conn().await)
-        .await
-        .expect("DEL");
+    app.wipe_sale_from_redis(sale).await;
 
     let response = app.purchase(sale, "ann").await;
     assert_eq!(response.status(), 409, "PostgreSQL remembers ann's unit");

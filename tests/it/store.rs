@@ -1,7 +1,8 @@
 //! The store against a real PostgreSQL: the enums the code uses for a
 //! column are the values the column holds, both ways.
 
-use seckill::domain::{OrderStatus, RejectReason};
+use seckill::domain::{OrderStatus, RejectReason, UserId};
+use seckill::store::{Snapshot, sales};
 use uuid::Uuid;
 
 use crate::helpers::spawn_app;
@@ -62,4 +63,68 @@ async fn every_stored_status_and_reason_reads_back_as_itself() {
         .expect("names");
     let expected: Vec<&str> = written.iter().map(|(_, s, _)| s.as_str()).collect();
     assert_eq!(names, expected);
+}
+
+/// `pending` is a status the API shows, never one PostgreSQL stores: a
+/// pending order lives only on the queue. The column's CHECK refuses it.
+#[tokio::test]
+async fn a_pending_order_can_never_be_stored() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(1).await;
+    let refused =
+        sqlx::query("INSERT INTO orders (id, sale_id, user_id, status) VALUES ($1, $2, 'ann', $3)")
+            .bind(Uuid::now_v7())
+            .bind(sale)
+            .bind(OrderStatus::Pending)
+            .execute(&app.pg)
+            .await
+            .expect_err("pending was stored");
+    let constraint = refused.as_database_error().and_then(|db| db.constraint());
+    assert_eq!(constraint, Some("orders_status_check"));
+}
+
+/// Redis out of step with PostgreSQL (as the `naive` run leaves it) is put
+/// back in line, buyers and all.
+#[tokio::test]
+async fn reset_sale_in_redis_puts_back_postgres_figures() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(3).await;
+    app.buy(sale, "ann").await;
+    app.drain().await;
+    let keys = app.keys(sale);
+    let () = redis::pipe()
+        .set(&keys.stock, -4)
+        .ignore()
+        .sadd(&keys.buyers, "ghost")
+        .ignore()
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("break Redis");
+    app.store.reset_sale_in_redis(sale).await.expect("reset");
+    assert_eq!(app.redis_stock(sale).await, Some(2));
+    assert_eq!(app.redis_buyers(sale).await, ["ann"]);
+}
+
+/// A snapshot of a sale Redis lost loads it from PostgreSQL first, and
+/// says who holds a unit.
+#[tokio::test]
+async fn a_snapshot_of_a_sale_redis_lost_loads_it_first() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(3).await;
+    app.buy(sale, "ann").await;
+    app.drain().await;
+    app.wipe_sale_from_redis(sale).await;
+    let mut conn = app.redis_conn().await;
+    let ann = UserId::parse("ann").expect("a buyer");
+    let snapshot = sales::snapshot(&app.pg, &mut conn, &app.scratch.prefix, sale, Some(&ann))
+        .await
+        .expect("snapshot");
+    assert_eq!(
+        snapshot,
+        Snapshot {
+            stock_left: 2,
+            holds_unit: true
+        }
+    );
+    assert_eq!(app.store.stock_left(sale).await.expect("stock"), 2);
 }
