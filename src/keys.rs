@@ -32,6 +32,10 @@ pub struct SaleKeys {
     /// Pub/sub channel (not a key) on which every change of the units left
     /// is published, as the new number of units left.
     pub events: String,
+    /// `STRING`: a fresh random id written by every load of the sale from
+    /// PostgreSQL (`lua/sale_load.lua`). A worker that sees it change while
+    /// it holds a batch knows a load may have missed the batch's orders.
+    pub epoch: String,
 }
 
 impl SaleKeys {
@@ -46,6 +50,7 @@ impl SaleKeys {
             deadlines: QueueKeys::new(&format!("{base}:pay")),
             returned: format!("{base}:returned"),
             events: format!("{base}:events"),
+            epoch: format!("{base}:epoch"),
         }
     }
 }
@@ -165,6 +170,7 @@ mod tests {
             &keys.fence,
             &keys.returned,
             &keys.events,
+            &keys.epoch,
         ];
         let queues: Vec<String> = keys
             .queue

@@ -24,6 +24,8 @@ use crate::domain::{NewSale, Sale, UserId};
 use crate::keys::SaleKeys;
 
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sale_load.lua")));
+static APPLY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/orders_apply.lua")));
 
 const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at";
 
@@ -242,7 +244,9 @@ pub async fn write_loadable<C: ConnectionLike + Send>(
     let loaded: i64 = LOAD
         .key(&keys.stock)
         .key(&keys.buyers)
+        .key(&keys.epoch)
         .arg(loadable.stock_left)
+        .arg(uuid::Uuid::new_v4().simple().to_string())
         .arg(&loadable.buyers)
         .invoke_async(redis)
         .await
@@ -255,4 +259,36 @@ pub async fn write_loadable<C: ConnectionLike + Send>(
         );
     }
     Ok(loaded == 1)
+}
+
+/// The sale's load epoch: changes with every load from PostgreSQL (`None`
+/// while the sale is not loaded).
+pub async fn epoch<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &SaleKeys,
+) -> anyhow::Result<Option<String>> {
+    redis::cmd("GET")
+        .arg(&keys.epoch)
+        .query_async(conn)
+        .await
+        .context("reading the sale's load epoch")
+}
+
+/// Count the buyers of orders PostgreSQL just confirmed in the sale's Redis
+/// figures, once each (`lua/orders_apply.lua`). Returns how many were
+/// missing; `None` if the sale is not loaded.
+pub async fn apply_confirmed<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &SaleKeys,
+    buyers: &[&str],
+) -> anyhow::Result<Option<u64>> {
+    let applied: i64 = APPLY
+        .key(&keys.stock)
+        .key(&keys.buyers)
+        .arg(&keys.events)
+        .arg(buyers)
+        .invoke_async(conn)
+        .await
+        .context("applying confirmed orders to Redis")?;
+    Ok(u64::try_from(applied).ok())
 }

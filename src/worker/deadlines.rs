@@ -69,6 +69,7 @@ impl Worker {
             mut report,
             orders,
             reserved,
+            ..
         } = self.reserve(sale_id, |keys| &keys.deadlines).await?;
         for (done, order) in orders.iter().enumerate() {
             let deadline = match self.store.cancel_unpaid(order.order_id).await {

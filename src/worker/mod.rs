@@ -46,7 +46,7 @@ use crate::domain::OrderJob;
 use crate::keys::{QueueKeys, SaleKeys};
 use crate::probe;
 use crate::queue::{Attempt, Queue, Reserved};
-use crate::store::{Store, Written};
+use crate::store::{Store, Written, sales};
 
 /// Delay before a job that failed by itself (not because PostgreSQL was down) runs again.
 const FAILED_JOB_DELAY: Duration = Duration::from_secs(1);
@@ -79,6 +79,8 @@ pub struct BatchReport {
     pub swept: u64,
     /// Jobs that failed by themselves, charged an attempt, to run again later.
     pub failed: usize,
+    /// Confirmed orders counted in Redis after a load missed them.
+    pub reapplied: u64,
 }
 
 impl BatchReport {
@@ -95,6 +97,7 @@ impl BatchReport {
         self.not_due += other.not_due;
         self.swept += other.swept;
         self.failed += other.failed;
+        self.reapplied += other.reapplied;
     }
 
     /// Count what became of each order of a write.
@@ -125,9 +128,13 @@ pub struct Worker {
 
 /// A batch reserved from one queue, its payloads decoded. Owned by the one
 /// step that reserved it.
-struct Batch {
+pub struct Batch {
     /// The sale's keys.
     keys: SaleKeys,
+    /// The sale's load epoch read just before the reserve (see
+    /// `lua/sale_load.lua`): if it differs after the commit, a load came in
+    /// between and may have missed this batch's orders.
+    epoch: Option<String>,
     /// The queue the batch came from: acks and retries go back to it.
     queue: Queue,
     /// The connection the reserve used; the ack goes through it too.
@@ -153,14 +160,30 @@ impl Worker {
     /// payment deadlines, ack.
     #[tracing::instrument(skip(self), fields(reserved))]
     pub async fn try_process_batch(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
+        let batch = self.reserve_orders(sale_id).await?;
+        self.write_batch(batch).await
+    }
+
+    /// The first half of [`Worker::try_process_batch`]: reserve a batch of
+    /// the sale's order jobs. Public, with [`Worker::write_batch`], so that
+    /// tests can play what happens to Redis while a worker holds a batch.
+    pub async fn reserve_orders(&self, sale_id: i64) -> anyhow::Result<Batch> {
+        self.reserve(sale_id, |keys| &keys.queue).await
+    }
+
+    /// The second half: write the batch to PostgreSQL, commit, queue the
+    /// payment deadlines, count the orders in Redis if a load missed them,
+    /// and ack.
+    pub async fn write_batch(&self, batch: Batch) -> anyhow::Result<BatchReport> {
         let Batch {
+            keys,
+            epoch,
             queue,
             mut conn,
             mut report,
             orders,
             reserved,
-            ..
-        } = self.reserve(sale_id, |keys| &keys.queue).await?;
+        } = batch;
         if reserved.is_empty() {
             return Ok(report);
         }
@@ -203,6 +226,29 @@ impl Worker {
         self.schedule_deadlines(&mut conn, &orders)
             .await
             .context("queueing payment deadlines")?;
+        // A load from PostgreSQL between the reserve and the commit (Redis
+        // was wiped, and a page or a purchase loaded the sale again) counted
+        // this batch's units as unsold and its buyers as free: count them.
+        // (A worker that dies between its commit and this line leaves it
+        // undone; its redelivery reserves after the load and cannot tell.)
+        if sales::epoch(&mut conn, &keys).await? != epoch {
+            let buyers: Vec<&str> = orders
+                .iter()
+                .zip(&written)
+                .filter(|(_, written)| **written == Written::Confirmed)
+                .map(|(order, _)| order.user_id.as_str())
+                .collect();
+            if !buyers.is_empty()
+                && let Some(applied) = sales::apply_confirmed(&mut conn, &keys, &buyers).await?
+                && applied > 0
+            {
+                tracing::warn!(
+                    applied,
+                    "a load missed orders of this batch; counted them in Redis"
+                );
+                report.reapplied += applied;
+            }
+        }
         // Only now, after the commit, may the jobs leave the queue.
         queue
             .ack(&mut conn, &reserved)
@@ -277,6 +323,9 @@ impl Worker {
         let keys = SaleKeys::new(&self.store.prefix, sale_id);
         let queue = Queue::new(which(&keys).clone());
         let mut conn = self.store.redis().await?;
+        // Before the reserve: a load after this read, and before the
+        // commit, is then seen as a change.
+        let epoch = sales::epoch(&mut conn, &keys).await?;
         let reservation = queue
             .reserve(
                 &mut conn,
@@ -318,6 +367,7 @@ impl Worker {
         }
         Ok(Batch {
             keys,
+            epoch,
             queue,
             conn,
             report,

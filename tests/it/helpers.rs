@@ -269,6 +269,24 @@ impl TestApp {
             .expect("DEL");
     }
 
+    /// Delete every key of a sale (its figures, its queues, its lock), as a
+    /// Redis restarted without persistence has lost them.
+    pub async fn wipe_all_of_sale(&self, sale_id: i64) {
+        let mut conn = self.redis_conn().await;
+        let pattern = format!("{}:{{sale:{sale_id}}}:*", self.scratch.prefix);
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        assert!(!keys.is_empty(), "the sale has no keys to wipe");
+        let () = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+
     /// Units left according to Redis.
     pub async fn redis_stock(&self, sale_id: i64) -> Option<i64> {
         redis::cmd("GET")

@@ -342,3 +342,47 @@ async fn a_read_only_database_dead_letters_nothing_and_all_is_confirmed_after() 
     assert_eq!(stored, ids);
     assert_eq!(confirmed(&app, sale).await, 20);
 }
+
+/// The exact interleaving: a worker holds a reserved batch when Redis is
+/// wiped; a page loads the sale from PostgreSQL, where the batch is not
+/// committed yet; then the worker commits and acks. Redis must end with
+/// PostgreSQL's figures, and the batch's buyers must not be able to buy
+/// again.
+#[tokio::test]
+async fn a_load_while_a_worker_holds_a_batch_leaves_redis_equal_to_postgres() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+    app.buy(sale, "bob").await;
+    let held = app.worker.reserve_orders(sale).await.expect("reserve");
+
+    // Redis restarts empty: the sale's figures and its queues are gone.
+    app.wipe_all_of_sale(sale).await;
+    // A page loads the sale from PostgreSQL, which has no order yet.
+    let view = app.get_json(&format!("/api/sales/{sale}")).await;
+    assert_eq!(view["stock_left"], 5);
+
+    // The worker commits, and counts what the load missed.
+    let report = app.worker.write_batch(held).await.expect("write");
+    assert_eq!((report.confirmed, report.reapplied), (2, 2));
+    assert_eq!(app.sold(sale).await, 2);
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(3),
+        "Redis promises more than PostgreSQL has"
+    );
+    let mut buyers = app.redis_buyers(sale).await;
+    buyers.sort();
+    assert_eq!(buyers, ["ann", "bob"]);
+    assert_eq!(
+        app.purchase(sale, "ann").await.status(),
+        409,
+        "ann bought twice"
+    );
+
+    // Without a load in between, the same steps count nothing twice.
+    app.buy(sale, "cy").await;
+    let report = app.drain().await;
+    assert_eq!((report.confirmed, report.reapplied), (1, 0));
+    assert_eq!(app.redis_stock(sale).await, Some(2));
+}
