@@ -14,7 +14,9 @@ use clap::{Args, Parser, Subcommand};
 use seckill_loadtest::LoadArgs;
 use serde::Serialize;
 
-use crate::config::{PurchaseSettings, ServiceArgs, Strategy, WorkerSettings};
+use crate::config::{
+    DEFAULT_MAX_EVENT_STREAMS, PurchaseSettings, ServiceArgs, Strategy, WorkerSettings,
+};
 use crate::domain::{Sale, SaleStatus};
 
 /// A flash sale that proves, under load and under faults, that 10 units are
@@ -69,6 +71,10 @@ pub struct ServeArgs {
     /// Name of this instance, sent in the X-Seckill-Instance header of every response [default: the bind address].
     #[arg(long, env = "SECKILL_INSTANCE_ID")]
     pub instance_id: Option<String>,
+
+    /// Live sale pages (event streams) this instance serves at once, 1 to 1000000; one more is answered 503.
+    #[arg(long, env = "SECKILL_MAX_EVENT_STREAMS", default_value_t = DEFAULT_MAX_EVENT_STREAMS, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_event_streams: u32,
 
     #[command(flatten)]
     pub purchase: PurchaseSettings,

@@ -50,6 +50,9 @@ pub enum Strategy {
     Naive,
 }
 
+/// Event streams one instance serves at once, by default.
+pub const DEFAULT_MAX_EVENT_STREAMS: u32 = 10_000;
+
 pub const DEFAULT_LOCK_TTL_MS: u64 = 2_000;
 pub const DEFAULT_LOCK_WAIT_MS: u64 = 2_000;
 pub const DEFAULT_SOLD_OUT_REFRESH_MS: u64 = 250;

@@ -55,6 +55,13 @@ impl SaleKeys {
     }
 }
 
+/// `STRING` with a TTL: the sale of an order still pending on a queue, so
+/// that looking an order up costs one read instead of one per sale. Not a
+/// sale's key (the order id is all a caller has), so no sale's hash tag.
+pub fn order_sale(prefix: &str, order_id: &uuid::Uuid) -> String {
+    format!("{prefix}:order:{order_id}:sale")
+}
+
 /// A sale's two queues, by name (the admin's re-drive form names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

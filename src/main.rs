@@ -89,6 +89,7 @@ async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> an
         bind: args.bind,
         admin_token: args.admin_token,
         instance_id: args.instance_id,
+        max_event_streams: args.max_event_streams,
         run_worker: !args.no_worker,
         purchase: args.purchase,
         worker: args.worker,

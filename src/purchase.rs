@@ -327,9 +327,19 @@ impl Purchaser {
         if left <= 0 {
             self.sold_out.set(sale.id);
         }
+        self.note_pending(conn, &job).await;
         Ok(Outcome::Accepted {
             order_id: job.order_id,
         })
+    }
+
+    /// Note the order's sale for lookups. The order is taken whatever this
+    /// does: a failure is logged, and the order is found once the worker
+    /// has written it (a few milliseconds).
+    async fn note_pending<C: ConnectionLike + Send>(&self, conn: &mut C, job: &OrderJob) {
+        if let Err(error) = self.store.note_pending(conn, job).await {
+            tracing::warn!(order_id = %job.order_id, error = format!("{error:#}"), "could not note a pending order's sale");
+        }
     }
 
     /// The commit's answer was lost with its connection. Look the order up
@@ -342,8 +352,18 @@ impl Purchaser {
         job: &OrderJob,
         error: redis::RedisError,
     ) -> anyhow::Result<Outcome> {
-        let lookup = tokio::time::timeout(LOOKUP_LIMIT, self.store.find_order(job.order_id));
-        if let Ok(Ok(Some(_))) = lookup.await {
+        let lookup = async {
+            let mut conn = self.store.redis().await?;
+            let queued = self
+                .store
+                .queued_on(&mut conn, job.sale_id, job.order_id)
+                .await?;
+            anyhow::Ok(queued.is_some() || self.store.stored_order(job.order_id).await?.is_some())
+        };
+        if let Ok(Ok(true)) = tokio::time::timeout(LOOKUP_LIMIT, lookup).await {
+            if let Ok(mut conn) = self.store.redis().await {
+                self.note_pending(&mut conn, job).await;
+            }
             tracing::warn!(order_id = %job.order_id, "commit answer lost, but the order was taken");
             return Ok(Outcome::Accepted {
                 order_id: job.order_id,
@@ -421,6 +441,7 @@ impl Purchaser {
             .enqueue(conn, &[(id.as_str(), payload.as_str())], Duration::ZERO)
             .await
             .context("queueing the naive purchase")?;
+        self.note_pending(conn, &job).await;
         Ok(Outcome::Accepted {
             order_id: job.order_id,
         })

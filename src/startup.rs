@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::HttpMessage;
@@ -19,6 +20,7 @@ use anyhow::Context;
 use deadpool_redis::{Pool as RedisPool, PoolConfig, Runtime, Timeouts};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing_actix_web::{RequestId, TracingLogger};
@@ -68,6 +70,8 @@ pub struct Settings {
     pub bind: SocketAddr,
     pub admin_token: Option<String>,
     pub instance_id: Option<String>,
+    /// Event streams served at once; one more is answered 503.
+    pub max_event_streams: u32,
     /// Run the queue worker inside this process.
     pub run_worker: bool,
     pub purchase: PurchaseSettings,
@@ -191,10 +195,20 @@ impl Application {
 
         let store = Store::new(pg, redis, settings.redis_prefix.clone());
         let shutdown = CancellationToken::new();
-        let worker = settings.run_worker.then(|| {
-            let worker = Worker::new(store.clone(), settings.worker.clone());
-            tokio::spawn(worker.run(shutdown.clone()))
-        });
+        // The in-process worker gets pools of its own: a flood of page
+        // views or purchases holding every connection must not stop orders
+        // from reaching PostgreSQL, nor a slow batch starve the handlers.
+        let worker = if settings.run_worker {
+            let pg = connect_postgres(&settings.database_url).await?;
+            let redis = connect_redis(&settings.redis_url, settings.worker.poll()).await?;
+            let worker = Worker::new(
+                Store::new(pg, redis, settings.redis_prefix.clone()),
+                settings.worker.clone(),
+            );
+            Some(tokio::spawn(worker.run(shutdown.clone())))
+        } else {
+            None
+        };
 
         let (events, events_task) = SaleEvents::start(
             &settings.redis_url,
@@ -208,11 +222,13 @@ impl Application {
             store,
             admin: AdminToken::new(settings.admin_token.as_deref()),
             events,
+            streams: Arc::new(Semaphore::new(settings.max_event_streams as usize)),
             shutdown: shutdown.clone(),
         });
         let server = HttpServer::new(move || {
             App::new()
                 .wrap(from_fn(security::refuse_cross_site_posts))
+                .wrap(from_fn(security::refuse_oversized_headers))
                 .wrap(security::headers())
                 .wrap(from_fn(request_id_header))
                 .wrap(DefaultHeaders::new().add((INSTANCE_HEADER, instance.clone())))

@@ -5,6 +5,7 @@
 
 mod order;
 mod sale;
+mod text;
 mod user_id;
 
 pub use order::{Order, OrderJob, OrderStatus, RejectReason};

@@ -92,7 +92,7 @@ pub enum InvalidSale {
     EmptyName,
     #[error("name must be at most {max} characters", max = NewSale::MAX_NAME_CHARS)]
     NameTooLong,
-    #[error("name must not contain control characters")]
+    #[error("name must not contain control or invisible formatting characters")]
     ControlCharacter,
     #[error("stock must be between 1 and {max}", max = NewSale::MAX_STOCK)]
     Stock,
@@ -202,7 +202,7 @@ impl NewSaleBuilder {
         if name.chars().count() > NewSale::MAX_NAME_CHARS {
             return Err(InvalidSale::NameTooLong);
         }
-        if name.chars().any(char::is_control) {
+        if name.chars().any(super::text::is_hidden) {
             return Err(InvalidSale::ControlCharacter);
         }
         if !(1..=NewSale::MAX_STOCK).contains(&self.stock) {

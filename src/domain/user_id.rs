@@ -7,12 +7,12 @@ pub enum InvalidUserId {
     Empty,
     #[error("user_id must be at most {max} characters, got {got}", max = UserId::MAX_CHARS)]
     TooLong { got: usize },
-    #[error("user_id must not contain control characters")]
+    #[error("user_id must not contain control or invisible formatting characters")]
     ControlCharacter,
 }
 
-/// A buyer's id as the client sent it: 1 to 64 characters, no control
-/// characters, not only spaces. One buyer may hold one unit per sale.
+/// A buyer's id as the client sent it: 1 to 64 characters, no control or
+/// invisible formatting characters (see `text.rs`), not only spaces. One buyer may hold one unit per sale.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(transparent)]
 pub struct UserId(String);
@@ -28,7 +28,7 @@ impl UserId {
         if chars > Self::MAX_CHARS {
             return Err(InvalidUserId::TooLong { got: chars });
         }
-        if raw.chars().any(char::is_control) {
+        if raw.chars().any(super::text::is_hidden) {
             return Err(InvalidUserId::ControlCharacter);
         }
         Ok(Self(raw.to_owned()))
@@ -59,7 +59,15 @@ mod tests {
 
     #[test]
     fn rejects_empty_blank_oversized_and_control_characters() {
-        for bad in ["", "   ", "a\nb", "tab\there", "nul\0"] {
+        for bad in [
+            "",
+            "   ",
+            "a\nb",
+            "tab\there",
+            "nul\0",
+            "user-\u{202E}live",
+            "zero\u{200B}width",
+        ] {
             assert!(UserId::parse(bad).is_err(), "{bad:?} was accepted");
         }
         assert!(UserId::parse(&"x".repeat(65)).is_err());

@@ -28,13 +28,18 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
 use sqlx::{Acquire, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::{Store, schema};
 use crate::domain::{Order, OrderJob, OrderStatus, RejectReason};
-use crate::keys::SaleKeys;
+use crate::keys::{self, SaleKeys};
 use crate::queue::Queue;
+
+/// How long a pending order's sale is remembered: far longer than an order
+/// waits on its queue.
+const PENDING_INDEX_SECS: u64 = 24 * 3600;
 
 /// What became of one order job in PostgreSQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,23 +277,50 @@ impl Store {
         self.stored_order(order_id).await
     }
 
-    /// An order still on a sale's queue. The order id does not say which sale
-    /// it belongs to, so every sale's queue is asked, in one pipeline.
+    /// Remember which sale a just-accepted order belongs to, for
+    /// [`Store::find_order`] while the order is pending.
+    pub async fn note_pending<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        job: &OrderJob,
+    ) -> anyhow::Result<()> {
+        redis::cmd("SET")
+            .arg(keys::order_sale(&self.prefix, &job.order_id))
+            .arg(job.sale_id)
+            .arg("EX")
+            .arg(PENDING_INDEX_SECS)
+            .query_async::<()>(conn)
+            .await
+            .context("remembering a pending order's sale")
+    }
+
+    /// An order still on its sale's queue: one read for its sale, one for
+    /// the job. An order whose sale was not noted (its instance died right
+    /// after the commit) is found once the worker has written it.
     async fn queued_order(&self, order_id: Uuid) -> anyhow::Result<Option<OrderJob>> {
-        let id = order_id.to_string();
-        let mut pipe = redis::pipe();
-        for sale_id in self.sale_ids().await? {
-            Queue::new(SaleKeys::new(&self.prefix, sale_id).queue).pipe_payload(&mut pipe, &id);
-        }
         let mut conn = self.redis().await?;
-        let found: Vec<Option<String>> = pipe
+        let sale_id: Option<i64> = redis::cmd("GET")
+            .arg(keys::order_sale(&self.prefix, &order_id))
             .query_async(&mut conn)
             .await
-            .context("looking for a queued order")?;
-        found
-            .into_iter()
-            .flatten()
-            .next()
+            .context("looking up a pending order's sale")?;
+        let Some(sale_id) = sale_id else {
+            return Ok(None);
+        };
+        self.queued_on(&mut conn, sale_id, order_id).await
+    }
+
+    /// An order on a given sale's queue.
+    pub async fn queued_on<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        sale_id: i64,
+        order_id: Uuid,
+    ) -> anyhow::Result<Option<OrderJob>> {
+        Queue::new(SaleKeys::new(&self.prefix, sale_id).queue)
+            .payload(conn, &order_id.to_string())
+            .await
+            .context("looking for a queued order")?
             .map(|payload| OrderJob::from_payload(&payload).context("decoding a queued order"))
             .transpose()
     }

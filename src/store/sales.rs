@@ -12,7 +12,8 @@
 //! when the keys are still absent) and reads again.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use redis::Script;
@@ -29,12 +30,47 @@ static APPLY: LazyLock<Script> =
 
 const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at";
 
-/// The sales a process has seen, by id.
+/// How long a process remembers that a sale id does not exist. Short: a
+/// sale created on another instance is unknown here for at most this long.
+const MISSING_FOR: Duration = Duration::from_secs(1);
+/// The most unknown ids remembered at once; past it the memory starts over.
+const MISSING_MAX: usize = 10_000;
+
+/// The sales a process has seen, by id, and the ids it found missing.
 #[derive(Debug, Default)]
 pub struct Catalog {
     /// A std lock, not a tokio one: nothing awaits while it is held.
     /// Written once per sale, by the first request that reads it.
     cache: RwLock<HashMap<i64, Arc<Sale>>>,
+    /// Ids PostgreSQL had no sale for, and when it said so: a flood of
+    /// lookups of made-up ids costs one query per id per [`MISSING_FOR`],
+    /// not one each. A std Mutex, held for a lookup or an insert. Written by
+    /// `Store::sale`; an id is forgotten when its sale is created here.
+    missing: Mutex<HashMap<i64, Instant>>,
+}
+
+impl Catalog {
+    fn known_missing(&self, id: i64) -> bool {
+        let missing = self.missing.lock().expect("catalog lock poisoned");
+        missing
+            .get(&id)
+            .is_some_and(|at| at.elapsed() < MISSING_FOR)
+    }
+
+    fn note_missing(&self, id: i64) {
+        let mut missing = self.missing.lock().expect("catalog lock poisoned");
+        if missing.len() >= MISSING_MAX {
+            missing.clear();
+        }
+        missing.insert(id, Instant::now());
+    }
+
+    fn forget_missing(&self, id: i64) {
+        self.missing
+            .lock()
+            .expect("catalog lock poisoned")
+            .remove(&id);
+    }
 }
 
 /// What Redis says of a sale, for one buyer.
@@ -53,12 +89,18 @@ impl Store {
         if let Some(sale) = catalog.read().expect("catalog lock poisoned").get(&id) {
             return Ok(Some(Arc::clone(sale)));
         }
+        if self.catalog.known_missing(id) {
+            return Ok(None);
+        }
         let sale: Option<Sale> =
             sqlx::query_as(&format!("SELECT {SALE_COLUMNS} FROM sales WHERE id = $1"))
                 .bind(id)
                 .fetch_optional(&self.pg)
                 .await
                 .context("reading a sale")?;
+        if sale.is_none() {
+            self.catalog.note_missing(id);
+        }
         Ok(sale.map(|sale| {
             let sale = Arc::new(sale);
             catalog
@@ -86,6 +128,7 @@ impl Store {
         .fetch_one(&self.pg)
         .await
         .context("inserting a sale")?;
+        self.catalog.forget_missing(sale.id);
         // If Redis fails here the sale exists only in PostgreSQL; that is safe:
         // the first purchase finds the stock key missing and loads it.
         load_into_redis(&self.pg, &mut conn, &self.prefix, sale.id).await?;

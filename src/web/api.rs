@@ -18,14 +18,46 @@ use crate::purchase::Outcome;
 /// How long `/healthz` waits for each server.
 const HEALTH_PROBE_LIMIT: Duration = Duration::from_secs(1);
 
-/// A request body: always a JSON object.
-type JsonObject = serde_json::Map<String, serde_json::Value>;
+/// A request body: always a JSON object, and one whose keys are all
+/// different. serde_json alone keeps the last of two equal keys, so
+/// `{"user_id": "ann", "user_id": "bob"}` would buy for bob while a proxy or
+/// a log that reads the first key sees ann; such a body is refused instead.
+/// (Only the body's own keys are checked: no request takes nested objects.)
+pub struct JsonObject(serde_json::Map<String, serde_json::Value>);
+
+impl<'de> Deserialize<'de> for JsonObject {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = JsonObject;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<JsonObject, A::Error> {
+                let mut object = serde_json::Map::new();
+                while let Some((key, value)) = map.next_entry::<String, serde_json::Value>()? {
+                    if object.contains_key(&key) {
+                        return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
+                    }
+                    object.insert(key, value);
+                }
+                Ok(JsonObject(object))
+            }
+        }
+        deserializer.deserialize_map(Keys)
+    }
+}
 
 /// Turn a JSON object into a request type. Bodies are first read as an
 /// object because serde's derived structs also accept an array of the field
 /// values (`["ann"]` would be a purchase for "ann"), which no client means.
 fn from_object<T: serde::de::DeserializeOwned>(body: JsonObject) -> Result<T, ApiError> {
-    serde_json::from_value(serde_json::Value::Object(body))
+    serde_json::from_value(serde_json::Value::Object(body.0))
         .map_err(|error| ApiError::InvalidRequest(format!("invalid request body: {error}")))
 }
 

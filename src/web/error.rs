@@ -47,6 +47,10 @@ pub enum ApiError {
     OrderRejected,
     #[error("cross-site form posts are refused")]
     CrossSite,
+    #[error("the request's headers are larger than 16 KiB")]
+    HeadersTooLarge,
+    #[error("too many live pages are open on this instance; try again in a moment")]
+    TooManyStreams,
     #[error("a server behind the app is unavailable; try again in a moment")]
     Unavailable(anyhow::Error),
     #[error("internal error")]
@@ -88,6 +92,8 @@ impl ApiError {
             Self::OrderPending => "order_pending",
             Self::OrderRejected => "order_rejected",
             Self::CrossSite => "cross_site_request",
+            Self::HeadersTooLarge => "headers_too_large",
+            Self::TooManyStreams => "too_many_streams",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
         }
@@ -108,7 +114,10 @@ impl ResponseError for ApiError {
             | Self::OrderPending
             | Self::OrderRejected => StatusCode::CONFLICT,
             Self::CrossSite => StatusCode::FORBIDDEN,
-            Self::Busy | Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Self::Busy | Self::Unavailable(_) | Self::TooManyStreams => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -130,6 +139,9 @@ impl ResponseError for ApiError {
         match self {
             Self::Busy | Self::Unavailable(_) => {
                 response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
+            }
+            Self::TooManyStreams => {
+                response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("5")));
             }
             Self::Unauthorized | Self::AdminDisabled => {
                 response

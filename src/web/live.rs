@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use actix_web::web::Bytes;
 use actix_web::{HttpResponse, web};
-use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{OwnedSemaphorePermit, broadcast};
 
 use super::AppState;
 use super::api::find_sale;
@@ -31,6 +31,9 @@ pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
 /// What one stream needs between events.
 struct Stream {
     state: web::Data<AppState>,
+    /// This stream's place among the instance's open streams, given back
+    /// when the stream ends (it is dropped with it).
+    _slot: OwnedSemaphorePermit,
     sale_id: i64,
     changes: broadcast::Receiver<StockChange>,
     snapshots: tokio::time::Interval,
@@ -41,6 +44,11 @@ pub async fn sale_events(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let sale: Arc<_> = find_sale(&state, &path).await?;
+    // A place among the instance's open streams, or 503: an unbounded
+    // number of streams would hold unbounded memory and snapshot reads.
+    let slot = Arc::clone(&state.streams)
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyStreams)?;
     // Subscribe before the first snapshot is read, so that no change can
     // fall between the two.
     let changes = state.events.subscribe();
@@ -48,6 +56,7 @@ pub async fn sale_events(
     let snapshots = tokio::time::interval(SNAPSHOT_EVERY);
     let stream = Stream {
         state,
+        _slot: slot,
         sale_id: sale.id,
         changes,
         snapshots,

@@ -7,9 +7,12 @@ mod live;
 mod pages;
 pub mod security;
 
+use std::sync::Arc;
+
 use actix_web::{HttpRequest, web};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use api::SaleView;
@@ -39,6 +42,9 @@ pub struct AppState {
     /// Stock changes from Redis pub/sub, for the live sale pages. Only the
     /// events task sends on it; every stream is a receiver.
     pub events: SaleEvents,
+    /// One permit per live event stream, held while it is open: bounds how
+    /// many this instance serves at once (`SECKILL_MAX_EVENT_STREAMS`).
+    pub streams: Arc<Semaphore>,
     /// Cancelled when the instance shuts down (by `startup`, on a signal):
     /// live event streams end then, so that they do not hold the graceful
     /// shutdown up.

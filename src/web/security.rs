@@ -59,6 +59,30 @@ pub fn headers() -> DefaultHeaders {
         ))
 }
 
+/// The most header bytes (names and values) a request may carry. Browsers
+/// send a few hundred; a client sending more is probing for memory to
+/// waste on every request.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// Refuse requests whose headers add up to more than [`MAX_HEADER_BYTES`]:
+/// `431 headers_too_large`.
+pub async fn refuse_oversized_headers(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if bytes > MAX_HEADER_BYTES {
+        tracing::warn!(bytes, "request headers too large");
+        let response = HttpResponse::from_error(ApiError::HeadersTooLarge);
+        return Ok(request.into_response(response).map_into_right_body());
+    }
+    Ok(next.call(request).await?.map_into_left_body())
+}
+
 /// Refuse form posts that another site started (see the module comment).
 pub async fn refuse_cross_site_posts(
     request: ServiceRequest,

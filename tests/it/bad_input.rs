@@ -26,6 +26,18 @@ async fn malformed_purchases_are_answered_400_and_nothing_is_written() {
             json!({"user_id": "a\u{0}b"}).to_string(),
         ),
         (
+            "user_id with a right-to-left override",
+            json!({"user_id": "ann\u{202E}nimda"}).to_string(),
+        ),
+        (
+            "user_id with a zero-width space",
+            json!({"user_id": "an\u{200B}n"}).to_string(),
+        ),
+        (
+            "a key given twice",
+            r#"{"user_id": "ann", "user_id": "bob"}"#.into(),
+        ),
+        (
             "user_id of the wrong type",
             json!({"user_id": 42}).to_string(),
         ),

@@ -134,6 +134,7 @@ pub struct Options {
     pub purchase: PurchaseSettings,
     pub worker: WorkerSettings,
     pub admin_token: Option<String>,
+    pub max_event_streams: u32,
 }
 
 impl Default for Options {
@@ -142,6 +143,7 @@ impl Default for Options {
             purchase: PurchaseSettings::default(),
             worker: WorkerSettings::default(),
             admin_token: Some(ADMIN_TOKEN.to_owned()),
+            max_event_streams: seckill::config::DEFAULT_MAX_EVENT_STREAMS,
         }
     }
 }
@@ -163,6 +165,7 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
         bind: "127.0.0.1:0".parse().expect("an address"),
         admin_token: options.admin_token.clone(),
         instance_id: Some("test".into()),
+        max_event_streams: options.max_event_streams,
         run_worker: false,
         purchase: options.purchase.clone(),
         worker: options.worker.clone(),

@@ -11,6 +11,7 @@ mod burst;
 mod cli;
 mod faults;
 mod helpers;
+mod hostile;
 mod layers;
 mod loadtest;
 mod lock;

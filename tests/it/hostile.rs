@@ -1,0 +1,157 @@
+//! Load that should not be able to hurt an instance: oversized headers,
+//! more live pages than it serves, floods of made-up ids, connections that
+//! never finish their request.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+
+use crate::helpers::{Options, spawn_app, spawn_app_with};
+
+#[tokio::test]
+async fn headers_over_16_kib_are_refused_with_431() {
+    let app = spawn_app().await;
+    let get = |bytes: usize| {
+        app.client
+            .get(app.url("/healthz"))
+            .header("x-padding", "p".repeat(bytes))
+            .send()
+    };
+    assert_eq!(get(8 * 1024).await.expect("GET").status(), 200);
+    let refused = get(17 * 1024).await.expect("GET");
+    assert_eq!(refused.status(), 431);
+    let error: Value = refused.json().await.expect("a JSON error");
+    assert_eq!(error["error"], "headers_too_large");
+}
+
+/// Open an event stream and wait for its first snapshot.
+async fn open_stream(app: &crate::helpers::TestApp, sale: i64) -> reqwest::Response {
+    let mut stream = app
+        .client
+        .get(app.url(&format!("/api/sales/{sale}/events")))
+        .send()
+        .await
+        .expect("GET events");
+    assert_eq!(stream.status(), 200);
+    let mut seen = String::new();
+    while !seen.contains("stock_left") {
+        let chunk = stream.chunk().await.expect("a chunk").expect("more");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    stream
+}
+
+#[tokio::test]
+async fn event_streams_beyond_the_cap_are_refused_until_one_closes() {
+    let app = spawn_app_with(Options {
+        max_event_streams: 2,
+        ..Options::default()
+    })
+    .await;
+    let sale = app.create_sale(3).await;
+    let first = open_stream(&app, sale).await;
+    let _second = open_stream(&app, sale).await;
+    let refused = app
+        .client
+        .get(app.url(&format!("/api/sales/{sale}/events")))
+        .send()
+        .await
+        .expect("GET events");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let error: Value = refused.json().await.expect("a JSON error");
+    assert_eq!(error["error"], "too_many_streams");
+
+    drop(first);
+    crate::helpers::eventually(Duration::from_secs(10), "a place to free up", || async {
+        let response = app
+            .client
+            .get(app.url(&format!("/api/sales/{sale}/events")))
+            .send()
+            .await
+            .expect("GET events");
+        response.status() == 200
+    })
+    .await;
+}
+
+/// A made-up sale id is remembered as missing for a moment, so a flood of
+/// them does not each reach PostgreSQL: a sale created meanwhile by another
+/// process is seen here within a second.
+#[tokio::test]
+async fn an_unknown_sale_id_is_remembered_as_missing_for_a_second() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(1).await;
+    let next = sale + 1;
+    let get = |id: i64| app.client.get(app.url(&format!("/api/sales/{id}"))).send();
+    assert_eq!(get(next).await.expect("GET").status(), 404);
+    // Another process creates it (the test's own store: not this instance's cache).
+    let new = seckill::domain::NewSale::builder("Lamp", 1)
+        .build(chrono::Utc::now())
+        .expect("a sale");
+    let created = app.store.create_sale(&new).await.expect("create");
+    assert_eq!(created.id, next);
+    assert_eq!(
+        get(next).await.expect("GET").status(),
+        404,
+        "the miss was not remembered"
+    );
+    crate::helpers::eventually(
+        Duration::from_secs(5),
+        "the new sale to be seen",
+        || async { get(next).await.expect("GET").status() == 200 },
+    )
+    .await;
+}
+
+/// While 300 connections sit half-open, 200 live pages are open and
+/// thousands of made-up ids are looked up, `/healthz` still answers in
+/// under a second. (A bound for liveness, not a speed figure.)
+#[tokio::test]
+async fn healthz_answers_within_a_second_under_hostile_load() {
+    seckill::startup::raise_open_files_limit();
+    let app = spawn_app().await;
+    let sale = app.create_sale(3).await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+
+    let mut half_open = Vec::new();
+    for _ in 0..300 {
+        let mut socket = tokio::net::TcpStream::connect(&address)
+            .await
+            .expect("connect");
+        socket
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
+        half_open.push(socket);
+    }
+    let mut streams = Vec::new();
+    for _ in 0..200 {
+        streams.push(open_stream(&app, sale).await);
+    }
+    let flood: Vec<_> = (0..2_000)
+        .map(|i| {
+            let request = app
+                .client
+                .get(app.url(&format!("/api/sales/{}", 1_000_000 + i % 50)));
+            tokio::spawn(async move { request.send().await.map(|r| r.status().as_u16()) })
+        })
+        .collect();
+
+    let started = tokio::time::Instant::now();
+    let health = app
+        .client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("GET /healthz");
+    let took = started.elapsed();
+    assert_eq!(health.status(), 200);
+    assert!(took < Duration::from_secs(1), "/healthz took {took:?}");
+    for request in flood {
+        let status = request.await.expect("a task").expect("an answer");
+        assert_eq!(status, 404);
+    }
+    drop((half_open, streams));
+}
