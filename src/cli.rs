@@ -15,7 +15,8 @@ use seckill_loadtest::LoadArgs;
 use serde::Serialize;
 
 use crate::config::{
-    DEFAULT_MAX_EVENT_STREAMS, PurchaseSettings, ServiceArgs, Strategy, WorkerSettings,
+    DEFAULT_MAX_EVENT_STREAMS, PurchaseSettings, RateLimitSettings, ServiceArgs, Strategy,
+    WorkerSettings,
 };
 use crate::domain::{Sale, SaleStatus};
 
@@ -81,6 +82,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub worker: WorkerSettings,
+
+    #[command(flatten)]
+    pub limits: RateLimitSettings,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -162,3 +162,59 @@ impl WorkerSettings {
         Duration::from_secs(self.payment_window_secs)
     }
 }
+
+/// Rate limits per client, across every instance (checked in Redis). Off
+/// unless set: the load test and the demo send thousands of buyers from one
+/// address.
+#[derive(Debug, Clone, Args)]
+pub struct RateLimitSettings {
+    /// Purchases and admin logins per second from one client IP, 0 to 100000; 0 turns the limit off.
+    #[arg(long, env = "SECKILL_RATE_LIMIT_PER_IP", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub rate_limit_per_ip: u32,
+
+    /// Purchases per second by one buyer id, 0 to 100000; 0 turns the limit off.
+    #[arg(long, env = "SECKILL_RATE_LIMIT_PER_BUYER", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub rate_limit_per_buyer: u32,
+
+    /// Requests a client may send at once beyond its steady rate, 0 to 10000.
+    #[arg(long, env = "SECKILL_RATE_LIMIT_BURST", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub rate_limit_burst: u32,
+}
+
+impl Default for RateLimitSettings {
+    fn default() -> Self {
+        Self {
+            rate_limit_per_ip: 0,
+            rate_limit_per_buyer: 0,
+            rate_limit_burst: 10,
+        }
+    }
+}
+
+/// A steady rate and a burst, for one kind of client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Requests per second at the steady rate.
+    pub per_second: u32,
+    /// Requests allowed at once beyond the steady rate.
+    pub burst: u32,
+}
+
+impl RateLimitSettings {
+    /// The limit per client IP, if one is set.
+    pub fn per_ip(&self) -> Option<RateLimit> {
+        self.limit(self.rate_limit_per_ip)
+    }
+
+    /// The limit per buyer id, if one is set.
+    pub fn per_buyer(&self) -> Option<RateLimit> {
+        self.limit(self.rate_limit_per_buyer)
+    }
+
+    fn limit(&self, per_second: u32) -> Option<RateLimit> {
+        (per_second > 0).then_some(RateLimit {
+            per_second,
+            burst: self.rate_limit_burst,
+        })
+    }
+}

@@ -62,6 +62,12 @@ pub fn order_sale(prefix: &str, order_id: &uuid::Uuid) -> String {
     format!("{prefix}:order:{order_id}:sale")
 }
 
+/// `STRING` with a TTL: the rate limiter's state for one client (`kind`
+/// is `ip` or `buyer`).
+pub fn rate_limit(prefix: &str, kind: &str, client: &str) -> String {
+    format!("{prefix}:rate:{kind}:{client}")
+}
+
 /// A sale's two queues, by name (the admin's re-drive form names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -34,6 +34,7 @@ pub mod telemetry;
 // 1: the article's two tools, fixed.
 pub mod lock;
 pub mod queue;
+pub mod ratelimit;
 // 2: the one owner of each table.
 pub mod store;
 // 3: the use cases.

@@ -93,6 +93,7 @@ async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> an
         run_worker: !args.no_worker,
         purchase: args.purchase,
         worker: args.worker,
+        limits: args.limits,
     })
     .await?;
     // The one line on stdout: scripts and tests read the address from it.

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing_actix_web::{RequestId, TracingLogger};
 
-use crate::config::{PurchaseSettings, WorkerSettings};
+use crate::config::{PurchaseSettings, RateLimitSettings, WorkerSettings};
 use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
 use crate::services::redact;
@@ -76,6 +76,7 @@ pub struct Settings {
     pub run_worker: bool,
     pub purchase: PurchaseSettings,
     pub worker: WorkerSettings,
+    pub limits: RateLimitSettings,
 }
 
 /// Connect to PostgreSQL and bring its schema up to date. Migrations are
@@ -223,6 +224,7 @@ impl Application {
             admin: AdminToken::new(settings.admin_token.as_deref()),
             events,
             streams: Arc::new(Semaphore::new(settings.max_event_streams as usize)),
+            limits: settings.limits.clone(),
             shutdown: shutdown.clone(),
         });
         let server = HttpServer::new(move || {

@@ -20,10 +20,10 @@ use askama::Template;
 use chrono::Utc;
 use serde::Deserialize;
 
-use super::AppState;
 use super::api::{SaleView, find_sale};
 use super::error::ApiError;
 use super::pages::html;
+use super::{AppState, limits};
 use crate::domain::{NewSale, OrderStatus};
 use crate::keys::SaleQueue;
 use crate::queue::QueueStats;
@@ -154,8 +154,10 @@ async fn admin_page(
 /// `POST /admin/login`: the token in, the cookie out.
 pub async fn login(
     state: web::Data<AppState>,
+    request: HttpRequest,
     form: web::Form<LoginForm>,
 ) -> Result<HttpResponse, ApiError> {
+    limits::check(&state, &request, None).await?;
     let value = match state.admin.cookie_for(&form.token) {
         Ok(value) => value,
         Err(refused) => {

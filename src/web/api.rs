@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::AppState;
 use super::error::ApiError;
+use super::{AppState, limits};
 use crate::domain::{NewSale, Order, OrderStatus, Sale, SaleStatus, UserId};
 use crate::payment::{self, PayRefused};
 use crate::probe;
@@ -146,11 +146,13 @@ pub async fn find_sale(state: &AppState, raw_id: &str) -> Result<std::sync::Arc<
 
 pub async fn purchase(
     state: web::Data<AppState>,
+    request: HttpRequest,
     path: web::Path<String>,
     body: web::Json<JsonObject>,
 ) -> Result<HttpResponse, ApiError> {
     let body: PurchaseRequest = from_object(body.into_inner())?;
     let user = UserId::parse(&body.user_id).map_err(ApiError::invalid)?;
+    limits::check(&state, &request, Some(&user)).await?;
     let sale = find_sale(&state, &path).await?;
     match state.purchaser.purchase(&sale, &user).await? {
         Outcome::Accepted { order_id } => Ok(HttpResponse::Accepted().json(PurchaseAccepted {

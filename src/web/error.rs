@@ -47,6 +47,8 @@ pub enum ApiError {
     OrderRejected,
     #[error("cross-site form posts are refused")]
     CrossSite,
+    #[error("too many requests from this client; slow down")]
+    RateLimited(std::time::Duration),
     #[error("the request's headers are larger than 16 KiB")]
     HeadersTooLarge,
     #[error("too many live pages are open on this instance; try again in a moment")]
@@ -92,6 +94,7 @@ impl ApiError {
             Self::OrderPending => "order_pending",
             Self::OrderRejected => "order_rejected",
             Self::CrossSite => "cross_site_request",
+            Self::RateLimited(_) => "rate_limited",
             Self::HeadersTooLarge => "headers_too_large",
             Self::TooManyStreams => "too_many_streams",
             Self::Unavailable(_) => "unavailable",
@@ -115,6 +118,7 @@ impl ResponseError for ApiError {
             | Self::OrderRejected => StatusCode::CONFLICT,
             Self::CrossSite => StatusCode::FORBIDDEN,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Busy | Self::Unavailable(_) | Self::TooManyStreams => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -142,6 +146,11 @@ impl ResponseError for ApiError {
             }
             Self::TooManyStreams => {
                 response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("5")));
+            }
+            Self::RateLimited(wait) => {
+                // Whole seconds, rounded up: a client that waits as told gets through.
+                let secs = wait.as_millis().div_ceil(1_000).max(1);
+                response.insert_header((header::RETRY_AFTER, secs.to_string()));
             }
             Self::Unauthorized | Self::AdminDisabled => {
                 response

@@ -3,6 +3,7 @@
 mod admin;
 mod api;
 mod error;
+mod limits;
 mod live;
 mod pages;
 pub mod security;
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub use api::SaleView;
 pub use error::ApiError;
 
+use crate::config::RateLimitSettings;
 use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
 use crate::store::Store;
@@ -36,6 +38,9 @@ pub struct AppState {
     /// The purchase path, with this instance's sold-out flags (which only
     /// the purchase path changes). Set by `startup`; never replaced.
     pub purchaser: Purchaser,
+    /// The rate limits per client IP and per buyer (off unless configured).
+    /// Fixed at start.
+    pub limits: RateLimitSettings,
     /// The admin token's digest; checks logins, cookies and bearer headers.
     /// Fixed at start from `SECKILL_ADMIN_TOKEN`.
     pub admin: AdminToken,

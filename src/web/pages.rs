@@ -12,9 +12,9 @@ use anyhow::Context;
 use askama::Template;
 use serde::Deserialize;
 
-use super::AppState;
 use super::api::{SaleView, find_sale, parse_order_id, pay_order};
 use super::error::ApiError;
+use super::{AppState, limits};
 use crate::domain::{Order, OrderStatus, SaleStatus, UserId};
 use crate::purchase::Outcome;
 
@@ -165,10 +165,12 @@ fn set_buyer_cookie(response: &mut HttpResponse, buyer: &str) -> Result<(), ApiE
 
 pub async fn buy(
     state: web::Data<AppState>,
+    request: HttpRequest,
     path: web::Path<String>,
     form: web::Form<BuyForm>,
 ) -> Result<HttpResponse, ApiError> {
     let user = UserId::parse(form.user_id.trim()).map_err(ApiError::invalid)?;
+    limits::check(&state, &request, Some(&user)).await?;
     let sale = find_sale(&state, &path).await?;
     let outcome = state.purchaser.purchase(&sale, &user).await?;
     let (won, headline, order_id) = match outcome {

@@ -135,6 +135,7 @@ pub struct Options {
     pub worker: WorkerSettings,
     pub admin_token: Option<String>,
     pub max_event_streams: u32,
+    pub limits: seckill::config::RateLimitSettings,
 }
 
 impl Default for Options {
@@ -144,6 +145,7 @@ impl Default for Options {
             worker: WorkerSettings::default(),
             admin_token: Some(ADMIN_TOKEN.to_owned()),
             max_event_streams: seckill::config::DEFAULT_MAX_EVENT_STREAMS,
+            limits: seckill::config::RateLimitSettings::default(),
         }
     }
 }
@@ -169,6 +171,7 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
         run_worker: false,
         purchase: options.purchase.clone(),
         worker: options.worker.clone(),
+        limits: options.limits.clone(),
     })
     .await
     .expect("the app starts");

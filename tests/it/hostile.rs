@@ -155,3 +155,55 @@ async fn healthz_answers_within_a_second_under_hostile_load() {
     }
     drop((half_open, streams));
 }
+
+fn limited(per_ip: u32, per_buyer: u32, burst: u32) -> Options {
+    Options {
+        limits: seckill::config::RateLimitSettings {
+            rate_limit_per_ip: per_ip,
+            rate_limit_per_buyer: per_buyer,
+            rate_limit_burst: burst,
+        },
+        ..Options::default()
+    }
+}
+
+#[tokio::test]
+async fn purchases_beyond_the_rate_per_client_ip_are_refused_with_429() {
+    // One a second, with a burst of three: four at once go through.
+    let app = spawn_app_with(limited(1, 0, 3)).await;
+    let sale = app.create_sale(100).await;
+    for i in 0..4 {
+        assert_eq!(app.purchase(sale, &format!("user-{i}")).await.status(), 202);
+    }
+    let refused = app.purchase(sale, "user-late").await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let error: Value = refused.json().await.expect("a JSON error");
+    assert_eq!(error["error"], "rate_limited");
+    assert_eq!(
+        app.queue_stats(sale).await.waiting,
+        4,
+        "a refused purchase was queued"
+    );
+    // Waiting as told is enough.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(app.purchase(sale, "user-late").await.status(), 202);
+}
+
+#[tokio::test]
+async fn one_buyer_over_its_rate_is_refused_while_others_go_through() {
+    let app = spawn_app_with(limited(0, 1, 0)).await;
+    let sale = app.create_sale(100).await;
+    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
+    assert_eq!(app.purchase(sale, "ann").await.status(), 429);
+    assert_eq!(app.purchase(sale, "bob").await.status(), 202);
+}
+
+#[tokio::test]
+async fn with_no_limit_configured_nobody_is_throttled() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(100).await;
+    for i in 0..30 {
+        assert_eq!(app.purchase(sale, &format!("user-{i}")).await.status(), 202);
+    }
+}

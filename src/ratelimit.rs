@@ -1,0 +1,46 @@
+//! Rate limits that hold across every instance: one Redis script per check
+//! (`lua/rate_limit.lua`, GCRA), keyed by client IP or buyer id.
+//!
+//! Off unless configured (`SECKILL_RATE_LIMIT_PER_IP`,
+//! `SECKILL_RATE_LIMIT_PER_BUYER`): the load test and the demo fire
+//! thousands of buyers from one address, and a workshop's laptop is one
+//! client. A refused request is answered `429 rate_limited` with
+//! `Retry-After`.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+use redis::aio::ConnectionLike;
+
+use crate::config::RateLimit;
+
+static CHECK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/rate_limit.lua")));
+
+/// Whether a request may go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    /// Not before this much time has passed.
+    Wait(Duration),
+}
+
+/// Ask whether one more request under `key` may go through now.
+pub async fn check<C: ConnectionLike + Send>(
+    conn: &mut C,
+    key: &str,
+    limit: RateLimit,
+) -> redis::RedisResult<Verdict> {
+    let interval_ms = (1_000 / u64::from(limit.per_second.max(1))).max(1);
+    let (allowed, wait_ms): (i64, i64) = CHECK
+        .key(key)
+        .arg(interval_ms)
+        .arg(limit.burst)
+        .invoke_async(conn)
+        .await?;
+    Ok(if allowed == 1 {
+        Verdict::Allowed
+    } else {
+        Verdict::Wait(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)))
+    })
+}

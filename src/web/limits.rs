@@ -1,0 +1,48 @@
+//! The rate limits a handler applies before it does any work (see
+//! `ratelimit.rs`): per client IP on purchases and admin logins, per buyer
+//! id on purchases.
+
+use actix_web::HttpRequest;
+use anyhow::Context;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::config::RateLimit;
+use crate::domain::UserId;
+use crate::keys;
+use crate::ratelimit::{self, Verdict};
+
+/// `Err(RateLimited)` if the request's client IP, or `buyer`, went over its
+/// limit; `Ok` when no limit is set.
+pub async fn check(
+    state: &AppState,
+    request: &HttpRequest,
+    buyer: Option<&UserId>,
+) -> Result<(), ApiError> {
+    let ip = request.peer_addr().map(|address| address.ip().to_string());
+    let checks = [
+        (state.limits.per_ip(), "ip", ip.as_deref()),
+        (state.limits.per_buyer(), "buyer", buyer.map(UserId::as_str)),
+    ];
+    for (limit, kind, client) in checks {
+        if let (Some(limit), Some(client)) = (limit, client) {
+            one(state, limit, kind, client).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn one(state: &AppState, limit: RateLimit, kind: &str, client: &str) -> Result<(), ApiError> {
+    let mut conn = state.store.redis().await?;
+    let key = keys::rate_limit(&state.store.prefix, kind, client);
+    match ratelimit::check(&mut conn, &key, limit)
+        .await
+        .context("checking a rate limit")?
+    {
+        Verdict::Allowed => Ok(()),
+        Verdict::Wait(wait) => {
+            tracing::warn!(kind, client, ?wait, "rate limited");
+            Err(ApiError::RateLimited(wait))
+        }
+    }
+}
