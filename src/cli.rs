@@ -73,6 +73,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SECKILL_INSTANCE_ID")]
     pub instance_id: Option<String>,
 
+    /// Seconds an admin session lasts after its login, 60 to 2592000.
+    #[arg(long, env = "SECKILL_ADMIN_SESSION_SECS", default_value_t = 43_200, value_parser = clap::value_parser!(u64).range(60..=2_592_000))]
+    pub admin_session_secs: u64,
+
     /// Live sale pages (event streams) this instance serves at once, 1 to 1000000; one more is answered 503.
     #[arg(long, env = "SECKILL_MAX_EVENT_STREAMS", default_value_t = DEFAULT_MAX_EVENT_STREAMS, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_event_streams: u32,

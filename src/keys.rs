@@ -68,6 +68,18 @@ pub fn rate_limit(prefix: &str, kind: &str, client: &str) -> String {
     format!("{prefix}:rate:{kind}:{client}")
 }
 
+/// `STRING` with a TTL: an open admin session, until it expires or its
+/// admin logs out.
+pub fn admin_session(prefix: &str, id: &str) -> String {
+    format!("{prefix}:admin:session:{id}")
+}
+
+/// `STRING` with a TTL: wrong admin tokens from one client in the current
+/// window.
+pub fn login_failures(prefix: &str, client: &str) -> String {
+    format!("{prefix}:admin:failures:{client}")
+}
+
 /// A sale's two queues, by name (the admin's re-drive form names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -90,6 +90,7 @@ async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> an
         admin_token: args.admin_token,
         instance_id: args.instance_id,
         max_event_streams: args.max_event_streams,
+        admin_session: std::time::Duration::from_secs(args.admin_session_secs),
         run_worker: !args.no_worker,
         purchase: args.purchase,
         worker: args.worker,

@@ -70,6 +70,8 @@ pub struct Settings {
     pub bind: SocketAddr,
     pub admin_token: Option<String>,
     pub instance_id: Option<String>,
+    /// How long an admin session lasts.
+    pub admin_session: Duration,
     /// Event streams served at once; one more is answered 503.
     pub max_event_streams: u32,
     /// Run the queue worker inside this process.
@@ -221,7 +223,7 @@ impl Application {
         let state = web::Data::new(AppState {
             purchaser: Purchaser::new(store.clone(), settings.purchase.clone()),
             store,
-            admin: AdminToken::new(settings.admin_token.as_deref()),
+            admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
             events,
             streams: Arc::new(Semaphore::new(settings.max_event_streams as usize)),
             limits: settings.limits.clone(),

@@ -1,12 +1,21 @@
 //! What the admin pages read and do: a sale's insides side by side (Redis'
-//! figures, PostgreSQL's, both queues, the newest orders), and re-driving a
-//! queue's dead letters.
+//! figures, PostgreSQL's, both queues, the newest orders), re-driving a
+//! queue's dead letters; and the admin's sessions and wrong-token counts,
+//! kept in Redis so that every instance sees a logout and a lock-out.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
 
 use anyhow::Context;
 
 use super::{OrderRow, Store};
-use crate::keys::{SaleKeys, SaleQueue};
+use crate::keys::{self, SaleKeys, SaleQueue};
 use crate::queue::{Queue, QueueStats};
+
+static LOGIN_FAILURE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/login_failure.lua")));
 
 /// A sale's insides, for its admin page.
 #[derive(Debug)]
@@ -64,5 +73,62 @@ impl Store {
             "dead-lettered jobs re-driven"
         );
         Ok(count)
+    }
+}
+
+impl Store {
+    /// Open admin session `id` for `ttl`.
+    pub async fn open_session(&self, id: &str, ttl: Duration) -> anyhow::Result<()> {
+        redis::cmd("SET")
+            .arg(keys::admin_session(&self.prefix, id))
+            .arg(1)
+            .arg("PX")
+            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1))
+            .query_async::<()>(&mut self.redis().await?)
+            .await
+            .context("opening an admin session")
+    }
+
+    /// Whether admin session `id` is open (not expired, not logged out).
+    pub async fn session_is_open(&self, id: &str) -> anyhow::Result<bool> {
+        redis::cmd("EXISTS")
+            .arg(keys::admin_session(&self.prefix, id))
+            .query_async(&mut self.redis().await?)
+            .await
+            .context("checking an admin session")
+    }
+
+    /// Close admin session `id` (log out): every copy of its cookie stops working.
+    pub async fn close_session(&self, id: &str) -> anyhow::Result<()> {
+        redis::cmd("DEL")
+            .arg(keys::admin_session(&self.prefix, id))
+            .query_async::<()>(&mut self.redis().await?)
+            .await
+            .context("closing an admin session")
+    }
+
+    /// Wrong tokens from `client` in the current window, and how long the
+    /// window has left.
+    pub async fn login_failures(&self, client: &str) -> anyhow::Result<(u64, Duration)> {
+        let key = keys::login_failures(&self.prefix, client);
+        let (count, ttl_ms): (Option<u64>, i64) = redis::pipe()
+            .get(&key)
+            .pttl(&key)
+            .query_async(&mut self.redis().await?)
+            .await
+            .context("reading wrong-token counts")?;
+        let left = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0));
+        Ok((count.unwrap_or(0), left))
+    }
+
+    /// Count one more wrong token from `client`, in a window of `window`
+    /// from its first. Returns the count.
+    pub async fn note_login_failure(&self, client: &str, window: Duration) -> anyhow::Result<u64> {
+        LOGIN_FAILURE
+            .key(keys::login_failures(&self.prefix, client))
+            .arg(u64::try_from(window.as_millis()).unwrap_or(u64::MAX))
+            .invoke_async(&mut self.redis().await?)
+            .await
+            .context("counting a wrong token")
     }
 }

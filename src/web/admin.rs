@@ -3,14 +3,18 @@
 //! two queues, with a button to re-drive dead-lettered jobs.
 //!
 //! Logging in posts the token once; the answer sets the `seckill_admin`
-//! cookie, which holds a digest of the token, never the token (see
-//! `AdminToken`). The cookie is `HttpOnly` (no script can read it),
+//! cookie, which holds a signed session that expires, never the token (see
+//! `admin_token.rs`); logging out closes the session on the server. Five
+//! wrong tokens from one address lock it out for 15 minutes (`429`), on
+//! the login form and the admin API alike. The cookie is `HttpOnly` (no script can read it),
 //! `SameSite=Strict` (no other site's post carries it) and `Secure`
 //! (browsers send it only over HTTPS, and over plain HTTP to `localhost` and
 //! `127.0.0.1`, which they treat as secure: a local demo works, a remote
 //! one needs TLS in front). Every admin page and form checks it; without
 //! it, pages show the login form (`401`) and posts are answered
 //! `401 unauthorized`.
+
+use std::time::Duration;
 
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::StatusCode;
@@ -31,6 +35,10 @@ use crate::store::OrderRow;
 
 /// The admin login cookie.
 const ADMIN_COOKIE: &str = "seckill_admin";
+/// Wrong tokens from one address before it is locked out.
+const MAX_FAILED_LOGINS: u64 = 5;
+/// How long the wrong tokens of one address are counted (and a lock-out lasts).
+const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
 /// Rows of the orders table on a sale's admin page (newest first).
 const ORDERS_SHOWN: i64 = 200;
 
@@ -107,10 +115,62 @@ pub struct RedriveForm {
     queue: SaleQueue,
 }
 
-/// Whether the request carries a valid admin cookie.
-fn authenticate(state: &AppState, request: &HttpRequest) -> Result<(), ApiError> {
+/// The session id of the request's admin cookie, if it is signed, unexpired
+/// and not logged out.
+async fn session(state: &AppState, request: &HttpRequest) -> Result<String, ApiError> {
     let cookie = request.cookie(ADMIN_COOKIE);
-    state.admin.check_cookie(cookie.as_ref().map(|c| c.value()))
+    let id = state
+        .admin
+        .verify_session(cookie.as_ref().map(|c| c.value()), Utc::now().timestamp())?;
+    if state.store.session_is_open(&id).await? {
+        Ok(id)
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+/// Whether the request carries a valid admin session.
+async fn authenticate(state: &AppState, request: &HttpRequest) -> Result<(), ApiError> {
+    session(state, request).await.map(|_| ())
+}
+
+/// Check a presented admin token, with the lock-out: an address with too
+/// many wrong tokens is refused (`429`) before its token is even compared,
+/// and every wrong token is counted.
+pub async fn admit(
+    state: &AppState,
+    request: &HttpRequest,
+    presented: Option<&str>,
+) -> Result<(), ApiError> {
+    let client = request
+        .peer_addr()
+        .map_or_else(|| "unknown".to_owned(), |address| address.ip().to_string());
+    let (failures, left) = state.store.login_failures(&client).await?;
+    if failures >= MAX_FAILED_LOGINS {
+        tracing::warn!(client, "admin token refused: locked out");
+        return Err(ApiError::RateLimited(left));
+    }
+    let checked = state.admin.check(presented);
+    if matches!(checked, Err(ApiError::Unauthorized)) {
+        let failures = state
+            .store
+            .note_login_failure(&client, FAILURE_WINDOW)
+            .await?;
+        tracing::warn!(client, failures, "wrong admin token");
+    }
+    checked
+}
+
+fn admin_cookie(value: String, max_age: Duration) -> Cookie<'static> {
+    Cookie::build(ADMIN_COOKIE, value)
+        .path("/admin")
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Strict)
+        .max_age(actix_web::cookie::time::Duration::seconds(
+            i64::try_from(max_age.as_secs()).unwrap_or(i64::MAX),
+        ))
+        .finish()
 }
 
 fn login_page(notice: Option<String>, status: StatusCode) -> Result<HttpResponse, ApiError> {
@@ -130,7 +190,7 @@ pub async fn index(
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    if authenticate(&state, &request).is_err() {
+    if authenticate(&state, &request).await.is_err() {
         return login_page(None, StatusCode::UNAUTHORIZED);
     }
     admin_page(&state, None, StatusCode::OK).await
@@ -158,19 +218,30 @@ pub async fn login(
     form: web::Form<LoginForm>,
 ) -> Result<HttpResponse, ApiError> {
     limits::check(&state, &request, None).await?;
-    let value = match state.admin.cookie_for(&form.token) {
-        Ok(value) => value,
-        Err(refused) => {
-            tracing::warn!("admin login refused");
+    match admit(&state, &request, Some(&form.token)).await {
+        Ok(()) => {}
+        Err(ApiError::RateLimited(left)) => {
+            let notice = format!(
+                "Too many wrong tokens from this address; try again in {} minutes.",
+                left.as_secs().div_ceil(60).max(1)
+            );
+            let mut response = login_page(Some(notice), StatusCode::TOO_MANY_REQUESTS)?;
+            response.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                left.as_secs().max(1).into(),
+            );
+            return Ok(response);
+        }
+        Err(refused @ (ApiError::Unauthorized | ApiError::AdminDisabled)) => {
             return login_page(Some(refused.to_string()), StatusCode::UNAUTHORIZED);
         }
-    };
-    let cookie = Cookie::build(ADMIN_COOKIE, value)
-        .path("/admin")
-        .http_only(true)
-        .secure(true)
-        .same_site(SameSite::Strict)
-        .finish();
+        Err(other) => return Err(other),
+    }
+    let ttl = state.admin.session_ttl();
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let expires = Utc::now().timestamp() + i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2);
+    state.store.open_session(&id, ttl).await?;
+    let cookie = admin_cookie(state.admin.sign_session(&id, expires)?, ttl);
     let mut response = see_other("/admin");
     response
         .add_cookie(&cookie)
@@ -178,14 +249,16 @@ pub async fn login(
     Ok(response)
 }
 
-/// `POST /admin/logout`: forget the cookie.
-pub async fn logout() -> Result<HttpResponse, ApiError> {
-    let mut cookie = Cookie::build(ADMIN_COOKIE, "")
-        .path("/admin")
-        .http_only(true)
-        .secure(true)
-        .same_site(SameSite::Strict)
-        .finish();
+/// `POST /admin/logout`: close the session on the server, and forget the
+/// cookie in the browser.
+pub async fn logout(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    if let Ok(id) = session(&state, &request).await {
+        state.store.close_session(&id).await?;
+    }
+    let mut cookie = admin_cookie(String::new(), Duration::ZERO);
     cookie.make_removal();
     let mut response = see_other("/admin");
     response
@@ -200,7 +273,7 @@ pub async fn create_sale(
     request: HttpRequest,
     form: web::Form<NewSaleForm>,
 ) -> Result<HttpResponse, ApiError> {
-    authenticate(&state, &request)?;
+    authenticate(&state, &request).await?;
     let mut new = NewSale::builder(form.name.as_str(), form.stock)
         .price_cents(form.price_cents)
         .starts_in(form.starts_in_secs);
@@ -230,7 +303,7 @@ pub async fn sale(
     request: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    if authenticate(&state, &request).is_err() {
+    if authenticate(&state, &request).await.is_err() {
         return login_page(None, StatusCode::UNAUTHORIZED);
     }
     let sale = find_sale(&state, &path).await?;
@@ -255,7 +328,7 @@ pub async fn redrive(
     path: web::Path<String>,
     form: web::Form<RedriveForm>,
 ) -> Result<HttpResponse, ApiError> {
-    authenticate(&state, &request)?;
+    authenticate(&state, &request).await?;
     let sale = find_sale(&state, &path).await?;
     state.store.redrive(sale.id, form.queue).await?;
     Ok(see_other(&format!("/admin/sales/{}", sale.id)))

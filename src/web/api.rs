@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::error::ApiError;
-use super::{AppState, limits};
+use super::{AdminToken, AppState, admin, limits};
 use crate::domain::{NewSale, Order, OrderStatus, Sale, SaleStatus, UserId};
 use crate::payment::{self, PayRefused};
 use crate::probe;
@@ -181,7 +181,7 @@ pub async fn create_sale(
     request: HttpRequest,
     body: web::Json<JsonObject>,
 ) -> Result<HttpResponse, ApiError> {
-    state.admin.check_bearer(&request)?;
+    admin::admit(&state, &request, AdminToken::bearer(&request)).await?;
     let body: CreateSaleRequest = from_object(body.into_inner())?;
     let mut new = NewSale::builder(body.name, body.stock).price_cents(body.price_cents);
     if let Some(starts_at) = body.starts_at {

@@ -1,6 +1,7 @@
 //! The HTTP side: shared state, the route table, and the input limits.
 
 mod admin;
+mod admin_token;
 mod api;
 mod error;
 mod limits;
@@ -10,12 +11,11 @@ pub mod security;
 
 use std::sync::Arc;
 
-use actix_web::{HttpRequest, web};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use actix_web::web;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+pub use admin_token::AdminToken;
 pub use api::SaleView;
 pub use error::ApiError;
 
@@ -54,79 +54,6 @@ pub struct AppState {
     /// live event streams end then, so that they do not hold the graceful
     /// shutdown up.
     pub shutdown: CancellationToken,
-}
-
-/// The admin token, kept only as a SHA-256 digest, and the value of the
-/// admin login cookie it opens. Comparing digests of fixed length in constant
-/// time reveals neither the token nor its length through response timing.
-pub struct AdminToken {
-    digest: Option<[u8; 32]>,
-    cookie: Option<String>,
-}
-
-/// What the admin login cookie holds: a digest of the token, labelled so
-/// that it differs from the digest above. Never the token itself, so a
-/// leaked cookie (a log, a screenshot of the browser's tools) does not leak
-/// the token, which also opens the admin API.
-fn admin_cookie_value(token: &str) -> String {
-    let digest = Sha256::new()
-        .chain_update(b"seckill admin cookie v1\0")
-        .chain_update(token.as_bytes())
-        .finalize();
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
-impl AdminToken {
-    pub fn new(token: Option<&str>) -> Self {
-        let token = token.filter(|t| !t.is_empty());
-        Self {
-            digest: token.map(|t| Sha256::digest(t.as_bytes()).into()),
-            cookie: token.map(admin_cookie_value),
-        }
-    }
-
-    pub fn check(&self, presented: Option<&str>) -> Result<(), ApiError> {
-        let Some(expected) = &self.digest else {
-            return Err(ApiError::AdminDisabled);
-        };
-        let presented: [u8; 32] = Sha256::digest(presented.unwrap_or_default().as_bytes()).into();
-        if bool::from(presented.ct_eq(expected)) {
-            Ok(())
-        } else {
-            Err(ApiError::Unauthorized)
-        }
-    }
-
-    /// The login cookie's value, if `presented` is the token.
-    pub fn cookie_for(&self, presented: &str) -> Result<String, ApiError> {
-        self.check(Some(presented))?;
-        Ok(admin_cookie_value(presented))
-    }
-
-    /// Check the value of a login cookie.
-    pub fn check_cookie(&self, presented: Option<&str>) -> Result<(), ApiError> {
-        let Some(expected) = &self.cookie else {
-            return Err(ApiError::AdminDisabled);
-        };
-        // Every right value has the same length, so comparing lengths first
-        // reveals nothing about the expected value.
-        let presented = presented.unwrap_or_default().as_bytes();
-        if presented.len() == expected.len() && bool::from(presented.ct_eq(expected.as_bytes())) {
-            Ok(())
-        } else {
-            Err(ApiError::Unauthorized)
-        }
-    }
-
-    /// Check an `Authorization: Bearer <token>` header.
-    pub fn check_bearer(&self, request: &HttpRequest) -> Result<(), ApiError> {
-        let presented = request
-            .headers()
-            .get(actix_web::http::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
-        self.check(presented)
-    }
 }
 
 /// Every route, in one table.

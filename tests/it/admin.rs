@@ -252,3 +252,93 @@ async fn an_admin_creates_a_sale_sees_its_orders_and_stock_and_redrives_dead_job
             .contains(r#"<td id="orders-dead">0</td>"#)
     );
 }
+
+/// GET /admin with a cookie; the status says whether the session is open.
+async fn admin_status(app: &TestApp, cookie: &str) -> u16 {
+    no_redirects()
+        .get(app.url("/admin"))
+        .header(COOKIE, cookie)
+        .send()
+        .await
+        .expect("GET /admin")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn logging_out_ends_the_session_on_the_server_for_every_copy_of_the_cookie() {
+    let app = spawn_app().await;
+    let cookie = log_in(&app).await;
+    assert_eq!(admin_status(&app, &cookie).await, 200);
+    let out = no_redirects()
+        .post(app.url("/admin/logout"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .expect("POST /admin/logout");
+    assert_eq!(out.status(), 303);
+    // A copy kept from before (a stolen cookie, another tab) no longer opens anything.
+    assert_eq!(admin_status(&app, &cookie).await, 401);
+    // Logging in again opens a new session.
+    let again = log_in(&app).await;
+    assert_ne!(again, cookie);
+    assert_eq!(admin_status(&app, &again).await, 200);
+}
+
+#[tokio::test]
+async fn a_session_expires_by_itself_and_its_expiry_cannot_be_moved() {
+    let app = spawn_app_with(Options {
+        admin_session: Duration::from_secs(1),
+        ..Options::default()
+    })
+    .await;
+    let cookie = log_in(&app).await;
+    assert_eq!(admin_status(&app, &cookie).await, 200);
+    // The same session, its expiry pushed far ahead by hand: the signature
+    // no longer matches.
+    let (payload, mac) = cookie.rsplit_once('.').expect("a signed value");
+    let (head, _expires) = payload.rsplit_once('.').expect("an expiry");
+    let forged = format!("{head}.99999999999.{mac}");
+    assert_eq!(admin_status(&app, &forged).await, 401);
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    assert_eq!(
+        admin_status(&app, &cookie).await,
+        401,
+        "the session outlived its 1 s"
+    );
+}
+
+#[tokio::test]
+async fn five_wrong_tokens_lock_the_address_out_even_for_the_right_token() {
+    let app = spawn_app().await;
+    for _ in 0..5 {
+        let wrong = no_redirects()
+            .post(app.url("/admin/login"))
+            .form(&[("token", "guess")])
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(wrong.status(), 401);
+    }
+    let locked = no_redirects()
+        .post(app.url("/admin/login"))
+        .form(&[("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(locked.status(), 429);
+    assert!(locked.headers().contains_key("retry-after"));
+    assert!(locked.headers().get(SET_COOKIE).is_none());
+    // The admin API shares the count.
+    let api = app
+        .client
+        .post(app.url("/api/sales"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({"name": "Lamp", "stock": 1, "price_cents": 1}))
+        .send()
+        .await
+        .expect("POST /api/sales");
+    assert_eq!(api.status(), 429);
+    let error: serde_json::Value = api.json().await.expect("a JSON error");
+    assert_eq!(error["error"], "rate_limited");
+}

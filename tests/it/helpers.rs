@@ -135,6 +135,7 @@ pub struct Options {
     pub worker: WorkerSettings,
     pub admin_token: Option<String>,
     pub max_event_streams: u32,
+    pub admin_session: Duration,
     pub limits: seckill::config::RateLimitSettings,
 }
 
@@ -145,6 +146,7 @@ impl Default for Options {
             worker: WorkerSettings::default(),
             admin_token: Some(ADMIN_TOKEN.to_owned()),
             max_event_streams: seckill::config::DEFAULT_MAX_EVENT_STREAMS,
+            admin_session: Duration::from_secs(3_600),
             limits: seckill::config::RateLimitSettings::default(),
         }
     }
@@ -168,6 +170,7 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
         admin_token: options.admin_token.clone(),
         instance_id: Some("test".into()),
         max_event_streams: options.max_event_streams,
+        admin_session: options.admin_session,
         run_worker: false,
         purchase: options.purchase.clone(),
         worker: options.worker.clone(),
