@@ -142,7 +142,40 @@ impl Cluster {
     /// with `args` added, and wait until it prints its address. Returns the
     /// address as a base URL.
     pub async fn start_app(&mut self, name: &str, args: &[&str]) -> anyhow::Result<String> {
-        let mut all = vec!["serve", "--bind", "127.0.0.1:0", "--instance-id", name];
+        self.start_app_at(name, "127.0.0.1:0", args).await
+    }
+
+    /// Kill app instance `name` at once (SIGKILL), as a crash would, and
+    /// start it again on the same address with `args` added: clients that
+    /// knew it find it again. Returns its base URL.
+    pub async fn restart_app(&mut self, name: &str, args: &[&str]) -> anyhow::Result<String> {
+        let url = self.url(name)?;
+        let bind = url
+            .strip_prefix("http://")
+            .with_context(|| format!("{name}'s address {url} is not http://host:port"))?
+            .to_owned();
+        self.kill(name).await?;
+        self.start_app_at(name, &bind, args).await
+    }
+
+    /// The names of the running processes, app instances first.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<(bool, String)> = self
+            .members
+            .iter()
+            .map(|m| (m.url.is_none(), m.name.clone()))
+            .collect();
+        names.sort();
+        names.into_iter().map(|(_, name)| name).collect()
+    }
+
+    async fn start_app_at(
+        &mut self,
+        name: &str,
+        bind: &str,
+        args: &[&str],
+    ) -> anyhow::Result<String> {
+        let mut all = vec!["serve", "--bind", bind, "--instance-id", name];
         all.extend_from_slice(args);
         let mut command = self.deployment.command(&all);
         // A long-running process: its errors go where ours go.

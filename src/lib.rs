@@ -20,7 +20,9 @@
 //! `src/lua/purchase_commit.lua`, [`worker`], [`payment`] with
 //! `src/lua/unit_return.lua`, [`events`], then [`web`] and [`startup`].
 //! [`cluster`] starts app instances and workers as processes; [`harness`]
-//! and [`demo`] run the load test (the `loadtest/` crate) against them.
+//! and [`demo`] run the load test (the `loadtest/` crate) against them, and
+//! [`chaos`] runs it against a private deployment while killing, pausing
+//! and wiping its parts.
 
 // The layers, bottom up (ARCHITECTURE.md draws them; tests/it/layers.rs
 // keeps every `use crate::` pointing down):
@@ -46,6 +48,7 @@ pub mod worker;
 pub mod cli;
 pub mod web;
 // 5: wiring and harnesses.
+pub mod chaos;
 pub mod cluster;
 pub mod demo;
 pub mod harness;

@@ -24,7 +24,7 @@ async fn main() -> ExitCode {
     // `demo` answers like `seckill-loadtest`: 1 only for a broken promise,
     // 2 when it could not run at all.
     let failure = match cli.command {
-        Command::Demo(_) => ExitCode::from(2),
+        Command::Demo(_) | Command::Chaos(_) => ExitCode::from(2),
         _ => ExitCode::FAILURE,
     };
     match run(cli).await {
@@ -37,6 +37,11 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // `chaos` starts servers of its own, which it may kill and wipe.
+    if let Command::Chaos(args) = cli.command {
+        let verdict = seckill::chaos::chaos(args).await?;
+        return Ok(ExitCode::from(verdict.exit_code()));
+    }
     // Only `serve` and `demo` may run on private servers: they are the
     // commands that use them for as long as they live.
     let private = match cli.command {
@@ -60,6 +65,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("migrations applied to {}", redact(&services.database_url));
         }
         Command::Sale(SaleCommand::Create(args)) => create_sale(&services, &prefix, args).await?,
+        Command::Chaos(_) => unreachable!("chaos returns before the servers are resolved"),
         Command::Demo(args) => {
             // 0 when both runs kept their promise, 1 when one broke it,
             // 2 when one could not be trusted: as `seckill-loadtest`.

@@ -42,8 +42,10 @@ use crate::store::{self, Snapshot, Store};
 static COMMIT: LazyLock<Script> = queue_script!("lua/purchase_commit.lua");
 
 /// How long a purchase whose commit answer was lost spends finding out
-/// whether its order was taken.
-const LOOKUP_LIMIT: Duration = Duration::from_secs(1);
+/// whether its order was taken (a Redis restart takes a moment), and the
+/// pause between two tries.
+const LOOKUP_LIMIT: Duration = Duration::from_secs(3);
+const LOOKUP_RETRY: Duration = Duration::from_millis(100);
 
 /// How a purchase ended. Business outcomes, not errors: each maps to one
 /// HTTP status in `web::api`.
@@ -352,22 +354,27 @@ impl Purchaser {
         job: &OrderJob,
         error: redis::RedisError,
     ) -> anyhow::Result<Outcome> {
-        let lookup = async {
-            let mut conn = self.store.redis().await?;
-            let queued = self
-                .store
-                .queued_on(&mut conn, job.sale_id, job.order_id)
-                .await?;
-            anyhow::Ok(queued.is_some() || self.store.stored_order(job.order_id).await?.is_some())
-        };
-        if let Ok(Ok(true)) = tokio::time::timeout(LOOKUP_LIMIT, lookup).await {
-            if let Ok(mut conn) = self.store.redis().await {
-                self.note_pending(&mut conn, job).await;
+        // Redis may be on its way back (the connection broke because it was
+        // restarting): ask again until it answers or the limit passes.
+        let deadline = tokio::time::Instant::now() + LOOKUP_LIMIT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.was_taken(job)).await {
+                Ok(Ok(true)) => {
+                    if let Ok(mut conn) = self.store.redis().await {
+                        self.note_pending(&mut conn, job).await;
+                    }
+                    tracing::warn!(order_id = %job.order_id, "commit answer lost, but the order was taken");
+                    return Ok(Outcome::Accepted {
+                        order_id: job.order_id,
+                    });
+                }
+                // Redis and PostgreSQL answered, and neither has it.
+                Ok(Ok(false)) => break,
+                Ok(Err(_)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(LOOKUP_RETRY).await;
+                }
+                Ok(Err(_)) | Err(_) => break,
             }
-            tracing::warn!(order_id = %job.order_id, "commit answer lost, but the order was taken");
-            return Ok(Outcome::Accepted {
-                order_id: job.order_id,
-            });
         }
         Err(error).with_context(|| {
             format!(
@@ -375,6 +382,16 @@ impl Purchaser {
                 job.order_id
             )
         })
+    }
+
+    /// Whether the order of `job` is on its sale's queue or in PostgreSQL.
+    async fn was_taken(&self, job: &OrderJob) -> anyhow::Result<bool> {
+        let mut conn = self.store.redis().await?;
+        let queued = self
+            .store
+            .queued_on(&mut conn, job.sale_id, job.order_id)
+            .await?;
+        Ok(queued.is_some() || self.store.stored_order(job.order_id).await?.is_some())
     }
 
     /// Steps 1 and 2: `Ok(units left)` when `user` may take a unit, or

@@ -75,6 +75,8 @@ impl Target {
 #[derive(Debug, Clone)]
 pub struct PurchaseAnswer {
     pub classified: Classified,
+    /// The HTTP status; `None` when no answer came (the connection failed).
+    pub status: Option<u16>,
     /// The `X-Seckill-Instance` header, if the answer had one.
     pub instance: Option<Arc<str>>,
 }
@@ -84,6 +86,7 @@ impl PurchaseAnswer {
     pub fn error() -> Self {
         Self {
             classified: Classified::error(),
+            status: None,
             instance: None,
         }
     }
@@ -218,6 +221,7 @@ impl Connection {
         };
         Ok(PurchaseAnswer {
             classified: classify(status, &body),
+            status: Some(status),
             instance: self.instance.clone(),
         })
     }

@@ -297,6 +297,7 @@ mod tests {
             outcome,
             order_id: None,
             instance: Some("a".into()),
+            status: Some(200),
             intended_us: 0,
             sent_us,
             done_us,

@@ -12,17 +12,31 @@ use tempfile::TempDir;
 use super::redis_answers;
 use super::supervise::{Supervised, find_on_path, free_port, wait_until};
 
-/// A Redis server of our own, on a free port, keeping nothing on disk.
+/// A Redis server of our own, on a free port, keeping nothing on disk
+/// unless started with [`PrivateRedis::start_durable`].
 #[derive(Debug)]
 pub struct PrivateRedis {
     port: u16,
     dir: TempDir,
+    /// Whether it writes every command to an append-only file, fsync'ed
+    /// before it answers (`appendfsync always`), and reads it back on start.
+    durable: bool,
     server: Option<Supervised>,
 }
 
 impl PrivateRedis {
-    /// Start `redis-server` and wait until it answers.
+    /// Start `redis-server`, keeping nothing on disk, and wait until it answers.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(false).await
+    }
+
+    /// Start `redis-server` with an append-only file fsync'ed on every
+    /// write, as production would run it: a kill loses nothing it answered.
+    pub async fn start_durable() -> anyhow::Result<Self> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(durable: bool) -> anyhow::Result<Self> {
         let binary = find_on_path("redis-server").context("redis-server is not installed")?;
         let dir = tempfile::Builder::new()
             .prefix("seckill-redis-")
@@ -31,6 +45,7 @@ impl PrivateRedis {
         let mut redis = Self {
             port: free_port()?,
             dir,
+            durable,
             server: None,
         };
         redis.launch(&binary)?;
@@ -54,7 +69,8 @@ impl PrivateRedis {
     }
 
     /// Start the server again on the same port (after [`PrivateRedis::kill`]).
-    /// It comes back empty: it keeps nothing on disk.
+    /// A durable one comes back with everything it answered; another comes
+    /// back empty.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
         let binary = find_on_path("redis-server").context("redis-server is not installed")?;
@@ -62,12 +78,42 @@ impl PrivateRedis {
         self.wait_ready().await
     }
 
+    /// Kill the server and start it again with no data at all, its files
+    /// deleted: what a Redis without persistence meets on every restart.
+    pub async fn wipe(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        for entry in std::fs::read_dir(self.dir.path()).context("reading Redis' directory")? {
+            let path = entry?.path();
+            if path.file_name().is_some_and(|name| name == "redis.log") {
+                continue;
+            }
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)?;
+            } else {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        self.restart().await
+    }
+
     fn launch(&mut self, binary: &Path) -> anyhow::Result<()> {
-        let log = std::fs::File::create(self.dir.path().join("redis.log"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("redis.log"))?;
+        let appendonly = if self.durable { "yes" } else { "no" };
         let mut command = Command::new(binary);
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                appendonly,
+                "--daemonize",
+                "no",
+            ])
+            .args(["--appendfsync", "always"])
             .arg("--dir")
             .arg(self.dir.path())
             .stdin(Stdio::null())

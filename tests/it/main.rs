@@ -8,6 +8,7 @@ mod admin;
 mod bad_input;
 mod browser;
 mod burst;
+mod chaos;
 mod cli;
 mod faults;
 mod helpers;

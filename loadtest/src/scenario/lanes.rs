@@ -108,6 +108,7 @@ where
         data.dropped += result.dropped;
     }
     data.wall = start.elapsed();
+    data.started = Some(start);
     data.connect_errors = live.connect_failed.load(Ordering::Relaxed);
     drop(ticker);
     sending.answers(&live.answers());

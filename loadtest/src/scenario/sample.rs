@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
@@ -20,6 +20,8 @@ pub struct Sample {
     pub outcome: AnswerKind,
     pub order_id: Option<Uuid>,
     pub instance: Option<Arc<str>>,
+    /// The HTTP status; `None` when no answer came.
+    pub status: Option<u16>,
     /// When the request was due.
     pub intended_us: u64,
     /// When it was handed to the connection.
@@ -41,6 +43,7 @@ impl Sample {
             outcome: answer.classified.outcome,
             order_id: answer.classified.order_id,
             instance: answer.instance,
+            status: answer.status,
             intended_us: micros_of(intended),
             sent_us: micros_of(sent),
             done_us: micros_of(done),
@@ -63,6 +66,8 @@ pub struct RunData {
     pub dropped: u64,
     /// Start (release) to the last answer.
     pub wall: Duration,
+    /// When the lanes were released: every sample's times count from here.
+    pub started: Option<Instant>,
 }
 
 /// Counters the progress display reads while a scenario runs.

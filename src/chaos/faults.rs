@@ -1,0 +1,234 @@
+//! Each fault, injected into a running deployment, and the window of time
+//! it covered.
+//!
+//! A fault returns once the deployment is whole again (the killed process
+//! restarted, the server back up), so that the next fault starts from a
+//! healthy deployment and the window says exactly when things were broken.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use nix::sys::signal::Signal;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::Rig;
+use crate::cli::Fault;
+
+/// When a fault was in force.
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    pub fault: Fault,
+    /// From the start of the chaos run.
+    #[serde(serialize_with = "as_millis")]
+    pub start: Duration,
+    #[serde(serialize_with = "as_millis")]
+    pub end: Duration,
+    /// What happened, in words ("killed 3 workers, 2 mid-batch").
+    pub note: String,
+}
+
+fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Order ids the Redis wipe took with it: jobs still waiting on the queue.
+pub type WipedIds = Vec<String>;
+
+impl Rig {
+    /// Inject `fault`; return its window and, for the wipe, the order ids
+    /// that were waiting on the queue when Redis lost them.
+    pub async fn inject(
+        &mut self,
+        fault: Fault,
+        epoch: Instant,
+    ) -> anyhow::Result<(Window, WipedIds)> {
+        eprintln!("chaos: {} ...", fault.as_str());
+        let start = epoch.elapsed();
+        let mut wiped = Vec::new();
+        let note = match fault {
+            Fault::WorkerKill => self.kill_workers().await?,
+            Fault::AppKill => {
+                self.cluster.restart_app("app-1", &["--no-worker"]).await?;
+                "app-1 killed with SIGKILL and restarted on its address".to_owned()
+            }
+            Fault::LockHolderPause => {
+                let pause = self.lock_ttl * 3;
+                self.cluster.signal("app-2", Signal::SIGSTOP)?;
+                tokio::time::sleep(pause).await;
+                self.cluster.signal("app-2", Signal::SIGCONT)?;
+                format!("app-2 stopped for {pause:?} (3 lock TTLs), then resumed")
+            }
+            Fault::PostgresDown => {
+                tokio::task::block_in_place(|| self.postgres.stop());
+                tokio::time::sleep(self.postgres_down).await;
+                self.postgres.restart().await?;
+                format!("PostgreSQL down for {:?}", self.postgres_down)
+            }
+            Fault::RedisKill => {
+                tokio::task::block_in_place(|| self.redis.kill());
+                self.redis.restart().await?;
+                "Redis killed with SIGKILL, restarted from its append-only file".to_owned()
+            }
+            Fault::RedisWipe => {
+                wiped = self.wipe_redis().await?;
+                format!(
+                    "Redis restarted empty; {} queued orders went with it",
+                    wiped.len()
+                )
+            }
+            Fault::Flood => self.flood(Duration::from_secs(2)).await?,
+        };
+        let end = epoch.elapsed();
+        eprintln!("chaos: {} done: {note}", fault.as_str());
+        let window = Window {
+            fault,
+            start,
+            end,
+            note,
+        };
+        Ok((window, wiped))
+    }
+
+    /// Kill a worker with SIGKILL three times, each time while it holds a
+    /// batch if one comes within a second, and start a fresh one.
+    async fn kill_workers(&mut self) -> anyhow::Result<String> {
+        let mut mid_batch = 0;
+        for _ in 0..3 {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < deadline {
+                if self.in_flight().await? > 0 {
+                    mid_batch += 1;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            self.cluster.kill("worker-a").await?;
+            self.cluster.start_worker("worker-a", &[])?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        Ok(format!("killed a worker 3 times ({mid_batch} mid-batch)"))
+    }
+
+    /// Jobs of the sale's order queue that a worker holds right now.
+    async fn in_flight(&self) -> anyhow::Result<u64> {
+        let mut conn = self.store.redis().await?;
+        redis::cmd("ZCARD")
+            .arg(&self.keys.queue.inflight)
+            .query_async(&mut conn)
+            .await
+            .context("counting jobs in flight")
+    }
+
+    /// Restart Redis with no data. Every process is paused (SIGSTOP) around
+    /// it, so that the ids read from the queue are exactly the ones lost.
+    async fn wipe_redis(&mut self) -> anyhow::Result<WipedIds> {
+        let names = self.cluster.names();
+        for name in &names {
+            self.cluster.signal(name, Signal::SIGSTOP)?;
+        }
+        let waiting = async {
+            let mut conn = self.store.redis().await?;
+            redis::cmd("ZRANGE")
+                .arg(&self.keys.queue.due)
+                .arg(0)
+                .arg(-1)
+                .query_async::<Vec<String>>(&mut conn)
+                .await
+                .context("reading the queue before the wipe")
+        }
+        .await;
+        let wiped = match waiting {
+            Ok(ids) => self.redis.wipe().await.map(|()| ids),
+            Err(error) => Err(error),
+        };
+        for name in &names {
+            self.cluster.signal(name, Signal::SIGCONT)?;
+        }
+        wiped
+    }
+
+    /// Hostile traffic for `length`: made-up sale ids, malformed bodies,
+    /// oversized headers, and connections that never finish their request.
+    async fn flood(&self, length: Duration) -> anyhow::Result<String> {
+        let address = self.cluster.url("app-1")?;
+        let address = address.trim_start_matches("http://").to_owned();
+        let half_open = hold_half_open(&address, 100).await;
+        let until = Instant::now() + length;
+        let mut senders = Vec::new();
+        for i in 0..20 {
+            let address = address.clone();
+            senders.push(tokio::spawn(async move {
+                let mut sent = 0u64;
+                while Instant::now() < until {
+                    let request = hostile_request(i + sent);
+                    let _ = exchange(&address, &request).await;
+                    sent += 1;
+                }
+                sent
+            }));
+        }
+        let mut sent = 0;
+        for sender in senders {
+            sent += sender.await.context("a flood task panicked")?;
+        }
+        drop(half_open);
+        Ok(format!(
+            "{sent} hostile requests and {} half-open connections",
+            100
+        ))
+    }
+}
+
+/// One of the hostile requests, in turn.
+fn hostile_request(n: u64) -> Vec<u8> {
+    match n % 4 {
+        0 => format!(
+            "GET /api/sales/{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            1_000_000 + n % 1_000
+        )
+        .into_bytes(),
+        1 => {
+            let body = r#"{"user_id": "a", "user_id": "b"}"#;
+            format!(
+                "POST /api/sales/1/purchase HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        }
+        2 => format!(
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: {}\r\nConnection: close\r\n\r\n",
+            "p".repeat(20 * 1024)
+        )
+        .into_bytes(),
+        _ => b"GET /api/orders/not-an-id HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
+    }
+}
+
+/// Send raw bytes and read the answer to its end.
+async fn exchange(address: &str, request: &[u8]) -> std::io::Result<()> {
+    let mut socket = TcpStream::connect(address).await?;
+    socket.write_all(request).await?;
+    let mut sink = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), socket.read_to_end(&mut sink))
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    Ok(())
+}
+
+/// `n` connections that start a request and never finish it.
+async fn hold_half_open(address: &str, n: usize) -> Vec<TcpStream> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        if let Ok(mut socket) = TcpStream::connect(address).await
+            && socket
+                .write_all(b"POST /api/sales/1/purchase HTTP/1.1\r\nHost: x\r\n")
+                .await
+                .is_ok()
+        {
+            held.push(socket);
+        }
+    }
+    held
+}

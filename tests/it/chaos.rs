@@ -1,0 +1,100 @@
+//! `seckill chaos` as people run it, short: a few hundred buyers, every
+//! fault, and the promise checked per fault and overall.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::{Scratch, seckill_command};
+
+#[tokio::test]
+async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let output = tokio::time::timeout(
+        Duration::from_secs(240),
+        seckill_command(
+            &scratch,
+            &[
+                "chaos",
+                "--users",
+                "1600",
+                "--stock",
+                "1500",
+                "--rate",
+                "100",
+                "--duration-secs",
+                "20",
+                "--postgres-down-secs",
+                "2",
+                "--seed",
+                "7",
+                "--report-dir",
+                dir.path().to_str().expect("a UTF-8 path"),
+            ],
+            &[],
+        )
+        .output(),
+    )
+    .await
+    .expect("the chaos run ends in time")
+    .expect("seckill chaos");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("verdict: PASS"), "{stdout}");
+
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("chaos.json")).expect("the JSON report"),
+    )
+    .expect("JSON");
+    let rows = report["rows"].as_array().expect("rows");
+    for fault in [
+        "worker-kill",
+        "app-kill",
+        "lock-holder-pause",
+        "postgres-down",
+        "redis-kill",
+        "redis-wipe",
+        "flood",
+    ] {
+        let row = rows
+            .iter()
+            .find(|row| row["fault"] == fault)
+            .unwrap_or_else(|| panic!("no row for {fault}: {stdout}"));
+        assert!(
+            row["requests"].as_u64() > Some(0),
+            "{fault} saw no load: {row}"
+        );
+        assert_eq!(row["internal"], 0, "{fault} answered 500: {row}");
+        assert_eq!(row["ok"], true, "{fault}: {row}");
+    }
+    // The wipe's losses are counted exactly: the 202s whose orders were
+    // still waiting on the queue, and no others.
+    let checks = report["checks"].as_array().expect("checks");
+    let lost = checks
+        .iter()
+        .find(|c| c["name"] == "202s lost = the 202s queued at the Redis wipe")
+        .expect("the lost check");
+    assert_eq!(lost["ok"], true, "{lost}");
+    assert!(checks.iter().all(|c| c["ok"] == true), "{stdout}");
+}
+
+#[tokio::test]
+async fn a_chaos_run_too_short_for_its_faults_is_refused_before_it_starts() {
+    let scratch = Scratch::new().await;
+    let output = seckill_command(
+        &scratch,
+        &["chaos", "--duration-secs", "5", "--fault", "postgres-down"],
+        &[],
+    )
+    .output()
+    .await
+    .expect("seckill chaos");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--duration-secs 5 is too short"),
+        "{stderr}"
+    );
+}
