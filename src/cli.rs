@@ -157,8 +157,41 @@ pub struct LoadTestCli {
     #[arg(long, value_name = "ID")]
     pub sale: Option<i64>,
 
+    /// Run the chaos scenario instead (as `seckill chaos`): a private
+    /// deployment, a rate load of --users, --stock, --rate and --duration
+    /// [default 30 s], and these faults injected one after another (give
+    /// the option with no name for every fault).
+    #[arg(long, value_enum, num_args = 0.., value_name = "FAULT", conflicts_with_all = ["targets", "spawn", "strategy", "sale"])]
+    pub faults: Option<Vec<Fault>>,
+
+    /// With --faults: seed of the fault order.
+    #[arg(long, default_value_t = 1, requires = "faults")]
+    pub seed: u64,
+
     #[command(flatten)]
     pub load: LoadArgs,
+}
+
+impl LoadTestCli {
+    /// The chaos run `--faults` asks for, if it does.
+    pub fn chaos(&self) -> Option<ChaosArgs> {
+        let faults = self.faults.clone()?;
+        Some(ChaosArgs {
+            users: self.load.users,
+            stock: self.stock,
+            rate: self.load.rate.round().clamp(1.0, 100_000.0) as u32,
+            duration_secs: self.load.duration.map_or(30, |secs| secs.ceil() as u64),
+            faults,
+            seed: self.seed,
+            postgres_down_secs: 10,
+            report_dir: self
+                .load
+                .json
+                .as_ref()
+                .and_then(|path| path.parent())
+                .map_or_else(|| PathBuf::from("target/seckill-chaos"), PathBuf::from),
+        })
+    }
 }
 
 /// `seckill demo`'s options: all have defaults, none is needed.

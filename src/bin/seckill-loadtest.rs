@@ -13,6 +13,16 @@ use seckill::telemetry;
 async fn main() -> ExitCode {
     let cli = LoadTestCli::parse();
     telemetry::init();
+    // --faults: the chaos scenario, on servers of its own.
+    if let Some(chaos) = cli.chaos() {
+        return match seckill::chaos::chaos(chaos).await {
+            Ok(verdict) => ExitCode::from(verdict.exit_code()),
+            Err(error) => {
+                eprintln!("seckill-loadtest: {error:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     // Instances it starts itself may run on private servers: they live as
     // long as this process. Instances given with --target have servers of
     // their own, which are the ones to verify.

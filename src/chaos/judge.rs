@@ -338,3 +338,41 @@ impl Rig {
         Ok((stock, buyers, ttl, (due + inflight, dead)))
     }
 }
+
+/// Answers in one slice of the run, by what they said.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Tick {
+    /// The slice's start, from the start of the chaos run.
+    pub at_ms: u64,
+    pub sold: u64,
+    pub refused: u64,
+    /// No answer, `503` or `500`.
+    pub failed: u64,
+}
+
+/// The run in slices of `slice`, by due time: what the timeline chart draws.
+pub fn timeline(run: &RunData, epoch: Instant, slice: Duration) -> Vec<Tick> {
+    let Some(started) = run.started else {
+        return Vec::new();
+    };
+    let offset = started.saturating_duration_since(epoch);
+    let slice_us = u64::try_from(slice.as_micros()).unwrap_or(u64::MAX).max(1);
+    let offset_us = u64::try_from(offset.as_micros()).unwrap_or(0);
+    let mut ticks: Vec<Tick> = Vec::new();
+    for sample in &run.samples {
+        let index = usize::try_from((offset_us + sample.intended_us) / slice_us).unwrap_or(0);
+        if ticks.len() <= index {
+            ticks.resize(index + 1, Tick::default());
+        }
+        let tick = &mut ticks[index];
+        match said(sample) {
+            Said::Sold => tick.sold += 1,
+            Said::Refused => tick.refused += 1,
+            _ => tick.failed += 1,
+        }
+    }
+    for (i, tick) in ticks.iter_mut().enumerate() {
+        tick.at_ms = (i as u64 * slice_us) / 1_000;
+    }
+    ticks
+}

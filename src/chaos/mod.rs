@@ -9,12 +9,14 @@
 //! after another, spread over the run, in an order the seed decides
 //! (`faults.rs`). When the load is over it waits for the queues to drain,
 //! then checks every promise, per fault window and overall (`judge.rs`),
-//! prints the table and writes it as JSON.
+//! prints the table and writes it as JSON and as an HTML page with the
+//! timeline of answers and the fault windows shaded (`html.rs`).
 //!
 //! Exit codes as the load test's: 0 every row and check held, 1 one broke,
 //! 2 the run could not be trusted (the generator could not keep the rate).
 
 mod faults;
+mod html;
 mod judge;
 
 use std::collections::HashSet;
@@ -47,6 +49,10 @@ const LOCK_TTL: Duration = Duration::from_millis(500);
 /// The workers' lease: above PostgreSQL's 10 s statement timeout, short
 /// enough that the jobs of a killed worker come back within the drain.
 const LEASE: Duration = Duration::from_secs(12);
+/// Connections the generator keeps to the instances. (1,024 dropped as
+/// many sends as 64 on the 2-core development machine: the drops there are
+/// the generator's own CPU, not connections held by a paused instance.)
+const CONNECTIONS: usize = 64;
 /// How long the queues may take to drain after the load.
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// Share of dropped sends above which the run is not trusted. Higher than
@@ -84,6 +90,8 @@ struct ChaosReport {
     requests: usize,
     dropped: u64,
     verdict: &'static str,
+    /// Answers per quarter second, by what they said.
+    timeline: Vec<judge::Tick>,
 }
 
 /// Run the chaos scenario; returns its verdict.
@@ -114,7 +122,7 @@ pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
         scenario: Scenario::Rate,
         rate: f64::from(args.rate),
         duration: Some(Duration::from_secs(args.duration_secs)),
-        connections: 64,
+        connections: CONNECTIONS,
     };
     let epoch = Instant::now();
     let progress = Progress::stderr();
@@ -141,6 +149,7 @@ pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
         requests: run.samples.len(),
         dropped: run.dropped,
         verdict: verdict.as_str(),
+        timeline: judge::timeline(&run, epoch, Duration::from_millis(250)),
     };
     println!("{}", to_text(&report));
     let path = args.report_dir.join("chaos.json");
@@ -151,6 +160,10 @@ pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
     )
     .with_context(|| format!("writing {}", path.display()))?;
     println!("JSON report: {}", path.display());
+    let page = args.report_dir.join("chaos.html");
+    std::fs::write(&page, html::to_html(&report))
+        .with_context(|| format!("writing {}", page.display()))?;
+    println!("HTML report: {}", page.display());
     rig.cluster.stop().await;
     Ok(verdict)
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{Scratch, seckill_command};
+use crate::helpers::{Scratch, loadtest_command, seckill_command};
 
 #[tokio::test]
 async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
@@ -78,6 +78,52 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
         .expect("the lost check");
     assert_eq!(lost["ok"], true, "{lost}");
     assert!(checks.iter().all(|c| c["ok"] == true), "{stdout}");
+    // The page: the timeline, each window shaded and named, the table.
+    let page = std::fs::read_to_string(dir.path().join("chaos.html")).expect("the HTML report");
+    assert!(page.contains("<svg"), "no chart");
+    for fault in ["redis-wipe", "postgres-down", "flood"] {
+        assert!(
+            page.contains(&format!(">{fault}</text>")),
+            "{fault} not marked on the chart"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_load_test_runs_the_same_chaos_scenario_with_faults() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let json = dir.path().join("run.json");
+    let output = loadtest_command(
+        &scratch,
+        &[
+            "--faults",
+            "redis-wipe",
+            "--users",
+            "400",
+            "--stock",
+            "300",
+            "--rate",
+            "100",
+            "--duration",
+            "6",
+            "--json",
+            json.to_str().expect("a UTF-8 path"),
+        ],
+        &[],
+    )
+    .output()
+    .await
+    .expect("seckill-loadtest --faults");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("redis-wipe"), "{stdout}");
+    assert!(dir.path().join("chaos.json").exists());
 }
 
 #[tokio::test]
