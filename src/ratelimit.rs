@@ -31,16 +31,16 @@ pub async fn check<C: ConnectionLike + Send>(
     key: &str,
     limit: RateLimit,
 ) -> redis::RedisResult<Verdict> {
-    let interval_ms = (1_000 / u64::from(limit.per_second.max(1))).max(1);
-    let (allowed, wait_ms): (i64, i64) = CHECK
+    let interval_us = (1_000_000 / u64::from(limit.per_second.max(1))).max(1);
+    let (allowed, wait_us): (i64, i64) = CHECK
         .key(key)
-        .arg(interval_ms)
+        .arg(interval_us)
         .arg(limit.burst)
         .invoke_async(conn)
         .await?;
     Ok(if allowed == 1 {
         Verdict::Allowed
     } else {
-        Verdict::Wait(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)))
+        Verdict::Wait(Duration::from_micros(u64::try_from(wait_us).unwrap_or(0)))
     })
 }

@@ -17,7 +17,7 @@ pub fn to_html(report: &ChaosReport) -> String {
     for row in &report.rows {
         let _ = write!(
             rows,
-            "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             if row.ok { "ok" } else { "bad" },
             escape(&row.fault),
             row.requests,
@@ -26,6 +26,7 @@ pub fn to_html(report: &ChaosReport) -> String {
             row.unavailable,
             row.internal,
             row.lost,
+            row.dropped,
             if row.ok { "yes" } else { "NO" }
         );
     }
@@ -47,7 +48,7 @@ pub fn to_html(report: &ChaosReport) -> String {
 td:first-child{{text-align:left}}.bad{{color:#b00;font-weight:bold}}</style></head><body>\
 <h1>seckill chaos: {verdict}</h1><p>{users} buyers, {stock} units, {rate} purchases/s for {secs} s, seed {seed}; \
 {requests} answers, {dropped} dropped sends.</p>{svg}\
-<table><tr><th>fault</th><th>requests</th><th>202</th><th>errors</th><th>503</th><th>500</th><th>lost</th><th>ok</th></tr>{rows}</table>\
+<table><tr><th>fault</th><th>requests</th><th>202</th><th>errors</th><th>503</th><th>500</th><th>lost</th><th>dropped</th><th>ok</th></tr>{rows}</table>\
 <h2>Checks</h2><ul>{checks}</ul></body></html>",
         verdict = report.verdict,
         users = report.users,

@@ -23,6 +23,9 @@ use super::faults::Window;
 use crate::cli::Fault;
 use crate::domain::OrderStatus;
 
+/// The name of the row for the time between faults.
+pub const BETWEEN: &str = "(between faults)";
+
 /// After a fault's window ends, answers may still show it this long (a
 /// client reconnecting, a pool finding its server again).
 const RECOVERY: Duration = Duration::from_secs(1);
@@ -40,6 +43,9 @@ pub struct Row {
     pub internal: u64,
     /// `202`s in this window whose order was lost (a Redis wipe).
     pub lost: u64,
+    /// Sends the generator dropped, for want of a connection the deployment
+    /// freed in time, while the fault was in force.
+    pub dropped: u64,
     /// From the window's end to the first answer that sold or refused a unit.
     pub recovered_after_ms: Option<u64>,
     /// Requests that failed (no answer, 503 or 500), by the whole second of
@@ -114,9 +120,34 @@ pub fn rows(
     let during = |sample: &Sample, window: &Window| {
         due(sample) < window.end + RECOVERY && done(sample) >= window.start
     };
+    let dropped_due = |window: Option<&Window>| {
+        run.dropped_at_us
+            .iter()
+            .map(|us| offset + Duration::from_micros(*us))
+            .filter(|at| match window {
+                Some(w) => (w.start..w.end + RECOVERY).contains(at),
+                None => !windows
+                    .iter()
+                    .any(|w| (w.start..w.end + RECOVERY).contains(at)),
+            })
+            .count() as u64
+    };
     let mut rows = Vec::new();
     for window in windows {
-        let inside: Vec<&Sample> = run.samples.iter().filter(|s| during(s, window)).collect();
+        // In a window where nothing may fail, a request that was also out
+        // during a fault where things may (in flight across both) is that
+        // fault's, not this one's.
+        let excused = |sample: &Sample| {
+            !may_fail(window.fault)
+                && windows
+                    .iter()
+                    .any(|other| may_fail(other.fault) && during(sample, other))
+        };
+        let inside: Vec<&Sample> = run
+            .samples
+            .iter()
+            .filter(|s| during(s, window) && !excused(s))
+            .collect();
         let recovered_after_ms = run
             .samples
             .iter()
@@ -132,6 +163,7 @@ pub fn rows(
             recovered_after_ms,
         );
         row.failures_by_second = failures_by_second(&inside, &due);
+        row.dropped = dropped_due(Some(window));
         rows.push(row);
     }
     let between: Vec<&Sample> = run
@@ -139,8 +171,9 @@ pub fn rows(
         .iter()
         .filter(|s| !windows.iter().any(|w| during(s, w)))
         .collect();
-    let mut between_row = row("(between faults)", &between, lost, false, None);
+    let mut between_row = row(BETWEEN, &between, lost, false, None);
     between_row.failures_by_second = failures_by_second(&between, &due);
+    between_row.dropped = dropped_due(None);
     rows.push(between_row);
     Ok(rows)
 }
@@ -183,10 +216,16 @@ fn row(
             .iter()
             .filter(|s| s.order_id.is_some_and(|id| lost.contains(&id)))
             .count() as u64,
+        dropped: 0,
         recovered_after_ms,
         failures_by_second: Vec::new(),
-        // A window no request fell in proves nothing: it fails.
-        ok: !samples.is_empty() && internal == 0 && (may_fail || errors + unavailable == 0),
+        // A window no request fell in proves nothing: it fails. Where
+        // nothing may fail, no `503` may come, and requests with no answer
+        // at all stay under 1% (a connection the generator lost on its
+        // own side, as the load test tolerates).
+        ok: !samples.is_empty()
+            && internal == 0
+            && (may_fail || (unavailable == 0 && errors * 100 <= samples.len() as u64)),
     }
 }
 
@@ -304,8 +343,8 @@ pub async fn checks(
             found: lock_ttl.to_string(),
             ok: lock_ttl != -1,
         },
-        Check::equal("queue empty (waiting + in flight)", 0, depth.0),
-        Check::equal("dead-lettered jobs", 0, depth.1),
+        Check::equal("queues empty (waiting + in flight)", 0, depth.0),
+        Check::equal("dead-lettered jobs (orders and deadlines)", 0, depth.1),
     ];
     let internal = run.samples.iter().filter(|s| s.status == Some(500)).count();
     checks.push(Check::equal("answers 500 internal", 0, internal));
@@ -317,25 +356,27 @@ impl Rig {
     /// `(waiting + in flight, dead)`.
     async fn redis_figures(&self) -> anyhow::Result<(Option<i64>, Vec<String>, i64, (u64, u64))> {
         let mut conn = self.store.redis().await?;
-        let (stock, mut buyers, ttl, due, inflight, dead): (
-            Option<i64>,
-            Vec<String>,
-            i64,
-            u64,
-            u64,
-            u64,
-        ) = redis::pipe()
+        let (stock, mut buyers, ttl): (Option<i64>, Vec<String>, i64) = redis::pipe()
             .get(&self.keys.stock)
             .smembers(&self.keys.buyers)
             .pttl(&self.keys.lock)
-            .zcard(&self.keys.queue.due)
-            .zcard(&self.keys.queue.inflight)
-            .zcard(&self.keys.queue.dead)
             .query_async(&mut conn)
             .await
             .context("reading the sale in Redis")?;
+        let (mut queued, mut dead) = (0, 0);
+        for queue in [&self.keys.queue, &self.keys.deadlines] {
+            let (due, inflight, buried): (u64, u64, u64) = redis::pipe()
+                .zcard(&queue.due)
+                .zcard(&queue.inflight)
+                .zcard(&queue.dead)
+                .query_async(&mut conn)
+                .await
+                .context("reading a queue")?;
+            queued += due + inflight;
+            dead += buried;
+        }
         buyers.sort_unstable();
-        Ok((stock, buyers, ttl, (due + inflight, dead)))
+        Ok((stock, buyers, ttl, (queued, dead)))
     }
 }
 

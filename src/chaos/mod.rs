@@ -52,14 +52,20 @@ const LEASE: Duration = Duration::from_secs(12);
 /// Connections the generator keeps to the instances. (1,024 dropped as
 /// many sends as 64 on the 2-core development machine: the drops there are
 /// the generator's own CPU, not connections held by a paused instance.)
-const CONNECTIONS: usize = 64;
+const CONNECTIONS: usize = 512;
+/// The payment window of the chaos deployment: short, so that the units of
+/// winners who do not pay (nobody pays here) come back on sale within
+/// seconds, and orders keep flowing through every fault instead of the sale
+/// selling out at the start.
+const PAYMENT_WINDOW: Duration = Duration::from_secs(5);
 /// How long the queues may take to drain after the load.
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
-/// Share of dropped sends above which the run is not trusted. Higher than
-/// the load test's 1%: while an instance is paused or every process is
-/// stopped for the wipe, sends wait for connections that are not coming
-/// back in time, and are dropped because of the fault, not the generator.
-const MAX_DROPPED_SHARE: f64 = 0.05;
+/// Share of sends dropped outside every fault window above which the run is
+/// not trusted, as in the load test: the generator could not keep the rate.
+/// (Sends dropped while a fault is in force are the fault's doing: an
+/// instance paused or killed holds its connections; they are shown in the
+/// fault's row.)
+const MAX_DROPPED_SHARE: f64 = 0.01;
 
 /// The deployment under test, and the sale.
 pub struct Rig {
@@ -211,7 +217,11 @@ fn schedule(args: &ChaosArgs) -> Vec<Fault> {
 
 fn verdict(run: &RunData, rows: &[Row], checks: &[Check]) -> Verdict {
     let sent = run.samples.len() as f64 + run.dropped as f64;
-    if sent == 0.0 || run.dropped as f64 / sent > MAX_DROPPED_SHARE {
+    let dropped_between = rows
+        .iter()
+        .find(|row| row.fault == judge::BETWEEN)
+        .map_or(run.dropped, |row| row.dropped);
+    if sent == 0.0 || dropped_between as f64 / sent > MAX_DROPPED_SHARE {
         return Verdict::Invalid;
     }
     if rows.iter().all(|r| r.ok) && checks.iter().all(|c| c.ok) {
@@ -239,7 +249,11 @@ impl Rig {
         let sale_id = store.create_sale(&new).await?.id;
         let deployment = Deployment::new(seckill_binary()?, &redis.url(), &database_url, prefix)
             .env("SECKILL_LOCK_TTL_MS", LOCK_TTL.as_millis().to_string())
-            .env("SECKILL_LEASE_MS", LEASE.as_millis().to_string());
+            .env("SECKILL_LEASE_MS", LEASE.as_millis().to_string())
+            .env(
+                "SECKILL_PAYMENT_WINDOW_SECS",
+                PAYMENT_WINDOW.as_secs().to_string(),
+            );
         let mut cluster = Cluster::new(deployment);
         for name in ["app-1", "app-2"] {
             cluster.start_app(name, &["--no-worker"]).await?;
@@ -278,24 +292,29 @@ impl Rig {
         Ok((windows, wiped))
     }
 
-    /// Wait until the sale's order queue is empty (every job written or
-    /// dead-lettered), at most [`DRAIN_LIMIT`].
+    /// Wait until the sale's order queue and deadline queue are empty
+    /// (every order written, every unpaid one cancelled), at most
+    /// [`DRAIN_LIMIT`].
     async fn drain(&self) -> anyhow::Result<()> {
         let deadline = Instant::now() + DRAIN_LIMIT;
         loop {
             let mut conn = self.store.redis().await?;
-            let (due, inflight): (u64, u64) = redis::pipe()
+            let (due, inflight, deadlines, held): (u64, u64, u64, u64) = redis::pipe()
                 .zcard(&self.keys.queue.due)
                 .zcard(&self.keys.queue.inflight)
+                .zcard(&self.keys.deadlines.due)
+                .zcard(&self.keys.deadlines.inflight)
                 .query_async(&mut conn)
                 .await
-                .context("reading the queue")?;
-            if due + inflight == 0 {
+                .context("reading the queues")?;
+            let left = due + inflight + deadlines + held;
+            if left == 0 {
                 return Ok(());
             }
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "the queue did not drain within {DRAIN_LIMIT:?}: {due} waiting, {inflight} in flight"
+                "the queues did not drain within {DRAIN_LIMIT:?}: {due} orders waiting, {inflight} in flight, {} deadlines",
+                deadlines + held
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -322,8 +341,8 @@ fn to_text(report: &ChaosReport) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{:<18} {:>9} {:>6} {:>7} {:>6} {:>5} {:>5} {:>10}  ok",
-        "fault", "requests", "202", "errors", "503", "500", "lost", "recovered"
+        "\n{:<18} {:>9} {:>6} {:>7} {:>6} {:>5} {:>5} {:>8} {:>10}  ok",
+        "fault", "requests", "202", "errors", "503", "500", "lost", "dropped", "recovered"
     );
     for row in &report.rows {
         let recovered = row
@@ -331,7 +350,7 @@ fn to_text(report: &ChaosReport) -> String {
             .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
         let _ = writeln!(
             out,
-            "{:<18} {:>9} {:>6} {:>7} {:>6} {:>5} {:>5} {:>10}  {}",
+            "{:<18} {:>9} {:>6} {:>7} {:>6} {:>5} {:>5} {:>8} {:>10}  {}",
             row.fault,
             row.requests,
             row.accepted,
@@ -339,6 +358,7 @@ fn to_text(report: &ChaosReport) -> String {
             row.unavailable,
             row.internal,
             row.lost,
+            row.dropped,
             recovered,
             if row.ok { "yes" } else { "NO" }
         );

@@ -2,11 +2,12 @@
 -- GCRA (the generic cell rate algorithm): a leaky bucket kept as one number.
 --
 -- KEYS[1]  the client's key (its IP, or its buyer id)
--- ARGV[1]  milliseconds between requests at the steady rate
+-- ARGV[1]  microseconds between requests at the steady rate
 -- ARGV[2]  requests allowed at once beyond the steady rate (the burst)
 --
--- Returns {1, 0} when the request may go through, or {0, ms} when it must
--- wait ms milliseconds first.
+-- Returns {1, 0} when the request may go through, or {0, us} when it must
+-- wait us microseconds first. (Microseconds, so that rates above 1,000 a
+-- second, and between 500 and 1,000, keep their own interval.)
 --
 -- The key holds the "theoretical arrival time": when the client's next
 -- request would be due if it sent at exactly the steady rate. A request is
@@ -17,7 +18,7 @@
 -- instance at once. The time is Redis', so instances whose clocks disagree
 -- agree on the limit.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local tolerance = interval * tonumber(ARGV[2])
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
@@ -28,5 +29,5 @@ if tat - now > tolerance then
   return {0, tat - now - tolerance}
 end
 local next_tat = tat + interval
-redis.call('SET', KEYS[1], next_tat, 'PX', next_tat - now + 1)
+redis.call('SET', KEYS[1], next_tat, 'PX', math.floor((next_tat - now) / 1000) + 1)
 return {1, 0}

@@ -107,28 +107,32 @@ impl Store {
             .context("closing an admin session")
     }
 
-    /// Wrong tokens from `client` in the current window, and how long the
-    /// window has left.
-    pub async fn login_failures(&self, client: &str) -> anyhow::Result<(u64, Duration)> {
-        let key = keys::login_failures(&self.prefix, client);
-        let (count, ttl_ms): (Option<u64>, i64) = redis::pipe()
-            .get(&key)
-            .pttl(&key)
-            .query_async(&mut self.redis().await?)
-            .await
-            .context("reading wrong-token counts")?;
-        let left = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0));
-        Ok((count.unwrap_or(0), left))
-    }
-
-    /// Count one more wrong token from `client`, in a window of `window`
-    /// from its first. Returns the count.
-    pub async fn note_login_failure(&self, client: &str, window: Duration) -> anyhow::Result<u64> {
-        LOGIN_FAILURE
+    /// Count one admin token attempt from `client`, in a window of
+    /// `window` from its first. Returns the attempts in the window and how
+    /// long it has left.
+    pub async fn note_login_attempt(
+        &self,
+        client: &str,
+        window: Duration,
+    ) -> anyhow::Result<(u64, Duration)> {
+        let (attempts, left_ms): (u64, i64) = LOGIN_FAILURE
             .key(keys::login_failures(&self.prefix, client))
             .arg(u64::try_from(window.as_millis()).unwrap_or(u64::MAX))
             .invoke_async(&mut self.redis().await?)
             .await
-            .context("counting a wrong token")
+            .context("counting a token attempt")?;
+        Ok((
+            attempts,
+            Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
+        ))
+    }
+
+    /// Forget `client`'s attempts (it presented the right token).
+    pub async fn clear_login_attempts(&self, client: &str) -> anyhow::Result<()> {
+        redis::cmd("DEL")
+            .arg(keys::login_failures(&self.prefix, client))
+            .query_async::<()>(&mut self.redis().await?)
+            .await
+            .context("clearing token attempts")
     }
 }

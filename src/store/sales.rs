@@ -47,6 +47,11 @@ pub struct Catalog {
     /// not one each. A std Mutex, held for a lookup or an insert. Written by
     /// `Store::sale`; an id is forgotten when its sale is created here.
     missing: Mutex<HashMap<i64, Instant>>,
+    /// The highest sale id PostgreSQL had, and when it said so: a made-up id
+    /// above it is answered "no such sale" without a query for
+    /// [`MISSING_FOR`], however many different ones come. Read after a
+    /// miss; raised when a sale is created here.
+    max_id: Mutex<Option<(i64, Instant)>>,
 }
 
 impl Catalog {
@@ -70,6 +75,20 @@ impl Catalog {
             .lock()
             .expect("catalog lock poisoned")
             .remove(&id);
+        let mut max_id = self.max_id.lock().expect("catalog lock poisoned");
+        if let Some((max, _)) = max_id.as_mut() {
+            *max = (*max).max(id);
+        }
+    }
+
+    /// Whether `id` is above the highest id PostgreSQL had a moment ago.
+    fn beyond_max(&self, id: i64) -> bool {
+        let max_id = self.max_id.lock().expect("catalog lock poisoned");
+        max_id.is_some_and(|(max, at)| id > max && at.elapsed() < MISSING_FOR)
+    }
+
+    fn note_max(&self, max: i64) {
+        *self.max_id.lock().expect("catalog lock poisoned") = Some((max, Instant::now()));
     }
 }
 
@@ -89,7 +108,7 @@ impl Store {
         if let Some(sale) = catalog.read().expect("catalog lock poisoned").get(&id) {
             return Ok(Some(Arc::clone(sale)));
         }
-        if self.catalog.known_missing(id) {
+        if self.catalog.known_missing(id) || self.catalog.beyond_max(id) {
             return Ok(None);
         }
         let sale: Option<Sale> =
@@ -100,6 +119,11 @@ impl Store {
                 .context("reading a sale")?;
         if sale.is_none() {
             self.catalog.note_missing(id);
+            let max: i64 = sqlx::query_scalar("SELECT COALESCE(max(id), 0) FROM sales")
+                .fetch_one(&self.pg)
+                .await
+                .context("reading the highest sale id")?;
+            self.catalog.note_max(max);
         }
         Ok(sale.map(|sale| {
             let sale = Arc::new(sale);

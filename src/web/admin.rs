@@ -35,7 +35,8 @@ use crate::store::OrderRow;
 
 /// The admin login cookie.
 const ADMIN_COOKIE: &str = "seckill_admin";
-/// Wrong tokens from one address before it is locked out.
+/// Wrong tokens from one address before it is locked out (the attempt after
+/// them is refused, whatever its token).
 const MAX_FAILED_LOGINS: u64 = 5;
 /// How long the wrong tokens of one address are counted (and a lock-out lasts).
 const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
@@ -135,8 +136,8 @@ async fn authenticate(state: &AppState, request: &HttpRequest) -> Result<(), Api
 }
 
 /// Check a presented admin token, with the lock-out: an address with too
-/// many wrong tokens is refused (`429`) before its token is even compared,
-/// and every wrong token is counted.
+/// many attempts is refused (`429`) before its token is even compared;
+/// every attempt is counted first, and a right token clears the count.
 pub async fn admit(
     state: &AppState,
     request: &HttpRequest,
@@ -145,18 +146,20 @@ pub async fn admit(
     let client = request
         .peer_addr()
         .map_or_else(|| "unknown".to_owned(), |address| address.ip().to_string());
-    let (failures, left) = state.store.login_failures(&client).await?;
-    if failures >= MAX_FAILED_LOGINS {
+    // Counted before the comparison, so that guesses sent all at once are
+    // counted before any of them is compared (see lua/login_failure.lua).
+    let (attempts, left) = state
+        .store
+        .note_login_attempt(&client, FAILURE_WINDOW)
+        .await?;
+    if attempts > MAX_FAILED_LOGINS {
         tracing::warn!(client, "admin token refused: locked out");
         return Err(ApiError::RateLimited(left));
     }
     let checked = state.admin.check(presented);
-    if matches!(checked, Err(ApiError::Unauthorized)) {
-        let failures = state
-            .store
-            .note_login_failure(&client, FAILURE_WINDOW)
-            .await?;
-        tracing::warn!(client, failures, "wrong admin token");
+    match &checked {
+        Ok(()) => state.store.clear_login_attempts(&client).await?,
+        Err(_) => tracing::warn!(client, attempts, "wrong admin token"),
     }
     checked
 }

@@ -71,6 +71,20 @@ impl Worker {
             reserved,
             ..
         } = self.reserve(sale_id, |keys| &keys.deadlines).await?;
+        // Jobs given back because they came early. They must be left out of
+        // the acks below: a retry that charges no attempt sets the job's
+        // attempt back, so once another worker has reserved it again, an
+        // ack from this batch would match its attempt and delete the job
+        // from under it.
+        let mut given_back = vec![false; reserved.len()];
+        let still_held = |until: usize, given_back: &[bool]| -> Vec<crate::queue::Reserved> {
+            reserved[..until]
+                .iter()
+                .zip(given_back)
+                .filter(|(_, back)| !**back)
+                .map(|(job, _)| job.clone())
+                .collect()
+        };
         for (done, order) in orders.iter().enumerate() {
             let deadline = match self.store.cancel_unpaid(order.order_id).await {
                 Ok(deadline) => deadline,
@@ -83,9 +97,9 @@ impl Worker {
                     } else {
                         Attempt::Failed
                     };
-                    let (finished, rest) = reserved.split_at(done);
+                    let (finished, rest) = (still_held(done, &given_back), &reserved[done..]);
                     queue
-                        .ack(&mut conn, finished)
+                        .ack(&mut conn, &finished)
                         .await
                         .context("acknowledging deadlines")?;
                     queue
@@ -107,9 +121,9 @@ impl Worker {
                 Deadline::AlreadyCancelled | Deadline::Nothing => report.redelivered += 1,
                 Deadline::NotDue { left } => {
                     // Early, by PostgreSQL's clock: back on the queue for the
-                    // time left, uncharged. (The ack below then skips it:
-                    // this attempt no longer holds it.)
+                    // time left, uncharged, and left out of this batch's ack.
                     report.not_due += 1;
+                    given_back[done] = true;
                     queue
                         .retry(
                             &mut conn,
@@ -132,7 +146,7 @@ impl Worker {
             }
         }
         queue
-            .ack(&mut conn, &reserved)
+            .ack(&mut conn, &still_held(reserved.len(), &given_back))
             .await
             .context("acknowledging deadlines")?;
         Ok(report)

@@ -216,7 +216,14 @@ impl Worker {
                     "a batch failed; writing its orders one by one to find the job at fault"
                 );
                 return self
-                    .confirm_one_by_one(&mut conn, &queue, report, &orders, &reserved)
+                    .confirm_one_by_one(
+                        &mut conn,
+                        (&keys, epoch.as_deref()),
+                        &queue,
+                        report,
+                        &orders,
+                        &reserved,
+                    )
                     .await;
             }
         };
@@ -226,35 +233,59 @@ impl Worker {
         self.schedule_deadlines(&mut conn, &orders)
             .await
             .context("queueing payment deadlines")?;
-        // A load from PostgreSQL between the reserve and the commit (Redis
-        // was wiped, and a page or a purchase loaded the sale again) counted
-        // this batch's units as unsold and its buyers as free: count them.
-        // (A worker that dies between its commit and this line leaves it
-        // undone; its redelivery reserves after the load and cannot tell.)
-        if sales::epoch(&mut conn, &keys).await? != epoch {
-            let buyers: Vec<&str> = orders
-                .iter()
-                .zip(&written)
-                .filter(|(_, written)| **written == Written::Confirmed)
-                .map(|(order, _)| order.user_id.as_str())
-                .collect();
-            if !buyers.is_empty()
-                && let Some(applied) = sales::apply_confirmed(&mut conn, &keys, &buyers).await?
-                && applied > 0
-            {
-                tracing::warn!(
-                    applied,
-                    "a load missed orders of this batch; counted them in Redis"
-                );
-                report.reapplied += applied;
-            }
-        }
+        report.reapplied += self
+            .count_in_redis(&mut conn, &keys, epoch.as_deref(), &orders, &written)
+            .await?;
         // Only now, after the commit, may the jobs leave the queue.
         queue
             .ack(&mut conn, &reserved)
             .await
             .context("acknowledging jobs")?;
         Ok(report)
+    }
+
+    /// After a commit: if a load from PostgreSQL came between the reserve
+    /// and now (the epoch moved: Redis was wiped, and a page or a purchase
+    /// is loading the sale again), it may have counted these orders' units
+    /// as unsold and their buyers as free. So load the sale ourselves first
+    /// (reading PostgreSQL after the commit: a load still in flight, which
+    /// read before it, then finds the keys present and writes nothing), and
+    /// count each newly confirmed buyer the load did not have, once.
+    /// Returns how many were counted. (A worker that dies between its commit
+    /// and this step leaves it undone: its redelivery reserves after the load
+    /// and cannot tell.)
+    async fn count_in_redis(
+        &self,
+        conn: &mut deadpool_redis::Connection,
+        keys: &SaleKeys,
+        epoch: Option<&str>,
+        orders: &[OrderJob],
+        written: &[Written],
+    ) -> anyhow::Result<u64> {
+        if sales::epoch(conn, keys).await?.as_deref() == epoch {
+            return Ok(0);
+        }
+        let buyers: Vec<&str> = orders
+            .iter()
+            .zip(written)
+            .filter(|(_, written)| **written == Written::Confirmed)
+            .map(|(order, _)| order.user_id.as_str())
+            .collect();
+        if buyers.is_empty() {
+            return Ok(0);
+        }
+        let sale_id = orders[0].sale_id;
+        sales::load_into_redis(&self.store.pg, conn, &self.store.prefix, sale_id).await?;
+        let applied = sales::apply_confirmed(conn, keys, &buyers)
+            .await?
+            .unwrap_or(0);
+        if applied > 0 {
+            tracing::warn!(
+                applied,
+                "a load missed orders of this batch; counted them in Redis"
+            );
+        }
+        Ok(applied)
     }
 
     /// Write a failed batch's orders one transaction each: the ones that
@@ -264,6 +295,7 @@ impl Worker {
     async fn confirm_one_by_one(
         &self,
         conn: &mut deadpool_redis::Connection,
+        (keys, epoch): (&SaleKeys, Option<&str>),
         queue: &Queue,
         mut report: BatchReport,
         orders: &[OrderJob],
@@ -277,6 +309,9 @@ impl Worker {
                 Ok(written) => {
                     report.count(&written);
                     self.schedule_deadlines(conn, one).await?;
+                    report.reapplied += self
+                        .count_in_redis(conn, keys, epoch, one, &written)
+                        .await?;
                     queue.ack(conn, std::slice::from_ref(job)).await?;
                 }
                 Err(error) if probe::transient_postgres(&error) => {

@@ -342,3 +342,25 @@ async fn five_wrong_tokens_lock_the_address_out_even_for_the_right_token() {
     let error: serde_json::Value = api.json().await.expect("a JSON error");
     assert_eq!(error["error"], "rate_limited");
 }
+
+/// Guesses sent all at once are each counted before any is compared: no
+/// more than five of them are even looked at.
+#[tokio::test]
+async fn guesses_sent_all_at_once_cannot_slip_past_the_lock_out() {
+    let app = spawn_app().await;
+    let guesses: Vec<_> = (0..20)
+        .map(|i| {
+            let request = no_redirects()
+                .post(app.url("/admin/login"))
+                .form(&[("token", format!("guess-{i}"))]);
+            tokio::spawn(async move { request.send().await.expect("POST").status().as_u16() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for guess in guesses {
+        statuses.push(guess.await.expect("a task"));
+    }
+    let compared = statuses.iter().filter(|s| **s == 401).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!((compared, refused), (5, 15), "{statuses:?}");
+}

@@ -386,3 +386,41 @@ async fn a_load_while_a_worker_holds_a_batch_leaves_redis_equal_to_postgres() {
     assert_eq!((report.confirmed, report.reapplied), (1, 0));
     assert_eq!(app.redis_stock(sale).await, Some(2));
 }
+
+/// The same, with the load still in flight when the worker commits: it read
+/// PostgreSQL before the commit and writes after it. The worker finds the
+/// sale not loaded, loads it itself, and the late write changes nothing.
+#[tokio::test]
+async fn a_load_still_in_flight_at_the_commit_leaves_redis_equal_to_postgres() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+    app.buy(sale, "bob").await;
+    let held = app.worker.reserve_orders(sale).await.expect("reserve");
+    app.wipe_all_of_sale(sale).await;
+    // A page starts loading the sale: it reads PostgreSQL, which has no order yet...
+    let stale = seckill::store::sales::read_loadable(&app.pg, sale)
+        .await
+        .expect("read");
+    assert_eq!(stale.stock_left, 5);
+    // ...the worker commits...
+    let report = app.worker.write_batch(held).await.expect("write");
+    assert_eq!(report.confirmed, 2);
+    // ...and the page's write lands last.
+    seckill::store::sales::write_loadable(
+        &mut app.redis_conn().await,
+        &app.scratch.prefix,
+        sale,
+        &stale,
+    )
+    .await
+    .expect("write");
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(3),
+        "Redis promises more than PostgreSQL has"
+    );
+    let mut buyers = app.redis_buyers(sale).await;
+    buyers.sort();
+    assert_eq!(buyers, ["ann", "bob"]);
+}

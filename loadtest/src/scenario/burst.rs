@@ -83,7 +83,7 @@ async fn burst_lane(lane: Lane) -> LaneResult {
     }
     LaneResult {
         samples: samples_of(buyers).await,
-        dropped: 0,
+        ..LaneResult::default()
     }
 }
 

@@ -51,6 +51,8 @@ pub(super) struct LaneResult {
     pub samples: Vec<Sample>,
     /// `rate` sends dropped for want of a free connection.
     pub dropped: u64,
+    /// When each of them was due, in µs after the release.
+    pub dropped_at: Vec<u64>,
 }
 
 /// How many connections each lane of a run opens, one lane per core:
@@ -106,6 +108,7 @@ where
         let result = result.await.context("a lane thread panicked")?;
         data.samples.extend(result.samples);
         data.dropped += result.dropped;
+        data.dropped_at_us.extend(result.dropped_at);
     }
     data.wall = start.elapsed();
     data.started = Some(start);

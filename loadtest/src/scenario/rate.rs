@@ -10,7 +10,6 @@
 //! dropped and counted. Either makes the run invalid when there are many.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use super::lanes::{
     Lane, LaneResult, connect, connections_per_lane, run_lanes, samples_of, wait_for_release,
 };
 use super::plan::{Plan, Planned, Shape};
-use super::sample::{Live, RunData, Sample};
+use super::sample::{Live, RunData, Sample, micros_of};
 use crate::http::Connection;
 use crate::progress::Progress;
 
@@ -105,8 +104,10 @@ struct Sends {
     live: Arc<Live>,
     /// One pool per target.
     pools: Vec<Pool>,
-    /// Sends dropped for want of a free connection.
-    dropped: AtomicU64,
+    /// When each send dropped for want of a free connection was due, in
+    /// µs after the release. A std Mutex: held for one push, never across
+    /// an await.
+    dropped: Mutex<Vec<u64>>,
     /// The release.
     start: Instant,
 }
@@ -119,7 +120,10 @@ impl Sends {
         // Wait for a free connection, but not forever: a send that cannot
         // start within DROP_AFTER of its due time is dropped.
         let Some(mut connection) = pool.borrow_by(self.start + due + DROP_AFTER).await else {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.dropped
+                .lock()
+                .expect("dropped sends poisoned")
+                .push(micros_of(due));
             return None;
         };
         let user_id = self.plan.user_id(planned.user);
@@ -143,7 +147,7 @@ async fn rate_lane(lane: Lane, rate: f64, arrivals: usize) -> LaneResult {
         plan: lane.plan,
         live: lane.live,
         pools,
-        dropped: AtomicU64::new(0),
+        dropped: Mutex::new(Vec::new()),
         start: Instant::from_std(start),
     });
     let mut started = Vec::new();
@@ -156,9 +160,11 @@ async fn rate_lane(lane: Lane, rate: f64, arrivals: usize) -> LaneResult {
         started.push(tokio::spawn(Arc::clone(&sends).send(planned, due)));
     }
     let samples = samples_of(started).await;
+    let dropped_at = std::mem::take(&mut *sends.dropped.lock().expect("dropped sends poisoned"));
     LaneResult {
         samples,
-        dropped: sends.dropped.load(Ordering::Relaxed),
+        dropped: dropped_at.len() as u64,
+        dropped_at,
     }
 }
 

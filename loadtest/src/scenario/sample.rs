@@ -64,6 +64,8 @@ pub struct RunData {
     pub connect_errors: u64,
     /// `rate` sends dropped because no connection came free in time.
     pub dropped: u64,
+    /// When each of them was due, in µs after the release.
+    pub dropped_at_us: Vec<u64>,
     /// Start (release) to the last answer.
     pub wall: Duration,
     /// When the lanes were released: every sample's times count from here.
