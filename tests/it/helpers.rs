@@ -296,6 +296,23 @@ impl TestApp {
             .expect("DEL");
     }
 
+    /// Write a sale's figures as a loader that read them earlier would (see
+    /// `store::sales::read_loadable`): a page's load that lands late.
+    pub async fn land_a_late_load(
+        &self,
+        sale_id: i64,
+        read_earlier: &seckill::store::sales::Loadable,
+    ) {
+        seckill::store::sales::write_loadable(
+            &mut self.redis_conn().await,
+            &self.scratch.prefix,
+            sale_id,
+            read_earlier,
+        )
+        .await
+        .expect("write the late load");
+    }
+
     /// Units left according to Redis.
     pub async fn redis_stock(&self, sale_id: i64) -> Option<i64> {
         redis::cmd("GET")

@@ -628,14 +628,7 @@ async fn a_reload_that_read_before_a_cancellation_does_not_lose_the_unit() {
     let report = app.worker.try_process_deadlines(sale).await.expect("step");
     assert_eq!(report.cancelled, 1);
     // ...and the page's write lands last.
-    sales::write_loadable(
-        &mut app.redis_conn().await,
-        &app.scratch.prefix,
-        sale,
-        &stale,
-    )
-    .await
-    .expect("write");
+    app.land_a_late_load(sale, &stale).await;
     assert_eq!(app.sold(sale).await, 0);
     assert_eq!(
         app.redis_stock(sale).await,

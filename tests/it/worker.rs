@@ -343,6 +343,25 @@ async fn a_read_only_database_dead_letters_nothing_and_all_is_confirmed_after() 
     assert_eq!(confirmed(&app, sale).await, 20);
 }
 
+/// A 5-unit sale whose two orders (ann's, bob's) a worker has reserved
+/// when Redis restarts empty: the sale's figures and its queues are gone.
+async fn a_batch_held_through_a_wipe() -> (TestApp, i64, seckill::worker::Batch) {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+    app.buy(sale, "bob").await;
+    let held = app.worker.reserve_orders(sale).await.expect("reserve");
+    app.wipe_all_of_sale(sale).await;
+    (app, sale, held)
+}
+
+/// Redis' buyers of a sale, sorted.
+async fn buyers(app: &TestApp, sale: i64) -> Vec<String> {
+    let mut buyers = app.redis_buyers(sale).await;
+    buyers.sort();
+    buyers
+}
+
 /// The exact interleaving: a worker holds a reserved batch when Redis is
 /// wiped; a page loads the sale from PostgreSQL, where the batch is not
 /// committed yet; then the worker commits and acks. Redis must end with
@@ -350,14 +369,7 @@ async fn a_read_only_database_dead_letters_nothing_and_all_is_confirmed_after() 
 /// again.
 #[tokio::test]
 async fn a_load_while_a_worker_holds_a_batch_leaves_redis_equal_to_postgres() {
-    let app = spawn_app().await;
-    let sale = app.create_sale(5).await;
-    app.buy(sale, "ann").await;
-    app.buy(sale, "bob").await;
-    let held = app.worker.reserve_orders(sale).await.expect("reserve");
-
-    // Redis restarts empty: the sale's figures and its queues are gone.
-    app.wipe_all_of_sale(sale).await;
+    let (app, sale, held) = a_batch_held_through_a_wipe().await;
     // A page loads the sale from PostgreSQL, which has no order yet.
     let view = app.get_json(&format!("/api/sales/{sale}")).await;
     assert_eq!(view["stock_left"], 5);
@@ -371,9 +383,7 @@ async fn a_load_while_a_worker_holds_a_batch_leaves_redis_equal_to_postgres() {
         Some(3),
         "Redis promises more than PostgreSQL has"
     );
-    let mut buyers = app.redis_buyers(sale).await;
-    buyers.sort();
-    assert_eq!(buyers, ["ann", "bob"]);
+    assert_eq!(buyers(&app, sale).await, ["ann", "bob"]);
     assert_eq!(
         app.purchase(sale, "ann").await.status(),
         409,
@@ -392,12 +402,7 @@ async fn a_load_while_a_worker_holds_a_batch_leaves_redis_equal_to_postgres() {
 /// sale not loaded, loads it itself, and the late write changes nothing.
 #[tokio::test]
 async fn a_load_still_in_flight_at_the_commit_leaves_redis_equal_to_postgres() {
-    let app = spawn_app().await;
-    let sale = app.create_sale(5).await;
-    app.buy(sale, "ann").await;
-    app.buy(sale, "bob").await;
-    let held = app.worker.reserve_orders(sale).await.expect("reserve");
-    app.wipe_all_of_sale(sale).await;
+    let (app, sale, held) = a_batch_held_through_a_wipe().await;
     // A page starts loading the sale: it reads PostgreSQL, which has no order yet...
     let stale = seckill::store::sales::read_loadable(&app.pg, sale)
         .await
@@ -407,20 +412,11 @@ async fn a_load_still_in_flight_at_the_commit_leaves_redis_equal_to_postgres() {
     let report = app.worker.write_batch(held).await.expect("write");
     assert_eq!(report.confirmed, 2);
     // ...and the page's write lands last.
-    seckill::store::sales::write_loadable(
-        &mut app.redis_conn().await,
-        &app.scratch.prefix,
-        sale,
-        &stale,
-    )
-    .await
-    .expect("write");
+    app.land_a_late_load(sale, &stale).await;
     assert_eq!(
         app.redis_stock(sale).await,
         Some(3),
         "Redis promises more than PostgreSQL has"
     );
-    let mut buyers = app.redis_buyers(sale).await;
-    buyers.sort();
-    assert_eq!(buyers, ["ann", "bob"]);
+    assert_eq!(buyers(&app, sale).await, ["ann", "bob"]);
 }
