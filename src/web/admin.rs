@@ -135,6 +135,22 @@ async fn authenticate(state: &AppState, request: &HttpRequest) -> Result<(), Api
     session(state, request).await.map(|_| ())
 }
 
+/// The login form (`401`) for a visitor without a session; `None` for an
+/// admin. A session that cannot be checked (Redis down) is an error
+/// (`503`), not a reason to ask for the token again.
+async fn login_unless_signed_in(
+    state: &AppState,
+    request: &HttpRequest,
+) -> Result<Option<HttpResponse>, ApiError> {
+    match authenticate(state, request).await {
+        Ok(()) => Ok(None),
+        Err(ApiError::Unauthorized | ApiError::AdminDisabled) => {
+            login_page(None, StatusCode::UNAUTHORIZED).map(Some)
+        }
+        Err(other) => Err(other),
+    }
+}
+
 /// Check a presented admin token, with the lock-out: an address with too
 /// many attempts is refused (`429`) before its token is even compared;
 /// every attempt is counted first, and a right token clears the count.
@@ -193,8 +209,8 @@ pub async fn index(
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    if authenticate(&state, &request).await.is_err() {
-        return login_page(None, StatusCode::UNAUTHORIZED);
+    if let Some(page) = login_unless_signed_in(&state, &request).await? {
+        return Ok(page);
     }
     admin_page(&state, None, StatusCode::OK).await
 }
@@ -306,8 +322,8 @@ pub async fn sale(
     request: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    if authenticate(&state, &request).await.is_err() {
-        return login_page(None, StatusCode::UNAUTHORIZED);
+    if let Some(page) = login_unless_signed_in(&state, &request).await? {
+        return Ok(page);
     }
     let sale = find_sale(&state, &path).await?;
     let inside = state.store.sale_inside(sale.id, ORDERS_SHOWN).await?;

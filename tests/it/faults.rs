@@ -87,8 +87,35 @@ async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty
     let sale = app.create_sale(3).await;
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
     app.drain().await;
+    let admin = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a client");
+    let login = admin
+        .post(app.url("/admin/login"))
+        .form(&[("token", crate::helpers::ADMIN_TOKEN)])
+        .send()
+        .await
+        .expect("POST /admin/login");
+    assert_eq!(login.status(), 303);
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .expect("ASCII")
+        .split(';')
+        .next()
+        .expect("name=value")
+        .to_owned();
 
     redis.kill();
+    // A signed-in admin whose session cannot be checked is told to try
+    // again, not asked for the token.
+    let page = admin
+        .get(app.url("/admin"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("GET /admin");
+    assert_eq!(page.status(), 503);
     let health = app
         .client
         .get(app.url("/healthz"))
