@@ -31,7 +31,7 @@ use crate::keys::{self, SaleKeys};
 use crate::lock::RedisLock;
 use crate::payment;
 use crate::probe;
-use crate::queue::{Attempt, Queue};
+use crate::queue::{Attempt, Queue, Reserved};
 use crate::store::Deadline;
 
 /// How long the sweep lock lives: longer than a sweep takes, short enough
@@ -77,7 +77,7 @@ impl Worker {
         // ack from this batch would match its attempt and delete the job
         // from under it.
         let mut given_back = vec![false; reserved.len()];
-        let still_held = |until: usize, given_back: &[bool]| -> Vec<crate::queue::Reserved> {
+        let still_held = |until: usize, given_back: &[bool]| -> Vec<Reserved> {
             reserved[..until]
                 .iter()
                 .zip(given_back)
@@ -90,28 +90,10 @@ impl Worker {
                 Ok(deadline) => deadline,
                 Err(error) => {
                     // Acknowledge what is done; give this job and the rest
-                    // back (not counting the attempt while PostgreSQL is
-                    // unreachable); stop.
-                    let attempt = if probe::transient_postgres(&error) {
-                        Attempt::NotTried
-                    } else {
-                        Attempt::Failed
-                    };
-                    let (finished, rest) = (still_held(done, &given_back), &reserved[done..]);
-                    queue
-                        .ack(&mut conn, &finished)
-                        .await
-                        .context("acknowledging deadlines")?;
-                    queue
-                        .retry(
-                            &mut conn,
-                            rest,
-                            FAILED_JOB_DELAY,
-                            attempt,
-                            self.settings.max_attempts,
-                        )
-                        .await
-                        .context("giving back deadlines after a failed cancel")?;
+                    // back; stop.
+                    let finished = still_held(done, &given_back);
+                    self.give_back(&mut conn, &queue, &finished, &reserved[done..], &error)
+                        .await?;
                     return Err(error).context("cancelling an unpaid order");
                 }
             };
@@ -150,6 +132,39 @@ impl Worker {
             .await
             .context("acknowledging deadlines")?;
         Ok(report)
+    }
+
+    /// After a failed cancellation: ack the deadlines done, and give the
+    /// rest back, without charging an attempt while PostgreSQL is
+    /// unreachable.
+    async fn give_back(
+        &self,
+        conn: &mut deadpool_redis::Connection,
+        queue: &Queue,
+        finished: &[Reserved],
+        rest: &[Reserved],
+        error: &sqlx::Error,
+    ) -> anyhow::Result<()> {
+        let attempt = if probe::transient_postgres(error) {
+            Attempt::NotTried
+        } else {
+            Attempt::Failed
+        };
+        queue
+            .ack(conn, finished)
+            .await
+            .context("acknowledging deadlines")?;
+        queue
+            .retry(
+                conn,
+                rest,
+                FAILED_JOB_DELAY,
+                attempt,
+                self.settings.max_attempts,
+            )
+            .await
+            .context("giving back deadlines after a failed cancel")?;
+        Ok(())
     }
 
     /// Whether this worker's next pass should sweep (and, if so, note that it does).
