@@ -222,12 +222,6 @@ impl Queue {
             .await
     }
 
-    /// Add "the payload of job `id`" to `pipe` (its answer is an
-    /// `Option<String>`), to ask many queues in one round trip.
-    pub fn pipe_payload(&self, pipe: &mut redis::Pipeline, id: &str) {
-        pipe.hget(&self.keys.jobs, id);
-    }
-
     /// How many jobs are waiting, in flight and dead, read in one transaction
     /// so the three figures describe the same moment.
     pub async fn stats<C: ConnectionLike + Send>(

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::ChaosReport;
-use super::judge::Tick;
+use super::judge::{Row, Tick};
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 260.0;
@@ -15,21 +15,16 @@ const MARGIN: f64 = 40.0;
 pub fn to_html(report: &ChaosReport) -> String {
     let mut rows = String::new();
     for row in &report.rows {
-        let _ = write!(
-            rows,
-            "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            if row.ok { "ok" } else { "bad" },
-            escape(&row.fault),
-            row.requests,
-            row.accepted,
-            row.errors,
-            row.unavailable,
-            row.internal,
-            row.lost,
-            row.dropped,
-            if row.ok { "yes" } else { "NO" }
-        );
+        let _ = write!(rows, "<tr class=\"{}\">", if row.ok { "ok" } else { "bad" });
+        for cell in row.cells() {
+            let _ = write!(rows, "<td>{}</td>", escape(&cell));
+        }
+        rows.push_str("</tr>");
     }
+    let header: String = Row::COLUMNS
+        .iter()
+        .map(|column| format!("<th>{column}</th>"))
+        .collect();
     let mut checks = String::new();
     for check in &report.checks {
         let _ = write!(
@@ -48,7 +43,7 @@ pub fn to_html(report: &ChaosReport) -> String {
 td:first-child{{text-align:left}}.bad{{color:#b00;font-weight:bold}}</style></head><body>\
 <h1>seckill chaos: {verdict}</h1><p>{users} buyers, {stock} units, {rate} purchases/s for {secs} s, seed {seed}; \
 {requests} answers, {dropped} dropped sends.</p>{svg}\
-<table><tr><th>fault</th><th>requests</th><th>202</th><th>errors</th><th>503</th><th>500</th><th>lost</th><th>dropped</th><th>ok</th></tr>{rows}</table>\
+<table><tr>{header}</tr>{rows}</table>\
 <h2>Checks</h2><ul>{checks}</ul></body></html>",
         verdict = report.verdict,
         users = report.users,

@@ -54,6 +54,40 @@ pub struct Row {
     pub ok: bool,
 }
 
+impl Row {
+    /// The table's columns, in order.
+    pub const COLUMNS: [&'static str; 10] = [
+        "fault",
+        "requests",
+        "202",
+        "errors",
+        "503",
+        "500",
+        "lost",
+        "dropped",
+        "recovered",
+        "ok",
+    ];
+
+    /// The row's cells, in the order of [`Row::COLUMNS`]: what the terminal
+    /// table and the HTML page both show.
+    pub fn cells(&self) -> [String; 10] {
+        [
+            self.fault.clone(),
+            self.requests.to_string(),
+            self.accepted.to_string(),
+            self.errors.to_string(),
+            self.unavailable.to_string(),
+            self.internal.to_string(),
+            self.lost.to_string(),
+            self.dropped.to_string(),
+            self.recovered_after_ms
+                .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
+            if self.ok { "yes" } else { "NO" }.to_owned(),
+        ]
+    }
+}
+
 /// One overall check.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {

@@ -339,29 +339,21 @@ fn to_text(report: &ChaosReport) -> String {
             window.note
         );
     }
-    let _ = writeln!(
-        out,
-        "\n{:<18} {:>9} {:>6} {:>7} {:>6} {:>5} {:>5} {:>8} {:>10}  ok",
-        "fault", "requests", "202", "errors", "503", "500", "lost", "dropped", "recovered"
-    );
+    // The first column to the left, the others to the right.
+    const WIDTHS: [usize; 10] = [18, 9, 6, 7, 6, 5, 5, 8, 10, 3];
+    let line = |cells: &[String]| {
+        let mut line = String::new();
+        for (i, (cell, width)) in cells.iter().zip(WIDTHS).enumerate() {
+            let _ = match i {
+                0 => write!(line, "{cell:<width$}"),
+                _ => write!(line, " {cell:>width$}"),
+            };
+        }
+        line
+    };
+    let _ = writeln!(out, "\n{}", line(&Row::COLUMNS.map(str::to_owned)));
     for row in &report.rows {
-        let recovered = row
-            .recovered_after_ms
-            .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
-        let _ = writeln!(
-            out,
-            "{:<18} {:>9} {:>6} {:>7} {:>6} {:>5} {:>5} {:>8} {:>10}  {}",
-            row.fault,
-            row.requests,
-            row.accepted,
-            row.errors,
-            row.unavailable,
-            row.internal,
-            row.lost,
-            row.dropped,
-            recovered,
-            if row.ok { "yes" } else { "NO" }
-        );
+        let _ = writeln!(out, "{}", line(&row.cells()));
     }
     for row in report
         .rows

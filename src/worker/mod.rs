@@ -131,9 +131,9 @@ pub struct Worker {
 pub struct Batch {
     /// The sale's keys.
     keys: SaleKeys,
-    /// The sale's load epoch read just before the reserve (see
-    /// `lua/sale_load.lua`): if it differs after the commit, a load came in
-    /// between and may have missed this batch's orders.
+    /// For the order queue, the sale's load epoch read just before the
+    /// reserve (see `lua/sale_load.lua`): if it differs after the commit, a
+    /// load came in between and may have missed this batch's orders.
     epoch: Option<String>,
     /// The queue the batch came from: acks and retries go back to it.
     queue: Queue,
@@ -168,7 +168,17 @@ impl Worker {
     /// the sale's order jobs. Public, with [`Worker::write_batch`], so that
     /// tests can play what happens to Redis while a worker holds a batch.
     pub async fn reserve_orders(&self, sale_id: i64) -> anyhow::Result<Batch> {
-        self.reserve(sale_id, |keys| &keys.queue).await
+        // The load epoch, read before the reserve: a load after this read
+        // and before the commit is then seen as a change (`count_in_redis`).
+        // Only the order queue needs it; deadlines are not counted in Redis.
+        let epoch = sales::epoch(
+            &mut self.store.redis().await?,
+            &SaleKeys::new(&self.store.prefix, sale_id),
+        )
+        .await?;
+        let mut batch = self.reserve(sale_id, |keys| &keys.queue).await?;
+        batch.epoch = epoch;
+        Ok(batch)
     }
 
     /// The second half: write the batch to PostgreSQL, commit, queue the
@@ -189,23 +199,14 @@ impl Worker {
         }
 
         let window = self.settings.payment_window();
-        let max_attempts = self.settings.max_attempts;
         let written = match self.store.confirm_orders(&orders, window).await {
             Ok(written) => written,
             // PostgreSQL down, or refusing work for a while, is not the
             // jobs' fault: give them back without using up an attempt.
             Err(error) if probe::transient_postgres(&error) => {
-                queue
-                    .retry(
-                        &mut conn,
-                        &reserved,
-                        Duration::ZERO,
-                        Attempt::NotTried,
-                        max_attempts,
-                    )
-                    .await
-                    .context("giving back jobs after a failed write")?;
-                return Err(error).context("writing orders to PostgreSQL");
+                return self
+                    .give_back_uncharged(&mut conn, &queue, &reserved, error)
+                    .await;
             }
             // A failure of the batch's own: one job is at fault, and only
             // it may be charged, or a poison job would drag its batch-mates
@@ -288,6 +289,29 @@ impl Worker {
         Ok(applied)
     }
 
+    /// PostgreSQL is down, or refusing work for a while: not the jobs'
+    /// fault. Give `jobs` back, due at once, without charging an attempt,
+    /// and fail the step (the worker loop backs off).
+    async fn give_back_uncharged(
+        &self,
+        conn: &mut deadpool_redis::Connection,
+        queue: &Queue,
+        jobs: &[Reserved],
+        error: sqlx::Error,
+    ) -> anyhow::Result<BatchReport> {
+        queue
+            .retry(
+                conn,
+                jobs,
+                Duration::ZERO,
+                Attempt::NotTried,
+                self.settings.max_attempts,
+            )
+            .await
+            .context("giving back jobs after a failed write")?;
+        Err(error).context("writing orders to PostgreSQL")
+    }
+
     /// Write a failed batch's orders one transaction each: the ones that
     /// commit are acknowledged, the one that fails by itself is charged an
     /// attempt and tried again later. If PostgreSQL goes away meanwhile, the
@@ -315,17 +339,9 @@ impl Worker {
                     queue.ack(conn, std::slice::from_ref(job)).await?;
                 }
                 Err(error) if probe::transient_postgres(&error) => {
-                    queue
-                        .retry(
-                            conn,
-                            &reserved[i..],
-                            Duration::ZERO,
-                            Attempt::NotTried,
-                            max_attempts,
-                        )
-                        .await
-                        .context("giving back jobs after a failed write")?;
-                    return Err(error).context("writing orders to PostgreSQL");
+                    return self
+                        .give_back_uncharged(conn, queue, &reserved[i..], error)
+                        .await;
                 }
                 Err(error) => {
                     tracing::error!(order_id = %order.order_id, error = %error, "an order job failed by itself");
@@ -358,9 +374,6 @@ impl Worker {
         let keys = SaleKeys::new(&self.store.prefix, sale_id);
         let queue = Queue::new(which(&keys).clone());
         let mut conn = self.store.redis().await?;
-        // Before the reserve: a load after this read, and before the
-        // commit, is then seen as a change.
-        let epoch = sales::epoch(&mut conn, &keys).await?;
         let reservation = queue
             .reserve(
                 &mut conn,
@@ -402,7 +415,7 @@ impl Worker {
         }
         Ok(Batch {
             keys,
-            epoch,
+            epoch: None,
             queue,
             conn,
             report,
