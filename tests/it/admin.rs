@@ -29,6 +29,17 @@ async fn log_in(app: &TestApp) -> String {
     set_cookie.split(';').next().expect("name=value").to_owned()
 }
 
+/// Post the re-drive form for `queue` of `sale`, signed in with `cookie`.
+async fn redrive(app: &TestApp, cookie: &str, sale: i64, queue: &str) -> reqwest::Response {
+    no_redirects()
+        .post(app.url(&format!("/admin/sales/{sale}/redrive")))
+        .header(COOKIE, cookie)
+        .form(&[("queue", queue)])
+        .send()
+        .await
+        .expect("POST redrive")
+}
+
 /// Park one undecodable job in the sale's order queue's dead-letter set.
 async fn dead_letter_a_job(app: &TestApp, sale: i64) {
     let queue = Queue::new(app.keys(sale).queue);
@@ -224,25 +235,13 @@ async fn an_admin_creates_a_sale_sees_its_orders_and_stock_and_redrives_dead_job
     }
 
     // A queue the sale does not have: a clear 400, nothing re-driven.
-    let unknown = no_redirects()
-        .post(app.url(&format!("/admin/sales/{sale}/redrive")))
-        .header(COOKIE, &cookie)
-        .form(&[("queue", "everything")])
-        .send()
-        .await
-        .expect("POST redrive");
+    let unknown = redrive(&app, &cookie, sale, "everything").await;
     assert_eq!(unknown.status(), 400);
     let error: serde_json::Value = unknown.json().await.expect("a JSON error");
     assert_eq!(error["error"], "invalid_request");
     assert_eq!(app.queue_stats(sale).await.dead, 1);
 
-    let redrive = no_redirects()
-        .post(app.url(&format!("/admin/sales/{sale}/redrive")))
-        .header(COOKIE, &cookie)
-        .form(&[("queue", "orders")])
-        .send()
-        .await
-        .expect("POST redrive");
+    let redrive = redrive(&app, &cookie, sale, "orders").await;
     assert_eq!(redrive.status(), 303);
     let stats = app.queue_stats(sale).await;
     assert_eq!((stats.dead, stats.waiting), (0, 1));
