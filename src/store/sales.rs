@@ -226,16 +226,24 @@ pub async fn snapshot<C: ConnectionLike + Send>(
     buyer: Option<&UserId>,
 ) -> anyhow::Result<Snapshot> {
     let keys = SaleKeys::new(prefix, sale_id);
-    // With no buyer, ask about the empty id, which `UserId` never allows:
-    // one round trip and one code path for both questions.
-    let buyer = buyer.map_or("", UserId::as_str);
     for _ in 0..2 {
-        let (holds_unit, left): (bool, Option<i64>) = redis::pipe()
-            .sismember(&keys.buyers, buyer)
-            .get(&keys.stock)
-            .query_async(conn)
-            .await
-            .context("reading the sale from Redis")?;
+        // One round trip either way; with no buyer (a page, a live stream's
+        // snapshot) only the stock is read.
+        let (holds_unit, left): (bool, Option<i64>) = match buyer {
+            Some(buyer) => {
+                redis::pipe()
+                    .sismember(&keys.buyers, buyer.as_str())
+                    .get(&keys.stock)
+                    .query_async(conn)
+                    .await
+            }
+            None => redis::cmd("GET")
+                .arg(&keys.stock)
+                .query_async(conn)
+                .await
+                .map(|left| (false, left)),
+        }
+        .context("reading the sale from Redis")?;
         match left {
             Some(stock_left) => {
                 return Ok(Snapshot {
