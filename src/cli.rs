@@ -299,7 +299,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub postgres_down_secs: u64,
 
-    /// Where the JSON report goes.
+    /// Where the JSON and HTML reports go.
     #[arg(long, default_value = "target/seckill-chaos")]
     pub report_dir: PathBuf,
 }
