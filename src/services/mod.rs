@@ -170,11 +170,11 @@ pub async fn postgres_answers(server_url: &str) -> bool {
     let Ok(url) = with_database(server_url, "postgres") else {
         return false;
     };
-    match tokio::time::timeout(PROBE_TIMEOUT, PgConnection::connect(&url)).await {
-        Ok(Ok(conn)) => {
-            let _ = conn.close().await;
-            true
-        }
-        _ => false,
-    }
+    probe::within(PROBE_TIMEOUT, async {
+        let conn = PgConnection::connect(&url).await?;
+        // A connection was enough: a failed goodbye does not make it down.
+        let _ = conn.close().await;
+        Ok::<_, sqlx::Error>(())
+    })
+    .await
 }
