@@ -109,6 +109,11 @@ impl PurchaseSettings {
     }
 }
 
+/// The longest any statement may run (PostgreSQL's `statement_timeout`),
+/// on every connection; the worker's writes get less (see
+/// [`WorkerSettings::statement_timeout`]).
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub const DEFAULT_BATCH_SIZE: u32 = 100;
 pub const DEFAULT_LEASE_MS: u64 = 30_000;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
@@ -160,6 +165,22 @@ impl WorkerSettings {
     }
     pub fn payment_window(&self) -> Duration {
         Duration::from_secs(self.payment_window_secs)
+    }
+
+    /// The longest one statement of a batch's write may run: a quarter of
+    /// the lease, at most [`STATEMENT_TIMEOUT`].
+    pub fn statement_timeout(&self) -> Duration {
+        (self.lease() / 4).min(STATEMENT_TIMEOUT)
+    }
+
+    /// The longest a batch's whole write may take: half the lease. The race
+    /// this bounds: a write stuck past the lease (a lock wait, a slow disk)
+    /// while the queue hands its jobs to a second worker, so both write
+    /// and the first one's give-back or ack lands on jobs that are no
+    /// longer its own. A write cut off here is rolled back, or, if its
+    /// commit got through, redelivered as a no-op.
+    pub fn write_time_limit(&self) -> Duration {
+        self.lease() / 2
     }
 }
 

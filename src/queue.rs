@@ -204,9 +204,18 @@ impl Queue {
         call.invoke_async(conn).await
     }
 
-    /// Put every dead-lettered job back, due now, attempts reset.
-    pub async fn redrive<C: ConnectionLike + Send>(&self, conn: &mut C) -> redis::RedisResult<u64> {
-        REDRIVE.key(&self.keys.all()[..]).invoke_async(conn).await
+    /// Put every dead-lettered job back, attempts reset, the first due now
+    /// and each next one `spacing` later (see `lua/queue_redrive.lua`).
+    pub async fn redrive<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        spacing: Duration,
+    ) -> redis::RedisResult<u64> {
+        REDRIVE
+            .key(&self.keys.all()[..])
+            .arg(millis(spacing))
+            .invoke_async(conn)
+            .await
     }
 
     /// The payload of a job the queue still knows (waiting, in flight or dead).

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing_actix_web::{RequestId, TracingLogger};
 
-use crate::config::{PurchaseSettings, RateLimitSettings, WorkerSettings};
+use crate::config::{PurchaseSettings, RateLimitSettings, STATEMENT_TIMEOUT, WorkerSettings};
 use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
 use crate::services::redact;
@@ -42,8 +42,6 @@ pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
 const REDIS_POOL_SIZE: usize = 64;
 /// PostgreSQL connections per instance (page reads and the worker).
 const PG_POOL_SIZE: u32 = 10;
-/// The longest any statement may run (PostgreSQL's `statement_timeout`).
-const STATEMENT_TIMEOUT: &str = "10s";
 
 /// Answer every request with the id `TracingLogger` gave it (and logged it
 /// under), so that a client who got a 500 can quote it.
@@ -87,10 +85,13 @@ pub struct Settings {
 pub async fn connect_postgres(url: &str) -> anyhow::Result<PgPool> {
     let options = PgConnectOptions::from_str(url)
         .with_context(|| format!("{} is not a PostgreSQL URL", redact(url)))?
-        // No statement may hang on: a stuck one would hold its batch past
-        // the worker's lease (30 s by default, well above this), and hold a
-        // page's answer. It fails as "try again later" (see probe.rs).
-        .options([("statement_timeout", STATEMENT_TIMEOUT)]);
+        // No statement may hang on: a stuck one would hold a page's answer
+        // (the worker's writes get a shorter limit, under their lease). It
+        // fails as "try again later" (see probe.rs).
+        .options([(
+            "statement_timeout",
+            format!("{}ms", STATEMENT_TIMEOUT.as_millis()),
+        )]);
     let pool = PgPoolOptions::new()
         .max_connections(PG_POOL_SIZE)
         // Fail fast while PostgreSQL is down, so the worker can back off and
@@ -221,7 +222,7 @@ impl Application {
         .context("starting the sale events listener")?;
 
         let state = web::Data::new(AppState {
-            purchaser: Purchaser::new(store.clone(), settings.purchase.clone()),
+            purchaser: Purchaser::new(store.clone(), settings.purchase.clone(), instance.clone()),
             store,
             admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
             events,

@@ -33,6 +33,7 @@ use sqlx::{Acquire, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::{Store, schema};
+use crate::config::WorkerSettings;
 use crate::domain::{Order, OrderJob, OrderStatus, RejectReason};
 use crate::keys::{self, SaleKeys};
 use crate::queue::Queue;
@@ -112,12 +113,21 @@ impl Store {
     pub async fn confirm_orders(
         &self,
         orders: &[OrderJob],
-        window: Duration,
+        settings: &WorkerSettings,
     ) -> Result<Vec<Written>, sqlx::Error> {
         let mut tx = self.pg.begin().await?;
+        // Each statement ends well inside the batch's lease (see
+        // `WorkerSettings::statement_timeout`); `true`: for this
+        // transaction only, like SET LOCAL.
+        let limit = format!("{}ms", settings.statement_timeout().as_millis());
+        sqlx::query("SELECT set_config('statement_timeout', $1, true)")
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?;
+        let window_secs = settings.payment_window().as_secs_f64();
         let mut written = Vec::with_capacity(orders.len());
         for order in orders {
-            written.push(confirm_order(&mut tx, order, window.as_secs_f64()).await?);
+            written.push(confirm_order(&mut tx, order, window_secs).await?);
         }
         tx.commit().await?;
         Ok(written)
@@ -243,6 +253,28 @@ impl Store {
                     job,
                     Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
                 )
+            })
+            .collect())
+    }
+
+    /// The orders of a sale that hold a unit (confirmed or paid): what the
+    /// sale's Redis buyers set must contain. The worker's reconcile counts
+    /// the ones Redis lacks.
+    pub async fn orders_holding_units(&self, sale_id: i64) -> anyhow::Result<Vec<OrderJob>> {
+        let rows: Vec<(Uuid, String)> = sqlx::query_as(
+            "SELECT id, user_id FROM orders
+              WHERE sale_id = $1 AND status IN ('confirmed', 'paid')",
+        )
+        .bind(sale_id)
+        .fetch_all(&self.pg)
+        .await
+        .context("reading the orders that hold units")?;
+        Ok(rows
+            .into_iter()
+            .map(|(order_id, user_id)| OrderJob {
+                order_id,
+                sale_id,
+                user_id,
             })
             .collect())
     }

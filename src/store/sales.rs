@@ -21,7 +21,7 @@ use redis::aio::ConnectionLike;
 use sqlx::PgPool;
 
 use super::Store;
-use crate::domain::{NewSale, Sale, UserId};
+use crate::domain::{NewSale, OrderJob, Sale, UserId};
 use crate::keys::SaleKeys;
 
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sale_load.lua")));
@@ -349,19 +349,25 @@ pub async fn epoch<C: ConnectionLike + Send>(
         .context("reading the sale's load epoch")
 }
 
-/// Count the buyers of orders PostgreSQL just confirmed in the sale's Redis
-/// figures, once each (`lua/orders_apply.lua`). Returns how many were
-/// missing; `None` if the sale is not loaded.
+/// Count orders PostgreSQL holds a unit for in the sale's Redis figures,
+/// once each (`lua/orders_apply.lua`): each order's buyer joins the buyers
+/// and takes a unit, unless already there or the order's unit was given
+/// back. Returns how many were missing; `None` if the sale is not loaded.
 pub async fn apply_confirmed<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
-    buyers: &[&str],
+    orders: &[&OrderJob],
 ) -> anyhow::Result<Option<u64>> {
-    let applied: i64 = APPLY
+    let mut script = APPLY.prepare_invoke();
+    script
         .key(&keys.stock)
         .key(&keys.buyers)
-        .arg(&keys.events)
-        .arg(buyers)
+        .key(&keys.returned)
+        .arg(&keys.events);
+    for order in orders {
+        script.arg(order.order_id.to_string()).arg(&order.user_id);
+    }
+    let applied: i64 = script
         .invoke_async(conn)
         .await
         .context("applying confirmed orders to Redis")?;

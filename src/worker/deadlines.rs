@@ -14,29 +14,23 @@
 //!
 //! The deadlines live only in Redis, and a Redis that restarts without
 //! persistence loses them: the orders would stay confirmed, unpayable and
-//! never cancelled, their units never back on sale. So every worker, on its
-//! first pass and every [`SWEEP_EVERY`] after, sweeps: under a lock, so one
-//! worker at a time, it puts the deadline of every confirmed order back in
-//! its queue. Queueing by id makes that a no-op for every deadline Redis
-//! still has.
+//! never cancelled, their units never back on sale. So the sweep
+//! (`sweep.rs`) puts the deadline of every confirmed order back in its
+//! queue. Queueing by id makes that a no-op for every deadline Redis still
+//! has.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 
-use super::{Batch, BatchReport, FAILED_JOB_DELAY, SWEEP_EVERY, Worker};
+use super::{Batch, BatchReport, FAILED_JOB_DELAY, Worker};
 use crate::domain::OrderJob;
-use crate::keys::{self, SaleKeys};
-use crate::lock::RedisLock;
+use crate::keys::SaleKeys;
 use crate::payment;
 use crate::probe;
 use crate::queue::{Attempt, Queue, Reserved};
 use crate::store::Deadline;
-
-/// How long the sweep lock lives: longer than a sweep takes, short enough
-/// that a worker that died mid-sweep does not hold the others up for long.
-const SWEEP_LOCK_TTL: Duration = Duration::from_secs(30);
 
 impl Worker {
     /// Queue the payment deadline of every order of the batch that is
@@ -167,42 +161,16 @@ impl Worker {
         Ok(())
     }
 
-    /// Whether this worker's next pass should sweep (and, if so, note that it does).
-    pub(super) fn sweep_is_due(&self) -> bool {
-        let mut last = self.last_sweep.lock().expect("sweep clock poisoned");
-        let due = last.is_none_or(|at| at.elapsed() >= SWEEP_EVERY);
-        if due {
-            *last = Some(Instant::now());
-        }
-        due
-    }
-
     /// Put the payment deadline of every confirmed order back in its sale's
-    /// queue, unless another worker is sweeping right now. Returns how many
-    /// deadlines were missing and are queued again.
-    pub async fn sweep_deadlines(&self) -> anyhow::Result<u64> {
-        let mut conn = self.store.redis().await?;
-        let (lock_key, fence_key) = keys::sweep_lock(&self.store.prefix);
-        let lock = RedisLock::new(lock_key, fence_key, SWEEP_LOCK_TTL);
-        // The race this prevents is only waste (two sweeps queue the same
-        // ids, and queueing by id keeps one job), so a worker that finds the
-        // lock taken simply skips its turn.
-        let Some(guard) = lock
-            .try_acquire(&mut conn)
-            .await
-            .context("taking the sweep lock")?
-        else {
-            return Ok(0);
-        };
-        let swept = async {
-            let unpaid = self.store.unpaid_orders().await?;
-            let deadlines = unpaid.iter().map(|(order, left)| (order, *left));
-            enqueue_deadlines(&mut conn, &self.store.prefix, deadlines).await
-        }
-        .await;
-        // Not fatal if it fails: the lock expires with its TTL.
-        let _ = guard.release(&mut conn).await;
-        let swept = swept?;
+    /// queue (part of the sweep, `sweep.rs`). Returns how many deadlines
+    /// were missing and are queued again.
+    pub(super) async fn requeue_lost_deadlines(
+        &self,
+        conn: &mut deadpool_redis::Connection,
+    ) -> anyhow::Result<u64> {
+        let unpaid = self.store.unpaid_orders().await?;
+        let deadlines = unpaid.iter().map(|(order, left)| (order, *left));
+        let swept = enqueue_deadlines(conn, &self.store.prefix, deadlines).await?;
         if swept > 0 {
             tracing::warn!(
                 count = swept,

@@ -29,10 +29,15 @@
 //! it answers again. When a batch fails for a reason of its own, the worker
 //! writes its orders one by one, so that only the job at fault is charged.
 //!
-//! The worker drains a second queue per sale, the payment deadlines, and
-//! puts back the deadlines Redis lost: see `deadlines.rs`.
+//! The worker drains a second queue per sale, the payment deadlines: see
+//! `deadlines.rs`. Now and then it sweeps (`sweep.rs`), putting back what a
+//! Redis that lost data cannot: lost deadlines, and units it no longer
+//! counts as sold.
 
 mod deadlines;
+mod sweep;
+
+pub use sweep::Swept;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -75,11 +80,13 @@ pub struct BatchReport {
     pub paid_in_time: usize,
     /// Deadlines that came before PostgreSQL's `pay_by` and wait again.
     pub not_due: usize,
-    /// Payment deadlines put back in their queue by a sweep (Redis had lost them).
+    /// Payment deadlines put back in their queue by a sweep (Redis had lost
+    /// them; `sweep.rs`).
     pub swept: u64,
     /// Jobs that failed by themselves, charged an attempt, to run again later.
     pub failed: usize,
-    /// Confirmed orders counted in Redis after a load missed them.
+    /// Confirmed orders counted in Redis after a load missed them (by the
+    /// batch's own check, or by a sweep).
     pub reapplied: u64,
 }
 
@@ -147,6 +154,13 @@ pub struct Batch {
     reserved: Vec<Reserved>,
 }
 
+impl Batch {
+    /// The decoded order jobs of the batch, in reserve order.
+    pub fn orders(&self) -> &[OrderJob] {
+        &self.orders
+    }
+}
+
 impl Worker {
     pub fn new(store: Store, settings: WorkerSettings) -> Self {
         Self {
@@ -198,8 +212,7 @@ impl Worker {
             return Ok(report);
         }
 
-        let window = self.settings.payment_window();
-        let written = match self.store.confirm_orders(&orders, window).await {
+        let written = match self.confirm(&orders).await {
             Ok(written) => written,
             // PostgreSQL down, or refusing work for a while, is not the
             // jobs' fault: give them back without using up an attempt.
@@ -245,6 +258,22 @@ impl Worker {
         Ok(report)
     }
 
+    /// Write orders to PostgreSQL in one transaction, within the write time
+    /// limit (see `WorkerSettings::write_time_limit`). A write cut off by
+    /// the limit fails as a timed-out I/O, which counts as "PostgreSQL
+    /// refusing work for a while": its jobs go back uncharged.
+    async fn confirm(&self, orders: &[OrderJob]) -> Result<Vec<Written>, sqlx::Error> {
+        let limit = self.settings.write_time_limit();
+        tokio::time::timeout(limit, self.store.confirm_orders(orders, &self.settings))
+            .await
+            .unwrap_or_else(|_| {
+                Err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the write took longer than {limit:?}, half its lease"),
+                )))
+            })
+    }
+
     /// After a commit: if a load from PostgreSQL came between the reserve
     /// and now (the epoch moved: Redis was wiped, and a page or a purchase
     /// is loading the sale again), it may have counted these orders' units
@@ -253,8 +282,8 @@ impl Worker {
     /// read before it, then finds the keys present and writes nothing), and
     /// count each newly confirmed buyer the load did not have, once.
     /// Returns how many were counted. (A worker that dies between its commit
-    /// and this step leaves it undone: its redelivery reserves after the load
-    /// and cannot tell.)
+    /// and this step leaves it undone, and its jobs went with the wipe: the
+    /// sweep's reconcile, `reconcile.rs`, counts them.)
     async fn count_in_redis(
         &self,
         conn: &mut deadpool_redis::Connection,
@@ -266,18 +295,17 @@ impl Worker {
         if sales::epoch(conn, keys).await?.as_deref() == epoch {
             return Ok(0);
         }
-        let buyers: Vec<&str> = orders
+        let confirmed: Vec<&OrderJob> = orders
             .iter()
             .zip(written)
             .filter(|(_, written)| **written == Written::Confirmed)
-            .map(|(order, _)| order.user_id.as_str())
+            .map(|(order, _)| order)
             .collect();
-        if buyers.is_empty() {
+        let Some(first) = confirmed.first() else {
             return Ok(0);
-        }
-        let sale_id = orders[0].sale_id;
-        sales::load_into_redis(&self.store.pg, conn, &self.store.prefix, sale_id).await?;
-        let applied = sales::apply_confirmed(conn, keys, &buyers)
+        };
+        sales::load_into_redis(&self.store.pg, conn, &self.store.prefix, first.sale_id).await?;
+        let applied = sales::apply_confirmed(conn, keys, &confirmed)
             .await?
             .unwrap_or(0);
         if applied > 0 {
@@ -325,11 +353,10 @@ impl Worker {
         orders: &[OrderJob],
         reserved: &[Reserved],
     ) -> anyhow::Result<BatchReport> {
-        let window = self.settings.payment_window();
         let max_attempts = self.settings.max_attempts;
         for (i, (order, job)) in orders.iter().zip(reserved).enumerate() {
             let one = std::slice::from_ref(order);
-            match self.store.confirm_orders(one, window).await {
+            match self.confirm(one).await {
                 Ok(written) => {
                     report.count(&written);
                     self.schedule_deadlines(conn, one).await?;
@@ -429,7 +456,9 @@ impl Worker {
     pub async fn run_once(&self) -> anyhow::Result<BatchReport> {
         let mut total = BatchReport::default();
         if self.sweep_is_due() {
-            total.swept = self.sweep_deadlines().await?;
+            let swept = self.sweep().await?;
+            total.swept = swept.deadlines;
+            total.reapplied += swept.units;
         }
         // Every sale's queues in turn. (A system with thousands of sales
         // would keep a set of non-empty queues instead.)

@@ -137,6 +137,9 @@ pub struct Options {
     pub max_event_streams: u32,
     pub admin_session: Duration,
     pub limits: seckill::config::RateLimitSettings,
+    /// The app's Redis, when not the scratch one (a proxy in front of it);
+    /// the test's own connections still go straight to the scratch Redis.
+    pub app_redis_url: Option<String>,
 }
 
 impl Default for Options {
@@ -148,6 +151,7 @@ impl Default for Options {
             max_event_streams: seckill::config::DEFAULT_MAX_EVENT_STREAMS,
             admin_session: Duration::from_secs(3_600),
             limits: seckill::config::RateLimitSettings::default(),
+            app_redis_url: None,
         }
     }
 }
@@ -163,7 +167,10 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
 pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
     startup::raise_open_files_limit();
     let app = Application::build(Settings {
-        redis_url: scratch.redis_url.clone(),
+        redis_url: options
+            .app_redis_url
+            .clone()
+            .unwrap_or_else(|| scratch.redis_url.clone()),
         database_url: scratch.database_url.clone(),
         redis_prefix: scratch.prefix.clone(),
         bind: "127.0.0.1:0".parse().expect("an address"),
@@ -360,9 +367,8 @@ impl TestApp {
             .iter()
             .map(|job| OrderJob::from_payload(&job.payload).expect("a payload"))
             .collect();
-        let window = self.worker_settings.payment_window();
         self.store
-            .confirm_orders(&orders, window)
+            .confirm_orders(&orders, &self.worker_settings)
             .await
             .expect("write");
     }

@@ -210,7 +210,13 @@ async fn a_job_that_keeps_failing_is_dead_lettered_and_can_be_redriven() {
         Some("p")
     );
 
-    assert_eq!(queue.redrive(&mut conn).await.expect("redrive"), 1);
+    assert_eq!(
+        queue
+            .redrive(&mut conn, Duration::ZERO)
+            .await
+            .expect("redrive"),
+        1
+    );
     let again = queue
         .reserve(&mut conn, 1, LEASE, MAX_ATTEMPTS)
         .await
@@ -353,4 +359,54 @@ async fn a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_a
         .await
         .expect("GET");
     assert_eq!(count, 1);
+}
+
+/// Jobs that died together (batch-mates of a poison job) come back one
+/// after another, not as the same batch again.
+#[tokio::test]
+async fn redriven_jobs_come_due_one_after_another() {
+    let (_scratch, queue, mut conn) = setup().await;
+    let ids = ["a", "b", "c"];
+    let jobs: Vec<(&str, &str)> = ids.iter().map(|id| (*id, "p")).collect();
+    queue
+        .enqueue(&mut conn, &jobs, Duration::ZERO)
+        .await
+        .expect("enqueue");
+    for _ in 1..=MAX_ATTEMPTS {
+        let batch = queue
+            .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
+            .await
+            .expect("reserve");
+        assert_eq!(batch.jobs.len(), 3, "they fail as one batch");
+        queue
+            .retry(
+                &mut conn,
+                &batch.jobs,
+                Duration::ZERO,
+                Attempt::Failed,
+                MAX_ATTEMPTS,
+            )
+            .await
+            .expect("retry");
+    }
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 3));
+
+    let spacing = Duration::from_secs(60);
+    assert_eq!(queue.redrive(&mut conn, spacing).await.expect("redrive"), 3);
+    let first = queue
+        .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    assert_eq!(first.jobs.len(), 1, "the old batch came back whole");
+    assert_eq!(first.jobs[0].attempt, 1, "redrive resets the attempts");
+    let due: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        .arg(&queue.keys().due)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut conn)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(due.len(), 2);
+    assert_eq!(due[1].1 - due[0].1, 60_000, "not spaced: {due:?}");
 }

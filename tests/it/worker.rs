@@ -355,6 +355,22 @@ async fn a_batch_held_through_a_wipe() -> (TestApp, i64, seckill::worker::Batch)
     (app, sale, held)
 }
 
+/// After the batch of ann and bob is confirmed through a wipe: Redis counts
+/// both, like PostgreSQL, and ann cannot buy again.
+async fn assert_redis_counts_ann_and_bob(app: &TestApp, sale: i64) {
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(3),
+        "Redis promises more than PostgreSQL has"
+    );
+    assert_eq!(buyers(app, sale).await, ["ann", "bob"]);
+    assert_eq!(
+        app.purchase(sale, "ann").await.status(),
+        409,
+        "ann bought twice"
+    );
+}
+
 /// Redis' buyers of a sale, sorted.
 async fn buyers(app: &TestApp, sale: i64) -> Vec<String> {
     let mut buyers = app.redis_buyers(sale).await;
@@ -378,17 +394,7 @@ async fn a_load_while_a_worker_holds_a_batch_leaves_redis_equal_to_postgres() {
     let report = app.worker.write_batch(held).await.expect("write");
     assert_eq!((report.confirmed, report.reapplied), (2, 2));
     assert_eq!(app.sold(sale).await, 2);
-    assert_eq!(
-        app.redis_stock(sale).await,
-        Some(3),
-        "Redis promises more than PostgreSQL has"
-    );
-    assert_eq!(buyers(&app, sale).await, ["ann", "bob"]);
-    assert_eq!(
-        app.purchase(sale, "ann").await.status(),
-        409,
-        "ann bought twice"
-    );
+    assert_redis_counts_ann_and_bob(&app, sale).await;
 
     // Without a load in between, the same steps count nothing twice.
     app.buy(sale, "cy").await;
@@ -419,4 +425,110 @@ async fn a_load_still_in_flight_at_the_commit_leaves_redis_equal_to_postgres() {
         "Redis promises more than PostgreSQL has"
     );
     assert_eq!(buyers(&app, sale).await, ["ann", "bob"]);
+}
+
+/// The same wipe, and a worker that dies after its commit, before it could
+/// count what the load missed. Its jobs went with the wipe, so nothing is
+/// redelivered: the sweep must find the orders PostgreSQL holds and Redis
+/// does not count.
+#[tokio::test]
+async fn a_worker_dying_after_its_commit_through_a_wipe_is_reconciled_by_the_sweep() {
+    let (app, sale, held) = a_batch_held_through_a_wipe().await;
+    let view = app.get_json(&format!("/api/sales/{sale}")).await;
+    assert_eq!(view["stock_left"], 5);
+    // The commit, and then the worker is gone: no correction, no ack.
+    app.store
+        .confirm_orders(held.orders(), &app.worker_settings)
+        .await
+        .expect("commit");
+    drop(held);
+    assert_eq!(app.sold(sale).await, 2);
+    assert_eq!(app.redis_stock(sale).await, Some(5), "the load missed them");
+
+    let swept = app.worker.sweep().await.expect("sweep");
+    assert_eq!(swept.units, 2);
+    assert_redis_counts_ann_and_bob(&app, sale).await;
+    // A second sweep finds nothing left to count.
+    assert_eq!(app.worker.sweep().await.expect("sweep").units, 0);
+    assert_eq!(app.redis_stock(sale).await, Some(3));
+}
+
+/// The sweep read "confirmed" from PostgreSQL; before it counts the order,
+/// the deadline cancels it and gives its unit back. The count must not take
+/// the unit again: the order holds none.
+#[tokio::test]
+async fn reconcile_skips_an_order_whose_unit_was_given_back() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+    app.drain().await;
+    let holding = app.store.orders_holding_units(sale).await.expect("holding");
+    assert_eq!(holding.len(), 1);
+    // The deadline's cancellation lands between the sweep's read and write.
+    let order = &holding[0];
+    seckill::payment::return_unit(&mut app.redis_conn().await, &app.keys(sale), order)
+        .await
+        .expect("give the unit back");
+    assert_eq!(app.redis_stock(sale).await, Some(5));
+    let refs: Vec<_> = holding.iter().collect();
+    let counted =
+        seckill::store::sales::apply_confirmed(&mut app.redis_conn().await, &app.keys(sale), &refs)
+            .await
+            .expect("apply");
+    assert_eq!(counted, Some(0));
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(5),
+        "a returned unit was taken again"
+    );
+}
+
+/// A write stuck behind a row lock must not outlive its lease: past the
+/// lease the queue hands the jobs to another worker, and two writers then
+/// race on the same jobs. With a 400 ms lease, each statement gets 100 ms
+/// and the write 200 ms; the row stays locked for 1.5 s. The worker gives
+/// the batch back uncharged, and confirms it once the row is free.
+#[tokio::test]
+async fn a_write_stuck_behind_a_lock_gives_its_batch_back_within_its_lease() {
+    let app = spawn_app_with(Options {
+        worker: seckill::config::WorkerSettings {
+            lease_ms: 400,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+
+    let mut blocker = app.pg.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM sales WHERE id = $1 FOR UPDATE")
+        .bind(sale)
+        .execute(&mut *blocker)
+        .await
+        .expect("lock the sale's row");
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        blocker.rollback().await.expect("release the row");
+    });
+
+    let stuck = app.worker.try_process_batch(sale).await;
+    assert!(
+        stuck.is_err(),
+        "the write waited for the row past its lease: {stuck:?}"
+    );
+    assert_eq!(
+        app.queue_stats(sale).await,
+        QueueStats {
+            waiting: 1,
+            in_flight: 0,
+            dead: 0
+        },
+        "the batch is not back on the queue"
+    );
+
+    release.await.expect("release");
+    let report = app.drain().await;
+    assert_eq!((report.confirmed, report.failed), (1, 0));
+    assert_eq!(app.sold(sale).await, 1);
 }
