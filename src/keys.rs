@@ -36,6 +36,10 @@ pub struct SaleKeys {
     /// PostgreSQL (`lua/sale_load.lua`). A worker that sees it change while
     /// it holds a batch knows a load may have missed the batch's orders.
     pub epoch: String,
+    /// `STRING`: commits the fence refused (a holder whose lock had run out
+    /// tried to write; `lua/purchase_commit.lua`). Only grows; the proof,
+    /// in a chaos run or a class, that the fence fired.
+    pub fenced: String,
 }
 
 impl SaleKeys {
@@ -51,6 +55,7 @@ impl SaleKeys {
             returned: format!("{base}:returned"),
             events: format!("{base}:events"),
             epoch: format!("{base}:epoch"),
+            fenced: format!("{base}:fenced"),
         }
     }
 }

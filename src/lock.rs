@@ -52,6 +52,9 @@ const BACKOFF_CAP: Duration = Duration::from_millis(32);
 pub struct RedisLock {
     /// The key that exists while the lock is held.
     key: String,
+    /// Who takes it, written into the key's value so that an operator (or
+    /// the chaos run) can see which instance holds it; empty if unnamed.
+    holder: String,
     /// The counter the fencing tokens come from.
     fence_key: String,
     /// How long a holder keeps the lock if it never releases it (it crashed).
@@ -63,7 +66,8 @@ pub struct RedisLock {
 #[derive(Debug)]
 pub struct LockGuard {
     key: String,
-    /// What the lock key holds while we own it: `"<token>:<nonce>"`.
+    /// What the lock key holds while we own it:
+    /// `"<token>:<holder>:<nonce>"` (see [`holder_in`]).
     value: String,
     fence: u64,
 }
@@ -93,9 +97,18 @@ impl RedisLock {
     pub fn new(key: impl Into<String>, fence_key: impl Into<String>, ttl: Duration) -> Self {
         Self {
             key: key.into(),
+            holder: String::new(),
             fence_key: fence_key.into(),
             ttl,
         }
+    }
+
+    /// Name who takes the lock (an instance id). It is only a label: each
+    /// acquisition still gets its own nonce, and release and extend compare
+    /// the whole value.
+    pub fn held_by(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
     }
 
     /// One attempt: the lock if it is free now, `None` if somebody holds it.
@@ -103,7 +116,7 @@ impl RedisLock {
         &self,
         conn: &mut C,
     ) -> redis::RedisResult<Option<LockGuard>> {
-        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let nonce = format!("{}:{}", self.holder, uuid::Uuid::new_v4().simple());
         let fence: Option<u64> = ACQUIRE
             .key(&self.key)
             .key(&self.fence_key)
@@ -199,6 +212,14 @@ impl Release {
     }
 }
 
+/// The holder named in a lock key's value (`"<token>:<holder>:<nonce>"`),
+/// or `None` if the value is not a lock's or names nobody.
+pub fn holder_in(value: &str) -> Option<&str> {
+    let (rest, _nonce) = value.rsplit_once(':')?;
+    let (_token, holder) = rest.split_once(':')?;
+    (!holder.is_empty()).then_some(holder)
+}
+
 /// Redis rejects a PX of 0, so the shortest TTL is one millisecond.
 fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -241,6 +262,14 @@ mod tests {
     fn backoff_is_jittered() {
         let pauses: std::collections::HashSet<Duration> = (0..50).map(|_| backoff(10)).collect();
         assert!(pauses.len() > 1, "fifty waiters would retry in lock-step");
+    }
+
+    #[test]
+    fn the_holder_is_read_back_from_the_value() {
+        assert_eq!(holder_in("17:app-2:3f9a"), Some("app-2"));
+        assert_eq!(holder_in("17:127.0.0.1:8080:3f9a"), Some("127.0.0.1:8080"));
+        assert_eq!(holder_in("17::3f9a"), None);
+        assert_eq!(holder_in("garbage"), None);
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub enum Outcome {
     Ended,
     /// The lock could not be had in time; the client may retry.
     Busy,
+    /// This purchase held the lock, but it ran out before the commit (a
+    /// pause longer than its TTL): the fence refused the write, nothing was
+    /// taken, and the client may retry.
+    LockLost,
 }
 
 /// What the checks decide, given what was read. Pure, so it is unit-tested.
@@ -148,6 +152,7 @@ pub async fn commit<C: ConnectionLike + Send>(
         .key(&keys.lock)
         .key(&keys.queue.due)
         .key(&keys.queue.jobs)
+        .key(&keys.fenced)
         .arg(guard.value())
         .arg(&job.user_id)
         .arg(job.order_id.to_string())
@@ -172,14 +177,17 @@ pub struct Purchaser {
     /// This instance's memory of sold-out sales. Set by any purchase that
     /// sees no unit left, cleared when a stale flag finds units again.
     sold_out: SoldOutFlags,
+    /// This instance's name, written into the sale locks it takes.
+    instance: String,
 }
 
 impl Purchaser {
-    pub fn new(store: Store, settings: PurchaseSettings) -> Self {
+    pub fn new(store: Store, settings: PurchaseSettings, instance: String) -> Self {
         Self {
             store,
             settings,
             sold_out: SoldOutFlags::default(),
+            instance,
         }
     }
 
@@ -261,7 +269,8 @@ impl Purchaser {
         sale: &Sale,
         user: &UserId,
     ) -> anyhow::Result<Outcome> {
-        let lock = RedisLock::new(&keys.lock, &keys.fence, self.settings.lock_ttl());
+        let lock = RedisLock::new(&keys.lock, &keys.fence, self.settings.lock_ttl())
+            .held_by(&self.instance);
         // While we wait, another request on this instance may find the sale
         // sold out; then there is no point in waiting any longer.
         let refresh = self.settings.sold_out_refresh();
@@ -322,9 +331,9 @@ impl Purchaser {
         let Some(left) = committed else {
             tracing::warn!(
                 fence = guard.fence(),
-                "lock lost before commit; nothing written"
+                "lock lost before commit; the fence refused the write"
             );
-            return Ok(Outcome::Busy);
+            return Ok(Outcome::LockLost);
         };
         if left <= 0 {
             self.sold_out.set(sale.id);

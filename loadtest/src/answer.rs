@@ -25,7 +25,8 @@ pub enum AnswerKind {
     NotStarted,
     /// `409 ended`.
     Ended,
-    /// `503 busy`: the sale lock could not be had in time.
+    /// `503 busy`: the sale lock could not be had in time; or `503
+    /// lock_lost`: it ran out before the commit, and the fence refused it.
     Busy,
     /// Anything else: a 5xx, an unexpected status or body, a failed connection.
     Error,
@@ -104,7 +105,9 @@ pub fn classify(status: u16, body: &[u8]) -> Classified {
         (409, Some("already_purchased")) => AnswerKind::Duplicate,
         (409, Some("not_started")) => AnswerKind::NotStarted,
         (409, Some("ended")) => AnswerKind::Ended,
-        (503, Some("busy")) => AnswerKind::Busy,
+        // `lock_lost`: the buyer's lock ran out before its commit and the
+        // fence refused the write. Like `busy`: nothing taken, try again.
+        (503, Some("busy" | "lock_lost")) => AnswerKind::Busy,
         _ => AnswerKind::Error,
     };
     Classified {

@@ -15,6 +15,14 @@ use tokio::net::TcpStream;
 
 use super::Rig;
 use crate::cli::Fault;
+use crate::lock;
+
+/// Rounds of the lock-holder pause before it gives up on the fence firing
+/// (a holder caught after its commit, about to release, writes nothing more).
+const PAUSE_ROUNDS: u32 = 6;
+/// Stop-and-look tries per round before app-2 counts as never holding the
+/// lock (a few seconds at most).
+const CATCH_TRIES: u32 = 1_000;
 
 /// When a fault was in force.
 #[derive(Debug, Clone, Serialize)]
@@ -53,13 +61,7 @@ impl Rig {
                 self.cluster.restart_app("app-1", &["--no-worker"]).await?;
                 "app-1 killed with SIGKILL and restarted on its address".to_owned()
             }
-            Fault::LockHolderPause => {
-                let pause = self.lock_ttl * 3;
-                self.cluster.signal("app-2", Signal::SIGSTOP)?;
-                tokio::time::sleep(pause).await;
-                self.cluster.signal("app-2", Signal::SIGCONT)?;
-                format!("app-2 stopped for {pause:?} (3 lock TTLs), then resumed")
-            }
+            Fault::LockHolderPause => self.pause_a_lock_holder().await?,
             Fault::PostgresDown => {
                 tokio::task::block_in_place(|| self.postgres.stop());
                 tokio::time::sleep(self.postgres_down).await;
@@ -109,6 +111,83 @@ impl Rig {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         Ok(format!("killed a worker 3 times ({mid_batch} mid-batch)"))
+    }
+
+    /// Stop app-2 (SIGSTOP) at a moment it holds the sale's lock, keep it
+    /// stopped for 2 lock TTLs, then resume it (SIGCONT). The purchase that
+    /// held the lock goes on to its commit with a lock that ran out, and
+    /// the fence must refuse it: the sale's fenced counter grows. If app-2
+    /// was caught after its commit (about to release), nothing is refused;
+    /// so the pause is tried again, a few times, until the fence fires.
+    async fn pause_a_lock_holder(&mut self) -> anyhow::Result<String> {
+        let pause = self.lock_ttl * 2;
+        let mut caught = 0;
+        for _ in 0..PAUSE_ROUNDS {
+            let before = self.fenced().await?;
+            let Some(fence) = self.stop_while_holding("app-2").await? else {
+                break;
+            };
+            caught += 1;
+            tokio::time::sleep(pause).await;
+            self.cluster.signal("app-2", Signal::SIGCONT)?;
+            // The resumed purchase commits at once; give it a moment.
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let mut refused = 0;
+            while refused == 0 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                refused = self.fenced().await? - before;
+            }
+            if refused > 0 {
+                self.fence_refusals = Some(refused);
+                return Ok(format!(
+                    "app-2 stopped while holding the lock (fence {fence}) for {pause:?}, then resumed: the fence refused {refused} write(s)"
+                ));
+            }
+        }
+        self.fence_refusals = Some(0);
+        Ok(format!(
+            "app-2 caught holding the lock {caught} time(s) in {PAUSE_ROUNDS} rounds; the fence refused nothing"
+        ))
+    }
+
+    /// Stop `name` (SIGSTOP) at a moment it holds the sale's lock: stop,
+    /// look, and resume to try again if another holds it. Returns the
+    /// fence of the lock it holds, stopped; `None` (and `name` running)
+    /// if it was not caught holding in [`CATCH_TRIES`] tries.
+    async fn stop_while_holding(&mut self, name: &str) -> anyhow::Result<Option<u64>> {
+        let mut conn = self.store.redis().await?;
+        for _ in 0..CATCH_TRIES {
+            self.cluster.signal(name, Signal::SIGSTOP)?;
+            let value: Option<String> = redis::cmd("GET")
+                .arg(&self.keys.lock)
+                .query_async(&mut conn)
+                .await
+                .context("reading the sale's lock")?;
+            if let Some(value) = value
+                && lock::holder_in(&value) == Some(name)
+            {
+                let fence = value
+                    .split(':')
+                    .next()
+                    .and_then(|token| token.parse().ok())
+                    .unwrap_or(0);
+                return Ok(Some(fence));
+            }
+            self.cluster.signal(name, Signal::SIGCONT)?;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(None)
+    }
+
+    /// Commits the fence has refused on the sale, so far.
+    async fn fenced(&self) -> anyhow::Result<u64> {
+        let mut conn = self.store.redis().await?;
+        let fenced: Option<u64> = redis::cmd("GET")
+            .arg(&self.keys.fenced)
+            .query_async(&mut conn)
+            .await
+            .context("reading the sale's fenced counter")?;
+        Ok(fenced.unwrap_or(0))
     }
 
     /// Jobs of the sale's order queue that a worker holds right now.

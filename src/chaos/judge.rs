@@ -405,6 +405,14 @@ pub async fn checks(
         Check::equal("queues empty (waiting + in flight)", 0, depth.0),
         Check::equal("dead-lettered jobs (orders and deadlines)", 0, depth.1),
     ];
+    if let Some(refused) = rig.fence_refusals {
+        checks.push(Check {
+            name: "writes of the paused lock holder the fence refused",
+            expected: ">= 1".to_owned(),
+            found: refused.to_string(),
+            ok: refused >= 1,
+        });
+    }
     let internal = run.samples.iter().filter(|s| s.status == Some(500)).count();
     checks.push(Check::equal("answers 500 internal", 0, internal));
     Ok((checks, lost))

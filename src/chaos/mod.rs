@@ -78,6 +78,9 @@ pub struct Rig {
     stock: u32,
     lock_ttl: Duration,
     postgres_down: Duration,
+    /// Writes the fence refused after the lock-holder pause; `None` if that
+    /// fault was not in the run.
+    fence_refusals: Option<u64>,
 }
 
 /// The whole result, as the JSON report holds it.
@@ -179,7 +182,8 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
     match fault {
         Fault::WorkerKill | Fault::Flood => Duration::from_secs(2),
         Fault::AppKill | Fault::RedisKill | Fault::RedisWipe => Duration::from_secs(1),
-        Fault::LockHolderPause => LOCK_TTL * 3,
+        // Usually one or two rounds of 2 TTLs (see `faults.rs`).
+        Fault::LockHolderPause => LOCK_TTL * 4,
         Fault::PostgresDown => Duration::from_secs(args.postgres_down_secs),
     }
 }
@@ -271,6 +275,7 @@ impl Rig {
             stock: args.stock,
             lock_ttl: LOCK_TTL,
             postgres_down: Duration::from_secs(args.postgres_down_secs),
+            fence_refusals: None,
         })
     }
 

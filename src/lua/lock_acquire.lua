@@ -3,7 +3,7 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fencing counter of this lock (never expires, only grows)
 -- ARGV[1]  time to live in milliseconds
--- ARGV[2]  a random nonce of the caller
+-- ARGV[2]  the caller's name and a random nonce, as '<holder>:<nonce>'
 --
 -- Returns the fencing token (an integer) on success, or nil if the lock is held.
 --
@@ -16,6 +16,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return nil
 end
 local fence = redis.call('INCR', KEYS[2])
--- The value names the holder: token and nonce. Release and extend compare it.
+-- The value names the holder: token, name and nonce. Release and extend
+-- compare the whole of it.
 redis.call('SET', KEYS[1], fence .. ':' .. ARGV[2], 'PX', ARGV[1])
 return fence

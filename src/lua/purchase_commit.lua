@@ -3,7 +3,9 @@
 -- KEYS[1]  the sale's stock          KEYS[3]  the sale's lock
 -- KEYS[2]  the sale's buyers set     KEYS[4]  its queue's due set
 --                                    KEYS[5]  its queue's jobs hash
--- ARGV[1]  the lock value this caller got from lock_acquire.lua ("token:nonce")
+--                                    KEYS[6]  the sale's fenced counter
+-- ARGV[1]  the lock value this caller got from lock_acquire.lua
+--          ("token:holder:nonce")
 -- ARGV[2]  the buyer's user id
 -- ARGV[3]  the order id (also the queue job id)
 -- ARGV[4]  the order job's payload
@@ -12,7 +14,7 @@
 --
 -- Returns {'committed', units left after this sale} when it wrote, or
 -- {'lock_lost', 0} if the caller no longer holds the lock (nothing was
--- written). A pair, not one number: DECR can return any number, including
+-- written but the fenced counter, which counts such refusals). A pair, not one number: DECR can return any number, including
 -- a negative one (Redis already out of step, say after the `naive` strategy
 -- ran on the same sale), so no number could stand for "lock lost" without
 -- turning some real commit into a refusal.
@@ -31,6 +33,7 @@
 -- the general tool: it is what you need when the decision involves more than
 -- one script can see. The fence here is what makes a lock with a TTL safe.
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then
+  redis.call('INCR', KEYS[6])
   return {'lock_lost', 0}
 end
 local left = redis.call('DECR', KEYS[1])

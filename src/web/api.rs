@@ -164,6 +164,7 @@ pub async fn purchase(
         Outcome::NotStarted => Err(ApiError::NotStarted),
         Outcome::Ended => Err(ApiError::Ended),
         Outcome::Busy => Err(ApiError::Busy),
+        Outcome::LockLost => Err(ApiError::LockLost),
     }
 }
 

@@ -39,6 +39,8 @@ pub enum ApiError {
     Ended,
     #[error("too many buyers at once; try again in a moment")]
     Busy,
+    #[error("this purchase held the sale's lock too long (it ran out) and took nothing; try again")]
+    LockLost,
     #[error("the payment window of this order has closed; the order is cancelled or about to be")]
     PaymentWindowClosed,
     #[error("this order is not confirmed yet; pay once it is confirmed")]
@@ -90,6 +92,7 @@ impl ApiError {
             Self::NotStarted => "not_started",
             Self::Ended => "ended",
             Self::Busy => "busy",
+            Self::LockLost => "lock_lost",
             Self::PaymentWindowClosed => "payment_window_closed",
             Self::OrderPending => "order_pending",
             Self::OrderRejected => "order_rejected",
@@ -119,7 +122,7 @@ impl ResponseError for ApiError {
             Self::CrossSite => StatusCode::FORBIDDEN,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            Self::Busy | Self::Unavailable(_) | Self::TooManyStreams => {
+            Self::Busy | Self::LockLost | Self::Unavailable(_) | Self::TooManyStreams => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -141,7 +144,7 @@ impl ResponseError for ApiError {
         };
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            Self::Busy | Self::Unavailable(_) => {
+            Self::Busy | Self::LockLost | Self::Unavailable(_) => {
                 response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
             }
             Self::TooManyStreams => {

@@ -190,6 +190,11 @@ pub async fn buy(
             "Too busy right now. Please try again.".to_owned(),
             None,
         ),
+        Outcome::LockLost => (
+            false,
+            "Your turn ran out before it finished; nothing was taken. Please try again.".to_owned(),
+            None,
+        ),
     };
     let left = state.store.stock_left(sale.id).await?;
     let page = BoughtPage {

@@ -77,6 +77,12 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
         .find(|c| c["name"] == "202s lost = the 202s queued at the Redis wipe")
         .expect("the lost check");
     assert_eq!(lost["ok"], true, "{lost}");
+    // The paused holder's write reached the fence, and the fence refused it.
+    let fence = checks
+        .iter()
+        .find(|c| c["name"] == "writes of the paused lock holder the fence refused")
+        .expect("the fence check");
+    assert_eq!(fence["ok"], true, "{fence}");
     assert!(checks.iter().all(|c| c["ok"] == true), "{stdout}");
     // The page: the timeline, each window shaded and named, the table.
     let page = std::fs::read_to_string(dir.path().join("chaos.html")).expect("the HTML report");

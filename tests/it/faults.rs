@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{Options, Scratch, eventually, services, spawn_app_on};
+use crate::proxy::LoseOneAnswer;
 
 #[tokio::test]
 async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
@@ -169,4 +170,64 @@ async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty
     app.drain().await;
     assert_eq!(app.sold(sale).await, 2);
     assert_eq!(app.redis_stock(sale).await, Some(1));
+}
+
+/// The commit script ran in Redis, and its answer was lost with the
+/// connection. The order was taken, so the buyer must hear `202` with the
+/// order id (found on the queue), never an error, and the order must reach
+/// PostgreSQL once.
+#[tokio::test]
+async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
+    let scratch = Scratch::new().await;
+    // redis://host:port[/db] -> host:port
+    let upstream = scratch
+        .redis_url
+        .split('/')
+        .nth(2)
+        .expect("host and port")
+        .to_owned();
+    // The commit goes out as EVALSHA of the script's hash, or as EVAL of
+    // its text when Redis does not have it cached yet.
+    let commit = redis::Script::new(concat!(
+        include_str!("../../src/lua/queue_lib.lua"),
+        include_str!("../../src/lua/purchase_commit.lua")
+    ));
+    let proxy = LoseOneAnswer::start(
+        upstream,
+        vec![
+            commit.get_hash().as_bytes().to_vec(),
+            b"purchase_commit.lua".to_vec(),
+        ],
+    )
+    .await;
+    let app = spawn_app_on(
+        scratch,
+        Options {
+            app_redis_url: Some(proxy.url.clone()),
+            ..Options::default()
+        },
+    )
+    .await;
+    let sale = app.create_sale(5).await;
+
+    let response = app.purchase(sale, "ann").await;
+    assert_eq!(proxy.answers_lost(), 1, "the commit's answer was not lost");
+    assert_eq!(
+        response.status(),
+        202,
+        "a taken order answered with an error"
+    );
+    let body: Value = response.json().await.expect("JSON");
+    let order_id = body["order_id"].as_str().expect("an order id").to_owned();
+
+    app.drain().await;
+    let orders = app.orders(sale).await;
+    assert_eq!(orders.len(), 1);
+    assert_eq!(orders[0].0.to_string(), order_id);
+    assert_eq!(orders[0].2, "confirmed");
+    assert_eq!(
+        app.purchase(sale, "ann").await.status(),
+        409,
+        "ann bought twice"
+    );
 }

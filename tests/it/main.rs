@@ -18,6 +18,7 @@ mod loadtest;
 mod lock;
 mod pages;
 mod payment;
+mod proxy;
 mod purchase;
 mod queue;
 mod store;

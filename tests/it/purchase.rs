@@ -204,6 +204,12 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         .await
         .expect("commit");
     assert_eq!(written, None, "a stale holder's write went through");
+    let fenced: Option<i64> = redis::cmd("GET")
+        .arg(&keys.fenced)
+        .query_async(&mut conn)
+        .await
+        .expect("GET fenced");
+    assert_eq!(fenced, Some(1), "the refusal was not counted");
     assert_eq!(app.redis_stock(sale).await, Some(1));
     assert!(app.redis_buyers(sale).await.is_empty());
     assert_eq!(app.queue_stats(sale).await.waiting, 0);

@@ -1,0 +1,109 @@
+//! A TCP proxy that loses one answer on purpose: the fault of a connection
+//! that breaks after Redis ran a command and before its reply arrived.
+//!
+//! Every byte goes through unchanged until a client sends something that
+//! contains the needle. That request is forwarded to the server; the reply
+//! is swallowed and the client's connection is closed, once. Every other
+//! connection, before and after, is passed through untouched.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A running proxy; stops with the test's runtime.
+pub struct LoseOneAnswer {
+    /// `redis://` URL of the proxy.
+    pub url: String,
+    cut: Arc<AtomicU32>,
+}
+
+impl LoseOneAnswer {
+    /// Proxy to `upstream` (`host:port`), losing the answer to the first
+    /// request containing any of `needles`.
+    pub async fn start(upstream: String, needles: Vec<Vec<u8>>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("redis://{}", listener.local_addr().expect("address"));
+        let cut = Arc::new(AtomicU32::new(0));
+        let armed = Arc::new(AtomicBool::new(true));
+        let needles = Arc::new(needles);
+        let counter = cut.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                tokio::spawn(pass(
+                    client,
+                    server,
+                    needles.clone(),
+                    armed.clone(),
+                    counter.clone(),
+                ));
+            }
+        });
+        Self { url, cut }
+    }
+
+    /// How many answers were lost (0 or 1).
+    pub fn answers_lost(&self) -> u32 {
+        self.cut.load(Ordering::SeqCst)
+    }
+}
+
+async fn pass(
+    client: TcpStream,
+    server: TcpStream,
+    needles: Arc<Vec<Vec<u8>>>,
+    armed: Arc<AtomicBool>,
+    cut: Arc<AtomicU32>,
+) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    // Set before the fatal request goes out, so its reply is never relayed.
+    let muted = Arc::new(AtomicBool::new(false));
+    let replies_muted = muted.clone();
+    let replies = tokio::spawn(async move {
+        let mut buffer = vec![0; 64 * 1024];
+        while let Ok(n) = server_read.read(&mut buffer).await {
+            if n == 0 || replies_muted.load(Ordering::SeqCst) {
+                break;
+            }
+            if client_write.write_all(&buffer[..n]).await.is_err() {
+                break;
+            }
+        }
+        // Dropping the write half closes the client's connection.
+    });
+    let mut buffer = vec![0; 64 * 1024];
+    while let Ok(n) = client_read.read(&mut buffer).await {
+        if n == 0 {
+            break;
+        }
+        let request = &buffer[..n];
+        let fatal = needles.iter().any(|needle| contains(request, needle))
+            && armed.swap(false, Ordering::SeqCst);
+        if fatal {
+            muted.store(true, Ordering::SeqCst);
+            cut.fetch_add(1, Ordering::SeqCst);
+        }
+        if server_write.write_all(request).await.is_err() {
+            break;
+        }
+        if fatal {
+            // Let the server run it, then drop the connection unanswered.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            replies.abort();
+            return;
+        }
+    }
+    replies.abort();
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
