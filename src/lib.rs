@@ -43,6 +43,7 @@ pub mod store;
 pub mod events;
 pub mod payment;
 pub mod purchase;
+pub mod strategy;
 pub mod worker;
 // 4: the ways in: HTTP and the command line.
 pub mod cli;

@@ -90,11 +90,20 @@ pub fn transient_redis(error: &redis::RedisError) -> bool {
         )
 }
 
+/// A transient failure passed on, as text, to every caller that waited on
+/// the one call that failed (a batch of purchases shares its round trips
+/// to Redis): judged once by [`transient`], it stays transient for each.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
 /// Whether any cause of `error` is a transient failure of Redis, of
 /// PostgreSQL, or of a connection pool waiting for either.
 pub fn transient(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
-        if let Some(error) = cause.downcast_ref::<sqlx::Error>() {
+        if cause.is::<Unavailable>() {
+            true
+        } else if let Some(error) = cause.downcast_ref::<sqlx::Error>() {
             transient_postgres(error)
         } else if let Some(error) = cause.downcast_ref::<redis::RedisError>() {
             transient_redis(error)

@@ -27,12 +27,16 @@ use redis::aio::ConnectionLike;
 use crate::keys::QueueKeys;
 
 /// Prepends the shared helpers (`now_ms`, `push`) to a queue script.
+/// `$file` is a path under `src/`, wherever the caller lives.
 macro_rules! queue_script {
     ($file:literal) => {
         LazyLock::new(|| {
             Script::new(concat!(
-                include_str!("lua/queue_lib.lua"),
-                include_str!($file)
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/src/lua/queue_lib.lua"
+                )),
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file))
             ))
         })
     };

@@ -222,7 +222,7 @@ impl Application {
         .context("starting the sale events listener")?;
 
         let state = web::Data::new(AppState {
-            purchaser: Purchaser::new(store.clone(), settings.purchase.clone(), instance.clone()),
+            purchaser: Purchaser::new(store.clone(), settings.purchase.clone(), &instance),
             store,
             admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
             events,

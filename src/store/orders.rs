@@ -309,21 +309,25 @@ impl Store {
         self.stored_order(order_id).await
     }
 
-    /// Remember which sale a just-accepted order belongs to, for
-    /// [`Store::find_order`] while the order is pending.
+    /// Remember which sale each just-accepted order belongs to, for
+    /// [`Store::find_order`] while the order is pending. One round trip.
     pub async fn note_pending<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
-        job: &OrderJob,
+        jobs: &[OrderJob],
     ) -> anyhow::Result<()> {
-        redis::cmd("SET")
-            .arg(keys::order_sale(&self.prefix, &job.order_id))
-            .arg(job.sale_id)
-            .arg("EX")
-            .arg(PENDING_INDEX_SECS)
-            .query_async::<()>(conn)
+        let mut pipe = redis::pipe();
+        for job in jobs {
+            pipe.cmd("SET")
+                .arg(keys::order_sale(&self.prefix, &job.order_id))
+                .arg(job.sale_id)
+                .arg("EX")
+                .arg(PENDING_INDEX_SECS)
+                .ignore();
+        }
+        pipe.query_async::<()>(conn)
             .await
-            .context("remembering a pending order's sale")
+            .context("remembering pending orders' sale")
     }
 
     /// An order still on its sale's queue: one read for its sale, one for

@@ -92,13 +92,13 @@ impl Catalog {
     }
 }
 
-/// What Redis says of a sale, for one buyer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What Redis says of a sale, for some buyers.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     /// Units left to sell (negative only after the `naive` strategy oversold).
     pub stock_left: i64,
-    /// Whether the buyer asked about holds a unit.
-    pub holds_unit: bool,
+    /// For each buyer asked about, in order, whether they hold a unit.
+    pub holding: Vec<bool>,
 }
 
 impl Store {
@@ -190,7 +190,7 @@ impl Store {
     /// Units left of a sale, from Redis (loaded from PostgreSQL if missing).
     pub async fn stock_left(&self, sale_id: i64) -> anyhow::Result<i64> {
         let mut conn = self.redis().await?;
-        let snapshot = snapshot(&self.pg, &mut conn, &self.prefix, sale_id, None).await?;
+        let snapshot = snapshot(&self.pg, &mut conn, &self.prefix, sale_id, &[]).await?;
         Ok(snapshot.stock_left)
     }
 
@@ -214,7 +214,7 @@ impl Store {
     }
 }
 
-/// Units left of a sale and whether `buyer` holds one, from Redis, loading
+/// Units left of a sale and which of `buyers` hold one, from Redis, loading
 /// the sale from PostgreSQL first if Redis does not have it (it was
 /// restarted). On the purchase path, under the sale lock, so it takes the
 /// caller's connection.
@@ -223,32 +223,38 @@ pub async fn snapshot<C: ConnectionLike + Send>(
     conn: &mut C,
     prefix: &str,
     sale_id: i64,
-    buyer: Option<&UserId>,
+    buyers: &[&UserId],
 ) -> anyhow::Result<Snapshot> {
     let keys = SaleKeys::new(prefix, sale_id);
     for _ in 0..2 {
         // One round trip either way; with no buyer (a page, a live stream's
         // snapshot) only the stock is read.
-        let (holds_unit, left): (bool, Option<i64>) = match buyer {
-            Some(buyer) => {
-                redis::pipe()
-                    .sismember(&keys.buyers, buyer.as_str())
-                    .get(&keys.stock)
-                    .query_async(conn)
-                    .await
-            }
-            None => redis::cmd("GET")
+        let (left, holding): (Option<i64>, Vec<bool>) = if buyers.is_empty() {
+            redis::cmd("GET")
                 .arg(&keys.stock)
                 .query_async(conn)
                 .await
-                .map(|left| (false, left)),
+                .map(|left| (left, Vec::new()))
+        } else {
+            redis::pipe()
+                .get(&keys.stock)
+                .cmd("SMISMEMBER")
+                .arg(&keys.buyers)
+                .arg(
+                    buyers
+                        .iter()
+                        .map(|buyer| buyer.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .query_async(conn)
+                .await
         }
         .context("reading the sale from Redis")?;
         match left {
             Some(stock_left) => {
                 return Ok(Snapshot {
                     stock_left,
-                    holds_unit,
+                    holding,
                 });
             }
             None => {

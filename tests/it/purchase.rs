@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use seckill::domain::OrderJob;
 use seckill::lock::RedisLock;
-use seckill::purchase;
+use seckill::strategy::lock;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -200,7 +200,7 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         sale_id: sale,
         user_id: "stale".into(),
     };
-    let written = purchase::commit(&mut conn, &keys, &stale, &job)
+    let written = lock::commit(&mut conn, &keys, &stale, std::slice::from_ref(&job), false)
         .await
         .expect("commit");
     assert_eq!(written, None, "a stale holder's write went through");
@@ -221,9 +221,15 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         user_id: "current".into(),
     };
     assert_eq!(
-        purchase::commit(&mut conn, &keys, &current, &job)
-            .await
-            .expect("commit"),
+        lock::commit(
+            &mut conn,
+            &keys,
+            &current,
+            std::slice::from_ref(&job),
+            false
+        )
+        .await
+        .expect("commit"),
         Some(0)
     );
     assert_eq!(app.redis_buyers(sale).await, ["current"]);
@@ -256,7 +262,7 @@ async fn a_commit_that_takes_the_stock_below_zero_is_reported_as_written() {
         sale_id: sale,
         user_id: "late".into(),
     };
-    let written = purchase::commit(&mut conn, &keys, &holder, &job)
+    let written = lock::commit(&mut conn, &keys, &holder, std::slice::from_ref(&job), false)
         .await
         .expect("commit");
     assert_eq!(
@@ -467,4 +473,55 @@ async fn the_pages_show_the_sale_and_the_buy_form_sells_a_unit() {
         .await
         .expect("GET");
     assert_eq!(missing.status(), 404);
+}
+
+/// The buyers waiting on one instance go through the sale's lock together:
+/// while another holds the lock, 300 buyers arrive for 40 units; once it is
+/// released, one pass takes them all. Every unit is sold once, every buyer
+/// gets one answer, and the lock is taken a handful of times, not once per
+/// buyer (each acquisition draws one fencing token).
+#[tokio::test]
+async fn buyers_waiting_on_one_instance_go_through_the_lock_together() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(40).await;
+    let keys = app.keys(sale);
+    let mut conn = app.redis_conn().await;
+    let held = RedisLock::new(&keys.lock, &keys.fence, Duration::from_secs(30))
+        .try_acquire(&mut conn)
+        .await
+        .expect("acquire")
+        .expect("free");
+
+    let buyers = futures::future::join_all((0..300).map(|i| {
+        let app = &app;
+        async move {
+            app.purchase(sale, &format!("buyer-{i}"))
+                .await
+                .status()
+                .as_u16()
+        }
+    }));
+    let release = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        held.release(&mut conn).await.expect("release");
+    };
+    let (answers, ()) = tokio::join!(buyers, release);
+    let won = answers.iter().filter(|status| **status == 202).count();
+    let sold_out = answers.iter().filter(|status| **status == 409).count();
+    assert_eq!((won, sold_out), (40, 260), "{answers:?}");
+
+    let report = app.drain().await;
+    assert_eq!((report.confirmed, report.rejected), (40, 0));
+    assert_eq!(app.sold(sale).await, 40);
+    assert_eq!(app.redis_stock(sale).await, Some(0));
+    let acquisitions: i64 = redis::cmd("GET")
+        .arg(&keys.fence)
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("GET fence");
+    // Ours, then one pass per 256 waiting buyers (and a straggler or two).
+    assert!(
+        acquisitions <= 5,
+        "the lock was taken {acquisitions} times for 300 buyers: they did not go through together"
+    );
 }

@@ -116,14 +116,15 @@ async fn a_snapshot_of_a_sale_redis_lost_loads_it_first() {
     app.wipe_sale_from_redis(sale).await;
     let mut conn = app.redis_conn().await;
     let ann = UserId::parse("ann").expect("a buyer");
-    let snapshot = sales::snapshot(&app.pg, &mut conn, &app.scratch.prefix, sale, Some(&ann))
+    let bob = UserId::parse("bob").expect("a buyer");
+    let snapshot = sales::snapshot(&app.pg, &mut conn, &app.scratch.prefix, sale, &[&ann, &bob])
         .await
         .expect("snapshot");
     assert_eq!(
         snapshot,
         Snapshot {
             stock_left: 2,
-            holds_unit: true
+            holding: vec![true, false]
         }
     );
     assert_eq!(app.store.stock_left(sale).await.expect("stock"), 2);
