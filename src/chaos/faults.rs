@@ -5,6 +5,7 @@
 //! restarted, the server back up), so that the next fault starts from a
 //! healthy deployment and the window says exactly when things were broken.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -22,7 +23,9 @@ use crate::lock;
 const PAUSE_ROUNDS: u32 = 6;
 /// Stop-and-look tries per round before app-2 counts as never holding the
 /// lock (a few seconds at most).
-const CATCH_TRIES: u32 = 1_000;
+const CATCH_TRIES: u32 = 300;
+/// How long a stopped process's last requests take to reach Redis and run.
+const SETTLE: Duration = Duration::from_millis(10);
 
 /// When a fault was in force.
 #[derive(Debug, Clone, Serialize)]
@@ -41,8 +44,23 @@ fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error
     s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Order ids the Redis wipe took with it: jobs still waiting on the queue.
-pub type WipedIds = Vec<String>;
+/// Order ids on the queue when Redis was wiped.
+#[derive(Debug, Default, Clone)]
+pub struct Wiped {
+    /// Waiting: lost with the wipe, every one.
+    pub waiting: HashSet<String>,
+    /// Held by a worker: written if the worker commits before the sale is
+    /// loaded again, lost otherwise (PostgreSQL refuses a batch reserved
+    /// before a load).
+    pub in_flight: HashSet<String>,
+}
+
+impl Wiped {
+    pub fn extend(&mut self, other: Wiped) {
+        self.waiting.extend(other.waiting);
+        self.in_flight.extend(other.in_flight);
+    }
+}
 
 impl Rig {
     /// Inject `fault`; return its window and, for the wipe, the order ids
@@ -51,10 +69,10 @@ impl Rig {
         &mut self,
         fault: Fault,
         epoch: Instant,
-    ) -> anyhow::Result<(Window, WipedIds)> {
+    ) -> anyhow::Result<(Window, Wiped)> {
         eprintln!("chaos: {} ...", fault.as_str());
         let start = epoch.elapsed();
-        let mut wiped = Vec::new();
+        let mut wiped = Wiped::default();
         let note = match fault {
             Fault::WorkerKill => self.kill_workers().await?,
             Fault::AppKill => {
@@ -76,8 +94,9 @@ impl Rig {
             Fault::RedisWipe => {
                 wiped = self.wipe_redis().await?;
                 format!(
-                    "Redis restarted empty; {} queued orders went with it",
-                    wiped.len()
+                    "Redis restarted empty; {} orders waiting on the queue went with it, and {} held by workers may have",
+                    wiped.waiting.len(),
+                    wiped.in_flight.len()
                 )
             }
             Fault::Flood => self.flood(Duration::from_secs(2)).await?,
@@ -158,6 +177,10 @@ impl Rig {
         let mut conn = self.store.redis().await?;
         for _ in 0..CATCH_TRIES {
             self.cluster.signal(name, Signal::SIGSTOP)?;
+            // Let Redis run whatever the process sent before it stopped: a
+            // commit already on its way would otherwise run after this
+            // look, and the holder caught here would have written.
+            tokio::time::sleep(SETTLE).await;
             let value: Option<String> = redis::cmd("GET")
                 .arg(&self.keys.lock)
                 .query_async(&mut conn)
@@ -201,24 +224,27 @@ impl Rig {
     }
 
     /// Restart Redis with no data. Every process is paused (SIGSTOP) around
-    /// it, so that the ids read from the queue are exactly the ones lost.
-    async fn wipe_redis(&mut self) -> anyhow::Result<WipedIds> {
+    /// it, so that the ids read from the queue are exactly the ones on it.
+    async fn wipe_redis(&mut self) -> anyhow::Result<Wiped> {
         let names = self.cluster.names();
         for name in &names {
             self.cluster.signal(name, Signal::SIGSTOP)?;
         }
-        let waiting = async {
+        let on_the_queue = async {
             let mut conn = self.store.redis().await?;
-            redis::cmd("ZRANGE")
-                .arg(&self.keys.queue.due)
-                .arg(0)
-                .arg(-1)
-                .query_async::<Vec<String>>(&mut conn)
+            let (waiting, in_flight): (Vec<String>, Vec<String>) = redis::pipe()
+                .zrange(&self.keys.queue.due, 0, -1)
+                .zrange(&self.keys.queue.inflight, 0, -1)
+                .query_async(&mut conn)
                 .await
-                .context("reading the queue before the wipe")
+                .context("reading the queue before the wipe")?;
+            Ok::<_, anyhow::Error>(Wiped {
+                waiting: waiting.into_iter().collect(),
+                in_flight: in_flight.into_iter().collect(),
+            })
         }
         .await;
-        let wiped = match waiting {
+        let wiped = match on_the_queue {
             Ok(ids) => self.redis.wipe().await.map(|()| ids),
             Err(error) => Err(error),
         };

@@ -19,7 +19,6 @@ mod faults;
 mod html;
 mod judge;
 
-use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,7 +39,7 @@ use crate::services::{PrivatePostgres, PrivateRedis, with_database};
 use crate::startup;
 use crate::store::Store;
 
-use self::faults::Window;
+use self::faults::{Window, Wiped};
 use self::judge::{Check, Row};
 
 /// The lock TTL of the chaos deployment: short, so that pausing a holder
@@ -285,9 +284,9 @@ impl Rig {
         faults: &[Fault],
         epoch: Instant,
         gap: Duration,
-    ) -> anyhow::Result<(Vec<Window>, HashSet<String>)> {
+    ) -> anyhow::Result<(Vec<Window>, Wiped)> {
         let mut windows = Vec::new();
-        let mut wiped = HashSet::new();
+        let mut wiped = Wiped::default();
         for fault in faults {
             tokio::time::sleep(gap).await;
             let (window, lost) = self.inject(*fault, epoch).await?;

@@ -15,13 +15,14 @@
 -- are one script, only the first load happens and the second cannot reset a
 -- stock that purchases have already decremented.
 --
--- Every load writes a new epoch. The race it exposes: a worker holds a
--- reserved batch when Redis is wiped; a load reads PostgreSQL, where the
--- batch is not committed yet, so the new stock counts its units as unsold
--- and its buyers as free to buy. The worker reads the epoch before it
--- reserves and again after it commits: a different one means a load came
--- in between, and it applies the batch's orders to Redis itself
--- (`lua/orders_apply.lua`).
+-- Every load writes a new epoch, here and (in the same PostgreSQL
+-- transaction that read the figures, holding the sale's row) in
+-- `sales.load_epoch`. The race it fences: a worker holds a reserved batch
+-- when Redis is wiped; a load reads PostgreSQL, where the batch is not
+-- committed yet, so the new stock counts its units as unsold and its buyers
+-- as free to buy. The worker read the epoch before it reserved; its commit
+-- compares it with PostgreSQL's under the same row lock and, finding a
+-- newer load, writes nothing (see `Store::confirm_orders`).
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end

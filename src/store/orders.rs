@@ -54,6 +54,17 @@ pub enum Written {
     AlreadyThere,
 }
 
+/// What a batch's write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirmation {
+    /// Written: what became of each order, in order.
+    Written(Vec<Written>),
+    /// Nothing written: the sale was loaded into Redis again after the
+    /// batch was reserved, so the batch's orders belong to a Redis that
+    /// lost them (a wipe), and the new one sells their units again.
+    Superseded,
+}
+
 /// How a payment ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PayOutcome {
@@ -106,15 +117,23 @@ pub struct OrderRow {
 }
 
 impl Store {
-    /// Write a batch of orders in one transaction, each with its payment
-    /// deadline `window` from now on PostgreSQL's clock. Returns what became
-    /// of each, in order. Tests call it to play a worker that dies between
-    /// this commit and the ack.
+    /// Write a batch of orders of one sale in one transaction, each with its
+    /// payment deadline from now on PostgreSQL's clock, unless the sale was
+    /// loaded into Redis again since the batch was reserved: `epoch` is the
+    /// sale's load epoch the worker read from Redis before it reserved (see
+    /// `migrations/20261124000001_load_epoch.sql`). Returns what became of
+    /// each order, in order, or [`Confirmation::Superseded`] with nothing
+    /// written. Tests call it to play a worker that dies between this
+    /// commit and the ack.
     pub async fn confirm_orders(
         &self,
         orders: &[OrderJob],
         settings: &WorkerSettings,
-    ) -> Result<Vec<Written>, sqlx::Error> {
+        epoch: Option<&str>,
+    ) -> Result<Confirmation, sqlx::Error> {
+        let Some(first) = orders.first() else {
+            return Ok(Confirmation::Written(Vec::new()));
+        };
         let mut tx = self.pg.begin().await?;
         // Each statement ends well inside the batch's lease (see
         // `WorkerSettings::statement_timeout`); `true`: for this
@@ -124,13 +143,23 @@ impl Store {
             .bind(limit)
             .execute(&mut *tx)
             .await?;
+        // The load's fence: the sale's row, locked until the commit, so no
+        // load can read between this check and the writes.
+        let recorded: Option<String> =
+            sqlx::query_scalar("SELECT load_epoch FROM sales WHERE id = $1 FOR UPDATE")
+                .bind(first.sale_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if recorded.is_some() && recorded.as_deref() != epoch {
+            return Ok(Confirmation::Superseded);
+        }
         let window_secs = settings.payment_window().as_secs_f64();
         let mut written = Vec::with_capacity(orders.len());
         for order in orders {
             written.push(confirm_order(&mut tx, order, window_secs).await?);
         }
         tx.commit().await?;
-        Ok(written)
+        Ok(Confirmation::Written(written))
     }
 
     /// Time left until the payment deadline of each of these orders that is
@@ -253,28 +282,6 @@ impl Store {
                     job,
                     Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
                 )
-            })
-            .collect())
-    }
-
-    /// The orders of a sale that hold a unit (confirmed or paid): what the
-    /// sale's Redis buyers set must contain. The worker's reconcile counts
-    /// the ones Redis lacks.
-    pub async fn orders_holding_units(&self, sale_id: i64) -> anyhow::Result<Vec<OrderJob>> {
-        let rows: Vec<(Uuid, String)> = sqlx::query_as(
-            "SELECT id, user_id FROM orders
-              WHERE sale_id = $1 AND status IN ('confirmed', 'paid')",
-        )
-        .bind(sale_id)
-        .fetch_all(&self.pg)
-        .await
-        .context("reading the orders that hold units")?;
-        Ok(rows
-            .into_iter()
-            .map(|(order_id, user_id)| OrderJob {
-                order_id,
-                sale_id,
-                user_id,
             })
             .collect())
     }

@@ -21,12 +21,10 @@ use redis::aio::ConnectionLike;
 use sqlx::PgPool;
 
 use super::Store;
-use crate::domain::{NewSale, OrderJob, Sale, UserId};
+use crate::domain::{NewSale, Sale, UserId};
 use crate::keys::SaleKeys;
 
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sale_load.lua")));
-static APPLY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/orders_apply.lua")));
 
 const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at";
 
@@ -170,6 +168,18 @@ impl Store {
         .context("listing sales")
     }
 
+    /// Record `epoch` as the sale's load epoch: for a worker that found
+    /// PostgreSQL's record behind Redis' (a load whose last step failed).
+    pub async fn record_load_epoch(&self, sale_id: i64, epoch: &str) -> anyhow::Result<()> {
+        sqlx::query("UPDATE sales SET load_epoch = $2 WHERE id = $1")
+            .bind(sale_id)
+            .bind(epoch)
+            .execute(&self.pg)
+            .await
+            .context("recording a sale's load epoch")?;
+        Ok(())
+    }
+
     /// The ids of all sales, oldest first: the worker's round.
     pub async fn sale_ids(&self) -> anyhow::Result<Vec<i64>> {
         sqlx::query_scalar("SELECT id FROM sales ORDER BY id")
@@ -277,69 +287,95 @@ pub struct Loadable {
 /// Load a sale's units left and buyers into Redis from PostgreSQL, unless
 /// Redis has them already. Returns whether it loaded.
 ///
-/// Between the read and the write, PostgreSQL may change (a worker confirms
-/// or cancels an order); the write then puts a past state into Redis. The
-/// worker copes with that where it matters: a unit given back to a sale that
-/// is not loaded is given back only after loading the sale itself (see
-/// `payment::give_unit_back`), so that a stale load cannot lose it.
+/// The read and the write are one step as far as PostgreSQL is concerned:
+/// the load holds the sale's row (`FOR UPDATE`) from its read until the
+/// write to Redis is done, and records the load's epoch beside it. A worker
+/// confirming or cancelling an order of the sale (each changes `sold`)
+/// waits meanwhile, so Redis never gets a past state; and a worker whose
+/// batch was reserved before this load finds the epoch changed and writes
+/// nothing (see `migrations/20261124000001_load_epoch.sql`).
 pub async fn load_into_redis<C: ConnectionLike + Send>(
     pg: &PgPool,
     redis: &mut C,
     prefix: &str,
     sale_id: i64,
 ) -> anyhow::Result<bool> {
-    let loadable = read_loadable(pg, sale_id).await?;
-    write_loadable(redis, prefix, sale_id, &loadable).await
+    begin_load(pg, sale_id).await?.write(redis, prefix).await
 }
 
-/// The read half of [`load_into_redis`]. Public, with the write half, so
-/// that tests can play a loader that read before a change and writes after.
-pub async fn read_loadable(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loadable> {
-    // One statement, so one snapshot. Read as two queries, a worker commit
-    // between them would give a stock that does not match the buyers: the
-    // new buyer counted in one and not the other.
-    let (stock_left, buyers): (i32, Vec<String>) = sqlx::query_as(
-        "SELECT s.stock_total - s.sold,
-                COALESCE(array_agg(o.user_id) FILTER (WHERE o.user_id IS NOT NULL), '{}')
-           FROM sales s
-           LEFT JOIN orders o ON o.sale_id = s.id AND o.status IN ('confirmed', 'paid')
-          WHERE s.id = $1
-          GROUP BY s.id",
+/// A load in progress: its transaction holds the sale's row, and what it
+/// read. Public, with [`begin_load`], so that tests can play a load that
+/// is under way while something else happens.
+pub struct Loading {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    sale_id: i64,
+    /// What PostgreSQL holds.
+    pub loadable: Loadable,
+}
+
+/// The read half of [`load_into_redis`]: lock the sale's row, then read its
+/// units left and the buyers of its orders that hold a unit.
+pub async fn begin_load(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loading> {
+    let mut tx = pg.begin().await.context("starting a load")?;
+    // The row lock first: every change of `sold` waits for this load now,
+    // so the buyers read next (a fresh snapshot, after the lock) match it.
+    let stock_left: i32 =
+        sqlx::query_scalar("SELECT stock_total - sold FROM sales WHERE id = $1 FOR UPDATE")
+            .bind(sale_id)
+            .fetch_one(&mut *tx)
+            .await
+            .context("reading a sale's stock")?;
+    let buyers: Vec<String> = sqlx::query_scalar(
+        "SELECT user_id FROM orders WHERE sale_id = $1 AND status IN ('confirmed', 'paid')",
     )
     .bind(sale_id)
-    .fetch_one(pg)
+    .fetch_all(&mut *tx)
     .await
-    .context("reading a sale's stock and buyers")?;
-    Ok(Loadable { stock_left, buyers })
+    .context("reading a sale's buyers")?;
+    Ok(Loading {
+        tx,
+        sale_id,
+        loadable: Loadable { stock_left, buyers },
+    })
 }
 
-/// The write half of [`load_into_redis`]: writes only if the sale's stock
-/// key is absent (`lua/sale_load.lua`). Returns whether it wrote.
-pub async fn write_loadable<C: ConnectionLike + Send>(
-    redis: &mut C,
-    prefix: &str,
-    sale_id: i64,
-    loadable: &Loadable,
-) -> anyhow::Result<bool> {
-    let keys = SaleKeys::new(prefix, sale_id);
-    let loaded: i64 = LOAD
-        .key(&keys.stock)
-        .key(&keys.buyers)
-        .key(&keys.epoch)
-        .arg(loadable.stock_left)
-        .arg(uuid::Uuid::new_v4().simple().to_string())
-        .arg(&loadable.buyers)
-        .invoke_async(redis)
-        .await
-        .context("loading a sale into Redis")?;
-    if loaded == 1 {
-        tracing::info!(
-            sale_id,
-            stock_left = loadable.stock_left,
-            "sale loaded into Redis"
-        );
+impl Loading {
+    /// The write half: writes only if the sale's stock key is absent
+    /// (`lua/sale_load.lua`), then records the load's epoch in PostgreSQL
+    /// and lets go of the row. Returns whether it wrote.
+    pub async fn write<C: ConnectionLike + Send>(
+        mut self,
+        redis: &mut C,
+        prefix: &str,
+    ) -> anyhow::Result<bool> {
+        let keys = SaleKeys::new(prefix, self.sale_id);
+        let epoch = uuid::Uuid::new_v4().simple().to_string();
+        let loaded: i64 = LOAD
+            .key(&keys.stock)
+            .key(&keys.buyers)
+            .key(&keys.epoch)
+            .arg(self.loadable.stock_left)
+            .arg(&epoch)
+            .arg(&self.loadable.buyers)
+            .invoke_async(redis)
+            .await
+            .context("loading a sale into Redis")?;
+        if loaded == 1 {
+            sqlx::query("UPDATE sales SET load_epoch = $2 WHERE id = $1")
+                .bind(self.sale_id)
+                .bind(&epoch)
+                .execute(&mut *self.tx)
+                .await
+                .context("recording the load's epoch")?;
+            tracing::info!(
+                sale_id = self.sale_id,
+                stock_left = self.loadable.stock_left,
+                "sale loaded into Redis"
+            );
+        }
+        self.tx.commit().await.context("finishing a load")?;
+        Ok(loaded == 1)
     }
-    Ok(loaded == 1)
 }
 
 /// The sale's load epoch: changes with every load from PostgreSQL (`None`
@@ -353,29 +389,4 @@ pub async fn epoch<C: ConnectionLike + Send>(
         .query_async(conn)
         .await
         .context("reading the sale's load epoch")
-}
-
-/// Count orders PostgreSQL holds a unit for in the sale's Redis figures,
-/// once each (`lua/orders_apply.lua`): each order's buyer joins the buyers
-/// and takes a unit, unless already there or the order's unit was given
-/// back. Returns how many were missing; `None` if the sale is not loaded.
-pub async fn apply_confirmed<C: ConnectionLike + Send>(
-    conn: &mut C,
-    keys: &SaleKeys,
-    orders: &[&OrderJob],
-) -> anyhow::Result<Option<u64>> {
-    let mut script = APPLY.prepare_invoke();
-    script
-        .key(&keys.stock)
-        .key(&keys.buyers)
-        .key(&keys.returned)
-        .arg(&keys.events);
-    for order in orders {
-        script.arg(order.order_id.to_string()).arg(&order.user_id);
-    }
-    let applied: i64 = script
-        .invoke_async(conn)
-        .await
-        .context("applying confirmed orders to Redis")?;
-    Ok(u64::try_from(applied).ok())
 }

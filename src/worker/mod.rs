@@ -30,14 +30,16 @@
 //! writes its orders one by one, so that only the job at fault is charged.
 //!
 //! The worker drains a second queue per sale, the payment deadlines: see
-//! `deadlines.rs`. Now and then it sweeps (`sweep.rs`), putting back what a
-//! Redis that lost data cannot: lost deadlines, and units it no longer
-//! counts as sold.
+//! `deadlines.rs`. Now and then it sweeps (`sweep.rs`), putting back the
+//! deadlines a Redis that lost data forgot.
+//!
+//! A batch is written only if the sale was not loaded into Redis again
+//! since the batch was reserved (the load epoch, checked under the sale's
+//! row lock: `Store::confirm_orders`). A load means Redis lost the sale,
+//! and with it this batch's jobs; the new Redis sells their units again.
 
 mod deadlines;
 mod sweep;
-
-pub use sweep::Swept;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -51,7 +53,7 @@ use crate::domain::OrderJob;
 use crate::keys::{QueueKeys, SaleKeys};
 use crate::probe;
 use crate::queue::{Attempt, Queue, Reserved};
-use crate::store::{Store, Written, sales};
+use crate::store::{Confirmation, Store, Written, sales};
 
 /// Delay before a job that failed by itself (not because PostgreSQL was down) runs again.
 const FAILED_JOB_DELAY: Duration = Duration::from_secs(1);
@@ -85,9 +87,10 @@ pub struct BatchReport {
     pub swept: u64,
     /// Jobs that failed by themselves, charged an attempt, to run again later.
     pub failed: usize,
-    /// Confirmed orders counted in Redis after a load missed them (by the
-    /// batch's own check, or by a sweep).
-    pub reapplied: u64,
+    /// Orders not written because the sale was loaded into Redis again
+    /// after their batch was reserved (a wipe took them; see
+    /// `Worker::superseded`).
+    pub superseded: usize,
 }
 
 impl BatchReport {
@@ -104,7 +107,7 @@ impl BatchReport {
         self.not_due += other.not_due;
         self.swept += other.swept;
         self.failed += other.failed;
-        self.reapplied += other.reapplied;
+        self.superseded += other.superseded;
     }
 
     /// Count what became of each order of a write.
@@ -136,11 +139,13 @@ pub struct Worker {
 /// A batch reserved from one queue, its payloads decoded. Owned by the one
 /// step that reserved it.
 pub struct Batch {
+    /// The sale the queue belongs to.
+    sale_id: i64,
     /// The sale's keys.
     keys: SaleKeys,
     /// For the order queue, the sale's load epoch read just before the
-    /// reserve (see `lua/sale_load.lua`): if it differs after the commit, a
-    /// load came in between and may have missed this batch's orders.
+    /// reserve (see `lua/sale_load.lua`): if PostgreSQL's record differs at
+    /// the commit, a load came in between and the batch writes nothing.
     epoch: Option<String>,
     /// The queue the batch came from: acks and retries go back to it.
     queue: Queue,
@@ -152,6 +157,14 @@ pub struct Batch {
     orders: Vec<OrderJob>,
     /// Their reservations, in the same order: what ack and retry take.
     reserved: Vec<Reserved>,
+}
+
+/// Which sale a batch is of, and the load epoch it was reserved under.
+#[derive(Debug, Clone, Copy)]
+struct Under<'a> {
+    sale_id: i64,
+    keys: &'a SaleKeys,
+    epoch: Option<&'a str>,
 }
 
 impl Batch {
@@ -183,8 +196,9 @@ impl Worker {
     /// tests can play what happens to Redis while a worker holds a batch.
     pub async fn reserve_orders(&self, sale_id: i64) -> anyhow::Result<Batch> {
         // The load epoch, read before the reserve: a load after this read
-        // and before the commit is then seen as a change (`count_in_redis`).
-        // Only the order queue needs it; deadlines are not counted in Redis.
+        // and before the commit makes the commit refuse the batch (see
+        // `Store::confirm_orders`). Only the order queue needs it; the
+        // deadlines take no unit.
         let epoch = sales::epoch(
             &mut self.store.redis().await?,
             &SaleKeys::new(&self.store.prefix, sale_id),
@@ -196,10 +210,10 @@ impl Worker {
     }
 
     /// The second half: write the batch to PostgreSQL, commit, queue the
-    /// payment deadlines, count the orders in Redis if a load missed them,
-    /// and ack.
+    /// payment deadlines, and ack.
     pub async fn write_batch(&self, batch: Batch) -> anyhow::Result<BatchReport> {
         let Batch {
+            sale_id,
             keys,
             epoch,
             queue,
@@ -212,8 +226,18 @@ impl Worker {
             return Ok(report);
         }
 
-        let written = match self.confirm(&orders).await {
-            Ok(written) => written,
+        let written = match self.confirm(&orders, epoch.as_deref()).await {
+            Ok(Confirmation::Written(written)) => written,
+            Ok(Confirmation::Superseded) => {
+                let under = Under {
+                    sale_id,
+                    keys: &keys,
+                    epoch: epoch.as_deref(),
+                };
+                return self
+                    .superseded(&mut conn, under, &queue, report, &reserved)
+                    .await;
+            }
             // PostgreSQL down, or refusing work for a while, is not the
             // jobs' fault: give them back without using up an attempt.
             Err(error) if probe::transient_postgres(&error) => {
@@ -229,15 +253,13 @@ impl Worker {
                     error = %error,
                     "a batch failed; writing its orders one by one to find the job at fault"
                 );
+                let under = Under {
+                    sale_id,
+                    keys: &keys,
+                    epoch: epoch.as_deref(),
+                };
                 return self
-                    .confirm_one_by_one(
-                        &mut conn,
-                        (&keys, epoch.as_deref()),
-                        &queue,
-                        report,
-                        &orders,
-                        &reserved,
-                    )
+                    .confirm_one_by_one(&mut conn, under, &queue, report, &orders, &reserved)
                     .await;
             }
         };
@@ -247,9 +269,6 @@ impl Worker {
         self.schedule_deadlines(&mut conn, &orders)
             .await
             .context("queueing payment deadlines")?;
-        report.reapplied += self
-            .count_in_redis(&mut conn, &keys, epoch.as_deref(), &orders, &written)
-            .await?;
         // Only now, after the commit, may the jobs leave the queue.
         queue
             .ack(&mut conn, &reserved)
@@ -262,9 +281,14 @@ impl Worker {
     /// limit (see `WorkerSettings::write_time_limit`). A write cut off by
     /// the limit fails as a timed-out I/O, which counts as "PostgreSQL
     /// refusing work for a while": its jobs go back uncharged.
-    async fn confirm(&self, orders: &[OrderJob]) -> Result<Vec<Written>, sqlx::Error> {
+    async fn confirm(
+        &self,
+        orders: &[OrderJob],
+        epoch: Option<&str>,
+    ) -> Result<Confirmation, sqlx::Error> {
         let limit = self.settings.write_time_limit();
-        tokio::time::timeout(limit, self.store.confirm_orders(orders, &self.settings))
+        let write = self.store.confirm_orders(orders, &self.settings, epoch);
+        tokio::time::timeout(limit, write)
             .await
             .unwrap_or_else(|_| {
                 Err(sqlx::Error::Io(std::io::Error::new(
@@ -274,47 +298,61 @@ impl Worker {
             })
     }
 
-    /// After a commit: if a load from PostgreSQL came between the reserve
-    /// and now (the epoch moved: Redis was wiped, and a page or a purchase
-    /// is loading the sale again), it may have counted these orders' units
-    /// as unsold and their buyers as free. So load the sale ourselves first
-    /// (reading PostgreSQL after the commit: a load still in flight, which
-    /// read before it, then finds the keys present and writes nothing), and
-    /// count each newly confirmed buyer the load did not have, once.
-    /// Returns how many were counted. (A worker that dies between its commit
-    /// and this step leaves it undone, and its jobs went with the wipe: the
-    /// sweep's reconcile, `reconcile.rs`, counts them.)
-    async fn count_in_redis(
+    /// PostgreSQL refused the batch: the sale was loaded into Redis again
+    /// after the batch was reserved. Usually Redis was wiped: the batch's
+    /// jobs went with it, and the new Redis sells their units again, so the
+    /// orders are lost with the Redis that accepted them (a wipe's known
+    /// cost, see the README's limits). Give the jobs back anyway, uncharged:
+    /// if any are still on the queue, they are written on their next
+    /// delivery, under the new epoch.
+    ///
+    /// One case is PostgreSQL's record that is behind: a load wrote Redis
+    /// and then failed to record its epoch. Then Redis' epoch is still the
+    /// batch's; record it, and the batch is written on its next delivery.
+    async fn superseded(
         &self,
         conn: &mut deadpool_redis::Connection,
-        keys: &SaleKeys,
-        epoch: Option<&str>,
-        orders: &[OrderJob],
-        written: &[Written],
-    ) -> anyhow::Result<u64> {
-        if sales::epoch(conn, keys).await?.as_deref() == epoch {
-            return Ok(0);
+        under: Under<'_>,
+        queue: &Queue,
+        mut report: BatchReport,
+        jobs: &[Reserved],
+    ) -> anyhow::Result<BatchReport> {
+        let now = sales::epoch(conn, under.keys).await?;
+        match now.as_deref() {
+            Some(now) if Some(now) == under.epoch => {
+                tracing::warn!("PostgreSQL missed the sale's last load epoch; recording it");
+                self.store.record_load_epoch(under.sale_id, now).await?;
+            }
+            _ => {
+                tracing::warn!(
+                    orders = jobs.len(),
+                    "the sale was loaded into Redis again after this batch was reserved; its orders are not written"
+                );
+                report.superseded += jobs.len();
+            }
         }
-        let confirmed: Vec<&OrderJob> = orders
-            .iter()
-            .zip(written)
-            .filter(|(_, written)| **written == Written::Confirmed)
-            .map(|(order, _)| order)
-            .collect();
-        let Some(first) = confirmed.first() else {
-            return Ok(0);
-        };
-        sales::load_into_redis(&self.store.pg, conn, &self.store.prefix, first.sale_id).await?;
-        let applied = sales::apply_confirmed(conn, keys, &confirmed)
-            .await?
-            .unwrap_or(0);
-        if applied > 0 {
-            tracing::warn!(
-                applied,
-                "a load missed orders of this batch; counted them in Redis"
-            );
-        }
-        Ok(applied)
+        self.give_back_now(conn, queue, jobs)
+            .await
+            .context("giving back a superseded batch")?;
+        Ok(report)
+    }
+
+    /// Give `jobs` back to `queue`, due at once, without charging an attempt.
+    async fn give_back_now(
+        &self,
+        conn: &mut deadpool_redis::Connection,
+        queue: &Queue,
+        jobs: &[Reserved],
+    ) -> redis::RedisResult<(u64, u64)> {
+        queue
+            .retry(
+                conn,
+                jobs,
+                Duration::ZERO,
+                Attempt::NotTried,
+                self.settings.max_attempts,
+            )
+            .await
     }
 
     /// PostgreSQL is down, or refusing work for a while: not the jobs'
@@ -327,14 +365,7 @@ impl Worker {
         jobs: &[Reserved],
         error: sqlx::Error,
     ) -> anyhow::Result<BatchReport> {
-        queue
-            .retry(
-                conn,
-                jobs,
-                Duration::ZERO,
-                Attempt::NotTried,
-                self.settings.max_attempts,
-            )
+        self.give_back_now(conn, queue, jobs)
             .await
             .context("giving back jobs after a failed write")?;
         Err(error).context("writing orders to PostgreSQL")
@@ -347,7 +378,7 @@ impl Worker {
     async fn confirm_one_by_one(
         &self,
         conn: &mut deadpool_redis::Connection,
-        (keys, epoch): (&SaleKeys, Option<&str>),
+        under: Under<'_>,
         queue: &Queue,
         mut report: BatchReport,
         orders: &[OrderJob],
@@ -356,14 +387,16 @@ impl Worker {
         let max_attempts = self.settings.max_attempts;
         for (i, (order, job)) in orders.iter().zip(reserved).enumerate() {
             let one = std::slice::from_ref(order);
-            match self.confirm(one).await {
-                Ok(written) => {
+            match self.confirm(one, under.epoch).await {
+                Ok(Confirmation::Written(written)) => {
                     report.count(&written);
                     self.schedule_deadlines(conn, one).await?;
-                    report.reapplied += self
-                        .count_in_redis(conn, keys, epoch, one, &written)
-                        .await?;
                     queue.ack(conn, std::slice::from_ref(job)).await?;
+                }
+                Ok(Confirmation::Superseded) => {
+                    return self
+                        .superseded(conn, under, queue, report, &reserved[i..])
+                        .await;
                 }
                 Err(error) if probe::transient_postgres(&error) => {
                     return self
@@ -441,6 +474,7 @@ impl Worker {
                 .context("giving back undecodable jobs")?;
         }
         Ok(Batch {
+            sale_id,
             keys,
             epoch: None,
             queue,
@@ -456,9 +490,7 @@ impl Worker {
     pub async fn run_once(&self) -> anyhow::Result<BatchReport> {
         let mut total = BatchReport::default();
         if self.sweep_is_due() {
-            let swept = self.sweep().await?;
-            total.swept = swept.deadlines;
-            total.reapplied += swept.units;
+            total.swept = self.sweep().await?;
         }
         // Every sale's queues in turn. (A system with thousands of sales
         // would keep a set of non-empty queues instead.)

@@ -303,21 +303,21 @@ impl TestApp {
             .expect("DEL");
     }
 
-    /// Write a sale's figures as a loader that read them earlier would (see
-    /// `store::sales::read_loadable`): a page's load that lands late.
-    pub async fn land_a_late_load(
-        &self,
-        sale_id: i64,
-        read_earlier: &seckill::store::sales::Loadable,
-    ) {
-        seckill::store::sales::write_loadable(
-            &mut self.redis_conn().await,
-            &self.scratch.prefix,
-            sale_id,
-            read_earlier,
-        )
-        .await
-        .expect("write the late load");
+    /// Start loading a sale from PostgreSQL as a page would, and stop
+    /// there: the load holds the sale's row until [`TestApp::finish_load`].
+    pub async fn begin_load(&self, sale_id: i64) -> seckill::store::sales::Loading {
+        seckill::store::sales::begin_load(&self.pg, sale_id)
+            .await
+            .expect("begin a load")
+    }
+
+    /// Write what a load read into Redis and let go of the sale's row.
+    /// Returns whether it wrote.
+    pub async fn finish_load(&self, loading: seckill::store::sales::Loading) -> bool {
+        loading
+            .write(&mut self.redis_conn().await, &self.scratch.prefix)
+            .await
+            .expect("finish the load")
     }
 
     /// Units left according to Redis.
@@ -367,10 +367,23 @@ impl TestApp {
             .iter()
             .map(|job| OrderJob::from_payload(&job.payload).expect("a payload"))
             .collect();
-        self.store
-            .confirm_orders(&orders, &self.worker_settings)
+        let Some(first) = orders.first() else {
+            return;
+        };
+        // The epoch a live worker would have read before it reserved.
+        let epoch =
+            seckill::store::sales::epoch(&mut self.redis_conn().await, &self.keys(first.sale_id))
+                .await
+                .expect("the load epoch");
+        let written = self
+            .store
+            .confirm_orders(&orders, &self.worker_settings, epoch.as_deref())
             .await
             .expect("write");
+        assert!(
+            matches!(written, seckill::store::Confirmation::Written(_)),
+            "{written:?}"
+        );
     }
 
     /// The sale's payment deadline queue.

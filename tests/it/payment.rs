@@ -10,7 +10,6 @@ use seckill::domain::OrderJob;
 use seckill::payment::{self, UnitReturn};
 use seckill::queue::{Queue, QueueStats};
 use seckill::store::Deadline;
-use seckill::store::sales;
 use seckill::worker::{BatchReport, Worker};
 use serde_json::Value;
 use tokio::sync::Barrier;
@@ -607,28 +606,37 @@ async fn a_unit_given_back_to_an_oversold_stock_is_counted_as_returned() {
     assert!(app.redis_buyers(sale).await.is_empty());
 }
 
-/// The interleaving of a reload and a cancellation: a page reads the sale
-/// from PostgreSQL while ann's order is confirmed; the deadline cancels it
-/// while the sale is not loaded in Redis; then the page writes what it read.
-/// Redis must end with PostgreSQL's figures: the unit back, ann free to buy.
+/// The interleaving of a reload and a cancellation: a page is loading the
+/// sale from PostgreSQL (it read ann's order confirmed) when the deadline
+/// comes to cancel it. The load holds the sale's row until its write to
+/// Redis is done, so the cancellation waits, and then gives the unit back
+/// in the Redis the load wrote. Redis must end with PostgreSQL's figures:
+/// the unit back, ann free to buy.
 #[tokio::test]
-async fn a_reload_that_read_before_a_cancellation_does_not_lose_the_unit() {
+async fn a_cancellation_during_a_reload_does_not_lose_the_unit() {
     let app = app_with_window(900, 10).await;
     let (sale, ann) = confirmed_order(&app, 1, "ann").await;
     // Redis restarted without persistence: the sale's figures are gone.
     app.wipe_sale_from_redis(sale).await;
     // A page starts loading the sale: it reads PostgreSQL now...
-    let stale = sales::read_loadable(&app.pg, sale).await.expect("read");
+    let loading = app.begin_load(sale).await;
     assert_eq!(
-        (stale.stock_left, stale.buyers.clone()),
+        (loading.loadable.stock_left, loading.loadable.buyers.clone()),
         (0, vec!["ann".to_owned()])
     );
-    // ...the deadline passes and the worker cancels ann's order...
+    // ...the deadline passes and a worker comes to cancel ann's order...
     make_deadlines_due(&app, sale, &[ann]).await;
-    let report = app.worker.try_process_deadlines(sale).await.expect("step");
+    let worker = Worker::new(app.store.clone(), app.worker_settings.clone());
+    let cancel = tokio::spawn(async move { worker.try_process_deadlines(sale).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !cancel.is_finished(),
+        "the cancellation did not wait for the load"
+    );
+    // ...and the page's write lands first.
+    assert!(app.finish_load(loading).await);
+    let report = cancel.await.expect("join").expect("step");
     assert_eq!(report.cancelled, 1);
-    // ...and the page's write lands last.
-    app.land_a_late_load(sale, &stale).await;
     assert_eq!(app.sold(sale).await, 0);
     assert_eq!(
         app.redis_stock(sale).await,

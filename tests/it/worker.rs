@@ -355,22 +355,6 @@ async fn a_batch_held_through_a_wipe() -> (TestApp, i64, seckill::worker::Batch)
     (app, sale, held)
 }
 
-/// After the batch of ann and bob is confirmed through a wipe: Redis counts
-/// both, like PostgreSQL, and ann cannot buy again.
-async fn assert_redis_counts_ann_and_bob(app: &TestApp, sale: i64) {
-    assert_eq!(
-        app.redis_stock(sale).await,
-        Some(3),
-        "Redis promises more than PostgreSQL has"
-    );
-    assert_eq!(buyers(app, sale).await, ["ann", "bob"]);
-    assert_eq!(
-        app.purchase(sale, "ann").await.status(),
-        409,
-        "ann bought twice"
-    );
-}
-
 /// Redis' buyers of a sale, sorted.
 async fn buyers(app: &TestApp, sale: i64) -> Vec<String> {
     let mut buyers = app.redis_buyers(sale).await;
@@ -378,109 +362,99 @@ async fn buyers(app: &TestApp, sale: i64) -> Vec<String> {
     buyers
 }
 
+/// After a batch held through a wipe was refused: PostgreSQL has none of
+/// its orders, Redis sells all 5 units again, and ann (whose order went
+/// with the wipe) can buy again. Had the batch been written, Redis would
+/// promise 5 units while PostgreSQL grants 3: later 202s would end
+/// rejected.
+async fn assert_the_batch_went_with_the_wipe(app: &TestApp, sale: i64) {
+    assert_eq!(app.orders(sale).await.len(), 0, "the batch was written");
+    assert_eq!(app.sold(sale).await, 0);
+    assert_eq!(app.redis_stock(sale).await, Some(5));
+    assert!(buyers(app, sale).await.is_empty());
+    app.buy(sale, "ann").await;
+    let report = app.drain().await;
+    assert_eq!((report.confirmed, report.rejected), (1, 0));
+    assert_eq!(app.sold(sale).await, 1);
+    assert_eq!(app.redis_stock(sale).await, Some(4));
+}
+
 /// The exact interleaving: a worker holds a reserved batch when Redis is
 /// wiped; a page loads the sale from PostgreSQL, where the batch is not
-/// committed yet; then the worker commits and acks. Redis must end with
-/// PostgreSQL's figures, and the batch's buyers must not be able to buy
-/// again.
+/// committed yet, so the new Redis sells the batch's units again; then the
+/// worker tries to commit. PostgreSQL must refuse the batch (the load
+/// epoch moved), so that Redis and PostgreSQL agree.
 #[tokio::test]
-async fn a_load_while_a_worker_holds_a_batch_leaves_redis_equal_to_postgres() {
+async fn a_batch_reserved_before_a_load_is_not_written() {
     let (app, sale, held) = a_batch_held_through_a_wipe().await;
     // A page loads the sale from PostgreSQL, which has no order yet.
     let view = app.get_json(&format!("/api/sales/{sale}")).await;
     assert_eq!(view["stock_left"], 5);
 
-    // The worker commits, and counts what the load missed.
     let report = app.worker.write_batch(held).await.expect("write");
-    assert_eq!((report.confirmed, report.reapplied), (2, 2));
-    assert_eq!(app.sold(sale).await, 2);
-    assert_redis_counts_ann_and_bob(&app, sale).await;
-
-    // Without a load in between, the same steps count nothing twice.
-    app.buy(sale, "cy").await;
-    let report = app.drain().await;
-    assert_eq!((report.confirmed, report.reapplied), (1, 0));
-    assert_eq!(app.redis_stock(sale).await, Some(2));
+    assert_eq!((report.confirmed, report.superseded), (0, 2));
+    assert_the_batch_went_with_the_wipe(&app, sale).await;
 }
 
-/// The same, with the load still in flight when the worker commits: it read
-/// PostgreSQL before the commit and writes after it. The worker finds the
-/// sale not loaded, loads it itself, and the late write changes nothing.
+/// The same, with the load under way when the worker commits: the load
+/// holds the sale's row from its read until its write to Redis is done, so
+/// the worker's commit waits for it, then finds the new epoch.
 #[tokio::test]
-async fn a_load_still_in_flight_at_the_commit_leaves_redis_equal_to_postgres() {
+async fn a_commit_waits_for_a_load_under_way_and_then_writes_nothing() {
     let (app, sale, held) = a_batch_held_through_a_wipe().await;
-    // A page starts loading the sale: it reads PostgreSQL, which has no order yet...
-    let stale = seckill::store::sales::read_loadable(&app.pg, sale)
-        .await
-        .expect("read");
-    assert_eq!(stale.stock_left, 5);
-    // ...the worker commits...
-    let report = app.worker.write_batch(held).await.expect("write");
-    assert_eq!(report.confirmed, 2);
-    // ...and the page's write lands last.
-    app.land_a_late_load(sale, &stale).await;
-    assert_eq!(
-        app.redis_stock(sale).await,
-        Some(3),
-        "Redis promises more than PostgreSQL has"
+    let loading = app.begin_load(sale).await;
+    assert_eq!(loading.loadable.stock_left, 5);
+    let worker = seckill::worker::Worker::new(app.store.clone(), app.worker_settings.clone());
+    let commit = tokio::spawn(async move { worker.write_batch(held).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !commit.is_finished(),
+        "the commit did not wait for the load"
     );
-    assert_eq!(buyers(&app, sale).await, ["ann", "bob"]);
+    assert!(app.finish_load(loading).await);
+    let report = commit.await.expect("join").expect("write");
+    assert_eq!((report.confirmed, report.superseded), (0, 2));
+    assert_the_batch_went_with_the_wipe(&app, sale).await;
 }
 
-/// The same wipe, and a worker that dies after its commit, before it could
-/// count what the load missed. Its jobs went with the wipe, so nothing is
-/// redelivered: the sweep must find the orders PostgreSQL holds and Redis
-/// does not count.
+/// The other order: the worker commits before any load, and the load that
+/// follows reads the batch from PostgreSQL. Nothing is lost, and Redis
+/// counts ann and bob.
 #[tokio::test]
-async fn a_worker_dying_after_its_commit_through_a_wipe_is_reconciled_by_the_sweep() {
+async fn a_batch_committed_before_the_load_is_counted_by_it() {
     let (app, sale, held) = a_batch_held_through_a_wipe().await;
+    let report = app.worker.write_batch(held).await.expect("write");
+    assert_eq!((report.confirmed, report.superseded), (2, 0));
     let view = app.get_json(&format!("/api/sales/{sale}")).await;
-    assert_eq!(view["stock_left"], 5);
-    // The commit, and then the worker is gone: no correction, no ack.
-    app.store
-        .confirm_orders(held.orders(), &app.worker_settings)
-        .await
-        .expect("commit");
-    drop(held);
-    assert_eq!(app.sold(sale).await, 2);
-    assert_eq!(app.redis_stock(sale).await, Some(5), "the load missed them");
-
-    let swept = app.worker.sweep().await.expect("sweep");
-    assert_eq!(swept.units, 2);
-    assert_redis_counts_ann_and_bob(&app, sale).await;
-    // A second sweep finds nothing left to count.
-    assert_eq!(app.worker.sweep().await.expect("sweep").units, 0);
-    assert_eq!(app.redis_stock(sale).await, Some(3));
+    assert_eq!(view["stock_left"], 3);
+    assert_eq!(buyers(&app, sale).await, ["ann", "bob"]);
+    assert_eq!(
+        app.purchase(sale, "ann").await.status(),
+        409,
+        "ann bought twice"
+    );
 }
 
-/// The sweep read "confirmed" from PostgreSQL; before it counts the order,
-/// the deadline cancels it and gives its unit back. The count must not take
-/// the unit again: the order holds none.
+/// A load that wrote Redis and then failed to record its epoch leaves
+/// PostgreSQL behind. The worker finds Redis' epoch unchanged since it
+/// reserved, records it, and writes the batch on its next delivery: the
+/// orders are not lost, and the queue does not stall.
 #[tokio::test]
-async fn reconcile_skips_an_order_whose_unit_was_given_back() {
+async fn a_load_epoch_postgres_missed_is_recorded_and_the_batch_written() {
     let app = spawn_app().await;
     let sale = app.create_sale(5).await;
     app.buy(sale, "ann").await;
-    app.drain().await;
-    let holding = app.store.orders_holding_units(sale).await.expect("holding");
-    assert_eq!(holding.len(), 1);
-    // The deadline's cancellation lands between the sweep's read and write.
-    let order = &holding[0];
-    seckill::payment::return_unit(&mut app.redis_conn().await, &app.keys(sale), order)
+    sqlx::query("UPDATE sales SET load_epoch = 'from-a-failed-load' WHERE id = $1")
+        .bind(sale)
+        .execute(&app.pg)
         .await
-        .expect("give the unit back");
-    assert_eq!(app.redis_stock(sale).await, Some(5));
-    let refs: Vec<_> = holding.iter().collect();
-    let counted =
-        seckill::store::sales::apply_confirmed(&mut app.redis_conn().await, &app.keys(sale), &refs)
-            .await
-            .expect("apply");
-    assert_eq!(counted, Some(0));
-    assert_eq!(
-        app.redis_stock(sale).await,
-        Some(5),
-        "a returned unit was taken again"
-    );
+        .expect("UPDATE");
+    let first = app.worker.try_process_batch(sale).await.expect("step");
+    assert_eq!((first.confirmed, first.superseded), (0, 0));
+    let report = app.drain().await;
+    assert_eq!(report.confirmed, 1);
+    assert_eq!(app.sold(sale).await, 1);
+    assert_eq!(app.queue_stats(sale).await, QueueStats::default());
 }
 
 /// A write stuck behind a row lock must not outlive its lease: past the

@@ -1,0 +1,21 @@
+-- The load epoch: which load of a sale into Redis PostgreSQL last agreed to.
+--
+-- A sale is loaded into Redis from PostgreSQL (its units left and buyers)
+-- when it is created and whenever Redis has lost it (a restart without
+-- persistence). Each load draws a fresh epoch and writes it to Redis and,
+-- in the same PostgreSQL transaction that read the figures (holding the
+-- sale's row), here.
+--
+-- The race this fences: a worker reserves a batch of orders, Redis is
+-- wiped (the batch's jobs and buyers with it), and a load reads
+-- PostgreSQL before the batch commits. The new Redis counts the batch's
+-- units as unsold and its buyers as free; if the batch then committed,
+-- PostgreSQL would hold units Redis is selling again, and later 202s would
+-- end rejected. So the worker's transaction starts by locking the sale's
+-- row and comparing this epoch with the one it read from Redis before it
+-- reserved: a load came in between, and the batch writes nothing (its
+-- orders went with the Redis that accepted them).
+--
+-- NULL for sales last loaded before this column existed: no fence until
+-- their next load.
+ALTER TABLE sales ADD COLUMN load_epoch TEXT;
