@@ -283,7 +283,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 1_500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub rate: u32,
 
-    /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 27 s).
+    /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 29 s).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=3_600))]
     pub duration_secs: u64,
 

@@ -18,12 +18,9 @@ use super::Rig;
 use crate::cli::Fault;
 use crate::lock;
 
-/// Rounds of the lock-holder pause before it gives up on the fence firing
-/// (a holder caught after its commit, about to release, writes nothing more).
-const PAUSE_ROUNDS: u32 = 6;
-/// Stop-and-look tries per round before app-2 counts as never holding the
-/// lock (a few seconds at most).
-const CATCH_TRIES: u32 = 300;
+/// How long the lock-holder pause keeps trying to catch app-2 holding the
+/// lock before its commit.
+const PAUSE_LIMIT: Duration = Duration::from_secs(6);
 /// How long a stopped process's last requests take to reach Redis and run.
 const SETTLE: Duration = Duration::from_millis(10);
 
@@ -135,24 +132,27 @@ impl Rig {
     /// Stop app-2 (SIGSTOP) at a moment it holds the sale's lock, keep it
     /// stopped for 2 lock TTLs, then resume it (SIGCONT). The purchase that
     /// held the lock goes on to its commit with a lock that ran out, and
-    /// the fence must refuse it: the sale's fenced counter grows. If app-2
-    /// was caught after its commit (about to release), nothing is refused;
-    /// so the pause is tried again, a few times, until the fence fires.
+    /// the fence must refuse it: the sale's fenced counter grows. A holder
+    /// may still be caught after its commit left (its pass is done), and
+    /// the sale may be sold out for a while (nobody takes the lock); so the
+    /// pause is tried again until the fence fires or [`PAUSE_LIMIT`] has
+    /// passed.
     async fn pause_a_lock_holder(&mut self) -> anyhow::Result<String> {
         let pause = self.lock_ttl * 2;
+        let deadline = Instant::now() + PAUSE_LIMIT;
         let mut caught = 0;
-        for _ in 0..PAUSE_ROUNDS {
+        while Instant::now() < deadline {
             let before = self.fenced().await?;
-            let Some(fence) = self.stop_while_holding("app-2").await? else {
+            let Some(fence) = self.stop_while_holding("app-2", deadline).await? else {
                 break;
             };
             caught += 1;
             tokio::time::sleep(pause).await;
             self.cluster.signal("app-2", Signal::SIGCONT)?;
             // The resumed purchase commits at once; give it a moment.
-            let deadline = Instant::now() + Duration::from_secs(1);
+            let waited = Instant::now() + Duration::from_secs(1);
             let mut refused = 0;
-            while refused == 0 && Instant::now() < deadline {
+            while refused == 0 && Instant::now() < waited {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 refused = self.fenced().await? - before;
             }
@@ -165,30 +165,41 @@ impl Rig {
         }
         self.fence_refusals = Some(0);
         Ok(format!(
-            "app-2 caught holding the lock {caught} time(s) in {PAUSE_ROUNDS} rounds; the fence refused nothing"
+            "app-2 caught holding the lock {caught} time(s) in {PAUSE_LIMIT:?}; the fence refused nothing"
         ))
     }
 
-    /// Stop `name` (SIGSTOP) at a moment it holds the sale's lock: stop,
-    /// look, and resume to try again if another holds it. Returns the
-    /// fence of the lock it holds, stopped; `None` (and `name` running)
-    /// if it was not caught holding in [`CATCH_TRIES`] tries.
-    async fn stop_while_holding(&mut self, name: &str) -> anyhow::Result<Option<u64>> {
+    /// Stop `name` (SIGSTOP) at a moment it holds the sale's lock with
+    /// units left to sell: watch the lock until it names `name`, stop it, let Redis run whatever it
+    /// had sent, and look again; still its lock (the same value), it is
+    /// caught before its commit. Returns the fence of the lock it holds,
+    /// stopped; `None` (and `name` running) if `deadline` passed first.
+    async fn stop_while_holding(
+        &mut self,
+        name: &str,
+        deadline: Instant,
+    ) -> anyhow::Result<Option<u64>> {
         let mut conn = self.store.redis().await?;
-        for _ in 0..CATCH_TRIES {
-            self.cluster.signal(name, Signal::SIGSTOP)?;
-            // Let Redis run whatever the process sent before it stopped: a
-            // commit already on its way would otherwise run after this
-            // look, and the holder caught here would have written.
-            tokio::time::sleep(SETTLE).await;
-            let value: Option<String> = redis::cmd("GET")
-                .arg(&self.keys.lock)
+        while Instant::now() < deadline {
+            // A holder of a sold-out sale has nothing to write: wait for
+            // units on sale (the payment window gives unpaid ones back).
+            let (value, left): (Option<String>, Option<i64>) = redis::pipe()
+                .get(&self.keys.lock)
+                .get(&self.keys.stock)
                 .query_async(&mut conn)
                 .await
-                .context("reading the sale's lock")?;
-            if let Some(value) = value
-                && lock::holder_in(&value) == Some(name)
-            {
+                .context("reading the sale's lock and stock")?;
+            let Some(value) = value.filter(|value| {
+                lock::holder_in(value) == Some(name) && left.is_some_and(|left| left > 0)
+            }) else {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                continue;
+            };
+            self.cluster.signal(name, Signal::SIGSTOP)?;
+            // A commit already on its way would otherwise run after this
+            // look, and the holder caught here would have written.
+            tokio::time::sleep(SETTLE).await;
+            if self.lock_value(&mut conn).await?.as_deref() == Some(value.as_str()) {
                 let fence = value
                     .split(':')
                     .next()
@@ -197,9 +208,20 @@ impl Rig {
                 return Ok(Some(fence));
             }
             self.cluster.signal(name, Signal::SIGCONT)?;
-            tokio::time::sleep(Duration::from_millis(2)).await;
         }
         Ok(None)
+    }
+
+    /// What the sale's lock key holds, if anyone holds it.
+    async fn lock_value(
+        &self,
+        conn: &mut deadpool_redis::Connection,
+    ) -> anyhow::Result<Option<String>> {
+        redis::cmd("GET")
+            .arg(&self.keys.lock)
+            .query_async(conn)
+            .await
+            .context("reading the sale's lock")
     }
 
     /// Commits the fence has refused on the sale, so far.

@@ -181,8 +181,10 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
     match fault {
         Fault::WorkerKill | Fault::Flood => Duration::from_secs(2),
         Fault::AppKill | Fault::RedisKill | Fault::RedisWipe => Duration::from_secs(1),
-        // Usually one or two rounds of 2 TTLs (see `faults.rs`).
-        Fault::LockHolderPause => LOCK_TTL * 4,
+        // Waiting for units on sale (a sold-out sale has no holder with
+        // anything to write; unpaid units come back within the payment
+        // window), then 2 TTLs stopped and the refusal (see `faults.rs`).
+        Fault::LockHolderPause => Duration::from_secs(4),
         Fault::PostgresDown => Duration::from_secs(args.postgres_down_secs),
     }
 }

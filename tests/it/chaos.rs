@@ -24,7 +24,7 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
                 "--rate",
                 "100",
                 "--duration-secs",
-                "20",
+                "24",
                 "--postgres-down-secs",
                 "2",
                 "--seed",
