@@ -40,7 +40,7 @@ pub struct ServiceArgs {
     pub redis_prefix: String,
 }
 
-/// How a purchase decides who gets a unit.
+/// How a purchase decides who gets a unit (one file each in `src/strategy/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
@@ -48,6 +48,42 @@ pub enum Strategy {
     Lock,
     /// DELIBERATELY BROKEN: read stock, pause, write stock minus one, no lock. It oversells; it exists to show why the lock matters.
     Naive,
+    /// DELIBERATELY BROKEN: the article's RedisLock as written (SETNX then EXPIRE with a timestamp, the TTL<0 takeover, isLocking that assigns, unlock without owner check).
+    Article,
+    /// DELIBERATELY BROKEN: the GETSET takeover lock (value = expiry time): clock skew and long pauses let two holders in.
+    Getset,
+    /// No lock: the whole purchase in one Redis script. Correct, and the fastest.
+    Lua,
+    /// No Redis on the decision: one conditional UPDATE and the order insert in one PostgreSQL transaction.
+    Postgres,
+    /// DELIBERATELY BROKEN: DECR, then INCR back below zero (cache then compensate): a buyer's two requests can both win.
+    Decr,
+}
+
+impl Strategy {
+    /// Every strategy, in the order the lab runs them.
+    pub const ALL: [Strategy; 7] = [
+        Strategy::Naive,
+        Strategy::Article,
+        Strategy::Getset,
+        Strategy::Decr,
+        Strategy::Lock,
+        Strategy::Lua,
+        Strategy::Postgres,
+    ];
+
+    /// Its name on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Lock => "lock",
+            Strategy::Naive => "naive",
+            Strategy::Article => "article",
+            Strategy::Getset => "getset",
+            Strategy::Lua => "lua",
+            Strategy::Postgres => "postgres",
+            Strategy::Decr => "decr",
+        }
+    }
 }
 
 /// Event streams one instance serves at once, by default.
@@ -80,6 +116,22 @@ pub struct PurchaseSettings {
     /// The `naive` strategy's pause between reading and writing the stock, in milliseconds, 0 to 10000 (widens the race).
     #[arg(long, env = "SECKILL_NAIVE_DELAY_MS", default_value_t = DEFAULT_NAIVE_DELAY_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub naive_delay_ms: u64,
+
+    /// Fault knob, for workshops: pause the lock holder inside its critical section (after the checks, before the writes) for this many milliseconds, 0 to 60000: the GC pause of the fencing argument. Past the lock's TTL, `lock` refuses the write (503 lock_lost) and `getset` oversells; `decr` pauses between taking the unit and recording the buyer (one buyer wins twice); `article` pauses between SETNX and EXPIRE too (others take its lock: it oversells).
+    #[arg(long, env = "SECKILL_HOLD_PAUSE_MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub hold_pause_ms: u64,
+
+    /// Fault knob, for workshops: wait this many milliseconds before each Redis command of the article's lock, 0 to 10000 (a slow network). The gap between SETNX and EXPIRE widens, and `article` may let others take a live holder's lock.
+    #[arg(long, env = "SECKILL_REDIS_DELAY_MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub redis_delay_ms: u64,
+
+    /// Fault knob, for workshops: this instance's clock is this many milliseconds ahead (negative: behind), -3600000 to 3600000. `getset` judges lock expiry by it, and takes live locks: it oversells.
+    #[arg(long, env = "SECKILL_CLOCK_SKEW_MS", default_value_t = 0, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-3_600_000..=3_600_000))]
+    pub clock_skew_ms: i64,
+
+    /// Fault knob, for workshops: under `article`, exit the process between SETNX and EXPIRE (a crash at the worst moment): the lock is left without a TTL.
+    #[arg(long, env = "SECKILL_CRASH_AFTER_SETNX")]
+    pub crash_after_setnx: bool,
 }
 
 impl Default for PurchaseSettings {
@@ -90,6 +142,10 @@ impl Default for PurchaseSettings {
             lock_wait_ms: DEFAULT_LOCK_WAIT_MS,
             sold_out_refresh_ms: DEFAULT_SOLD_OUT_REFRESH_MS,
             naive_delay_ms: DEFAULT_NAIVE_DELAY_MS,
+            hold_pause_ms: 0,
+            redis_delay_ms: 0,
+            clock_skew_ms: 0,
+            crash_after_setnx: false,
         }
     }
 }
@@ -106,6 +162,16 @@ impl PurchaseSettings {
     }
     pub fn naive_delay(&self) -> Duration {
         Duration::from_millis(self.naive_delay_ms)
+    }
+    pub fn hold_pause(&self) -> Duration {
+        Duration::from_millis(self.hold_pause_ms)
+    }
+    pub fn redis_delay(&self) -> Duration {
+        Duration::from_millis(self.redis_delay_ms)
+    }
+    /// This instance's clock, skewed by the knob: milliseconds since the epoch.
+    pub fn now_ms(&self) -> i64 {
+        chrono::Utc::now().timestamp_millis() + self.clock_skew_ms
     }
 }
 
@@ -237,5 +303,19 @@ impl RateLimitSettings {
             per_second,
             burst: self.rate_limit_burst,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_strategy_is_named_as_on_the_command_line() {
+        for strategy in Strategy::ALL {
+            let flag = strategy.to_possible_value().expect("not skipped");
+            assert_eq!(strategy.as_str(), flag.get_name());
+        }
+        assert_eq!(Strategy::ALL.len(), Strategy::value_variants().len());
     }
 }

@@ -9,7 +9,6 @@
 
 use anyhow::Context;
 use chrono::Utc;
-use clap::ValueEnum;
 use seckill_loadtest::progress::Progress;
 use seckill_loadtest::report::Verdict;
 use seckill_loadtest::{LoadArgs, Subject};
@@ -35,15 +34,6 @@ pub fn admin_token() -> String {
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
 }
 
-/// The strategy's name on the command line (`lock`, `naive`).
-pub fn strategy_name(strategy: Strategy) -> String {
-    strategy
-        .to_possible_value()
-        .expect("no strategy is skipped")
-        .get_name()
-        .to_owned()
-}
-
 /// The store of the servers the run uses.
 pub async fn connect(services: &Services, prefix: &str) -> anyhow::Result<Store> {
     let pg = startup::connect_postgres(&services.database_url).await?;
@@ -65,7 +55,7 @@ pub fn deployment(
         &services.database_url,
         prefix,
     )
-    .env("SECKILL_STRATEGY", strategy_name(strategy))
+    .env("SECKILL_STRATEGY", strategy.as_str())
     .env("SECKILL_ADMIN_TOKEN", token))
 }
 
@@ -103,7 +93,7 @@ pub async fn subject(
     Ok(Subject {
         spawned: if spawned.is_some() { targets.len() } else { 0 },
         targets,
-        strategy: spawned.map(strategy_name),
+        strategy: spawned.map(|strategy| strategy.as_str().to_owned()),
         sale_id,
         stock,
         pg: store.pg.clone(),

@@ -15,6 +15,10 @@
 //! - `naive` is DELIBERATELY BROKEN: it reads, pauses, and writes "stock
 //!   minus one" with no lock. It oversells, and exists so the demo and the
 //!   tests can show that it does.
+//! - `article`, `getset` and `decr` are the articles' and tutorials' ways,
+//!   bugs included (DELIBERATELY BROKEN); `lua` (one Redis script) and
+//!   `postgres` (one conditional UPDATE) are the correct ways without a
+//!   lock. Each file says what it gets wrong or what it costs.
 //!
 //! This file does what comes before any strategy: the sale's window, and
 //! the sold-out shortcut. Requests for a sale that is sold out do not take
@@ -25,12 +29,11 @@
 use anyhow::Context;
 use chrono::Utc;
 
-use crate::config::{PurchaseSettings, Strategy};
+use crate::config::Strategy;
 use crate::domain::{Sale, UserId, Window};
 use crate::keys::SaleKeys;
-use crate::store::Store;
 use crate::strategy::lock::Lanes;
-use crate::strategy::{Flag, Shop, naive};
+use crate::strategy::{Buy, Flag, Shop, article, decr, getset, lua, naive, postgres};
 
 pub use crate::strategy::Outcome;
 
@@ -43,9 +46,9 @@ pub struct Purchaser {
 }
 
 impl Purchaser {
-    pub fn new(store: Store, settings: PurchaseSettings, instance: &str) -> Self {
+    pub fn new(shop: Shop) -> Self {
         Self {
-            shop: Shop::new(store, settings, instance),
+            shop,
             lanes: Lanes::default(),
         }
     }
@@ -70,22 +73,36 @@ impl Purchaser {
         if self.shop.sold_out.check(sale.id, refresh) == Flag::SoldOut {
             return Ok(Outcome::SoldOut);
         }
-        match self.strategy() {
-            Strategy::Lock => self.lanes.purchase(&self.shop, sale.id, user).await,
-            Strategy::Naive => {
-                let keys = SaleKeys::new(&self.shop.store.prefix, sale.id);
-                // The pool's wait timeout bounds how long a request queues
-                // for a connection; running out of connections is "busy".
-                let mut conn = match self.shop.store.redis.get().await {
-                    Ok(conn) => conn,
-                    Err(deadpool_redis::PoolError::Timeout(_)) => return Ok(Outcome::Busy),
-                    Err(error) => return Err(error).context("getting a Redis connection"),
-                };
-                if self.shop.known_sold_out(&mut conn, &keys, sale.id).await? {
-                    return Ok(Outcome::SoldOut);
-                }
-                naive::purchase(&self.shop, &mut conn, &keys, sale.id, user).await
-            }
+        let strategy = self.strategy();
+        if strategy == Strategy::Lock {
+            return self.lanes.purchase(&self.shop, sale.id, user).await;
+        }
+        let keys = SaleKeys::new(&self.shop.store.prefix, sale.id);
+        // The pool's wait timeout bounds how long a request queues for a
+        // connection; running out of connections is "busy", not an error.
+        let mut conn = match self.shop.store.redis.get().await {
+            Ok(conn) => conn,
+            Err(deadpool_redis::PoolError::Timeout(_)) => return Ok(Outcome::Busy),
+            Err(error) => return Err(error).context("getting a Redis connection"),
+        };
+        if self.shop.known_sold_out(&mut conn, &keys, sale.id).await? {
+            return Ok(Outcome::SoldOut);
+        }
+        let buy = Buy {
+            shop: &self.shop,
+            keys: &keys,
+            sale_id: sale.id,
+            user,
+        };
+        let conn = &mut conn;
+        match strategy {
+            Strategy::Lock => unreachable!("handled above"),
+            Strategy::Naive => naive::purchase(buy, conn).await,
+            Strategy::Article => article::purchase(buy, conn).await,
+            Strategy::Getset => getset::purchase(buy, conn).await,
+            Strategy::Lua => lua::purchase(buy, conn).await,
+            Strategy::Postgres => postgres::purchase(buy, conn).await,
+            Strategy::Decr => decr::purchase(buy, conn).await,
         }
     }
 }

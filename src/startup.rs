@@ -30,6 +30,7 @@ use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
 use crate::services::redact;
 use crate::store::Store;
+use crate::strategy::Shop;
 use crate::web::{AdminToken, AppState, routes, security};
 use crate::worker::Worker;
 
@@ -222,7 +223,12 @@ impl Application {
         .context("starting the sale events listener")?;
 
         let state = web::Data::new(AppState {
-            purchaser: Purchaser::new(store.clone(), settings.purchase.clone(), &instance),
+            purchaser: Purchaser::new(Shop::new(
+                store.clone(),
+                settings.purchase.clone(),
+                &instance,
+                settings.worker.payment_window(),
+            )),
             store,
             admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
             events,

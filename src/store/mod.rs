@@ -27,7 +27,7 @@ use deadpool_redis::Pool as RedisPool;
 use sqlx::PgPool;
 
 pub use admin::SaleInside;
-pub use orders::{Confirmation, Deadline, OrderRow, PayOutcome, Written};
+pub use orders::{Confirmation, Deadline, OrderRow, PayOutcome, Taken, Written};
 pub use sales::{Catalog, Snapshot};
 
 /// The app's handle on its data. Cheap to clone: every field is shared.

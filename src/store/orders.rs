@@ -65,6 +65,17 @@ pub enum Confirmation {
     Superseded,
 }
 
+/// What the `postgres` strategy's transaction decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// The unit is taken and the order stored as confirmed.
+    Confirmed,
+    /// No unit was left.
+    SoldOut,
+    /// The buyer already holds a unit of this sale.
+    AlreadyPurchased,
+}
+
 /// How a payment ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PayOutcome {
@@ -160,6 +171,48 @@ impl Store {
         }
         tx.commit().await?;
         Ok(Confirmation::Written(written))
+    }
+
+    /// The `postgres` strategy's whole purchase, in one transaction: take a
+    /// unit with one conditional UPDATE (the row lock serialises buyers of
+    /// the sale: the database as the lock), and store the order confirmed,
+    /// with its payment deadline `window` from now. A buyer who already
+    /// holds a unit is refused by the unique index, and the unit goes back
+    /// with the rollback.
+    pub async fn take_in_postgres(
+        &self,
+        order: &OrderJob,
+        window: Duration,
+    ) -> Result<Taken, sqlx::Error> {
+        let mut tx = self.pg.begin().await?;
+        let taken =
+            sqlx::query("UPDATE sales SET sold = sold + 1 WHERE id = $1 AND sold < stock_total")
+                .bind(order.sale_id)
+                .execute(&mut *tx)
+                .await?;
+        if taken.rows_affected() == 0 {
+            return Ok(Taken::SoldOut);
+        }
+        let stored = sqlx::query(
+            "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
+             VALUES ($1, $2, $3, 'confirmed', now() + make_interval(secs => $4))",
+        )
+        .bind(order.order_id)
+        .bind(order.sale_id)
+        .bind(&order.user_id)
+        .bind(window.as_secs_f64())
+        .execute(&mut *tx)
+        .await;
+        match stored {
+            Ok(_) => {
+                tx.commit().await?;
+                Ok(Taken::Confirmed)
+            }
+            Err(error) if schema::violates(&error, schema::ONE_ORDER_PER_BUYER) => {
+                Ok(Taken::AlreadyPurchased)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Time left until the payment deadline of each of these orders that is

@@ -9,6 +9,13 @@
 //!   together.
 //! - `naive.rs` (`--strategy naive`): nothing. DELIBERATELY BROKEN: it
 //!   oversells, so the demo and the tests can show that it does.
+//! - `article.rs`, `getset.rs`, `decr.rs`: the locks and the counter trick
+//!   of the articles and tutorials this project grew from, bugs included
+//!   (DELIBERATELY BROKEN; each file names its bugs and the knob that
+//!   makes each one happen).
+//! - `lua.rs`: no lock; the purchase is one Redis script. Correct.
+//! - `postgres.rs`: no Redis on the decision; one conditional UPDATE in
+//!   PostgreSQL. Correct, and the price of a database round trip.
 //!
 //! What they share lives here: the [`Outcome`] of a purchase, the pure
 //! decision ([`decide`]), the per-instance sold-out flags, and [`Shop`], the
@@ -16,8 +23,13 @@
 //! note a pending order, find out whether a commit whose answer was lost
 //! went through).
 
+pub mod article;
+pub mod decr;
+pub mod getset;
 pub mod lock;
+pub mod lua;
 pub mod naive;
+pub mod postgres;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +42,7 @@ use uuid::Uuid;
 use crate::config::PurchaseSettings;
 use crate::domain::{OrderJob, UserId};
 use crate::keys::SaleKeys;
+use crate::queue::Queue;
 use crate::store::{self, Snapshot, Store};
 
 /// How long a purchase whose commit answer was lost spends finding out
@@ -126,6 +139,22 @@ impl SoldOutFlags {
     }
 }
 
+/// One purchase, as every strategy's `purchase` takes it.
+#[derive(Clone, Copy)]
+pub struct Buy<'a> {
+    pub shop: &'a Shop,
+    pub keys: &'a SaleKeys,
+    pub sale_id: i64,
+    pub user: &'a UserId,
+}
+
+impl<'a> Buy<'a> {
+    /// Its parts, in the order every strategy names them.
+    pub fn parts(self) -> (&'a Shop, &'a SaleKeys, i64, &'a UserId) {
+        (self.shop, self.keys, self.sale_id, self.user)
+    }
+}
+
 /// What every strategy works with: one per instance, shared by all its
 /// requests. Cheap to clone (pools and flags are shared), so a batch can
 /// run in a task of its own.
@@ -140,15 +169,24 @@ pub struct Shop {
     pub sold_out: Arc<SoldOutFlags>,
     /// This instance's name, written into the sale locks it takes.
     pub instance: Arc<str>,
+    /// How long a confirmed order has to be paid (the worker's setting):
+    /// the `postgres` strategy confirms orders itself.
+    pub payment_window: Duration,
 }
 
 impl Shop {
-    pub fn new(store: Store, settings: PurchaseSettings, instance: &str) -> Self {
+    pub fn new(
+        store: Store,
+        settings: PurchaseSettings,
+        instance: &str,
+        payment_window: Duration,
+    ) -> Self {
         Self {
             store,
             settings,
             sold_out: Arc::default(),
             instance: instance.into(),
+            payment_window,
         }
     }
 
@@ -261,6 +299,73 @@ impl Shop {
             .await?;
         Ok(queued.is_some() || self.store.stored_order(job.order_id).await?.is_some())
     }
+}
+
+/// Steps 1 to 5 with no guard of their own: read the stock and the buyer,
+/// decide, pause for `pause` (the hold-pause knob: a GC pause), then DECR
+/// the stock, record the buyer, queue the order. What `article` and
+/// `getset` run inside their locks: whatever their locks let through, this
+/// sells.
+pub async fn take_unguarded<C: ConnectionLike + Send>(
+    shop: &Shop,
+    conn: &mut C,
+    (keys, sale_id): (&SaleKeys, i64),
+    user: &UserId,
+    pause: Duration,
+) -> anyhow::Result<Outcome> {
+    let snapshot = shop.read_sale(conn, sale_id, &[user]).await?;
+    match decide(snapshot.holding[0], snapshot.stock_left) {
+        Decision::Take => {}
+        Decision::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased),
+        Decision::SoldOut => {
+            shop.sold_out.set(sale_id);
+            return Ok(Outcome::SoldOut);
+        }
+    }
+    tokio::time::sleep(pause).await;
+    record_take(shop, conn, keys, sale_id, user, None).await
+}
+
+/// Steps 3 to 5 with no check: DECR the stock (unless the caller did:
+/// `decremented` is then the units left it got), add the buyer, publish
+/// the units left, queue the order, note it for lookups.
+pub async fn record_take<C: ConnectionLike + Send>(
+    shop: &Shop,
+    conn: &mut C,
+    keys: &SaleKeys,
+    sale_id: i64,
+    user: &UserId,
+    decremented: Option<i64>,
+) -> anyhow::Result<Outcome> {
+    let job = OrderJob::new(sale_id, user);
+    let left = match decremented {
+        Some(left) => left,
+        None => redis::cmd("DECR")
+            .arg(&keys.stock)
+            .query_async(conn)
+            .await
+            .context("taking a unit")?,
+    };
+    let (id, payload) = (job.order_id.to_string(), job.to_payload());
+    let () = redis::pipe()
+        .sadd(&keys.buyers, user.as_str())
+        .ignore()
+        .publish(&keys.events, left)
+        .ignore()
+        .query_async(conn)
+        .await
+        .context("recording the buyer")?;
+    Queue::new(keys.queue.clone())
+        .enqueue(conn, &[(id.as_str(), payload.as_str())], Duration::ZERO)
+        .await
+        .context("queueing the order")?;
+    if left <= 0 {
+        shop.sold_out.set(sale_id);
+    }
+    shop.note_pending(conn, std::slice::from_ref(&job)).await;
+    Ok(Outcome::Accepted {
+        order_id: job.order_id,
+    })
 }
 
 #[cfg(test)]

@@ -16,19 +16,16 @@ use std::time::Duration;
 use anyhow::Context;
 use redis::aio::ConnectionLike;
 
-use super::{Decision, Outcome, Shop, decide};
-use crate::domain::{OrderJob, UserId};
-use crate::keys::SaleKeys;
+use super::{Buy, Decision, Outcome, decide};
+use crate::domain::OrderJob;
 use crate::queue::Queue;
 
 /// One purchase, unguarded.
 pub async fn purchase<C: ConnectionLike + Send>(
-    shop: &Shop,
+    buy: Buy<'_>,
     conn: &mut C,
-    keys: &SaleKeys,
-    sale_id: i64,
-    user: &UserId,
 ) -> anyhow::Result<Outcome> {
+    let (shop, keys, sale_id, user) = buy.parts();
     let snapshot = shop.read_sale(conn, sale_id, &[user]).await?;
     let stock_left = snapshot.stock_left;
     match decide(snapshot.holding[0], stock_left) {

@@ -22,5 +22,6 @@ mod proxy;
 mod purchase;
 mod queue;
 mod store;
+mod strategies;
 mod verify;
 mod worker;

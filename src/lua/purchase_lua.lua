@@ -1,0 +1,36 @@
+-- purchase_lua.lua: the whole purchase in one script, no lock (the `lua`
+-- strategy).
+--
+-- KEYS[1]  the sale's stock          KEYS[3]  its queue's due set
+-- KEYS[2]  the sale's buyers set     KEYS[4]  its queue's jobs hash
+-- ARGV[1]  the buyer's user id
+-- ARGV[2]  the order id (also the queue job id)
+-- ARGV[3]  the order job's payload
+-- ARGV[4]  the sale's events channel (pub/sub, not a key)
+--
+-- Returns {'taken', units left}, {'already_purchased', 0}, {'sold_out', 0},
+-- or {'not_loaded', 0} if the sale is not in Redis (the caller loads it
+-- from PostgreSQL and calls again).
+--
+-- The race this prevents is the oversell itself: the checks (has this
+-- buyer bought? is a unit left?) and the writes (take the unit, record the
+-- buyer, queue the order) are one script, and Redis runs one script at a
+-- time, so no other purchase can run between the check and the write.
+-- That is all the lock was for: when everything the decision needs is in
+-- one Redis (one hash slot), a script is the lock, without the waiting,
+-- the TTL or the fence. The lock is the general tool for when the decision
+-- needs more than one script can see.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'not_loaded', 0}
+end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  return {'already_purchased', 0}
+end
+if tonumber(redis.call('GET', KEYS[1])) <= 0 then
+  return {'sold_out', 0}
+end
+local left = redis.call('DECR', KEYS[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+push(KEYS[3], KEYS[4], ARGV[2], ARGV[3], now_ms())
+redis.call('PUBLISH', ARGV[4], left)
+return {'taken', left}

@@ -1,0 +1,184 @@
+//! `article`: the article's `RedisLock`, exactly as written, bugs included.
+//! DELIBERATELY BROKEN.
+//!
+//! What it is: `lock($name, $timeout, $expire, $waitIntervalUs)`,
+//! `unlock($name)` and `isLocking($name)` from the article this project
+//! grew from (`../shared/seeds/004_25ba77cdba238320.txt`, lines 150-260),
+//! translated line for line, around the same critical section its callers
+//! run (read the stock, check, decrement, record the buyer, queue the
+//! order: [`take_unguarded`]). Each bug, where it is in the article, and
+//! what makes it happen here:
+//!
+//! 1. **SETNX, then EXPIRE, as two commands** (lines 163 and 167). A
+//!    process that dies between them leaves a lock with no TTL. Knob:
+//!    `--crash-after-setnx` exits right there.
+//! 2. **EXPIRE given the expiry timestamp as if it were a TTL** (line 167:
+//!    `expire($redisKey, $expireAt)` with `$expireAt = time() + $expire`).
+//!    The lock lives for about 56 years instead of 15 seconds: a holder that
+//!    crashes inside its critical section blocks the sale for good.
+//! 3. **"TTL < 0 means its holder crashed: take it"** (lines 174-182). A
+//!    live holder caught between its SETNX and its EXPIRE also has no TTL,
+//!    and is robbed: two holders. The takeover also sets no TTL, so every
+//!    later arrival robs the robber too. Knob: `--hold-pause-ms 200` pauses
+//!    the holder right there, between SETNX and EXPIRE (and again inside
+//!    its critical section, between its read and its write, as for the
+//!    other locks): the robbers read the stock while it sleeps, and the
+//!    sale oversells.
+//!    (`--redis-delay-ms 20`, a slow network, opens the same gap, by chance.)
+//! 4. **`isLocking` assigns (`=`) where it meant to compare (`==`)**
+//!    (line 257): it answers "yes" whenever anyone holds the key.
+//! 5. **`unlock` trusts it and DELs the key** (line 206): a robbed holder
+//!    deletes the thief's lock on its way out, letting a third one in. The
+//!    lock's value is a time, not an owner, so nothing could tell anyway.
+//! 6. **Polling every 100 ms** (line 150, `$waitIntervalUs = 100000`): under
+//!    load, waiters sleep through most free moments of the lock.
+//! 7. **No fence on the writes**: whoever believes it holds the lock writes.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use redis::aio::ConnectionLike;
+
+use super::{Buy, Outcome, Shop, take_unguarded};
+
+/// The article's `$waitIntervalUs = 100000`.
+const WAIT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// One purchase under the article's lock.
+pub async fn purchase<C: ConnectionLike + Send>(
+    buy: Buy<'_>,
+    conn: &mut C,
+) -> anyhow::Result<Outcome> {
+    let (shop, keys, sale_id, user) = buy.parts();
+    let lock = ArticleLock {
+        shop,
+        key: &keys.lock,
+    };
+    let expire_secs = shop.settings.lock_ttl().as_secs().max(1);
+    let Some(expire_at) = lock
+        .lock(conn, shop.settings.lock_wait(), expire_secs)
+        .await?
+    else {
+        return Ok(Outcome::Busy);
+    };
+    let pause = shop.settings.hold_pause();
+    let outcome = take_unguarded(shop, conn, (keys, sale_id), user, pause).await;
+    lock.unlock(conn, expire_at).await?;
+    outcome
+}
+
+/// The article's lock on one key. Its "lockedNames" array is this
+/// request's knowledge of the time it stored (`expire_at`).
+struct ArticleLock<'a> {
+    shop: &'a Shop,
+    key: &'a str,
+}
+
+impl ArticleLock<'_> {
+    /// `lock($name, $timeout, $expire)`: the expiry time stored, if taken.
+    async fn lock<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        timeout: Duration,
+        expire_secs: u64,
+    ) -> anyhow::Result<Option<i64>> {
+        let now = self.shop.settings.now_ms() / 1000;
+        let timeout_at = self.shop.settings.now_ms() + timeout.as_millis() as i64;
+        let expire_at = now + expire_secs as i64;
+        loop {
+            self.slow().await;
+            let taken: bool = redis::cmd("SETNX")
+                .arg(self.key)
+                .arg(expire_at)
+                .query_async(conn)
+                .await
+                .context("SETNX")?;
+            if taken {
+                if self.shop.settings.crash_after_setnx {
+                    // Bug 1, on demand: the process dies before its EXPIRE.
+                    eprintln!("seckill: --crash-after-setnx: exiting between SETNX and EXPIRE");
+                    std::process::exit(3);
+                }
+                // The hold-pause knob: a GC pause at the worst moment, with
+                // the lock taken and no TTL on it yet (bug 3's window).
+                tokio::time::sleep(self.shop.settings.hold_pause()).await;
+                self.slow().await;
+                // Bug 2: a timestamp where a number of seconds belongs.
+                let _: bool = redis::cmd("EXPIRE")
+                    .arg(self.key)
+                    .arg(expire_at)
+                    .query_async(conn)
+                    .await
+                    .context("EXPIRE")?;
+                return Ok(Some(expire_at));
+            }
+            self.slow().await;
+            let ttl: i64 = redis::cmd("TTL")
+                .arg(self.key)
+                .query_async(conn)
+                .await
+                .context("TTL")?;
+            // Bug 3: "no TTL" is also a live holder between its two steps.
+            if ttl < 0 {
+                self.slow().await;
+                let () = redis::cmd("SET")
+                    .arg(self.key)
+                    .arg(expire_at)
+                    .query_async(conn)
+                    .await
+                    .context("SET")?;
+                return Ok(Some(expire_at));
+            }
+            if timeout.is_zero() || self.shop.settings.now_ms() > timeout_at {
+                return Ok(None);
+            }
+            // Bug 6: a fixed 100 ms nap.
+            tokio::time::sleep(WAIT_INTERVAL).await;
+        }
+    }
+
+    /// `unlock($name)`: `isLocking`, then DEL.
+    async fn unlock<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        expire_at: i64,
+    ) -> anyhow::Result<bool> {
+        if self.is_locking(conn, expire_at).await? {
+            self.slow().await;
+            // Bug 5: whoever holds it now, it is deleted.
+            let deleted: i64 = redis::cmd("DEL")
+                .arg(self.key)
+                .query_async(conn)
+                .await
+                .context("DEL")?;
+            return Ok(deleted == 1);
+        }
+        Ok(false)
+    }
+
+    /// `isLocking($name)`: `return (string)$this->lockedNames[$name] =
+    /// (string)$this->redisString->get("Lock:$name");`. Bug 4: the
+    /// assignment's value is whatever the key holds, so this is "does
+    /// anyone hold it", never "do we".
+    async fn is_locking<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        _ours: i64,
+    ) -> anyhow::Result<bool> {
+        self.slow().await;
+        let held: Option<String> = redis::cmd("GET")
+            .arg(self.key)
+            .query_async(conn)
+            .await
+            .context("GET")?;
+        Ok(held.is_some_and(|value| !value.is_empty()))
+    }
+
+    /// The slow-network knob: a pause before each Redis command.
+    async fn slow(&self) {
+        let delay = self.shop.settings.redis_delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
