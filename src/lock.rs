@@ -1,4 +1,4 @@
-//! The Redis lock: the article's `lock()` / `unlock()` / `expire()`, with their bugs fixed.
+//! The Redis lock: the article's `RedisLock`, every method of it, with its bugs fixed.
 //!
 //! A lock is one Redis key holding the name of its holder, with a time to live.
 //! Taking it, releasing it and extending it are each one Lua script (in
@@ -6,13 +6,28 @@
 //! check and a write sent as two commands can be interleaved with another
 //! client's.
 //!
+//! The article's methods, and where each one is here:
+//! - `lock(name, wait, ttl)` is [`RedisLock::acquire`] (or one attempt,
+//!   [`RedisLock::try_acquire`]); the TTL is the lock's, set by [`RedisLock::new`].
+//! - `unlock(name)` is [`LockGuard::release`].
+//! - `expire(name, ttl)` is [`LockGuard::extend`]: the same owner check, under
+//!   the name of what it does.
+//! - `isLocking(name)` is [`LockGuard::is_held`].
+//! - `unlockAll()` is [`HeldLocks::release_all`] (in `lock/held.rs`): the
+//!   article's `$lockedNames`, as a value its owner keeps, not a global.
+//!
 //! What this module fixes, compared with the article:
 //! - **SETNX then EXPIRE** were two steps; a crash between them left a lock
 //!   that never expired. Here the key is set with its TTL in one `SET ... PX`.
 //! - **unlock deleted without checking the owner**; a holder whose lock had
 //!   expired would delete its successor's lock. Here release compares the
 //!   holder's value first and says what it found: [`Release::Released`],
-//!   [`Release::Expired`] or [`Release::NotOwner`].
+//!   [`Release::Expired`] or [`Release::NotOwner`]. `unlockAll` and `expire`
+//!   went through the same broken check; here they use the same fixed one.
+//! - **isLocking assigned instead of comparing** (`=` for `==`), and what it
+//!   meant to compare was the expiry time, which two holders can share. It
+//!   said "yes" whenever anybody held the lock. Here [`LockGuard::is_held`]
+//!   compares the whole value, which carries a nonce of this acquisition.
 //! - **waiting polled every 100 ms** forever-ish; here a waiter backs off
 //!   exponentially with jitter (so waiters do not retry in lock-step) and
 //!   gives up at a deadline.
@@ -27,6 +42,10 @@
 //! executor there would stall every other request on the thread. A guard that
 //! is dropped without [`LockGuard::release`] simply expires with its TTL, the
 //! same as a holder that crashed.
+
+mod held;
+
+pub use held::{HeldLocks, Unlocked};
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -131,11 +150,13 @@ impl RedisLock {
         }))
     }
 
-    /// Try until `wait` has passed, backing off between attempts.
+    /// Try until `wait` has passed, backing off between attempts. The
+    /// article's `lock(name, wait, ttl)`.
     ///
     /// `give_up` is asked before every attempt; when it returns true the wait
     /// ends with [`Acquire::GaveUp`]. The purchase path uses it to stop waiting
     /// as soon as another request found the sale sold out.
+    #[doc(alias = "lock")]
     pub async fn acquire<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
@@ -173,9 +194,47 @@ impl LockGuard {
         &self.value
     }
 
+    /// The lock key this guard is for.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Does this guard still own the lock? The article's `isLocking`.
+    ///
+    /// One `GET`, compared with our whole value (token, holder and nonce): a
+    /// later holder with the same name still has another nonce, so its lock
+    /// is never mistaken for ours.
+    ///
+    /// The answer is a snapshot, not a promise: the TTL can run out, and
+    /// somebody else take the lock, the moment after Redis answered `true`.
+    /// Do not check this and then write as if it still held; a write that
+    /// must happen only under the lock checks the lock itself, in the same
+    /// step (the fence: `lua/purchase_commit.lua`). A `false`, on the other
+    /// hand, is final: a lost lock never comes back to this guard, so it is
+    /// a safe reason to stop early.
+    #[doc(alias = "isLocking")]
+    pub async fn is_held<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+    ) -> redis::RedisResult<bool> {
+        let current: Option<String> = redis::cmd("GET").arg(&self.key).query_async(conn).await?;
+        Ok(current.as_deref() == Some(self.value.as_str()))
+    }
+
     /// Release the lock if we still hold it. Consumes the guard either way.
+    /// The article's `unlock`.
+    #[doc(alias = "unlock")]
     pub async fn release<C: ConnectionLike + Send>(
         self,
+        conn: &mut C,
+    ) -> redis::RedisResult<Release> {
+        self.compare_and_delete(conn).await
+    }
+
+    /// What [`LockGuard::release`] does, keeping the guard: [`HeldLocks`]
+    /// keeps a guard whose release failed on the way to Redis, to try again.
+    async fn compare_and_delete<C: ConnectionLike + Send>(
+        &self,
         conn: &mut C,
     ) -> redis::RedisResult<Release> {
         let found: i64 = RELEASE
@@ -186,7 +245,9 @@ impl LockGuard {
         Ok(Release::from_script(found))
     }
 
-    /// Push the lock's expiry to `ttl` from now, if we still hold it.
+    /// Push the lock's expiry to `ttl` from now, if we still hold it. The
+    /// article's `expire`, which extended whoever's lock had the name.
+    #[doc(alias = "expire")]
     pub async fn extend<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
