@@ -3,7 +3,16 @@
 //! The idea is the article's: a sorted set whose score is the time a job is due.
 //! Enqueue is by id, so enqueueing an id twice keeps one job; a delay makes a
 //! job due later (the article's delay queue, used for payment deadlines); `top`
-//! peeks at due jobs; `pop` takes them.
+//! peeks at due jobs; `pop` takes them; `dequeue(id, score)` takes one job
+//! off the queue, only if its score is still the one the caller saw.
+//!
+//! The article's methods, and where each one is here:
+//! - `enqueue(id, delay)` is [`Queue::enqueue`].
+//! - `top(n)` is [`Queue::top`]: due jobs with their scores (due times in ms),
+//!   left in place. [`Queue::due_at`] reads the score of one job, due or not.
+//! - `pop(n)` is [`Queue::reserve`], with [`Queue::ack`] to finish (below).
+//! - `dequeue(id, score)` is [`Queue::dequeue`]: one script instead of a read,
+//!   a compare and a delete under a queue-wide lock.
 //!
 //! What this module fixes: the article's `pop` deleted the jobs it returned, so a
 //! consumer that died before finishing lost them. Here `pop` is
@@ -49,6 +58,7 @@ static RESERVE: LazyLock<Script> = queue_script!("lua/queue_reserve.lua");
 static ACK: LazyLock<Script> = queue_script!("lua/queue_ack.lua");
 static RETRY: LazyLock<Script> = queue_script!("lua/queue_retry.lua");
 static REDRIVE: LazyLock<Script> = queue_script!("lua/queue_redrive.lua");
+static DEQUEUE: LazyLock<Script> = queue_script!("lua/queue_dequeue.lua");
 
 /// One named queue in Redis. Cheap to build; holds no connection.
 #[derive(Debug, Clone)]
@@ -126,6 +136,7 @@ impl Queue {
     }
 
     /// Peek at up to `limit` due jobs: `(id, due time in ms)`, oldest first.
+    /// The due time is the job's score, what [`Queue::dequeue`] checks.
     pub async fn top<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
@@ -134,7 +145,46 @@ impl Queue {
         TOP.key(&self.keys.due).arg(limit).invoke_async(conn).await
     }
 
+    /// When a waiting job is due, in ms on the Redis clock (its score), due
+    /// now or later; `None` if the job is not waiting (in flight, dead or
+    /// unknown). One read: the answer can change right after, which is what
+    /// [`Queue::dequeue`] checks for.
+    pub async fn due_at<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        id: &str,
+    ) -> redis::RedisResult<Option<u64>> {
+        redis::cmd("ZSCORE")
+            .arg(&self.keys.due)
+            .arg(id)
+            .query_async(conn)
+            .await
+    }
+
+    /// Take one waiting job off the queue for good, body and all, if it is
+    /// still due at `due_ms` (as read from [`Queue::top`] or
+    /// [`Queue::due_at`]). Returns whether it was removed.
+    ///
+    /// `false` means the job was left alone: it is in flight (a worker holds
+    /// it), dead, gone, or was put back with another due time since the
+    /// caller looked, and the caller's decision was about the job as it was.
+    /// See `lua/queue_dequeue.lua`.
+    pub async fn dequeue<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        id: &str,
+        due_ms: u64,
+    ) -> redis::RedisResult<bool> {
+        DEQUEUE
+            .key(&self.keys.all()[..])
+            .arg(id)
+            .arg(due_ms)
+            .invoke_async(conn)
+            .await
+    }
+
     /// The article's `pop`, made reliable: lease up to `limit` due jobs for `lease`.
+    #[doc(alias = "pop")]
     pub async fn reserve<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,

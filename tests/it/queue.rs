@@ -21,6 +21,18 @@ async fn setup() -> (Scratch, Queue, redis::aio::MultiplexedConnection) {
     (scratch, queue, conn)
 }
 
+/// Enqueue jobs due now; returns how many were added.
+async fn enqueue_now(
+    queue: &Queue,
+    conn: &mut redis::aio::MultiplexedConnection,
+    jobs: &[(&str, &str)],
+) -> u64 {
+    queue
+        .enqueue(conn, jobs, Duration::ZERO)
+        .await
+        .expect("enqueue")
+}
+
 fn stats(waiting: u64, in_flight: u64, dead: u64) -> QueueStats {
     QueueStats {
         waiting,
@@ -32,15 +44,9 @@ fn stats(waiting: u64, in_flight: u64, dead: u64) -> QueueStats {
 #[tokio::test]
 async fn enqueueing_an_id_twice_keeps_one_job() {
     let (_scratch, queue, mut conn) = setup().await;
-    let added = queue
-        .enqueue(&mut conn, &[("a", "first"), ("b", "b")], Duration::ZERO)
-        .await
-        .expect("enqueue");
+    let added = enqueue_now(&queue, &mut conn, &[("a", "first"), ("b", "b")]).await;
     assert_eq!(added, 2);
-    let again = queue
-        .enqueue(&mut conn, &[("a", "second")], Duration::ZERO)
-        .await
-        .expect("enqueue");
+    let again = enqueue_now(&queue, &mut conn, &[("a", "second")]).await;
     assert_eq!(again, 0);
     assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(2, 0, 0));
     let reserved = queue
@@ -57,13 +63,7 @@ async fn enqueueing_an_id_twice_keeps_one_job() {
         "the second enqueue must not overwrite the job"
     );
     // Still in flight: enqueueing it again now must not duplicate it either.
-    assert_eq!(
-        queue
-            .enqueue(&mut conn, &[("a", "x")], Duration::ZERO)
-            .await
-            .expect("enqueue"),
-        0
-    );
+    assert_eq!(enqueue_now(&queue, &mut conn, &[("a", "x")]).await, 0);
 }
 
 #[tokio::test]
@@ -92,10 +92,7 @@ async fn a_delayed_job_is_not_due_before_its_time() {
 async fn top_peeks_without_taking_and_reserve_takes_the_oldest_first() {
     let (_scratch, queue, mut conn) = setup().await;
     for id in ["1", "2", "3"] {
-        queue
-            .enqueue(&mut conn, &[(id, id)], Duration::ZERO)
-            .await
-            .expect("enqueue");
+        enqueue_now(&queue, &mut conn, &[(id, id)]).await;
         // Distinct due times (the server clock has millisecond resolution here).
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -119,10 +116,7 @@ async fn reserved_jobs_are_in_flight_until_acked_then_gone() {
     let (_scratch, queue, mut conn) = setup().await;
     let jobs: Vec<(String, String)> = (0..5).map(|i| (format!("j{i}"), format!("p{i}"))).collect();
     let refs: Vec<(&str, &str)> = jobs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-    queue
-        .enqueue(&mut conn, &refs, Duration::ZERO)
-        .await
-        .expect("enqueue");
+    enqueue_now(&queue, &mut conn, &refs).await;
     let reserved = queue
         .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
         .await
@@ -143,10 +137,7 @@ async fn reserved_jobs_are_in_flight_until_acked_then_gone() {
 #[tokio::test]
 async fn a_job_whose_lease_ran_out_is_delivered_again_and_the_late_ack_is_ignored() {
     let (_scratch, queue, mut conn) = setup().await;
-    queue
-        .enqueue(&mut conn, &[("job", "p")], Duration::ZERO)
-        .await
-        .expect("enqueue");
+    enqueue_now(&queue, &mut conn, &[("job", "p")]).await;
     let first = queue
         .reserve(&mut conn, 1, Duration::from_millis(50), MAX_ATTEMPTS)
         .await
@@ -170,10 +161,7 @@ async fn a_job_whose_lease_ran_out_is_delivered_again_and_the_late_ack_is_ignore
 #[tokio::test]
 async fn a_job_that_keeps_failing_is_dead_lettered_and_can_be_redriven() {
     let (_scratch, queue, mut conn) = setup().await;
-    queue
-        .enqueue(&mut conn, &[("poison", "p")], Duration::ZERO)
-        .await
-        .expect("enqueue");
+    enqueue_now(&queue, &mut conn, &[("poison", "p")]).await;
     for attempt in 1..=MAX_ATTEMPTS {
         let reserved = queue
             .reserve(&mut conn, 1, LEASE, MAX_ATTEMPTS)
@@ -227,10 +215,7 @@ async fn a_job_that_keeps_failing_is_dead_lettered_and_can_be_redriven() {
 #[tokio::test]
 async fn a_job_whose_worker_died_on_its_last_attempt_is_dead_lettered() {
     let (_scratch, queue, mut conn) = setup().await;
-    queue
-        .enqueue(&mut conn, &[("job", "p")], Duration::ZERO)
-        .await
-        .expect("enqueue");
+    enqueue_now(&queue, &mut conn, &[("job", "p")]).await;
     for _ in 0..2 {
         queue
             .reserve(&mut conn, 1, Duration::from_millis(10), 2)
@@ -250,10 +235,7 @@ async fn a_job_whose_worker_died_on_its_last_attempt_is_dead_lettered() {
 #[tokio::test]
 async fn a_retry_that_was_not_tried_does_not_use_up_an_attempt() {
     let (_scratch, queue, mut conn) = setup().await;
-    queue
-        .enqueue(&mut conn, &[("job", "p")], Duration::ZERO)
-        .await
-        .expect("enqueue");
+    enqueue_now(&queue, &mut conn, &[("job", "p")]).await;
     for _ in 0..(MAX_ATTEMPTS * 2) {
         let reserved = queue
             .reserve(&mut conn, 1, LEASE, MAX_ATTEMPTS)
@@ -299,10 +281,7 @@ async fn a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_a
     }
 
     let (scratch, queue, mut conn) = setup().await;
-    queue
-        .enqueue(&mut conn, &[("order-1", "p")], Duration::ZERO)
-        .await
-        .expect("enqueue");
+    enqueue_now(&queue, &mut conn, &[("order-1", "p")]).await;
     let mut child = spawn_this_test(
         "queue::a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_and_processed_once",
         &[
@@ -368,10 +347,7 @@ async fn redriven_jobs_come_due_one_after_another() {
     let (_scratch, queue, mut conn) = setup().await;
     let ids = ["a", "b", "c"];
     let jobs: Vec<(&str, &str)> = ids.iter().map(|id| (*id, "p")).collect();
-    queue
-        .enqueue(&mut conn, &jobs, Duration::ZERO)
-        .await
-        .expect("enqueue");
+    enqueue_now(&queue, &mut conn, &jobs).await;
     for _ in 1..=MAX_ATTEMPTS {
         let batch = queue
             .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
@@ -409,4 +385,128 @@ async fn redriven_jobs_come_due_one_after_another() {
         .expect("ZRANGE");
     assert_eq!(due.len(), 2);
     assert_eq!(due[1].1 - due[0].1, 60_000, "not spaced: {due:?}");
+}
+
+#[tokio::test]
+async fn dequeue_removes_a_waiting_job_whose_due_time_still_matches() {
+    let (_scratch, queue, mut conn) = setup().await;
+    queue
+        .enqueue(&mut conn, &[("job", "p")], Duration::from_secs(60))
+        .await
+        .expect("enqueue");
+    // Not due yet, so top does not show it; due_at reads its score anyway.
+    assert!(queue.top(&mut conn, 10).await.expect("top").is_empty());
+    let due_ms = queue
+        .due_at(&mut conn, "job")
+        .await
+        .expect("ZSCORE")
+        .expect("the job is waiting");
+
+    assert!(
+        queue
+            .dequeue(&mut conn, "job", due_ms)
+            .await
+            .expect("dequeue")
+    );
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 0));
+    assert_eq!(
+        queue.payload(&mut conn, "job").await.expect("payload"),
+        None
+    );
+    assert_eq!(queue.due_at(&mut conn, "job").await.expect("ZSCORE"), None);
+    // Nothing of the job is left behind to make enqueue skip its id.
+    assert_eq!(enqueue_now(&queue, &mut conn, &[("job", "again")]).await, 1);
+}
+
+#[tokio::test]
+async fn dequeue_refuses_a_job_whose_due_time_changed_since_it_was_read() {
+    let (_scratch, queue, mut conn) = setup().await;
+    enqueue_now(&queue, &mut conn, &[("job", "p")]).await;
+    let seen = queue.top(&mut conn, 1).await.expect("top");
+    let (id, seen_ms) = seen.first().cloned().expect("the job is due");
+    // Meanwhile a worker takes the job, fails, and puts it back for later.
+    let reserved = queue
+        .reserve(&mut conn, 1, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    queue
+        .retry(
+            &mut conn,
+            &reserved.jobs,
+            Duration::from_secs(60),
+            Attempt::Failed,
+            MAX_ATTEMPTS,
+        )
+        .await
+        .expect("retry");
+
+    assert!(
+        !queue
+            .dequeue(&mut conn, &id, seen_ms)
+            .await
+            .expect("dequeue"),
+        "a decision about the job as it was removed the job as it is"
+    );
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(1, 0, 0));
+    assert_eq!(
+        queue
+            .payload(&mut conn, &id)
+            .await
+            .expect("payload")
+            .as_deref(),
+        Some("p")
+    );
+    let now_ms = queue
+        .due_at(&mut conn, &id)
+        .await
+        .expect("ZSCORE")
+        .expect("still waiting");
+    assert!(now_ms >= seen_ms + 60_000, "{now_ms} after {seen_ms}");
+    assert!(
+        queue
+            .dequeue(&mut conn, &id, now_ms)
+            .await
+            .expect("dequeue")
+    );
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 0));
+}
+
+#[tokio::test]
+async fn dequeue_leaves_in_flight_and_dead_jobs_alone() {
+    let (_scratch, queue, mut conn) = setup().await;
+    enqueue_now(&queue, &mut conn, &[("held", "p"), ("dead", "p")]).await;
+    let scores = queue.top(&mut conn, 10).await.expect("top");
+    assert_eq!(scores.len(), 2);
+    let reserved = queue
+        .reserve(&mut conn, 10, LEASE, 1)
+        .await
+        .expect("reserve");
+    let (held, dead): (Vec<_>, Vec<_>) =
+        reserved.jobs.into_iter().partition(|job| job.id == "held");
+    // "dead" fails its only attempt; "held" stays with its worker.
+    queue
+        .retry(&mut conn, &dead, Duration::ZERO, Attempt::Failed, 1)
+        .await
+        .expect("retry");
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 1, 1));
+
+    for (id, seen_ms) in &scores {
+        assert!(
+            !queue
+                .dequeue(&mut conn, id, *seen_ms)
+                .await
+                .expect("dequeue"),
+            "{id} was removed"
+        );
+    }
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 1, 1));
+    // The worker still holds its job, and its ack still counts.
+    assert_eq!(queue.ack(&mut conn, &held).await.expect("ack"), 1);
+    assert_eq!(
+        queue
+            .redrive(&mut conn, Duration::ZERO)
+            .await
+            .expect("redrive"),
+        1
+    );
 }
