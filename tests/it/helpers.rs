@@ -165,28 +165,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
 }
 
 pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
-    startup::raise_open_files_limit();
-    let app = Application::build(Settings {
-        redis_url: options
-            .app_redis_url
-            .clone()
-            .unwrap_or_else(|| scratch.redis_url.clone()),
-        database_url: scratch.database_url.clone(),
-        redis_prefix: scratch.prefix.clone(),
-        bind: "127.0.0.1:0".parse().expect("an address"),
-        admin_token: options.admin_token.clone(),
-        instance_id: Some("test".into()),
-        max_event_streams: options.max_event_streams,
-        admin_session: options.admin_session,
-        run_worker: false,
-        purchase: options.purchase.clone(),
-        worker: options.worker.clone(),
-        limits: options.limits.clone(),
-    })
-    .await
-    .expect("the app starts");
-    let address = format!("http://{}", app.address());
-    tokio::spawn(app.run_until_stopped());
+    let address = start_instance(&scratch, &options, "test").await;
     let pg = startup::connect_postgres(&scratch.database_url)
         .await
         .expect("PostgreSQL");
@@ -205,6 +184,35 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
         worker_settings: options.worker,
         scratch,
     }
+}
+
+/// Start one more app instance on `scratch` (its database and prefix), as
+/// `instance`, with `options`; returns its base URL. It runs until the
+/// test's runtime ends.
+pub async fn start_instance(scratch: &Scratch, options: &Options, instance: &str) -> String {
+    startup::raise_open_files_limit();
+    let app = Application::build(Settings {
+        redis_url: options
+            .app_redis_url
+            .clone()
+            .unwrap_or_else(|| scratch.redis_url.clone()),
+        database_url: scratch.database_url.clone(),
+        redis_prefix: scratch.prefix.clone(),
+        bind: "127.0.0.1:0".parse().expect("an address"),
+        admin_token: options.admin_token.clone(),
+        instance_id: Some(instance.into()),
+        max_event_streams: options.max_event_streams,
+        admin_session: options.admin_session,
+        run_worker: false,
+        purchase: options.purchase.clone(),
+        worker: options.worker.clone(),
+        limits: options.limits.clone(),
+    })
+    .await
+    .expect("the app starts");
+    let address = format!("http://{}", app.address());
+    tokio::spawn(app.run_until_stopped());
+    address
 }
 
 pub fn client() -> reqwest::Client {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use seckill::config::{PurchaseSettings, Strategy};
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, Scratch, TestApp, cluster, spawn_app_with};
+use crate::helpers::{Options, Scratch, TestApp, cluster, spawn_app_with, start_instance};
 
 async fn app_with(purchase: PurchaseSettings) -> TestApp {
     spawn_app_with(Options {
@@ -214,6 +214,46 @@ async fn getset_with_a_holder_paused_past_its_ttl_oversells() {
     .await;
     let sale = app.create_sale(1).await;
     let (first, second) = ann_then_bob(&app, sale).await;
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (202, 202),
+        "no oversell"
+    );
+    assert_eq!(settled(&app, sale).await, (1, 1));
+}
+
+/// `getset` judges expiry by each instance's clock. An instance whose clock
+/// runs 5 s ahead (the knob) finds a live lock "expired" and takes it with
+/// GETSET while its holder, on the honest instance, is still inside: one
+/// unit, two 202s.
+#[tokio::test]
+async fn getset_on_an_instance_whose_clock_runs_ahead_oversells() {
+    let honest = PurchaseSettings {
+        hold_pause_ms: 500,
+        lock_ttl_ms: 2_000,
+        ..settings(Strategy::Getset)
+    };
+    let app = app_with(honest.clone()).await;
+    let ahead = Options {
+        purchase: PurchaseSettings {
+            clock_skew_ms: 5_000,
+            ..honest
+        },
+        ..Options::default()
+    };
+    let skewed = start_instance(&app.scratch, &ahead, "skewed").await;
+    let sale = app.create_sale(1).await;
+    let first = app.purchase(sale, "ann");
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        app.client
+            .post(format!("{skewed}/api/sales/{sale}/purchase"))
+            .json(&json!({"user_id": "bob"}))
+            .send()
+            .await
+            .expect("POST purchase")
+    };
+    let (first, second) = tokio::join!(first, second);
     assert_eq!(
         (first.status().as_u16(), second.status().as_u16()),
         (202, 202),
