@@ -16,6 +16,7 @@
 //! that creates them.
 
 pub mod admin;
+pub mod confirm;
 pub mod orders;
 pub mod sales;
 pub mod schema;
@@ -27,7 +28,8 @@ use deadpool_redis::Pool as RedisPool;
 use sqlx::PgPool;
 
 pub use admin::SaleInside;
-pub use orders::{Confirmation, Deadline, OrderRow, PayOutcome, Taken, Written};
+pub use confirm::{Confirmation, Taken, Written};
+pub use orders::{Deadline, OrderRow, PayOutcome};
 pub use sales::{Catalog, Snapshot};
 
 /// The app's handle on its data. Cheap to clone: every field is shared.

@@ -42,6 +42,23 @@ fn count(statuses: &[u16], status: u16) -> usize {
     statuses.iter().filter(|s| **s == status).count()
 }
 
+/// A one-unit sale on an instance whose lock holders pause 1 s inside a
+/// 300 ms lock; ann buys, and bob 100 ms later, while ann holds the lock.
+async fn ann_then_bob_paused_past_the_ttl(
+    strategy: Strategy,
+) -> (TestApp, i64, reqwest::Response, reqwest::Response) {
+    let app = app_with(PurchaseSettings {
+        hold_pause_ms: 1_000,
+        lock_ttl_ms: 300,
+        lock_wait_ms: 5_000,
+        ..settings(strategy)
+    })
+    .await;
+    let sale = app.create_sale(1).await;
+    let (first, second) = ann_then_bob(&app, sale).await;
+    (app, sale, first, second)
+}
+
 /// ann buys, and bob 100 ms later, while ann may still hold the lock.
 async fn ann_then_bob(app: &TestApp, sale: i64) -> (reqwest::Response, reqwest::Response) {
     let first = app.purchase(sale, "ann");
@@ -205,15 +222,7 @@ async fn article_crashing_between_setnx_and_expire_leaves_a_lock_that_never_expi
 /// buyers, two 202s.
 #[tokio::test]
 async fn getset_with_a_holder_paused_past_its_ttl_oversells() {
-    let app = app_with(PurchaseSettings {
-        hold_pause_ms: 1_000,
-        lock_ttl_ms: 300,
-        lock_wait_ms: 5_000,
-        ..settings(Strategy::Getset)
-    })
-    .await;
-    let sale = app.create_sale(1).await;
-    let (first, second) = ann_then_bob(&app, sale).await;
+    let (app, sale, first, second) = ann_then_bob_paused_past_the_ttl(Strategy::Getset).await;
     assert_eq!(
         (first.status().as_u16(), second.status().as_u16()),
         (202, 202),
@@ -267,15 +276,7 @@ async fn getset_on_an_instance_whose_clock_runs_ahead_oversells() {
 /// nothing is sold twice, nothing is lost, and the unit is still there.
 #[tokio::test]
 async fn lock_with_a_holder_paused_past_its_ttl_does_not_oversell() {
-    let app = app_with(PurchaseSettings {
-        hold_pause_ms: 1_000,
-        lock_ttl_ms: 300,
-        lock_wait_ms: 5_000,
-        ..settings(Strategy::Lock)
-    })
-    .await;
-    let sale = app.create_sale(1).await;
-    let (first, second) = ann_then_bob(&app, sale).await;
+    let (app, sale, first, second) = ann_then_bob_paused_past_the_ttl(Strategy::Lock).await;
     for response in [first, second] {
         assert_eq!(response.status(), 503);
         let body: Value = response.json().await.expect("JSON");

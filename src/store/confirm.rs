@@ -1,0 +1,212 @@
+//! The writes that take a unit for an order: the worker confirming a batch
+//! from the queue ([`Store::confirm_orders`]), and the `postgres` strategy
+//! taking a unit and storing its order in one step
+//! ([`Store::take_in_postgres`]). Both change `sales.sold`, so PostgreSQL's
+//! CHECK (`sold <= stock_total`) and the one-live-order-per-buyer index
+//! have the last word on each.
+//!
+//! The worker's write is one transaction per batch, a savepoint per order,
+//! so that an order PostgreSQL refuses rolls back alone and is stored as
+//! `rejected`. The order id is the primary key, so a redelivered job is a
+//! no-op (`ON CONFLICT (id) DO NOTHING`).
+
+use std::time::Duration;
+
+use sqlx::{Acquire, Postgres, Transaction};
+
+use super::{Store, schema};
+use crate::config::WorkerSettings;
+use crate::domain::{OrderJob, RejectReason};
+
+/// What became of one order job in PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Inserted as confirmed; it took a unit.
+    Confirmed,
+    /// PostgreSQL refused it (sale full, or buyer already holds a unit);
+    /// stored as rejected.
+    Rejected,
+    /// This order id was already stored: a redelivery, and a no-op.
+    AlreadyThere,
+}
+
+/// What a batch's write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirmation {
+    /// Written: what became of each order, in order.
+    Written(Vec<Written>),
+    /// Nothing written: the sale was loaded into Redis again after the
+    /// batch was reserved, so the batch's orders belong to a Redis that
+    /// lost them (a wipe), and the new one sells their units again.
+    Superseded,
+}
+
+/// What the `postgres` strategy's transaction decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// The unit is taken and the order stored as confirmed.
+    Confirmed,
+    /// No unit was left.
+    SoldOut,
+    /// The buyer already holds a unit of this sale.
+    AlreadyPurchased,
+}
+
+impl Store {
+    /// Write a batch of orders of one sale in one transaction, each with its
+    /// payment deadline from now on PostgreSQL's clock, unless the sale was
+    /// loaded into Redis again since the batch was reserved: `epoch` is the
+    /// sale's load epoch the worker read from Redis before it reserved (see
+    /// `migrations/20261124000001_load_epoch.sql`). Returns what became of
+    /// each order, in order, or [`Confirmation::Superseded`] with nothing
+    /// written. Tests call it to play a worker that dies between this
+    /// commit and the ack.
+    pub async fn confirm_orders(
+        &self,
+        orders: &[OrderJob],
+        settings: &WorkerSettings,
+        epoch: Option<&str>,
+    ) -> Result<Confirmation, sqlx::Error> {
+        let Some(first) = orders.first() else {
+            return Ok(Confirmation::Written(Vec::new()));
+        };
+        let mut tx = self.pg.begin().await?;
+        // Each statement ends well inside the batch's lease (see
+        // `WorkerSettings::statement_timeout`); `true`: for this
+        // transaction only, like SET LOCAL.
+        let limit = format!("{}ms", settings.statement_timeout().as_millis());
+        sqlx::query("SELECT set_config('statement_timeout', $1, true)")
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?;
+        // The load's fence: the sale's row, locked until the commit, so no
+        // load can read between this check and the writes.
+        let recorded: Option<String> =
+            sqlx::query_scalar("SELECT load_epoch FROM sales WHERE id = $1 FOR UPDATE")
+                .bind(first.sale_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if recorded.is_some() && recorded.as_deref() != epoch {
+            return Ok(Confirmation::Superseded);
+        }
+        let window_secs = settings.payment_window().as_secs_f64();
+        let mut written = Vec::with_capacity(orders.len());
+        for order in orders {
+            written.push(confirm_order(&mut tx, order, window_secs).await?);
+        }
+        tx.commit().await?;
+        Ok(Confirmation::Written(written))
+    }
+
+    /// The `postgres` strategy's whole purchase, in one transaction: take a
+    /// unit with one conditional UPDATE (the row lock serialises buyers of
+    /// the sale: the database as the lock), and store the order confirmed,
+    /// with its payment deadline `window` from now. A buyer who already
+    /// holds a unit is refused by the unique index, and the unit goes back
+    /// with the rollback.
+    pub async fn take_in_postgres(
+        &self,
+        order: &OrderJob,
+        window: Duration,
+    ) -> Result<Taken, sqlx::Error> {
+        let mut tx = self.pg.begin().await?;
+        let taken =
+            sqlx::query("UPDATE sales SET sold = sold + 1 WHERE id = $1 AND sold < stock_total")
+                .bind(order.sale_id)
+                .execute(&mut *tx)
+                .await?;
+        if taken.rows_affected() == 0 {
+            return Ok(Taken::SoldOut);
+        }
+        let stored = sqlx::query(
+            "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
+             VALUES ($1, $2, $3, 'confirmed', now() + make_interval(secs => $4))",
+        )
+        .bind(order.order_id)
+        .bind(order.sale_id)
+        .bind(&order.user_id)
+        .bind(window.as_secs_f64())
+        .execute(&mut *tx)
+        .await;
+        match stored {
+            Ok(_) => {
+                tx.commit().await?;
+                Ok(Taken::Confirmed)
+            }
+            Err(error) if schema::violates(&error, schema::ONE_ORDER_PER_BUYER) => {
+                Ok(Taken::AlreadyPurchased)
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// Insert one order, with its payment deadline `window_secs` from now on
+/// PostgreSQL's clock. Each order gets a savepoint, so that a refused order
+/// rolls back only itself, and is then stored as rejected.
+async fn confirm_order(
+    tx: &mut Transaction<'_, Postgres>,
+    order: &OrderJob,
+    window_secs: f64,
+) -> Result<Written, sqlx::Error> {
+    let mut savepoint = tx.begin().await?;
+    let inserted = sqlx::query(
+        "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
+         VALUES ($1, $2, $3, 'confirmed', now() + make_interval(secs => $4))
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(order.order_id)
+    .bind(order.sale_id)
+    .bind(&order.user_id)
+    .bind(window_secs)
+    .execute(&mut *savepoint)
+    .await;
+    let refused = match inserted {
+        Ok(done) if done.rows_affected() == 0 => {
+            // Redelivered: this order id is already stored.
+            savepoint.commit().await?;
+            return Ok(Written::AlreadyThere);
+        }
+        Ok(_) => {
+            // Only a newly inserted order takes a unit. The CHECK
+            // (sold <= stock_total) refuses the unit if none is left.
+            let taken = sqlx::query("UPDATE sales SET sold = sold + 1 WHERE id = $1")
+                .bind(order.sale_id)
+                .execute(&mut *savepoint)
+                .await;
+            match taken {
+                Ok(_) => {
+                    savepoint.commit().await?;
+                    return Ok(Written::Confirmed);
+                }
+                Err(error) if schema::violates(&error, schema::SOLD_WITHIN_STOCK) => {
+                    RejectReason::SoldOut
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Err(error) if schema::violates(&error, schema::ONE_ORDER_PER_BUYER) => {
+            RejectReason::DuplicateBuyer
+        }
+        Err(error) => return Err(error),
+    };
+    savepoint.rollback().await?;
+    tracing::warn!(
+        order_id = %order.order_id,
+        sale_id = order.sale_id,
+        user_id = %order.user_id,
+        reason = refused.as_str(),
+        "oversell attempt refused by PostgreSQL"
+    );
+    sqlx::query(
+        "INSERT INTO orders (id, sale_id, user_id, status, reason) VALUES ($1, $2, $3, 'rejected', $4)
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(order.order_id)
+    .bind(order.sale_id)
+    .bind(&order.user_id)
+    .bind(refused)
+    .execute(&mut **tx)
+    .await?;
+    Ok(Written::Rejected)
+}

@@ -1,0 +1,84 @@
+//! What a worker step did, counted, and said in the log.
+
+use crate::store::Written;
+
+/// What one batch did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Jobs reserved from the queue.
+    pub reserved: usize,
+    /// Orders written as confirmed.
+    pub confirmed: usize,
+    /// Orders PostgreSQL refused (stored as rejected).
+    pub rejected: usize,
+    /// Jobs whose order was already in PostgreSQL (a redelivery): no-ops.
+    pub redelivered: usize,
+    /// Jobs of crashed workers put back on the queue by this reserve.
+    pub reclaimed: u64,
+    /// Jobs that ran out of attempts and were dead-lettered by this reserve.
+    pub dead_lettered: u64,
+    /// Unpaid orders cancelled at their deadline (their unit is back on sale).
+    pub cancelled: usize,
+    /// Deadlines that found the order paid: nothing to do.
+    pub paid_in_time: usize,
+    /// Deadlines that came before PostgreSQL's `pay_by` and wait again.
+    pub not_due: usize,
+    /// Payment deadlines put back in their queue by a sweep (Redis had lost
+    /// them; `sweep.rs`).
+    pub swept: u64,
+    /// Jobs that failed by themselves, charged an attempt, to run again later.
+    pub failed: usize,
+    /// Orders not written because the sale was loaded into Redis again
+    /// after their batch was reserved (a wipe took them; see
+    /// `Worker::superseded`).
+    pub superseded: usize,
+}
+
+impl BatchReport {
+    /// Add another report's counts to this one.
+    pub fn add(&mut self, other: BatchReport) {
+        self.reserved += other.reserved;
+        self.confirmed += other.confirmed;
+        self.rejected += other.rejected;
+        self.redelivered += other.redelivered;
+        self.reclaimed += other.reclaimed;
+        self.dead_lettered += other.dead_lettered;
+        self.cancelled += other.cancelled;
+        self.paid_in_time += other.paid_in_time;
+        self.not_due += other.not_due;
+        self.swept += other.swept;
+        self.failed += other.failed;
+        self.superseded += other.superseded;
+    }
+
+    /// Count what became of each order of a write.
+    pub(super) fn count(&mut self, written: &[Written]) {
+        for outcome in written {
+            match outcome {
+                Written::Confirmed => self.confirmed += 1,
+                Written::Rejected => self.rejected += 1,
+                Written::AlreadyThere => self.redelivered += 1,
+            }
+        }
+    }
+}
+
+/// Say what a reserve found besides work: jobs of dead workers, and jobs
+/// out of attempts.
+pub(super) fn log_reservation(report: &BatchReport) {
+    if report.reclaimed > 0 {
+        tracing::warn!(
+            count = report.reclaimed,
+            "redelivering jobs whose worker died"
+        );
+    }
+    if report.dead_lettered > 0 {
+        tracing::error!(
+            count = report.dead_lettered,
+            "jobs dead-lettered after too many attempts"
+        );
+    }
+    if report.reserved > 0 {
+        tracing::Span::current().record("reserved", report.reserved);
+    }
+}
