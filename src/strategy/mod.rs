@@ -328,7 +328,9 @@ pub async fn take_unguarded<C: ConnectionLike + Send>(
 
 /// Steps 3 to 5 with no check: DECR the stock (unless the caller did:
 /// `decremented` is then the units left it got), add the buyer, publish
-/// the units left, queue the order, note it for lookups.
+/// the units left, queue the order, note it for lookups. Separate commands
+/// on purpose, as the articles' callers write them: only the broken
+/// strategies use this, and what guards it (or fails to) is theirs.
 pub async fn record_take<C: ConnectionLike + Send>(
     shop: &Shop,
     conn: &mut C,

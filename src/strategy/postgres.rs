@@ -48,7 +48,10 @@ pub async fn purchase<C: ConnectionLike + Send>(
         Taken::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased),
         Taken::Confirmed => {}
     }
+    // One MULTI: no reader of the sale sees the unit gone and its buyer
+    // not yet recorded (or the other way round).
     let (left,): (i64,) = redis::pipe()
+        .atomic()
         .decr(&keys.stock, 1)
         .sadd(&keys.buyers, user.as_str())
         .ignore()
