@@ -15,7 +15,7 @@ use seckill_loadtest::LoadArgs;
 use serde::Serialize;
 
 use crate::config::{
-    DEFAULT_MAX_EVENT_STREAMS, PurchaseSettings, RateLimitSettings, ServiceArgs, Strategy,
+    DEFAULT_MAX_EVENT_STREAMS, Knob, PurchaseSettings, RateLimitSettings, ServiceArgs, Strategy,
     WorkerSettings,
 };
 use crate::domain::{Sale, SaleStatus};
@@ -53,6 +53,12 @@ pub enum Command {
     /// holder paused, PostgreSQL down, Redis killed and wiped, a hostile
     /// flood); then every promise checked, per fault and overall.
     Chaos(ChaosArgs),
+    /// The concurrency lab: every purchase strategy, each with the fault knob
+    /// that exposes its bug (and once without), raced by the same burst and
+    /// measured in one table (also JSON and HTML). Exit 0 when every row
+    /// shows what it must: the broken ones break as documented, the correct
+    /// ones hold.
+    Lab(LabArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -221,6 +227,41 @@ pub struct DemoArgs {
     /// up the unpaid orders are cancelled and their units come back on sale.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(30..=31_536_000))]
     pub payment_window_secs: u64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabArgs {
+    /// Run only this strategy's rows.
+    #[arg(long, value_enum)]
+    pub strategy: Option<Strategy>,
+
+    /// Run only the rows with this fault knob (with --strategy: one row; a pairing the lesson does not teach runs with the knob's usual values).
+    #[arg(long, value_enum)]
+    pub knob: Option<Knob>,
+
+    /// Distinct buyers in each row.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub users: u32,
+
+    /// Fraction of buyers who also send a second request at the same moment (0 to 1; a row may set its own).
+    #[arg(long, default_value_t = 0.05, value_parser = seckill_loadtest::fraction)]
+    pub dup: f64,
+
+    /// Units for sale in each row.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub stock: u32,
+
+    /// App instances in each row (plus one worker; a row may set its own).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub instances: u32,
+
+    /// Where the table (lab.json, lab.html) and each row's load-test report go.
+    #[arg(long, default_value = "target/seckill-lab")]
+    pub report_dir: PathBuf,
+
+    /// Quit after the table instead of keeping every row's instances serving until Ctrl-C.
+    #[arg(long)]
+    pub exit: bool,
 }
 
 /// The faults `seckill chaos` can inject.

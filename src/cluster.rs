@@ -128,11 +128,24 @@ impl Cluster {
         label: &str,
         instances: u32,
     ) -> anyhow::Result<Self> {
+        Self::start_each(deployment, label, instances, |_| Vec::new()).await
+    }
+
+    /// [`Cluster::start`], with `flags(i)` added to the command line of
+    /// instance `i` (from 1): the lab's fault knobs, some of which only
+    /// one instance has (a clock that runs ahead).
+    pub async fn start_each(
+        deployment: Deployment,
+        label: &str,
+        instances: u32,
+        flags: impl Fn(u32) -> Vec<String>,
+    ) -> anyhow::Result<Self> {
         let mut cluster = Self::new(deployment);
         for i in 1..=instances {
-            cluster
-                .start_app(&format!("{label}-{i}"), &["--no-worker"])
-                .await?;
+            let flags = flags(i);
+            let mut args = vec!["--no-worker"];
+            args.extend(flags.iter().map(String::as_str));
+            cluster.start_app(&format!("{label}-{i}"), &args).await?;
         }
         cluster.start_worker(&format!("{label}-worker"), &[])?;
         Ok(cluster)
@@ -254,6 +267,25 @@ impl Cluster {
             .with_context(|| format!("waiting for {name}"))?;
         self.members.remove(index);
         Ok(status)
+    }
+
+    /// The processes that have exited by themselves, with how they ended;
+    /// they are forgotten.
+    pub fn exited(&mut self) -> anyhow::Result<Vec<(String, ExitStatus)>> {
+        let mut exited = Vec::new();
+        let mut index = 0;
+        while index < self.members.len() {
+            let member = &mut self.members[index];
+            match member
+                .child
+                .try_wait()
+                .with_context(|| format!("asking after {}", member.name))?
+            {
+                Some(status) => exited.push((self.members.remove(index).name, status)),
+                None => index += 1,
+            }
+        }
+        Ok(exited)
     }
 
     /// Kill `name` at once (SIGKILL), as a crash would, and forget it.

@@ -86,6 +86,36 @@ impl Strategy {
     }
 }
 
+/// The fault knobs of `serve` below, by name: what `seckill lab --knob`
+/// takes. Which values each sets is the lab's business (`lab/rows.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Knob {
+    /// No fault: the strategy as it runs on a good day.
+    None,
+    /// `--hold-pause-ms`: the lock holder stops inside its critical section
+    /// (a GC pause, a page fault).
+    HoldPause,
+    /// `--crash-after-setnx`: `article`'s holder exits between SETNX and EXPIRE.
+    CrashAfterSetnx,
+    /// `--clock-skew-ms` on the second instance: its clock runs ahead.
+    ClockSkew,
+    /// `--redis-delay-ms`: every command of `article`'s lock arrives late.
+    RedisDelay,
+}
+
+impl Knob {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Knob::None => "none",
+            Knob::HoldPause => "hold-pause",
+            Knob::CrashAfterSetnx => "crash-after-setnx",
+            Knob::ClockSkew => "clock-skew",
+            Knob::RedisDelay => "redis-delay",
+        }
+    }
+}
+
 /// Event streams one instance serves at once, by default.
 pub const DEFAULT_MAX_EVENT_STREAMS: u32 = 10_000;
 
@@ -97,7 +127,7 @@ pub const DEFAULT_NAIVE_DELAY_MS: u64 = 5;
 /// Knobs of the purchase path.
 #[derive(Debug, Clone, Args)]
 pub struct PurchaseSettings {
-    /// Purchase strategy: `lock` (safe) or `naive` (deliberately broken, for the demo).
+    /// Purchase strategy: `lock` (the default), `lua` and `postgres` are safe; `naive`, `article`, `getset` and `decr` are deliberately broken, for the demo and the lab.
     #[arg(long, env = "SECKILL_STRATEGY", value_enum, default_value_t = Strategy::Lock)]
     pub strategy: Strategy,
 
@@ -121,7 +151,7 @@ pub struct PurchaseSettings {
     #[arg(long, env = "SECKILL_HOLD_PAUSE_MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub hold_pause_ms: u64,
 
-    /// Fault knob, for workshops: wait this many milliseconds before each Redis command of the article's lock, 0 to 10000 (a slow network). The gap between SETNX and EXPIRE widens, and `article` may let others take a live holder's lock.
+    /// Fault knob, for workshops: wait this many milliseconds before each Redis command of the hand-written locks (`article`, `getset`), 0 to 10000 (a slow network). The gap between SETNX and EXPIRE widens, and `article` may let others take a live holder's lock.
     #[arg(long, env = "SECKILL_REDIS_DELAY_MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub redis_delay_ms: u64,
 

@@ -146,17 +146,16 @@ async fn one_run(
         json: Some(args.report_dir.join(format!("{label}.json"))),
         html: Some(args.report_dir.join(format!("{label}.html"))),
     };
-    let stock = i64::from(args.stock);
-    let mut subject = harness::subject(
+    let run = harness::burst(
         store,
         services,
-        cluster.urls(),
-        Some(strategy),
-        sale_id,
-        stock,
+        &cluster,
+        strategy,
+        (sale_id, args.stock),
+        (label, &load),
     )
-    .await?;
-    let report = match seckill_loadtest::load_test(&mut subject, &load, label, &progress).await {
+    .await;
+    let report = match run {
         Ok(report) => report,
         Err(error) => {
             cluster.stop().await;

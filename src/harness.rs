@@ -115,6 +115,29 @@ pub fn verify_keys(prefix: &str, sale_id: i64) -> seckill_loadtest::verify::Redi
     }
 }
 
+/// The load test against `cluster`'s instances on sale `sale_id` of
+/// `stock` units, verified as `load` says: what a demo run and a lab row
+/// share. Progress goes to stderr; the caller prints the report.
+pub async fn burst(
+    store: &Store,
+    services: &Services,
+    cluster: &Cluster,
+    strategy: Strategy,
+    (sale_id, stock): (i64, u32),
+    (label, load): (&str, &LoadArgs),
+) -> anyhow::Result<seckill_loadtest::report::Report> {
+    let mut subject = subject(
+        store,
+        services,
+        cluster.urls(),
+        Some(strategy),
+        sale_id,
+        i64::from(stock),
+    )
+    .await?;
+    seckill_loadtest::load_test(&mut subject, load, label, &Progress::stderr()).await
+}
+
 /// Where the reports went, if anywhere.
 pub fn print_paths(load: &LoadArgs) {
     if let Some(path) = &load.json {

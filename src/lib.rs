@@ -22,7 +22,8 @@
 //! [`cluster`] starts app instances and workers as processes; [`harness`]
 //! and [`demo`] run the load test (the `loadtest/` crate) against them, and
 //! [`chaos`] runs it against a private deployment while killing, pausing
-//! and wiping its parts.
+//! and wiping its parts. [`lab`] runs it against every purchase strategy
+//! ([`strategy`]), each with the fault that breaks it, in one table.
 
 // The layers, bottom up (ARCHITECTURE.md draws them; tests/it/layers.rs
 // keeps every `use crate::` pointing down):
@@ -53,5 +54,6 @@ pub mod chaos;
 pub mod cluster;
 pub mod demo;
 pub mod harness;
+pub mod lab;
 pub mod services;
 pub mod startup;

@@ -24,7 +24,7 @@ async fn main() -> ExitCode {
     // `demo` answers like `seckill-loadtest`: 1 only for a broken promise,
     // 2 when it could not run at all.
     let failure = match cli.command {
-        Command::Demo(_) | Command::Chaos(_) => ExitCode::from(2),
+        Command::Demo(_) | Command::Chaos(_) | Command::Lab(_) => ExitCode::from(2),
         _ => ExitCode::FAILURE,
     };
     match run(cli).await {
@@ -45,7 +45,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Only `serve` and `demo` may run on private servers: they are the
     // commands that use them for as long as they live.
     let private = match cli.command {
-        Command::Serve(_) | Command::Demo(_) => PrivateServers::Allowed,
+        Command::Serve(_) | Command::Demo(_) | Command::Lab(_) => PrivateServers::Allowed,
         _ => PrivateServers::Refused,
     };
     // Held until the command ends: dropping it stops any private servers.
@@ -71,6 +71,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // 2 when one could not be trusted: as `seckill-loadtest`.
             let verdict = seckill::demo::demo(args, &services, &prefix).await?;
             return Ok(ExitCode::from(verdict.exit_code()));
+        }
+        Command::Lab(args) => {
+            // 0 when every row showed what it must, 1 when one did not.
+            let as_expected = seckill::lab::lab(args, &services, &prefix).await?;
+            return Ok(if as_expected {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -72,7 +72,7 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=20_000))]
     pub connections: u64,
 
-    /// What the run must show: `no-oversell`, or `oversell` for the deliberately broken naive strategy.
+    /// What the run must show: `no-oversell`; `oversell` for the deliberately broken naive strategy; `observe` to check only PostgreSQL's word (no buyer twice, nothing lost).
     #[arg(long, value_enum, default_value_t = Expect::NoOversell)]
     pub expect: Expect,
 
@@ -109,7 +109,8 @@ fn above_zero(raw: &str, max: f64, what: &str) -> Result<f64, String> {
     }
 }
 
-fn fraction(raw: &str) -> Result<f64, String> {
+/// A fraction: a number from 0 to 1.
+pub fn fraction(raw: &str) -> Result<f64, String> {
     let value: f64 = raw
         .parse()
         .map_err(|_| format!("{raw:?} is not a number"))?;
@@ -172,12 +173,14 @@ pub async fn load_test(
         environment: Environment::here(),
         verdict: Report::judge(&problems, &findings.checks),
         oversold_by: won.saturating_sub(u64::try_from(subject.stock).unwrap_or(0)),
+        duplicate_buyers: findings.duplicate_buyers,
         summary,
         generator,
         stored: report::StoredOrders {
             sold_before: before.len() as u64,
             confirmed: findings.confirmed,
             rejected: findings.rejected,
+            lost: findings.lost,
         },
         invariants: findings.checks,
         problems,

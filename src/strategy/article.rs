@@ -86,7 +86,7 @@ impl ArticleLock<'_> {
         let timeout_at = self.shop.settings.now_ms() + timeout.as_millis() as i64;
         let expire_at = now + expire_secs as i64;
         loop {
-            self.slow().await;
+            self.shop.slow_network().await;
             let taken: bool = redis::cmd("SETNX")
                 .arg(self.key)
                 .arg(expire_at)
@@ -102,7 +102,7 @@ impl ArticleLock<'_> {
                 // The hold-pause knob: a GC pause at the worst moment, with
                 // the lock taken and no TTL on it yet (bug 3's window).
                 tokio::time::sleep(self.shop.settings.hold_pause()).await;
-                self.slow().await;
+                self.shop.slow_network().await;
                 // Bug 2: a timestamp where a number of seconds belongs.
                 let _: bool = redis::cmd("EXPIRE")
                     .arg(self.key)
@@ -112,7 +112,7 @@ impl ArticleLock<'_> {
                     .context("EXPIRE")?;
                 return Ok(Some(expire_at));
             }
-            self.slow().await;
+            self.shop.slow_network().await;
             let ttl: i64 = redis::cmd("TTL")
                 .arg(self.key)
                 .query_async(conn)
@@ -120,7 +120,7 @@ impl ArticleLock<'_> {
                 .context("TTL")?;
             // Bug 3: "no TTL" is also a live holder between its two steps.
             if ttl < 0 {
-                self.slow().await;
+                self.shop.slow_network().await;
                 let () = redis::cmd("SET")
                     .arg(self.key)
                     .arg(expire_at)
@@ -144,7 +144,7 @@ impl ArticleLock<'_> {
         expire_at: i64,
     ) -> anyhow::Result<bool> {
         if self.is_locking(conn, expire_at).await? {
-            self.slow().await;
+            self.shop.slow_network().await;
             // Bug 5: whoever holds it now, it is deleted.
             let deleted: i64 = redis::cmd("DEL")
                 .arg(self.key)
@@ -165,20 +165,12 @@ impl ArticleLock<'_> {
         conn: &mut C,
         _ours: i64,
     ) -> anyhow::Result<bool> {
-        self.slow().await;
+        self.shop.slow_network().await;
         let held: Option<String> = redis::cmd("GET")
             .arg(self.key)
             .query_async(conn)
             .await
             .context("GET")?;
         Ok(held.is_some_and(|value| !value.is_empty()))
-    }
-
-    /// The slow-network knob: a pause before each Redis command.
-    async fn slow(&self) {
-        let delay = self.shop.settings.redis_delay();
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
     }
 }

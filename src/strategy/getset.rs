@@ -17,8 +17,15 @@
 //!    fault) wakes up and writes, while the next holder writes too. Knob:
 //!    `--hold-pause-ms` above the lock's TTL: it oversells.
 //! 3. **Two takers.** A waiter that loses the GETSET race has still
-//!    written its own expiry into the lock; and the release deletes the
-//!    key without asking whose it is.
+//!    written its own expiry into the lock (and GETSET dropped its TTL: the
+//!    key may be left with none); and the release deletes the key without
+//!    asking whose it is.
+//!
+//! In the lab, the clock-skew row also slows the skewed instance's lock
+//! commands (`--redis-delay-ms 20`): an honest holder then takes the lock
+//! first, sleeps on what it read (`--hold-pause-ms 200` on the honest
+//! instance), is robbed, and wakes to sell a unit the robber sold
+//! meanwhile.
 
 use std::time::Duration;
 
@@ -41,7 +48,7 @@ pub async fn purchase<C: ConnectionLike + Send>(
     }
     let pause = shop.settings.hold_pause();
     let outcome = take_unguarded(shop, conn, (keys, sale_id), user, pause).await;
-    unlock(conn, &keys.lock).await?;
+    unlock(shop, conn, &keys.lock).await?;
     outcome
 }
 
@@ -56,6 +63,7 @@ async fn lock<C: ConnectionLike + Send>(
     loop {
         let now = shop.settings.now_ms();
         let expiry = now + ttl.as_millis() as i64;
+        shop.slow_network().await;
         let taken: bool = redis::cmd("SETNX")
             .arg(key)
             .arg(expiry)
@@ -63,6 +71,7 @@ async fn lock<C: ConnectionLike + Send>(
             .await
             .context("SETNX")?;
         let taken = taken || {
+            shop.slow_network().await;
             let stored: Option<i64> = redis::cmd("GET")
                 .arg(key)
                 .query_async(conn)
@@ -70,6 +79,7 @@ async fn lock<C: ConnectionLike + Send>(
                 .context("GET")?;
             // Bug 1: "past" by this instance's clock.
             if stored.is_some_and(|stored| stored < now) {
+                shop.slow_network().await;
                 let old: Option<i64> = redis::cmd("GETSET")
                     .arg(key)
                     .arg(expiry)
@@ -82,6 +92,7 @@ async fn lock<C: ConnectionLike + Send>(
             }
         };
         if taken {
+            shop.slow_network().await;
             let _: bool = redis::cmd("PEXPIRE")
                 .arg(key)
                 .arg(ttl.as_millis() as u64)
@@ -98,13 +109,19 @@ async fn lock<C: ConnectionLike + Send>(
 }
 
 /// "If the lock has not expired, delete it" (bug 3: whoever holds it).
-async fn unlock<C: ConnectionLike + Send>(conn: &mut C, key: &str) -> anyhow::Result<()> {
+async fn unlock<C: ConnectionLike + Send>(
+    shop: &Shop,
+    conn: &mut C,
+    key: &str,
+) -> anyhow::Result<()> {
+    shop.slow_network().await;
     let ttl: i64 = redis::cmd("PTTL")
         .arg(key)
         .query_async(conn)
         .await
         .context("PTTL")?;
     if ttl > 0 {
+        shop.slow_network().await;
         let () = redis::cmd("DEL")
             .arg(key)
             .query_async(conn)

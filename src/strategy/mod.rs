@@ -175,6 +175,15 @@ pub struct Shop {
 }
 
 impl Shop {
+    /// The slow-network knob (`--redis-delay-ms`): a pause before each
+    /// command of the hand-written locks (`article`, `getset`).
+    pub async fn slow_network(&self) {
+        let delay = self.settings.redis_delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+
     pub fn new(
         store: Store,
         settings: PurchaseSettings,

@@ -2,49 +2,8 @@
 //! few hundred buyers, and then what the exit code, the reports and
 //! PostgreSQL say.
 
-use std::path::Path;
-use std::process::Output;
-use std::time::Duration;
-
-use serde_json::Value;
-
 use crate::helpers::{Scratch, loadtest_command, seckill_command};
-
-/// Long enough for three processes to start and a few hundred buyers to race
-/// on a loaded CI machine; a hung run fails instead of hanging the suite.
-const RUN_LIMIT: Duration = Duration::from_secs(180);
-
-async fn finish(mut command: tokio::process::Command) -> Output {
-    tokio::time::timeout(RUN_LIMIT, command.output())
-        .await
-        .expect("the run ended in time")
-        .expect("the program started")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("the JSON report"))
-        .expect("valid JSON")
-}
-
-/// `(status, count)` of every order in the scratch database.
-async fn orders_by_status(scratch: &Scratch) -> Vec<(String, i64)> {
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
-    sqlx::query_as("SELECT status, count(*) FROM orders GROUP BY status ORDER BY status")
-        .fetch_all(&pg)
-        .await
-        .expect("orders")
-}
+use crate::processes::{finish, interrupt, orders_by_status, read_json, start_until, text};
 
 #[tokio::test]
 async fn a_burst_on_two_spawned_instances_sells_each_unit_once_and_reports_it() {
@@ -210,7 +169,7 @@ async fn a_run_whose_requests_fail_is_invalid_and_exits_2() {
     ))
     .await;
     assert!(created.status.success(), "{}", text(&created));
-    let sale: Value = serde_json::from_slice(&created.stdout).expect("the sale");
+    let sale: serde_json::Value = serde_json::from_slice(&created.stdout).expect("the sale");
     let sale = sale["id"].to_string();
     // A port nobody listens on: every connection is refused.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
@@ -495,36 +454,19 @@ async fn a_second_run_on_an_existing_sale_counts_the_units_sold_before_it() {
 
 #[tokio::test]
 async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    use tokio::io::{AsyncBufReadExt, BufReader};
-
     let scratch = Scratch::new().await;
     let dir = tempfile::tempdir().expect("a temp dir");
-    let mut demo = seckill_command(
-        &scratch,
-        &[
-            "demo",
-            "--users",
-            "100",
-            "--report-dir",
-            dir.path().to_str().expect("a UTF-8 path"),
-        ],
-        &[],
+    let dir_arg = dir.path().to_str().expect("a UTF-8 path");
+    let (demo, page) = start_until(
+        seckill_command(
+            &scratch,
+            &["demo", "--users", "100", "--report-dir", dir_arg],
+            &[],
+        ),
+        "its sale page",
+        |line| Some(line.strip_prefix("The sale page stays up: ")?.to_owned()),
     )
-    .spawn()
-    .expect("seckill demo");
-    let mut lines = BufReader::new(demo.stdout.take().expect("stdout is piped")).lines();
-    let page = tokio::time::timeout(RUN_LIMIT, async {
-        while let Some(line) = lines.next_line().await.expect("reading stdout") {
-            if let Some(url) = line.strip_prefix("The sale page stays up: ") {
-                return url.to_owned();
-            }
-        }
-        panic!("the demo ended without printing its sale page");
-    })
-    .await
-    .expect("the demo reached its sale page in time");
+    .await;
 
     let response = crate::helpers::client()
         .get(&page)
@@ -535,13 +477,7 @@ async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
     let body = response.text().await.expect("the page");
     assert!(body.contains("Phone, lock strategy"), "{body}");
 
-    let pid = i32::try_from(demo.id().expect("running")).expect("a pid");
-    kill(Pid::from_raw(pid), Signal::SIGINT).expect("SIGINT");
-    let status = tokio::time::timeout(Duration::from_secs(30), demo.wait())
-        .await
-        .expect("the demo stopped in time")
-        .expect("its exit status");
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(interrupt(demo).await, Some(0));
     // Its instances are gone with it.
     assert!(crate::helpers::client().get(&page).send().await.is_err());
 }

@@ -226,3 +226,40 @@ async fn a_paid_order_holds_its_unit_and_a_cancelled_one_is_named() {
         "{failures:?}"
     );
 }
+
+/// `observe` judges PostgreSQL's word only: a buyer who got two `202`s
+/// (one order confirmed, one refused) and a unit left unsold pass it, and
+/// are counted; a `202` PostgreSQL never stored fails it.
+#[tokio::test]
+async fn the_observe_expectation_counts_double_winners_and_fails_on_a_lost_order() {
+    let mut world = World::new(3).await;
+    let refused = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO orders (id, sale_id, user_id, status, reason) VALUES ($1, $2, 'winner-0', 'rejected', 'duplicate_buyer')",
+    )
+    .bind(refused)
+    .bind(world.facts.sale_id)
+    .execute(&world.pg)
+    .await
+    .expect("insert the refused order");
+    world.facts.accepted.push(("winner-0".into(), refused));
+    let findings = world.verify(Expect::Observe).await;
+    assert!(findings.passed(), "{:#?}", findings.checks);
+    assert_eq!(
+        (findings.duplicate_buyers, findings.lost, findings.rejected),
+        (1, 0, 1)
+    );
+    // The same run under `no-oversell` fails: 3 units of 5 sold to 100 buyers.
+    assert!(
+        world
+            .failures(Expect::NoOversell)
+            .await
+            .contains(&"confirmed orders in PostgreSQL = min(units, distinct buyers)")
+    );
+    world.facts.accepted.push(("ghost".into(), Uuid::now_v7()));
+    assert_eq!(
+        world.failures(Expect::Observe).await,
+        ["accepted orders missing from PostgreSQL"]
+    );
+    assert_eq!(world.verify(Expect::Observe).await.lost, 1);
+}

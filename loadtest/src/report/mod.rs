@@ -102,6 +102,8 @@ pub struct StoredOrders {
     pub confirmed: u64,
     /// Orders PostgreSQL refused.
     pub rejected: u64,
+    /// `202`s whose order PostgreSQL does not hold at all.
+    pub lost: u64,
 }
 
 /// Everything about one run.
@@ -122,6 +124,8 @@ pub struct Report {
     pub problems: Vec<String>,
     /// Winning answers beyond the stock (the naive strategy's oversell).
     pub oversold_by: u64,
+    /// Buyers who got more than one `202` (the `decr` strategy's race).
+    pub duplicate_buyers: u64,
 }
 
 impl Report {

@@ -1,0 +1,522 @@
+//! The lesson as data: which strategy runs with which knob, and what each
+//! row must show.
+//!
+//! A row is a strategy, a fault knob (or none) and an [`Expectation`]. The
+//! knob is set on the row's instances as command-line flags (`serve
+//! --hold-pause-ms 200 ...`), so each bug is made to happen by a
+//! deterministic trigger rather than by hoping for a race. The expectation
+//! is judged from the row's figures ([`Figures`]): the broken strategies
+//! must break the way their files say, the correct ones must hold.
+
+use serde::Serialize;
+
+use crate::config::{Knob, Strategy};
+
+/// The flags a knob adds to a row's instances when the row names no
+/// values of its own.
+fn default_flags(knob: Knob) -> Flags {
+    match knob {
+        Knob::None => Flags::default(),
+        Knob::HoldPause => Flags::every(&["--hold-pause-ms", "200"]),
+        Knob::CrashAfterSetnx => Flags::every(&["--crash-after-setnx"]),
+        // The honest instance's holders sleep on what they read; the
+        // instance whose clock runs ahead takes their live locks and sells
+        // meanwhile. Its lock commands arrive 20 ms late, so that an honest
+        // holder takes the lock first (see strategy/getset.rs).
+        Knob::ClockSkew => Flags {
+            every: flags(&["--lock-ttl-ms", "2000", "--lock-wait-ms", "10000"]),
+            first: flags(&["--hold-pause-ms", "200"]),
+            second: flags(&["--clock-skew-ms", "5000", "--redis-delay-ms", "20"]),
+        },
+        Knob::RedisDelay => Flags::every(&["--redis-delay-ms", "20"]),
+    }
+}
+
+/// Command-line flags of a row's instances.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Flags {
+    /// Added to every instance.
+    pub every: Vec<String>,
+    /// Added to the first instance only.
+    pub first: Vec<String>,
+    /// Added to the second instance only (a skewed clock is one machine's).
+    pub second: Vec<String>,
+}
+
+impl Flags {
+    fn every(raw: &[&str]) -> Self {
+        Self {
+            every: flags(raw),
+            ..Self::default()
+        }
+    }
+
+    /// The flags of instance `i` (1-based).
+    pub fn of_instance(&self, i: u32) -> Vec<String> {
+        let mut all = self.every.clone();
+        match i {
+            1 => all.extend(self.first.iter().cloned()),
+            2 => all.extend(self.second.iter().cloned()),
+            _ => {}
+        }
+        all
+    }
+}
+
+fn flags(raw: &[&str]) -> Vec<String> {
+    raw.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// What a row must show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expectation {
+    /// Every unit sold once, to as many buyers; nothing lost, nothing
+    /// refused by PostgreSQL, no lock left behind.
+    Holds,
+    /// More `202`s than units; PostgreSQL confirms exactly the units and
+    /// refuses the rest; nothing lost.
+    Oversells,
+    /// The paused holders' writes refused by the fence: nothing sold
+    /// twice, nothing refused by PostgreSQL, at least one fenced write.
+    Fenced,
+    /// One buyer won twice; PostgreSQL refused the second order, whose
+    /// unit Redis had taken: fewer units sold than the sale had.
+    DoubleWinsUndersells,
+    /// The instance died between SETNX and EXPIRE and left the lock
+    /// without a TTL: nobody can ever take it by itself.
+    StuckLock,
+    /// The bug is there but needs bad luck to show (the row without its
+    /// knob): whatever Redis said, PostgreSQL kept its word (no buyer
+    /// twice, nothing lost, no more units than the stock).
+    PostgresHolds,
+}
+
+impl Expectation {
+    /// The expectation in the words of the table.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Expectation::Holds => "holds",
+            Expectation::Oversells => "oversells; PostgreSQL refuses the excess",
+            Expectation::Fenced => "fence refuses the paused holder; holds",
+            Expectation::DoubleWinsUndersells => "one buyer wins twice; undersells",
+            Expectation::StuckLock => "lock left with no TTL",
+            Expectation::PostgresHolds => "may break by luck; PostgreSQL holds",
+        }
+    }
+
+    /// Which checks of the load test's verifier apply: the correct
+    /// strategies are held to every one, the deliberately broken ones to
+    /// PostgreSQL's word.
+    pub fn verify_as(self) -> seckill_loadtest::verify::Expect {
+        use seckill_loadtest::verify::Expect;
+        match self {
+            Expectation::Holds => Expect::NoOversell,
+            Expectation::Oversells => Expect::Oversell,
+            _ => Expect::Observe,
+        }
+    }
+
+    /// Whether `figures` show what this expectation says; if not, why not.
+    pub fn judge(self, figures: &Figures) -> Result<(), String> {
+        let fails = |why: &str| Err(why.to_owned());
+        if figures.lost > 0 {
+            return fails("202s missing from PostgreSQL");
+        }
+        match self {
+            Expectation::Holds if figures.rejected > 0 || figures.stuck_lock.is_some() => {
+                return fails("PostgreSQL refused orders, or a lock was stuck");
+            }
+            Expectation::Oversells if figures.oversold == 0 => {
+                return fails("nothing was oversold");
+            }
+            Expectation::Fenced if figures.oversold > 0 || figures.rejected > 0 => {
+                return fails("a unit was sold twice");
+            }
+            Expectation::Fenced if figures.fenced == 0 => {
+                return fails("the fence refused nothing");
+            }
+            Expectation::DoubleWinsUndersells
+                if figures.duplicate_buyers == 0 || figures.confirmed >= figures.units =>
+            {
+                return fails("no buyer won twice, or every unit was sold");
+            }
+            // The crash fails the load test's own checks (its buyers got
+            // no answer): the lock and the exit are what this row shows.
+            Expectation::StuckLock if figures.lock_left_without_ttl && figures.crashed > 0 => {
+                return Ok(());
+            }
+            Expectation::StuckLock => {
+                return fails("no instance crashed leaving a lock without a TTL");
+            }
+            _ => {}
+        }
+        if figures.verified {
+            Ok(())
+        } else {
+            fails("the load test's checks failed (see the row's report)")
+        }
+    }
+}
+
+/// How many buyers a row has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Buyers {
+    /// The run's `--users`.
+    Run,
+    /// Half as many as the units, each sending twice: every request wins
+    /// a unit unless something stops a buyer's second one.
+    HalfTheUnits,
+}
+
+impl Buyers {
+    pub fn count(self, run_users: u32, units: u32) -> u32 {
+        match self {
+            Buyers::Run => run_users,
+            Buyers::HalfTheUnits => (units / 2).max(1),
+        }
+    }
+}
+
+/// One row of the lesson.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub strategy: Strategy,
+    pub knob: Knob,
+    pub flags: Flags,
+    pub expect: Expectation,
+    /// App instances, when the row needs other than the run's.
+    pub instances: Option<u32>,
+    /// Share of buyers who send twice, when the row needs other than the run's.
+    pub dup: Option<f64>,
+    /// Buyers, when the row needs other than the run's.
+    pub buyers: Buyers,
+    /// What the row shows, in one sentence.
+    pub lesson: &'static str,
+}
+
+impl Row {
+    fn new(strategy: Strategy, knob: Knob, expect: Expectation, lesson: &'static str) -> Self {
+        Self {
+            strategy,
+            knob,
+            flags: default_flags(knob),
+            expect,
+            instances: None,
+            dup: None,
+            buyers: Buyers::Run,
+            lesson,
+        }
+    }
+
+    fn flags(mut self, every: &[&str]) -> Self {
+        self.flags.every = flags(every);
+        self
+    }
+
+    /// The row's name in reports and file names: `article+hold-pause`.
+    pub fn label(&self) -> String {
+        match self.knob {
+            Knob::None => self.strategy.as_str().to_owned(),
+            knob => format!("{}+{}", self.strategy.as_str(), knob.as_str()),
+        }
+    }
+}
+
+/// The whole lesson, in the order it is taught: the broken strategies
+/// first, each without and then with the knob that exposes its bug, then
+/// the correct ones.
+pub fn lesson() -> Vec<Row> {
+    use Expectation::*;
+    use Strategy::*;
+    vec![
+        Row::new(
+            Naive,
+            Knob::None,
+            Oversells,
+            "read, pause, write: every buyer in the pause reads the same stock",
+        ),
+        Row::new(
+            Article,
+            Knob::None,
+            PostgresHolds,
+            "the article's lock on a good day: its bugs wait for bad luck",
+        ),
+        Row::new(
+            Article,
+            Knob::HoldPause,
+            Oversells,
+            "a holder paused between SETNX and EXPIRE is robbed (TTL < 0 = 'crashed')",
+        ),
+        Row {
+            // One instance: with two, the other one "rescues" the lock by
+            // the same takeover that robs live holders, and the crash hides.
+            instances: Some(1),
+            ..Row::new(
+                Article,
+                Knob::CrashAfterSetnx,
+                StuckLock,
+                "a crash between SETNX and EXPIRE leaves a lock that never expires",
+            )
+        },
+        Row::new(
+            Getset,
+            Knob::None,
+            PostgresHolds,
+            "the GETSET lock on a good day",
+        ),
+        Row::new(
+            Getset,
+            Knob::HoldPause,
+            Oversells,
+            "a holder paused past its TTL wakes up and writes: no fence",
+        )
+        .flags(&[
+            "--hold-pause-ms",
+            "1000",
+            "--lock-ttl-ms",
+            "300",
+            "--lock-wait-ms",
+            "5000",
+        ]),
+        Row::new(
+            Getset,
+            Knob::ClockSkew,
+            Oversells,
+            "a clock 5 s ahead takes live locks: it sells what a sleeping holder already read",
+        ),
+        Row::new(
+            Decr,
+            Knob::None,
+            PostgresHolds,
+            "DECR, then INCR back below zero: fine while nothing pauses",
+        ),
+        Row {
+            // Half as many buyers as units, each sending twice at once: the
+            // knob holds every request between taking its unit and
+            // recording its buyer, so each buyer's second request passes
+            // the check too. With 2,000 buyers, whether a pair lands among
+            // the first ten DECRs is luck, and the lab shows no luck.
+            dup: Some(1.0),
+            buyers: Buyers::HalfTheUnits,
+            ..Row::new(
+                Decr,
+                Knob::HoldPause,
+                DoubleWinsUndersells,
+                "each buyer's two requests both pass the check before either records the buyer",
+            )
+        },
+        Row::new(
+            Lock,
+            Knob::None,
+            Holds,
+            "the fixed lock: SET NX PX, owner checks, a fence on the writes",
+        ),
+        Row::new(
+            Lock,
+            Knob::HoldPause,
+            Fenced,
+            "the same pause past the TTL: the fence refuses the late write (503 lock_lost)",
+        )
+        .flags(&[
+            "--hold-pause-ms",
+            "1500",
+            "--lock-ttl-ms",
+            "500",
+            "--lock-wait-ms",
+            "3000",
+        ]),
+        Row::new(
+            Lua,
+            Knob::None,
+            Holds,
+            "no lock: the whole purchase is one script",
+        ),
+        Row::new(
+            Postgres,
+            Knob::None,
+            Holds,
+            "no Redis on the hot path: a conditional UPDATE is the lock",
+        ),
+    ]
+}
+
+/// The rows `--strategy` and `--knob` ask for: the lesson's, or, for a
+/// pairing it does not teach, one row with the knob's usual values judged
+/// by PostgreSQL's word only.
+pub fn select(strategy: Option<Strategy>, knob: Option<Knob>) -> Vec<Row> {
+    let rows: Vec<Row> = lesson()
+        .into_iter()
+        .filter(|row| strategy.is_none_or(|s| row.strategy == s))
+        .filter(|row| knob.is_none_or(|k| row.knob == k))
+        .collect();
+    match (rows.is_empty(), strategy) {
+        (true, Some(strategy)) => {
+            let knob = knob.unwrap_or(Knob::None);
+            vec![Row::new(
+                strategy,
+                knob,
+                Expectation::PostgresHolds,
+                "a pairing the lesson does not teach: judged by PostgreSQL's word only",
+            )]
+        }
+        _ => rows,
+    }
+}
+
+/// What one row measured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Figures {
+    pub units: u64,
+    /// `202` answers.
+    pub accepted: u64,
+    /// `202`s beyond the units.
+    pub oversold: u64,
+    /// Buyers who got two `202`s.
+    pub duplicate_buyers: u64,
+    /// `202`s whose order PostgreSQL does not hold.
+    pub lost: u64,
+    /// Orders PostgreSQL confirmed (holding a unit).
+    pub confirmed: u64,
+    /// Orders PostgreSQL refused.
+    pub rejected: u64,
+    /// Commits the fence refused (the sale's `fenced` counter).
+    pub fenced: u64,
+    /// A stuck lock, seen during the run or left after it: "no TTL" or
+    /// "TTL 56 years".
+    pub stuck_lock: Option<String>,
+    /// The lock key exists after the run and has no TTL.
+    pub lock_left_without_ttl: bool,
+    /// Instances that exited by themselves during the run.
+    pub crashed: u64,
+    /// From the first send to the last `202`, if the sale sold out.
+    pub sell_out_ms: Option<f64>,
+    pub requests_per_second: f64,
+    /// The 99th percentile of every answer.
+    pub p99_ms: f64,
+    /// The load test's checks for this expectation passed and the run was valid.
+    pub verified: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures() -> Figures {
+        Figures {
+            units: 10,
+            accepted: 10,
+            confirmed: 10,
+            verified: true,
+            ..Figures::default()
+        }
+    }
+
+    #[test]
+    fn the_lesson_runs_every_strategy_and_each_knob_once_per_strategy() {
+        let rows = lesson();
+        for strategy in Strategy::ALL {
+            assert!(
+                rows.iter()
+                    .any(|r| r.strategy == strategy && r.knob == Knob::None),
+                "{strategy:?} has no row without a knob"
+            );
+        }
+        let mut labels: Vec<String> = rows.iter().map(Row::label).collect();
+        labels.sort();
+        labels.dedup();
+        assert_eq!(labels.len(), rows.len(), "two rows with one label");
+    }
+
+    #[test]
+    fn a_correct_run_holds_and_a_broken_one_does_not() {
+        assert_eq!(Expectation::Holds.judge(&figures()), Ok(()));
+        let oversold = Figures {
+            accepted: 14,
+            oversold: 4,
+            rejected: 4,
+            ..figures()
+        };
+        assert!(Expectation::Holds.judge(&oversold).is_err());
+        assert_eq!(Expectation::Oversells.judge(&oversold), Ok(()));
+        assert!(Expectation::Oversells.judge(&figures()).is_err());
+        let lost = Figures {
+            lost: 1,
+            ..oversold
+        };
+        assert!(Expectation::Oversells.judge(&lost).is_err());
+        assert!(Expectation::PostgresHolds.judge(&lost).is_err());
+    }
+
+    #[test]
+    fn the_fence_row_needs_a_refused_write_and_nothing_sold_twice() {
+        let quiet = Figures {
+            accepted: 0,
+            confirmed: 0,
+            ..figures()
+        };
+        assert!(Expectation::Fenced.judge(&quiet).is_err());
+        let fenced = Figures { fenced: 3, ..quiet };
+        assert_eq!(Expectation::Fenced.judge(&fenced), Ok(()));
+        let twice = Figures {
+            oversold: 1,
+            ..fenced
+        };
+        assert!(Expectation::Fenced.judge(&twice).is_err());
+    }
+
+    #[test]
+    fn decr_must_sell_one_buyer_twice_and_leave_a_unit_unsold() {
+        let double = Figures {
+            duplicate_buyers: 2,
+            confirmed: 8,
+            rejected: 2,
+            ..figures()
+        };
+        assert_eq!(Expectation::DoubleWinsUndersells.judge(&double), Ok(()));
+        assert!(Expectation::DoubleWinsUndersells.judge(&figures()).is_err());
+    }
+
+    #[test]
+    fn a_stuck_lock_needs_the_crash_and_the_lock_without_ttl() {
+        let crashed = Figures {
+            crashed: 1,
+            lock_left_without_ttl: true,
+            stuck_lock: Some("no TTL".into()),
+            verified: false,
+            ..figures()
+        };
+        assert_eq!(Expectation::StuckLock.judge(&crashed), Ok(()));
+        let rescued = Figures {
+            lock_left_without_ttl: false,
+            ..crashed
+        };
+        assert!(Expectation::StuckLock.judge(&rescued).is_err());
+    }
+
+    #[test]
+    fn an_untaught_pairing_is_one_row_judged_by_postgres() {
+        let rows = select(Some(Strategy::Lua), Some(Knob::HoldPause));
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].expect, Expectation::PostgresHolds);
+        assert_eq!(rows[0].flags.every, ["--hold-pause-ms", "200"]);
+        assert_eq!(select(Some(Strategy::Getset), None).len(), 3);
+        assert_eq!(
+            select(Some(Strategy::Getset), Some(Knob::ClockSkew))[0]
+                .flags
+                .of_instance(2),
+            [
+                "--lock-ttl-ms",
+                "2000",
+                "--lock-wait-ms",
+                "10000",
+                "--clock-skew-ms",
+                "5000",
+                "--redis-delay-ms",
+                "20"
+            ]
+        );
+        assert_eq!(select(None, None).len(), lesson().len());
+    }
+}

@@ -1,0 +1,88 @@
+//! Running the real binaries to the end, and reading what they leave:
+//! what the tests of the load test, the demo, the lab and the workshop
+//! guide share.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::Scratch;
+
+/// Long enough for three processes to start and a few hundred buyers to race
+/// on a loaded CI machine; a hung run fails instead of hanging the suite.
+pub const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+pub async fn finish(mut command: tokio::process::Command) -> Output {
+    tokio::time::timeout(RUN_LIMIT, command.output())
+        .await
+        .expect("the run ended in time")
+        .expect("the program started")
+}
+
+pub fn text(output: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+pub fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the JSON report"))
+        .expect("valid JSON")
+}
+
+/// `(status, count)` of every order in the scratch database.
+pub async fn orders_by_status(scratch: &Scratch) -> Vec<(String, i64)> {
+    let pg = seckill::startup::connect_postgres(&scratch.database_url)
+        .await
+        .expect("PostgreSQL");
+    sqlx::query_as("SELECT status, count(*) FROM orders GROUP BY status ORDER BY status")
+        .fetch_all(&pg)
+        .await
+        .expect("orders")
+}
+
+/// A long-running command, started, until it prints a line `find` picks
+/// out (within [`RUN_LIMIT`]). Returns the process and what `find` made of
+/// the line; panics, naming `what`, if the command ends first.
+pub async fn start_until<T>(
+    mut command: tokio::process::Command,
+    what: &str,
+    find: impl Fn(&str) -> Option<T>,
+) -> (tokio::process::Child, T) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mut child = command.spawn().expect("the program started");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+    let found = tokio::time::timeout(RUN_LIMIT, async {
+        while let Some(line) = lines.next_line().await.expect("reading stdout") {
+            if let Some(found) = find(&line) {
+                return found;
+            }
+        }
+        panic!("the program ended before it printed {what}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the program did not print {what} in time"));
+    // Keep reading: a closed pipe would fail the program's next print.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, found)
+}
+
+/// Ctrl-C, as a user at the terminal: SIGINT, then the exit code, within 30 s.
+pub async fn interrupt(mut child: tokio::process::Child) -> Option<i32> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let pid = i32::try_from(child.id().expect("running")).expect("a pid");
+    kill(Pid::from_raw(pid), Signal::SIGINT).expect("SIGINT");
+    tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the program stopped in time")
+        .expect("its exit status")
+        .code()
+}
