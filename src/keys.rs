@@ -40,6 +40,10 @@ pub struct SaleKeys {
     /// tried to write; `lua/purchase_commit.lua`). Only grows; the proof,
     /// in a chaos run or a class, that the fence fired.
     pub fenced: String,
+    /// `HASH` answer -> count: how many purchases every instance answered
+    /// with each answer (`accepted`, `sold_out`, ...), added by each
+    /// instance's tally (`tally.rs`) every 100 ms; read by the live page.
+    pub answers: String,
 }
 
 impl SaleKeys {
@@ -56,6 +60,7 @@ impl SaleKeys {
             events: format!("{base}:events"),
             epoch: format!("{base}:epoch"),
             fenced: format!("{base}:fenced"),
+            answers: format!("{base}:answers"),
         }
     }
 }
@@ -201,6 +206,8 @@ mod tests {
             &keys.returned,
             &keys.events,
             &keys.epoch,
+            &keys.fenced,
+            &keys.answers,
         ];
         let queues: Vec<String> = keys
             .queue

@@ -45,6 +45,7 @@ pub mod events;
 pub mod payment;
 pub mod purchase;
 pub mod strategy;
+pub mod tally;
 pub mod worker;
 // 4: the ways in: HTTP and the command line.
 pub mod cli;

@@ -26,6 +26,8 @@
 //! whenever a purchase sees no units left and trusted for a short while
 //! before it is checked against Redis again.
 
+use std::sync::Arc;
+
 use anyhow::Context;
 use chrono::Utc;
 
@@ -34,6 +36,7 @@ use crate::domain::{Sale, UserId, Window};
 use crate::keys::SaleKeys;
 use crate::strategy::lock::Lanes;
 use crate::strategy::{Buy, Flag, Shop, article, decr, getset, lua, naive, postgres};
+use crate::tally::Tally;
 
 pub use crate::strategy::Outcome;
 
@@ -43,6 +46,9 @@ pub struct Purchaser {
     shop: Shop,
     /// The lock strategy's per-sale queues of waiting buyers.
     lanes: Lanes,
+    /// This instance's count of its answers, by sale, for the live page.
+    /// Shared with the task that flushes it into Redis (`startup.rs`).
+    tally: Arc<Tally>,
 }
 
 impl Purchaser {
@@ -50,16 +56,30 @@ impl Purchaser {
         Self {
             shop,
             lanes: Lanes::default(),
+            tally: Arc::default(),
         }
+    }
+
+    /// The answer counts, for the task that flushes them into Redis.
+    pub fn tally(&self) -> &Arc<Tally> {
+        &self.tally
     }
 
     pub fn strategy(&self) -> Strategy {
         self.shop.settings.strategy
     }
 
-    /// Try to buy one unit of `sale` for `user`.
+    /// Try to buy one unit of `sale` for `user`, and count the answer.
     #[tracing::instrument(skip_all, fields(sale_id = sale.id, user_id = %user, strategy = ?self.strategy()))]
     pub async fn purchase(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
+        let outcome = self.decide(sale, user).await?;
+        // In memory only: the tally's own task takes it to Redis, so the
+        // count adds no round trip to the buyer's wait.
+        self.tally.count(sale.id, &outcome);
+        Ok(outcome)
+    }
+
+    async fn decide(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
         // The sale's window is checked on this instance's clock: sale times
         // are wall-clock promises to people, and instances are expected to
         // run NTP. (Queue timing, which decides redelivery, uses Redis' clock.)

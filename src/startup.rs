@@ -181,6 +181,13 @@ pub struct Application {
     /// The task that forwards Redis pub/sub to the live pages. Awaited by
     /// `run_until_stopped` once `shutdown` is cancelled.
     events: JoinHandle<()>,
+    /// The task that flushes the answer tally into Redis. Stopped (after a
+    /// last flush) by `run_until_stopped` through `tally_stop`, and awaited.
+    tally: JoinHandle<()>,
+    /// Cancelled by `run_until_stopped` once the server has stopped, not
+    /// with `shutdown`: requests still finishing after the signal count
+    /// answers too, and the last flush must come after them.
+    tally_stop: CancellationToken,
     /// Cancelled to stop, by `run_until_stopped` on a signal: ends the
     /// event streams, the worker and the events task.
     shutdown: CancellationToken,
@@ -222,13 +229,19 @@ impl Application {
         )
         .context("starting the sale events listener")?;
 
+        let purchaser = Purchaser::new(Shop::new(
+            store.clone(),
+            settings.purchase.clone(),
+            &instance,
+            settings.worker.payment_window(),
+        ));
+        let tally_stop = CancellationToken::new();
+        let tally = tokio::spawn(
+            Arc::clone(purchaser.tally()).flush_until(store.clone(), tally_stop.clone()),
+        );
+
         let state = web::Data::new(AppState {
-            purchaser: Purchaser::new(Shop::new(
-                store.clone(),
-                settings.purchase.clone(),
-                &instance,
-                settings.worker.payment_window(),
-            )),
+            purchaser,
             store,
             admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
             events,
@@ -261,6 +274,8 @@ impl Application {
             server,
             worker,
             events: events_task,
+            tally,
+            tally_stop,
             shutdown,
         })
     }
@@ -295,6 +310,10 @@ impl Application {
             worker.await.context("the worker task panicked")?;
         }
         self.events.await.context("the sale events task panicked")?;
+        // After the server stopped, so that the answers of the last
+        // requests are in the last flush.
+        self.tally_stop.cancel();
+        self.tally.await.context("the answer tally task panicked")?;
         served
     }
 }
