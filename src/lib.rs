@@ -44,6 +44,7 @@ pub mod store;
 pub mod events;
 pub mod payment;
 pub mod purchase;
+pub mod scoreboard;
 pub mod strategy;
 pub mod tally;
 pub mod worker;

@@ -281,6 +281,13 @@ pub fn holder_in(value: &str) -> Option<&str> {
     (!holder.is_empty()).then_some(holder)
 }
 
+/// The fencing token in a lock key's value (`"<token>:<holder>:<nonce>"`),
+/// or `None` if the value is not a lock's.
+pub fn fence_in(value: &str) -> Option<u64> {
+    holder_in(value)?;
+    value.split_once(':')?.0.parse().ok()
+}
+
 /// Redis rejects a PX of 0, so the shortest TTL is one millisecond.
 fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -331,6 +338,15 @@ mod tests {
         assert_eq!(holder_in("17:127.0.0.1:8080:3f9a"), Some("127.0.0.1:8080"));
         assert_eq!(holder_in("17::3f9a"), None);
         assert_eq!(holder_in("garbage"), None);
+    }
+
+    #[test]
+    fn the_fence_is_read_back_from_the_value() {
+        assert_eq!(fence_in("17:app-2:3f9a"), Some(17));
+        assert_eq!(fence_in("17:127.0.0.1:8080:3f9a"), Some(17));
+        assert_eq!(fence_in("x:app-2:3f9a"), None);
+        assert_eq!(fence_in("17::3f9a"), None);
+        assert_eq!(fence_in("garbage"), None);
     }
 
     #[test]

@@ -28,6 +28,7 @@ use tracing_actix_web::{RequestId, TracingLogger};
 use crate::config::{PurchaseSettings, RateLimitSettings, STATEMENT_TIMEOUT, WorkerSettings};
 use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
+use crate::scoreboard::Scoreboard;
 use crate::services::redact;
 use crate::store::Store;
 use crate::strategy::Shop;
@@ -242,6 +243,7 @@ impl Application {
 
         let state = web::Data::new(AppState {
             purchaser,
+            scoreboard: Scoreboard::new(store.clone(), shutdown.clone()),
             store,
             admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
             events,

@@ -29,7 +29,7 @@ use sqlx::PgPool;
 
 pub use admin::SaleInside;
 pub use confirm::{Confirmation, Taken, Written};
-pub use orders::{Deadline, OrderRow, PayOutcome};
+pub use orders::{Deadline, OrderCounts, OrderRow, PayOutcome};
 pub use sales::{Catalog, Snapshot};
 
 /// The app's handle on its data. Cheap to clone: every field is shared.

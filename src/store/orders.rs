@@ -89,6 +89,17 @@ pub struct OrderRow {
     pub created_at: DateTime<Utc>,
 }
 
+/// A sale's orders in PostgreSQL by status, and its `sold` counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct OrderCounts {
+    pub sold: i32,
+    pub confirmed: i64,
+    pub paid: i64,
+    /// Orders PostgreSQL refused (the unit was not there to give).
+    pub rejected: i64,
+    pub cancelled: i64,
+}
+
 impl Store {
     /// Time left until the payment deadline of each of these orders that is
     /// confirmed, on PostgreSQL's clock (zero once it has passed).
@@ -307,6 +318,27 @@ impl Store {
         .fetch_all(&self.pg)
         .await
         .context("reading a sale's orders")
+    }
+
+    /// How many of a sale's orders PostgreSQL holds in each status, and
+    /// its `sold`, for the live page. One statement, so the figures are of
+    /// one moment: `sold` is the confirmed and paid ones. `None` if there
+    /// is no such sale.
+    pub async fn order_counts(&self, sale_id: i64) -> anyhow::Result<Option<OrderCounts>> {
+        sqlx::query_as(
+            "SELECT s.sold,
+                    count(o.id) FILTER (WHERE o.status = 'confirmed') AS confirmed,
+                    count(o.id) FILTER (WHERE o.status = 'paid') AS paid,
+                    count(o.id) FILTER (WHERE o.status = 'rejected') AS rejected,
+                    count(o.id) FILTER (WHERE o.status = 'cancelled') AS cancelled
+               FROM sales s LEFT JOIN orders o ON o.sale_id = s.id
+              WHERE s.id = $1
+              GROUP BY s.id, s.sold",
+        )
+        .bind(sale_id)
+        .fetch_optional(&self.pg)
+        .await
+        .context("counting a sale's orders")
     }
 
     async fn status(&self, order_id: Uuid) -> Result<Option<OrderStatus>, sqlx::Error> {

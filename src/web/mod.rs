@@ -22,6 +22,7 @@ pub use error::ApiError;
 use crate::config::RateLimitSettings;
 use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
+use crate::scoreboard::Scoreboard;
 use crate::store::Store;
 
 /// The largest JSON body the API reads; anything larger is answered 400.
@@ -47,6 +48,9 @@ pub struct AppState {
     /// Stock changes from Redis pub/sub, for the live sale pages. Only the
     /// events task sends on it; every stream is a receiver.
     pub events: SaleEvents,
+    /// The snapshots of the sales watched on the live page, one reading
+    /// task per watched sale shared by all its streams. Set by `startup`.
+    pub scoreboard: Scoreboard,
     /// One permit per live event stream, held while it is open: bounds how
     /// many this instance serves at once (`SECKILL_MAX_EVENT_STREAMS`).
     pub streams: Arc<Semaphore>,
