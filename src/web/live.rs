@@ -61,21 +61,34 @@ pub async fn sale_events(
         changes,
         snapshots,
     };
+    Ok(event_stream(futures_util::stream::unfold(
+        stream,
+        |mut stream| async move {
+            let event = stream.next_event().await?;
+            Some((event, stream))
+        },
+    )))
+}
+
+/// A `text/event-stream` response that sends `events` (each a whole
+/// event, ending in a blank line) until they end. Shared with the live
+/// page's stream (`scoreboard.rs`).
+pub(super) fn event_stream(
+    events: impl futures_util::Stream<Item = Bytes> + 'static,
+) -> HttpResponse {
     // The browser reconnects by itself if the stream breaks; tell it not
     // to wait long before it does.
-    let opening = futures_util::stream::once(async {
-        Ok::<_, std::convert::Infallible>(Bytes::from_static(b"retry: 2000\n\n"))
-    });
-    let events = futures_util::stream::unfold(stream, |mut stream| async move {
-        let event = stream.next_event().await?;
-        Some((Ok(event), stream))
-    });
-    Ok(HttpResponse::Ok()
+    let opening = futures_util::stream::once(async { Bytes::from_static(b"retry: 2000\n\n") });
+    let body = futures_util::StreamExt::map(
+        futures_util::StreamExt::chain(opening, events),
+        Ok::<_, std::convert::Infallible>,
+    );
+    HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header(("Cache-Control", "no-cache"))
         // Ask proxies such as nginx not to buffer the stream.
         .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(futures_util::StreamExt::chain(opening, events)))
+        .streaming(body)
 }
 
 impl Stream {

@@ -7,6 +7,7 @@ mod error;
 mod limits;
 mod live;
 mod pages;
+mod scoreboard;
 pub mod security;
 
 use std::sync::Arc;
@@ -75,11 +76,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/api/sales/{id}", web::get().to(api::get_sale))
         .route("/api/sales/{id}/purchase", web::post().to(api::purchase))
         .route("/api/sales/{id}/events", web::get().to(live::sale_events))
+        .route("/api/sales/{id}/live", web::get().to(scoreboard::stream))
         .route("/api/orders/{id}", web::get().to(api::get_order))
         .route("/api/orders/{id}/pay", web::post().to(api::pay))
         .route("/", web::get().to(pages::index))
         .route("/sales/{id}", web::get().to(pages::sale))
         .route("/sales/{id}/buy", web::post().to(pages::buy))
+        .route("/sales/{id}/live", web::get().to(scoreboard::page))
         .route("/orders/{id}", web::get().to(pages::order))
         .route("/orders/{id}/pay", web::post().to(pages::pay))
         .route("/admin", web::get().to(admin::index))

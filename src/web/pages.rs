@@ -284,6 +284,10 @@ pub async fn static_file(path: web::Path<String>) -> Result<HttpResponse, ApiErr
             include_str!("../../static/order.js"),
             "text/javascript; charset=utf-8",
         ),
+        "live.js" => (
+            include_str!("../../static/live.js"),
+            "text/javascript; charset=utf-8",
+        ),
         _ => return Err(ApiError::NotFound),
     };
     Ok(HttpResponse::Ok()

@@ -15,6 +15,7 @@ mod helpers;
 mod hostile;
 mod lab;
 mod layers;
+mod live;
 mod loadtest;
 mod lock;
 mod pages;

@@ -1,0 +1,91 @@
+// The live page for the projector: one snapshot of the sale about ten
+// times a second (server-sent events from /api/sales/{id}/live), shown as
+// big numbers, and the list of lock holders built here from consecutive
+// snapshots: a new fence number in the lock means a new holder.
+"use strict";
+
+(function () {
+  const live = document.getElementById("live");
+  if (!live) return;
+  const id = live.dataset.saleId;
+  const $ = function (name) { return document.getElementById(name); };
+  const connection = $("connection");
+  const holders = $("holders");
+  // The newest holder shown, and the fence counter of the last snapshot,
+  // to tell how many holds passed between two snapshots unseen.
+  let lastFence = null;
+  let lastCounter = null;
+  const KEEP = 100;
+
+  function put(name, value) {
+    const element = $(name);
+    if (element) element.textContent = value === null || value === undefined ? "—" : String(value);
+  }
+
+  function status(name, label, reading) {
+    const element = $(name);
+    const ok = reading.status === "ok";
+    element.textContent = (label ? label + " " : "") + (ok ? "ok" : "unavailable");
+    element.className = ok ? "status-live" : "unavailable";
+  }
+
+  function time(ms) {
+    const d = new Date(ms);
+    const pad = function (n, w) { return String(n).padStart(w, "0"); };
+    return pad(d.getHours(), 2) + ":" + pad(d.getMinutes(), 2) + ":" + pad(d.getSeconds(), 2) + "." + pad(d.getMilliseconds(), 3);
+  }
+
+  function noteHolder(lock, counter, at) {
+    if (!lock || lock.fence === lastFence) return;
+    const unseen = lastCounter === null ? 0 : Math.max(0, lock.fence - lastCounter - 1);
+    lastFence = lock.fence;
+    const item = document.createElement("li");
+    item.value = lock.fence;
+    item.textContent = "fence " + lock.fence + " · " + lock.instance + " · " + time(at) +
+      (unseen > 0 ? " (" + unseen + " more before it, unseen)" : "");
+    holders.insertBefore(item, holders.firstChild);
+    while (holders.children.length > KEEP) holders.removeChild(holders.lastChild);
+  }
+
+  function show(board) {
+    status("redis-status", "Redis", board.redis);
+    status("pg-status", "", board.postgres);
+    const redis = board.redis;
+    if (redis.status === "ok") {
+      const lock = redis.lock;
+      put("holder", lock ? lock.instance : "free");
+      put("holder-fence", lock ? lock.fence : "—");
+      put("pttl", lock ? lock.pttl_ms + " ms" : "—");
+      put("fence", redis.fence);
+      noteHolder(lock, lastCounter, board.at_ms);
+      lastCounter = redis.fence;
+      Object.keys(redis.answers).forEach(function (answer) { put(answer, redis.answers[answer]); });
+      put("fenced", redis.fenced);
+      put("stock", redis.stock === null ? "not loaded" : Math.max(0, redis.stock));
+      put("buyers", redis.buyers);
+      put("waiting", redis.queue.waiting);
+      put("in_flight", redis.queue.in_flight);
+      put("dead", redis.queue.dead);
+    }
+    const pg = board.postgres;
+    if (pg.status === "ok") {
+      put("pg-confirmed", pg.confirmed);
+      put("pg-paid", pg.paid);
+      put("pg-rejected", pg.rejected);
+      put("pg-cancelled", pg.cancelled);
+      put("pg-sold", pg.sold);
+    }
+  }
+
+  if (!window.EventSource) {
+    connection.textContent = "This browser cannot show live updates.";
+    return;
+  }
+  const events = new EventSource("/api/sales/" + id + "/live");
+  events.addEventListener("snapshot", function (e) {
+    connection.textContent = "Live";
+    show(JSON.parse(e.data));
+  });
+  // The browser reconnects by itself; say so meanwhile.
+  events.onerror = function () { connection.textContent = "Reconnecting…"; };
+})();
