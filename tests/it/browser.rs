@@ -352,3 +352,57 @@ async fn an_admin_logs_in_through_the_form_and_creates_a_sale_in_a_real_browser(
     assert_eq!(app.sale_count().await, 1);
     admin.close().await.expect("close the browser");
 }
+
+#[tokio::test]
+async fn the_live_page_counts_a_purchase_and_names_the_lock_holder_as_they_happen() {
+    let app = spawn_app_with(Options::default()).await;
+    let driver = ChromeDriver::start().await;
+    let profile = tempfile::tempdir().expect("a temporary directory");
+    let projector = driver.browser(profile.path()).await;
+    // A projector's screen, not a phone's.
+    projector
+        .set_window_size(1280, 800)
+        .await
+        .expect("a projector-sized window");
+    let sale = app.create_sale(5).await;
+
+    projector
+        .goto(&app.url(&format!("/sales/{sale}/live")))
+        .await
+        .expect("open the live page");
+    wait_for_text(&projector, "connection", "Live").await;
+    wait_for_text(&projector, "stock", "5").await;
+    assert_eq!(text_of(&projector, "accepted").await, "0");
+
+    app.buy(sale, "ann").await;
+    wait_for_text(&projector, "accepted", "1").await;
+    wait_for_text(&projector, "buyers", "1").await;
+
+    // A holder, set as an instance named "projector-demo" would take the
+    // lock: the next fence number, and a value in the lock's format.
+    let keys = app.keys(sale);
+    let mut conn = app.redis_conn().await;
+    let fence: u64 = redis::cmd("INCR")
+        .arg(&keys.fence)
+        .query_async(&mut conn)
+        .await
+        .expect("INCR the fence");
+    let () = redis::cmd("SET")
+        .arg(&keys.lock)
+        .arg(format!("{fence}:projector-demo:3f9a"))
+        .arg("PX")
+        .arg(20_000)
+        .query_async(&mut conn)
+        .await
+        .expect("SET the lock");
+    wait_for_text(&projector, "holder", "projector-demo").await;
+    wait_for_text(&projector, "holder-fence", &fence.to_string()).await;
+    wait_for_text(
+        &projector,
+        "holders",
+        &format!("fence {fence} · projector-demo"),
+    )
+    .await;
+    screenshot(&projector, "8-live.png").await;
+    projector.close().await.expect("close the browser");
+}
