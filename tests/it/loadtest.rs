@@ -476,6 +476,25 @@ async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
     assert_eq!(response.status(), 200);
     let body = response.text().await.expect("the page");
     assert!(body.contains("Phone, lock strategy"), "{body}");
+    // The next line names the live page for the projector.
+    let live = lines
+        .next_line()
+        .await
+        .expect("reading stdout")
+        .and_then(|line| {
+            line.strip_prefix("The race, live, for a projector: ")
+                .map(str::to_owned)
+        })
+        .expect("the demo prints the live page's URL after the sale page's");
+    assert_eq!(live, format!("{page}/live"));
+    let response = crate::helpers::client()
+        .get(&live)
+        .send()
+        .await
+        .expect("GET the live page");
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.expect("the page");
+    assert!(body.contains("the race, live"), "{body}");
 
     assert_eq!(interrupt(demo).await, Some(0));
     // Its instances are gone with it.
