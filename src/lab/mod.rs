@@ -121,7 +121,7 @@ async fn serve_rows(
         let flags = row.flags.of_instance(1);
         args.extend(flags.iter().map(String::as_str));
         let url = cluster.start_app(&label, &args).await?;
-        println!("  {label:<26} {url}/sales/{sale_id}");
+        println!("  {label:<26} {url}/sales/{sale_id}  (live: {url}/sales/{sale_id}/live)");
     }
     cluster.start_worker("lab-worker", &[])?;
     println!("Press Ctrl-C to stop.");

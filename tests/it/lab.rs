@@ -221,7 +221,7 @@ async fn without_exit_the_lab_serves_each_rows_sale_until_interrupted() {
         seckill_command(&scratch, &args, &[]),
         "the lua page",
         |line| {
-            let url = line.trim().strip_prefix("lua")?.trim();
+            let url = line.trim().strip_prefix("lua")?.split_whitespace().next()?;
             url.starts_with("http").then(|| url.to_owned())
         },
     )

@@ -457,16 +457,26 @@ async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
     let scratch = Scratch::new().await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let dir_arg = dir.path().to_str().expect("a UTF-8 path");
-    let (demo, page) = start_until(
+    let (demo, live) = start_until(
         seckill_command(
             &scratch,
             &["demo", "--users", "100", "--report-dir", dir_arg],
             &[],
         ),
-        "its sale page",
-        |line| Some(line.strip_prefix("The sale page stays up: ")?.to_owned()),
+        "its live page, after its sale page",
+        |line| {
+            Some(
+                line.strip_prefix("The race, live, for a projector: ")?
+                    .to_owned(),
+            )
+        },
     )
     .await;
+    // The live page is the sale page's, for the projector.
+    let page = live
+        .strip_suffix("/live")
+        .expect("the live page is under the sale page")
+        .to_owned();
 
     let response = crate::helpers::client()
         .get(&page)
@@ -476,17 +486,6 @@ async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
     assert_eq!(response.status(), 200);
     let body = response.text().await.expect("the page");
     assert!(body.contains("Phone, lock strategy"), "{body}");
-    // The next line names the live page for the projector.
-    let live = lines
-        .next_line()
-        .await
-        .expect("reading stdout")
-        .and_then(|line| {
-            line.strip_prefix("The race, live, for a projector: ")
-                .map(str::to_owned)
-        })
-        .expect("the demo prints the live page's URL after the sale page's");
-    assert_eq!(live, format!("{page}/live"));
     let response = crate::helpers::client()
         .get(&live)
         .send()
