@@ -28,3 +28,4 @@ mod store;
 mod strategies;
 mod verify;
 mod worker;
+mod workshop;

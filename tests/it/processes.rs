@@ -52,7 +52,7 @@ pub async fn orders_by_status(scratch: &Scratch) -> Vec<(String, i64)> {
 pub async fn start_until<T>(
     mut command: tokio::process::Command,
     what: &str,
-    find: impl Fn(&str) -> Option<T>,
+    mut find: impl FnMut(&str) -> Option<T>,
 ) -> (tokio::process::Child, T) {
     use tokio::io::{AsyncBufReadExt, BufReader};
 
