@@ -107,6 +107,10 @@ pub struct ServeArgs {
 pub struct WorkerArgs {
     #[command(flatten)]
     pub worker: WorkerSettings,
+
+    /// Serve this worker's figures at `GET /metrics` on this address (an app instance serves them on its own port).
+    #[arg(long, env = "SECKILL_METRICS_BIND")]
+    pub metrics_bind: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Args)]

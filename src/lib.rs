@@ -32,6 +32,7 @@ pub mod backoff;
 pub mod config;
 pub mod domain;
 pub mod keys;
+pub mod metrics;
 pub mod probe;
 pub mod telemetry;
 // 1: the article's two tools, fixed.

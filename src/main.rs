@@ -130,6 +130,11 @@ async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> an
     let redis = startup::connect_redis(&services.redis_url, args.worker.poll()).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
+    if let Some(bind) = args.metrics_bind {
+        let address = seckill::web::metrics::serve_counts(bind, shutdown.clone())
+            .with_context(|| format!("serving /metrics on {bind}"))?;
+        tracing::info!(%address, "worker figures at /metrics");
+    }
     Worker::new(Store::new(pg, redis, redis_prefix), args.worker)
         .run(shutdown)
         .await;

@@ -58,7 +58,11 @@ pub enum PayRefused {
 /// again changes nothing and answers as the first payment did. Returns the
 /// order as it stands after the payment.
 pub async fn pay(store: &Store, order_id: Uuid) -> anyhow::Result<Result<Order, PayRefused>> {
-    Ok(match store.pay(order_id).await? {
+    let paid = store.pay(order_id).await?;
+    if paid == PayOutcome::Paid {
+        crate::metrics::metrics().orders("paid", 1);
+    }
+    Ok(match paid {
         PayOutcome::Paid | PayOutcome::AlreadyPaid => store
             .find_order(order_id)
             .await?

@@ -34,9 +34,10 @@ use chrono::Utc;
 use crate::config::Strategy;
 use crate::domain::{Sale, UserId, Window};
 use crate::keys::SaleKeys;
+use crate::metrics::metrics;
 use crate::strategy::lock::Lanes;
 use crate::strategy::{Buy, Flag, Shop, article, decr, getset, lua, naive, postgres};
-use crate::tally::Tally;
+use crate::tally::{self, Tally};
 
 pub use crate::strategy::Outcome;
 
@@ -72,7 +73,20 @@ impl Purchaser {
     /// Try to buy one unit of `sale` for `user`, and count the answer.
     #[tracing::instrument(skip_all, fields(sale_id = sale.id, user_id = %user, strategy = ?self.strategy()))]
     pub async fn purchase(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
-        let outcome = self.decide(sale, user).await?;
+        let started = std::time::Instant::now();
+        let decided = self.decide(sale, user).await;
+        let strategy = self.strategy().as_str();
+        let metrics = metrics();
+        metrics
+            .purchase_seconds
+            .with_label_values(&[strategy])
+            .observe(started.elapsed().as_secs_f64());
+        let answer = decided.as_ref().map_or("error", tally::answer_name);
+        metrics
+            .purchases
+            .with_label_values(&[strategy, answer])
+            .inc();
+        let outcome = decided?;
         // In memory only: the tally's own task takes it to Redis, so the
         // count adds no round trip to the buyer's wait.
         self.tally.count(sale.id, &outcome);

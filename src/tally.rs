@@ -42,6 +42,12 @@ pub const FIELDS: [&str; 7] = [
     "lock_lost",
 ];
 
+/// An outcome's name: its field in the answers hash, and its label in
+/// `/metrics`.
+pub fn answer_name(outcome: &Outcome) -> &'static str {
+    FIELDS[slot(outcome)]
+}
+
 /// An outcome's place in [`FIELDS`] (and in a sale's counters).
 fn slot(outcome: &Outcome) -> usize {
     match outcome {

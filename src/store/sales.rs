@@ -374,6 +374,9 @@ impl Loading {
             );
         }
         self.tx.commit().await.context("finishing a load")?;
+        if loaded == 1 {
+            crate::metrics::metrics().redis_loads.inc();
+        }
         Ok(loaded == 1)
     }
 }

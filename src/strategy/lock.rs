@@ -31,6 +31,7 @@ use super::{Decision, Flag, Outcome, Shop, decide};
 use crate::domain::{OrderJob, UserId};
 use crate::keys::SaleKeys;
 use crate::lock::{Acquire, LockGuard, RedisLock, Release};
+use crate::metrics::metrics;
 use crate::payment;
 use crate::probe;
 use crate::queue::queue_script;
@@ -224,12 +225,16 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     // whose leader went away may still be running), there is no point in
     // waiting any longer.
     let refresh = shop.settings.sold_out_refresh();
+    let waiting = std::time::Instant::now();
     let acquired = lock
         .acquire(&mut conn, shop.settings.lock_wait(), || {
             shop.sold_out.check(sale_id, refresh) == Flag::SoldOut
         })
         .await
         .context("taking the sale lock")?;
+    metrics()
+        .lock_wait_seconds
+        .observe(waiting.elapsed().as_secs_f64());
     let guard = match acquired {
         Acquire::Held(guard) => guard,
         Acquire::TimedOut => return everyone(Outcome::Busy),
@@ -317,6 +322,7 @@ async fn locked_section<C: ConnectionLike + Send>(
                 buyers = jobs.len(),
                 "lock lost before commit; the fence refused the write"
             );
+            metrics().lock_fenced.inc();
             for outcome in &mut outcomes {
                 if matches!(outcome, Outcome::Accepted { .. }) {
                     *outcome = Outcome::LockLost;

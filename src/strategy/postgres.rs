@@ -46,7 +46,8 @@ pub async fn purchase<C: ConnectionLike + Send>(
             return Ok(Outcome::SoldOut);
         }
         Taken::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased),
-        Taken::Confirmed => {}
+        // Confirmed at once: this strategy has no worker to count it.
+        Taken::Confirmed => crate::metrics::metrics().orders("confirmed", 1),
     }
     // One MULTI: no reader of the sale sees the unit gone and its buyer
     // not yet recorded (or the other way round).

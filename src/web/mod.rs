@@ -6,6 +6,7 @@ mod api;
 mod error;
 mod limits;
 mod live;
+pub mod metrics;
 mod pages;
 mod scoreboard;
 pub mod security;
@@ -55,6 +56,8 @@ pub struct AppState {
     /// One permit per live event stream, held while it is open: bounds how
     /// many this instance serves at once (`SECKILL_MAX_EVENT_STREAMS`).
     pub streams: Arc<Semaphore>,
+    /// How many permits `streams` started with; fixed at start.
+    pub max_streams: usize,
     /// Cancelled when the instance shuts down (by `startup`, on a signal):
     /// live event streams end then, so that they do not hold the graceful
     /// shutdown up.
@@ -72,6 +75,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 }),
         )
         .route("/healthz", web::get().to(api::health))
+        .route("/metrics", web::get().to(metrics::scrape))
         .route("/api/sales", web::post().to(api::create_sale))
         .route("/api/sales/{id}", web::get().to(api::get_sale))
         .route("/api/sales/{id}/purchase", web::post().to(api::purchase))

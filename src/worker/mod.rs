@@ -55,6 +55,7 @@ use crate::backoff;
 use crate::config::WorkerSettings;
 use crate::domain::OrderJob;
 use crate::keys::{QueueKeys, SaleKeys};
+use crate::metrics::metrics;
 use crate::probe;
 use crate::queue::{Attempt, Queue, Reserved};
 use crate::store::{Confirmation, Store, sales};
@@ -169,7 +170,13 @@ impl Worker {
             return Ok(report);
         }
 
-        let written = match self.confirm(&orders, epoch.as_deref()).await {
+        metrics().batch_size.observe(reserved.len() as f64);
+        let committing = std::time::Instant::now();
+        let confirmed = self.confirm(&orders, epoch.as_deref()).await;
+        metrics()
+            .commit_seconds
+            .observe(committing.elapsed().as_secs_f64());
+        let written = match confirmed {
             Ok(Confirmation::Written(written)) => written,
             Ok(Confirmation::Superseded) => {
                 let under = Under {
@@ -441,6 +448,10 @@ impl Worker {
             total.add(self.try_process_batch(sale_id).await?);
             total.add(self.try_process_deadlines(sale_id).await?);
         }
+        let metrics = metrics();
+        metrics.orders("confirmed", total.confirmed);
+        metrics.orders("rejected", total.rejected);
+        metrics.orders("cancelled", total.cancelled);
         Ok(total)
     }
 

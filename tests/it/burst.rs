@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use seckill::cluster::Cluster;
 
-use crate::helpers::{ADMIN_TOKEN, Scratch, client, cluster, eventually, orders};
+use crate::helpers::{Scratch, client, cluster, create_sale_at, eventually, orders};
 
 const STOCK: i64 = 10;
 const BUYERS: usize = 2_000;
@@ -46,17 +46,7 @@ async fn start_cluster(scratch: &Scratch, env: &[(&str, &str)]) -> (Cluster, Vec
 /// Create the sale, then release every buyer at one barrier and collect the answers.
 async fn burst(instances: &[String]) -> (i64, Vec<Answer>) {
     let http = client();
-    let sale: Value = http
-        .post(format!("{}/api/sales", instances[0]))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"name": "Phone", "stock": STOCK, "price_cents": 99_900}))
-        .send()
-        .await
-        .expect("POST /api/sales")
-        .json()
-        .await
-        .expect("a sale");
-    let sale = sale["id"].as_i64().expect("a sale id");
+    let sale = create_sale_at(&instances[0], "Phone", STOCK).await;
 
     // Buyer i asks instance i % 2; a repeat asks the other instance.
     let mut requests: Vec<(String, String)> = (0..BUYERS)

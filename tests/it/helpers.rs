@@ -540,3 +540,19 @@ pub fn spawn_this_test(test: &str, env: &[(&str, &str)]) -> tokio::process::Chil
         .spawn()
         .expect("starting a child test process")
 }
+
+/// Create a sale of `stock` units through the admin API of the instance at
+/// `url` (a `seckill serve` process); returns its id.
+pub async fn create_sale_at(url: &str, name: &str, stock: i64) -> i64 {
+    let created: serde_json::Value = client()
+        .post(format!("{url}/api/sales"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({"name": name, "stock": stock, "price_cents": 99_900}))
+        .send()
+        .await
+        .expect("POST /api/sales")
+        .json()
+        .await
+        .expect("a sale");
+    created["id"].as_i64().expect("a sale id")
+}

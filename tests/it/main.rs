@@ -18,6 +18,7 @@ mod layers;
 mod live;
 mod loadtest;
 mod lock;
+mod metrics;
 mod pages;
 mod payment;
 mod processes;

@@ -180,17 +180,7 @@ async fn article_crashing_between_setnx_and_expire_leaves_a_lock_that_never_expi
     );
     let url = processes.start_app("a", &[]).await.expect("a starts");
     let client = crate::helpers::client();
-    let created: Value = client
-        .post(format!("{url}/api/sales"))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN)
-        .json(&json!({"name": "Crash", "stock": 3, "price_cents": 100}))
-        .send()
-        .await
-        .expect("POST sale")
-        .json()
-        .await
-        .expect("JSON");
-    let sale = created["id"].as_i64().expect("a sale id");
+    let sale = crate::helpers::create_sale_at(&url, "Crash", 3).await;
     let answer = client
         .post(format!("{url}/api/sales/{sale}/purchase"))
         .json(&json!({"user_id": "ann"}))
