@@ -59,6 +59,10 @@ pub enum Command {
     /// shows what it must: the broken ones break as documented, the correct
     /// ones hold.
     Lab(LabArgs),
+    /// Speed: the burst, accepted purchases per second (lock, lua), the
+    /// worker's drain against PostgreSQL's own bulk insert, an idle worker's
+    /// delay; each beside its target. Starts its own instances and sales.
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -266,6 +270,21 @@ pub struct LabArgs {
     /// Quit after the table instead of keeping every row's instances serving until Ctrl-C.
     #[arg(long)]
     pub exit: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Seconds of each accepted-purchases run.
+    #[arg(long, default_value_t = 5.0, value_parser = seckill_loadtest::seconds)]
+    pub secs: f64,
+
+    /// Buyers in the 10-unit burst.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    pub burst_users: u32,
+
+    /// Orders the worker drains.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub drain_orders: u32,
 }
 
 /// The faults `seckill chaos` can inject.

@@ -53,6 +53,7 @@ pub mod worker;
 pub mod cli;
 pub mod web;
 // 5: wiring and harnesses.
+pub mod bench;
 pub mod chaos;
 pub mod cluster;
 pub mod demo;

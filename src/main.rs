@@ -24,7 +24,9 @@ async fn main() -> ExitCode {
     // `demo` answers like `seckill-loadtest`: 1 only for a broken promise,
     // 2 when it could not run at all.
     let failure = match cli.command {
-        Command::Demo(_) | Command::Chaos(_) | Command::Lab(_) => ExitCode::from(2),
+        Command::Demo(_) | Command::Chaos(_) | Command::Lab(_) | Command::Bench(_) => {
+            ExitCode::from(2)
+        }
         _ => ExitCode::FAILURE,
     };
     match run(cli).await {
@@ -45,7 +47,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Only `serve` and `demo` may run on private servers: they are the
     // commands that use them for as long as they live.
     let private = match cli.command {
-        Command::Serve(_) | Command::Demo(_) | Command::Lab(_) => PrivateServers::Allowed,
+        Command::Serve(_) | Command::Demo(_) | Command::Lab(_) | Command::Bench(_) => {
+            PrivateServers::Allowed
+        }
         _ => PrivateServers::Refused,
     };
     // Held until the command ends: dropping it stops any private servers.
@@ -72,6 +76,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let verdict = seckill::demo::demo(args, &services, &prefix).await?;
             return Ok(ExitCode::from(verdict.exit_code()));
         }
+        Command::Bench(args) => seckill::bench::bench(args, &services, &prefix).await?,
         Command::Lab(args) => {
             // 0 when every row showed what it must, 1 when one did not.
             let as_expected = seckill::lab::lab(args, &services, &prefix).await?;

@@ -95,7 +95,7 @@ fn positive(raw: &str) -> Result<f64, String> {
 }
 
 /// A duration: seconds, above zero, at most a day.
-fn seconds(raw: &str) -> Result<f64, String> {
+pub fn seconds(raw: &str) -> Result<f64, String> {
     above_zero(raw, 86_400.0, "a number of seconds")
 }
 

@@ -147,10 +147,11 @@ async fn run_row(
     let mut cluster =
         Cluster::start_each(deployment, &label, instances, |i| row.flags.of_instance(i)).await?;
     let name = format!("Phone, lab row {label}");
-    let sale_id = harness::create_sale(store, &name, args.stock, Some(SALE_OPEN_SECS)).await?;
+    let units = row.units.unwrap_or(args.stock);
+    let sale_id = harness::create_sale(store, &name, units, Some(SALE_OPEN_SECS)).await?;
     let load = LoadArgs {
         scenario: Scenario::Burst,
-        users: row.buyers.count(args.users, args.stock),
+        users: row.buyers.count(args.users, units),
         dup: row.dup.unwrap_or(args.dup),
         rate: 0.0,
         duration: None,
@@ -167,7 +168,7 @@ async fn run_row(
         services,
         &cluster,
         row.strategy,
-        (sale_id, args.stock),
+        (sale_id, units),
         (&label, &load),
     )
     .await;

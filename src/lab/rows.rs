@@ -19,14 +19,14 @@ fn default_flags(knob: Knob) -> Flags {
         Knob::None => Flags::default(),
         Knob::HoldPause => Flags::every(&["--hold-pause-ms", "200"]),
         Knob::CrashAfterSetnx => Flags::every(&["--crash-after-setnx"]),
-        // The honest instance's holders sleep on what they read; the
-        // instance whose clock runs ahead takes their live locks and sells
-        // meanwhile. Its lock commands arrive 20 ms late, so that an honest
+        // The honest instance's holder sleeps on what it read; the
+        // instance whose clock runs ahead takes its live lock and sells
+        // meanwhile. Its lock commands arrive 100 ms late, so that an honest
         // holder takes the lock first (see strategy/getset.rs).
         Knob::ClockSkew => Flags {
-            every: flags(&["--lock-ttl-ms", "2000", "--lock-wait-ms", "10000"]),
-            first: flags(&["--hold-pause-ms", "200"]),
-            second: flags(&["--clock-skew-ms", "5000", "--redis-delay-ms", "20"]),
+            every: flags(&["--lock-ttl-ms", "5000", "--lock-wait-ms", "10000"]),
+            first: flags(&["--hold-pause-ms", "2000"]),
+            second: flags(&["--clock-skew-ms", "8000", "--redis-delay-ms", "100"]),
         },
         Knob::RedisDelay => Flags::every(&["--redis-delay-ms", "20"]),
     }
@@ -192,6 +192,8 @@ pub struct Row {
     pub dup: Option<f64>,
     /// Buyers, when the row needs other than the run's.
     pub buyers: Buyers,
+    /// Units for sale, when the row needs other than the run's.
+    pub units: Option<u32>,
     /// What the row shows, in one sentence.
     pub lesson: &'static str,
 }
@@ -206,6 +208,7 @@ impl Row {
             instances: None,
             dup: None,
             buyers: Buyers::Run,
+            units: None,
             lesson,
         }
     }
@@ -280,12 +283,19 @@ pub fn lesson() -> Vec<Row> {
             "--lock-wait-ms",
             "5000",
         ]),
-        Row::new(
-            Getset,
-            Knob::ClockSkew,
-            Oversells,
-            "a clock 5 s ahead takes live locks: it sells what a sleeping holder already read",
-        ),
+        Row {
+            // One unit: the honest holder reads it and sleeps; the instance
+            // whose clock runs ahead takes the live lock, sells the unit,
+            // and the holder wakes and sells it again. With ten, whether
+            // the last one is read by a sleeping holder is timing.
+            units: Some(1),
+            ..Row::new(
+                Getset,
+                Knob::ClockSkew,
+                Oversells,
+                "a clock 8 s ahead takes a live lock and sells the unit its sleeping holder read",
+            )
+        },
         Row::new(
             Decr,
             Knob::None,
@@ -508,13 +518,13 @@ mod tests {
                 .of_instance(2),
             [
                 "--lock-ttl-ms",
-                "2000",
+                "5000",
                 "--lock-wait-ms",
                 "10000",
                 "--clock-skew-ms",
-                "5000",
+                "8000",
                 "--redis-delay-ms",
-                "20"
+                "100"
             ]
         );
         assert_eq!(select(None, None).len(), lesson().len());

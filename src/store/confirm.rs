@@ -5,10 +5,16 @@
 //! CHECK (`sold <= stock_total`) and the one-live-order-per-buyer index
 //! have the last word on each.
 //!
-//! The worker's write is one transaction per batch, a savepoint per order,
-//! so that an order PostgreSQL refuses rolls back alone and is stored as
-//! `rejected`. The order id is the primary key, so a redelivered job is a
-//! no-op (`ON CONFLICT (id) DO NOTHING`).
+//! The worker's write is one transaction per batch. It first tries the
+//! whole batch in two statements: one `INSERT ... SELECT FROM unnest(...)`
+//! of every order, and one `UPDATE` of `sold` by the number inserted. That
+//! is the common case, and it costs two round trips however large the
+//! batch. If PostgreSQL refuses it (the sale has fewer units left than the
+//! batch, or a buyer already holds one), the attempt is rolled back to a
+//! savepoint and the batch is written again one order at a time, a
+//! savepoint per order, so that a refused order rolls back alone and is
+//! stored as `rejected`. The order id is the primary key, so a redelivered
+//! job is a no-op (`ON CONFLICT (id) DO NOTHING`) either way.
 
 use std::time::Duration;
 
@@ -90,10 +96,16 @@ impl Store {
             return Ok(Confirmation::Superseded);
         }
         let window_secs = settings.payment_window().as_secs_f64();
-        let mut written = Vec::with_capacity(orders.len());
-        for order in orders {
-            written.push(confirm_order(&mut tx, order, window_secs).await?);
-        }
+        let written = match confirm_all(&mut tx, orders, window_secs).await? {
+            Some(written) => written,
+            None => {
+                let mut written = Vec::with_capacity(orders.len());
+                for order in orders {
+                    written.push(confirm_order(&mut tx, order, window_secs).await?);
+                }
+                written
+            }
+        };
         tx.commit().await?;
         Ok(Confirmation::Written(written))
     }
@@ -139,6 +151,72 @@ impl Store {
             Err(error) => Err(error),
         }
     }
+}
+
+/// The whole batch of one sale in two statements, under a savepoint: every
+/// order inserted (a redelivered one skipped), then `sold` raised by the
+/// number inserted. `None`, with nothing written, when PostgreSQL refuses
+/// it: the sale has fewer units left than the batch (the CHECK on `sold`),
+/// or a buyer of the batch already holds a unit (the unique index); the
+/// caller then writes the orders one by one, to find which to refuse.
+async fn confirm_all(
+    tx: &mut Transaction<'_, Postgres>,
+    orders: &[OrderJob],
+    window_secs: f64,
+) -> Result<Option<Vec<Written>>, sqlx::Error> {
+    let Some(first) = orders.first() else {
+        return Ok(Some(Vec::new()));
+    };
+    let ids: Vec<uuid::Uuid> = orders.iter().map(|order| order.order_id).collect();
+    let users: Vec<&str> = orders.iter().map(|order| order.user_id.as_str()).collect();
+    let mut savepoint = tx.begin().await?;
+    let inserted: Result<Vec<uuid::Uuid>, sqlx::Error> = sqlx::query_scalar(
+        "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
+         SELECT id, $2, user_id, 'confirmed', now() + make_interval(secs => $4)
+           FROM unnest($1::uuid[], $3::text[]) AS batch(id, user_id)
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id",
+    )
+    .bind(&ids)
+    .bind(first.sale_id)
+    .bind(&users)
+    .bind(window_secs)
+    .fetch_all(&mut *savepoint)
+    .await;
+    let inserted = match inserted {
+        Ok(inserted) => inserted,
+        Err(error) if schema::violates(&error, schema::ONE_ORDER_PER_BUYER) => {
+            savepoint.rollback().await?;
+            return Ok(None);
+        }
+        Err(error) => return Err(error),
+    };
+    if !inserted.is_empty() {
+        let taken = sqlx::query("UPDATE sales SET sold = sold + $2 WHERE id = $1")
+            .bind(first.sale_id)
+            .bind(i32::try_from(inserted.len()).unwrap_or(i32::MAX))
+            .execute(&mut *savepoint)
+            .await;
+        match taken {
+            Ok(_) => {}
+            Err(error) if schema::violates(&error, schema::SOLD_WITHIN_STOCK) => {
+                savepoint.rollback().await?;
+                return Ok(None);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    savepoint.commit().await?;
+    let inserted: std::collections::HashSet<uuid::Uuid> = inserted.into_iter().collect();
+    Ok(Some(
+        orders
+            .iter()
+            .map(|order| match inserted.contains(&order.order_id) {
+                true => Written::Confirmed,
+                false => Written::AlreadyThere,
+            })
+            .collect(),
+    ))
 }
 
 /// Insert one order, with its payment deadline `window_secs` from now on

@@ -16,6 +16,7 @@
 //! that creates them.
 
 pub mod admin;
+pub mod baseline;
 pub mod confirm;
 pub mod orders;
 pub mod sales;

@@ -21,18 +21,18 @@
 //!    key may be left with none); and the release deletes the key without
 //!    asking whose it is.
 //!
-//! In the lab, the clock-skew row also slows the skewed instance's lock
-//! commands (`--redis-delay-ms 20`): an honest holder then takes the lock
-//! first, sleeps on what it read (`--hold-pause-ms 200` on the honest
-//! instance), is robbed, and wakes to sell a unit the robber sold
-//! meanwhile.
+//! In the lab, the clock-skew row (one unit) also slows the skewed
+//! instance's lock commands (`--redis-delay-ms 100`): an honest holder then
+//! takes the lock first, sleeps on what it read (`--hold-pause-ms 2000` on
+//! the honest instance), is robbed, and wakes to sell the unit the robber
+//! sold meanwhile.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use redis::aio::ConnectionLike;
 
-use super::{Buy, Outcome, Shop, take_unguarded};
+use super::{Buy, Flag, Outcome, Shop, take_unguarded};
 
 /// The pause between two tries of a waiter.
 const RETRY: Duration = Duration::from_millis(5);
@@ -43,8 +43,10 @@ pub async fn purchase<C: ConnectionLike + Send>(
     conn: &mut C,
 ) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
-    if !lock(shop, conn, &keys.lock).await? {
-        return Ok(Outcome::Busy);
+    match lock(shop, conn, &keys.lock, sale_id).await? {
+        Got::Lock => {}
+        Got::TimedOut => return Ok(Outcome::Busy),
+        Got::SoldOut => return Ok(Outcome::SoldOut),
     }
     let pause = shop.settings.hold_pause();
     let outcome = take_unguarded(shop, conn, (keys, sale_id), user, pause).await;
@@ -52,12 +54,23 @@ pub async fn purchase<C: ConnectionLike + Send>(
     outcome
 }
 
+/// How a wait for the lock ended.
+enum Got {
+    Lock,
+    /// The lock wait passed.
+    TimedOut,
+    /// This instance learned meanwhile that the sale sold out: waiting on
+    /// is pointless (the caller's own check, not part of the lock).
+    SoldOut,
+}
+
 /// Take the lock, trying until the lock wait has passed.
 async fn lock<C: ConnectionLike + Send>(
     shop: &Shop,
     conn: &mut C,
     key: &str,
-) -> anyhow::Result<bool> {
+    sale_id: i64,
+) -> anyhow::Result<Got> {
     let ttl = shop.settings.lock_ttl();
     let give_up = shop.settings.now_ms() + shop.settings.lock_wait().as_millis() as i64;
     loop {
@@ -99,10 +112,14 @@ async fn lock<C: ConnectionLike + Send>(
                 .query_async(conn)
                 .await
                 .context("PEXPIRE")?;
-            return Ok(true);
+            return Ok(Got::Lock);
         }
         if shop.settings.now_ms() > give_up {
-            return Ok(false);
+            return Ok(Got::TimedOut);
+        }
+        let refresh = shop.settings.sold_out_refresh();
+        if shop.sold_out.check(sale_id, refresh) == Flag::SoldOut {
+            return Ok(Got::SoldOut);
         }
         tokio::time::sleep(RETRY).await;
     }

@@ -1,0 +1,312 @@
+//! `seckill bench`: the speed figures of the purchase path and the worker,
+//! measured side by side in one run on this machine, each beside its
+//! target and, where the target is a ratio, beside its baseline measured
+//! in the same run.
+//!
+//! What it measures, and how:
+//! - **the burst**: 10 units, `--burst-users` buyers at once on 2 `lock`
+//!   instances (the load test's burst): from the first send to the last
+//!   win, and the p99 of every answer;
+//! - **accepted purchases per second** on one sale of a million units,
+//!   every request a new buyer, 64 connections for `--secs` seconds
+//!   (the load test's closed scenario), with `lock` and with `lua`;
+//! - **the worker's drain**: `--drain-orders` jobs queued on one sale,
+//!   drained into PostgreSQL by one in-process worker, against one
+//!   server-side `INSERT ... SELECT` of as many rows into a copy of
+//!   `orders` (the most PostgreSQL can take, as a baseline);
+//! - **an idle worker's delay**: purchases one at a time on an instance
+//!   with its worker in-process, from the `202` to the order found
+//!   confirmed in PostgreSQL (polled every millisecond): the p50.
+//!
+//! The rows it does not measure yet are printed as such.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use seckill_loadtest::LoadArgs;
+use seckill_loadtest::answer::AnswerKind;
+use seckill_loadtest::http::{Connection, Target, purchase_path};
+use seckill_loadtest::scenario::Scenario;
+use seckill_loadtest::verify::Expect;
+
+use crate::cli::BenchArgs;
+use crate::cluster::Cluster;
+use crate::config::{Strategy, WorkerSettings};
+use crate::domain::{OrderJob, OrderStatus, UserId};
+use crate::harness::{self, admin_token};
+use crate::keys::SaleKeys;
+use crate::queue::Queue;
+use crate::services::Services;
+use crate::startup;
+use crate::store::Store;
+use crate::worker::Worker;
+
+/// One row of the table.
+struct Row {
+    figure: &'static str,
+    measured: String,
+    target: &'static str,
+    /// `None`: not measured, or no target to meet.
+    met: Option<bool>,
+}
+
+/// `seckill bench`: measure, print the table.
+pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow::Result<()> {
+    startup::raise_open_files_limit();
+    let store = harness::connect(services, prefix).await?;
+    let token = admin_token();
+    let mut rows = Vec::new();
+    eprintln!("bench: the burst");
+    rows.extend(burst(&args, services, &store, &token).await?);
+    for strategy in [Strategy::Lock, Strategy::Lua] {
+        eprintln!("bench: accepted purchases/s with {}", strategy.as_str());
+        rows.push(accepted_per_second(&args, services, &store, &token, strategy).await?);
+    }
+    eprintln!("bench: the worker's drain");
+    rows.extend(drain(&args, &store).await?);
+    eprintln!("bench: an idle worker's delay");
+    rows.push(idle_delay(services, &store, &token).await?);
+    for figure in [
+        "sold-out answers / bare actix handler (wrk)",
+        "storefront index with 20 sales / sale page (wrk)",
+        "server RSS after a 100,000-buyer burst",
+        "10,000 open sale pages: Redis reads/s, RSS",
+    ] {
+        rows.push(Row {
+            figure,
+            measured: "not measured by seckill bench yet".into(),
+            target: "see issue 12",
+            met: None,
+        });
+    }
+    println!("{}", table(&rows));
+    Ok(())
+}
+
+/// 10 units, a burst on 2 `lock` instances: time to the last win, p99.
+async fn burst(
+    args: &BenchArgs,
+    services: &Services,
+    store: &Store,
+    token: &str,
+) -> anyhow::Result<[Row; 2]> {
+    let load = LoadArgs {
+        scenario: Scenario::Burst,
+        users: args.burst_users,
+        dup: 0.0,
+        rate: 0.0,
+        duration: None,
+        connections: 1,
+        expect: Expect::NoOversell,
+        settle_secs: 30,
+        json: None,
+        html: None,
+    };
+    let report = run(services, store, token, Strategy::Lock, 10, &load).await?;
+    let last_win = report.summary.time_to_sell_out_ms;
+    let p99_ms = report.summary.p99_us as f64 / 1000.0;
+    Ok([
+        Row {
+            figure: "burst, 10 units, 2 instances: first send to last win",
+            measured: last_win.map_or("did not sell out".into(), |ms| format!("{ms:.0} ms")),
+            target: "<= 20 ms",
+            met: Some(last_win.is_some_and(|ms| ms <= 20.0)),
+        },
+        Row {
+            figure: "same burst: p99 of every answer",
+            measured: format!("{p99_ms:.0} ms"),
+            target: "<= 100 ms",
+            met: Some(p99_ms <= 100.0),
+        },
+    ])
+}
+
+/// New buyers on one big sale for `--secs` seconds: accepted per second.
+async fn accepted_per_second(
+    args: &BenchArgs,
+    services: &Services,
+    store: &Store,
+    token: &str,
+    strategy: Strategy,
+) -> anyhow::Result<Row> {
+    let load = LoadArgs {
+        scenario: Scenario::Closed,
+        users: 10_000_000,
+        dup: 0.0,
+        rate: 0.0,
+        duration: Some(args.secs),
+        connections: 64,
+        expect: Expect::Observe,
+        settle_secs: 60,
+        json: None,
+        html: None,
+    };
+    let report = run(services, store, token, strategy, 1_000_000, &load).await?;
+    let per_second =
+        report.summary.count(AnswerKind::Won) as f64 / (report.summary.wall_ms / 1000.0);
+    let (figure, target, met) = match strategy {
+        Strategy::Lua => (
+            "accepted purchases/s on one sale, lua",
+            ">= 80% of redis-benchmark running the script (baseline not measured yet)",
+            None,
+        ),
+        _ => (
+            "accepted purchases/s on one sale, lock",
+            ">= 8,000",
+            Some(per_second >= 8_000.0),
+        ),
+    };
+    Ok(Row {
+        figure,
+        measured: format!("{per_second:.0}/s"),
+        target,
+        met,
+    })
+}
+
+/// Start 2 instances of `strategy` and a worker, create a sale of `units`,
+/// run `load` against it, stop them.
+async fn run(
+    services: &Services,
+    store: &Store,
+    token: &str,
+    strategy: Strategy,
+    units: u32,
+    load: &LoadArgs,
+) -> anyhow::Result<seckill_loadtest::report::Report> {
+    let deployment = harness::deployment(services, &store.prefix, strategy, token)?;
+    let cluster = Cluster::start(deployment, "bench", 2).await?;
+    let sale_id = harness::create_sale(store, "Bench", units, Some(3600)).await?;
+    let report = harness::burst(
+        store,
+        services,
+        &cluster,
+        strategy,
+        (sale_id, units),
+        ("bench", load),
+    )
+    .await;
+    cluster.stop().await;
+    report
+}
+
+/// `--drain-orders` jobs drained by one worker, against PostgreSQL's own
+/// bulk insert of as many rows.
+async fn drain(args: &BenchArgs, store: &Store) -> anyhow::Result<[Row; 2]> {
+    let n = args.drain_orders;
+    let sale_id = harness::create_sale(store, "Bench drain", n, Some(3600)).await?;
+    let keys = SaleKeys::new(&store.prefix, sale_id);
+    let queue = Queue::new(keys.queue.clone());
+    let mut conn = store.redis().await?;
+    let jobs: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            let user = UserId::parse(&format!("drain-{i}")).expect("a valid buyer id");
+            let job = OrderJob::new(sale_id, &user);
+            (job.order_id.to_string(), job.to_payload())
+        })
+        .collect();
+    for chunk in jobs.chunks(1_000) {
+        let chunk: Vec<(&str, &str)> = chunk
+            .iter()
+            .map(|(i, p)| (i.as_str(), p.as_str()))
+            .collect();
+        queue
+            .enqueue(&mut conn, &chunk, Duration::ZERO)
+            .await
+            .context("queueing the drain's jobs")?;
+    }
+    let worker = Worker::new(store.clone(), WorkerSettings::default());
+    let started = Instant::now();
+    let mut confirmed = 0;
+    while confirmed < n as usize {
+        let report = worker.try_process_batch(sale_id).await?;
+        anyhow::ensure!(
+            report.reserved > 0,
+            "the queue ran dry at {confirmed} of {n}"
+        );
+        confirmed += report.confirmed;
+    }
+    let drained = f64::from(n) / started.elapsed().as_secs_f64();
+    let baseline = f64::from(n) / store.time_bulk_insert(sale_id, n).await?.as_secs_f64();
+    let share = drained / baseline;
+    Ok([
+        Row {
+            figure: "worker drain into PostgreSQL, orders/s",
+            measured: format!("{drained:.0}/s"),
+            target: ">= 40,000",
+            met: Some(drained >= 40_000.0),
+        },
+        Row {
+            figure: "worker drain / one server-side INSERT of as many rows",
+            measured: format!("{:.0}% (INSERT: {baseline:.0} rows/s)", share * 100.0),
+            target: ">= 30%",
+            met: Some(share >= 0.30),
+        },
+    ])
+}
+
+/// Purchases one at a time on an instance with its worker in-process:
+/// the p50 from the `202` to the order confirmed in PostgreSQL.
+async fn idle_delay(services: &Services, store: &Store, token: &str) -> anyhow::Result<Row> {
+    const PURCHASES: u32 = 50;
+    let deployment = harness::deployment(services, &store.prefix, Strategy::Lock, token)?;
+    let mut cluster = Cluster::new(deployment);
+    let url = cluster.start_app("bench-idle", &[]).await?;
+    let sale_id = harness::create_sale(store, "Bench idle", PURCHASES, Some(3600)).await?;
+    let mut connection = Connection::open(Target::resolve(&url).await?).await?;
+    let path = purchase_path(sale_id);
+    let mut delays = Vec::new();
+    for i in 0..PURCHASES {
+        let answer = connection.purchase(&path, &format!("idle-{i}")).await;
+        let order_id = answer
+            .classified
+            .order_id
+            .context("a purchase on an idle sale was refused")?;
+        let accepted = Instant::now();
+        loop {
+            let order = store.find_order(order_id).await?;
+            if order.is_some_and(|order| order.status == OrderStatus::Confirmed) {
+                break;
+            }
+            anyhow::ensure!(
+                accepted.elapsed() < Duration::from_secs(10),
+                "order {order_id} never confirmed"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        delays.push(accepted.elapsed());
+    }
+    cluster.stop().await;
+    delays.sort();
+    let p50 = delays[delays.len() / 2].as_secs_f64() * 1000.0;
+    Ok(Row {
+        figure: "idle worker: 202 to order confirmed, p50",
+        measured: format!("{p50:.1} ms"),
+        target: "<= 5 ms",
+        met: Some(p50 <= 5.0),
+    })
+}
+
+fn table(rows: &[Row]) -> String {
+    let width = |f: fn(&Row) -> usize| rows.iter().map(f).max().unwrap_or(0);
+    let (a, b) = (
+        width(|r| r.figure.len()),
+        width(|r| r.measured.chars().count()),
+    );
+    let mut out = format!(
+        "{:<a$}  {:<b$}  {:<5}  target\n",
+        "figure", "measured", "met"
+    );
+    for row in rows {
+        let met = match row.met {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "-",
+        };
+        out.push_str(&format!(
+            "{:<a$}  {:<b$}  {met:<5}  {}\n",
+            row.figure, row.measured, row.target
+        ));
+    }
+    out
+}
