@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::helpers::{Scratch, seckill_command};
-use crate::processes::{finish, interrupt, orders_by_status, read_json, start_until, text};
+use crate::processes::{confirmed_orders, finish, interrupt, read_json, start_until, text};
 
 /// The rows of `lab.json`, by label (`article+hold-pause`).
 fn rows_by_label(document: &Value) -> BTreeMap<String, Value> {
@@ -75,7 +75,11 @@ async fn the_lab_runs_every_row_as_expected_and_exits_0() {
         // PostgreSQL refused exactly the excess.
         assert_eq!(figure(label, "rejected"), oversold, "{label}");
         // Every unit of the row's sale (one for the clock-skew row) sold.
-        assert_eq!(figure(label, "confirmed"), figure(label, "units"), "{label}");
+        assert_eq!(
+            figure(label, "confirmed"),
+            figure(label, "units"),
+            "{label}"
+        );
     }
     assert!(
         figure("article+hold-pause", "stuck_lock")
@@ -115,12 +119,7 @@ async fn the_lab_runs_every_row_as_expected_and_exits_0() {
     }
     // Nothing PostgreSQL holds breaks a promise: every stored unit is one
     // of the 13 sales' units, at most 10 each.
-    let confirmed: i64 = orders_by_status(&scratch)
-        .await
-        .into_iter()
-        .filter(|(status, _)| status == "confirmed")
-        .map(|(_, n)| n)
-        .sum();
+    let confirmed = confirmed_orders(&scratch).await;
     let expected: u64 = rows
         .values()
         .map(|row| row["figures"]["confirmed"].as_u64().expect("a count"))

@@ -6,6 +6,7 @@
 
 mod admin;
 mod bad_input;
+mod bench;
 mod browser;
 mod burst;
 mod chaos;

@@ -46,6 +46,16 @@ pub async fn orders_by_status(scratch: &Scratch) -> Vec<(String, i64)> {
         .expect("orders")
 }
 
+/// Orders holding a unit in the scratch database (`confirmed`, not paid).
+pub async fn confirmed_orders(scratch: &Scratch) -> i64 {
+    orders_by_status(scratch)
+        .await
+        .into_iter()
+        .filter(|(status, _)| status == "confirmed")
+        .map(|(_, n)| n)
+        .sum()
+}
+
 /// A long-running command, started, until it prints a line `find` picks
 /// out (within [`RUN_LIMIT`]). Returns the process and what `find` made of
 /// the line; panics, naming `what`, if the command ends first.

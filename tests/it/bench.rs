@@ -1,0 +1,49 @@
+//! `seckill bench` as a process: it runs, and says what it measured.
+
+use crate::helpers::{Scratch, seckill_command};
+use crate::processes::{confirmed_orders, finish, text};
+
+/// `seckill bench`, small: every row measured or said not to be, each
+/// beside its target, and the drained orders really in PostgreSQL.
+#[tokio::test]
+async fn the_bench_measures_each_row_beside_its_target() {
+    let scratch = Scratch::new().await;
+    let args = [
+        "bench",
+        "--secs",
+        "0.5",
+        "--burst-users",
+        "200",
+        "--drain-orders",
+        "300",
+    ];
+    let output = finish(seckill_command(&scratch, &args, &[])).await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for figure in [
+        "burst, 10 units, 2 instances: first send to last win",
+        "accepted purchases/s on one sale, lock",
+        "accepted purchases/s on one sale, lua",
+        "worker drain into PostgreSQL, orders/s",
+        "worker drain / one server-side INSERT of as many rows",
+        "idle worker: 202 to order confirmed, p50",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with(figure))
+            .unwrap_or_else(|| panic!("no row {figure}:\n{stdout}"));
+        assert!(
+            line.split_whitespace()
+                .any(|word| word.contains(|c: char| c.is_ascii_digit())),
+            "{line}"
+        );
+    }
+    assert!(
+        stdout.contains("not measured by seckill bench yet"),
+        "{stdout}"
+    );
+    // The drain's 300 orders, the burst's 10 and the idle run's 50 were
+    // confirmed; the rolled-back baseline left nothing.
+    let confirmed = confirmed_orders(&scratch).await;
+    assert!(confirmed >= 360, "{confirmed} confirmed orders");
+}
