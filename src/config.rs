@@ -100,7 +100,7 @@ pub enum Knob {
     CrashAfterSetnx,
     /// `--clock-skew-ms` on the second instance: its clock runs ahead.
     ClockSkew,
-    /// `--redis-delay-ms`: every command of `article`'s lock arrives late.
+    /// `--redis-delay-ms`: every command of `article`'s and `getset`'s locks arrives late.
     RedisDelay,
 }
 

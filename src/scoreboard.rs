@@ -88,7 +88,7 @@ pub struct RedisFigures {
 pub struct Holder {
     /// The instance that holds it (its name, or its address).
     pub instance: String,
-    /// Its fencing token.
+    /// Its fencing token; 0 for a lock of a broken strategy, which has none.
     pub fence: u64,
     /// How long the lock has left, in ms.
     pub pttl_ms: i64,
@@ -303,13 +303,23 @@ async fn read_redis(store: &Store, keys: &SaleKeys) -> anyhow::Result<RedisFigur
         .query_async(&mut conn)
         .await
         .context("reading a sale's figures")?;
-    let lock = lock_value.as_deref().and_then(|value| {
-        Some(Holder {
-            instance: lock::holder_in(value)?.to_owned(),
-            fence: lock::fence_in(value)?,
-            pttl_ms: pttl,
-        })
-    });
+    // The broken strategies' locks (`article`, `getset`) hold a time, not
+    // an owner: shown as held, by nobody named, with no fence (0).
+    let lock =
+        lock_value.as_deref().map(
+            |value| match (lock::holder_in(value), lock::fence_in(value)) {
+                (Some(instance), Some(fence)) => Holder {
+                    instance: instance.to_owned(),
+                    fence,
+                    pttl_ms: pttl,
+                },
+                _ => Holder {
+                    instance: format!("nobody named (the lock's value is {value})"),
+                    fence: 0,
+                    pttl_ms: pttl,
+                },
+            },
+        );
     Ok(RedisFigures {
         lock,
         fence: fence.unwrap_or(0),

@@ -61,7 +61,8 @@
       lastCounter = redis.fence;
       Object.keys(redis.answers).forEach(function (answer) { put(answer, redis.answers[answer]); });
       put("fenced", redis.fenced);
-      put("stock", redis.stock === null ? "not loaded" : Math.max(0, redis.stock));
+      // Raw, not clamped at 0: a negative stock is what a broken strategy leaves.
+      put("stock", redis.stock === null ? "not loaded" : redis.stock);
       put("buyers", redis.buyers);
       put("waiting", redis.queue.waiting);
       put("in_flight", redis.queue.in_flight);

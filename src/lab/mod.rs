@@ -54,6 +54,11 @@ pub async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Re
     startup::raise_open_files_limit();
     let token = admin_token();
     let rows = rows::select(args.strategy, args.knob);
+    anyhow::ensure!(
+        !rows.is_empty(),
+        "no row of the lesson uses --knob {}: name a strategy too (--strategy article --knob {0})",
+        args.knob.map_or("none", |knob| knob.as_str())
+    );
     let store = harness::connect(services, prefix).await?;
     println!(
         "seckill lab: {} rows; each: {} buyers (+{:.0}% sending twice) race for {} units on {} app instances",
@@ -104,8 +109,11 @@ pub async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Re
     Ok(met)
 }
 
-/// One instance per row, with the row's strategy and knob, and one worker;
-/// prints where each row's sale page is.
+/// One instance per row, with the row's strategy and the flags every one
+/// of its instances had, and one worker; prints where each row's sale page
+/// is. Not the crash knob (the room's first buyer would stop the instance)
+/// and not one instance's skew: the served row is the strategy to try by
+/// hand, not the race again.
 async fn serve_rows(
     services: &Services,
     prefix: &str,
@@ -118,8 +126,13 @@ async fn serve_rows(
     for (row, sale_id) in sales {
         let label = row.label();
         let mut args = vec!["--no-worker", "--strategy", row.strategy.as_str()];
-        let flags = row.flags.of_instance(1);
-        args.extend(flags.iter().map(String::as_str));
+        args.extend(
+            row.flags
+                .every
+                .iter()
+                .map(String::as_str)
+                .filter(|flag| *flag != "--crash-after-setnx"),
+        );
         let url = cluster.start_app(&label, &args).await?;
         println!("  {label:<26} {url}/sales/{sale_id}  (live: {url}/sales/{sale_id}/live)");
     }
@@ -186,8 +199,10 @@ async fn run_row(
         // Left as the evidence: the lab does not take a lock it does not
         // hold (that is the article's bug 5).
         eprintln!(
-            "  {label}: the lock {} has no TTL; see for yourself: redis-cli PTTL '{}'",
-            keys.lock, keys.lock
+            "  {label}: the lock {} has no TTL; see for yourself: redis-cli -u {} PTTL '{}'",
+            keys.lock,
+            crate::services::redact(&services.redis_url),
+            keys.lock
         );
     }
     Ok(Ran {

@@ -433,6 +433,12 @@ mod tests {
                 "{strategy:?} has no row without a knob"
             );
         }
+        // Every knob but the slow network (which only widens, by chance,
+        // the gap the pause opens for sure) has a row that shows its bug.
+        for knob in [Knob::HoldPause, Knob::CrashAfterSetnx, Knob::ClockSkew] {
+            assert!(rows.iter().any(|r| r.knob == knob), "no row with {knob:?}");
+        }
+        assert!(select(None, Some(Knob::RedisDelay)).is_empty());
         let mut labels: Vec<String> = rows.iter().map(Row::label).collect();
         labels.sort();
         labels.dedup();

@@ -12,7 +12,7 @@
 //! two `202`s for one buyer, and PostgreSQL refuses the second order. Its
 //! unit was taken in Redis and is never sold to anyone: an under-sell, and
 //! the buyers refused "sold out" meanwhile were refused a unit that was
-//! left. Knob: `--hold-pause-ms 50` between the decrement and the record
+//! left. Knob: `--hold-pause-ms 200` between the decrement and the record
 //! widens the gap until every repeated request hits it.
 
 use anyhow::Context;

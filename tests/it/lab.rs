@@ -117,8 +117,14 @@ async fn the_lab_runs_every_row_as_expected_and_exits_0() {
     ] {
         assert!(dir.path().join(file).exists(), "{file} missing");
     }
-    // Nothing PostgreSQL holds breaks a promise: every stored unit is one
-    // of the 13 sales' units, at most 10 each.
+    // No row's sale holds more confirmed orders than it had units, and the
+    // rows' counts are what PostgreSQL holds.
+    for (label, row) in &rows {
+        assert!(
+            row["figures"]["confirmed"].as_u64() <= row["figures"]["units"].as_u64(),
+            "{label}: more confirmed orders than units"
+        );
+    }
     let confirmed = confirmed_orders(&scratch).await;
     let expected: u64 = rows
         .values()
@@ -190,6 +196,11 @@ async fn the_lab_refuses_an_unknown_knob_and_a_bad_fraction() {
         (vec!["lab", "--knob", "gc-pause"], "gc-pause"),
         (vec!["lab", "--dup", "2"], "between 0 and 1"),
         (vec!["lab", "--strategy", "optimistic"], "optimistic"),
+        // No row of the lesson uses this knob without a strategy named.
+        (
+            vec!["lab", "--exit", "--knob", "redis-delay"],
+            "name a strategy too",
+        ),
     ] {
         let output = finish(seckill_command(&scratch, &args, &[])).await;
         assert_eq!(output.status.code(), Some(2), "{}", text(&output));

@@ -159,6 +159,26 @@ async fn the_live_stream_names_the_lock_holder_and_its_fence_while_the_lock_is_h
     stream
         .until("a free lock", |board| board["redis"]["lock"].is_null())
         .await;
+
+    // The article's lock holds a time, not an owner: held, by nobody named.
+    let () = redis::cmd("SET")
+        .arg(&keys.lock)
+        .arg("1795000000")
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("SET the article's lock");
+    let board = stream
+        .until("the article's lock", |board| {
+            board["redis"]["lock"].is_object()
+        })
+        .await;
+    let lock = &board["redis"]["lock"];
+    assert_eq!(
+        lock["instance"], "nobody named (the lock's value is 1795000000)",
+        "{board}"
+    );
+    assert_eq!(lock["fence"], 0, "{board}");
+    assert_eq!(lock["pttl_ms"], -1, "{board}");
 }
 
 #[tokio::test]
