@@ -231,7 +231,7 @@ pub struct WorkerSettings {
     #[arg(long, env = "SECKILL_MAX_ATTEMPTS", default_value_t = DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub max_attempts: u32,
 
-    /// Pause between polls of an empty queue, in milliseconds, 1 to 60000.
+    /// Pause between polls of an empty queue, in milliseconds, 1 to 60000 (an idle worker is also woken by every purchase).
     #[arg(long, env = "SECKILL_POLL_MS", default_value_t = DEFAULT_POLL_MS, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub poll_ms: u64,
 

@@ -140,9 +140,13 @@ async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> an
             .with_context(|| format!("serving /metrics on {bind}"))?;
         tracing::info!(%address, "worker figures at /metrics");
     }
+    // Woken by every purchase's stock change, not only by its poll.
+    let (events, events_task) =
+        seckill::events::SaleEvents::start(&services.redis_url, &redis_prefix, shutdown.clone())?;
     Worker::new(Store::new(pg, redis, redis_prefix), args.worker)
-        .run(shutdown)
+        .run_woken(shutdown, Some(events.subscribe()))
         .await;
+    events_task.await.context("the sale events task panicked")?;
     Ok(())
 }
 

@@ -208,6 +208,13 @@ impl Application {
 
         let store = Store::new(pg, redis, settings.redis_prefix.clone());
         let shutdown = CancellationToken::new();
+        let (events, events_task) = SaleEvents::start(
+            &settings.redis_url,
+            &settings.redis_prefix,
+            shutdown.clone(),
+        )
+        .context("starting the sale events listener")?;
+
         // The in-process worker gets pools of its own: a flood of page
         // views or purchases holding every connection must not stop orders
         // from reaching PostgreSQL, nor a slow batch starve the handlers.
@@ -218,17 +225,12 @@ impl Application {
                 Store::new(pg, redis, settings.redis_prefix.clone()),
                 settings.worker.clone(),
             );
-            Some(tokio::spawn(worker.run(shutdown.clone())))
+            Some(tokio::spawn(
+                worker.run_woken(shutdown.clone(), Some(events.subscribe())),
+            ))
         } else {
             None
         };
-
-        let (events, events_task) = SaleEvents::start(
-            &settings.redis_url,
-            &settings.redis_prefix,
-            shutdown.clone(),
-        )
-        .context("starting the sale events listener")?;
 
         let purchaser = Purchaser::new(Shop::new(
             store.clone(),

@@ -40,6 +40,7 @@
 
 mod deadlines;
 mod report;
+mod run;
 mod sweep;
 
 pub use report::BatchReport;
@@ -49,9 +50,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tokio_util::sync::CancellationToken;
 
-use crate::backoff;
 use crate::config::WorkerSettings;
 use crate::domain::OrderJob;
 use crate::keys::{QueueKeys, SaleKeys};
@@ -132,7 +131,11 @@ impl Worker {
     #[tracing::instrument(skip(self), fields(reserved))]
     pub async fn try_process_batch(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
         let batch = self.reserve_orders(sale_id).await?;
-        self.write_batch(batch).await
+        let report = self.write_batch(batch).await?;
+        let metrics = metrics();
+        metrics.orders("confirmed", report.confirmed);
+        metrics.orders("rejected", report.rejected);
+        Ok(report)
     }
 
     /// The first half of [`Worker::try_process_batch`]: reserve a batch of
@@ -448,45 +451,9 @@ impl Worker {
             total.add(self.try_process_batch(sale_id).await?);
             total.add(self.try_process_deadlines(sale_id).await?);
         }
-        let metrics = metrics();
-        metrics.orders("confirmed", total.confirmed);
-        metrics.orders("rejected", total.rejected);
-        metrics.orders("cancelled", total.cancelled);
+        // Confirmed and rejected are counted per batch, above: the loop
+        // woken by a purchase writes batches without this pass.
+        metrics().orders("cancelled", total.cancelled);
         Ok(total)
-    }
-
-    /// Drain the queues until `shutdown` is cancelled. A batch in progress
-    /// when it is cancelled is finished first.
-    pub async fn run(self, shutdown: CancellationToken) {
-        tracing::info!(batch_size = self.settings.batch_size, "worker started");
-        let mut failures: u32 = 0;
-        while !shutdown.is_cancelled() {
-            let pause = match self.run_once().await {
-                Ok(report) if report.reserved > 0 => {
-                    failures = 0;
-                    tracing::debug!(?report, "batch done");
-                    continue;
-                }
-                Ok(_) => {
-                    failures = 0;
-                    self.settings.poll()
-                }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    let pause = backoff::after(failures);
-                    tracing::warn!(
-                        error = format!("{error:#}"),
-                        ?pause,
-                        "worker step failed; backing off"
-                    );
-                    pause
-                }
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(pause) => {}
-            }
-        }
-        tracing::info!("worker stopped");
     }
 }

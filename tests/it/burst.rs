@@ -14,7 +14,9 @@ use uuid::Uuid;
 
 use seckill::cluster::Cluster;
 
-use crate::helpers::{Scratch, client, cluster, create_sale_at, eventually, orders};
+use crate::helpers::{
+    Scratch, client, cluster, create_sale_at, eventually, orders, start_app_and_a_worker,
+};
 
 const STOCK: i64 = 10;
 const BUYERS: usize = 2_000;
@@ -33,13 +35,7 @@ struct Answer {
 async fn start_cluster(scratch: &Scratch, env: &[(&str, &str)]) -> (Cluster, Vec<String>) {
     let mut processes = cluster(scratch, env);
     let a = processes.start_app("a", &[]).await.expect("a starts");
-    let b = processes
-        .start_app("b", &["--no-worker"])
-        .await
-        .expect("b starts");
-    processes
-        .start_worker("worker", &[])
-        .expect("the worker starts");
+    let b = start_app_and_a_worker(&mut processes, "b").await;
     (processes, vec![a, b])
 }
 

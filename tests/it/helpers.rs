@@ -556,3 +556,16 @@ pub async fn create_sale_at(url: &str, name: &str, stock: i64) -> i64 {
         .expect("a sale");
     created["id"].as_i64().expect("a sale id")
 }
+
+/// Start app instance `name` without a worker, and a stand-alone worker
+/// beside it; returns the instance's base URL.
+pub async fn start_app_and_a_worker(processes: &mut Cluster, name: &str) -> String {
+    let url = processes
+        .start_app(name, &["--no-worker"])
+        .await
+        .expect("the instance starts");
+    processes
+        .start_worker("worker", &[])
+        .expect("the worker starts");
+    url
+}

@@ -29,5 +29,6 @@ mod queue;
 mod store;
 mod strategies;
 mod verify;
+mod wake;
 mod worker;
 mod workshop;

@@ -1,0 +1,108 @@
+//! The worker's two loops, run side by side: a full pass over every sale
+//! at each poll, and the sale whose stock just changed (a purchase queued
+//! an order there), written at once. Side by side, because a full pass
+//! lists every sale in PostgreSQL and asks each of its queues: with many
+//! sales it takes longer than a poll, and a purchase must not wait for it.
+//!
+//! Both loops may take a batch of the same sale at the same moment: the
+//! queue leases each job to one reserve (`lua/queue_reserve.lua`), so they
+//! never write the same order twice.
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::Worker;
+use crate::backoff;
+use crate::events::StockChange;
+
+impl Worker {
+    /// Drain the queues until `shutdown` is cancelled. A batch in progress
+    /// when it is cancelled is finished first.
+    pub async fn run(self, shutdown: CancellationToken) {
+        self.run_woken(shutdown, None).await;
+    }
+
+    /// [`Worker::run`], woken by the sales' stock changes (`events.rs`):
+    /// every purchase publishes one after its order is on the queue, so an
+    /// idle worker writes a sale's new order at once instead of at its next
+    /// poll. The poll stays: a message can be lost (pub/sub forgets while
+    /// its connection is down), and deadlines come due without any.
+    pub async fn run_woken(
+        self,
+        shutdown: CancellationToken,
+        wake: Option<broadcast::Receiver<StockChange>>,
+    ) {
+        tracing::info!(batch_size = self.settings.batch_size, "worker started");
+        tokio::join!(self.poll(&shutdown), self.on_wake(&shutdown, wake));
+        tracing::info!("worker stopped");
+    }
+
+    /// Every sale, at every poll (sooner while there is work).
+    async fn poll(&self, shutdown: &CancellationToken) {
+        let mut failures: u32 = 0;
+        while !shutdown.is_cancelled() {
+            let pause = match self.run_once().await {
+                Ok(report) if report.reserved > 0 => {
+                    failures = 0;
+                    tracing::debug!(?report, "batch done");
+                    continue;
+                }
+                Ok(_) => {
+                    failures = 0;
+                    self.settings.poll()
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let pause = backoff::after(failures);
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        ?pause,
+                        "worker step failed; backing off"
+                    );
+                    pause
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// The sale of each stock change, drained at once. Changes missed (the
+    /// receiver lagged) are left to the poll; with no receiver, or once it
+    /// is closed, this loop ends and the poll alone remains.
+    async fn on_wake(
+        &self,
+        shutdown: &CancellationToken,
+        wake: Option<broadcast::Receiver<StockChange>>,
+    ) {
+        let Some(mut changes) = wake else { return };
+        loop {
+            let change = tokio::select! {
+                () = shutdown.cancelled() => return,
+                change = changes.recv() => change,
+            };
+            match change {
+                Ok(change) => self.drain_woken(change.sale_id).await,
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Write a woken sale's queue until it is empty. A failure is left to
+    /// the poll, which backs off.
+    async fn drain_woken(&self, sale_id: i64) {
+        loop {
+            match self.try_process_batch(sale_id).await {
+                Ok(report) if report.reserved > 0 => {}
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::warn!(error = format!("{error:#}"), sale_id, "woken batch failed");
+                    return;
+                }
+            }
+        }
+    }
+}
