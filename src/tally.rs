@@ -42,14 +42,9 @@ pub const FIELDS: [&str; 7] = [
     "lock_lost",
 ];
 
-/// An outcome's name: its field in the answers hash, and its label in
-/// `/metrics`.
-pub fn answer_name(outcome: &Outcome) -> &'static str {
-    FIELDS[slot(outcome)]
-}
-
-/// An outcome's place in [`FIELDS`] (and in a sale's counters).
-fn slot(outcome: &Outcome) -> usize {
+/// An outcome's place in [`FIELDS`] (and in a sale's counters, and in the
+/// purchase path's figures for `/metrics`).
+pub fn slot(outcome: &Outcome) -> usize {
     match outcome {
         Outcome::Accepted { .. } => 0,
         Outcome::SoldOut => 1,

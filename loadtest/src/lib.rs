@@ -340,7 +340,9 @@ async fn settle(subject: &mut Subject, args: &LoadArgs, progress: &Progress) -> 
     }
 }
 
-fn write(path: &std::path::Path, content: &str) -> anyhow::Result<()> {
+/// Write `content` to `path`, creating its directory first: how every
+/// report is written (the lab's table too).
+pub fn write(path: &std::path::Path, content: &str) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

@@ -17,6 +17,7 @@
 //! the row's strategy and knob, and one worker serve every row's sale
 //! after the table, so the class can open the pages, until Ctrl-C.
 
+pub mod expect;
 pub mod rows;
 mod table;
 
@@ -37,7 +38,8 @@ use crate::keys::SaleKeys;
 use crate::services::Services;
 use crate::startup;
 use crate::store::Store;
-use rows::{Figures, Row};
+use expect::Figures;
+use rows::Row;
 pub use table::Outcome;
 
 /// How long the lab's sales stay open, in seconds: the class has an hour
@@ -89,8 +91,8 @@ pub async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Re
     println!("\n{}", table::text(&outcomes));
     let json = args.report_dir.join("lab.json");
     let html = args.report_dir.join("lab.html");
-    write(&json, &table::json(&outcomes))?;
-    write(&html, &table::html(&outcomes))?;
+    seckill_loadtest::write(&json, &table::json(&outcomes))?;
+    seckill_loadtest::write(&html, &table::html(&outcomes))?;
     println!("JSON: {}\nHTML: {}", json.display(), html.display());
     let met = outcomes.iter().all(|o| o.verdict.is_ok());
     println!(
@@ -155,7 +157,7 @@ async fn run_row(
     row: &Row,
 ) -> anyhow::Result<Ran> {
     let label = row.label();
-    let deployment = harness::deployment(services, prefix(store), row.strategy, token)?;
+    let deployment = harness::deployment(services, &store.prefix, row.strategy, token)?;
     let instances = row.instances.unwrap_or(args.instances);
     let mut cluster =
         Cluster::start_each(deployment, &label, instances, |i| row.flags.of_instance(i)).await?;
@@ -174,7 +176,7 @@ async fn run_row(
         json: Some(args.report_dir.join(format!("{label}.json"))),
         html: Some(args.report_dir.join(format!("{label}.html"))),
     };
-    let keys = SaleKeys::new(prefix(store), sale_id);
+    let keys = SaleKeys::new(&store.prefix, sale_id);
     let watch = LockWatch::start(services, &keys.lock).await?;
     let report = harness::burst(
         store,
@@ -214,10 +216,6 @@ async fn run_row(
         },
         sale_id,
     })
-}
-
-fn prefix(store: &Store) -> &str {
-    &store.prefix
 }
 
 /// The figures of a row, from the load test's report and the lab's own
@@ -311,15 +309,17 @@ impl LockWatch {
     }
 
     /// Stop watching; the longest TTL seen, in ms (-2: never a lock).
+    /// A read stuck on a Redis that stopped answering is given up after
+    /// two seconds, rather than holding the lab up.
     async fn stop(self) -> i64 {
         let _ = self.stop.send(());
-        self.task.await.unwrap_or(-2)
+        let abort = self.task.abort_handle();
+        match tokio::time::timeout(Duration::from_secs(2), self.task).await {
+            Ok(longest) => longest.unwrap_or(-2),
+            Err(_) => {
+                abort.abort();
+                -2
+            }
+        }
     }
-}
-
-fn write(path: &std::path::Path, content: &str) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    std::fs::write(path, content).with_context(|| format!("writing {}", path.display()))
 }

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::rows::{Figures, Row};
+use super::expect::Figures;
+use super::rows::Row;
 
 /// One row, run and judged.
 #[derive(Debug, Clone, Serialize)]
