@@ -154,7 +154,7 @@ pub fn html(outcomes: &[Outcome]) -> String {
 <title>seckill lab</title><style>\
 body{{font:15px system-ui,sans-serif;margin:2em;color:#222}}\
 table{{border-collapse:collapse}}td,th{{padding:.3em .6em;border-bottom:1px solid #ddd;text-align:right}}\
-td:first-child,td:nth-child(2),th{{text-align:left}}tr.bad td{{background:#fdd}}\
+td:first-child,td:nth-child(2),td:nth-child(9),td:nth-child(13),td:nth-child(14),th{{text-align:left}}tr.bad td{{background:#fdd}}\
 tr.lesson td{{text-align:left;color:#666;font-size:13px;border-bottom:2px solid #bbb}}\
 svg{{margin:1em 0;display:block}}</style></head><body>\
 <h1>seckill lab</h1><p>Each row: its own instances and sale, the same burst, then PostgreSQL and \
