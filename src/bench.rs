@@ -177,15 +177,7 @@ async fn run(
     let deployment = harness::deployment(services, &store.prefix, strategy, token)?;
     let cluster = Cluster::start(deployment, "bench", 2).await?;
     let sale_id = harness::create_sale(store, "Bench", units, Some(3600)).await?;
-    let report = harness::burst(
-        store,
-        services,
-        &cluster,
-        strategy,
-        (sale_id, units),
-        ("bench", load),
-    )
-    .await;
+    let report = harness::burst(store, &cluster, strategy, (sale_id, units), ("bench", load)).await;
     cluster.stop().await;
     report
 }

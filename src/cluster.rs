@@ -25,6 +25,8 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::topology::{self, RedisAt};
+
 /// How long a started `seckill serve` may take to print its address.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a stopped process may take to finish its work and exit.
@@ -48,15 +50,16 @@ impl Deployment {
     /// log errors only, unless [`Deployment::env`] sets `RUST_LOG`.
     pub fn new(
         binary: impl Into<PathBuf>,
-        redis_url: &str,
+        redis: &RedisAt,
         database_url: &str,
         prefix: &str,
     ) -> Self {
+        let (redis_env, redis_value) = redis.env();
         Self {
             binary: binary.into(),
             env: Vec::new(),
         }
-        .env("SECKILL_REDIS_URL", redis_url)
+        .env(redis_env, redis_value)
         .env("SECKILL_DATABASE_URL", database_url)
         .env("SECKILL_REDIS_PREFIX", prefix)
         // Errors only: the oversell warnings of a naive run would drown
@@ -82,6 +85,9 @@ impl Deployment {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.binary);
         command
+            // Ours may be either; one inherited from the user would clash.
+            .env_remove(topology::SERVER_ENV)
+            .env_remove(topology::CLUSTER_ENV)
             .args(args)
             .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())

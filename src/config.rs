@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use crate::topology::RedisAt;
+
 /// Where Redis and PostgreSQL are. With neither URL set, seckill uses the
 /// servers on their default local ports when they answer and otherwise
 /// starts private ones from the installed binaries.
@@ -20,6 +22,16 @@ pub struct ServiceArgs {
     /// Redis URL, e.g. redis://127.0.0.1:6379 [default: local or private server]
     #[arg(long, env = "SECKILL_REDIS_URL", global = true, hide_env_values = true)]
     pub redis_url: Option<String>,
+
+    /// Redis Cluster nodes instead of one server: comma-separated URLs of some of its masters, e.g. redis://127.0.0.1:7000,redis://127.0.0.1:7001
+    #[arg(
+        long,
+        env = "SECKILL_REDIS_CLUSTER_NODES",
+        global = true,
+        hide_env_values = true,
+        conflicts_with = "redis_url"
+    )]
+    pub redis_cluster_nodes: Option<String>,
 
     /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/seckill [default: local or private server]
     #[arg(
@@ -38,6 +50,17 @@ pub struct ServiceArgs {
         global = true
     )]
     pub redis_prefix: String,
+}
+
+impl ServiceArgs {
+    /// Where Redis is, if the user said: one server or a cluster.
+    pub fn redis(&self) -> anyhow::Result<Option<RedisAt>> {
+        match (&self.redis_url, &self.redis_cluster_nodes) {
+            (_, Some(nodes)) => RedisAt::cluster(nodes).map(Some),
+            (Some(url), None) => Ok(Some(RedisAt::Server(url.clone()))),
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 /// How a purchase decides who gets a unit (one file each in `src/strategy/`).

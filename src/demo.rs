@@ -149,7 +149,6 @@ async fn one_run(
     };
     let run = harness::burst(
         store,
-        services,
         &cluster,
         strategy,
         (sale_id, args.stock),

@@ -8,6 +8,13 @@
 //! (`web::live`) is a receiver of that broadcast. So a thousand watching
 //! browsers cost one Redis connection, not a thousand.
 //!
+//! In a Redis Cluster, a plain `PUBLISH` (from the scripts, on whichever
+//! master owns the sale's slot) is carried to every node over the cluster
+//! bus, so the instance subscribes on any one node, and on the next one
+//! when that one fails (`topology.rs`). Sharded pub/sub (`SSUBSCRIBE`)
+//! would keep each message on its shard's nodes, but it has no pattern
+//! form: an instance would have to follow every sale's channel by name.
+//!
 //! Pub/sub is fire-and-forget: a message published while the connection is
 //! down, or one a slow receiver lags behind on, is lost. The streams
 //! therefore also send a fresh snapshot, read from Redis, every few
@@ -19,6 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::keys;
+use crate::topology::RedisAt;
 
 /// Messages a slow receiver may fall behind by before it skips ahead (it
 /// then relies on the next snapshot).
@@ -41,13 +49,17 @@ impl SaleEvents {
     /// Start listening on Redis for every sale under `prefix`, until
     /// `shutdown` is cancelled. The returned task reconnects by itself.
     pub fn start(
-        redis_url: &str,
+        redis: &RedisAt,
         prefix: &str,
         shutdown: CancellationToken,
     ) -> anyhow::Result<(Self, JoinHandle<()>)> {
-        let client = redis::Client::open(redis_url)?;
+        let nodes = redis
+            .node_urls()
+            .iter()
+            .map(|url| redis::Client::open(url.as_str()))
+            .collect::<Result<Vec<_>, _>>()?;
         let (sender, _) = broadcast::channel(CAPACITY);
-        let task = tokio::spawn(listen(client, prefix.to_owned(), sender.clone(), shutdown));
+        let task = tokio::spawn(listen(nodes, prefix.to_owned(), sender.clone(), shutdown));
         Ok((Self { sender }, task))
     }
 
@@ -57,16 +69,20 @@ impl SaleEvents {
     }
 }
 
-/// Connect, subscribe, forward; on any failure, pause and start over.
+/// Connect, subscribe, forward; on any failure, pause and start over on
+/// the next node (a single server is its own next node).
 async fn listen(
-    client: redis::Client,
+    nodes: Vec<redis::Client>,
     prefix: String,
     sender: broadcast::Sender<StockChange>,
     shutdown: CancellationToken,
 ) {
     let mut failures: u32 = 0;
-    while !shutdown.is_cancelled() {
-        let session = forward(&client, &prefix, &sender, &mut failures);
+    for client in nodes.iter().cycle() {
+        if shutdown.is_cancelled() {
+            break;
+        }
+        let session = forward(client, &prefix, &sender, &mut failures);
         let error = tokio::select! {
             () = shutdown.cancelled() => break,
             error = session => error,

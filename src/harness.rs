@@ -18,9 +18,10 @@ use crate::cluster::{Cluster, Deployment, seckill_binary};
 use crate::config::Strategy;
 use crate::domain::NewSale;
 use crate::keys::SaleKeys;
-use crate::services::{Services, redact};
+use crate::services::Services;
 use crate::startup;
 use crate::store::Store;
+use crate::topology::RedisConn;
 
 /// How long a Redis connection of the harness may wait for the pool.
 const POOL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -37,7 +38,7 @@ pub fn admin_token() -> String {
 /// The store of the servers the run uses.
 pub async fn connect(services: &Services, prefix: &str) -> anyhow::Result<Store> {
     let pg = startup::connect_postgres(&services.database_url).await?;
-    let redis = startup::connect_redis(&services.redis_url, POOL_WAIT).await?;
+    let redis = startup::connect_redis(&services.redis, POOL_WAIT).await?;
     Ok(Store::new(pg, redis, prefix))
 }
 
@@ -51,7 +52,7 @@ pub fn deployment(
 ) -> anyhow::Result<Deployment> {
     Ok(Deployment::new(
         seckill_binary()?,
-        &services.redis_url,
+        &services.redis,
         &services.database_url,
         prefix,
     )
@@ -79,17 +80,13 @@ pub async fn create_sale(
 /// sale, and the servers behind them.
 pub async fn subject(
     store: &Store,
-    services: &Services,
     targets: Vec<String>,
     spawned: Option<Strategy>,
     sale_id: i64,
     stock: i64,
-) -> anyhow::Result<Subject> {
-    let redis = redis::Client::open(services.redis_url.as_str())
-        .context("SECKILL_REDIS_URL is not a Redis URL")?
-        .get_multiplexed_async_connection()
-        .await
-        .with_context(|| format!("connecting to Redis at {}", redact(&services.redis_url)))?;
+) -> anyhow::Result<Subject<RedisConn>> {
+    // Held for the run: the verifier's reads never wait for the pool.
+    let redis = store.redis().await?;
     Ok(Subject {
         spawned: if spawned.is_some() { targets.len() } else { 0 },
         targets,
@@ -120,7 +117,6 @@ pub fn verify_keys(prefix: &str, sale_id: i64) -> seckill_loadtest::verify::Redi
 /// share. Progress goes to stderr; the caller prints the report.
 pub async fn burst(
     store: &Store,
-    services: &Services,
     cluster: &Cluster,
     strategy: Strategy,
     (sale_id, stock): (i64, u32),
@@ -128,7 +124,6 @@ pub async fn burst(
 ) -> anyhow::Result<seckill_loadtest::report::Report> {
     let mut subject = subject(
         store,
-        services,
         cluster.urls(),
         Some(strategy),
         sale_id,
@@ -174,7 +169,7 @@ pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<
         .as_ref()
         .map_or_else(|| cli.targets.clone(), Cluster::urls);
     let spawned = cluster.as_ref().map(|_| strategy);
-    let mut subject = subject(&store, services, targets, spawned, sale_id, stock).await?;
+    let mut subject = subject(&store, targets, spawned, sale_id, stock).await?;
     // Interrupted, the run is dropped and the cluster stopped below.
     let progress = Progress::stderr();
     let report = tokio::select! {

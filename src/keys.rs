@@ -3,7 +3,9 @@
 //! All keys of one sale, including the keys of its two queues (orders and
 //! payment deadlines), share the hash tag `{sale:ID}`. Redis Cluster places keys with the same tag in the
 //! same slot, so every script that touches one sale (the lock, the purchase
-//! commit, the queue) stays valid when the data is sharded later.
+//! commit, the queue) runs on one master, atomically, when seckill runs on
+//! a cluster (`topology.rs`). The keys of no sale (a pending order's sale,
+//! rate limits, admin sessions) are each read and written alone.
 //!
 //! Every key starts with a prefix (`seckill` by default) so that tests, each
 //! with a prefix of its own, can share one Redis server without seeing each

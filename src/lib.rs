@@ -35,6 +35,7 @@ pub mod keys;
 pub mod metrics;
 pub mod probe;
 pub mod telemetry;
+pub mod topology;
 // 1: the article's two tools, fixed.
 pub mod lock;
 pub mod queue;

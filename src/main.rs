@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use seckill::cli::{Cli, Command, CreateSaleArgs, CreatedSale, SaleCommand, ServeArgs, WorkerArgs};
 use seckill::domain::NewSale;
-use seckill::services::{Origin, PrivateServers, Services, redact};
+use seckill::services::{Origin, PrivateServers, Services, redact, redact_redis};
 use seckill::startup::{self, Application, Settings};
 use seckill::store::Store;
 use seckill::telemetry;
@@ -54,7 +54,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     // Held until the command ends: dropping it stops any private servers.
     let services = Services::resolve(
-        cli.services.redis_url.as_deref(),
+        cli.services.redis()?,
         cli.services.database_url.as_deref(),
         private,
     )
@@ -96,14 +96,14 @@ fn log_services(services: &Services) {
         Origin::Local => "found on its default local port",
         Origin::Private => "private, started by this process; it stops when the process exits",
     };
-    tracing::info!(url = %redact(&services.redis_url), origin = origin(services.redis_origin), "Redis");
+    tracing::info!(url = %redact_redis(&services.redis), origin = origin(services.redis_origin), "Redis");
     tracing::info!(url = %redact(&services.database_url), origin = origin(services.postgres_origin), "PostgreSQL");
 }
 
 async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> anyhow::Result<()> {
     startup::raise_open_files_limit();
     let app = Application::build(Settings {
-        redis_url: services.redis_url.clone(),
+        redis: services.redis.clone(),
         database_url: services.database_url.clone(),
         redis_prefix,
         bind: args.bind,
@@ -132,7 +132,7 @@ async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> an
 
 async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> anyhow::Result<()> {
     let pg = startup::connect_postgres(&services.database_url).await?;
-    let redis = startup::connect_redis(&services.redis_url, args.worker.poll()).await?;
+    let redis = startup::connect_redis(&services.redis, args.worker.poll()).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     if let Some(bind) = args.metrics_bind {
@@ -142,7 +142,7 @@ async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> an
     }
     // Woken by every purchase's stock change, not only by its poll.
     let (events, events_task) =
-        seckill::events::SaleEvents::start(&services.redis_url, &redis_prefix, shutdown.clone())?;
+        seckill::events::SaleEvents::start(&services.redis, &redis_prefix, shutdown.clone())?;
     Worker::new(Store::new(pg, redis, redis_prefix), args.worker)
         .run_woken(shutdown, Some(events.subscribe()))
         .await;
@@ -174,8 +174,7 @@ async fn create_sale(
     }
     let new = new.build(now).context("invalid sale")?;
     let pg = startup::connect_postgres(&services.database_url).await?;
-    let redis =
-        startup::connect_redis(&services.redis_url, std::time::Duration::from_secs(3)).await?;
+    let redis = startup::connect_redis(&services.redis, std::time::Duration::from_secs(3)).await?;
     let sale = Store::new(pg, redis, prefix).create_sale(&new).await?;
     println!(
         "{}",

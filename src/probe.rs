@@ -28,7 +28,7 @@ pub async fn ping<C: ConnectionLike + Send>(conn: &mut C) -> redis::RedisResult<
 }
 
 /// Whether Redis answers `PING` through `pool` within `limit`.
-pub async fn redis_pool_answers(pool: &deadpool_redis::Pool, limit: Duration) -> bool {
+pub async fn redis_pool_answers(pool: &crate::topology::RedisPool, limit: Duration) -> bool {
     within(limit, async {
         let mut conn = pool.get().await.map_err(|error| error.to_string())?;
         ping(&mut conn).await.map_err(|error| error.to_string())

@@ -17,7 +17,6 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::{DefaultHeaders, Next, from_fn};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
-use deadpool_redis::{Pool as RedisPool, PoolConfig, Runtime, Timeouts};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::Semaphore;
@@ -29,19 +28,16 @@ use crate::config::{PurchaseSettings, RateLimitSettings, STATEMENT_TIMEOUT, Work
 use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
 use crate::scoreboard::Scoreboard;
-use crate::services::redact;
+use crate::services::{redact, redact_redis};
 use crate::store::Store;
 use crate::strategy::Shop;
+use crate::topology::{RedisAt, RedisPool};
 use crate::web::{AdminToken, AppState, routes, security};
 use crate::worker::Worker;
 
 /// The header that names the instance that answered.
 pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
 
-/// Redis connections per instance. Each purchase holds one while it waits for
-/// the sale lock, so this bounds how many purchases wait at once; the rest
-/// queue for a connection (up to the lock wait, then 503 busy).
-const REDIS_POOL_SIZE: usize = 64;
 /// PostgreSQL connections per instance (page reads and the worker).
 const PG_POOL_SIZE: u32 = 10;
 
@@ -64,7 +60,8 @@ async fn request_id_header(
 /// Everything `seckill serve` needs.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub redis_url: String,
+    /// One Redis server, or a cluster.
+    pub redis: RedisAt,
     pub database_url: String,
     pub redis_prefix: String,
     pub bind: SocketAddr,
@@ -109,26 +106,15 @@ pub async fn connect_postgres(url: &str) -> anyhow::Result<PgPool> {
     Ok(pool)
 }
 
-/// A pool of Redis connections; `wait` bounds how long a caller queues for one.
-pub async fn connect_redis(url: &str, wait: Duration) -> anyhow::Result<RedisPool> {
-    let mut config = deadpool_redis::Config::from_url(url);
-    config.pool = Some(PoolConfig {
-        max_size: REDIS_POOL_SIZE,
-        timeouts: Timeouts {
-            wait: Some(wait),
-            create: Some(Duration::from_secs(3)),
-            recycle: Some(Duration::from_secs(3)),
-        },
-        ..PoolConfig::default()
-    });
-    let pool = config
-        .create_pool(Some(Runtime::Tokio1))
-        .context("building the Redis pool")?;
+/// A pool of Redis connections to wherever the data is; `wait` bounds how
+/// long a caller queues for one.
+pub async fn connect_redis(at: &RedisAt, wait: Duration) -> anyhow::Result<RedisPool> {
+    let pool = RedisPool::new(at, wait).context("building the Redis pool")?;
     // Fail at start-up, not on the first request, when Redis is unreachable.
     let mut conn = pool
         .get()
         .await
-        .with_context(|| format!("connecting to Redis at {}", redact(url)))?;
+        .with_context(|| format!("connecting to Redis at {}", redact_redis(at)))?;
     redis::cmd("PING")
         .query_async::<String>(&mut conn)
         .await
@@ -197,7 +183,7 @@ pub struct Application {
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let pg = connect_postgres(&settings.database_url).await?;
-        let redis = connect_redis(&settings.redis_url, settings.purchase.lock_wait()).await?;
+        let redis = connect_redis(&settings.redis, settings.purchase.lock_wait()).await?;
         // Bind first, so that port 0 (tests) becomes a real port we can name.
         let listener = bind(settings.bind)?;
         let address = listener.local_addr().context("reading the bound address")?;
@@ -208,19 +194,16 @@ impl Application {
 
         let store = Store::new(pg, redis, settings.redis_prefix.clone());
         let shutdown = CancellationToken::new();
-        let (events, events_task) = SaleEvents::start(
-            &settings.redis_url,
-            &settings.redis_prefix,
-            shutdown.clone(),
-        )
-        .context("starting the sale events listener")?;
+        let (events, events_task) =
+            SaleEvents::start(&settings.redis, &settings.redis_prefix, shutdown.clone())
+                .context("starting the sale events listener")?;
 
         // The in-process worker gets pools of its own: a flood of page
         // views or purchases holding every connection must not stop orders
         // from reaching PostgreSQL, nor a slow batch starve the handlers.
         let worker = if settings.run_worker {
             let pg = connect_postgres(&settings.database_url).await?;
-            let redis = connect_redis(&settings.redis_url, settings.worker.poll()).await?;
+            let redis = connect_redis(&settings.redis, settings.worker.poll()).await?;
             let worker = Worker::new(
                 Store::new(pg, redis, settings.redis_prefix.clone()),
                 settings.worker.clone(),

@@ -134,21 +134,24 @@ impl Tally {
 /// Counts taken but not yet in Redis, by sale and hash field.
 type Pending = HashMap<(i64, &'static str), u64>;
 
-/// Add `pending` to the answers hashes in one round trip; empty it once
-/// Redis has taken it. Plain `HINCRBY`s: each adds to whatever is there, so
-/// there is no read-then-write to keep atomic, and instances never clash.
+/// Add `pending` to the answers hashes (one round trip to one server);
+/// empty it once Redis has taken it. Plain `HINCRBY`s: each adds to
+/// whatever is there, so there is no read-then-write to keep atomic, and
+/// instances never clash. Each sale's hash may live on another master of a
+/// cluster, so they go [`RedisConn::send_apart`](crate::topology::RedisConn::send_apart).
 async fn flush(store: &Store, pending: &mut Pending) -> anyhow::Result<()> {
     if pending.is_empty() {
         return Ok(());
     }
-    let mut pipe = redis::pipe();
-    for ((sale_id, field), delta) in pending.iter() {
-        let key = SaleKeys::new(&store.prefix, *sale_id).answers;
-        pipe.hincr(key, *field, *delta).ignore();
-    }
+    let adds = pending
+        .iter()
+        .map(|((sale_id, field), delta)| {
+            let key = SaleKeys::new(&store.prefix, *sale_id).answers;
+            redis::Cmd::hincr(key, *field, *delta)
+        })
+        .collect();
     let mut conn = store.redis().await?;
-    let () = pipe
-        .query_async(&mut conn)
+    conn.send_apart(adds)
         .await
         .context("adding answer counts to Redis")?;
     pending.clear();

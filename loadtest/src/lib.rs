@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
+use redis::aio::ConnectionLike;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -122,7 +123,9 @@ pub fn fraction(raw: &str) -> Result<f64, String> {
 }
 
 /// The sale under load, the instances serving it, and where to verify it.
-pub struct Subject {
+/// `R` is a connection to the Redis the app uses, one server or a cluster:
+/// the caller knows which.
+pub struct Subject<R> {
     /// Base URLs of the app instances.
     pub targets: Vec<String>,
     /// How many of them the caller started for this run.
@@ -132,15 +135,15 @@ pub struct Subject {
     pub sale_id: i64,
     pub stock: i64,
     pub pg: PgPool,
-    pub redis: redis::aio::MultiplexedConnection,
+    pub redis: R,
     pub keys: RedisKeys,
 }
 
 /// Run the load, verify, and report. Errors are failures to run at all;
 /// a run that ran but broke a promise or was invalid is a [`Report`] with
 /// that verdict.
-pub async fn load_test(
-    subject: &mut Subject,
+pub async fn load_test<R: ConnectionLike + Send>(
+    subject: &mut Subject<R>,
     args: &LoadArgs,
     label: &str,
     progress: &Progress,
@@ -208,7 +211,12 @@ impl LoadArgs {
 
 /// What the run did, as the buyers saw it, for the verifier. `before`
 /// holds the orders that held a unit before the run began.
-fn run_facts(subject: &Subject, plan: &Plan, run: &RunData, before: &[(String, Uuid)]) -> RunFacts {
+fn run_facts<R>(
+    subject: &Subject<R>,
+    plan: &Plan,
+    run: &RunData,
+    before: &[(String, Uuid)],
+) -> RunFacts {
     // Buyers who were answered: a buyer whose every request came back busy
     // or failed never competed for a unit, so the check that every unit
     // found a buyer does not count them.
@@ -238,8 +246,8 @@ fn run_facts(subject: &Subject, plan: &Plan, run: &RunData, before: &[(String, U
 }
 
 /// The verify phase: check every invariant, and show how many failed.
-async fn check_invariants(
-    subject: &mut Subject,
+async fn check_invariants<R: ConnectionLike + Send>(
+    subject: &mut Subject<R>,
     expect: Expect,
     facts: &RunFacts,
     progress: &Progress,
@@ -262,7 +270,7 @@ async fn check_invariants(
 }
 
 /// What was asked for, as the report records it.
-fn run_config(subject: &Subject, args: &LoadArgs, plan: &Plan) -> RunConfig {
+fn run_config<R>(subject: &Subject<R>, args: &LoadArgs, plan: &Plan) -> RunConfig {
     RunConfig {
         scenario: args.scenario,
         targets: subject.targets.clone(),
@@ -316,7 +324,11 @@ fn problems(summary: &Summary) -> Vec<String> {
 
 /// Wait until the worker has drained the sale's queue, or the time is up
 /// (then the "queue empty" check fails and says so).
-async fn settle(subject: &mut Subject, args: &LoadArgs, progress: &Progress) -> anyhow::Result<()> {
+async fn settle<R: ConnectionLike + Send>(
+    subject: &mut Subject<R>,
+    args: &LoadArgs,
+    progress: &Progress,
+) -> anyhow::Result<()> {
     let phase = progress.phase("settle", None);
     let deadline = Instant::now() + Duration::from_secs(args.settle_secs);
     loop {

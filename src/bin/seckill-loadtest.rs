@@ -33,7 +33,7 @@ async fn main() -> ExitCode {
     };
     let run = async {
         let services = Services::resolve(
-            cli.services.redis_url.as_deref(),
+            cli.services.redis()?,
             cli.services.database_url.as_deref(),
             private,
         )

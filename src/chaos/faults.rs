@@ -17,6 +17,7 @@ use tokio::net::TcpStream;
 use super::Rig;
 use crate::cli::Fault;
 use crate::lock;
+use crate::topology::RedisConn;
 
 /// How long the lock-holder pause keeps trying to catch app-2 holding the
 /// lock before its commit.
@@ -213,10 +214,7 @@ impl Rig {
     }
 
     /// What the sale's lock key holds, if anyone holds it.
-    async fn lock_value(
-        &self,
-        conn: &mut deadpool_redis::Connection,
-    ) -> anyhow::Result<Option<String>> {
+    async fn lock_value(&self, conn: &mut RedisConn) -> anyhow::Result<Option<String>> {
         redis::cmd("GET")
             .arg(&self.keys.lock)
             .query_async(conn)

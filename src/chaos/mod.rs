@@ -38,6 +38,7 @@ use crate::keys::SaleKeys;
 use crate::services::{PrivatePostgres, PrivateRedis, with_database};
 use crate::startup;
 use crate::store::Store;
+use crate::topology::RedisAt;
 
 use self::faults::{Window, Wiped};
 use self::judge::{Check, Row};
@@ -245,14 +246,15 @@ impl Rig {
         crate::services::ensure_database(&database_url).await?;
         let prefix = "chaos";
         let pg = startup::connect_postgres(&database_url).await?;
-        let pool = startup::connect_redis(&redis.url(), Duration::from_secs(5)).await?;
+        let at = RedisAt::Server(redis.url());
+        let pool = startup::connect_redis(&at, Duration::from_secs(5)).await?;
         let store = Store::new(pg, pool, prefix);
         let new = NewSale::builder("Chaos", i64::from(args.stock))
             .price_cents(99_900)
             .build(Utc::now())
             .context("the chaos sale")?;
         let sale_id = store.create_sale(&new).await?.id;
-        let deployment = Deployment::new(seckill_binary()?, &redis.url(), &database_url, prefix)
+        let deployment = Deployment::new(seckill_binary()?, &at, &database_url, prefix)
             .env("SECKILL_LOCK_TTL_MS", LOCK_TTL.as_millis().to_string())
             .env("SECKILL_LEASE_MS", LEASE.as_millis().to_string())
             .env(

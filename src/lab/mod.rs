@@ -38,6 +38,7 @@ use crate::keys::SaleKeys;
 use crate::services::Services;
 use crate::startup;
 use crate::store::Store;
+use crate::topology::RedisAt;
 use expect::Figures;
 use rows::Row;
 pub use table::Outcome;
@@ -177,10 +178,9 @@ async fn run_row(
         html: Some(args.report_dir.join(format!("{label}.html"))),
     };
     let keys = SaleKeys::new(&store.prefix, sale_id);
-    let watch = LockWatch::start(services, &keys.lock).await?;
+    let watch = LockWatch::start(store, &keys.lock).await?;
     let report = harness::burst(
         store,
-        services,
         &cluster,
         row.strategy,
         (sale_id, units),
@@ -200,10 +200,15 @@ async fn run_row(
     if after.without_ttl {
         // Left as the evidence: the lab does not take a lock it does not
         // hold (that is the article's bug 5).
+        // `-c`: in a cluster, follow the redirect to the lock's master.
+        let (cluster, node) = match &services.redis {
+            RedisAt::Server(url) => ("", url),
+            RedisAt::Cluster(nodes) => ("-c ", &nodes[0]),
+        };
         eprintln!(
-            "  {label}: the lock {} has no TTL; see for yourself: redis-cli -u {} PTTL '{}'",
+            "  {label}: the lock {} has no TTL; see for yourself: redis-cli {cluster}-u {} PTTL '{}'",
             keys.lock,
-            crate::services::redact(&services.redis_url),
+            crate::services::redact(node),
             keys.lock
         );
     }
@@ -281,10 +286,11 @@ struct LockWatch {
 }
 
 impl LockWatch {
-    async fn start(services: &Services, lock: &str) -> anyhow::Result<Self> {
-        let mut conn = redis::Client::open(services.redis_url.as_str())
-            .context("SECKILL_REDIS_URL is not a Redis URL")?
-            .get_multiplexed_async_connection()
+    async fn start(store: &Store, lock: &str) -> anyhow::Result<Self> {
+        // Its own connection, held for the run: the watch's reads must not
+        // queue behind anything else of the lab's.
+        let mut conn = store
+            .redis()
             .await
             .context("connecting the lock watch to Redis")?;
         let (stop, mut stopped) = oneshot::channel();

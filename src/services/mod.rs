@@ -4,7 +4,8 @@
 //! have to set anything up to try it. [`Services::resolve`] decides, for each
 //! of the two, in this order:
 //!
-//! 1. the URL the user gave (`SECKILL_REDIS_URL`, `SECKILL_DATABASE_URL`);
+//! 1. the URL the user gave (`SECKILL_REDIS_URL` or, for a Redis Cluster,
+//!    `SECKILL_REDIS_CLUSTER_NODES`; `SECKILL_DATABASE_URL`);
 //! 2. the server on its default local port, if it answers;
 //! 3. a private server, started from the installed binaries (`redis-server`;
 //!    PostgreSQL's `initdb` and `postgres`) in a temporary directory on a free
@@ -18,7 +19,7 @@
 //! [`PrivatePostgres`] directly, because they need servers they may stop.
 //!
 //! The files: this one decides; `redis_server.rs` and `postgres_server.rs` start private
-//! servers; `supervise.rs` keeps a started server from outliving us; `url.rs`
+//! servers, `redis_cluster.rs` a private Redis Cluster (for the tests and the bench); `supervise.rs` keeps a started server from outliving us; `url.rs`
 //! reads and rewrites the URLs (and hides their passwords in logs).
 //!
 //! A process that is killed (`kill -9`, a crashed test) cannot run its
@@ -27,6 +28,7 @@
 //! still lives and stops the server when it does not.
 
 mod postgres_server;
+mod redis_cluster;
 mod redis_server;
 mod supervise;
 mod url;
@@ -38,10 +40,12 @@ use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
 pub use postgres_server::{PrivatePostgres, drop_database, ensure_database};
+pub use redis_cluster::PrivateRedisCluster;
 pub use redis_server::PrivateRedis;
-pub use url::{redact, with_database};
+pub use url::{redact, redact_redis, with_database};
 
 use crate::probe;
+use crate::topology::RedisAt;
 
 /// Where seckill looks for Redis when no URL is given.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -82,7 +86,8 @@ pub enum Origin {
 /// URLs are in use: dropping it stops the private servers.
 #[derive(Debug)]
 pub struct Services {
-    pub redis_url: String,
+    /// One Redis server, or a cluster (only ever configured).
+    pub redis: RedisAt,
     pub redis_origin: Origin,
     /// A URL naming a database that exists and may be migrated.
     pub database_url: String,
@@ -94,7 +99,7 @@ pub struct Services {
 impl Services {
     /// Decide where Redis and PostgreSQL are (see the module docs).
     pub async fn resolve(
-        redis_url: Option<&str>,
+        redis: Option<RedisAt>,
         database_url: Option<&str>,
         private: PrivateServers,
     ) -> anyhow::Result<Self> {
@@ -105,17 +110,19 @@ impl Services {
                  SECKILL_DATABASE_URL (for example to the servers of `docker compose up -d`)"
             )
         };
-        let (redis_url, redis_origin, private_redis) = match redis_url {
-            Some(url) => (url.to_owned(), Origin::Configured, None),
-            None if redis_answers(DEFAULT_REDIS_URL).await => {
-                (DEFAULT_REDIS_URL.to_owned(), Origin::Local, None)
-            }
+        let (redis, redis_origin, private_redis) = match redis {
+            Some(at) => (at, Origin::Configured, None),
+            None if redis_answers(DEFAULT_REDIS_URL).await => (
+                RedisAt::Server(DEFAULT_REDIS_URL.to_owned()),
+                Origin::Local,
+                None,
+            ),
             None if private == PrivateServers::Refused => return Err(refuse("Redis")),
             None => {
                 let redis = PrivateRedis::start()
                     .await
                     .with_context(|| format!("no Redis answers on 127.0.0.1:6379 and none could be started; {HOW_TO_GET_SERVERS}"))?;
-                (redis.url(), Origin::Private, Some(redis))
+                (RedisAt::Server(redis.url()), Origin::Private, Some(redis))
             }
         };
         let (server_url, postgres_origin, private_postgres) = match database_url {
@@ -139,7 +146,7 @@ impl Services {
         };
         ensure_database(&server_url).await?;
         Ok(Self {
-            redis_url,
+            redis,
             redis_origin,
             database_url: server_url,
             postgres_origin,

@@ -21,22 +21,32 @@ pub struct PrivateRedis {
     /// Whether it writes every command to an append-only file, fsync'ed
     /// before it answers (`appendfsync always`), and reads it back on start.
     durable: bool,
+    /// The port of the cluster bus, for a node of a private cluster
+    /// (`redis_cluster.rs`); `None` for a stand-alone server.
+    cluster_bus: Option<u16>,
     server: Option<Supervised>,
 }
 
 impl PrivateRedis {
     /// Start `redis-server`, keeping nothing on disk, and wait until it answers.
     pub async fn start() -> anyhow::Result<Self> {
-        Self::start_with(false).await
+        Self::start_as(false, None).await
     }
 
     /// Start `redis-server` with an append-only file fsync'ed on every
     /// write, as production would run it: a kill loses nothing it answered.
     pub async fn start_durable() -> anyhow::Result<Self> {
-        Self::start_with(true).await
+        Self::start_as(true, None).await
     }
 
-    async fn start_with(durable: bool) -> anyhow::Result<Self> {
+    /// Start an empty node of a Redis Cluster (`--cluster-enabled yes`),
+    /// with its bus on a second free port; it serves no slot until
+    /// `redis-cli --cluster create` gives it some.
+    pub(super) async fn start_cluster_node() -> anyhow::Result<Self> {
+        Self::start_as(false, Some(free_port()?)).await
+    }
+
+    async fn start_as(durable: bool, cluster_bus: Option<u16>) -> anyhow::Result<Self> {
         let binary = find_on_path("redis-server").context("redis-server is not installed")?;
         let dir = tempfile::Builder::new()
             .prefix("seckill-redis-")
@@ -46,6 +56,7 @@ impl PrivateRedis {
             port: free_port()?,
             dir,
             durable,
+            cluster_bus,
             server: None,
         };
         redis.launch(&binary)?;
@@ -114,6 +125,18 @@ impl PrivateRedis {
                 "no",
             ])
             .args(["--appendfsync", "always"])
+            .args(self.cluster_bus.iter().flat_map(|bus| {
+                [
+                    "--cluster-enabled".to_owned(),
+                    "yes".to_owned(),
+                    "--cluster-port".to_owned(),
+                    bus.to_string(),
+                    "--cluster-config-file".to_owned(),
+                    "nodes.conf".to_owned(),
+                    "--cluster-node-timeout".to_owned(),
+                    "5000".to_owned(),
+                ]
+            }))
             .arg("--dir")
             .arg(self.dir.path())
             .stdin(Stdio::null())

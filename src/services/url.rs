@@ -20,6 +20,15 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// Where Redis is, fit for logs: each node's URL [`redact`]ed.
+pub fn redact_redis(at: &crate::topology::RedisAt) -> String {
+    let urls: Vec<String> = at.node_urls().iter().map(|url| redact(url)).collect();
+    match at {
+        crate::topology::RedisAt::Server(_) => urls.join(","),
+        crate::topology::RedisAt::Cluster(_) => format!("the cluster of {}", urls.join(",")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

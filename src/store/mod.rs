@@ -25,8 +25,9 @@ pub mod schema;
 use std::sync::Arc;
 
 use anyhow::Context;
-use deadpool_redis::Pool as RedisPool;
 use sqlx::PgPool;
+
+use crate::topology::{RedisConn, RedisPool};
 
 pub use admin::SaleInside;
 pub use confirm::{Confirmation, Taken, Written};
@@ -39,8 +40,8 @@ pub struct Store {
     /// PostgreSQL, which has the last word on every order. Set at start;
     /// the pool itself is shared by every clone.
     pub pg: PgPool,
-    /// Redis: the sale's stock and buyers, the lock, the queues. Set at
-    /// start; the pool is shared by every clone.
+    /// Redis (one server or a cluster): the sale's stock and buyers, the
+    /// lock, the queues. Set at start; the pool is shared by every clone.
     pub redis: RedisPool,
     /// Prefix of every Redis key (see `keys.rs`); fixed for the process.
     pub prefix: String,
@@ -60,7 +61,7 @@ impl Store {
     }
 
     /// A connection from the Redis pool.
-    pub async fn redis(&self) -> anyhow::Result<deadpool_redis::Connection> {
+    pub async fn redis(&self) -> anyhow::Result<RedisConn> {
         self.redis.get().await.context("getting a Redis connection")
     }
 }

@@ -33,6 +33,7 @@ use super::Store;
 use crate::domain::{Order, OrderJob, OrderStatus, RejectReason};
 use crate::keys::{self, SaleKeys};
 use crate::queue::Queue;
+use crate::topology::RedisConn;
 
 /// How long a pending order's sale is remembered: far longer than an order
 /// waits on its queue.
@@ -256,22 +257,26 @@ impl Store {
     }
 
     /// Remember which sale each just-accepted order belongs to, for
-    /// [`Store::find_order`] while the order is pending. One round trip.
-    pub async fn note_pending<C: ConnectionLike + Send>(
+    /// [`Store::find_order`] while the order is pending. One round trip to
+    /// one server; the keys have no sale's hash tag, so a cluster gets them
+    /// [`RedisConn::send_apart`].
+    pub async fn note_pending(
         &self,
-        conn: &mut C,
+        conn: &mut RedisConn,
         jobs: &[OrderJob],
     ) -> anyhow::Result<()> {
-        let mut pipe = redis::pipe();
-        for job in jobs {
-            pipe.cmd("SET")
-                .arg(keys::order_sale(&self.prefix, &job.order_id))
-                .arg(job.sale_id)
-                .arg("EX")
-                .arg(PENDING_INDEX_SECS)
-                .ignore();
-        }
-        pipe.query_async::<()>(conn)
+        let notes = jobs
+            .iter()
+            .map(|job| {
+                let mut set = redis::cmd("SET");
+                set.arg(keys::order_sale(&self.prefix, &job.order_id))
+                    .arg(job.sale_id)
+                    .arg("EX")
+                    .arg(PENDING_INDEX_SECS);
+                set
+            })
+            .collect();
+        conn.send_apart(notes)
             .await
             .context("remembering pending orders' sale")
     }

@@ -40,15 +40,13 @@ use anyhow::Context;
 use redis::aio::ConnectionLike;
 
 use super::{Buy, Outcome, Shop, take_unguarded};
+use crate::topology::RedisConn;
 
 /// The article's `$waitIntervalUs = 100000`.
 const WAIT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// One purchase under the article's lock.
-pub async fn purchase<C: ConnectionLike + Send>(
-    buy: Buy<'_>,
-    conn: &mut C,
-) -> anyhow::Result<Outcome> {
+pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     let lock = ArticleLock {
         shop,

@@ -16,15 +16,12 @@
 //! widens the gap until every repeated request hits it.
 
 use anyhow::Context;
-use redis::aio::ConnectionLike;
 
 use super::{Buy, Outcome, record_take};
+use crate::topology::RedisConn;
 
 /// One purchase by decrement-and-compensate.
-pub async fn purchase<C: ConnectionLike + Send>(
-    buy: Buy<'_>,
-    conn: &mut C,
-) -> anyhow::Result<Outcome> {
+pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     // Loads the sale if Redis lost it, and checks the buyer.
     let snapshot = shop.read_sale(conn, sale_id, &[user]).await?;

@@ -33,15 +33,13 @@ use anyhow::Context;
 use redis::aio::ConnectionLike;
 
 use super::{Buy, Flag, Outcome, Shop, take_unguarded};
+use crate::topology::RedisConn;
 
 /// The pause between two tries of a waiter.
 const RETRY: Duration = Duration::from_millis(5);
 
 /// One purchase under the GETSET lock.
-pub async fn purchase<C: ConnectionLike + Send>(
-    buy: Buy<'_>,
-    conn: &mut C,
-) -> anyhow::Result<Outcome> {
+pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     match lock(shop, conn, &keys.lock, sale_id).await? {
         Got::Lock => {}

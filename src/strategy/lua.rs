@@ -15,21 +15,18 @@ use std::sync::LazyLock;
 
 use anyhow::Context;
 use redis::Script;
-use redis::aio::ConnectionLike;
 
 use super::{Buy, Outcome};
 use crate::domain::OrderJob;
 use crate::payment;
 use crate::queue::queue_script;
 use crate::store;
+use crate::topology::RedisConn;
 
 static PURCHASE: LazyLock<Script> = queue_script!("lua/purchase_lua.lua");
 
 /// One purchase, in one script.
-pub async fn purchase<C: ConnectionLike + Send>(
-    buy: Buy<'_>,
-    conn: &mut C,
-) -> anyhow::Result<Outcome> {
+pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     let job = OrderJob::new(sale_id, user);
     for _ in 0..2 {

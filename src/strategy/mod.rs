@@ -44,6 +44,7 @@ use crate::domain::{OrderJob, UserId};
 use crate::keys::SaleKeys;
 use crate::queue::Queue;
 use crate::store::{self, Snapshot, Store};
+use crate::topology::RedisConn;
 
 /// How long a purchase whose commit answer was lost spends finding out
 /// whether its order was taken (a Redis restart takes a moment), and the
@@ -247,7 +248,7 @@ impl Shop {
     /// Note the accepted orders' sale for lookups. The orders are taken
     /// whatever this does: a failure is logged, and an order is found once
     /// the worker has written it (a few milliseconds).
-    pub async fn note_pending<C: ConnectionLike + Send>(&self, conn: &mut C, jobs: &[OrderJob]) {
+    pub async fn note_pending(&self, conn: &mut RedisConn, jobs: &[OrderJob]) {
         if let Err(error) = self.store.note_pending(conn, jobs).await {
             tracing::warn!(
                 orders = jobs.len(),
@@ -315,9 +316,9 @@ impl Shop {
 /// the stock, record the buyer, queue the order. What `article` and
 /// `getset` run inside their locks: whatever their locks let through, this
 /// sells.
-pub async fn take_unguarded<C: ConnectionLike + Send>(
+pub async fn take_unguarded(
     shop: &Shop,
-    conn: &mut C,
+    conn: &mut RedisConn,
     (keys, sale_id): (&SaleKeys, i64),
     user: &UserId,
     pause: Duration,
@@ -340,9 +341,9 @@ pub async fn take_unguarded<C: ConnectionLike + Send>(
 /// the units left, queue the order, note it for lookups. Separate commands
 /// on purpose, as the articles' callers write them: only the broken
 /// strategies use this, and what guards it (or fails to) is theirs.
-pub async fn record_take<C: ConnectionLike + Send>(
+pub async fn record_take(
     shop: &Shop,
-    conn: &mut C,
+    conn: &mut RedisConn,
     keys: &SaleKeys,
     sale_id: i64,
     user: &UserId,

@@ -14,17 +14,14 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use redis::aio::ConnectionLike;
 
 use super::{Buy, Decision, Outcome, decide};
 use crate::domain::OrderJob;
 use crate::queue::Queue;
+use crate::topology::RedisConn;
 
 /// One purchase, unguarded.
-pub async fn purchase<C: ConnectionLike + Send>(
-    buy: Buy<'_>,
-    conn: &mut C,
-) -> anyhow::Result<Outcome> {
+pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     let snapshot = shop.read_sale(conn, sale_id, &[user]).await?;
     let stock_left = snapshot.stock_left;

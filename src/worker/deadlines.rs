@@ -31,6 +31,7 @@ use crate::payment;
 use crate::probe;
 use crate::queue::{Attempt, Queue, Reserved};
 use crate::store::Deadline;
+use crate::topology::RedisConn;
 
 impl Worker {
     /// Queue the payment deadline of every order of the batch that is
@@ -39,7 +40,7 @@ impl Worker {
     /// and a redelivered order keeps the deadline it was given first.
     pub(super) async fn schedule_deadlines(
         &self,
-        conn: &mut deadpool_redis::Connection,
+        conn: &mut RedisConn,
         orders: &[OrderJob],
     ) -> anyhow::Result<u64> {
         let ids: Vec<_> = orders.iter().map(|order| order.order_id).collect();
@@ -133,7 +134,7 @@ impl Worker {
     /// unreachable.
     async fn give_back(
         &self,
-        conn: &mut deadpool_redis::Connection,
+        conn: &mut RedisConn,
         queue: &Queue,
         finished: &[Reserved],
         rest: &[Reserved],
@@ -164,10 +165,7 @@ impl Worker {
     /// Put the payment deadline of every confirmed order back in its sale's
     /// queue (part of the sweep, `sweep.rs`). Returns how many deadlines
     /// were missing and are queued again.
-    pub(super) async fn requeue_lost_deadlines(
-        &self,
-        conn: &mut deadpool_redis::Connection,
-    ) -> anyhow::Result<u64> {
+    pub(super) async fn requeue_lost_deadlines(&self, conn: &mut RedisConn) -> anyhow::Result<u64> {
         let unpaid = self.store.unpaid_orders().await?;
         let deadlines = unpaid.iter().map(|(order, left)| (order, *left));
         let swept = enqueue_deadlines(conn, &self.store.prefix, deadlines).await?;
@@ -185,7 +183,7 @@ impl Worker {
 /// delay. Orders confirmed together share their deadline, so this is usually
 /// one enqueue per sale. Returns how many jobs were new to their queue.
 async fn enqueue_deadlines<'a>(
-    conn: &mut deadpool_redis::Connection,
+    conn: &mut RedisConn,
     prefix: &str,
     deadlines: impl Iterator<Item = (&'a OrderJob, Duration)>,
 ) -> anyhow::Result<u64> {

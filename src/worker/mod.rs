@@ -58,6 +58,7 @@ use crate::metrics::metrics;
 use crate::probe;
 use crate::queue::{Attempt, Queue, Reserved};
 use crate::store::{Confirmation, Store, sales};
+use crate::topology::RedisConn;
 
 /// Delay before a job that failed by itself (not because PostgreSQL was down) runs again.
 const FAILED_JOB_DELAY: Duration = Duration::from_secs(1);
@@ -93,7 +94,7 @@ pub struct Batch {
     /// The queue the batch came from: acks and retries go back to it.
     queue: Queue,
     /// The connection the reserve used; the ack goes through it too.
-    conn: deadpool_redis::Connection,
+    conn: RedisConn,
     /// What the reserve did (reserved, reclaimed, dead-lettered).
     report: BatchReport,
     /// The decoded jobs.
@@ -264,7 +265,7 @@ impl Worker {
     /// batch's; record it, and the batch is written on its next delivery.
     async fn superseded(
         &self,
-        conn: &mut deadpool_redis::Connection,
+        conn: &mut RedisConn,
         under: Under<'_>,
         queue: &Queue,
         mut report: BatchReport,
@@ -293,7 +294,7 @@ impl Worker {
     /// Give `jobs` back to `queue`, due at once, without charging an attempt.
     async fn give_back_now(
         &self,
-        conn: &mut deadpool_redis::Connection,
+        conn: &mut RedisConn,
         queue: &Queue,
         jobs: &[Reserved],
     ) -> redis::RedisResult<(u64, u64)> {
@@ -313,7 +314,7 @@ impl Worker {
     /// and fail the step (the worker loop backs off).
     async fn give_back_uncharged(
         &self,
-        conn: &mut deadpool_redis::Connection,
+        conn: &mut RedisConn,
         queue: &Queue,
         jobs: &[Reserved],
         error: sqlx::Error,
@@ -330,7 +331,7 @@ impl Worker {
     /// rest are given back uncharged.
     async fn confirm_one_by_one(
         &self,
-        conn: &mut deadpool_redis::Connection,
+        conn: &mut RedisConn,
         under: Under<'_>,
         queue: &Queue,
         mut report: BatchReport,

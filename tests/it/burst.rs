@@ -121,7 +121,7 @@ async fn ten_units_are_sold_exactly_ten_times_across_two_instances_under_a_burst
     let pg = seckill::startup::connect_postgres(&scratch.database_url)
         .await
         .expect("PostgreSQL");
-    let redis = seckill::startup::connect_redis(&scratch.redis_url, Duration::from_secs(5))
+    let redis = seckill::startup::connect_redis(&scratch.redis, Duration::from_secs(5))
         .await
         .expect("Redis");
     let keys = seckill::keys::SaleKeys::new(&scratch.prefix, sale);

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use seckill::queue::QueueStats;
 use seckill::services::{PrivatePostgres, PrivateRedis};
+use seckill::topology::RedisAt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -15,7 +16,7 @@ async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
     let mut postgres = PrivatePostgres::start()
         .await
         .expect("a private PostgreSQL");
-    let scratch = Scratch::on(&postgres.url("postgres"), &services().await.redis_url).await;
+    let scratch = Scratch::on(&postgres.url("postgres"), &services().await.redis).await;
     let app = spawn_app_on(scratch, Options::default()).await;
     let sale = app.create_sale(100).await;
     let mut accepted = Vec::new();
@@ -83,7 +84,11 @@ fn spawn_worker(
 #[tokio::test]
 async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty() {
     let mut redis = PrivateRedis::start().await.expect("a private Redis");
-    let scratch = Scratch::on(&services().await.database_url, &redis.url()).await;
+    let scratch = Scratch::on(
+        &services().await.database_url,
+        &RedisAt::Server(redis.url()),
+    )
+    .await;
     let app = spawn_app_on(scratch, Options::default()).await;
     let sale = app.create_sale(3).await;
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
@@ -181,7 +186,7 @@ async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
     let scratch = Scratch::new().await;
     // redis://host:port[/db] -> host:port
     let upstream = scratch
-        .redis_url
+        .redis_url()
         .split('/')
         .nth(2)
         .expect("host and port")

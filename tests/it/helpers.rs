@@ -8,7 +8,6 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use deadpool_redis::Pool as RedisPool;
 use seckill::cluster::{Cluster, Deployment};
 use seckill::config::{PurchaseSettings, WorkerSettings};
 use seckill::domain::OrderJob;
@@ -17,6 +16,7 @@ use seckill::queue::{Queue, QueueStats, Reservation};
 use seckill::services::{self, PrivateServers, Services};
 use seckill::startup::{self, Application, Settings};
 use seckill::store::Store;
+use seckill::topology::{RedisAt, RedisConn, RedisPool};
 use seckill::worker::{BatchReport, Worker};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -32,15 +32,12 @@ static SERVICES: OnceCell<Services> = OnceCell::const_new();
 pub async fn services() -> &'static Services {
     SERVICES
         .get_or_init(|| async {
-            let redis = std::env::var("SECKILL_REDIS_URL").ok();
+            // One server: `cluster.rs` starts a cluster of its own.
+            let redis = std::env::var("SECKILL_REDIS_URL").ok().map(RedisAt::Server);
             let database = std::env::var("SECKILL_DATABASE_URL").ok();
-            Services::resolve(
-                redis.as_deref(),
-                database.as_deref(),
-                PrivateServers::Allowed,
-            )
-            .await
-            .expect("Redis and PostgreSQL for the tests")
+            Services::resolve(redis, database.as_deref(), PrivateServers::Allowed)
+                .await
+                .expect("Redis and PostgreSQL for the tests")
         })
         .await
 }
@@ -49,18 +46,19 @@ pub async fn services() -> &'static Services {
 /// both, so tests can run in parallel and leave nothing behind.
 pub struct Scratch {
     pub database_url: String,
-    pub redis_url: String,
+    /// One Redis server, or a cluster (`tests/it/cluster.rs`).
+    pub redis: RedisAt,
     pub prefix: String,
 }
 
 impl Scratch {
     pub async fn new() -> Self {
-        Self::on(&services().await.database_url, &services().await.redis_url).await
+        Self::on(&services().await.database_url, &services().await.redis).await
     }
 
     /// A scratch database and prefix on the given servers (fault tests pass
     /// their private ones).
-    pub async fn on(database_url: &str, redis_url: &str) -> Self {
+    pub async fn on(database_url: &str, redis: &RedisAt) -> Self {
         let id = Uuid::new_v4().simple().to_string();
         let database_url = services::with_database(database_url, &format!("seckill_test_{id}"))
             .expect("a database URL");
@@ -69,17 +67,26 @@ impl Scratch {
             .expect("a scratch database");
         Self {
             database_url,
-            redis_url: redis_url.to_owned(),
+            redis: redis.clone(),
             prefix: format!("seckill-test-{id}"),
+        }
+    }
+
+    /// The URL of the one Redis server this test uses (a test that talks
+    /// to a cluster goes through a [`RedisPool`] instead).
+    pub fn redis_url(&self) -> &str {
+        match &self.redis {
+            RedisAt::Server(url) => url,
+            RedisAt::Cluster(_) => panic!("this test talks to one Redis server, not a cluster"),
         }
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let (database_url, redis_url, prefix) = (
+        let (database_url, redis, prefix) = (
             self.database_url.clone(),
-            self.redis_url.clone(),
+            self.redis.clone(),
             self.prefix.clone(),
         );
         // Drop cannot await; clean up on a thread with a runtime of its own.
@@ -90,16 +97,18 @@ impl Drop for Scratch {
                 .expect("a runtime for clean-up");
             runtime.block_on(async {
                 let _ = services::drop_database(&database_url).await;
-                let _ = delete_keys(&redis_url, &prefix).await;
+                let _ = delete_keys(&redis, &prefix).await;
             });
         });
         let _ = cleanup.join();
     }
 }
 
-async fn delete_keys(redis_url: &str, prefix: &str) -> redis::RedisResult<()> {
-    let client = redis::Client::open(redis_url)?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
+/// Every key under `prefix`. On a cluster, `KEYS` goes to every master and
+/// `DEL` to each key's (the cluster connection splits both).
+async fn delete_keys(redis: &RedisAt, prefix: &str) -> anyhow::Result<()> {
+    let pool = RedisPool::new(redis, Duration::from_secs(5))?;
+    let mut conn = pool.get().await?;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{prefix}:*"))
         .query_async(&mut conn)
@@ -169,7 +178,7 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
     let pg = startup::connect_postgres(&scratch.database_url)
         .await
         .expect("PostgreSQL");
-    let redis = startup::connect_redis(&scratch.redis_url, Duration::from_secs(5))
+    let redis = startup::connect_redis(&scratch.redis, Duration::from_secs(5))
         .await
         .expect("Redis");
     let store = Store::new(pg.clone(), redis.clone(), scratch.prefix.clone());
@@ -192,10 +201,10 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
 pub async fn start_instance(scratch: &Scratch, options: &Options, instance: &str) -> String {
     startup::raise_open_files_limit();
     let app = Application::build(Settings {
-        redis_url: options
+        redis: options
             .app_redis_url
             .clone()
-            .unwrap_or_else(|| scratch.redis_url.clone()),
+            .map_or_else(|| scratch.redis.clone(), RedisAt::Server),
         database_url: scratch.database_url.clone(),
         redis_prefix: scratch.prefix.clone(),
         bind: "127.0.0.1:0".parse().expect("an address"),
@@ -277,7 +286,7 @@ impl TestApp {
         SaleKeys::new(&self.scratch.prefix, sale_id)
     }
 
-    pub async fn redis_conn(&self) -> deadpool_redis::Connection {
+    pub async fn redis_conn(&self) -> RedisConn {
         self.redis.get().await.expect("a Redis connection")
     }
 
@@ -476,7 +485,7 @@ pub async fn drain(worker: &Worker) -> BatchReport {
 pub fn deployment(scratch: &Scratch, env: &[(&str, &str)]) -> Deployment {
     let deployment = Deployment::new(
         env!("CARGO_BIN_EXE_seckill"),
-        &scratch.redis_url,
+        &scratch.redis,
         &scratch.database_url,
         &scratch.prefix,
     )

@@ -6,6 +6,7 @@ use std::time::Duration;
 use reqwest::header::CONTENT_TYPE;
 use seckill::scoreboard::Scoreboard;
 use seckill::services::PrivateRedis;
+use seckill::topology::RedisAt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -281,7 +282,11 @@ async fn the_live_routes_answer_404_for_an_unknown_or_malformed_sale_and_503_bey
 #[tokio::test]
 async fn the_live_stream_outlives_a_redis_outage_and_the_tally_loses_no_counts_meanwhile() {
     let mut redis = PrivateRedis::start().await.expect("a private Redis");
-    let scratch = Scratch::on(&services().await.database_url, &redis.url()).await;
+    let scratch = Scratch::on(
+        &services().await.database_url,
+        &RedisAt::Server(redis.url()),
+    )
+    .await;
     let app = spawn_app_on(scratch, Options::default()).await;
     // Not open yet: a purchase is answered `not_started` by the instance
     // alone, without Redis, so buyers get answers while Redis is down.

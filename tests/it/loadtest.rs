@@ -234,7 +234,10 @@ async fn buyers_told_busy_do_not_count_as_buyers_left_without_a_unit() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let json = dir.path().join("run.json");
     // Plenty of units, and no patience for the lock: many buyers are told
-    // "busy" and never compete. The run must still pass.
+    // "busy" and never compete. The run must still pass. Each holder
+    // pauses 20 ms in its critical section, so that the other instance
+    // finds the lock held however fast the machine (without it, a run on a
+    // busy machine once had every pass miss the other).
     let output = finish(loadtest_command(
         &scratch,
         &[
@@ -247,7 +250,10 @@ async fn buyers_told_busy_do_not_count_as_buyers_left_without_a_unit() {
             "--json",
             json.to_str().expect("a UTF-8 path"),
         ],
-        &[("SECKILL_LOCK_WAIT_MS", "0")],
+        &[
+            ("SECKILL_LOCK_WAIT_MS", "0"),
+            ("SECKILL_HOLD_PAUSE_MS", "20"),
+        ],
     ))
     .await;
     let report = read_json(&json);
@@ -401,7 +407,7 @@ async fn the_demo_runs_both_strategies_side_by_side_and_exits_0() {
     // back, so the page shows the truth: no unit left, ten buyers.
     let naive_sale = naive["config"]["sale_id"].as_i64().expect("a sale id");
     let keys = seckill::keys::SaleKeys::new(&scratch.prefix, naive_sale);
-    let mut redis = redis::Client::open(scratch.redis_url.as_str())
+    let mut redis = redis::Client::open(scratch.redis_url())
         .expect("URL")
         .get_multiplexed_async_connection()
         .await

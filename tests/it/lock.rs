@@ -8,7 +8,7 @@ use seckill::lock::{Acquire, HeldLocks, RedisLock, Release};
 use crate::helpers::{Scratch, spawn_this_test};
 
 async fn redis(scratch: &Scratch) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(scratch.redis_url.as_str())
+    redis::Client::open(scratch.redis_url())
         .expect("a Redis URL")
         .get_multiplexed_async_connection()
         .await
@@ -138,7 +138,7 @@ async fn only_one_of_two_processes_holds_the_lock_at_a_time() {
     let this_test = "lock::only_one_of_two_processes_holds_the_lock_at_a_time";
     let env = [
         (CHILD_PREFIX, scratch.prefix.as_str()),
-        ("SECKILL_REDIS_URL", scratch.redis_url.as_str()),
+        ("SECKILL_REDIS_URL", scratch.redis_url()),
     ];
     let children: Vec<_> = (0..2).map(|_| spawn_this_test(this_test, &env)).collect();
     for child in children {

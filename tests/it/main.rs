@@ -11,6 +11,7 @@ mod browser;
 mod burst;
 mod chaos;
 mod cli;
+mod cluster;
 mod faults;
 mod helpers;
 mod hostile;

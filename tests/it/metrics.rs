@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use seckill::services::PrivateRedis;
+use seckill::topology::RedisAt;
 
 use crate::helpers::{
     Options, Scratch, TestApp, client, cluster, create_sale_at, eventually, orders, services,
@@ -158,7 +159,11 @@ async fn metrics_after_a_burst_count_what_the_buyers_were_told_and_postgres_hold
 #[tokio::test]
 async fn metrics_answer_while_redis_is_down() {
     let mut redis = PrivateRedis::start().await.expect("a private Redis");
-    let scratch = Scratch::on(&services().await.database_url, &redis.url()).await;
+    let scratch = Scratch::on(
+        &services().await.database_url,
+        &RedisAt::Server(redis.url()),
+    )
+    .await;
     let app = spawn_app_on(scratch, Options::default()).await;
     app.create_sale(3).await;
     let scrape = |app: &TestApp| {

@@ -284,12 +284,9 @@ async fn stock_changes_reach_the_broadcast_through_redis_pub_sub() {
     let app = spawn_app().await;
     let sale = app.create_sale(3).await;
     let shutdown = CancellationToken::new();
-    let (events, task) = SaleEvents::start(
-        &app.scratch.redis_url,
-        &app.scratch.prefix,
-        shutdown.clone(),
-    )
-    .expect("start");
+    let (events, task) =
+        SaleEvents::start(&app.scratch.redis, &app.scratch.prefix, shutdown.clone())
+            .expect("start");
     let mut changes = events.subscribe();
     // The subscription is made in the background: buy until a change arrives.
     let mut received = None;

@@ -12,7 +12,7 @@ const MAX_ATTEMPTS: u32 = 3;
 
 async fn setup() -> (Scratch, Queue, redis::aio::MultiplexedConnection) {
     let scratch = Scratch::new().await;
-    let conn = redis::Client::open(scratch.redis_url.as_str())
+    let conn = redis::Client::open(scratch.redis_url())
         .expect("a Redis URL")
         .get_multiplexed_async_connection()
         .await
@@ -286,7 +286,7 @@ async fn a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_a
         "queue::a_consumer_killed_between_reserve_and_ack_has_its_job_delivered_again_and_processed_once",
         &[
             (CHILD_QUEUE, &scratch.prefix),
-            ("SECKILL_REDIS_URL", &scratch.redis_url),
+            ("SECKILL_REDIS_URL", scratch.redis_url()),
         ],
     );
     let stdout = child.stdout.take().expect("piped");

@@ -210,7 +210,7 @@ async fn article_crashing_between_setnx_and_expire_leaves_a_lock_that_never_expi
     assert_eq!(status.code(), Some(3));
 
     let lock = seckill::keys::SaleKeys::new(&scratch.prefix, sale).lock;
-    let mut conn = redis::Client::open(scratch.redis_url.as_str())
+    let mut conn = redis::Client::open(scratch.redis_url())
         .expect("URL")
         .get_multiplexed_async_connection()
         .await

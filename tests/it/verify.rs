@@ -26,12 +26,12 @@ impl World {
         let pg = startup::connect_postgres(&scratch.database_url)
             .await
             .expect("PostgreSQL");
-        let mut redis = redis::Client::open(scratch.redis_url.as_str())
+        let mut redis = redis::Client::open(scratch.redis_url())
             .expect("URL")
             .get_multiplexed_async_connection()
             .await
             .expect("Redis");
-        let pool = startup::connect_redis(&scratch.redis_url, std::time::Duration::from_secs(5))
+        let pool = startup::connect_redis(&scratch.redis, std::time::Duration::from_secs(5))
             .await
             .expect("Redis");
         let new = NewSale::builder("Phone", 5)
