@@ -73,6 +73,14 @@ impl Deployment {
         self
     }
 
+    /// The same deployment, on another Redis (a server or a cluster).
+    pub fn on_redis(mut self, redis: &RedisAt) -> Self {
+        self.env
+            .retain(|(name, _)| name != topology::SERVER_ENV && name != topology::CLUSTER_ENV);
+        let (name, value) = redis.env();
+        self.env(name, value)
+    }
+
     /// The same deployment, running another program.
     pub fn with_binary(mut self, binary: impl Into<PathBuf>) -> Self {
         self.binary = binary.into();

@@ -25,6 +25,12 @@ use crate::topology::RedisConn;
 
 static PURCHASE: LazyLock<Script> = queue_script!("lua/purchase_lua.lua");
 
+/// The purchase script, as this strategy sends it (`seckill bench` runs it
+/// under `redis-benchmark` for its baseline).
+pub fn script() -> &'static Script {
+    &PURCHASE
+}
+
 /// One purchase, in one script.
 pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();

@@ -23,7 +23,8 @@ async fn the_bench_measures_each_row_beside_its_target() {
     for figure in [
         "burst, 10 units, 2 instances: first send to last win",
         "accepted purchases/s on one sale, lock",
-        "accepted purchases/s on one sale, lua",
+        "accepted purchases/s on one sale, lua / redis-benchmark running the script",
+        "accepted purchases/s, lock, 3 sales at once: 3-master cluster vs 1 Redis",
         "worker drain into PostgreSQL, orders/s",
         "worker drain / one server-side INSERT of as many rows",
         "idle worker: 202 to order confirmed, p50",

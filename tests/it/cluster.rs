@@ -28,49 +28,6 @@ async fn three_masters() -> (PrivateRedisCluster, Scratch) {
     (redis, scratch)
 }
 
-/// The master (its URL) that owns the slot of `key`, as the cluster itself
-/// says (`CLUSTER KEYSLOT`, then `CLUSTER SLOTS`), asked on a plain
-/// connection to one node so that no client routing is taken on trust.
-async fn master_of(redis: &PrivateRedisCluster, key: &str) -> String {
-    let client = redis::Client::open(redis.urls()[0].as_str()).expect("a node URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a node answers");
-    let slot: i64 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .expect("CLUSTER KEYSLOT");
-    // Each entry: [first slot, last slot, [host, port, id], replicas...].
-    let ranges: Vec<(i64, i64, (String, i64))> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async::<Vec<redis::Value>>(&mut conn)
-        .await
-        .expect("CLUSTER SLOTS")
-        .into_iter()
-        .map(|range| {
-            let redis::Value::Array(parts) = range else {
-                panic!("a slot range is an array");
-            };
-            let first: i64 = redis::from_redis_value_ref(&parts[0]).expect("first slot");
-            let last: i64 = redis::from_redis_value_ref(&parts[1]).expect("last slot");
-            let redis::Value::Array(master) = &parts[2] else {
-                panic!("a master is an array");
-            };
-            let host: String = redis::from_redis_value_ref(&master[0]).expect("host");
-            let port: i64 = redis::from_redis_value_ref(&master[1]).expect("port");
-            (first, last, (host, port))
-        })
-        .collect();
-    let (_, _, (host, port)) = ranges
-        .iter()
-        .find(|(first, last, _)| (*first..=*last).contains(&slot))
-        .expect("every slot has a master");
-    format!("redis://{host}:{port}")
-}
-
 /// Create sales on `url` until one lives on each master; returns one sale
 /// per master.
 async fn a_sale_on_each_master(
@@ -83,7 +40,7 @@ async fn a_sale_on_each_master(
         let sale = create_sale_at(url, &format!("Sale {n}"), 10).await;
         let stock = SaleKeys::new(&scratch.prefix, sale).stock;
         by_master
-            .entry(master_of(redis, &stock).await)
+            .entry(redis.master_of(&stock).await.expect("the sale's master"))
             .or_insert(sale);
         if by_master.len() == redis.urls().len() {
             return by_master;
