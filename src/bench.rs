@@ -37,7 +37,7 @@ use seckill_loadtest::verify::Expect;
 
 use crate::cli::BenchArgs;
 use crate::cluster::Cluster;
-use crate::config::{Strategy, WorkerSettings};
+use crate::config::Strategy;
 use crate::domain::{OrderJob, OrderStatus, UserId};
 use crate::harness::{self, admin_token};
 use crate::keys::SaleKeys;
@@ -229,17 +229,14 @@ async fn drain(args: &BenchArgs, store: &Store) -> anyhow::Result<[Row; 2]> {
             .await
             .context("queueing the drain's jobs")?;
     }
-    let worker = Worker::new(store.clone(), WorkerSettings::default());
+    let worker = Worker::new(store.clone(), args.worker.clone());
     let started = Instant::now();
-    let mut confirmed = 0;
-    while confirmed < n as usize {
-        let report = worker.try_process_batch(sale_id).await?;
-        anyhow::ensure!(
-            report.reserved > 0,
-            "the queue ran dry at {confirmed} of {n}"
-        );
-        confirmed += report.confirmed;
-    }
+    let report = worker.drain(sale_id).await?;
+    anyhow::ensure!(
+        report.confirmed == n as usize,
+        "the worker confirmed {} of {n} orders",
+        report.confirmed
+    );
     let drained = f64::from(n) / started.elapsed().as_secs_f64();
     let baseline = f64::from(n) / store.time_bulk_insert(sale_id, n).await?.as_secs_f64();
     let share = drained / baseline;

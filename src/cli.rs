@@ -285,6 +285,10 @@ pub struct BenchArgs {
     /// Orders the worker drains.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub drain_orders: u32,
+
+    /// The drain's worker (its batch size above all).
+    #[command(flatten)]
+    pub worker: WorkerSettings,
 }
 
 /// The faults `seckill chaos` can inject.

@@ -233,7 +233,7 @@ impl PurchaseSettings {
 /// [`WorkerSettings::statement_timeout`]).
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub const DEFAULT_BATCH_SIZE: u32 = 100;
+pub const DEFAULT_BATCH_SIZE: u32 = 1000;
 pub const DEFAULT_LEASE_MS: u64 = 30_000;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_POLL_MS: u64 = 50;

@@ -94,7 +94,9 @@ impl Metrics {
             .expect("a valid counter"),
             batch_size: Histogram::with_opts(
                 HistogramOpts::new("seckill_worker_batch_size", "Jobs per batch written")
-                    .buckets(vec![1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0]),
+                    .buckets(vec![
+                        1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0,
+                    ]),
             )
             .expect("a valid histogram"),
             commit_seconds: histogram(

@@ -11,7 +11,7 @@
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use super::Worker;
+use super::{BatchReport, Worker};
 use crate::backoff;
 use crate::events::StockChange;
 
@@ -94,15 +94,40 @@ impl Worker {
     /// Write a woken sale's queue until it is empty. A failure is left to
     /// the poll, which backs off.
     async fn drain_woken(&self, sale_id: i64) {
-        loop {
-            match self.try_process_batch(sale_id).await {
-                Ok(report) if report.reserved > 0 => {}
-                Ok(_) => return,
-                Err(error) => {
-                    tracing::warn!(error = format!("{error:#}"), sale_id, "woken batch failed");
-                    return;
-                }
-            }
+        if let Err(error) = self.drain(sale_id).await {
+            tracing::warn!(error = format!("{error:#}"), sale_id, "woken batch failed");
         }
     }
+
+    /// Write a sale's order queue until it is empty, [`BATCHES_IN_FLIGHT`]
+    /// batches at a time: while one commits in PostgreSQL, the other
+    /// queues its payment deadlines, acks, and reserves the next batch in
+    /// Redis. What they write together.
+    ///
+    /// Two batches of one sale at once are safe: the queue leases each job
+    /// to one reserve, so no order is in both; and each transaction starts
+    /// by locking the sale's row (`Store::confirm_orders`), so their writes
+    /// to `orders` and `sold` take turns in PostgreSQL instead of racing
+    /// (the same as two workers on one sale).
+    pub async fn drain(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
+        let lane = || async {
+            let mut total = BatchReport::default();
+            loop {
+                let report = self.try_process_batch(sale_id).await?;
+                if report.reserved == 0 {
+                    return anyhow::Ok(total);
+                }
+                total.add(report);
+            }
+        };
+        let lanes = futures_util::future::join_all((0..BATCHES_IN_FLIGHT).map(|_| lane())).await;
+        let mut total = BatchReport::default();
+        for lane in lanes {
+            total.add(lane?);
+        }
+        Ok(total)
+    }
 }
+
+/// Batches of one sale a worker writes at once (see [`Worker::drain`]).
+const BATCHES_IN_FLIGHT: usize = 2;

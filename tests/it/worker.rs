@@ -110,6 +110,35 @@ async fn postgres_refuses_orders_beyond_the_stock_and_stores_them_as_rejected() 
     assert_eq!(order["status"], "rejected");
 }
 
+/// `Worker::drain` writes two batches of a sale at once; PostgreSQL's lock
+/// on the sale's row must make them take turns: every order written once,
+/// `sold` counted once per unit, and the excess refused, even when both
+/// batches are refused and written one order at a time side by side.
+#[tokio::test]
+async fn draining_two_batches_at_a_time_writes_each_order_once_and_refuses_the_excess() {
+    let app = spawn_app_with(Options {
+        worker: seckill::config::WorkerSettings {
+            batch_size: 50,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let sale = app.create_sale(900).await;
+    enqueue_orders(&app, sale, &users(1_000)).await;
+    let report = app.worker.drain(sale).await.expect("drained");
+    assert_eq!((report.confirmed, report.rejected), (900, 100));
+    assert_eq!(confirmed(&app, sale).await, 900);
+    assert_eq!(app.sold(sale).await, 900);
+    let rows: i64 = sqlx::query_scalar("SELECT count(DISTINCT id) FROM orders WHERE sale_id = $1")
+        .bind(sale)
+        .fetch_one(&app.pg)
+        .await
+        .expect("count");
+    assert_eq!(rows, 1_000);
+    assert_eq!(app.queue_stats(sale).await, QueueStats::default());
+}
+
 #[tokio::test]
 async fn postgres_refuses_a_second_order_for_the_same_buyer() {
     let app = spawn_app().await;
