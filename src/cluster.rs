@@ -263,13 +263,30 @@ impl Cluster {
 
     /// Send `signal` to `name` (SIGSTOP and SIGCONT pause and resume it).
     pub fn signal(&self, name: &str, signal: Signal) -> anyhow::Result<()> {
+        kill(self.pid(name)?, signal).with_context(|| format!("sending {signal} to {name}"))
+    }
+
+    /// The memory `name` holds now (its resident set, `VmRSS` in
+    /// `/proc/<pid>/status`), in bytes.
+    pub fn resident_bytes(&self, name: &str) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid(name)?))
+            .with_context(|| format!("reading {name}'s status"))?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+            .with_context(|| format!("no VmRSS in {name}'s status"))?;
+        Ok(kib * 1024)
+    }
+
+    fn pid(&self, name: &str) -> anyhow::Result<Pid> {
         let pid = self
             .member(name)?
             .child
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .with_context(|| format!("{name} has exited"))?;
-        kill(Pid::from_raw(pid), signal).with_context(|| format!("sending {signal} to {name}"))
+        Ok(Pid::from_raw(pid))
     }
 
     /// Wait up to `limit` for `name` to exit, and forget it. Returns how it ended.

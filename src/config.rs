@@ -236,7 +236,7 @@ pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BATCH_SIZE: u32 = 1000;
 pub const DEFAULT_LEASE_MS: u64 = 30_000;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
-pub const DEFAULT_POLL_MS: u64 = 50;
+pub const DEFAULT_POLL_MS: u64 = 500;
 pub const DEFAULT_PAYMENT_WINDOW_SECS: u64 = 900;
 
 /// Knobs of the queue worker.

@@ -232,6 +232,7 @@ impl Application {
             store,
             admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
             events,
+            index: Default::default(),
             streams: Arc::new(Semaphore::new(settings.max_event_streams as usize)),
             max_streams: settings.max_event_streams as usize,
             limits: settings.limits.clone(),

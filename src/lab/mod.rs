@@ -38,7 +38,7 @@ use crate::keys::SaleKeys;
 use crate::services::Services;
 use crate::startup;
 use crate::store::Store;
-use crate::topology::RedisAt;
+use crate::topology::{RedisAt, RedisPool};
 use expect::Figures;
 use rows::Row;
 pub use table::Outcome;
@@ -178,7 +178,7 @@ async fn run_row(
         html: Some(args.report_dir.join(format!("{label}.html"))),
     };
     let keys = SaleKeys::new(&store.prefix, sale_id);
-    let watch = LockWatch::start(store, &keys.lock).await?;
+    let watch = LockWatch::start(services, &keys.lock).await?;
     let report = harness::burst(
         store,
         &cluster,
@@ -286,11 +286,11 @@ struct LockWatch {
 }
 
 impl LockWatch {
-    async fn start(store: &Store, lock: &str) -> anyhow::Result<Self> {
-        // Its own connection, held for the run: the watch's reads must not
-        // queue behind anything else of the lab's.
-        let mut conn = store
-            .redis()
+    async fn start(services: &Services, lock: &str) -> anyhow::Result<Self> {
+        // A connection of its own (a pool of its own), held for the run:
+        // the watch's reads must not queue behind anything else of the lab's.
+        let mut conn = RedisPool::new(&services.redis, Duration::from_secs(5))?
+            .get()
             .await
             .context("connecting the lock watch to Redis")?;
         let (stop, mut stopped) = oneshot::channel();

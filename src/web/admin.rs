@@ -313,6 +313,7 @@ pub async fn create_sale(
         }
     };
     let sale = state.store.create_sale(&new).await?;
+    state.index.forget().await;
     Ok(see_other(&format!("/admin/sales/{}", sale.id)))
 }
 

@@ -193,6 +193,7 @@ pub async fn create_sale(
     }
     let new = new.build(Utc::now()).map_err(ApiError::invalid)?;
     let sale = state.store.create_sale(&new).await?;
+    state.index.forget().await;
     Ok(HttpResponse::Created().json(SaleView::new(&sale, i64::from(sale.stock_total))))
 }
 

@@ -4,6 +4,7 @@ mod admin;
 mod admin_token;
 mod api;
 mod error;
+mod index;
 mod limits;
 mod live;
 pub mod metrics;
@@ -53,6 +54,9 @@ pub struct AppState {
     /// The snapshots of the sales watched on the live page, one reading
     /// task per watched sale shared by all its streams. Set by `startup`.
     pub scoreboard: Scoreboard,
+    /// The storefront's index as last built, served to every request for
+    /// a quarter of a second (`index.rs`).
+    pub index: index::IndexCache,
     /// One permit per live event stream, held while it is open: bounds how
     /// many this instance serves at once (`SECKILL_MAX_EVENT_STREAMS`).
     pub streams: Arc<Semaphore>,
@@ -83,7 +87,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/api/sales/{id}/live", web::get().to(scoreboard::stream))
         .route("/api/orders/{id}", web::get().to(api::get_order))
         .route("/api/orders/{id}/pay", web::post().to(api::pay))
-        .route("/", web::get().to(pages::index))
+        .route("/", web::get().to(index::index))
         .route("/sales/{id}", web::get().to(pages::sale))
         .route("/sales/{id}/buy", web::post().to(pages::buy))
         .route("/sales/{id}/live", web::get().to(scoreboard::page))

@@ -22,13 +22,6 @@ use crate::purchase::Outcome;
 const BUYER_COOKIE: &str = "seckill_buyer";
 
 #[derive(Template)]
-#[template(path = "index.html")]
-struct IndexPage {
-    /// `(heading, sales)`: live (and sold-out) sales, upcoming, ended.
-    sections: Vec<(&'static str, Vec<SaleView>)>,
-}
-
-#[derive(Template)]
 #[template(path = "sale.html")]
 struct SalePage {
     sale: SaleView,
@@ -98,24 +91,6 @@ pub(super) fn html(page: &impl Template) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok()
         .content_type(ContentType::html())
         .body(body))
-}
-
-pub async fn index(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let (mut live, mut upcoming, mut ended) = (Vec::new(), Vec::new(), Vec::new());
-    for sale in state.store.sales().await? {
-        let left = state.store.stock_left(sale.id).await?;
-        let view = SaleView::new(&sale, left);
-        match view.status {
-            SaleStatus::Upcoming => upcoming.push(view),
-            SaleStatus::Live | SaleStatus::SoldOut => live.push(view),
-            SaleStatus::Ended => ended.push(view),
-        }
-    }
-    let sections = [("Live now", live), ("Upcoming", upcoming), ("Ended", ended)]
-        .into_iter()
-        .filter(|(_, sales)| !sales.is_empty())
-        .collect();
-    html(&IndexPage { sections })
 }
 
 pub async fn sale(

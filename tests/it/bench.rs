@@ -28,6 +28,10 @@ async fn the_bench_measures_each_row_beside_its_target() {
         "worker drain into PostgreSQL, orders/s",
         "worker drain / one server-side INSERT of as many rows",
         "idle worker: 202 to order confirmed, p50",
+        "same burst: memory of the larger instance after it (VmRSS)",
+        "sold-out answers / bare actix handler (wrk)",
+        "storefront index, 20 sales / sale page (wrk)",
+        "storefront index, 1,000 sales / 20 sales (wrk)",
     ] {
         let line = stdout
             .lines()

@@ -303,3 +303,47 @@ async fn stock_changes_reach_the_broadcast_through_redis_pub_sub() {
     shutdown.cancel();
     task.await.expect("the listener stops on shutdown");
 }
+
+/// The index is built once per quarter second and served to every request
+/// in between: a purchase shows on it within that time, and a sale created
+/// on this instance shows at once.
+#[tokio::test]
+async fn the_index_shows_a_purchase_within_a_quarter_second_and_a_new_sale_at_once() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let (_, before) = get_html(&app, "/").await;
+    assert!(before.contains("10 of 10 left"), "{before}");
+    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
+    let (_, cached) = get_html(&app, "/").await;
+    assert!(cached.contains("of 10 left"), "{cached}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (_, after) = get_html(&app, "/").await;
+    assert!(after.contains("9 of 10 left"), "{after}");
+    app.create_sale_with(serde_json::json!({"name": "Tablet", "stock": 3, "price_cents": 100}))
+        .await;
+    let (_, listed) = get_html(&app, "/").await;
+    assert!(listed.contains("Tablet"), "{listed}");
+}
+
+/// A section lists its newest 50 sales and says how many more it has.
+#[tokio::test]
+async fn the_index_lists_the_newest_fifty_sales_of_a_section_and_counts_the_rest() {
+    let app = spawn_app().await;
+    let mut newest = 0;
+    for n in 0..53 {
+        newest = app
+            .create_sale_with(
+                serde_json::json!({"name": format!("Sale {n}"), "stock": 1, "price_cents": 100}),
+            )
+            .await;
+    }
+    let (status, index) = get_html(&app, "/").await;
+    assert_eq!(status, 200);
+    assert_eq!(index.matches("<li>").count(), 50, "{index}");
+    assert!(index.contains(&format!("/sales/{newest}\"")), "{index}");
+    assert!(
+        !index.contains(">Sale 0<"),
+        "the oldest is not listed: {index}"
+    );
+    assert!(index.contains("and 3 older, not listed"), "{index}");
+}
