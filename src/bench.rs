@@ -6,12 +6,14 @@
 //! What it measures, and how:
 //! - **the burst**: 10 units, `--burst-users` buyers at once on 2 `lock`
 //!   instances (the load test's burst): from the first send to the last
-//!   win, and the p99 of every answer;
+//!   win, the p99 of every answer, and the larger instance's memory after;
 //! - **accepted purchases per second** on one sale of a million units,
 //!   every request a new buyer, 64 connections for `--secs` seconds
-//!   (the load test's closed scenario), with `lock` and with `lua`;
+//!   (the load test's closed scenario), with `lock` and with `lua`, `lua`
+//!   beside `redis-benchmark` running its script (`lua.rs`);
 //! - **the worker's drain**: `--drain-orders` jobs queued on one sale,
-//!   drained into PostgreSQL by one in-process worker, against one
+//!   drained into PostgreSQL by the worker's own drain (two batches in
+//!   flight), against one
 //!   server-side `INSERT ... SELECT` of as many rows into a copy of
 //!   `orders` (the most PostgreSQL can take, as a baseline);
 //! - **past one Redis** (`cluster.rs`): accepted purchases per second on
@@ -19,12 +21,15 @@
 //!   cluster, one sale per master;
 //! - **an idle worker's delay**: purchases one at a time on an instance
 //!   with its worker in-process, from the `202` to the order found
-//!   confirmed in PostgreSQL (polled every millisecond): the p50.
-//!
-//! The rows it does not measure yet are printed as such.
+//!   confirmed in PostgreSQL (polled every millisecond): the p50;
+//! - **with wrk** (`wrk.rs`): sold-out answers against a bare actix
+//!   handler, and the index against a sale page and against itself;
+//! - **open sale pages** (`pages.rs`): `--pages` event streams on one
+//!   instance, the Redis commands they add per second, its memory.
 
 mod cluster;
 mod lua;
+mod pages;
 mod wrk;
 
 use std::time::{Duration, Instant};
@@ -79,12 +84,8 @@ pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow
     rows.push(wrk::sold_out(&args, services, &store, &token).await?);
     eprintln!("bench: the storefront index (wrk)");
     rows.extend(wrk::index(&args, services, &store, &token).await?);
-    rows.push(Row {
-        figure: "10,000 open sale pages: Redis reads/s, RSS",
-        measured: "not measured by seckill bench yet".into(),
-        target: "see issue 12",
-        met: None,
-    });
+    eprintln!("bench: {} open sale pages", args.pages);
+    rows.push(pages::open_pages(&args, services, &store, &token).await?);
     println!("{}", table(&rows));
     Ok(())
 }

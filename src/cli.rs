@@ -286,6 +286,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub drain_orders: u32,
 
+    /// Sale pages (event streams) held open on one instance.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub pages: u32,
+
     /// The drain's worker (its batch size above all).
     #[command(flatten)]
     pub worker: WorkerSettings,

@@ -233,6 +233,7 @@ impl Application {
             admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
             events,
             index: Default::default(),
+            snapshots: Default::default(),
             streams: Arc::new(Semaphore::new(settings.max_event_streams as usize)),
             max_streams: settings.max_event_streams as usize,
             limits: settings.limits.clone(),

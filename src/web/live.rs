@@ -9,11 +9,17 @@
 //! shows the right figure again within seconds. The snapshot doubles as
 //! the heartbeat that lets proxies and the browser see the stream is alive.
 //!
+//! The snapshots are shared: a sale's units left are read from Redis at
+//! most once per [`SNAPSHOT_SHARED_FOR`] per instance ([`Snapshots`]), and
+//! every stream of the sale that ticks within that time sends the same
+//! figure. Ten thousand open pages cost Redis what one does.
+//!
 //! Every stream ends when the instance shuts down, so that an open page
 //! never holds a graceful shutdown up.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
 use actix_web::{HttpResponse, web};
@@ -27,6 +33,47 @@ use crate::events::StockChange;
 
 /// How often a stream sends a snapshot read from Redis.
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
+/// How long one read of a sale's units left serves every stream of it.
+pub const SNAPSHOT_SHARED_FOR: Duration = Duration::from_secs(1);
+
+/// Each sale's last snapshot, shared by its streams on this instance.
+#[derive(Default)]
+pub struct Snapshots {
+    /// Sale id -> its last read and when it was taken. The outer std Mutex
+    /// is held only to find or insert a sale's slot (no await under it);
+    /// each slot's tokio Mutex is held across its Redis read on purpose: it
+    /// prevents the stampede in which every stream of a sale ticking at
+    /// once reads Redis; they wait for the one read under way instead.
+    /// A slot is never removed: one small entry per sale ever watched.
+    sales: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<LastRead>>>>,
+}
+
+/// When a sale's units left were last read, and what they were.
+type LastRead = Option<(Instant, i64)>;
+
+impl Snapshots {
+    /// The sale's units left and when they were read: from Redis, unless a
+    /// read of the last [`SNAPSHOT_SHARED_FOR`] can serve.
+    async fn stock_left(&self, state: &AppState, sale_id: i64) -> anyhow::Result<(Instant, i64)> {
+        let slot = Arc::clone(
+            self.sales
+                .lock()
+                .expect("the snapshots' lock is never poisoned")
+                .entry(sale_id)
+                .or_default(),
+        );
+        let mut last = slot.lock().await;
+        if let Some((read, left)) = *last
+            && read.elapsed() < SNAPSHOT_SHARED_FOR
+        {
+            return Ok((read, left));
+        }
+        let left = state.store.stock_left(sale_id).await?;
+        let read = Instant::now();
+        *last = Some((read, left));
+        Ok((read, left))
+    }
+}
 
 /// What one stream needs between events.
 struct Stream {
@@ -37,6 +84,9 @@ struct Stream {
     sale_id: i64,
     changes: broadcast::Receiver<StockChange>,
     snapshots: tokio::time::Interval,
+    /// When this stream last sent a change from pub/sub: a shared snapshot
+    /// read before it is older than what the page shows, and is not sent.
+    changed_at: Option<Instant>,
 }
 
 pub async fn sale_events(
@@ -60,6 +110,7 @@ pub async fn sale_events(
         sale_id: sale.id,
         changes,
         snapshots,
+        changed_at: None,
     };
     Ok(event_stream(futures_util::stream::unfold(
         stream,
@@ -98,8 +149,12 @@ impl Stream {
             tokio::select! {
                 () = self.state.shutdown.cancelled() => return None,
                 _ = self.snapshots.tick() => {
-                    match self.state.store.stock_left(self.sale_id).await {
-                        Ok(left) => return Some(stock_event(left)),
+                    match self.state.snapshots.stock_left(&self.state, self.sale_id).await {
+                        // Older than the change last sent: a heartbeat only.
+                        Ok((read, _)) if self.changed_at.is_some_and(|changed| changed > read) => {
+                            return Some(Bytes::from_static(b": alive\n\n"));
+                        }
+                        Ok((_, left)) => return Some(stock_event(left)),
                         // Redis is down: keep the stream open with a
                         // comment line, and try again at the next tick.
                         Err(_) => return Some(Bytes::from_static(b": redis unavailable\n\n")),
@@ -107,11 +162,15 @@ impl Stream {
                 }
                 change = self.changes.recv() => match change {
                     Ok(change) if change.sale_id == self.sale_id => {
+                        self.changed_at = Some(Instant::now());
                         return Some(stock_event(change.stock_left));
                     }
                     Ok(_) => {}
                     // Skipped some messages: send a snapshot right away.
-                    Err(RecvError::Lagged(_)) => self.snapshots.reset_immediately(),
+                    Err(RecvError::Lagged(_)) => {
+                        self.changed_at = None;
+                        self.snapshots.reset_immediately();
+                    }
                     Err(RecvError::Closed) => return None,
                 },
             }

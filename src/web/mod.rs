@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 pub use admin_token::AdminToken;
 pub use api::SaleView;
 pub use error::ApiError;
+pub use live::SNAPSHOT_EVERY;
 
 use crate::config::RateLimitSettings;
 use crate::events::SaleEvents;
@@ -57,6 +58,9 @@ pub struct AppState {
     /// The storefront's index as last built, served to every request for
     /// a quarter of a second (`index.rs`).
     pub index: index::IndexCache,
+    /// Each watched sale's last units-left snapshot, shared by its event
+    /// streams (`live.rs`).
+    pub snapshots: live::Snapshots,
     /// One permit per live event stream, held while it is open: bounds how
     /// many this instance serves at once (`SECKILL_MAX_EVENT_STREAMS`).
     pub streams: Arc<Semaphore>,
