@@ -12,6 +12,7 @@ mod burst;
 mod chaos;
 mod cli;
 mod cluster;
+mod dashboard;
 mod faults;
 mod helpers;
 mod hostile;
