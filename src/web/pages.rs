@@ -263,6 +263,10 @@ pub async fn static_file(path: web::Path<String>) -> Result<HttpResponse, ApiErr
             include_str!("../../static/live.js"),
             "text/javascript; charset=utf-8",
         ),
+        "admin.js" => (
+            include_str!("../../static/admin.js"),
+            "text/javascript; charset=utf-8",
+        ),
         _ => return Err(ApiError::NotFound),
     };
     Ok(HttpResponse::Ok()

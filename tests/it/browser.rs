@@ -406,3 +406,39 @@ async fn the_live_page_counts_a_purchase_and_names_the_lock_holder_as_they_happe
     screenshot(&projector, "8-live.png").await;
     projector.close().await.expect("close the browser");
 }
+
+/// The value of the accepted-purchases series on the admin page's figures
+/// table, as the browser shows it (0 before the first purchase).
+async fn accepted_on_admin_page(admin: &Client) -> f64 {
+    text_of(admin, "figures")
+        .await
+        .lines()
+        .find(|line| line.contains(r#"answer="accepted",strategy="lock""#))
+        .and_then(|line| line.split_whitespace().last())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn the_admin_page_shows_the_instances_figures_and_follows_them_without_a_reload() {
+    let app = spawn_app_with(Options::default()).await;
+    let sale = app.create_sale(5).await;
+    let driver = ChromeDriver::start().await;
+    let profile = tempfile::tempdir().expect("a temporary directory");
+    let admin = driver.browser(profile.path()).await;
+    admin.goto(&app.url("/admin")).await.expect("open /admin");
+    type_into(&admin, "token", crate::helpers::ADMIN_TOKEN).await;
+    click(&admin, "log-in").await;
+    wait_for_text(&admin, "figures", "seckill_event_streams").await;
+    // The registry is the process' own, shared with the other tests of
+    // this binary: watch the figure grow, not its value.
+    let before = accepted_on_admin_page(&admin).await;
+    app.buy(sale, "ann").await;
+    app.buy(sale, "bob").await;
+    eventually(PATIENCE, "the accepted purchases to grow by 2", || async {
+        accepted_on_admin_page(&admin).await >= before + 2.0
+    })
+    .await;
+    screenshot(&admin, "7-admin-figures.png").await;
+    admin.close().await.expect("close the browser");
+}
