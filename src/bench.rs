@@ -155,7 +155,7 @@ async fn accepted_per_second(
         });
     }
     // Measured after the run, so that the two never share the cores.
-    let script = lua::script_per_second(&services.redis, store).await?;
+    let script = lua::script_per_second(&services.redis, store, args.secs).await?;
     Ok(Row {
         figure: "accepted purchases/s on one sale, lua / redis-benchmark running the script",
         measured: match script {

@@ -1,6 +1,7 @@
 //! The `lua` row's baseline: `redis-benchmark` running the purchase script
 //! itself (`lua/purchase_lua.lua`, as the strategy sends it) on the same
-//! Redis, with the same 64 connections, every call a new buyer. It is what
+//! Redis, with the same 64 connections, every call a new buyer, for about
+//! as long as the purchases ran (`--secs`). It is what
 //! Redis can do with no HTTP, no app and no instance in the way; the
 //! target is that the whole purchase path reaches 80% of it.
 //!
@@ -15,8 +16,9 @@ use crate::keys::SaleKeys;
 use crate::store::Store;
 use crate::topology::RedisAt;
 
-/// Calls of the script in the run.
-const CALLS: u64 = 200_000;
+/// Calls of the script per second of `--secs`: about as long a run as the
+/// purchases' own.
+const CALLS_PER_SECOND: f64 = 40_000.0;
 /// redis-benchmark's connections: the load test's.
 const CONNECTIONS: u64 = 64;
 
@@ -26,6 +28,7 @@ const CONNECTIONS: u64 = 64;
 pub(super) async fn script_per_second(
     redis: &RedisAt,
     store: &Store,
+    secs: f64,
 ) -> anyhow::Result<Option<f64>> {
     let RedisAt::Server(url) = redis else {
         return Ok(None);
@@ -46,7 +49,11 @@ pub(super) async fn script_per_second(
     let mut command = tokio::process::Command::new("redis-benchmark");
     command
         .args(["-h", &host, "-p", &port])
-        .args(["-c", &CONNECTIONS.to_string(), "-n", &CALLS.to_string()])
+        .args(["-c", &CONNECTIONS.to_string()])
+        .args([
+            "-n",
+            &((CALLS_PER_SECOND * secs) as u64).max(10_000).to_string(),
+        ])
         // __rand_int__ becomes a random 12-digit number in each call.
         .args(["-r", "1000000000000", "--csv"])
         .args(["EVALSHA", script.get_hash(), "4"])

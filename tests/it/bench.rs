@@ -7,6 +7,7 @@ use crate::processes::{confirmed_orders, finish, text};
 /// beside its target, and the drained orders really in PostgreSQL.
 #[tokio::test]
 async fn the_bench_measures_each_row_beside_its_target() {
+    let _cores = crate::helpers::cores_alone().await;
     let scratch = Scratch::new().await;
     let args = [
         "bench",

@@ -42,6 +42,16 @@ pub async fn services() -> &'static Services {
         .await
 }
 
+/// Held by the tests that saturate both cores for seconds (the bench's,
+/// with wrk and redis-benchmark) and by those whose figures depend on
+/// being scheduled every few milliseconds (the full lab's 5 ms lock
+/// watch), so that the two never run at once. Within one test binary,
+/// where the tests run in parallel.
+pub async fn cores_alone() -> tokio::sync::MutexGuard<'static, ()> {
+    static CORES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    CORES.lock().await
+}
+
 /// A database and a Redis key prefix of one test's own. Dropping it deletes
 /// both, so tests can run in parallel and leave nothing behind.
 pub struct Scratch {

@@ -30,6 +30,7 @@ fn rows_by_label(document: &Value) -> BTreeMap<String, Value> {
 /// made to happen by its knob, every row as expected, exit 0.
 #[tokio::test]
 async fn the_lab_runs_every_row_as_expected_and_exits_0() {
+    let _cores = crate::helpers::cores_alone().await;
     let scratch = Scratch::new().await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let output = finish(seckill_command(
