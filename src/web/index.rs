@@ -12,17 +12,17 @@
 //! says how many more there are: a page of a thousand rows is a page nobody
 //! reads, and its bytes would cost more than all the rest.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_web::http::header::ContentType;
 use actix_web::web::Bytes;
 use actix_web::{HttpResponse, web};
 use askama::Template;
-use tokio::sync::Mutex;
 
 use super::AppState;
 use super::api::SaleView;
 use super::error::ApiError;
+use super::fresh::Fresh;
 use crate::domain::SaleStatus;
 
 /// How long a built index is served before the next request builds it again.
@@ -45,36 +45,14 @@ struct Section {
     more: usize,
 }
 
-/// The index as last built, shared by every request of this instance.
-#[derive(Default)]
-pub struct IndexCache {
-    /// When it was built, and the page. A tokio Mutex, held across the
-    /// rebuild's awaits on purpose: it prevents the stampede in which every
-    /// request arriving as the page goes stale builds it again (one
-    /// PostgreSQL query and one Redis read each); they wait for the one
-    /// rebuild under way and serve its page.
-    page: Mutex<Option<(Instant, Bytes)>>,
-}
-
-impl IndexCache {
-    /// Drop the page, so that the next request builds it: this instance
-    /// just created a sale, and its admin expects to see it listed.
-    pub async fn forget(&self) {
-        *self.page.lock().await = None;
-    }
-}
+/// The index as last built, shared by every request of this instance (one
+/// rebuild at a time, see `fresh.rs`). A sale created on this instance
+/// drops it (`Fresh::forget`): its admin expects to see it listed.
+pub type IndexCache = Fresh<Bytes>;
 
 pub async fn index(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let mut page = state.index.page.lock().await;
-    let body = match &*page {
-        Some((built, body)) if built.elapsed() < FRESH_FOR => body.clone(),
-        _ => {
-            let body = Bytes::from(build(&state).await?);
-            *page = Some((Instant::now(), body.clone()));
-            body
-        }
-    };
-    drop(page);
+    let build = async { build(&state).await.map(Bytes::from) };
+    let (_, body) = state.index.get(FRESH_FOR, build).await?;
     Ok(HttpResponse::Ok()
         .content_type(ContentType::html())
         .body(body))

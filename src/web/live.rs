@@ -29,6 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, broadcast};
 use super::AppState;
 use super::api::find_sale;
 use super::error::ApiError;
+use super::fresh::Fresh;
 use crate::events::StockChange;
 
 /// How often a stream sends a snapshot read from Redis.
@@ -39,39 +40,26 @@ pub const SNAPSHOT_SHARED_FOR: Duration = Duration::from_secs(1);
 /// Each sale's last snapshot, shared by its streams on this instance.
 #[derive(Default)]
 pub struct Snapshots {
-    /// Sale id -> its last read and when it was taken. The outer std Mutex
-    /// is held only to find or insert a sale's slot (no await under it);
-    /// each slot's tokio Mutex is held across its Redis read on purpose: it
-    /// prevents the stampede in which every stream of a sale ticking at
-    /// once reads Redis; they wait for the one read under way instead.
-    /// A slot is never removed: one small entry per sale ever watched.
-    sales: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<LastRead>>>>,
+    /// Sale id -> its last read (one read at a time, see `fresh.rs`). A std
+    /// Mutex, held only to find or insert a sale's entry, never across an
+    /// await. An entry is never removed: one small entry per sale ever
+    /// watched.
+    sales: Mutex<HashMap<i64, Arc<Fresh<i64>>>>,
 }
-
-/// When a sale's units left were last read, and what they were.
-type LastRead = Option<(Instant, i64)>;
 
 impl Snapshots {
     /// The sale's units left and when they were read: from Redis, unless a
     /// read of the last [`SNAPSHOT_SHARED_FOR`] can serve.
     async fn stock_left(&self, state: &AppState, sale_id: i64) -> anyhow::Result<(Instant, i64)> {
-        let slot = Arc::clone(
+        let sale = Arc::clone(
             self.sales
                 .lock()
                 .expect("the snapshots' lock is never poisoned")
                 .entry(sale_id)
                 .or_default(),
         );
-        let mut last = slot.lock().await;
-        if let Some((read, left)) = *last
-            && read.elapsed() < SNAPSHOT_SHARED_FOR
-        {
-            return Ok((read, left));
-        }
-        let left = state.store.stock_left(sale_id).await?;
-        let read = Instant::now();
-        *last = Some((read, left));
-        Ok((read, left))
+        sale.get(SNAPSHOT_SHARED_FOR, state.store.stock_left(sale_id))
+            .await
     }
 }
 

@@ -221,3 +221,51 @@ async fn with_no_limit_configured_nobody_is_throttled() {
         assert_eq!(app.purchase(sale, &format!("user-{i}")).await.status(), 202);
     }
 }
+
+/// `GET` commands a Redis server has processed (`INFO commandstats`).
+async fn gets_processed(url: &str) -> u64 {
+    let mut conn = redis::Client::open(url)
+        .expect("a Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis answers");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO commandstats");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_get:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Fifty open pages of one sale read its stock from Redis about once a
+/// second between them, not once per page per snapshot (which would be
+/// 100 reads in these 6 s: 50 openings and 50 snapshots). A Redis of the
+/// test's own, so that nobody else's reads are counted.
+#[tokio::test]
+async fn open_pages_of_a_sale_share_their_snapshot_reads() {
+    let redis = seckill::services::PrivateRedis::start()
+        .await
+        .expect("a private Redis");
+    let scratch = crate::helpers::Scratch::on(
+        &crate::helpers::services().await.database_url,
+        &seckill::topology::RedisAt::Server(redis.url()),
+    )
+    .await;
+    let app = crate::helpers::spawn_app_on(scratch, Options::default()).await;
+    let sale = app.create_sale(10).await;
+    let before = gets_processed(&redis.url()).await;
+    let mut pages = Vec::new();
+    for _ in 0..50 {
+        pages.push(open_stream(&app, sale).await);
+    }
+    // Past every page's second snapshot.
+    tokio::time::sleep(seckill::web::SNAPSHOT_EVERY + Duration::from_secs(1)).await;
+    let reads = gets_processed(&redis.url()).await - before;
+    assert!(reads <= 12, "{reads} stock reads for 50 pages in 6 s");
+    drop(pages);
+}
