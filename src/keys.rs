@@ -123,11 +123,13 @@ impl SaleKeys {
 
 /// The lock that lets one worker at a time sweep the payment deadlines
 /// (see `worker.rs`), and its fencing counter: `(lock, fence)`. Not a sale's
-/// key, so it carries no sale's hash tag.
+/// key, so it carries a hash tag of its own: the lock's script touches the
+/// lock and its fence at once, which a Redis Cluster allows only for keys
+/// in one slot.
 pub fn sweep_lock(prefix: &str) -> (String, String) {
     (
-        format!("{prefix}:sweep:lock"),
-        format!("{prefix}:sweep:fence"),
+        format!("{prefix}:{{sweep}}:lock"),
+        format!("{prefix}:{{sweep}}:fence"),
     )
 }
 
@@ -223,6 +225,17 @@ mod tests {
             assert!(
                 key.starts_with("t1:{sale:42}:"),
                 "{key} lacks the sale's hash tag"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sweep_locks_keys_share_one_hash_tag() {
+        let (lock, fence) = sweep_lock("t1");
+        for key in [&lock, &fence] {
+            assert!(
+                key.starts_with("t1:{sweep}:"),
+                "{key} lacks the sweep's hash tag"
             );
         }
     }
