@@ -1,4 +1,5 @@
-//! Live units-left for the sale pages: Redis pub/sub in, one broadcast out.
+//! Live units-left for the sale pages, and the sale locks' releases for
+//! their waiters: Redis pub/sub in, one broadcast out.
 //!
 //! Every script that changes a sale's stock (a purchase, a unit given back)
 //! publishes the new units left on the sale's channel (`keys::SaleKeys::events`).
@@ -15,17 +16,27 @@
 //! would keep each message on its shard's nodes, but it has no pattern
 //! form: an instance would have to follow every sale's channel by name.
 //!
+//! The same connection follows every sale lock's release channel
+//! (`keys::lock_released`, published by `lua/lock_release.lua` and
+//! `lua/purchase_commit.lua`), and wakes the instance's waiters for that
+//! sale's lock ([`LockReleases`]): a waiter learns of a release one message
+//! after it happened, instead of at its next poll.
+//!
 //! Pub/sub is fire-and-forget: a message published while the connection is
 //! down, or one a slow receiver lags behind on, is lost. The streams
 //! therefore also send a fresh snapshot, read from Redis, every few
-//! seconds, so a page that missed a message catches up by itself.
+//! seconds, so a page that missed a message catches up by itself; and a
+//! lock's waiter still backs off and tries again by itself (`lock.rs`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::keys;
+use crate::keys::{self, SaleChannel};
 use crate::topology::RedisAt;
 
 /// Messages a slow receiver may fall behind by before it skips ahead (it
@@ -43,6 +54,41 @@ pub struct StockChange {
 #[derive(Debug, Clone)]
 pub struct SaleEvents {
     sender: broadcast::Sender<StockChange>,
+    releases: LockReleases,
+}
+
+/// Where each sale lock's announced releases wake this instance's waiters.
+/// Cheap to clone: the clones share the map.
+#[derive(Debug, Clone, Default)]
+pub struct LockReleases {
+    /// Sale id -> what the waiters for its lock listen on. A std Mutex: held
+    /// for a lookup, never across an await. An entry is never removed: one
+    /// small entry per sale ever waited for on this instance.
+    by_sale: Arc<Mutex<HashMap<i64, Arc<Notify>>>>,
+}
+
+impl LockReleases {
+    /// What a waiter for the sale's lock listens on (`RedisLock::acquire`).
+    pub fn of(&self, sale_id: i64) -> Arc<Notify> {
+        Arc::clone(
+            self.by_sale
+                .lock()
+                .expect("the lock releases' map is never poisoned")
+                .entry(sale_id)
+                .or_default(),
+        )
+    }
+
+    /// The sale's lock was released: wake every waiter listening now.
+    fn announce(&self, sale_id: i64) {
+        let by_sale = self
+            .by_sale
+            .lock()
+            .expect("the lock releases' map is never poisoned");
+        if let Some(released) = by_sale.get(&sale_id) {
+            released.notify_waiters();
+        }
+    }
 }
 
 impl SaleEvents {
@@ -59,8 +105,22 @@ impl SaleEvents {
             .map(|url| redis::Client::open(url.as_str()))
             .collect::<Result<Vec<_>, _>>()?;
         let (sender, _) = broadcast::channel(CAPACITY);
-        let task = tokio::spawn(listen(nodes, prefix.to_owned(), sender.clone(), shutdown));
-        Ok((Self { sender }, task))
+        let releases = LockReleases::default();
+        let task = tokio::spawn(listen(
+            nodes,
+            prefix.to_owned(),
+            Forward {
+                sender: sender.clone(),
+                releases: releases.clone(),
+            },
+            shutdown,
+        ));
+        Ok((Self { sender, releases }, task))
+    }
+
+    /// The sale locks' releases, as this instance hears them.
+    pub fn lock_releases(&self) -> LockReleases {
+        self.releases.clone()
     }
 
     /// A receiver of every stock change from now on, for every sale.
@@ -69,12 +129,18 @@ impl SaleEvents {
     }
 }
 
+/// Where what arrives goes.
+struct Forward {
+    sender: broadcast::Sender<StockChange>,
+    releases: LockReleases,
+}
+
 /// Connect, subscribe, forward; on any failure, pause and start over on
 /// the next node (a single server is its own next node).
 async fn listen(
     nodes: Vec<redis::Client>,
     prefix: String,
-    sender: broadcast::Sender<StockChange>,
+    to: Forward,
     shutdown: CancellationToken,
 ) {
     let mut failures: u32 = 0;
@@ -82,7 +148,7 @@ async fn listen(
         if shutdown.is_cancelled() {
             break;
         }
-        let session = forward(client, &prefix, &sender, &mut failures);
+        let session = forward(client, &prefix, &to, &mut failures);
         let error = tokio::select! {
             () = shutdown.cancelled() => break,
             error = session => error,
@@ -106,27 +172,32 @@ async fn listen(
 async fn forward(
     client: &redis::Client,
     prefix: &str,
-    sender: &broadcast::Sender<StockChange>,
+    to: &Forward,
     failures: &mut u32,
 ) -> anyhow::Error {
     let mut pubsub = match client.get_async_pubsub().await {
         Ok(pubsub) => pubsub,
         Err(error) => return anyhow::Error::new(error).context("connecting"),
     };
-    if let Err(error) = pubsub.psubscribe(keys::events_pattern(prefix)).await {
+    let patterns = SaleChannel::ALL.map(|which| keys::channel_pattern(prefix, which));
+    if let Err(error) = pubsub.psubscribe(&patterns).await {
         return anyhow::Error::new(error).context("subscribing");
     }
     *failures = 0;
     let mut messages = pubsub.on_message();
     while let Some(message) = messages.next().await {
-        let sale_id = keys::sale_of_events_channel(prefix, message.get_channel_name());
-        let stock_left = message.get_payload::<i64>().ok();
-        if let (Some(sale_id), Some(stock_left)) = (sale_id, stock_left) {
-            // An error only means that nobody is watching right now.
-            let _ = sender.send(StockChange {
-                sale_id,
-                stock_left: stock_left.max(0),
-            });
+        match keys::sale_of_channel(prefix, message.get_channel_name()) {
+            Some((sale_id, SaleChannel::Events)) => {
+                if let Ok(stock_left) = message.get_payload::<i64>() {
+                    // An error only means that nobody is watching right now.
+                    let _ = to.sender.send(StockChange {
+                        sale_id,
+                        stock_left: stock_left.max(0),
+                    });
+                }
+            }
+            Some((sale_id, SaleChannel::LockReleased)) => to.releases.announce(sale_id),
+            None => {}
         }
     }
     anyhow::anyhow!("the pub/sub connection closed")

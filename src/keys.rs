@@ -124,8 +124,8 @@ impl SaleKeys {
 /// The lock that lets one worker at a time sweep the payment deadlines
 /// (see `worker.rs`), and its fencing counter: `(lock, fence)`. Not a sale's
 /// key, so it carries a hash tag of its own: the lock's script touches the
-/// lock and its fence at once, which a Redis Cluster allows only for keys
-/// in one slot.
+/// lock, its fence and its line at once, which a Redis Cluster allows only
+/// for keys in one slot.
 pub fn sweep_lock(prefix: &str) -> (String, String) {
     (
         format!("{prefix}:{{sweep}}:lock"),
@@ -133,10 +133,44 @@ pub fn sweep_lock(prefix: &str) -> (String, String) {
     )
 }
 
-/// The pattern that matches every sale's events channel under `prefix`,
+/// The lock's line: `STRING` with a TTL, the one waiter who asked for the
+/// lock while it was held and is next to take it (`lua/lock_acquire.lua`).
+/// Beside its lock, so under the same hash tag.
+pub fn lock_line(lock: &str) -> String {
+    format!("{lock}:line")
+}
+
+/// The pub/sub channel (not a key) on which a lock's release is announced,
+/// so that waiters wake instead of polling (`lock.rs`).
+pub fn lock_released(lock: &str) -> String {
+    format!("{lock}:released")
+}
+
+/// The pub/sub channels every sale has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaleChannel {
+    /// [`SaleKeys::events`]: the units left, after every change.
+    Events,
+    /// [`lock_released`] of the sale's lock: it was released.
+    LockReleased,
+}
+
+impl SaleChannel {
+    pub const ALL: [SaleChannel; 2] = [SaleChannel::Events, SaleChannel::LockReleased];
+
+    /// What the channel's name ends with, after the sale's hash tag.
+    fn suffix(self) -> &'static str {
+        match self {
+            SaleChannel::Events => "events",
+            SaleChannel::LockReleased => "lock:released",
+        }
+    }
+}
+
+/// The pattern that matches this channel of every sale under `prefix`,
 /// for one `PSUBSCRIBE` per app instance. Glob characters in the prefix are
 /// escaped so that they match only themselves.
-pub fn events_pattern(prefix: &str) -> String {
+pub fn channel_pattern(prefix: &str, which: SaleChannel) -> String {
     let mut escaped = String::with_capacity(prefix.len());
     for c in prefix.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -144,17 +178,20 @@ pub fn events_pattern(prefix: &str) -> String {
         }
         escaped.push(c);
     }
-    format!("{escaped}:{{sale:*}}:events")
+    format!("{escaped}:{{sale:*}}:{}", which.suffix())
 }
 
-/// The sale id in an events channel name, the inverse of [`SaleKeys::events`].
-pub fn sale_of_events_channel(prefix: &str, channel: &str) -> Option<i64> {
-    channel
+/// The sale, and which of its channels, a channel name under `prefix` is:
+/// the inverse of [`SaleKeys::events`] and of [`lock_released`].
+pub fn sale_of_channel(prefix: &str, channel: &str) -> Option<(i64, SaleChannel)> {
+    let (id, suffix) = channel
         .strip_prefix(prefix)?
         .strip_prefix(":{sale:")?
-        .strip_suffix("}:events")?
-        .parse()
-        .ok()
+        .split_once("}:")?;
+    let which = SaleChannel::ALL
+        .into_iter()
+        .find(|which| which.suffix() == suffix)?;
+    Some((id.parse().ok()?, which))
 }
 
 /// The keys of one task queue. `base` carries the hash tag.
@@ -213,6 +250,8 @@ mod tests {
             &keys.fenced,
             &keys.answers,
         ];
+        let (line, released) = (lock_line(&keys.lock), lock_released(&keys.lock));
+        all.extend([&line, &released]);
         let queues: Vec<String> = keys
             .queue
             .all()
@@ -232,7 +271,7 @@ mod tests {
     #[test]
     fn the_sweep_locks_keys_share_one_hash_tag() {
         let (lock, fence) = sweep_lock("t1");
-        for key in [&lock, &fence] {
+        for key in [&lock, &fence, &lock_line(&lock), &lock_released(&lock)] {
             assert!(
                 key.starts_with("t1:{sweep}:"),
                 "{key} lacks the sweep's hash tag"
@@ -249,12 +288,30 @@ mod tests {
     }
 
     #[test]
-    fn an_events_channel_names_its_sale_and_matches_the_pattern() {
-        let channel = SaleKeys::new("t1", 42).events;
-        assert_eq!(sale_of_events_channel("t1", &channel), Some(42));
-        assert_eq!(sale_of_events_channel("t2", &channel), None);
-        assert_eq!(events_pattern("t1"), "t1:{sale:*}:events");
-        assert_eq!(events_pattern("a*b"), "a\\*b:{sale:*}:events");
+    fn a_sale_channel_names_its_sale_and_matches_the_pattern() {
+        let keys = SaleKeys::new("t1", 42);
+        assert_eq!(
+            sale_of_channel("t1", &keys.events),
+            Some((42, SaleChannel::Events))
+        );
+        assert_eq!(
+            sale_of_channel("t1", &lock_released(&keys.lock)),
+            Some((42, SaleChannel::LockReleased))
+        );
+        assert_eq!(sale_of_channel("t2", &keys.events), None);
+        assert_eq!(sale_of_channel("t1", &keys.stock), None);
+        assert_eq!(
+            channel_pattern("t1", SaleChannel::Events),
+            "t1:{sale:*}:events"
+        );
+        assert_eq!(
+            channel_pattern("t1", SaleChannel::LockReleased),
+            "t1:{sale:*}:lock:released"
+        );
+        assert_eq!(
+            channel_pattern("a*b", SaleChannel::Events),
+            "a\\*b:{sale:*}:events"
+        );
     }
 
     #[test]

@@ -28,9 +28,19 @@
 //!   meant to compare was the expiry time, which two holders can share. It
 //!   said "yes" whenever anybody held the lock. Here [`LockGuard::is_held`]
 //!   compares the whole value, which carries a nonce of this acquisition.
-//! - **waiting polled every 100 ms** forever-ish; here a waiter backs off
-//!   exponentially with jitter (so waiters do not retry in lock-step) and
+//! - **waiting polled every 100 ms** forever-ish; here every release is
+//!   announced on the lock's channel (`keys::lock_released`), and a waiter
+//!   given the announcements ([`RedisLock::acquire`]'s `released`) tries
+//!   again the moment one comes, as Redisson's lock does. Between
+//!   announcements (one may be lost: pub/sub keeps nothing) it backs off
+//!   exponentially with jitter, so waiters do not retry in lock-step, and
 //!   gives up at a deadline.
+//! - **nothing was fair**: the article's lock goes to whoever asks first
+//!   after a release, which is the holder's own next request far more
+//!   often than anybody else's. Here the first waiter who finds the lock
+//!   held takes the place next in line (`keys::lock_line`), and a released
+//!   lock goes to it first (`lua/lock_acquire.lua` says why one place is
+//!   enough).
 //!
 //! Every acquisition also gets a **fencing token**: a number from a counter
 //! that only grows. A lock with a TTL can expire while its holder still
@@ -52,7 +62,10 @@ use std::time::Duration;
 
 use redis::Script;
 use redis::aio::ConnectionLike;
+use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::keys;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_acquire.lua")));
@@ -65,6 +78,11 @@ static EXTEND: LazyLock<Script> =
 const BACKOFF_BASE: Duration = Duration::from_millis(1);
 /// The longest pause of a waiter between two attempts.
 const BACKOFF_CAP: Duration = Duration::from_millis(32);
+/// How long a waiter's place next in line is kept without the waiter
+/// coming back for it: a waiter that keeps waiting comes back at least
+/// every [`BACKOFF_CAP`], so this lapses only for one that died or gave up,
+/// and a dead waiter holds the lock back this long at most.
+const PLACE_KEPT: Duration = Duration::from_millis(128);
 
 /// A named lock in Redis. Cheap to build; holds no connection.
 #[derive(Debug, Clone)]
@@ -130,17 +148,31 @@ impl RedisLock {
         self
     }
 
-    /// One attempt: the lock if it is free now, `None` if somebody holds it.
+    /// One attempt: the lock if it is free now (and nobody is next in line
+    /// for it), `None` if not.
     pub async fn try_acquire<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
+    ) -> redis::RedisResult<Option<LockGuard>> {
+        self.attempt(conn, "").await
+    }
+
+    /// One attempt as the waiter `place` (`""`: a single attempt, which asks
+    /// for no place in line).
+    async fn attempt<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        place: &str,
     ) -> redis::RedisResult<Option<LockGuard>> {
         let nonce = format!("{}:{}", self.holder, uuid::Uuid::new_v4().simple());
         let fence: Option<u64> = ACQUIRE
             .key(&self.key)
             .key(&self.fence_key)
+            .key(keys::lock_line(&self.key))
             .arg(ttl_millis(self.ttl))
             .arg(&nonce)
+            .arg(place)
+            .arg(ttl_millis(PLACE_KEPT))
             .invoke_async(conn)
             .await?;
         Ok(fence.map(|fence| LockGuard {
@@ -150,8 +182,14 @@ impl RedisLock {
         }))
     }
 
-    /// Try until `wait` has passed, backing off between attempts. The
-    /// article's `lock(name, wait, ttl)`.
+    /// Try until `wait` has passed. The article's `lock(name, wait, ttl)`.
+    ///
+    /// Between attempts the waiter sleeps until `released` is notified (the
+    /// caller notifies it when the lock's release is announced on
+    /// `keys::lock_released`; `events.rs` does, for the sale locks) or its
+    /// back-off pause ends, whichever comes first. Without `released` it
+    /// only backs off. Its attempts keep one place in line (see
+    /// `lua/lock_acquire.lua`).
     ///
     /// `give_up` is asked before every attempt; when it returns true the wait
     /// ends with [`Acquire::GaveUp`]. The purchase path uses it to stop waiting
@@ -161,14 +199,26 @@ impl RedisLock {
         &self,
         conn: &mut C,
         wait: Duration,
+        released: Option<&Notify>,
         mut give_up: impl FnMut() -> bool,
     ) -> redis::RedisResult<Acquire> {
         let deadline = Instant::now() + wait;
+        let place = format!("{}:{}", self.holder, uuid::Uuid::new_v4().simple());
+        let never = Notify::new();
+        let released = released.unwrap_or(&never);
         for attempt in 0u32.. {
             if give_up() {
                 return Ok(Acquire::GaveUp);
             }
-            if let Some(guard) = self.try_acquire(conn).await? {
+            // Listen before asking. The race this prevents is the lost
+            // wake-up: a release announced after Redis refused this attempt
+            // but before the sleep below began would wake nobody, and the
+            // waiter would sleep out its whole pause beside a free lock.
+            // An enabled `Notified` catches every notification from here on.
+            let woken = released.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if let Some(guard) = self.attempt(conn, &place).await? {
                 return Ok(Acquire::Held(guard));
             }
             let now = Instant::now();
@@ -177,7 +227,10 @@ impl RedisLock {
             }
             // Sleep, but never past the deadline: one last attempt happens at it.
             let pause = backoff(attempt).min(deadline - now);
-            tokio::time::sleep(pause).await;
+            tokio::select! {
+                () = woken => {}
+                () = tokio::time::sleep(pause) => {}
+            }
         }
         Ok(Acquire::TimedOut)
     }
@@ -197,6 +250,11 @@ impl LockGuard {
     /// The lock key this guard is for.
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// The channel its release is announced on (`keys::lock_released`).
+    pub fn released_channel(&self) -> String {
+        keys::lock_released(&self.key)
     }
 
     /// Does this guard still own the lock? The article's `isLocking`.
@@ -240,6 +298,7 @@ impl LockGuard {
         let found: i64 = RELEASE
             .key(&self.key)
             .arg(&self.value)
+            .arg(self.released_channel())
             .invoke_async(conn)
             .await?;
         Ok(Release::from_script(found))

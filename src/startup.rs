@@ -220,6 +220,7 @@ impl Application {
             settings.purchase.clone(),
             &instance,
             settings.worker.payment_window(),
+            events.lock_releases(),
         ));
         let tally_stop = CancellationToken::new();
         let tally = tokio::spawn(

@@ -1,19 +1,48 @@
--- lock_acquire.lua: take the lock if it is free, in one atomic step.
+-- lock_acquire.lua: take the lock if it is free and nobody else is next in
+-- line for it, in one atomic step.
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fencing counter of this lock (never expires, only grows)
+-- KEYS[3]  the lock's line: the one waiter next in line (keys::lock_line)
 -- ARGV[1]  time to live in milliseconds
 -- ARGV[2]  the caller's name and a random nonce, as '<holder>:<nonce>'
+-- ARGV[3]  the caller's place in line: an id the caller keeps for all its
+--          attempts of one wait, or '' for a single attempt (which takes
+--          the lock if it can, and never asks for a place)
+-- ARGV[4]  how long a place in line is kept, in milliseconds, without the
+--          waiter coming back for it
 --
--- Returns the fencing token (an integer) on success, or nil if the lock is held.
+-- Returns the fencing token (an integer) on success, or nil if the lock is
+-- held or promised to the waiter next in line.
 --
 -- The article's bug this fixes: they ran SETNX and then EXPIRE as two commands.
 -- A process that died between the two left a lock with no TTL that nobody
 -- could ever take again. Here the key is created with its TTL in one SET, and
 -- the fencing token is drawn in the same script, so no caller can observe a
 -- lock without a TTL or a token handed out twice.
-if redis.call('EXISTS', KEYS[1]) == 1 then
+--
+-- The race the line prevents: the holder releases and, on the same
+-- instance, the next pass asks for the lock again at once, one round trip
+-- later. A waiter on another instance learns of the release a pub/sub
+-- message later, so it loses that race every time, and waits until it
+-- gives up (busy) while one instance sells alone. So the first waiter who
+-- finds the lock held takes the place in line, and a free lock goes to it
+-- first. Only one place: enough to make two contenders take turns, the
+-- case of one sale's lock, where each instance sends one contender (its
+-- lane's leader). A place left by a waiter that died or gave up lapses
+-- after ARGV[4] ms; a waiter that keeps waiting renews it at every attempt.
+local next_in_line = redis.call('GET', KEYS[3])
+local mine = ARGV[3] ~= '' and next_in_line == ARGV[3]
+if redis.call('EXISTS', KEYS[1]) == 1 or (next_in_line and not mine) then
+  if mine then
+    redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  elseif ARGV[3] ~= '' and not next_in_line then
+    redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+  end
   return nil
+end
+if mine then
+  redis.call('DEL', KEYS[3])
 end
 local fence = redis.call('INCR', KEYS[2])
 -- The value names the holder: token, name and nonce. Release and extend

@@ -1,5 +1,5 @@
 -- purchase_commit.lua: the writes of a batch of purchases, fenced by the
--- sale's lock, and the lock's release.
+-- sale's lock, and the lock's release, announced.
 --
 -- KEYS[1]  the sale's stock          KEYS[4]  its queue's due set
 -- KEYS[2]  the sale's buyers set     KEYS[5]  its queue's jobs hash
@@ -8,7 +8,8 @@
 --          ("token:holder:nonce")
 -- ARGV[2]  the sale's events channel (pub/sub, not a key): the new units
 --          left are published on it, for the live sale pages
--- ARGV[3]  '1' to release the lock after the writes, '0' to keep it
+-- ARGV[3]  the channel (not a key) the lock's release is announced on
+--          (keys::lock_released; see lock_release.lua)
 -- ARGV[4..] one triple per order: the buyer's user id, the order id (also
 --          the queue job id), the order job's payload
 --
@@ -32,7 +33,8 @@
 -- Why the release is here too: every write to Redis is a round trip, and
 -- with an fsync'ed append-only file each one waits for the disk. The lock
 -- is held across them all; one step fewer inside it is one fsync fewer per
--- batch for every buyer queued behind.
+-- batch for every buyer queued behind. The release is announced as
+-- lock_release.lua announces it, so that waiters on other instances wake.
 --
 -- Why not do the whole purchase in this one script, without a lock? In Redis
 -- alone that would work, and be faster. The lock is the article's lesson and
@@ -50,7 +52,6 @@ for i = 4, #ARGV, 3 do
   push(KEYS[4], KEYS[5], ARGV[i + 1], ARGV[i + 2], now)
 end
 redis.call('PUBLISH', ARGV[2], left)
-if ARGV[3] == '1' then
-  redis.call('DEL', KEYS[3])
-end
+redis.call('DEL', KEYS[3])
+redis.call('PUBLISH', ARGV[3], 'released')
 return {'committed', left}

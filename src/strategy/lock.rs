@@ -44,15 +44,15 @@ static COMMIT: LazyLock<Script> = queue_script!("lua/purchase_commit.lua");
 const MAX_BATCH: usize = 256;
 
 /// Steps 3 to 5 for a batch of orders, fenced: take the units, record the
-/// buyers and queue the orders, only if `guard` still holds the lock; then,
-/// if `release`, release it in the same step. `Ok(Some(units left))` when
-/// it wrote, `Ok(None)` when the lock was lost and nothing was written.
+/// buyers and queue the orders, only if `guard` still holds the lock; then
+/// release it in the same step, announced to the waiters.
+/// `Ok(Some(units left))` when it wrote, `Ok(None)` when the lock was lost
+/// and nothing was written.
 pub async fn commit<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
     guard: &LockGuard,
     jobs: &[OrderJob],
-    release: bool,
 ) -> redis::RedisResult<Option<i64>> {
     let mut script = COMMIT.prepare_invoke();
     script
@@ -64,7 +64,7 @@ pub async fn commit<C: ConnectionLike + Send>(
         .key(&keys.fenced)
         .arg(guard.value())
         .arg(&keys.events)
-        .arg(if release { "1" } else { "0" });
+        .arg(guard.released_channel());
     for job in jobs {
         script
             .arg(job.user_id.as_str())
@@ -225,9 +225,10 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     // whose leader went away may still be running), there is no point in
     // waiting any longer.
     let refresh = shop.settings.sold_out_refresh();
+    let wake = shop.released.of(sale_id);
     let waiting = std::time::Instant::now();
     let acquired = lock
-        .acquire(&mut conn, shop.settings.lock_wait(), || {
+        .acquire(&mut conn, shop.settings.lock_wait(), Some(&wake), || {
             shop.sold_out.check(sale_id, refresh) == Flag::SoldOut
         })
         .await
@@ -305,7 +306,7 @@ async fn locked_section<C: ConnectionLike + Send>(
     tokio::time::sleep(shop.settings.hold_pause()).await;
     // Steps 3 to 5 in one fenced script, which releases the lock too:
     // written only if we still hold the lock.
-    match commit(conn, keys, guard, &jobs, true).await {
+    match commit(conn, keys, guard, &jobs).await {
         Ok(Some(left)) => {
             if left <= 0 {
                 shop.sold_out.set(sale_id);

@@ -41,6 +41,7 @@ use uuid::Uuid;
 
 use crate::config::PurchaseSettings;
 use crate::domain::{OrderJob, UserId};
+use crate::events::LockReleases;
 use crate::keys::SaleKeys;
 use crate::queue::Queue;
 use crate::store::{self, Snapshot, Store};
@@ -173,6 +174,9 @@ pub struct Shop {
     /// How long a confirmed order has to be paid (the worker's setting):
     /// the `postgres` strategy confirms orders itself.
     pub payment_window: Duration,
+    /// The sale locks' releases as this instance hears them (`events.rs`):
+    /// the `lock` strategy's waiter wakes on them instead of polling.
+    pub released: LockReleases,
 }
 
 impl Shop {
@@ -190,6 +194,7 @@ impl Shop {
         settings: PurchaseSettings,
         instance: &str,
         payment_window: Duration,
+        released: LockReleases,
     ) -> Self {
         Self {
             store,
@@ -197,6 +202,7 @@ impl Shop {
             sold_out: Arc::default(),
             instance: instance.into(),
             payment_window,
+            released,
         }
     }
 

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use seckill::lock::{Acquire, HeldLocks, RedisLock, Release};
 
 use crate::helpers::{Scratch, spawn_this_test};
@@ -47,7 +49,7 @@ async fn take(
     conn: &mut redis::aio::MultiplexedConnection,
 ) -> seckill::lock::LockGuard {
     match lock
-        .acquire(conn, Duration::from_secs(30), || false)
+        .acquire(conn, Duration::from_secs(30), None, || false)
         .await
         .expect("acquire")
     {
@@ -269,22 +271,142 @@ async fn fencing_tokens_strictly_increase() {
     }
 }
 
+/// The line key (`keys::lock_line`) of the test's lock.
+fn line(scratch: &Scratch) -> String {
+    seckill::keys::lock_line(&format!("{}:lock", scratch.prefix))
+}
+
+/// Who is next in line for the test's lock, if anybody.
+async fn next_in_line(
+    scratch: &Scratch,
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Option<String> {
+    redis::cmd("GET")
+        .arg(line(scratch))
+        .query_async(conn)
+        .await
+        .expect("GET")
+}
+
+/// A waiter gives up at its deadline, or when told to. The place in line
+/// it took is left behind, but it has a TTL: it holds the lock back from
+/// everybody for a moment, not for ever.
 #[tokio::test]
-async fn a_waiter_gives_up_at_its_deadline() {
+async fn a_waiter_gives_up_at_its_deadline_and_its_place_in_line_lapses() {
     let scratch = Scratch::new().await;
     let mut conn = redis(&scratch).await;
     let lock = lock(&scratch, Duration::from_secs(30));
-    let _held = take_free(&lock, &mut conn).await;
+    let held = take_free(&lock, &mut conn).await;
     let waited = lock
-        .acquire(&mut conn, Duration::from_millis(100), || false)
+        .acquire(&mut conn, Duration::from_millis(100), None, || false)
         .await
         .expect("acquire");
     assert!(matches!(waited, Acquire::TimedOut), "got {waited:?}");
     let gave_up = lock
-        .acquire(&mut conn, Duration::from_secs(30), || true)
+        .acquire(&mut conn, Duration::from_secs(30), None, || true)
         .await
         .expect("acquire");
     assert!(matches!(gave_up, Acquire::GaveUp), "got {gave_up:?}");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(line(&scratch))
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    assert!(ttl > 0 && ttl <= 1_000, "the place's PTTL was {ttl}");
+    held.release(&mut conn).await.expect("release");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while lock
+        .try_acquire(&mut conn)
+        .await
+        .expect("acquire")
+        .is_none()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the place of a waiter that gave up kept the lock from everybody"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The race the line prevents: a holder that releases and asks again at
+/// once (one round trip) beats a waiter who has to hear of the release, or
+/// wake from its back-off, every time. The first waiter who found the lock
+/// held is next, and a newcomer's attempt at that moment is refused.
+#[tokio::test]
+async fn a_released_lock_goes_to_the_waiter_next_in_line_not_to_a_newcomer() {
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_secs(30));
+    let held = take_free(&lock, &mut conn).await;
+    let held_fence = held.fence();
+    let waiter = tokio::spawn({
+        let (lock, mut conn) = (lock.clone(), redis(&scratch).await);
+        async move { take(&lock, &mut conn).await }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while next_in_line(&scratch, &mut conn).await.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "nobody got in line");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        held.release(&mut conn).await.expect("release"),
+        Release::Released
+    );
+    assert!(
+        lock.try_acquire(&mut conn)
+            .await
+            .expect("acquire")
+            .is_none(),
+        "a newcomer took the lock from the waiter next in line"
+    );
+    let next = waiter.await.expect("the waiter got the lock");
+    assert!(next.fence() > held_fence);
+    assert_eq!(next_in_line(&scratch, &mut conn).await, None);
+}
+
+/// Every release is announced on the lock's channel, for the waiters
+/// (`events.rs` wakes them), and only a real one: a holder whose lock had
+/// expired deletes nothing and announces nothing.
+#[tokio::test]
+async fn a_release_is_announced_once_and_only_when_it_happened() {
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_secs(30));
+    let stale = take_free(&lock, &mut conn).await;
+    let mut pubsub = redis::Client::open(scratch.redis_url())
+        .expect("a Redis URL")
+        .get_async_pubsub()
+        .await
+        .expect("a pub/sub connection");
+    pubsub
+        .subscribe(stale.released_channel())
+        .await
+        .expect("SUBSCRIBE");
+    let mut announced = pubsub.into_on_message();
+    // Make the stale holder's lock run out now, rather than racing a TTL.
+    stale
+        .extend(&mut conn, Duration::from_millis(1))
+        .await
+        .expect("extend");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        stale.release(&mut conn).await.expect("release"),
+        Release::Expired
+    );
+    let owner = take_free(&lock, &mut conn).await;
+    assert_eq!(
+        owner.release(&mut conn).await.expect("release"),
+        Release::Released
+    );
+    let mut messages = 0;
+    while tokio::time::timeout(Duration::from_millis(300), announced.next())
+        .await
+        .is_ok()
+    {
+        messages += 1;
+    }
+    assert_eq!(messages, 1, "one release, {messages} announcements");
 }
 
 #[tokio::test]

@@ -277,10 +277,14 @@ async fn the_event_stream_sends_the_units_left_as_buyers_buy() {
     assert_eq!(missing.status(), 404);
 }
 
+/// A purchase's script publishes the new units left and announces the
+/// release of the sale's lock; the instance's one listener turns the first
+/// into a stock change for the pages and the second into a wake-up of the
+/// waiters for that sale's lock (`lock.rs`), who would otherwise find out
+/// at their next back-off attempt. The fan-out on its own, without the
+/// periodic snapshots of the stream: only pub/sub can deliver these.
 #[tokio::test]
-async fn stock_changes_reach_the_broadcast_through_redis_pub_sub() {
-    // The fan-out on its own, without the periodic snapshots of the stream:
-    // only pub/sub can deliver these.
+async fn a_purchase_reaches_the_pages_and_the_lock_waiters_through_redis_pub_sub() {
     let app = spawn_app().await;
     let sale = app.create_sale(3).await;
     let shutdown = CancellationToken::new();
@@ -288,20 +292,39 @@ async fn stock_changes_reach_the_broadcast_through_redis_pub_sub() {
         SaleEvents::start(&app.scratch.redis, &app.scratch.prefix, shutdown.clone())
             .expect("start");
     let mut changes = events.subscribe();
+    let (released, elsewhere) = (
+        events.lock_releases().of(sale),
+        events.lock_releases().of(sale + 1),
+    );
     // The subscription is made in the background: buy until a change arrives.
-    let mut received = None;
     for user in ["ann", "bob", "cat"] {
+        let woken = released.notified();
+        let woken_elsewhere = elsewhere.notified();
+        tokio::pin!(woken, woken_elsewhere);
+        woken.as_mut().enable();
+        woken_elsewhere.as_mut().enable();
         app.buy(sale, user).await;
-        if let Ok(Ok(change)) = tokio::time::timeout(Duration::from_secs(5), changes.recv()).await {
-            received = Some(change);
-            break;
-        }
+        let Ok(Ok(change)) = tokio::time::timeout(Duration::from_secs(5), changes.recv()).await
+        else {
+            continue;
+        };
+        assert_eq!(change.sale_id, sale);
+        assert!(change.stock_left < 3, "{change:?}");
+        // Published after the change, by the same script.
+        tokio::time::timeout(Duration::from_secs(5), woken)
+            .await
+            .expect("the sale lock's waiters were woken");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), woken_elsewhere)
+                .await
+                .is_err(),
+            "another sale's waiters were woken"
+        );
+        shutdown.cancel();
+        task.await.expect("the listener stops on shutdown");
+        return;
     }
-    let change = received.expect("a stock change arrived over pub/sub");
-    assert_eq!(change.sale_id, sale);
-    assert!(change.stock_left < 3, "{change:?}");
-    shutdown.cancel();
-    task.await.expect("the listener stops on shutdown");
+    panic!("no stock change arrived over pub/sub");
 }
 
 /// The index is built once per quarter second and served to every request

@@ -200,7 +200,7 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         sale_id: sale,
         user_id: "stale".into(),
     };
-    let written = lock::commit(&mut conn, &keys, &stale, std::slice::from_ref(&job), false)
+    let written = lock::commit(&mut conn, &keys, &stale, std::slice::from_ref(&job))
         .await
         .expect("commit");
     assert_eq!(written, None, "a stale holder's write went through");
@@ -221,15 +221,9 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         user_id: "current".into(),
     };
     assert_eq!(
-        lock::commit(
-            &mut conn,
-            &keys,
-            &current,
-            std::slice::from_ref(&job),
-            false
-        )
-        .await
-        .expect("commit"),
+        lock::commit(&mut conn, &keys, &current, std::slice::from_ref(&job),)
+            .await
+            .expect("commit"),
         Some(0)
     );
     assert_eq!(app.redis_buyers(sale).await, ["current"]);
@@ -262,7 +256,7 @@ async fn a_commit_that_takes_the_stock_below_zero_is_reported_as_written() {
         sale_id: sale,
         user_id: "late".into(),
     };
-    let written = lock::commit(&mut conn, &keys, &holder, std::slice::from_ref(&job), false)
+    let written = lock::commit(&mut conn, &keys, &holder, std::slice::from_ref(&job))
         .await
         .expect("commit");
     assert_eq!(
