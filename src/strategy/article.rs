@@ -99,7 +99,7 @@ impl ArticleLock<'_> {
                 }
                 // The hold-pause knob: a GC pause at the worst moment, with
                 // the lock taken and no TTL on it yet (bug 3's window).
-                tokio::time::sleep(self.shop.settings.hold_pause()).await;
+                self.shop.hold_pause().await;
                 self.shop.slow_network().await;
                 // Bug 2: a timestamp where a number of seconds belongs.
                 let _: bool = redis::cmd("EXPIRE")

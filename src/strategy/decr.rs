@@ -43,6 +43,6 @@ pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outc
         return Ok(Outcome::SoldOut);
     }
     // The gap: the unit is taken, the buyer not yet recorded.
-    tokio::time::sleep(shop.settings.hold_pause()).await;
+    shop.hold_pause().await;
     record_take(shop, conn, keys, sale_id, user, Some(left)).await
 }

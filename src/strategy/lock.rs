@@ -303,7 +303,7 @@ async fn locked_section<C: ConnectionLike + Send>(
     }
 
     // The hold-pause knob: the GC pause of the fencing argument.
-    tokio::time::sleep(shop.settings.hold_pause()).await;
+    shop.hold_pause().await;
     // Steps 3 to 5 in one fenced script, which releases the lock too:
     // written only if we still hold the lock.
     match commit(conn, keys, guard, &jobs).await {

@@ -189,6 +189,17 @@ impl Shop {
         }
     }
 
+    /// The hold-pause knob (`--hold-pause-ms`): a pause of the holder at
+    /// the worst moment, the GC pause of the fencing argument. Off, it is
+    /// no pause at all: a zero `sleep` still waits for the timer's next
+    /// millisecond tick, and it runs while the sale's lock is held.
+    pub async fn hold_pause(&self) {
+        let pause = self.settings.hold_pause();
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+
     pub fn new(
         store: Store,
         settings: PurchaseSettings,
