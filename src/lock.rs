@@ -60,8 +60,8 @@ pub use held::{HeldLocks, Unlocked};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
 use redis::aio::ConnectionLike;
+use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -154,32 +154,58 @@ impl RedisLock {
         &self,
         conn: &mut C,
     ) -> redis::RedisResult<Option<LockGuard>> {
-        self.attempt(conn, "").await
+        let taken = self.attempt::<_, ()>(conn, "", &redis::pipe()).await?;
+        Ok(taken.map(|(guard, ())| guard))
     }
 
     /// One attempt as the waiter `place` (`""`: a single attempt, which asks
-    /// for no place in line).
-    async fn attempt<C: ConnectionLike + Send>(
+    /// for no place in line), with `reads` sent after it in the same round
+    /// trip: the guard and their answers if it took the lock.
+    async fn attempt<C: ConnectionLike + Send, T: FromRedisValue>(
         &self,
         conn: &mut C,
         place: &str,
-    ) -> redis::RedisResult<Option<LockGuard>> {
+        reads: &redis::Pipeline,
+    ) -> redis::RedisResult<Option<(LockGuard, T)>> {
         let nonce = format!("{}:{}", self.holder, uuid::Uuid::new_v4().simple());
-        let fence: Option<u64> = ACQUIRE
-            .key(&self.key)
-            .key(&self.fence_key)
-            .key(keys::lock_line(&self.key))
+        // The script by its hash, in a pipeline with the reads. Redis runs a
+        // connection's commands in the order they were sent, so when the
+        // script took the lock, the reads ran while it was held.
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(ACQUIRE.get_hash())
+            .arg(3)
+            .arg(&self.key)
+            .arg(&self.fence_key)
+            .arg(keys::lock_line(&self.key))
             .arg(ttl_millis(self.ttl))
             .arg(&nonce)
             .arg(place)
-            .arg(ttl_millis(PLACE_KEPT))
-            .invoke_async(conn)
-            .await?;
-        Ok(fence.map(|fence| LockGuard {
+            .arg(ttl_millis(PLACE_KEPT));
+        for read in reads.cmd_iter() {
+            pipe.add_command(read.clone());
+        }
+        let answers: Vec<Value> = match pipe.query_async(conn).await {
+            // A server that does not have the script yet (it restarted):
+            // give it the script, and send it all again.
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                ACQUIRE.prepare_invoke().load_async(conn).await?;
+                pipe.query_async(conn).await?
+            }
+            answers => answers?,
+        };
+        let mut answers = answers.into_iter();
+        let fence = Option::<u64>::from_redis_value(answers.next().unwrap_or(Value::Nil))?;
+        let Some(fence) = fence else {
+            return Ok(None);
+        };
+        let read = T::from_redis_value(Value::Array(answers.collect()))?;
+        let guard = LockGuard {
             key: self.key.clone(),
             value: format!("{fence}:{nonce}"),
             fence,
-        }))
+        };
+        Ok(Some((guard, read)))
     }
 
     /// Try until `wait` has passed. The article's `lock(name, wait, ttl)`.
@@ -187,9 +213,9 @@ impl RedisLock {
     /// Between attempts the waiter sleeps until `released` is notified (the
     /// caller notifies it when the lock's release is announced on
     /// `keys::lock_released`; `events.rs` does, for the sale locks) or its
-    /// back-off pause ends, whichever comes first. Without `released` it
-    /// only backs off. Its attempts keep one place in line (see
-    /// `lua/lock_acquire.lua`).
+    /// back-off pause ends, whichever comes first. With `released`, its
+    /// attempts keep one place in line (see `lua/lock_acquire.lua`); without
+    /// it, it only backs off, and asks for no place.
     ///
     /// `give_up` is asked before every attempt; when it returns true the wait
     /// ends with [`Acquire::GaveUp`]. The purchase path uses it to stop waiting
@@ -200,15 +226,44 @@ impl RedisLock {
         conn: &mut C,
         wait: Duration,
         released: Option<&Notify>,
-        mut give_up: impl FnMut() -> bool,
+        give_up: impl FnMut() -> bool,
     ) -> redis::RedisResult<Acquire> {
+        let (acquired, _) = self
+            .acquire_and_read::<_, ()>(conn, wait, released, give_up, &redis::pipe())
+            .await?;
+        Ok(acquired)
+    }
+
+    /// [`acquire`](Self::acquire), with `reads` sent after every attempt in
+    /// the same round trip; their answers come with the lock (`Some` only
+    /// with [`Acquire::Held`]). They ran while the lock was held, so what
+    /// they read stays true until the holder writes, and the holder saves
+    /// the round trip it would spend reading after it took the lock. An
+    /// attempt refused has read for nothing: reads are cheap, a round trip
+    /// inside the lock is not.
+    pub async fn acquire_and_read<C: ConnectionLike + Send, T: FromRedisValue>(
+        &self,
+        conn: &mut C,
+        wait: Duration,
+        released: Option<&Notify>,
+        mut give_up: impl FnMut() -> bool,
+        reads: &redis::Pipeline,
+    ) -> redis::RedisResult<(Acquire, Option<T>)> {
         let deadline = Instant::now() + wait;
-        let place = format!("{}:{}", self.holder, uuid::Uuid::new_v4().simple());
+        // Only a waiter that will hear of the release asks for a place in
+        // line: a free lock kept for one that sleeps out its back-off would
+        // stand idle while everybody else is refused.
         let never = Notify::new();
-        let released = released.unwrap_or(&never);
+        let (released, place) = match released {
+            Some(released) => (
+                released,
+                format!("{}:{}", self.holder, uuid::Uuid::new_v4().simple()),
+            ),
+            None => (&never, String::new()),
+        };
         for attempt in 0u32.. {
             if give_up() {
-                return Ok(Acquire::GaveUp);
+                return Ok((Acquire::GaveUp, None));
             }
             // Listen before asking. The race this prevents is the lost
             // wake-up: a release announced after Redis refused this attempt
@@ -218,8 +273,8 @@ impl RedisLock {
             let woken = released.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            if let Some(guard) = self.attempt(conn, &place).await? {
-                return Ok(Acquire::Held(guard));
+            if let Some((guard, read)) = self.attempt(conn, &place, reads).await? {
+                return Ok((Acquire::Held(guard), Some(read)));
             }
             let now = Instant::now();
             if now >= deadline {
@@ -232,7 +287,7 @@ impl RedisLock {
                 () = tokio::time::sleep(pause) => {}
             }
         }
-        Ok(Acquire::TimedOut)
+        Ok((Acquire::TimedOut, None))
     }
 }
 

@@ -7,8 +7,9 @@
 -- ARGV[1]  time to live in milliseconds
 -- ARGV[2]  the caller's name and a random nonce, as '<holder>:<nonce>'
 -- ARGV[3]  the caller's place in line: an id the caller keeps for all its
---          attempts of one wait, or '' for a single attempt (which takes
---          the lock if it can, and never asks for a place)
+--          attempts of one wait, or '' for a caller that asks for no place
+--          (a single attempt, or a waiter that is not told of releases:
+--          a lock kept for it would stand idle while it sleeps)
 -- ARGV[4]  how long a place in line is kept, in milliseconds, without the
 --          waiter coming back for it
 --

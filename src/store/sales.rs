@@ -99,6 +99,39 @@ pub struct Snapshot {
     pub holding: Vec<bool>,
 }
 
+/// What [`snapshot_reads`] answers: the units left (`None` when Redis does
+/// not hold the sale), and whether each buyer holds a unit.
+pub type SnapshotRead = (Option<i64>, Vec<bool>);
+
+impl Snapshot {
+    /// The snapshot in a [`snapshot_reads`]' answer, `None` when Redis does
+    /// not hold the sale (it must be loaded: [`snapshot`] does).
+    pub fn from_read((left, holding): SnapshotRead) -> Option<Self> {
+        left.map(|stock_left| Self {
+            stock_left,
+            holding,
+        })
+    }
+}
+
+/// Steps 1 and 2 for some buyers (at least one), as commands for the
+/// caller to send: the units left and which of `buyers` hold one. The lock
+/// strategy sends them with its attempt at the sale lock.
+pub fn snapshot_reads(keys: &SaleKeys, buyers: &[&UserId]) -> redis::Pipeline {
+    let mut reads = redis::pipe();
+    reads
+        .get(&keys.stock)
+        .cmd("SMISMEMBER")
+        .arg(&keys.buyers)
+        .arg(
+            buyers
+                .iter()
+                .map(|buyer| buyer.as_str())
+                .collect::<Vec<_>>(),
+        );
+    reads
+}
+
 impl Store {
     /// The sale with this id, from memory or from PostgreSQL.
     pub async fn sale(&self, id: i64) -> anyhow::Result<Option<Arc<Sale>>> {
@@ -266,34 +299,18 @@ pub async fn snapshot<C: ConnectionLike + Send>(
     for _ in 0..2 {
         // One round trip either way; with no buyer (a page, a live stream's
         // snapshot) only the stock is read.
-        let (left, holding): (Option<i64>, Vec<bool>) = if buyers.is_empty() {
+        let read: SnapshotRead = if buyers.is_empty() {
             redis::cmd("GET")
                 .arg(&keys.stock)
                 .query_async(conn)
                 .await
                 .map(|left| (left, Vec::new()))
         } else {
-            redis::pipe()
-                .get(&keys.stock)
-                .cmd("SMISMEMBER")
-                .arg(&keys.buyers)
-                .arg(
-                    buyers
-                        .iter()
-                        .map(|buyer| buyer.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .query_async(conn)
-                .await
+            snapshot_reads(&keys, buyers).query_async(conn).await
         }
         .context("reading the sale from Redis")?;
-        match left {
-            Some(stock_left) => {
-                return Ok(Snapshot {
-                    stock_left,
-                    holding,
-                });
-            }
+        match Snapshot::from_read(read) {
+            Some(snapshot) => return Ok(snapshot),
             None => {
                 load_into_redis(pg, conn, prefix, sale_id).await?;
             }

@@ -36,6 +36,7 @@ use crate::payment;
 use crate::probe;
 use crate::queue::queue_script;
 use crate::store::Snapshot;
+use crate::store::sales::{self, SnapshotRead};
 
 static COMMIT: LazyLock<Script> = queue_script!("lua/purchase_commit.lua");
 
@@ -227,10 +228,18 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     let refresh = shop.settings.sold_out_refresh();
     let wake = shop.released.of(sale_id);
     let waiting = std::time::Instant::now();
-    let acquired = lock
-        .acquire(&mut conn, shop.settings.lock_wait(), Some(&wake), || {
-            shop.sold_out.check(sale_id, refresh) == Flag::SoldOut
-        })
+    // Steps 1 and 2 go with every attempt, so that the holder does not
+    // spend a round trip reading inside the lock.
+    let reads = sales::snapshot_reads(&keys, users);
+    let give_up = || shop.sold_out.check(sale_id, refresh) == Flag::SoldOut;
+    let (acquired, read) = lock
+        .acquire_and_read(
+            &mut conn,
+            shop.settings.lock_wait(),
+            Some(&wake),
+            give_up,
+            &reads,
+        )
         .await
         .context("taking the sale lock")?;
     metrics()
@@ -244,7 +253,7 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
 
     // Inside the lock. Whatever happens here, the lock is released: by the
     // commit, or below.
-    let inside = locked_section(shop, &mut conn, &keys, sale_id, users, &guard).await;
+    let inside = locked_section(shop, &mut conn, &keys, sale_id, users, read, &guard).await;
     let Inside {
         outcomes,
         noted,
@@ -277,19 +286,25 @@ struct Inside {
     released: bool,
 }
 
-/// Steps 1 to 5 for a batch, run while holding the lock.
+/// Steps 1 to 5 for a batch, run while holding the lock; `read` is what the
+/// attempt that took it read (steps 1 and 2).
 async fn locked_section<C: ConnectionLike + Send>(
     shop: &Shop,
     conn: &mut C,
     keys: &SaleKeys,
     sale_id: i64,
     users: &[&UserId],
+    read: Option<SnapshotRead>,
     guard: &LockGuard,
 ) -> anyhow::Result<Inside> {
-    // Steps 1 and 2: plain reads, one round trip for the whole batch.
-    // Nobody else writes this sale while we hold the lock, so what we read
-    // stays true until we write.
-    let snapshot = shop.read_sale(conn, sale_id, users).await?;
+    // Steps 1 and 2: plain reads for the whole batch, which ran under the
+    // lock in the round trip that took it. Nobody else writes this sale
+    // while we hold the lock, so what they read stays true until we write.
+    // When Redis did not hold the sale, it is loaded and read again.
+    let snapshot = match read.and_then(Snapshot::from_read) {
+        Some(snapshot) => snapshot,
+        None => shop.read_sale(conn, sale_id, users).await?,
+    };
     let (mut outcomes, jobs) = decide_batch(sale_id, users, &snapshot);
     if outcomes.contains(&Outcome::SoldOut) {
         shop.sold_out.set(sale_id);

@@ -289,16 +289,30 @@ async fn next_in_line(
 }
 
 /// A waiter gives up at its deadline, or when told to. The place in line
-/// it took is left behind, but it has a TTL: it holds the lock back from
-/// everybody for a moment, not for ever.
+/// a listening waiter took is left behind, but it has a TTL: it holds the
+/// lock back from everybody for a moment, not for ever.
 #[tokio::test]
 async fn a_waiter_gives_up_at_its_deadline_and_its_place_in_line_lapses() {
     let scratch = Scratch::new().await;
     let mut conn = redis(&scratch).await;
     let lock = lock(&scratch, Duration::from_secs(30));
     let held = take_free(&lock, &mut conn).await;
+    // A waiter nobody tells of releases asks for no place: a lock kept for
+    // it would stand idle while it sleeps.
+    let deaf = lock
+        .acquire(&mut conn, Duration::from_millis(50), None, || false)
+        .await
+        .expect("acquire");
+    assert!(matches!(deaf, Acquire::TimedOut), "got {deaf:?}");
+    assert_eq!(next_in_line(&scratch, &mut conn).await, None);
+    let listening = tokio::sync::Notify::new();
     let waited = lock
-        .acquire(&mut conn, Duration::from_millis(100), None, || false)
+        .acquire(
+            &mut conn,
+            Duration::from_millis(100),
+            Some(&listening),
+            || false,
+        )
         .await
         .expect("acquire");
     assert!(matches!(waited, Acquire::TimedOut), "got {waited:?}");
@@ -340,9 +354,23 @@ async fn a_released_lock_goes_to_the_waiter_next_in_line_not_to_a_newcomer() {
     let lock = lock(&scratch, Duration::from_secs(30));
     let held = take_free(&lock, &mut conn).await;
     let held_fence = held.fence();
+    // A waiter that listens for releases (nobody tells this one: it wakes
+    // from its back-off), so it asks for a place in line.
     let waiter = tokio::spawn({
         let (lock, mut conn) = (lock.clone(), redis(&scratch).await);
-        async move { take(&lock, &mut conn).await }
+        async move {
+            let listening = tokio::sync::Notify::new();
+            match lock
+                .acquire(&mut conn, Duration::from_secs(30), Some(&listening), || {
+                    false
+                })
+                .await
+                .expect("acquire")
+            {
+                Acquire::Held(guard) => guard,
+                other => panic!("expected the lock, got {other:?}"),
+            }
+        }
     });
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while next_in_line(&scratch, &mut conn).await.is_none() {
@@ -363,6 +391,73 @@ async fn a_released_lock_goes_to_the_waiter_next_in_line_not_to_a_newcomer() {
     let next = waiter.await.expect("the waiter got the lock");
     assert!(next.fence() > held_fence);
     assert_eq!(next_in_line(&scratch, &mut conn).await, None);
+}
+
+/// Reads sent with the attempts ran under the lock: here the lock key
+/// itself, which holds the new holder's value only once the script that
+/// took it has run. The round trip after taking a lock is saved, and the
+/// answer is not one read before the lock was ours.
+#[tokio::test]
+async fn reads_sent_with_the_attempt_that_takes_the_lock_run_under_it() {
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_secs(30));
+    let mut reads = redis::pipe();
+    reads.get(format!("{}:lock", scratch.prefix));
+    let held = take_free(&lock, &mut conn).await;
+    let waiter = tokio::spawn({
+        let (lock, mut conn) = (lock.clone(), redis(&scratch).await);
+        async move {
+            let listening = tokio::sync::Notify::new();
+            lock.acquire_and_read::<_, (String,)>(
+                &mut conn,
+                Duration::from_secs(30),
+                Some(&listening),
+                || false,
+                &reads,
+            )
+            .await
+            .expect("acquire")
+        }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while next_in_line(&scratch, &mut conn).await.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "nobody got in line");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    held.release(&mut conn).await.expect("release");
+    match waiter.await.expect("the waiter") {
+        (Acquire::Held(guard), Some((read,))) => assert_eq!(read, guard.value()),
+        other => panic!("expected the lock and its read, got {other:?}"),
+    }
+}
+
+/// A Redis that lost its scripts (restarted, or `SCRIPT FLUSH`) is given
+/// the lock's script again; the attempt is not an error. A Redis of the
+/// test's own: the flush would touch every other test's scripts.
+#[tokio::test]
+async fn a_lock_is_taken_from_a_redis_that_forgot_its_scripts() {
+    let redis = seckill::services::PrivateRedis::start()
+        .await
+        .expect("a private Redis");
+    let mut conn = redis::Client::open(redis.url())
+        .expect("a Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a Redis connection");
+    let lock = RedisLock::new("t:lock", "t:fence", Duration::from_secs(30));
+    take_free(&lock, &mut conn)
+        .await
+        .release(&mut conn)
+        .await
+        .expect("release");
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .expect("SCRIPT FLUSH");
+    let guard = take_free(&lock, &mut conn).await;
+    assert_eq!(guard.fence(), 2);
 }
 
 /// Every release is announced on the lock's channel, for the waiters
