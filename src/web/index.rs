@@ -51,7 +51,7 @@ struct Section {
 pub type IndexCache = Fresh<Bytes>;
 
 pub async fn index(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let build = async { build(&state).await.map(Bytes::from) };
+    let build = || async { build(&state).await.map(Bytes::from) };
     let (_, body) = state.index.get(FRESH_FOR, build).await?;
     Ok(HttpResponse::Ok()
         .content_type(ContentType::html())

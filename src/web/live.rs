@@ -58,7 +58,7 @@ impl Snapshots {
                 .entry(sale_id)
                 .or_default(),
         );
-        sale.get(SNAPSHOT_SHARED_FOR, state.store.stock_left(sale_id))
+        sale.get(SNAPSHOT_SHARED_FOR, || state.store.stock_left(sale_id))
             .await
     }
 }
