@@ -29,6 +29,7 @@
 //! lock's waiter still backs off and tries again by itself (`lock.rs`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
@@ -65,18 +66,29 @@ pub struct LockReleases {
     /// for a lookup, never across an await. An entry is never removed: one
     /// small entry per sale ever waited for on this instance.
     by_sale: Arc<Mutex<HashMap<i64, Arc<Notify>>>>,
+    /// Whether the listener is subscribed to the releases now. A hint read
+    /// before a wait, so relaxed: a release missed around the change is
+    /// one a waiter's back-off catches.
+    listening: Arc<AtomicBool>,
 }
 
 impl LockReleases {
-    /// What a waiter for the sale's lock listens on (`RedisLock::acquire`).
-    pub fn of(&self, sale_id: i64) -> Arc<Notify> {
-        Arc::clone(
+    /// What a waiter for the sale's lock listens on (`RedisLock::acquire`),
+    /// or `None` while this instance hears no releases (its listener is
+    /// connecting, or Redis is down): a waiter that will not hear of a
+    /// release must not ask for a place in line, or the lock would stand
+    /// idle while it sleeps out its back-off.
+    pub fn of(&self, sale_id: i64) -> Option<Arc<Notify>> {
+        if !self.listening.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(Arc::clone(
             self.by_sale
                 .lock()
                 .expect("the lock releases' map is never poisoned")
                 .entry(sale_id)
                 .or_default(),
-        )
+        ))
     }
 
     /// The sale's lock was released: wake every waiter listening now.
@@ -184,7 +196,15 @@ async fn forward(
         return anyhow::Error::new(error).context("subscribing");
     }
     *failures = 0;
-    let mut messages = pubsub.on_message();
+    to.releases.listening.store(true, Ordering::Relaxed);
+    let error = follow(pubsub, prefix, to).await;
+    to.releases.listening.store(false, Ordering::Relaxed);
+    error
+}
+
+/// Forward what a subscribed connection receives, until it closes.
+async fn follow(pubsub: redis::aio::PubSub, prefix: &str, to: &Forward) -> anyhow::Error {
+    let mut messages = pubsub.into_on_message();
     while let Some(message) = messages.next().await {
         match keys::sale_of_channel(prefix, message.get_channel_name()) {
             Some((sale_id, SaleChannel::Events)) => {

@@ -61,7 +61,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
+use redis::{FromRedisValue, Script, ServerErrorKind, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -71,6 +71,8 @@ static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_acquire.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release.lua")));
+static LEAVE_LINE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/lock_leave_line.lua")));
 static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_extend.lua")));
 
@@ -80,9 +82,10 @@ const BACKOFF_BASE: Duration = Duration::from_millis(1);
 const BACKOFF_CAP: Duration = Duration::from_millis(32);
 /// How long a waiter's place next in line is kept without the waiter
 /// coming back for it: a waiter that keeps waiting comes back at least
-/// every [`BACKOFF_CAP`], so this lapses only for one that died or gave up,
-/// and a dead waiter holds the lock back this long at most.
-const PLACE_KEPT: Duration = Duration::from_millis(128);
+/// every [`BACKOFF_CAP`], and one that stops waiting gives its place back,
+/// so this lapses only for a waiter that died, which holds the lock back
+/// this long at most.
+pub const PLACE_KEPT: Duration = Duration::from_millis(128);
 
 /// A named lock in Redis. Cheap to build; holds no connection.
 #[derive(Debug, Clone)]
@@ -160,7 +163,8 @@ impl RedisLock {
 
     /// One attempt as the waiter `place` (`""`: a single attempt, which asks
     /// for no place in line), with `reads` sent after it in the same round
-    /// trip: the guard and their answers if it took the lock.
+    /// trip: the guard and their answers if it took the lock. If the reads
+    /// failed, the lock is released and their error returned.
     async fn attempt<C: ConnectionLike + Send, T: FromRedisValue>(
         &self,
         conn: &mut C,
@@ -170,9 +174,12 @@ impl RedisLock {
         let nonce = format!("{}:{}", self.holder, uuid::Uuid::new_v4().simple());
         // The script by its hash, in a pipeline with the reads. Redis runs a
         // connection's commands in the order they were sent, so when the
-        // script took the lock, the reads ran while it was held.
+        // script took the lock, the reads ran while it was held. Errors come
+        // back one per command: a read that failed must not hide that the
+        // script took the lock.
         let mut pipe = redis::pipe();
-        pipe.cmd("EVALSHA")
+        pipe.ignore_errors()
+            .cmd("EVALSHA")
             .arg(ACQUIRE.get_hash())
             .arg(3)
             .arg(&self.key)
@@ -185,27 +192,37 @@ impl RedisLock {
         for read in reads.cmd_iter() {
             pipe.add_command(read.clone());
         }
-        let answers: Vec<Value> = match pipe.query_async(conn).await {
+        let mut answers: Vec<Value> = pipe.query_async(conn).await?;
+        if let Some(Value::ServerError(error)) = answers.first()
+            && error.kind() == Some(ServerErrorKind::NoScript)
+        {
             // A server that does not have the script yet (it restarted):
-            // give it the script, and send it all again.
-            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                ACQUIRE.prepare_invoke().load_async(conn).await?;
-                pipe.query_async(conn).await?
-            }
-            answers => answers?,
-        };
+            // the script did not run; give it the script, send it all again.
+            ACQUIRE.load_async(conn).await?;
+            answers = pipe.query_async(conn).await?;
+        }
         let mut answers = answers.into_iter();
-        let fence = Option::<u64>::from_redis_value(answers.next().unwrap_or(Value::Nil))?;
-        let Some(fence) = fence else {
+        let taken = answers.next().unwrap_or(Value::Nil).extract_error()?;
+        let Some(fence) = Option::<u64>::from_redis_value(taken)? else {
             return Ok(None);
         };
-        let read = T::from_redis_value(Value::Array(answers.collect()))?;
         let guard = LockGuard {
             key: self.key.clone(),
             value: format!("{fence}:{nonce}"),
             fence,
         };
-        Ok(Some((guard, read)))
+        let read = Value::Array(answers.collect())
+            .extract_error()
+            .and_then(|read| Ok(T::from_redis_value(read)?));
+        match read {
+            Ok(read) => Ok(Some((guard, read))),
+            // The lock is ours, and the caller gets no guard to release it
+            // with: release it here, or it stands held until its TTL ends.
+            Err(error) => {
+                let _ = guard.release(conn).await;
+                Err(error)
+            }
+        }
     }
 
     /// Try until `wait` has passed. The article's `lock(name, wait, ttl)`.
@@ -263,6 +280,7 @@ impl RedisLock {
         };
         for attempt in 0u32.. {
             if give_up() {
+                self.leave_line(conn, &place).await;
                 return Ok((Acquire::GaveUp, None));
             }
             // Listen before asking. The race this prevents is the lost
@@ -287,7 +305,22 @@ impl RedisLock {
                 () = tokio::time::sleep(pause) => {}
             }
         }
+        self.leave_line(conn, &place).await;
         Ok((Acquire::TimedOut, None))
+    }
+
+    /// A waiter that stops waiting without the lock gives its place in
+    /// line back, if it has one (`lua/lock_leave_line.lua`). A failure only
+    /// means that the place lapses by itself, [`PLACE_KEPT`] later.
+    async fn leave_line<C: ConnectionLike + Send>(&self, conn: &mut C, place: &str) {
+        if place.is_empty() {
+            return;
+        }
+        let _: redis::RedisResult<i64> = LEAVE_LINE
+            .key(keys::lock_line(&self.key))
+            .arg(place)
+            .invoke_async(conn)
+            .await;
     }
 }
 

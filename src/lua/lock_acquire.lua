@@ -30,8 +30,10 @@
 -- finds the lock held takes the place in line, and a free lock goes to it
 -- first. Only one place: enough to make two contenders take turns, the
 -- case of one sale's lock, where each instance sends one contender (its
--- lane's leader). A place left by a waiter that died or gave up lapses
--- after ARGV[4] ms; a waiter that keeps waiting renews it at every attempt.
+-- lane's leader); a third contender races for the place as before. A
+-- waiter that keeps waiting renews its place at every attempt, and one that
+-- stops waiting gives it back (lock_leave_line.lua); the place of a waiter
+-- that died lapses after ARGV[4] ms.
 local next_in_line = redis.call('GET', KEYS[3])
 local mine = ARGV[3] ~= '' and next_in_line == ARGV[3]
 if redis.call('EXISTS', KEYS[1]) == 1 or (next_in_line and not mine) then

@@ -1,7 +1,7 @@
 -- lock_extend.lua: give the lock a new time to live, only if the caller holds it.
 --
 -- KEYS[1]  the lock key
--- ARGV[1]  the holder's value ("token:nonce")
+-- ARGV[1]  the holder's value ("token:holder:nonce")
 -- ARGV[2]  the new time to live in milliseconds
 --
 -- Returns 1 extended, 0 expired, -1 not the owner.

@@ -8,9 +8,10 @@
 //! out while it was paused writes nothing, and its buyer is told
 //! `503 lock_lost`.
 //!
-//! What it costs: the lock serialises a sale. Each pass through it is three
-//! round trips to Redis (take the lock, read, write and release), and with
-//! an fsync'ed append-only file two of them wait for the disk. One buyer per
+//! What it costs: the lock serialises a sale. Each pass through it is two
+//! round trips to Redis (take the lock with the reads behind it in one
+//! pipeline, then write and release), and with an fsync'ed append-only
+//! file both wait for the disk. One buyer per
 //! pass would cap a sale at a few hundred purchases a second. So the buyers
 //! of a sale waiting on one instance queue in a **lane** ([`Lanes`]): one of
 //! them (the leader) takes everyone queued through the lock at once: one
@@ -236,7 +237,7 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
         .acquire_and_read(
             &mut conn,
             shop.settings.lock_wait(),
-            Some(&wake),
+            wake.as_deref(),
             give_up,
             &reads,
         )

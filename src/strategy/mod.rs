@@ -179,25 +179,26 @@ pub struct Shop {
     pub released: LockReleases,
 }
 
+/// A fault knob's pause. Off, it is no pause at all: a zero `sleep` still
+/// waits for the timer's next millisecond tick, and the knobs pause inside
+/// the critical sections.
+pub(super) async fn pause_for(pause: Duration) {
+    if !pause.is_zero() {
+        tokio::time::sleep(pause).await;
+    }
+}
+
 impl Shop {
     /// The slow-network knob (`--redis-delay-ms`): a pause before each
     /// command of the hand-written locks (`article`, `getset`).
     pub async fn slow_network(&self) {
-        let delay = self.settings.redis_delay();
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
+        pause_for(self.settings.redis_delay()).await;
     }
 
     /// The hold-pause knob (`--hold-pause-ms`): a pause of the holder at
-    /// the worst moment, the GC pause of the fencing argument. Off, it is
-    /// no pause at all: a zero `sleep` still waits for the timer's next
-    /// millisecond tick, and it runs while the sale's lock is held.
+    /// the worst moment, the GC pause of the fencing argument.
     pub async fn hold_pause(&self) {
-        let pause = self.settings.hold_pause();
-        if !pause.is_zero() {
-            tokio::time::sleep(pause).await;
-        }
+        pause_for(self.settings.hold_pause()).await;
     }
 
     pub fn new(
@@ -349,7 +350,7 @@ pub async fn take_unguarded(
             return Ok(Outcome::SoldOut);
         }
     }
-    tokio::time::sleep(pause).await;
+    pause_for(pause).await;
     record_take(shop, conn, keys, sale_id, user, None).await
 }
 

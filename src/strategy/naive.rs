@@ -34,7 +34,7 @@ pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outc
         }
     }
     // The race window: other purchases read the same stock meanwhile.
-    tokio::time::sleep(shop.settings.naive_delay()).await;
+    super::pause_for(shop.settings.naive_delay()).await;
     let job = OrderJob::new(sale_id, user);
     let () = redis::pipe()
         .set(&keys.stock, stock_left - 1)

@@ -69,6 +69,12 @@ async fn take_free(
         .expect("the lock is free")
 }
 
+/// One attempt: whether it took the lock (then held until its TTL runs
+/// out: the test only asks whether the lock was free).
+async fn took(lock: &RedisLock, conn: &mut redis::aio::MultiplexedConnection) -> bool {
+    lock.try_acquire(conn).await.expect("acquire").is_some()
+}
+
 #[tokio::test]
 async fn only_one_of_many_tasks_holds_the_lock_at_a_time() {
     let scratch = Scratch::new().await;
@@ -187,10 +193,7 @@ async fn a_crashed_holder_is_replaced_once_its_ttl_runs_out() {
     // The holder "crashes": it never releases.
     let crashed = take_free(&lock, &mut conn).await;
     assert!(
-        lock.try_acquire(&mut conn)
-            .await
-            .expect("acquire")
-            .is_none(),
+        !took(&lock, &mut conn).await,
         "the lock was handed out twice"
     );
     let next = take(&lock, &mut conn).await;
@@ -232,12 +235,7 @@ async fn an_expired_holder_can_neither_release_nor_extend_the_new_owners_lock() 
         Release::NotOwner
     );
     // The owner's lock is untouched: nobody else can take it.
-    assert!(
-        long.try_acquire(&mut conn)
-            .await
-            .expect("acquire")
-            .is_none()
-    );
+    assert!(!took(&long, &mut conn).await);
     assert_eq!(
         owner
             .extend(&mut conn, Duration::from_secs(30))
@@ -249,12 +247,7 @@ async fn an_expired_holder_can_neither_release_nor_extend_the_new_owners_lock() 
         owner.release(&mut conn).await.expect("release"),
         Release::Released
     );
-    assert!(
-        long.try_acquire(&mut conn)
-            .await
-            .expect("acquire")
-            .is_some()
-    );
+    assert!(took(&long, &mut conn).await);
 }
 
 #[tokio::test]
@@ -288,11 +281,10 @@ async fn next_in_line(
         .expect("GET")
 }
 
-/// A waiter gives up at its deadline, or when told to. The place in line
-/// a listening waiter took is left behind, but it has a TTL: it holds the
-/// lock back from everybody for a moment, not for ever.
+/// A waiter gives up at its deadline, or when told to, and gives back the
+/// place in line it took: the lock is free for the next one at once.
 #[tokio::test]
-async fn a_waiter_gives_up_at_its_deadline_and_its_place_in_line_lapses() {
+async fn a_waiter_gives_up_at_its_deadline_and_gives_its_place_in_line_back() {
     let scratch = Scratch::new().await;
     let mut conn = redis(&scratch).await;
     let lock = lock(&scratch, Duration::from_secs(30));
@@ -306,28 +298,71 @@ async fn a_waiter_gives_up_at_its_deadline_and_its_place_in_line_lapses() {
     assert!(matches!(deaf, Acquire::TimedOut), "got {deaf:?}");
     assert_eq!(next_in_line(&scratch, &mut conn).await, None);
     let listening = tokio::sync::Notify::new();
+    let mut attempts = 0;
     let waited = lock
         .acquire(
             &mut conn,
             Duration::from_millis(100),
             Some(&listening),
-            || false,
+            || {
+                attempts += 1;
+                false
+            },
         )
         .await
         .expect("acquire");
     assert!(matches!(waited, Acquire::TimedOut), "got {waited:?}");
+    assert!(attempts > 1, "the waiter tried {attempts} time(s)");
+    assert_eq!(next_in_line(&scratch, &mut conn).await, None);
     let gave_up = lock
-        .acquire(&mut conn, Duration::from_secs(30), None, || true)
+        .acquire(&mut conn, Duration::from_secs(30), Some(&listening), || {
+            true
+        })
         .await
         .expect("acquire");
     assert!(matches!(gave_up, Acquire::GaveUp), "got {gave_up:?}");
+    held.release(&mut conn).await.expect("release");
+    assert!(
+        took(&lock, &mut conn).await,
+        "a waiter that stopped waiting kept the lock from the next one"
+    );
+}
+
+/// A waiter that dies while in line (here: its task is dropped) cannot
+/// give its place back; the place has a TTL, so it holds the lock back
+/// from everybody for a moment, not for ever.
+#[tokio::test]
+async fn the_place_of_a_waiter_that_died_in_line_lapses() {
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_secs(30));
+    let held = take_free(&lock, &mut conn).await;
+    let waiter = tokio::spawn({
+        let (lock, mut conn) = (lock.clone(), redis(&scratch).await);
+        async move {
+            let listening = tokio::sync::Notify::new();
+            let _ = lock
+                .acquire(&mut conn, Duration::from_secs(30), Some(&listening), || {
+                    false
+                })
+                .await;
+        }
+    });
+    wait_for_someone_in_line(&scratch, &mut conn).await;
+    waiter.abort();
+    let _ = waiter.await;
     let ttl: i64 = redis::cmd("PTTL")
         .arg(line(&scratch))
         .query_async(&mut conn)
         .await
         .expect("PTTL");
-    assert!(ttl > 0 && ttl <= 1_000, "the place's PTTL was {ttl}");
+    let kept = i64::try_from(seckill::lock::PLACE_KEPT.as_millis()).expect("a few ms");
+    assert!(ttl > 0 && ttl <= kept, "the place's PTTL was {ttl}");
     held.release(&mut conn).await.expect("release");
+    assert!(
+        !took(&lock, &mut conn).await,
+        "the dead waiter's place was ignored"
+    );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while lock
         .try_acquire(&mut conn)
@@ -337,16 +372,21 @@ async fn a_waiter_gives_up_at_its_deadline_and_its_place_in_line_lapses() {
     {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the place of a waiter that gave up kept the lock from everybody"
+            "the place of a waiter that died kept the lock from everybody"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
-/// The race the line prevents: a holder that releases and asks again at
-/// once (one round trip) beats a waiter who has to hear of the release, or
-/// wake from its back-off, every time. The first waiter who found the lock
-/// held is next, and a newcomer's attempt at that moment is refused.
+/// Wait until a waiter holds the place in line of the test's lock.
+async fn wait_for_someone_in_line(scratch: &Scratch, conn: &mut redis::aio::MultiplexedConnection) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while next_in_line(scratch, conn).await.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "nobody got in line");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_released_lock_goes_to_the_waiter_next_in_line_not_to_a_newcomer() {
     let scratch = Scratch::new().await;
@@ -372,20 +412,13 @@ async fn a_released_lock_goes_to_the_waiter_next_in_line_not_to_a_newcomer() {
             }
         }
     });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while next_in_line(&scratch, &mut conn).await.is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "nobody got in line");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_someone_in_line(&scratch, &mut conn).await;
     assert_eq!(
         held.release(&mut conn).await.expect("release"),
         Release::Released
     );
     assert!(
-        lock.try_acquire(&mut conn)
-            .await
-            .expect("acquire")
-            .is_none(),
+        !took(&lock, &mut conn).await,
         "a newcomer took the lock from the waiter next in line"
     );
     let next = waiter.await.expect("the waiter got the lock");
@@ -420,11 +453,7 @@ async fn reads_sent_with_the_attempt_that_takes_the_lock_run_under_it() {
             .expect("acquire")
         }
     });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while next_in_line(&scratch, &mut conn).await.is_none() {
-        assert!(tokio::time::Instant::now() < deadline, "nobody got in line");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_someone_in_line(&scratch, &mut conn).await;
     held.release(&mut conn).await.expect("release");
     match waiter.await.expect("the waiter") {
         (Acquire::Held(guard), Some((read,))) => assert_eq!(read, guard.value()),
@@ -433,10 +462,11 @@ async fn reads_sent_with_the_attempt_that_takes_the_lock_run_under_it() {
 }
 
 /// A Redis that lost its scripts (restarted, or `SCRIPT FLUSH`) is given
-/// the lock's script again; the attempt is not an error. A Redis of the
-/// test's own: the flush would touch every other test's scripts.
+/// the lock's script again, and the reads sent behind it still answer; the
+/// attempt is not an error. A Redis of the test's own: the flush would
+/// touch every other test's scripts.
 #[tokio::test]
-async fn a_lock_is_taken_from_a_redis_that_forgot_its_scripts() {
+async fn a_lock_and_its_reads_are_taken_from_a_redis_that_forgot_its_scripts() {
     let redis = seckill::services::PrivateRedis::start()
         .await
         .expect("a private Redis");
@@ -456,8 +486,50 @@ async fn a_lock_is_taken_from_a_redis_that_forgot_its_scripts() {
         .query_async(&mut conn)
         .await
         .expect("SCRIPT FLUSH");
-    let guard = take_free(&lock, &mut conn).await;
+    let mut reads = redis::pipe();
+    reads.get("t:lock");
+    let (acquired, read) = lock
+        .acquire_and_read::<_, (String,)>(&mut conn, Duration::from_secs(1), None, || false, &reads)
+        .await
+        .expect("acquire");
+    let Acquire::Held(guard) = acquired else {
+        panic!("expected the lock, got {acquired:?}");
+    };
     assert_eq!(guard.fence(), 2);
+    assert_eq!(read, Some((guard.value().to_owned(),)));
+}
+
+/// A read sent behind the attempt that fails (here: a set command on a
+/// string) is an error for the caller, who gets no guard; the lock that
+/// the attempt took is released, not left to stand until its TTL runs out.
+#[tokio::test]
+async fn a_lock_taken_with_reads_that_failed_is_released() {
+    let scratch = Scratch::new().await;
+    let mut conn = redis(&scratch).await;
+    let lock = lock(&scratch, Duration::from_secs(30));
+    let not_a_set = format!("{}:not-a-set", scratch.prefix);
+    let () = redis::cmd("SET")
+        .arg(&not_a_set)
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let mut reads = redis::pipe();
+    reads.cmd("SMISMEMBER").arg(&not_a_set).arg("ann");
+    let failed = lock
+        .acquire_and_read::<_, (Vec<bool>,)>(
+            &mut conn,
+            Duration::from_secs(1),
+            None,
+            || false,
+            &reads,
+        )
+        .await;
+    assert!(failed.is_err(), "got {failed:?}");
+    assert!(
+        took(&lock, &mut conn).await,
+        "the lock taken by the failed attempt was left held"
+    );
 }
 
 /// Every release is announced on the lock's channel, for the waiters

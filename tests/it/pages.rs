@@ -292,11 +292,23 @@ async fn a_purchase_reaches_the_pages_and_the_lock_waiters_through_redis_pub_sub
         SaleEvents::start(&app.scratch.redis, &app.scratch.prefix, shutdown.clone())
             .expect("start");
     let mut changes = events.subscribe();
-    let (released, elsewhere) = (
-        events.lock_releases().of(sale),
-        events.lock_releases().of(sale + 1),
+    // The subscription is made in the background: until it is, a waiter
+    // is given nothing to listen on (and asks for no place in line).
+    let releases = events.lock_releases();
+    // (This test's runtime has one thread: the listener has not run yet.)
+    assert!(
+        releases.of(sale).is_none(),
+        "a release heard before subscribing"
     );
-    // The subscription is made in the background: buy until a change arrives.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while releases.of(sale).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (released, elsewhere) = (
+        releases.of(sale).expect("subscribed"),
+        releases.of(sale + 1).expect("subscribed"),
+    );
     for user in ["ann", "bob", "cat"] {
         let woken = released.notified();
         let woken_elsewhere = elsewhere.notified();

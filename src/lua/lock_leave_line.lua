@@ -1,0 +1,18 @@
+-- lock_leave_line.lua: give back a place in the lock's line, only if it is
+-- still the caller's.
+--
+-- KEYS[1]  the lock's line (keys::lock_line)
+-- ARGV[1]  the caller's place id, as given to lock_acquire.lua
+--
+-- Returns 1 if the place was the caller's and is given back, 0 if not.
+--
+-- Why: a waiter that stops waiting without the lock (it gave up, or its
+-- deadline passed) would otherwise hold the lock back from everybody else
+-- until its place lapses. Compare and delete in one step, like
+-- lock_release.lua: a GET and then a DEL from the client could delete the
+-- place of a waiter who took it between the two.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
