@@ -46,6 +46,8 @@ pub use table::Outcome;
 /// How long the lab's sales stay open, in seconds: the class has an hour
 /// to look at the pages.
 const SALE_OPEN_SECS: i64 = 3600;
+/// How often the lock watch reads the lock's TTL during a run.
+const WATCH_EVERY: Duration = Duration::from_millis(1);
 /// A lock TTL longer than this is no lease: nobody will wait it out.
 const A_YEAR_MS: i64 = 365 * 24 * 3600 * 1000;
 
@@ -291,15 +293,22 @@ impl LockWatch {
             .get()
             .await
             .context("connecting the lock watch to Redis")?;
-        let (stop, mut stopped) = oneshot::channel::<()>();
+        let (stop, mut stopped) = oneshot::channel();
         let lock = lock.to_owned();
         let task = tokio::spawn(async move {
             let mut longest = -2;
-            // Reads back to back, not on a timer: under contention the
-            // TTL of decades lives only from one holder's EXPIRE to another
-            // holder's DEL, a few milliseconds, which a read every 5 ms
-            // missed on a busy machine.
-            while let Err(oneshot::error::TryRecvError::Empty) = stopped.try_recv() {
+            // A read every millisecond (the timer's finest): under
+            // contention the TTL of decades lives only from one holder's
+            // EXPIRE to another holder's DEL, a few milliseconds, which a
+            // read every 5 ms missed on a busy machine. Not back to back:
+            // that would take a core from the run it watches.
+            let mut tick = tokio::time::interval(WATCH_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return longest,
+                    _ = tick.tick() => {}
+                }
                 // A failed read is a missed sample, not a failed run.
                 let ttl: redis::RedisResult<i64> =
                     redis::cmd("PTTL").arg(&lock).query_async(&mut conn).await;
@@ -307,7 +316,6 @@ impl LockWatch {
                     longest = longest.max(ttl);
                 }
             }
-            longest
         });
         Ok(Self { stop, task })
     }
