@@ -530,6 +530,15 @@ pub fn loadtest_command(
         .command(args)
 }
 
+/// A connection of the test's own to the Redis server at `url`.
+pub async fn redis_at(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("a Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a Redis connection")
+}
+
 /// Poll `check` every 20 ms until it returns true; panic after `limit`.
 pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
 where

@@ -224,11 +224,7 @@ async fn with_no_limit_configured_nobody_is_throttled() {
 
 /// `GET` commands a Redis server has processed (`INFO commandstats`).
 async fn gets_processed(url: &str) -> u64 {
-    let mut conn = redis::Client::open(url)
-        .expect("a Redis URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("Redis answers");
+    let mut conn = crate::helpers::redis_at(url).await;
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut conn)

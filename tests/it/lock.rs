@@ -7,14 +7,10 @@ use futures_util::StreamExt;
 
 use seckill::lock::{Acquire, HeldLocks, RedisLock, Release};
 
-use crate::helpers::{Scratch, spawn_this_test};
+use crate::helpers::{Scratch, redis_at, spawn_this_test};
 
 async fn redis(scratch: &Scratch) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(scratch.redis_url())
-        .expect("a Redis URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a Redis connection")
+    redis_at(scratch.redis_url()).await
 }
 
 fn lock(scratch: &Scratch, ttl: Duration) -> RedisLock {
@@ -470,11 +466,7 @@ async fn a_lock_and_its_reads_are_taken_from_a_redis_that_forgot_its_scripts() {
     let redis = seckill::services::PrivateRedis::start()
         .await
         .expect("a private Redis");
-    let mut conn = redis::Client::open(redis.url())
-        .expect("a Redis URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a Redis connection");
+    let mut conn = redis_at(&redis.url()).await;
     let lock = RedisLock::new("t:lock", "t:fence", Duration::from_secs(30));
     take_free(&lock, &mut conn)
         .await
