@@ -16,6 +16,7 @@ use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use chrono::{DateTime, Utc};
 use redis::Script;
 use redis::aio::ConnectionLike;
 use sqlx::PgPool;
@@ -199,6 +200,39 @@ impl Store {
         .fetch_all(&self.pg)
         .await
         .context("listing sales")
+    }
+
+    /// One page of the storefront's listing: live sales (sold out or not)
+    /// first, then upcoming, then ended, newest first within each, as they
+    /// stand at `now`; `limit` of them from `offset`. PostgreSQL sorts and
+    /// cuts, so a page costs the same with twenty sales or a million
+    /// (the sort is a top-N over one scan of `sales`).
+    pub async fn sales_page(
+        &self,
+        now: DateTime<Utc>,
+        offset: i64,
+        limit: i64,
+    ) -> anyhow::Result<SalesPage> {
+        // `section` says what `Sale::window` says at `now`: 0 open, 1 not
+        // started, 2 ended.
+        let rows: Vec<Listed> = sqlx::query_as(&format!(
+            "SELECT {SALE_COLUMNS}, count(*) OVER () AS total FROM sales \
+             ORDER BY CASE WHEN $1 < starts_at THEN 1 \
+                           WHEN ends_at IS NOT NULL AND $1 >= ends_at THEN 2 \
+                           ELSE 0 END, id DESC \
+             LIMIT $3 OFFSET $2"
+        ))
+        .bind(now)
+        .bind(offset)
+        .bind(limit)
+        .fetch_all(&self.pg)
+        .await
+        .context("listing a page of sales")?;
+        let total = rows.first().map_or(0, |row| row.total);
+        Ok(SalesPage {
+            sales: rows.into_iter().map(|row| row.sale).collect(),
+            total,
+        })
     }
 
     /// Record `epoch` as the sale's load epoch: for a worker that found
@@ -436,4 +470,19 @@ pub async fn epoch<C: ConnectionLike + Send>(
         .query_async(conn)
         .await
         .context("reading the sale's load epoch")
+}
+
+/// One page of the listing ([`Store::sales_page`]).
+#[derive(Debug)]
+pub struct SalesPage {
+    pub sales: Vec<Sale>,
+    /// Sales in all; 0 when the page is past the last one.
+    pub total: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct Listed {
+    #[sqlx(flatten)]
+    sale: Sale,
+    total: i64,
 }

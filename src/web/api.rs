@@ -121,6 +121,11 @@ impl SaleView {
     }
 
     pub fn new(sale: &Sale, stock_left: i64) -> Self {
+        Self::new_at(sale, stock_left, Utc::now())
+    }
+
+    /// As it stands at `now`.
+    pub fn new_at(sale: &Sale, stock_left: i64, now: DateTime<Utc>) -> Self {
         Self {
             id: sale.id,
             name: sale.name.clone(),
@@ -129,7 +134,7 @@ impl SaleView {
             stock_left: stock_left.max(0),
             starts_at: sale.starts_at,
             ends_at: sale.ends_at,
-            status: sale.status(Utc::now(), stock_left),
+            status: sale.status(now, stock_left),
         }
     }
 }

@@ -8,9 +8,11 @@
 //! it may be up to [`FRESH_FOR`] old; the sale page, where people buy,
 //! reads its stock on every request and follows it live.
 //!
-//! Each section shows at most [`SHOWN_PER_SECTION`] sales, newest first, and
-//! says how many more there are: a page of a thousand rows is a page nobody
-//! reads, and its bytes would cost more than all the rest.
+//! The index is paged, [`PER_PAGE`] sales a page: the first page, the one
+//! people open, costs the same with twenty sales or a thousand
+//! (PostgreSQL sorts and cuts; Redis reads the page's stocks only), and
+//! every sale can still be reached. Pages after the first are built for
+//! each request: they are for the few who browse the archive.
 
 use std::time::Duration;
 
@@ -24,64 +26,116 @@ use super::api::SaleView;
 use super::error::ApiError;
 use super::fresh::Fresh;
 use crate::domain::SaleStatus;
+use chrono::Utc;
 
-/// How long a built index is served before the next request builds it again.
+/// How long a built first page is served before the next request builds
+/// it again.
 pub const FRESH_FOR: Duration = Duration::from_millis(250);
-/// Sales listed per section (live, upcoming, ended).
-pub const SHOWN_PER_SECTION: usize = 50;
+/// Sales listed per page.
+pub const PER_PAGE: u32 = 20;
 
 #[derive(Template)]
 #[template(path = "index.html")]
 struct IndexPage {
     sections: Vec<Section>,
+    /// This page's number, from 1.
+    page: u32,
+    /// How many pages the sales fill.
+    pages: u32,
+    /// Sales in all.
+    total: i64,
 }
 
-/// One heading of the index and its sales.
+/// One heading of the index (live, upcoming, ended) and its sales on this
+/// page.
 struct Section {
     title: &'static str,
-    /// The newest [`SHOWN_PER_SECTION`] of them.
     sales: Vec<SaleView>,
-    /// How many more the section has than it shows.
-    more: usize,
 }
 
-/// The index as last built, shared by every request of this instance (one
-/// rebuild at a time, see `fresh.rs`). A sale created on this instance
+/// `GET /?page=N`.
+#[derive(serde::Deserialize)]
+pub struct IndexQuery {
+    page: Option<String>,
+}
+
+impl IndexQuery {
+    /// The page asked for: 1 when none is.
+    fn page(&self) -> Result<u32, ApiError> {
+        let Some(raw) = &self.page else {
+            return Ok(1);
+        };
+        raw.parse().ok().filter(|page| *page >= 1).ok_or_else(|| {
+            ApiError::invalid(format!("page must be a whole number from 1, not {raw:?}"))
+        })
+    }
+}
+
+/// The first page as last built, shared by every request of this instance
+/// (one rebuild at a time, see `fresh.rs`). A sale created on this instance
 /// drops it (`Fresh::forget`): its admin expects to see it listed.
 pub type IndexCache = Fresh<Bytes>;
 
-pub async fn index(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let build = || async { build(&state).await.map(Bytes::from) };
-    let (_, body) = state.index.get(FRESH_FOR, build).await?;
+pub async fn index(
+    state: web::Data<AppState>,
+    query: web::Query<IndexQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let page = query.page()?;
+    let body = if page == 1 {
+        let build = || async { build(&state, 1).await.map(Bytes::from) };
+        state.index.get(FRESH_FOR, build).await?.1
+    } else {
+        Bytes::from(build(&state, page).await?)
+    };
     Ok(HttpResponse::Ok()
         .content_type(ContentType::html())
         .body(body))
 }
 
-/// The page, from PostgreSQL's sales and Redis' stocks.
-async fn build(state: &AppState) -> Result<String, ApiError> {
-    let sales = state.store.sales().await?;
-    let ids: Vec<i64> = sales.iter().map(|sale| sale.id).collect();
+/// Page `page`, from PostgreSQL's sales and Redis' stocks; `NotFound` past
+/// the last page (the first always exists, empty or not).
+async fn build(state: &AppState, page: u32) -> Result<String, ApiError> {
+    let now = Utc::now();
+    let listed = state
+        .store
+        .sales_page(
+            now,
+            i64::from(page - 1) * i64::from(PER_PAGE),
+            i64::from(PER_PAGE),
+        )
+        .await?;
+    if listed.sales.is_empty() && page > 1 {
+        return Err(ApiError::NotFound);
+    }
+    let ids: Vec<i64> = listed.sales.iter().map(|sale| sale.id).collect();
     let left = state.store.stocks_left(&ids).await?;
-    let (mut live, mut upcoming, mut ended) = (Vec::new(), Vec::new(), Vec::new());
-    for (sale, left) in sales.iter().zip(left) {
-        let view = SaleView::new(sale, left);
-        match view.status {
-            SaleStatus::Upcoming => upcoming.push(view),
-            SaleStatus::Live | SaleStatus::SoldOut => live.push(view),
-            SaleStatus::Ended => ended.push(view),
+    // The rows come in the sections' order (`sales_page`); the status of
+    // each, taken at the same `now`, says where a section ends.
+    let mut sections: Vec<Section> = Vec::new();
+    for (sale, left) in listed.sales.iter().zip(left) {
+        let view = SaleView::new_at(sale, left, now);
+        let title = match view.status {
+            SaleStatus::Live | SaleStatus::SoldOut => "Live now",
+            SaleStatus::Upcoming => "Upcoming",
+            SaleStatus::Ended => "Ended",
+        };
+        match sections.last_mut() {
+            Some(section) if section.title == title => section.sales.push(view),
+            _ => sections.push(Section {
+                title,
+                sales: vec![view],
+            }),
         }
     }
-    let sections = [("Live now", live), ("Upcoming", upcoming), ("Ended", ended)]
-        .into_iter()
-        .filter(|(_, sales)| !sales.is_empty())
-        .map(|(title, mut sales)| {
-            let more = sales.len().saturating_sub(SHOWN_PER_SECTION);
-            sales.truncate(SHOWN_PER_SECTION);
-            Section { title, sales, more }
-        })
-        .collect();
-    Ok(IndexPage { sections }
-        .render()
-        .map_err(anyhow::Error::from)?)
+    let pages = u64::try_from(listed.total)
+        .unwrap_or(0)
+        .div_ceil(u64::from(PER_PAGE));
+    Ok(IndexPage {
+        sections,
+        page,
+        pages: u32::try_from(pages).unwrap_or(u32::MAX),
+        total: listed.total,
+    }
+    .render()
+    .map_err(anyhow::Error::from)?)
 }

@@ -83,6 +83,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     ApiError::invalid(format!("malformed form: {error}")).into()
                 }),
         )
+        .app_data(
+            web::QueryConfig::default().error_handler(|error, _request| {
+                ApiError::invalid(format!("malformed query: {error}")).into()
+            }),
+        )
         .route("/healthz", web::get().to(api::health))
         .route("/metrics", web::get().to(metrics::scrape))
         .route("/api/sales", web::post().to(api::create_sale))

@@ -360,25 +360,61 @@ async fn the_index_shows_a_purchase_within_a_quarter_second_and_a_new_sale_at_on
     assert!(listed.contains("Tablet"), "{listed}");
 }
 
-/// A section lists its newest 50 sales and says how many more it has.
+/// The index lists 20 sales a page, live ones first (newest first), then
+/// upcoming, and every sale is one "Older" link away; a page past the last,
+/// or a page number that is not one, is a clear error.
 #[tokio::test]
-async fn the_index_lists_the_newest_fifty_sales_of_a_section_and_counts_the_rest() {
+async fn the_index_pages_through_every_sale_live_ones_first() {
     let app = spawn_app().await;
-    let mut newest = 0;
-    for n in 0..53 {
-        newest = app
-            .create_sale_with(
+    let mut live = Vec::new();
+    for n in 0..21 {
+        live.push(
+            app.create_sale_with(
                 serde_json::json!({"name": format!("Sale {n}"), "stock": 1, "price_cents": 100}),
             )
-            .await;
+            .await,
+        );
     }
-    let (status, index) = get_html(&app, "/").await;
+    // The newest sale of all, but upcoming: it is listed after every live one.
+    let starts_at = chrono::Utc::now() + chrono::Duration::seconds(3600);
+    let later = app
+        .create_sale_with(serde_json::json!({
+            "name": "Later", "stock": 3, "price_cents": 100, "starts_at": starts_at,
+        }))
+        .await;
+    let listed = |html: &str| -> Vec<i64> {
+        html.split("<a href=\"/sales/")
+            .skip(1)
+            .map(|rest| rest.split('"').next().unwrap().parse().unwrap())
+            .collect()
+    };
+
+    let (status, first) = get_html(&app, "/").await;
     assert_eq!(status, 200);
-    assert_eq!(index.matches("<li>").count(), 50, "{index}");
-    assert!(index.contains(&format!("/sales/{newest}\"")), "{index}");
-    assert!(
-        !index.contains(">Sale 0<"),
-        "the oldest is not listed: {index}"
-    );
-    assert!(index.contains("and 3 older, not listed"), "{index}");
+    let newest_live: Vec<i64> = live.iter().rev().take(20).copied().collect();
+    assert_eq!(listed(&first), newest_live, "{first}");
+    assert!(first.contains("Page 1 of 2 · 22 sales"), "{first}");
+    assert!(first.contains(r#"href="/?page=2">Older"#), "{first}");
+    assert!(!first.contains("Newer"), "{first}");
+    assert!(!first.contains("Upcoming"), "{first}");
+
+    let (status, second) = get_html(&app, "/?page=2").await;
+    assert_eq!(status, 200);
+    assert_eq!(listed(&second), vec![live[0], later], "{second}");
+    let live_heading = second.find("Live now").expect("a live heading");
+    let upcoming_heading = second.find("Upcoming").expect("an upcoming heading");
+    assert!(live_heading < upcoming_heading, "{second}");
+    assert!(second.contains(r#"href="/?page=1">Newer"#), "{second}");
+    assert!(!second.contains("Older"), "{second}");
+
+    let (status, past) = get_html(&app, "/?page=3").await;
+    assert_eq!(status, 404, "{past}");
+    for bad in ["/?page=0", "/?page=two", "/?page=-1"] {
+        let (status, body) = get_html(&app, bad).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(
+            body.contains("invalid_request") && body.contains("page"),
+            "{bad}: {body}"
+        );
+    }
 }
