@@ -41,7 +41,7 @@ use seckill_loadtest::http::{Connection, Target, purchase_path};
 use seckill_loadtest::scenario::Scenario;
 use seckill_loadtest::verify::Expect;
 
-use crate::cli::BenchArgs;
+use crate::cli::{BenchArgs, BenchRows};
 use crate::cluster::Cluster;
 use crate::config::Strategy;
 use crate::domain::{OrderJob, OrderStatus, UserId};
@@ -67,25 +67,42 @@ pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow
     startup::raise_open_files_limit();
     let store = harness::connect(services, prefix).await?;
     let token = admin_token();
+    let wanted = |group| args.only.is_empty() || args.only.contains(&group);
     let mut rows = Vec::new();
-    eprintln!("bench: the burst");
-    rows.extend(burst(&args, services, &store, &token).await?);
-    for strategy in [Strategy::Lock, Strategy::Lua] {
-        eprintln!("bench: accepted purchases/s with {}", strategy.as_str());
-        rows.push(accepted_per_second(&args, services, &store, &token, strategy).await?);
+    if wanted(BenchRows::Burst) {
+        eprintln!("bench: the burst");
+        rows.extend(burst(&args, services, &store, &token).await?);
     }
-    eprintln!("bench: 3 sales on 1 Redis, then on a 3-master cluster");
-    rows.push(cluster::spread_over_masters(&args, services, &store, &token).await?);
-    eprintln!("bench: the worker's drain");
-    rows.extend(drain(&args, &store).await?);
-    eprintln!("bench: an idle worker's delay");
-    rows.push(idle_delay(services, &store, &token).await?);
-    eprintln!("bench: sold-out answers against a bare handler (wrk)");
-    rows.push(wrk::sold_out(&args, services, &store, &token).await?);
-    eprintln!("bench: the storefront index (wrk)");
-    rows.extend(wrk::index(&args, services, &store, &token).await?);
-    eprintln!("bench: {} open sale pages", args.pages);
-    rows.push(pages::open_pages(&args, services, &store, &token).await?);
+    if wanted(BenchRows::Accepted) {
+        for strategy in [Strategy::Lock, Strategy::Lua] {
+            eprintln!("bench: accepted purchases/s with {}", strategy.as_str());
+            rows.push(accepted_per_second(&args, services, &store, &token, strategy).await?);
+        }
+    }
+    if wanted(BenchRows::Cluster) {
+        eprintln!("bench: 3 sales on 1 Redis, then on a 3-master cluster");
+        rows.push(cluster::spread_over_masters(&args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Drain) {
+        eprintln!("bench: the worker's drain");
+        rows.extend(drain(&args, &store).await?);
+    }
+    if wanted(BenchRows::Idle) {
+        eprintln!("bench: an idle worker's delay");
+        rows.push(idle_delay(services, &store, &token).await?);
+    }
+    if wanted(BenchRows::SoldOut) {
+        eprintln!("bench: sold-out answers against a bare handler (wrk)");
+        rows.push(wrk::sold_out(&args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Index) {
+        eprintln!("bench: the storefront index (wrk)");
+        rows.extend(wrk::index(&args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Pages) {
+        eprintln!("bench: {} open sale pages", args.pages);
+        rows.push(pages::open_pages(&args, services, &store, &token).await?);
+    }
     println!("{}", table(&rows));
     Ok(())
 }

@@ -290,9 +290,35 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub pages: u32,
 
+    /// Measure only these rows (repeat the flag for several); every row
+    /// when not given.
+    #[arg(long = "only", value_enum)]
+    pub only: Vec<BenchRows>,
+
     /// The drain's worker (its batch size above all).
     #[command(flatten)]
     pub worker: WorkerSettings,
+}
+
+/// The groups of rows `seckill bench --only` can pick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchRows {
+    /// The 10-unit burst on 2 instances: last win, p99, memory.
+    Burst,
+    /// Accepted purchases/s with `lock`, and with `lua` beside redis-benchmark.
+    Accepted,
+    /// Three sales on one Redis, then on a 3-master cluster.
+    Cluster,
+    /// The worker's drain against one bulk INSERT.
+    Drain,
+    /// An idle worker's delay from a 202 to the order confirmed.
+    Idle,
+    /// Sold-out answers against a bare actix handler (wrk).
+    SoldOut,
+    /// The storefront index against a sale page, and with 1,000 sales (wrk).
+    Index,
+    /// Open sale pages: Redis commands/s they add, memory.
+    Pages,
 }
 
 /// The faults `seckill chaos` can inject.

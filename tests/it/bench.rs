@@ -52,3 +52,23 @@ async fn the_bench_measures_each_row_beside_its_target() {
     let confirmed = confirmed_orders(&scratch).await;
     assert!(confirmed >= 360, "{confirmed} confirmed orders");
 }
+
+/// `seckill bench --only idle`: that row and no other, and only its orders.
+#[tokio::test]
+async fn the_bench_measures_only_the_rows_asked_for() {
+    let scratch = Scratch::new().await;
+    let output = finish(seckill_command(&scratch, &["bench", "--only", "idle"], &[])).await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip(1)
+        .filter(|line| !line.is_empty())
+        .collect();
+    assert_eq!(rows.len(), 1, "{stdout}");
+    assert!(
+        rows[0].starts_with("idle worker: 202 to order confirmed, p50"),
+        "{stdout}"
+    );
+    assert_eq!(confirmed_orders(&scratch).await, 50);
+}
