@@ -6,15 +6,17 @@
 //! have the last word on each.
 //!
 //! The worker's write is one transaction per batch. It first tries the
-//! whole batch in two statements: one `INSERT ... SELECT FROM unnest(...)`
-//! of every order, and one `UPDATE` of `sold` by the number inserted. That
-//! is the common case, and it costs two round trips however large the
-//! batch. If PostgreSQL refuses it (the sale has fewer units left than the
-//! batch, or a buyer already holds one), the attempt is rolled back to a
-//! savepoint and the batch is written again one order at a time, a
-//! savepoint per order, so that a refused order rolls back alone and is
-//! stored as `rejected`. The order id is the primary key, so a redelivered
-//! job is a no-op (`ON CONFLICT (id) DO NOTHING`) either way.
+//! whole batch in one statement: an `INSERT ... SELECT FROM unnest(...)` of
+//! every order, with `sold` raised by the number inserted in the same
+//! statement (a data-modifying `WITH`). That is the common case, and its
+//! transaction costs four round trips however large the batch: `BEGIN` with
+//! the statement timeout, the fence, the write, `COMMIT`. If PostgreSQL
+//! refuses it (the sale has fewer units left than the batch, or a buyer
+//! already holds one), that transaction is rolled back, and a second one
+//! writes the batch one order at a time, a savepoint per order, so that a
+//! refused order rolls back alone and is stored as `rejected`. The order id
+//! is the primary key, so a redelivered job is a no-op (`ON CONFLICT (id)
+//! DO NOTHING`) either way.
 
 use std::time::Duration;
 
@@ -76,38 +78,59 @@ impl Store {
         let Some(first) = orders.first() else {
             return Ok(Confirmation::Written(Vec::new()));
         };
-        let mut tx = self.pg.begin().await?;
+        let window_secs = settings.payment_window().as_secs_f64();
+        let Some(mut tx) = self.fenced(first.sale_id, settings, epoch).await? else {
+            return Ok(Confirmation::Superseded);
+        };
+        if let Some(written) = confirm_all(&mut tx, orders, window_secs).await? {
+            tx.commit().await?;
+            return Ok(Confirmation::Written(written));
+        }
+        // Refused: nothing of the first try is left once it is rolled
+        // back. The second try takes the fence again (a load may have come
+        // in between) and finds which orders to refuse.
+        tx.rollback().await?;
+        let Some(mut tx) = self.fenced(first.sale_id, settings, epoch).await? else {
+            return Ok(Confirmation::Superseded);
+        };
+        let mut written = Vec::with_capacity(orders.len());
+        for order in orders {
+            written.push(confirm_order(&mut tx, order, window_secs).await?);
+        }
+        tx.commit().await?;
+        Ok(Confirmation::Written(written))
+    }
+
+    /// A transaction for a batch of `sale_id`, behind the load's fence:
+    /// `None`, with nothing written, when the sale was loaded into Redis
+    /// again since the batch was reserved (`epoch`, see
+    /// [`Store::confirm_orders`]).
+    async fn fenced(
+        &self,
+        sale_id: i64,
+        settings: &WorkerSettings,
+        epoch: Option<&str>,
+    ) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
         // Each statement ends well inside the batch's lease (see
-        // `WorkerSettings::statement_timeout`); `true`: for this
-        // transaction only, like SET LOCAL.
-        let limit = format!("{}ms", settings.statement_timeout().as_millis());
-        sqlx::query("SELECT set_config('statement_timeout', $1, true)")
-            .bind(limit)
-            .execute(&mut *tx)
-            .await?;
+        // `WorkerSettings::statement_timeout`), for this transaction only;
+        // sent with the BEGIN, in one round trip. (A number of our own, not
+        // input: nothing to escape.)
+        let begin = format!(
+            "BEGIN; SET LOCAL statement_timeout = {}",
+            settings.statement_timeout().as_millis()
+        );
+        let mut tx = self.pg.begin_with(begin).await?;
         // The load's fence: the sale's row, locked until the commit, so no
         // load can read between this check and the writes.
         let recorded: Option<String> =
             sqlx::query_scalar("SELECT load_epoch FROM sales WHERE id = $1 FOR UPDATE")
-                .bind(first.sale_id)
+                .bind(sale_id)
                 .fetch_one(&mut *tx)
                 .await?;
         if recorded.is_some() && recorded.as_deref() != epoch {
-            return Ok(Confirmation::Superseded);
+            return Ok(None);
         }
-        let window_secs = settings.payment_window().as_secs_f64();
-        let written = match confirm_all(&mut tx, orders, window_secs).await? {
-            Some(written) => written,
-            None => {
-                let mut written = Vec::with_capacity(orders.len());
-                for order in orders {
-                    written.push(confirm_order(&mut tx, order, window_secs).await?);
-                }
-                written
-            }
-        };
-        tx.commit().await?;
-        Ok(Confirmation::Written(written))
+        Ok(Some(tx))
     }
 
     /// The `postgres` strategy's whole purchase, in one transaction: take a
@@ -153,12 +176,13 @@ impl Store {
     }
 }
 
-/// The whole batch of one sale in two statements, under a savepoint: every
-/// order inserted (a redelivered one skipped), then `sold` raised by the
-/// number inserted. `None`, with nothing written, when PostgreSQL refuses
-/// it: the sale has fewer units left than the batch (the CHECK on `sold`),
-/// or a buyer of the batch already holds a unit (the unique index); the
-/// caller then writes the orders one by one, to find which to refuse.
+/// The whole batch of one sale in one statement: every order inserted (a
+/// redelivered one skipped), and `sold` raised by the number inserted.
+/// `None` when PostgreSQL refuses it: the sale has fewer units left than
+/// the batch (the CHECK on `sold`), or a buyer of the batch already holds a
+/// unit (the unique index). The statement then wrote nothing, and the
+/// transaction can only be rolled back; the caller writes the orders one
+/// by one, to find which to refuse.
 async fn confirm_all(
     tx: &mut Transaction<'_, Postgres>,
     orders: &[OrderJob],
@@ -169,44 +193,38 @@ async fn confirm_all(
     };
     let ids: Vec<uuid::Uuid> = orders.iter().map(|order| order.order_id).collect();
     let users: Vec<&str> = orders.iter().map(|order| order.user_id.as_str()).collect();
-    let mut savepoint = tx.begin().await?;
+    // Both parts of a data-modifying WITH run once, whatever the outer
+    // SELECT reads; the UPDATE sees the INSERT's rows only through its
+    // RETURNING.
     let inserted: Result<Vec<uuid::Uuid>, sqlx::Error> = sqlx::query_scalar(
-        "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
-         SELECT id, $2, user_id, 'confirmed', now() + make_interval(secs => $4)
-           FROM unnest($1::uuid[], $3::text[]) AS batch(id, user_id)
-         ON CONFLICT (id) DO NOTHING
-         RETURNING id",
+        "WITH inserted AS (
+             INSERT INTO orders (id, sale_id, user_id, status, pay_by)
+             SELECT id, $2, user_id, 'confirmed', now() + make_interval(secs => $4)
+               FROM unnest($1::uuid[], $3::text[]) AS batch(id, user_id)
+             ON CONFLICT (id) DO NOTHING
+             RETURNING id
+         ), taken AS (
+             UPDATE sales SET sold = sold + (SELECT count(*) FROM inserted)
+              WHERE id = $2 AND EXISTS (SELECT 1 FROM inserted)
+         )
+         SELECT id FROM inserted",
     )
     .bind(&ids)
     .bind(first.sale_id)
     .bind(&users)
     .bind(window_secs)
-    .fetch_all(&mut *savepoint)
+    .fetch_all(&mut **tx)
     .await;
     let inserted = match inserted {
         Ok(inserted) => inserted,
-        Err(error) if schema::violates(&error, schema::ONE_ORDER_PER_BUYER) => {
-            savepoint.rollback().await?;
+        Err(error)
+            if schema::violates(&error, schema::ONE_ORDER_PER_BUYER)
+                || schema::violates(&error, schema::SOLD_WITHIN_STOCK) =>
+        {
             return Ok(None);
         }
         Err(error) => return Err(error),
     };
-    if !inserted.is_empty() {
-        let taken = sqlx::query("UPDATE sales SET sold = sold + $2 WHERE id = $1")
-            .bind(first.sale_id)
-            .bind(i32::try_from(inserted.len()).unwrap_or(i32::MAX))
-            .execute(&mut *savepoint)
-            .await;
-        match taken {
-            Ok(_) => {}
-            Err(error) if schema::violates(&error, schema::SOLD_WITHIN_STOCK) => {
-                savepoint.rollback().await?;
-                return Ok(None);
-            }
-            Err(error) => return Err(error),
-        }
-    }
-    savepoint.commit().await?;
     let inserted: std::collections::HashSet<uuid::Uuid> = inserted.into_iter().collect();
     Ok(Some(
         orders

@@ -30,7 +30,7 @@ use crate::keys::SaleKeys;
 use crate::payment;
 use crate::probe;
 use crate::queue::{Attempt, Queue, Reserved};
-use crate::store::Deadline;
+use crate::store::{Deadline, Written};
 use crate::topology::RedisConn;
 
 impl Worker {
@@ -38,16 +38,36 @@ impl Worker {
     /// confirmed in PostgreSQL, due when its `pay_by` passes. Orders just
     /// confirmed and redelivered ones alike: queueing by id keeps one job,
     /// and a redelivered order keeps the deadline it was given first.
+    ///
+    /// An order this batch confirmed (`written`) has `pay_by` one payment
+    /// window after its transaction began, so its deadline is queued one
+    /// window from now: a little after `pay_by`, never before it, with no
+    /// read. Only a redelivered order's deadline is read from PostgreSQL.
     pub(super) async fn schedule_deadlines(
         &self,
         conn: &mut RedisConn,
         orders: &[OrderJob],
+        written: &[Written],
     ) -> anyhow::Result<u64> {
-        let ids: Vec<_> = orders.iter().map(|order| order.order_id).collect();
-        let due = self.store.payment_deadlines(&ids).await?;
+        let redelivered: Vec<_> = orders
+            .iter()
+            .zip(written)
+            .filter(|(_, written)| **written == Written::AlreadyThere)
+            .map(|(order, _)| order.order_id)
+            .collect();
+        let read = match redelivered.is_empty() {
+            true => Default::default(),
+            false => self.store.payment_deadlines(&redelivered).await?,
+        };
+        let window = self.settings.payment_window();
         let deadlines = orders
             .iter()
-            .filter_map(|order| Some((order, *due.get(&order.order_id)?)));
+            .zip(written)
+            .filter_map(|(order, written)| match written {
+                Written::Confirmed => Some((order, window)),
+                Written::AlreadyThere => Some((order, *read.get(&order.order_id)?)),
+                Written::Rejected => None,
+            });
         enqueue_deadlines(conn, &self.store.prefix, deadlines).await
     }
 

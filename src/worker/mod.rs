@@ -220,7 +220,7 @@ impl Worker {
         report.count(&written);
         // After the commit, before the ack: a crash in between redelivers
         // the order jobs, and this runs again.
-        self.schedule_deadlines(&mut conn, &orders)
+        self.schedule_deadlines(&mut conn, &orders, &written)
             .await
             .context("queueing payment deadlines")?;
         // Only now, after the commit, may the jobs leave the queue.
@@ -344,7 +344,7 @@ impl Worker {
             match self.confirm(one, under.epoch).await {
                 Ok(Confirmation::Written(written)) => {
                     report.count(&written);
-                    self.schedule_deadlines(conn, one).await?;
+                    self.schedule_deadlines(conn, one, &written).await?;
                     queue.ack(conn, std::slice::from_ref(job)).await?;
                 }
                 Ok(Confirmation::Superseded) => {
