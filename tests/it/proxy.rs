@@ -78,13 +78,20 @@ async fn pass(
         // Dropping the write half closes the client's connection.
     });
     let mut buffer = vec![0; 64 * 1024];
+    // The end of the bytes read before: a needle may be split between two
+    // reads when the client's writes come in pieces (a busy machine).
+    let longest = needles.iter().map(Vec::len).max().unwrap_or(1);
+    let mut seen: Vec<u8> = Vec::new();
     while let Ok(n) = client_read.read(&mut buffer).await {
         if n == 0 {
             break;
         }
         let request = &buffer[..n];
-        let fatal = needles.iter().any(|needle| contains(request, needle))
+        seen.extend_from_slice(request);
+        let fatal = needles.iter().any(|needle| contains(&seen, needle))
             && armed.swap(false, Ordering::SeqCst);
+        let keep = seen.len().saturating_sub(longest - 1);
+        seen.drain(..keep);
         if fatal {
             muted.store(true, Ordering::SeqCst);
             cut.fetch_add(1, Ordering::SeqCst);
