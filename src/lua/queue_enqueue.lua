@@ -9,8 +9,8 @@
 -- The article took a queue-wide lock around "is the id there? then add it";
 -- one script is atomic by itself and needs no lock.
 local due_at = now_ms() + tonumber(ARGV[1])
-local added = 0
-for i = 2, #ARGV, 2 do
-  added = added + push(KEYS[1], KEYS[3], ARGV[i], ARGV[i + 1], due_at)
+local entries = {}
+for i = 2, #ARGV do
+  entries[#entries + 1] = ARGV[i]
 end
-return added
+return push_many(KEYS[1], KEYS[3], entries, due_at)

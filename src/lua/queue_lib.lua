@@ -22,3 +22,46 @@ local function push(due, jobs, id, payload, due_at)
   end
   return 0
 end
+
+-- Run a variadic command (ZREM, HDEL, HMGET, ZADD, ZMSCORE...) on `key`
+-- with every value of `args`, a few hundred at a time: one call for a
+-- whole batch costs Redis far less than one call per job, and Lua's
+-- unpack() takes only a few thousand values at once. `args` must keep
+-- pairs together (ZADD's score and member): the step is even. Returns the
+-- replies of every call, in order, as one list (for HMGET and ZMSCORE).
+local function call_many(command, key, args)
+  local replies = {}
+  for first = 1, #args, 500 do
+    local reply = redis.call(command, key, unpack(args, first, math.min(first + 499, #args)))
+    if type(reply) == 'table' then
+      for _, value in ipairs(reply) do
+        replies[#replies + 1] = value
+      end
+    end
+  end
+  return replies
+end
+
+-- Enqueue many jobs by id, all due at `due_at` (`push`, for a batch).
+-- `entries` is { id1, payload1, id2, payload2, ... }. An id already known,
+-- or given twice, is added once. Returns how many were added.
+local function push_many(due, jobs, entries, due_at)
+  local ids = {}
+  for i = 1, #entries, 2 do
+    ids[#ids + 1] = entries[i]
+  end
+  local known = call_many('HMGET', jobs, ids)
+  local fresh, scored, seen = {}, {}, {}
+  for k, id in ipairs(ids) do
+    if not known[k] and not seen[id] then
+      seen[id] = true
+      fresh[#fresh + 1] = id
+      fresh[#fresh + 1] = entries[2 * k]
+      scored[#scored + 1] = due_at
+      scored[#scored + 1] = id
+    end
+  end
+  call_many('HSET', jobs, fresh)
+  call_many('ZADD', due, scored)
+  return #scored / 2
+end

@@ -34,18 +34,25 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 
   end
 end
 
--- 2. Take the due jobs, oldest first.
-local taken = {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)) do
-  redis.call('ZREM', due, id)
-  local payload = redis.call('HGET', jobs, id)
+-- 2. Take the due jobs, oldest first. A few calls for the whole batch
+--    (`call_many`), not four per job: Redis runs one script at a time, so
+--    every call here is time no purchase can run.
+local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)
+call_many('ZREM', due, ids)
+local payloads = call_many('HMGET', jobs, ids)
+local taken, leased, strays = {}, {}, {}
+for k, id in ipairs(ids) do
+  local payload = payloads[k]
   if payload then
     local attempt = redis.call('HINCRBY', attempts, id, 1)
-    redis.call('ZADD', inflight, now + lease, id)
+    leased[#leased + 1] = now + lease
+    leased[#leased + 1] = id
     taken[#taken + 1] = { id, payload, attempt }
   else
     -- A due id without a body cannot be run; drop the stray entry.
-    redis.call('HDEL', attempts, id)
+    strays[#strays + 1] = id
   end
 end
+call_many('ZADD', inflight, leased)
+call_many('HDEL', attempts, strays)
 return { reclaimed, buried, taken }

@@ -66,6 +66,49 @@ async fn enqueueing_an_id_twice_keeps_one_job() {
     assert_eq!(enqueue_now(&queue, &mut conn, &[("a", "x")]).await, 0);
 }
 
+/// The scripts handle a batch in a few calls of many values each, a few
+/// hundred values a call: a batch of 2,000 crosses those chunks, an id
+/// given twice in one call counts once, and nothing is lost or doubled.
+#[tokio::test]
+async fn batches_larger_than_one_call_and_ids_given_twice_are_counted_once() {
+    let (_scratch, queue, mut conn) = setup().await;
+    let jobs: Vec<(String, String)> = (0..2_000)
+        .map(|i| (format!("j{i}"), format!("p{i}")))
+        .collect();
+    let mut refs: Vec<(&str, &str)> = jobs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    refs.push(("j7", "again"));
+    assert_eq!(enqueue_now(&queue, &mut conn, &refs).await, 2_000);
+    assert_eq!(
+        queue.stats(&mut conn).await.expect("stats"),
+        stats(2_000, 0, 0)
+    );
+
+    let reserved = queue
+        .reserve(&mut conn, 2_000, LEASE, MAX_ATTEMPTS)
+        .await
+        .expect("reserve");
+    assert_eq!(reserved.jobs.len(), 2_000);
+    let j7 = reserved.jobs.iter().find(|job| job.id == "j7").expect("j7");
+    assert_eq!(
+        j7.payload, "p7",
+        "the id given twice kept its first payload"
+    );
+    assert!(reserved.jobs.iter().all(|job| job.attempt == 1));
+    assert_eq!(
+        queue.stats(&mut conn).await.expect("stats"),
+        stats(0, 2_000, 0)
+    );
+
+    let mut acks = reserved.jobs.clone();
+    acks.push(j7.clone());
+    assert_eq!(queue.ack(&mut conn, &acks).await.expect("ack"), 2_000);
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 0));
+    assert_eq!(
+        queue.payload(&mut conn, "j1999").await.expect("payload"),
+        None
+    );
+}
+
 #[tokio::test]
 async fn a_delayed_job_is_not_due_before_its_time() {
     let (_scratch, queue, mut conn) = setup().await;
