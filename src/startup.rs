@@ -9,12 +9,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::HttpMessage;
-use actix_web::body::MessageBody;
 use actix_web::dev::Server;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::middleware::{DefaultHeaders, Next, from_fn};
+use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use sqlx::PgPool;
@@ -22,7 +18,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing_actix_web::{RequestId, TracingLogger};
+use tracing_actix_web::TracingLogger;
 
 use crate::config::{PurchaseSettings, RateLimitSettings, STATEMENT_TIMEOUT, WorkerSettings};
 use crate::events::SaleEvents;
@@ -40,22 +36,6 @@ pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
 
 /// PostgreSQL connections per instance (page reads and the worker).
 const PG_POOL_SIZE: u32 = 10;
-
-/// Answer every request with the id `TracingLogger` gave it (and logged it
-/// under), so that a client who got a 500 can quote it.
-async fn request_id_header(
-    request: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let id = request.extensions().get::<RequestId>().copied();
-    let mut response = next.call(request).await?;
-    if let Some(value) = id.and_then(|id| HeaderValue::from_str(&id.to_string()).ok()) {
-        response
-            .headers_mut()
-            .insert(HeaderName::from_static("x-request-id"), value);
-    }
-    Ok(response)
-}
 
 /// Everything `seckill serve` needs.
 #[derive(Debug, Clone)]
@@ -242,11 +222,8 @@ impl Application {
         });
         let server = HttpServer::new(move || {
             App::new()
-                .wrap(from_fn(security::refuse_cross_site_posts))
-                .wrap(from_fn(security::refuse_oversized_headers))
-                .wrap(security::headers())
-                .wrap(from_fn(request_id_header))
-                .wrap(DefaultHeaders::new().add((INSTANCE_HEADER, instance.clone())))
+                .wrap(from_fn(security::guard))
+                .wrap(security::headers(&instance))
                 .wrap(TracingLogger::default())
                 .app_data(state.clone())
                 .configure(routes)

@@ -12,7 +12,7 @@
 //!
 //! - the cookies are `SameSite` (`Strict` for the admin cookie), so a
 //!   browser does not attach them to a post that another site started;
-//! - [`refuse_cross_site_posts`] refuses every form post whose
+//! - [`guard`] refuses every form post whose
 //!   `Sec-Fetch-Site`, `Origin` or `Referer` header says it came from
 //!   another origin, with `403 cross_site_request`.
 //!
@@ -26,13 +26,16 @@
 //! The origin compared against is the request's `Host`. Behind a proxy that
 //! rewrites `Host`, configure it to keep the original one.
 
-use actix_web::HttpResponse;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
+use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::{DefaultHeaders, Next};
+use actix_web::{HttpMessage, HttpResponse};
+use tracing_actix_web::RequestId;
 
 use super::ApiError;
+use crate::startup::INSTANCE_HEADER;
 
 /// Only this origin's scripts, styles, images and connections (the event
 /// stream); no plugins, no `<base>`, forms post only here, and no other site
@@ -41,9 +44,13 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
      style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-/// The usual security headers, on every response.
-pub fn headers() -> DefaultHeaders {
+/// The usual security headers, and the name of the instance that
+/// answered (`X-Seckill-Instance`, for the load test and for people
+/// debugging a deployment of several), on every response: one
+/// `DefaultHeaders`, since every middleware layer costs every request.
+pub fn headers(instance: &str) -> DefaultHeaders {
     DefaultHeaders::new()
+        .add((INSTANCE_HEADER, instance))
         .add(("Content-Security-Policy", CONTENT_SECURITY_POLICY))
         .add(("X-Content-Type-Options", "nosniff"))
         // For browsers that predate frame-ancestors.
@@ -64,12 +71,37 @@ pub fn headers() -> DefaultHeaders {
 /// waste on every request.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
-/// Refuse requests whose headers add up to more than [`MAX_HEADER_BYTES`]:
-/// `431 headers_too_large`.
-pub async fn refuse_oversized_headers(
+/// Every request's checks, and its id on the answer, in one middleware
+/// (each `from_fn` layer costs every request a boxed future and a reference
+/// count, and the sold-out answer is a few microseconds in all):
+/// - headers adding up to more than [`MAX_HEADER_BYTES`] are refused with
+///   `431 headers_too_large`;
+/// - form posts another site started are refused with
+///   `403 cross_site_request` (see the module comment);
+/// - every answer, refusals included, carries `X-Request-Id`: the id
+///   `TracingLogger` gave the request and logged it under, so that a client
+///   who got a 500 can quote it.
+pub async fn guard(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let id = request.extensions().get::<RequestId>().copied();
+    let mut response = match refusal(&request) {
+        Some(refused) => request
+            .into_response(HttpResponse::from_error(refused))
+            .map_into_right_body(),
+        None => next.call(request).await?.map_into_left_body(),
+    };
+    if let Some(value) = id.and_then(|id| HeaderValue::from_str(&id.to_string()).ok()) {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static("x-request-id"), value);
+    }
+    Ok(response)
+}
+
+/// Why [`guard`] refuses `request`, if it does.
+fn refusal(request: &ServiceRequest) -> Option<ApiError> {
     let bytes: usize = request
         .headers()
         .iter()
@@ -77,23 +109,13 @@ pub async fn refuse_oversized_headers(
         .sum();
     if bytes > MAX_HEADER_BYTES {
         tracing::warn!(bytes, "request headers too large");
-        let response = HttpResponse::from_error(ApiError::HeadersTooLarge);
-        return Ok(request.into_response(response).map_into_right_body());
+        return Some(ApiError::HeadersTooLarge);
     }
-    Ok(next.call(request).await?.map_into_left_body())
-}
-
-/// Refuse form posts that another site started (see the module comment).
-pub async fn refuse_cross_site_posts(
-    request: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    if is_cross_site_form_post(&request) {
+    if is_cross_site_form_post(request) {
         tracing::warn!(path = request.path(), "cross-site form post refused");
-        let response = HttpResponse::from_error(ApiError::CrossSite);
-        return Ok(request.into_response(response).map_into_right_body());
+        return Some(ApiError::CrossSite);
     }
-    Ok(next.call(request).await?.map_into_left_body())
+    None
 }
 
 fn is_cross_site_form_post(request: &ServiceRequest) -> bool {
