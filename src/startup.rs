@@ -31,9 +31,6 @@ use crate::topology::{RedisAt, RedisPool};
 use crate::web::{AdminToken, AppState, routes, security};
 use crate::worker::Worker;
 
-/// The header that names the instance that answered.
-pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
-
 /// PostgreSQL connections per instance (page reads and the worker).
 const PG_POOL_SIZE: u32 = 10;
 

@@ -35,7 +35,6 @@ use actix_web::{HttpMessage, HttpResponse};
 use tracing_actix_web::RequestId;
 
 use super::ApiError;
-use crate::startup::INSTANCE_HEADER;
 
 /// Only this origin's scripts, styles, images and connections (the event
 /// stream); no plugins, no `<base>`, forms post only here, and no other site
@@ -43,6 +42,9 @@ use crate::startup::INSTANCE_HEADER;
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// The header that names the instance that answered.
+pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
 
 /// The usual security headers, and the name of the instance that
 /// answered (`X-Seckill-Instance`, for the load test and for people
