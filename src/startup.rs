@@ -221,7 +221,7 @@ impl Application {
             App::new()
                 .wrap(from_fn(security::guard))
                 .wrap(security::headers(&instance))
-                .wrap(TracingLogger::default())
+                .wrap(TracingLogger::<crate::telemetry::RequestSpan>::new())
                 .app_data(state.clone())
                 .configure(routes)
         })
