@@ -34,17 +34,20 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 
   end
 end
 
--- 2. Take the due jobs, oldest first. A few calls for the whole batch
---    (`call_many`), not four per job: Redis runs one script at a time, so
+-- 2. Take the due jobs, oldest first, and count each delivery. A few calls
+--    for the whole batch (`call_many`), not four per job: Redis runs one script at a time, so
 --    every call here is time no purchase can run.
 local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)
 call_many('ZREM', due, ids)
 local payloads = call_many('HMGET', jobs, ids)
-local taken, leased, strays = {}, {}, {}
+local counts = call_many('HMGET', attempts, ids)
+local taken, leased, counted, strays = {}, {}, {}, {}
 for k, id in ipairs(ids) do
   local payload = payloads[k]
   if payload then
-    local attempt = redis.call('HINCRBY', attempts, id, 1)
+    local attempt = (tonumber(counts[k]) or 0) + 1
+    counted[#counted + 1] = id
+    counted[#counted + 1] = attempt
     leased[#leased + 1] = now + lease
     leased[#leased + 1] = id
     taken[#taken + 1] = { id, payload, attempt }
@@ -53,6 +56,7 @@ for k, id in ipairs(ids) do
     strays[#strays + 1] = id
   end
 end
+call_many('HSET', attempts, counted)
 call_many('ZADD', inflight, leased)
 call_many('HDEL', attempts, strays)
 return { reclaimed, buried, taken }
