@@ -204,9 +204,9 @@ impl Store {
 
     /// One page of the storefront's listing: live sales (sold out or not)
     /// first, then upcoming, then ended, newest first within each, as they
-    /// stand at `now`; `limit` of them from `offset`. PostgreSQL sorts and
-    /// cuts, so a page costs the same with twenty sales or a million
-    /// (the sort is a top-N over one scan of `sales`).
+    /// stand at `now`; `limit` of them from `offset`, and how many sales
+    /// there are. PostgreSQL sorts and cuts: one scan of `sales` and a
+    /// top-N sort, and only the page's rows come back.
     pub async fn sales_page(
         &self,
         now: DateTime<Utc>,

@@ -8,11 +8,13 @@
 //! it may be up to [`FRESH_FOR`] old; the sale page, where people buy,
 //! reads its stock on every request and follows it live.
 //!
-//! The index is paged, [`PER_PAGE`] sales a page: the first page, the one
-//! people open, costs the same with twenty sales or a thousand
-//! (PostgreSQL sorts and cuts; Redis reads the page's stocks only), and
-//! every sale can still be reached. Pages after the first are built for
-//! each request: they are for the few who browse the archive.
+//! The index is paged, [`PER_PAGE`] sales a page, so that every sale can
+//! be reached and no page grows with the number of sales. PostgreSQL sorts
+//! and cuts the list (one scan of `sales` and a top-N sort), and Redis
+//! reads the page's stocks only. The first page, the one people open, is
+//! built at most once per [`FRESH_FOR`]; pages after it are built for each
+//! request, a few at a time ([`IndexCache`]): they are for the few who
+//! browse the archive.
 
 use std::time::Duration;
 
@@ -27,6 +29,7 @@ use super::error::ApiError;
 use super::fresh::Fresh;
 use crate::domain::SaleStatus;
 use chrono::Utc;
+use tokio::sync::Semaphore;
 
 /// How long a built first page is served before the next request builds
 /// it again.
@@ -71,10 +74,39 @@ impl IndexQuery {
     }
 }
 
-/// The first page as last built, shared by every request of this instance
-/// (one rebuild at a time, see `fresh.rs`). A sale created on this instance
-/// drops it (`Fresh::forget`): its admin expects to see it listed.
-pub type IndexCache = Fresh<Bytes>;
+/// The index's state on one instance.
+pub struct IndexCache {
+    /// The first page as last built, shared by every request of this
+    /// instance (one rebuild at a time, see `fresh.rs`). A sale created on
+    /// this instance drops it ([`IndexCache::forget`]): its admin expects to
+    /// see it listed.
+    first: Fresh<Bytes>,
+    /// Pages after the first are built per request; at most
+    /// [`ARCHIVE_BUILDS`] at once, the rest wait their turn. The race this
+    /// bounds: anyone can ask for `/?page=2` in a loop, and each build holds
+    /// one of the instance's few PostgreSQL connections, which the worker
+    /// and the sale pages need too.
+    archive: Semaphore,
+}
+
+/// Pages after the first built at once per instance (see [`IndexCache`]).
+const ARCHIVE_BUILDS: usize = 2;
+
+impl Default for IndexCache {
+    fn default() -> Self {
+        Self {
+            first: Fresh::default(),
+            archive: Semaphore::new(ARCHIVE_BUILDS),
+        }
+    }
+}
+
+impl IndexCache {
+    /// Build the first page again at the next request.
+    pub async fn forget(&self) {
+        self.first.forget().await;
+    }
+}
 
 pub async fn index(
     state: web::Data<AppState>,
@@ -83,8 +115,14 @@ pub async fn index(
     let page = query.page()?;
     let body = if page == 1 {
         let build = || async { build(&state, 1).await.map(Bytes::from) };
-        state.index.get(FRESH_FOR, build).await?.1
+        state.index.first.get(FRESH_FOR, build).await?.1
     } else {
+        let _turn = state
+            .index
+            .archive
+            .acquire()
+            .await
+            .map_err(anyhow::Error::from)?;
         Bytes::from(build(&state, page).await?)
     };
     Ok(HttpResponse::Ok()
