@@ -153,22 +153,14 @@ impl Connection {
         })
     }
 
-    /// `POST /api/sales/{sale_id}/purchase` for `user`. A connection the
-    /// server closed while it sat idle, or one idle long enough that the
-    /// server may be closing it now ([`MAX_IDLE`]), is opened again first,
-    /// as any HTTP client would. A transport failure
-    /// is an [`AnswerKind::Error`](crate::answer::AnswerKind::Error), not a Rust
+    /// `POST /api/sales/{sale_id}/purchase` for `user`, on a connection
+    /// [`Connection::freshen`]ed first, as any HTTP client would. A
+    /// transport failure is an
+    /// [`AnswerKind::Error`](crate::answer::AnswerKind::Error), not a Rust
     /// error: it is one of the things the run measures.
     pub async fn purchase(&mut self, path: &hyper::Uri, user: &str) -> PurchaseAnswer {
-        if self.idle_since.elapsed() >= self.max_idle || self.ended_while_idle() {
-            match Self::open(Arc::clone(&self.target)).await {
-                Ok(fresh) => {
-                    let max_idle = self.max_idle;
-                    *self = fresh;
-                    self.max_idle = max_idle;
-                }
-                Err(_) => return PurchaseAnswer::error(),
-            }
+        if !self.freshen().await {
+            return PurchaseAnswer::error();
         }
         let answer = self
             .try_purchase(path, user)
@@ -176,6 +168,27 @@ impl Connection {
             .unwrap_or_else(|_| PurchaseAnswer::error());
         self.idle_since = Instant::now();
         answer
+    }
+
+    /// Open the connection again if the server closed it while it sat idle
+    /// (its keep-alive timer ran out), or if it sat idle long enough that
+    /// the server may be closing it now ([`MAX_IDLE`]). `false` if it could
+    /// not be opened. A caller that times its requests calls this before it
+    /// starts the clock, so that a reconnect is not counted as the server's
+    /// time; `purchase` calls it anyway.
+    pub async fn freshen(&mut self) -> bool {
+        if self.idle_since.elapsed() < self.max_idle && !self.ended_while_idle() {
+            return true;
+        }
+        match Self::open(Arc::clone(&self.target)).await {
+            Ok(fresh) => {
+                let max_idle = self.max_idle;
+                *self = fresh;
+                self.max_idle = max_idle;
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Whether the connection ended since it last carried a request. hyper's

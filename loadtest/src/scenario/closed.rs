@@ -105,6 +105,8 @@ async fn send_back_to_back(
         }
         let planned = plan.requests[k % plan.requests.len()];
         let user_id = plan.user_id(planned.user);
+        // A reconnect is the generator's time, not the server's.
+        connection.freshen().await;
         let sent = start.elapsed();
         let answer = connection.purchase(&plan.path, &user_id).await;
         let done = start.elapsed();

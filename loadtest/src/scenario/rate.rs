@@ -131,6 +131,8 @@ impl Sends {
             return None;
         };
         let user_id = self.plan.user_id(planned.user);
+        // A reconnect is the generator's time, not the server's.
+        connection.freshen().await;
         let sent = self.start.elapsed();
         let answer = connection.purchase(&self.plan.path, &user_id).await;
         let done = self.start.elapsed();
