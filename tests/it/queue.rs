@@ -67,44 +67,47 @@ async fn enqueueing_an_id_twice_keeps_one_job() {
 }
 
 /// The scripts handle a batch in a few calls of many values each, a few
-/// hundred values a call: a batch of 2,000 crosses those chunks, an id
-/// given twice in one call counts once, and nothing is lost or doubled.
+/// hundred values a call (Lua's unpack takes at most 8,000): a batch of
+/// 5,000 (10,000 values for HSET and ZADD) crosses many of those chunks,
+/// every job keeps its own payload and attempt across them, an id given
+/// twice in one call counts once, and nothing is lost or doubled.
 #[tokio::test]
 async fn batches_larger_than_one_call_and_ids_given_twice_are_counted_once() {
+    const JOBS: usize = 5_000;
     let (_scratch, queue, mut conn) = setup().await;
-    let jobs: Vec<(String, String)> = (0..2_000)
+    let jobs: Vec<(String, String)> = (0..JOBS)
         .map(|i| (format!("j{i}"), format!("p{i}")))
         .collect();
     let mut refs: Vec<(&str, &str)> = jobs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     refs.push(("j7", "again"));
-    assert_eq!(enqueue_now(&queue, &mut conn, &refs).await, 2_000);
+    assert_eq!(enqueue_now(&queue, &mut conn, &refs).await, JOBS as u64);
     assert_eq!(
         queue.stats(&mut conn).await.expect("stats"),
-        stats(2_000, 0, 0)
+        stats(JOBS as u64, 0, 0)
     );
 
     let reserved = queue
-        .reserve(&mut conn, 2_000, LEASE, MAX_ATTEMPTS)
+        .reserve(&mut conn, JOBS, LEASE, MAX_ATTEMPTS)
         .await
         .expect("reserve");
-    assert_eq!(reserved.jobs.len(), 2_000);
-    let j7 = reserved.jobs.iter().find(|job| job.id == "j7").expect("j7");
-    assert_eq!(
-        j7.payload, "p7",
-        "the id given twice kept its first payload"
-    );
-    assert!(reserved.jobs.iter().all(|job| job.attempt == 1));
+    assert_eq!(reserved.jobs.len(), JOBS);
+    for job in &reserved.jobs {
+        let n = job.id.strip_prefix('j').expect("a job id");
+        assert_eq!(job.payload, format!("p{n}"), "{job:?}");
+        assert_eq!(job.attempt, 1, "{job:?}");
+    }
     assert_eq!(
         queue.stats(&mut conn).await.expect("stats"),
-        stats(0, 2_000, 0)
+        stats(0, JOBS as u64, 0)
     );
 
     let mut acks = reserved.jobs.clone();
-    acks.push(j7.clone());
-    assert_eq!(queue.ack(&mut conn, &acks).await.expect("ack"), 2_000);
+    acks.push(acks[7].clone());
+    assert_eq!(queue.ack(&mut conn, &acks).await.expect("ack"), JOBS as u64);
     assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 0));
+    let last = format!("j{}", JOBS - 1);
     assert_eq!(
-        queue.payload(&mut conn, "j1999").await.expect("payload"),
+        queue.payload(&mut conn, &last).await.expect("payload"),
         None
     );
 }
