@@ -41,8 +41,11 @@ impl Worker {
     ///
     /// An order this batch confirmed (`written`) has `pay_by` one payment
     /// window after its transaction began, so its deadline is queued one
-    /// window from now: a little after `pay_by`, never before it, with no
-    /// read. Only a redelivered order's deadline is read from PostgreSQL.
+    /// window from now, with no read: a little after `pay_by` (by the
+    /// time the write and commit took), unless Redis' clock is behind
+    /// PostgreSQL's, and then a job that comes early waits again for the
+    /// time left (see `try_process_deadlines`). Only a redelivered order's
+    /// deadline is read from PostgreSQL.
     pub(super) async fn schedule_deadlines(
         &self,
         conn: &mut RedisConn,
