@@ -1,12 +1,13 @@
-//! The storefront's index (`GET /`): every sale, live first, with its units
-//! left.
+//! The storefront's index (`GET /?page=N`): the sales, live first, with
+//! their units left.
 //!
-//! Built from one PostgreSQL query (the sales) and one Redis read (`MGET`
-//! of their stocks), then kept for [`FRESH_FOR`] and served to every
-//! request in that time: the index costs the servers the same whether a
-//! hundred or a hundred thousand people open it each second. A figure on
-//! it may be up to [`FRESH_FOR`] old; the sale page, where people buy,
-//! reads its stock on every request and follows it live.
+//! A page is built from one PostgreSQL query (its sales) and one Redis
+//! read (`MGET` of their stocks); the first page is then kept for
+//! [`FRESH_FOR`] and served to every request in that time: it costs the
+//! servers the same whether a hundred or a hundred thousand people open it
+//! each second. A figure on it may be up to [`FRESH_FOR`] old; the sale
+//! page, where people buy, reads its stock on every request and follows it
+//! live.
 //!
 //! The index is paged, [`PER_PAGE`] sales a page, so that every sale can
 //! be reached and no page grows with the number of sales. PostgreSQL sorts
@@ -22,14 +23,14 @@ use actix_web::http::header::ContentType;
 use actix_web::web::Bytes;
 use actix_web::{HttpResponse, web};
 use askama::Template;
+use chrono::Utc;
+use tokio::sync::Semaphore;
 
 use super::AppState;
 use super::api::SaleView;
 use super::error::ApiError;
 use super::fresh::Fresh;
 use crate::domain::SaleStatus;
-use chrono::Utc;
-use tokio::sync::Semaphore;
 
 /// How long a built first page is served before the next request builds
 /// it again.
