@@ -12,8 +12,8 @@
 //!   (the load test's closed scenario), with `lock` and with `lua`, `lua`
 //!   beside `redis-benchmark` running its script (`lua.rs`);
 //! - **the worker's drain**: `--drain-orders` jobs queued on one sale,
-//!   drained into PostgreSQL by the worker's own drain (two batches in
-//!   flight), against one
+//!   drained into PostgreSQL by the worker's own drain (three batches
+//!   in flight), against one
 //!   server-side `INSERT ... SELECT` of as many rows into a copy of
 //!   `orders` (the most PostgreSQL can take, as a baseline);
 //! - **past one Redis** (`cluster.rs`): accepted purchases per second on
