@@ -159,23 +159,22 @@ impl RedisLock {
         reads: &redis::Pipeline,
     ) -> redis::RedisResult<Option<(LockGuard, T)>> {
         let nonce = format!("{}:{}", self.holder, uuid::Uuid::new_v4().simple());
-        // The script by its hash, in a pipeline with the reads. Redis runs a
-        // connection's commands in the order they were sent, so when the
-        // script took the lock, the reads ran while it was held. Errors come
-        // back one per command: a read that failed must not hide that the
-        // script took the lock.
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors()
-            .cmd("EVALSHA")
-            .arg(ACQUIRE.get_hash())
-            .arg(3)
-            .arg(&self.key)
-            .arg(&self.fence_key)
-            .arg(keys::lock_line(&self.key))
+        // The script by its hash (EVALSHA), in a pipeline with the reads.
+        // Redis runs a connection's commands in the order they were sent,
+        // so when the script took the lock, the reads ran while it was held.
+        // Errors come back one per command: a read that failed must not
+        // hide that the script took the lock.
+        let mut invocation = ACQUIRE.prepare_invoke();
+        invocation
+            .key(&self.key)
+            .key(&self.fence_key)
+            .key(keys::lock_line(&self.key))
             .arg(ttl_millis(self.ttl))
             .arg(&nonce)
             .arg(place)
             .arg(ttl_millis(PLACE_KEPT));
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors().invoke_script(&invocation);
         for read in reads.cmd_iter() {
             pipe.add_command(read.clone());
         }
@@ -185,7 +184,7 @@ impl RedisLock {
         {
             // A server that does not have the script yet (it restarted):
             // the script did not run; give it the script, send it all again.
-            ACQUIRE.load_async(conn).await?;
+            invocation.load_async(conn).await?;
             answers = pipe.query_async(conn).await?;
         }
         let mut answers = answers.into_iter();
