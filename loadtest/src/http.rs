@@ -274,36 +274,49 @@ mod tests {
     use super::*;
     use crate::answer::AnswerKind;
 
-    /// A server that answers every connection's first request with
-    /// `response`, then closes it.
-    async fn closing_server(response: &'static str) -> String {
+    /// A server that answers the first request of every connection with
+    /// `response`, then closes the connection (`close`), or keeps it open
+    /// and drops any later request on it unanswered: what a client sees
+    /// when its request crosses the server's keep-alive close.
+    async fn first_request_server(response: String, close: bool) -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let address = listener.local_addr().expect("an address");
+        let response: Arc<str> = response.into();
         tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
+                let response = Arc::clone(&response);
                 tokio::spawn(async move {
                     let mut request = vec![0; 4096];
                     let _ = socket.read(&mut request).await;
                     let _ = socket.write_all(response.as_bytes()).await;
-                    let _ = socket.shutdown().await;
+                    if close {
+                        let _ = socket.shutdown().await;
+                    } else {
+                        let _ = socket.read(&mut request).await;
+                    }
                 });
             }
         });
         format!("http://{address}")
     }
 
+    /// An HTTP/1.1 answer with a JSON body; `headers` end with `\r\n`.
+    fn answer(status: &str, headers: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{headers}\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
     #[tokio::test]
     async fn a_whole_answer_on_a_connection_the_server_closes_is_still_an_answer() {
-        let body = r#"{"error":"sold_out","message":"the sale is sold out"}"#;
-        let response: &'static str = Box::leak(
-            format!(
-                "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nConnection: close\r\n\
-                 X-Seckill-Instance: solo\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            )
-            .into_boxed_str(),
+        let response = answer(
+            "409 Conflict",
+            "Connection: close\r\nX-Seckill-Instance: solo\r\n",
+            r#"{"error":"sold_out","message":"the sale is sold out"}"#,
         );
-        let target = Target::resolve(&closing_server(response).await)
+        let target = Target::resolve(&first_request_server(response, true).await)
             .await
             .expect("a target");
         let mut connection = Connection::open(Arc::clone(&target)).await.expect("open");
@@ -316,35 +329,14 @@ mod tests {
         }
     }
 
-    /// A server that answers the first request of every connection and
-    /// keeps the connection open, but drops any later request on it
-    /// unanswered: what a client sees when its request crosses the server's
-    /// keep-alive close.
-    async fn once_per_connection_server() -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-        let address = listener.local_addr().expect("an address");
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut request = vec![0; 4096];
-                    let _ = socket.read(&mut request).await;
-                    let body = r#"{"order_id":"00000000-0000-0000-0000-000000000001"}"#;
-                    let answer = format!(
-                        "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\n\
-                         Content-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = socket.write_all(answer.as_bytes()).await;
-                    let _ = socket.read(&mut request).await;
-                });
-            }
-        });
-        format!("http://{address}")
-    }
-
     #[tokio::test]
     async fn a_connection_idle_past_the_keep_alive_margin_is_not_reused() {
-        let target = Target::resolve(&once_per_connection_server().await)
+        let accepted = answer(
+            "202 Accepted",
+            "",
+            r#"{"order_id":"00000000-0000-0000-0000-000000000001"}"#,
+        );
+        let target = Target::resolve(&first_request_server(accepted, false).await)
             .await
             .expect("a target");
         let mut connection = Connection::open(target).await.expect("open");
@@ -359,7 +351,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_closed_before_any_answer_is_an_error() {
-        let target = Target::resolve(&closing_server("").await)
+        let target = Target::resolve(&first_request_server(String::new(), true).await)
             .await
             .expect("a target");
         let mut connection = Connection::open(target).await.expect("open");
