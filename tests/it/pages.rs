@@ -409,12 +409,63 @@ async fn the_index_pages_through_every_sale_live_ones_first() {
 
     let (status, past) = get_html(&app, "/?page=3").await;
     assert_eq!(status, 404, "{past}");
-    for bad in ["/?page=0", "/?page=two", "/?page=-1"] {
+    for bad in ["/?page=0", "/?page=two", "/?page=-1", "/?page=1&page=2"] {
         let (status, body) = get_html(&app, bad).await;
         assert_eq!(status, 400, "{bad}: {body}");
         assert!(
             body.contains("invalid_request") && body.contains("page"),
             "{bad}: {body}"
         );
+    }
+}
+
+/// Pages after the first are built for each request, two at a time per
+/// instance: a client asking for `/?page=2` in a loop cannot take every
+/// PostgreSQL connection of the instance. Here every read of `sales` is
+/// held back by a table lock; of six requests for page 2, two wait in
+/// PostgreSQL, and all six are answered once the lock goes.
+#[tokio::test]
+async fn pages_after_the_first_are_built_two_at_a_time() {
+    let app = spawn_app().await;
+    for n in 0..21 {
+        app.create_sale_with(
+            serde_json::json!({"name": format!("Sale {n}"), "stock": 1, "price_cents": 100}),
+        )
+        .await;
+    }
+    let mut blocker = app.pg.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE sales IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .expect("lock the sales");
+    let requests: Vec<_> = (0..6)
+        .map(|_| tokio::spawn(app.client.get(app.url("/?page=2")).send()))
+        .collect();
+    let pg = app.pg.clone();
+    let waiting = move || {
+        let pg = pg.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'
+                    AND query LIKE '%count(*) OVER ()%'",
+            )
+            .fetch_one(&pg)
+            .await
+            .expect("pg_stat_activity")
+        }
+    };
+    crate::helpers::eventually(Duration::from_secs(5), "two page builds waiting", || {
+        let waiting = waiting.clone();
+        async move { waiting().await >= 2 }
+    })
+    .await;
+    // Time for any further build to reach PostgreSQL, had it been let go.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(waiting().await, 2, "page builds waiting in PostgreSQL");
+    blocker.rollback().await.expect("release the sales");
+    for request in requests {
+        let response = request.await.expect("a task").expect("GET /?page=2");
+        assert_eq!(response.status(), 200);
     }
 }
