@@ -126,8 +126,18 @@ async fn burst(
         json: None,
         html: None,
     };
-    let (report, resident) = run(services, store, token, Strategy::Lock, 10, &load).await?;
-    let mib = resident as f64 / 1024.0 / 1024.0;
+    let (report, memory) = run(
+        services,
+        store,
+        token,
+        Strategy::Lock,
+        10,
+        &load,
+        Memory::of,
+    )
+    .await?;
+    let mib = |bytes: u64| bytes as f64 / 1024.0 / 1024.0;
+    let (right_after, settled) = (mib(memory.right_after), mib(memory.settled));
     let last_win = report.summary.time_to_sell_out_ms;
     let p99_ms = report.summary.p99_us as f64 / 1000.0;
     Ok([
@@ -145,9 +155,13 @@ async fn burst(
         },
         Row {
             figure: "same burst: memory of the larger instance after it (VmRSS)",
-            measured: format!("{mib:.1} MiB after {} buyers", args.burst_users),
+            measured: format!(
+                "{settled:.1} MiB {}s after {} buyers ({right_after:.1} MiB at once)",
+                MEMORY_SETTLE.as_secs(),
+                args.burst_users
+            ),
             target: "< 64 MiB after 100,000 buyers",
-            met: (args.burst_users >= 100_000).then_some(mib < 64.0),
+            met: (args.burst_users >= 100_000).then_some(settled < 64.0),
         },
     ])
 }
@@ -161,7 +175,8 @@ async fn accepted_per_second(
     strategy: Strategy,
 ) -> anyhow::Result<Row> {
     let load = closed_load(args.secs, 64);
-    let (report, _) = run(services, store, token, strategy, 1_000_000, &load).await?;
+    let no_more = async |_: &Cluster| Ok(());
+    let (report, ()) = run(services, store, token, strategy, 1_000_000, &load, no_more).await?;
     let per_second = accepted_rate(&report);
     if strategy != Strategy::Lua {
         return Ok(Row {
@@ -210,27 +225,55 @@ fn accepted_rate(report: &seckill_loadtest::report::Report) -> f64 {
 }
 
 /// Start 2 instances of `strategy` and a worker, create a sale of `units`,
-/// run `load` against it, stop them. Returns the report, and the memory
-/// of the instance that held the most once the run was over.
-async fn run(
+/// run `load` against it, read what `after` reads of them once it is over
+/// (unless it failed), stop them. Returns the report and that.
+async fn run<T>(
     services: &Services,
     store: &Store,
     token: &str,
     strategy: Strategy,
     units: u32,
     load: &LoadArgs,
-) -> anyhow::Result<(seckill_loadtest::report::Report, u64)> {
+    after: impl AsyncFnOnce(&Cluster) -> anyhow::Result<T>,
+) -> anyhow::Result<(seckill_loadtest::report::Report, T)> {
     let deployment = harness::deployment(services, &store.prefix, strategy, token)?;
     let cluster = Cluster::start(deployment, "bench", 2).await?;
     let sale_id = harness::create_sale(store, "Bench", units, Some(3600)).await?;
     let report = harness::burst(store, &cluster, strategy, (sale_id, units), ("bench", load)).await;
-    let resident = cluster
-        .names()
-        .iter()
-        .map(|name| cluster.resident_bytes(name))
-        .collect::<anyhow::Result<Vec<u64>>>();
+    let outcome = async { Ok((report?, after(&cluster).await?)) }.await;
     cluster.stop().await;
-    Ok((report?, resident?.into_iter().max().unwrap_or(0)))
+    outcome
+}
+
+/// How long after a run its instances' memory is read a second time:
+/// jemalloc gives pages unused for its decay time (10 s) back to the system.
+const MEMORY_SETTLE: Duration = Duration::from_secs(12);
+
+/// The larger instance's resident memory once a run is over, at once and
+/// `MEMORY_SETTLE` later.
+struct Memory {
+    right_after: u64,
+    settled: u64,
+}
+
+impl Memory {
+    async fn of(cluster: &Cluster) -> anyhow::Result<Self> {
+        let largest = || -> anyhow::Result<u64> {
+            let names = cluster.names();
+            let sizes = names.iter().map(|name| cluster.resident_bytes(name));
+            Ok(sizes
+                .collect::<anyhow::Result<Vec<u64>>>()?
+                .into_iter()
+                .max()
+                .unwrap_or(0))
+        };
+        let right_after = largest()?;
+        tokio::time::sleep(MEMORY_SETTLE).await;
+        Ok(Self {
+            right_after,
+            settled: largest()?,
+        })
+    }
 }
 
 /// `--drain-orders` jobs drained by one worker, against PostgreSQL's own

@@ -266,17 +266,9 @@ impl Cluster {
         kill(self.pid(name)?, signal).with_context(|| format!("sending {signal} to {name}"))
     }
 
-    /// The memory `name` holds now (its resident set, `VmRSS` in
-    /// `/proc/<pid>/status`), in bytes.
+    /// The memory `name` holds now, in bytes: see [`resident_bytes`].
     pub fn resident_bytes(&self, name: &str) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid(name)?))
-            .with_context(|| format!("reading {name}'s status"))?;
-        let kib: u64 = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-            .with_context(|| format!("no VmRSS in {name}'s status"))?;
-        Ok(kib * 1024)
+        resident_bytes(self.pid(name)?).with_context(|| format!("{name}'s memory"))
     }
 
     fn pid(&self, name: &str) -> anyhow::Result<Pid> {
@@ -371,4 +363,17 @@ pub fn seckill_binary() -> anyhow::Result<PathBuf> {
         );
     }
     Ok(sibling)
+}
+
+/// The memory process `pid` holds now (its resident set, `VmRSS` in
+/// `/proc/<pid>/status`), in bytes.
+pub fn resident_bytes(pid: Pid) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no VmRSS in /proc/{pid}/status"))?;
+    Ok(kib * 1024)
 }

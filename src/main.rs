@@ -17,6 +17,11 @@ use seckill::store::Store;
 use seckill::telemetry;
 use seckill::worker::Worker;
 
+/// See `Cargo.toml`: jemalloc gives a burst's memory back once it is over.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

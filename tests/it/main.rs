@@ -21,6 +21,7 @@ mod layers;
 mod live;
 mod loadtest;
 mod lock;
+mod memory;
 mod metrics;
 mod pages;
 mod payment;
