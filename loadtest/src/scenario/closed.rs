@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::lanes::{Lane, LaneResult, connect, connections_per_lane, run_lanes, wait_for_release};
 use super::plan::{Plan, Shape};
 use super::sample::{Live, RunData, Sample};
-use crate::http::Connection;
+use crate::http::{Connection, PurchaseAnswer};
 use crate::progress::Progress;
 
 /// Send back to back on `shape.connections` connections, for
@@ -105,10 +105,15 @@ async fn send_back_to_back(
         }
         let planned = plan.requests[k % plan.requests.len()];
         let user_id = plan.user_id(planned.user);
-        // A reconnect is the generator's time, not the server's.
-        connection.freshen().await;
+        // A reconnect is the generator's time, not the server's; one that
+        // failed is an error answer, not tried again on the server's time.
+        let fresh = connection.freshen().await;
         let sent = start.elapsed();
-        let answer = connection.purchase(&plan.path, &user_id).await;
+        let answer = if fresh {
+            connection.purchase(&plan.path, &user_id).await
+        } else {
+            PurchaseAnswer::error()
+        };
         let done = start.elapsed();
         live.answer(answer.classified.outcome);
         samples.push(Sample::new(planned.user, answer, sent, sent, done));

@@ -21,7 +21,7 @@ use super::lanes::{
 };
 use super::plan::{Plan, Planned, Shape};
 use super::sample::{Live, RunData, Sample, micros_of};
-use crate::http::Connection;
+use crate::http::{Connection, PurchaseAnswer};
 use crate::progress::Progress;
 
 /// A `rate` send that starts this much after it was due counts as late.
@@ -131,10 +131,15 @@ impl Sends {
             return None;
         };
         let user_id = self.plan.user_id(planned.user);
-        // A reconnect is the generator's time, not the server's.
-        connection.freshen().await;
+        // A reconnect is the generator's time, not the server's; one that
+        // failed is an error answer, not tried again on the server's time.
+        let fresh = connection.freshen().await;
         let sent = self.start.elapsed();
-        let answer = connection.purchase(&self.plan.path, &user_id).await;
+        let answer = if fresh {
+            connection.purchase(&self.plan.path, &user_id).await
+        } else {
+            PurchaseAnswer::error()
+        };
         let done = self.start.elapsed();
         self.live.answer(answer.classified.outcome);
         pool.give_back(connection);
