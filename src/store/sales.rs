@@ -213,8 +213,10 @@ impl Store {
         offset: i64,
         limit: i64,
     ) -> anyhow::Result<SalesPage> {
-        // `section` says what `Sale::window` says at `now`: 0 open, 1 not
-        // started, 2 ended.
+        // The sort's first key is the section: the `CASE` must say what
+        // `Sale::window` says at `now` (0 open, 1 not started, 2 ended);
+        // `pages::the_index_pages_through_every_sale_live_ones_first`
+        // checks the order.
         let rows: Vec<Listed> = sqlx::query_as(&format!(
             "SELECT {SALE_COLUMNS}, count(*) OVER () AS total FROM sales \
              ORDER BY CASE WHEN $1 < starts_at THEN 1 \

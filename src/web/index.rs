@@ -83,10 +83,10 @@ pub struct IndexCache {
     /// see it listed.
     first: Fresh<Bytes>,
     /// Pages after the first are built per request; at most
-    /// [`ARCHIVE_BUILDS`] at once, the rest wait their turn. The race this
-    /// bounds: anyone can ask for `/?page=2` in a loop, and each build holds
-    /// one of the instance's few PostgreSQL connections, which the worker
-    /// and the sale pages need too.
+    /// [`ARCHIVE_BUILDS`] at once, the rest wait their turn. A cap on a
+    /// resource, not a guard against a race: anyone can ask for `/?page=2`
+    /// in a loop, and each build holds one of the instance's few PostgreSQL
+    /// connections, which the worker and the sale pages need too.
     archive: Semaphore,
 }
 
