@@ -7,6 +7,8 @@
 //! stays up until Ctrl-C, so its unpaid orders can be watched coming back on
 //! sale. The pieces are the load test's: see [`crate::harness`].
 
+use std::pin::pin;
+
 use anyhow::bail;
 use seckill_loadtest::LoadArgs;
 use seckill_loadtest::progress::Progress;
@@ -39,12 +41,15 @@ struct Kept {
 pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::Result<Verdict> {
     startup::raise_open_files_limit();
     let token = admin_token();
+    // One listener from start to end: a Ctrl-C between the runs and the
+    // wait below is not lost (see stop_requested).
+    let mut stop = pin!(startup::stop_requested());
     // Interrupted during the runs, the runs' future is dropped, and with it
     // the clusters, whose processes are killed (a worker killed mid-batch
     // loses nothing: that is what the queue is for).
     let (verdict, kept) = tokio::select! {
         ran = both_runs(&args, services, prefix, &token) => ran?,
-        () = startup::wait_for_signal() => bail!("interrupted; the app instances were stopped"),
+        () = &mut stop => bail!("interrupted; the app instances were stopped"),
     };
     let Some(Kept { cluster, sale_id }) = kept else {
         return Ok(verdict);
@@ -60,7 +65,7 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
              Press Ctrl-C to stop.",
             secs = args.payment_window_secs
         );
-        startup::wait_for_signal().await;
+        stop.await;
     }
     cluster.stop().await;
     Ok(verdict)

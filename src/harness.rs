@@ -174,7 +174,7 @@ pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<
     let progress = Progress::stderr();
     let report = tokio::select! {
         report = seckill_loadtest::load_test(&mut subject, &cli.load, "run", &progress) => report,
-        () = startup::wait_for_signal() => Err(anyhow::anyhow!("interrupted")),
+        () = startup::stop_requested() => Err(anyhow::anyhow!("interrupted")),
     };
     if let Some(cluster) = cluster {
         cluster.stop().await;

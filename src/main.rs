@@ -122,6 +122,8 @@ async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> an
         limits: args.limits,
     })
     .await?;
+    // Listening before the address is out: whoever reads it may stop us.
+    let stop = startup::stop_requested();
     // The one line on stdout: scripts and tests read the address from it.
     println!("seckill listening on http://{}", app.address());
     std::io::stdout().flush().context("writing to stdout")?;
@@ -132,14 +134,14 @@ async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> an
              (POST /api/sales) rather than `seckill sale create`."
         );
     }
-    app.run_until_stopped().await
+    app.run_until_stopped(stop).await
 }
 
 async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> anyhow::Result<()> {
     let pg = startup::connect_postgres(&services.database_url).await?;
     let redis = startup::connect_redis(&services.redis, args.worker.poll()).await?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    tokio::spawn(cancel_on(startup::stop_requested(), shutdown.clone()));
     if let Some(bind) = args.metrics_bind {
         let address = seckill::web::metrics::serve_counts(bind, shutdown.clone())
             .with_context(|| format!("serving /metrics on {bind}"))?;
@@ -155,9 +157,9 @@ async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> an
     Ok(())
 }
 
-/// Cancel `token` on SIGINT (Ctrl-C) or SIGTERM (`docker stop`, `kill`).
-async fn cancel_on_signal(token: CancellationToken) {
-    startup::wait_for_signal().await;
+/// Cancel `token` once `stop` ends (SIGINT or SIGTERM).
+async fn cancel_on(stop: impl Future<Output = ()>, token: CancellationToken) {
+    stop.await;
     tracing::info!("stopping after the batch in progress");
     token.cancel();
 }

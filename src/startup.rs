@@ -253,17 +253,21 @@ impl Application {
         self.address
     }
 
-    /// Serve until the process gets SIGINT or SIGTERM (or the server is
-    /// stopped); then end the live event streams, stop accepting, finish
-    /// requests in flight, let the worker finish its batch, and return.
-    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+    /// Serve until `stop` ends (the process' [`stop_requested`], or never,
+    /// for a server inside a test) or the server is stopped; then end the
+    /// live event streams, stop accepting, finish requests in flight, let
+    /// the worker finish its batch, and return.
+    pub async fn run_until_stopped(
+        self,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let handle = self.server.handle();
         let shutdown = self.shutdown.clone();
         // Event streams never finish by themselves: cancelling the token
         // first ends them, so the graceful stop below does not wait its
         // whole timeout for every open sale page.
         let on_signal = tokio::spawn(async move {
-            wait_for_signal().await;
+            stop.await;
             tracing::info!("shutting down");
             shutdown.cancel();
             handle.stop(true).await;
@@ -283,12 +287,47 @@ impl Application {
     }
 }
 
-/// Wait for SIGINT (Ctrl-C) or SIGTERM (`docker stop`, `kill`).
-pub async fn wait_for_signal() {
+/// Ends at the first SIGINT (Ctrl-C) or SIGTERM (`docker stop`, `kill`)
+/// the process gets from the moment this is called, not from the moment
+/// the returned future is first awaited.
+///
+/// The race this prevents: a program prints "Press Ctrl-C to stop." (or
+/// the address a supervisor waits for) and only then starts to wait. Once
+/// tokio has a handler for a signal, a signal that arrives while nothing
+/// listens is caught and dropped: a Ctrl-C pressed in that gap was ignored
+/// and the program went on serving. Before the first handler, a SIGTERM in
+/// the gap killed the process without its graceful stop. So call this
+/// before saying the program may be stopped, and await it afterwards.
+pub fn stop_requested() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let mut interrupt = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+    let mut terminate = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use nix::sys::signal::{Signal, raise};
+
+    use super::stop_requested;
+
+    /// The stop is seen though it came before the wait: the program had
+    /// printed "Press Ctrl-C to stop." and was not yet waiting.
+    #[tokio::test]
+    async fn a_signal_between_the_prompt_and_the_wait_is_not_lost() {
+        let stop = stop_requested();
+        raise(Signal::SIGTERM).expect("SIGTERM to this process");
+        // Time for the signal to be caught before anything waits for it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::timeout(Duration::from_secs(5), stop)
+            .await
+            .expect("the SIGTERM sent before the wait ends it");
     }
 }

@@ -21,6 +21,7 @@ pub mod expect;
 pub mod rows;
 mod table;
 
+use std::pin::pin;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -71,12 +72,16 @@ pub async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Re
         args.stock,
         args.instances
     );
+    // One listener for the whole lab: a Ctrl-C between two rows, or
+    // between "Press Ctrl-C to stop." and the wait, is not lost (see
+    // stop_requested).
+    let mut stop = pin!(startup::stop_requested());
     let mut outcomes = Vec::new();
     let mut sales = Vec::new();
     for row in rows {
         let ran = tokio::select! {
             ran = run_row(&args, services, &store, &token, &row) => ran?,
-            () = startup::wait_for_signal() => anyhow::bail!("interrupted; the app instances were stopped"),
+            () = &mut stop => anyhow::bail!("interrupted; the app instances were stopped"),
         };
         eprintln!(
             "  {:<26} {}",
@@ -106,7 +111,7 @@ pub async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Re
     );
     if !args.exit {
         let cluster = serve_rows(services, prefix, &token, &sales).await?;
-        startup::wait_for_signal().await;
+        stop.await;
         cluster.stop().await;
     }
     Ok(met)

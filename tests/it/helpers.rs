@@ -230,7 +230,9 @@ pub async fn start_instance(scratch: &Scratch, options: &Options, instance: &str
     .await
     .expect("the app starts");
     let address = format!("http://{}", app.address());
-    tokio::spawn(app.run_until_stopped());
+    // Stopped with the test's runtime, never by a signal: Ctrl-C on
+    // `cargo test` is the test binary's.
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
     address
 }
 
