@@ -20,6 +20,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use futures_util::future::join_all;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -319,21 +320,30 @@ impl Cluster {
     }
 
     /// SIGTERM every process and wait for each to finish its work; kill
-    /// whichever takes longer than [`STOP_TIMEOUT`].
+    /// whichever takes longer than [`STOP_TIMEOUT`], and say so.
     pub async fn stop(mut self) {
         for member in &self.members {
             if let Some(pid) = member.child.id().and_then(|id| i32::try_from(id).ok()) {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
             }
         }
-        for member in &mut self.members {
+        // Waited for together, not one after another: they all stop at
+        // once, so a lab's fourteen processes take the slowest one's time
+        // after Ctrl-C, not up to fourteen timeouts.
+        join_all(self.members.iter_mut().map(|member| async move {
             if tokio::time::timeout(STOP_TIMEOUT, member.child.wait())
                 .await
                 .is_err()
             {
+                eprintln!(
+                    "seckill: {} did not stop within {} s of SIGTERM; killed",
+                    member.name,
+                    STOP_TIMEOUT.as_secs()
+                );
                 let _ = member.child.kill().await;
             }
-        }
+        }))
+        .await;
     }
 
     fn index(&self, name: &str) -> anyhow::Result<usize> {
