@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::helpers::{Scratch, seckill_command};
-use crate::processes::{confirmed_orders, finish, interrupt, read_json, start_until, text};
+use crate::processes::{
+    RUN_LIMIT, confirmed_orders, finish, finish_within, interrupt, read_json, start_until, text,
+};
 
 /// The rows of `lab.json`, by label (`article+hold-pause`).
 fn rows_by_label(document: &Value) -> BTreeMap<String, Value> {
@@ -33,16 +35,20 @@ async fn the_lab_runs_every_row_as_expected_and_exits_0() {
     let _cores = crate::helpers::cores_alone().await;
     let scratch = Scratch::new().await;
     let dir = tempfile::tempdir().expect("a temp dir");
-    let output = finish(seckill_command(
-        &scratch,
-        &[
-            "lab",
-            "--exit",
-            "--report-dir",
-            dir.path().to_str().expect("a UTF-8 path"),
-        ],
-        &[],
-    ))
+    // Thirteen rows, one after another.
+    let output = finish_within(
+        2 * RUN_LIMIT,
+        seckill_command(
+            &scratch,
+            &[
+                "lab",
+                "--exit",
+                "--report-dir",
+                dir.path().to_str().expect("a UTF-8 path"),
+            ],
+            &[],
+        ),
+    )
     .await;
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -14,8 +14,14 @@ use crate::helpers::Scratch;
 /// on a loaded CI machine; a hung run fails instead of hanging the suite.
 pub const RUN_LIMIT: Duration = Duration::from_secs(180);
 
-pub async fn finish(mut command: tokio::process::Command) -> Output {
-    tokio::time::timeout(RUN_LIMIT, command.output())
+pub async fn finish(command: tokio::process::Command) -> Output {
+    finish_within(RUN_LIMIT, command).await
+}
+
+/// [`finish`] for a command that is a sequence of such runs (the whole
+/// lab's thirteen rows, the bench's dozen measurements), given `limit`.
+pub async fn finish_within(limit: Duration, mut command: tokio::process::Command) -> Output {
+    tokio::time::timeout(limit, command.output())
         .await
         .expect("the run ended in time")
         .expect("the program started")
