@@ -22,17 +22,23 @@ local now = now_ms()
 -- 1. Leases that ran out: their worker died or stalled. Back to due, or to
 --    the dead-letter set once the job has had its attempts (a job that
 --    crashes every worker that takes it must not crash them forever).
-local reclaimed, buried = 0, 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)) do
-  redis.call('ZREM', inflight, id)
-  if tonumber(redis.call('HGET', attempts, id) or '0') >= max_attempts then
-    redis.call('ZADD', dead, now, id)
-    buried = buried + 1
-  else
-    redis.call('ZADD', due, now, id)
-    reclaimed = reclaimed + 1
+--    After a worker died with a full batch in flight that is a thousand
+--    jobs, so a few calls for all of them, as in step 2.
+local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)
+call_many('ZREM', inflight, expired)
+local tries = call_many('HMGET', attempts, expired)
+local back, buried_ids = {}, {}
+for k, id in ipairs(expired) do
+  local pile = back
+  if (tonumber(tries[k]) or 0) >= max_attempts then
+    pile = buried_ids
   end
+  pile[#pile + 1] = now
+  pile[#pile + 1] = id
 end
+call_many('ZADD', dead, buried_ids)
+call_many('ZADD', due, back)
+local reclaimed, buried = #back / 2, #buried_ids / 2
 
 -- 2. Take the due jobs, oldest first, and count each delivery. A few calls
 --    for the whole batch (`call_many`), not four per job: Redis runs one script at a time, so

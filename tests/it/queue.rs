@@ -278,6 +278,44 @@ async fn a_job_whose_worker_died_on_its_last_attempt_is_dead_lettered() {
     assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 1));
 }
 
+/// A worker that died holding more jobs than one call of the reserve
+/// script moves at once (500): the next reserve puts every one of them
+/// back, and, on their last attempt, dead-letters every one.
+#[tokio::test]
+async fn a_dead_workers_whole_batch_comes_back_and_then_is_dead_lettered() {
+    let (_scratch, queue, mut conn) = setup().await;
+    let ids: Vec<String> = (0..600).map(|i| format!("job-{i}")).collect();
+    let jobs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "p")).collect();
+    assert_eq!(enqueue_now(&queue, &mut conn, &jobs).await, 600);
+    let short = Duration::from_millis(10);
+    let first = queue
+        .reserve(&mut conn, 600, short, 2)
+        .await
+        .expect("reserve");
+    assert_eq!(first.jobs.len(), 600);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+
+    let again = queue
+        .reserve(&mut conn, 600, short, 2)
+        .await
+        .expect("reserve");
+    assert_eq!((again.reclaimed, again.dead_lettered), (600, 0));
+    assert_eq!(again.jobs.len(), 600);
+    assert!(again.jobs.iter().all(|job| job.attempt == 2));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+
+    let last = queue
+        .reserve(&mut conn, 600, LEASE, 2)
+        .await
+        .expect("reserve");
+    assert_eq!((last.reclaimed, last.dead_lettered), (0, 600));
+    assert!(last.jobs.is_empty());
+    assert_eq!(
+        queue.stats(&mut conn).await.expect("stats"),
+        stats(0, 0, 600)
+    );
+}
+
 #[tokio::test]
 async fn a_retry_that_was_not_tried_does_not_use_up_an_attempt() {
     let (_scratch, queue, mut conn) = setup().await;
