@@ -35,6 +35,9 @@ pub struct Target {
     /// `host:port`, for the Host header.
     authority: HeaderValue,
     address: SocketAddr,
+    /// How long a connection to it may sit idle and still be reused:
+    /// [`MAX_IDLE`], shorter in tests.
+    max_idle: Duration,
 }
 
 impl Target {
@@ -68,6 +71,7 @@ impl Target {
             url: url.trim_end_matches('/').to_owned(),
             authority: HeaderValue::from_str(&authority).context("a Host header")?,
             address,
+            max_idle: MAX_IDLE,
         }))
     }
 }
@@ -129,8 +133,6 @@ pub struct Connection {
     instance: Option<Arc<str>>,
     /// When the last exchange ended (or the connection opened).
     idle_since: Instant,
-    /// [`MAX_IDLE`], shorter in tests.
-    max_idle: Duration,
 }
 
 impl Connection {
@@ -149,7 +151,6 @@ impl Connection {
             io: Some(Box::pin(io)),
             instance: None,
             idle_since: Instant::now(),
-            max_idle: MAX_IDLE,
         })
     }
 
@@ -177,14 +178,12 @@ impl Connection {
     /// starts the clock, so that a reconnect is not counted as the server's
     /// time; `purchase` calls it anyway.
     pub async fn freshen(&mut self) -> bool {
-        if self.idle_since.elapsed() < self.max_idle && !self.ended_while_idle() {
+        if self.idle_since.elapsed() < self.target.max_idle && !self.ended_while_idle() {
             return true;
         }
         match Self::open(Arc::clone(&self.target)).await {
             Ok(fresh) => {
-                let max_idle = self.max_idle;
                 *self = fresh;
-                self.max_idle = max_idle;
                 true
             }
             Err(_) => false,
@@ -339,8 +338,11 @@ mod tests {
         let target = Target::resolve(&first_request_server(accepted, false).await)
             .await
             .expect("a target");
+        let target = Arc::new(Target {
+            max_idle: Duration::from_millis(50),
+            ..Arc::into_inner(target).expect("the only reference")
+        });
         let mut connection = Connection::open(target).await.expect("open");
-        connection.max_idle = Duration::from_millis(50);
         let path = purchase_path(1);
         for user in ["ann", "bob"] {
             let answer = connection.purchase(&path, user).await;
