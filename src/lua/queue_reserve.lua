@@ -22,23 +22,25 @@ local now = now_ms()
 -- 1. Leases that ran out: their worker died or stalled. Back to due, or to
 --    the dead-letter set once the job has had its attempts (a job that
 --    crashes every worker that takes it must not crash them forever).
---    After a worker died with a full batch in flight that is a thousand
---    jobs, so a few calls for all of them, as in step 2.
+--    A worker that died held up to three batches (3,000 jobs by default):
+--    a thousand are moved per reserve, the rest by the next ones, each
+--    thousand in a few calls, as in step 2.
 local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)
 call_many('ZREM', inflight, expired)
 local tries = call_many('HMGET', attempts, expired)
-local back, buried_ids = {}, {}
+-- { score, id, score, id, ... } for ZADD.
+local to_due, to_dead = {}, {}
 for k, id in ipairs(expired) do
-  local pile = back
+  local pile = to_due
   if (tonumber(tries[k]) or 0) >= max_attempts then
-    pile = buried_ids
+    pile = to_dead
   end
   pile[#pile + 1] = now
   pile[#pile + 1] = id
 end
-call_many('ZADD', dead, buried_ids)
-call_many('ZADD', due, back)
-local reclaimed, buried = #back / 2, #buried_ids / 2
+call_many('ZADD', dead, to_dead)
+call_many('ZADD', due, to_due)
+local reclaimed, buried = #to_due / 2, #to_dead / 2
 
 -- 2. Take the due jobs, oldest first, and count each delivery. A few calls
 --    for the whole batch (`call_many`), not four per job: Redis runs one script at a time, so

@@ -278,41 +278,61 @@ async fn a_job_whose_worker_died_on_its_last_attempt_is_dead_lettered() {
     assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 1));
 }
 
-/// A worker that died holding more jobs than one call of the reserve
-/// script moves at once (500): the next reserve puts every one of them
-/// back, and, on their last attempt, dead-letters every one.
+/// A worker that died holding 600 jobs, more than one of the scripts'
+/// calls takes (500), some on their last attempt and some not, their ids
+/// interleaved: the next reserve dead-letters exactly the first, and puts
+/// back (and delivers again) exactly the others.
 #[tokio::test]
-async fn a_dead_workers_whole_batch_comes_back_and_then_is_dead_lettered() {
+async fn a_dead_workers_jobs_are_put_back_or_dead_lettered_each_by_its_own_attempts() {
     let (_scratch, queue, mut conn) = setup().await;
-    let ids: Vec<String> = (0..600).map(|i| format!("job-{i}")).collect();
-    let jobs: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "p")).collect();
-    assert_eq!(enqueue_now(&queue, &mut conn, &jobs).await, 600);
+    let named = |numbers: Vec<u32>| -> Vec<String> {
+        numbers.into_iter().map(|i| format!("job-{i:03}")).collect()
+    };
+    let as_jobs = |ids: &[String]| -> Vec<(String, String)> {
+        ids.iter().map(|id| (id.clone(), "p".to_owned())).collect()
+    };
+    // Every third id is tried twice, the others once: sorted by id, as the
+    // reserve reads them, the two kinds alternate, across the 500 boundary
+    // too, and neither a shift by one nor a reversal maps a kind onto itself.
+    let (twice, once): (Vec<u32>, Vec<u32>) = (0..600).partition(|i| i % 3 == 0);
+    let (twice, once) = (named(twice), named(once));
     let short = Duration::from_millis(10);
+    let enqueue = async |conn: &mut redis::aio::MultiplexedConnection, ids: &[String]| {
+        let jobs = as_jobs(ids);
+        let jobs: Vec<(&str, &str)> = jobs.iter().map(|(i, p)| (i.as_str(), p.as_str())).collect();
+        enqueue_now(&queue, conn, &jobs).await
+    };
+    assert_eq!(enqueue(&mut conn, &twice).await, twice.len() as u64);
     let first = queue
         .reserve(&mut conn, 600, short, 2)
         .await
         .expect("reserve");
-    assert_eq!(first.jobs.len(), 600);
+    assert_eq!(first.jobs.len(), twice.len());
     tokio::time::sleep(Duration::from_millis(30)).await;
-
-    let again = queue
+    // `twice` comes back and is taken again (attempt 2), `once` for the
+    // first time: all 600 in flight, all their leases ending together.
+    assert_eq!(enqueue(&mut conn, &once).await, once.len() as u64);
+    let all = queue
         .reserve(&mut conn, 600, short, 2)
         .await
         .expect("reserve");
-    assert_eq!((again.reclaimed, again.dead_lettered), (600, 0));
-    assert_eq!(again.jobs.len(), 600);
-    assert!(again.jobs.iter().all(|job| job.attempt == 2));
+    assert_eq!(all.reclaimed, twice.len() as u64);
+    assert_eq!(all.jobs.len(), 600);
     tokio::time::sleep(Duration::from_millis(30)).await;
 
     let last = queue
         .reserve(&mut conn, 600, LEASE, 2)
         .await
         .expect("reserve");
-    assert_eq!((last.reclaimed, last.dead_lettered), (0, 600));
-    assert!(last.jobs.is_empty());
+    assert_eq!(last.dead_lettered, twice.len() as u64);
+    assert_eq!(last.reclaimed, once.len() as u64);
+    let mut delivered: Vec<String> = last.jobs.iter().map(|job| job.id.clone()).collect();
+    delivered.sort();
+    assert_eq!(delivered, once);
+    assert!(last.jobs.iter().all(|job| job.attempt == 2));
     assert_eq!(
         queue.stats(&mut conn).await.expect("stats"),
-        stats(0, 0, 600)
+        stats(0, once.len() as u64, twice.len() as u64)
     );
 }
 
