@@ -335,10 +335,10 @@ impl Cluster {
                 .await
                 .is_err()
             {
-                eprintln!(
-                    "seckill: {} did not stop within {} s of SIGTERM; killed",
-                    member.name,
-                    STOP_TIMEOUT.as_secs()
+                tracing::warn!(
+                    process = %member.name,
+                    timeout_s = STOP_TIMEOUT.as_secs(),
+                    "did not stop after SIGTERM; killed"
                 );
                 let _ = member.child.kill().await;
             }

@@ -152,8 +152,8 @@ pub struct Application {
     /// with `shutdown`: requests still finishing after the signal count
     /// answers too, and the last flush must come after them.
     tally_stop: CancellationToken,
-    /// Cancelled to stop, by `run_until_stopped` on a signal: ends the
-    /// event streams, the worker and the events task.
+    /// Cancelled to stop, by `run_until_stopped` once its `stop` ends (a
+    /// signal): ends the event streams, the worker and the events task.
     shutdown: CancellationToken,
 }
 
@@ -229,8 +229,9 @@ impl Application {
         .context("starting the HTTP server")?
         // Requests in flight get this long to finish on shutdown.
         .shutdown_timeout(5)
-        // We handle SIGINT and SIGTERM ourselves (run_until_stopped), so that
-        // the live event streams end before the server waits for them.
+        // SIGINT and SIGTERM are ours (stop_requested, passed to
+        // run_until_stopped), so that the live event streams end before the
+        // server waits for them.
         .disable_signals()
         .run();
         tracing::info!(%address, strategy = ?settings.purchase.strategy, worker = settings.run_worker, "listening");
@@ -266,14 +267,14 @@ impl Application {
         // Event streams never finish by themselves: cancelling the token
         // first ends them, so the graceful stop below does not wait its
         // whole timeout for every open sale page.
-        let on_signal = tokio::spawn(async move {
+        let on_stop = tokio::spawn(async move {
             stop.await;
             tracing::info!("shutting down");
             shutdown.cancel();
             handle.stop(true).await;
         });
         let served = self.server.await.context("running the HTTP server");
-        on_signal.abort();
+        on_stop.abort();
         self.shutdown.cancel();
         if let Some(worker) = self.worker {
             worker.await.context("the worker task panicked")?;
@@ -319,7 +320,9 @@ mod tests {
     use super::stop_requested;
 
     /// The stop is seen though it came before the wait: the program had
-    /// printed "Press Ctrl-C to stop." and was not yet waiting.
+    /// printed "Press Ctrl-C to stop." and was not yet waiting. (This
+    /// leaves the unit tests' process listening for SIGINT and SIGTERM
+    /// until it exits; the unit tests are over in well under a second.)
     #[tokio::test]
     async fn a_signal_between_the_prompt_and_the_wait_is_not_lost() {
         let stop = stop_requested();

@@ -110,7 +110,10 @@ pub async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Re
         }
     );
     if !args.exit {
-        let cluster = serve_rows(services, prefix, &token, &sales).await?;
+        let cluster = tokio::select! {
+            cluster = serve_rows(services, prefix, &token, &sales) => cluster?,
+            () = &mut stop => anyhow::bail!("interrupted; the app instances were stopped"),
+        };
         stop.await;
         cluster.stop().await;
     }
