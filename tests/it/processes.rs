@@ -66,6 +66,17 @@ pub async fn confirmed_orders(scratch: &Scratch) -> i64 {
 /// out (within [`RUN_LIMIT`]). Returns the process and what `find` made of
 /// the line; panics, naming `what`, if the command ends first.
 pub async fn start_until<T>(
+    command: tokio::process::Command,
+    what: &str,
+    find: impl FnMut(&str) -> Option<T>,
+) -> (tokio::process::Child, T) {
+    start_until_within(RUN_LIMIT, command, what, find).await
+}
+
+/// [`start_until`] for a command that runs a sequence of runs before the
+/// line (the whole lab's thirteen rows), given `limit`.
+pub async fn start_until_within<T>(
+    limit: Duration,
     mut command: tokio::process::Command,
     what: &str,
     mut find: impl FnMut(&str) -> Option<T>,
@@ -74,7 +85,7 @@ pub async fn start_until<T>(
 
     let mut child = command.spawn().expect("the program started");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
-    let found = tokio::time::timeout(RUN_LIMIT, async {
+    let found = tokio::time::timeout(limit, async {
         while let Some(line) = lines.next_line().await.expect("reading stdout") {
             if let Some(found) = find(&line) {
                 return found;

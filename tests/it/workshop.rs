@@ -3,7 +3,7 @@
 //! `cargo run --release --`), and must end well.
 
 use crate::helpers::{Scratch, seckill_command};
-use crate::processes::{finish, interrupt, start_until, text};
+use crate::processes::{RUN_LIMIT, finish, interrupt, start_until_within, text};
 
 const GUIDE: &str = include_str!("../../docs/workshop.md");
 
@@ -74,10 +74,13 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
             // Whether the verdict printed before the pages said every row
             // (or both runs) kept to what was expected.
             let mut kept = false;
-            let (child, kept) = start_until(process, "Press Ctrl-C to stop.", |line| {
+            // The last step is the whole lab: thirteen rows before the
+            // prompt, beside the rest of the suite.
+            let prompt = "Press Ctrl-C to stop.";
+            let (child, kept) = start_until_within(2 * RUN_LIMIT, process, prompt, |line| {
                 kept |= line.contains("lab verdict: every row as expected")
                     || line.contains("demo verdict: PASS");
-                line.contains("Press Ctrl-C to stop.").then_some(kept)
+                line.contains(prompt).then_some(kept)
             })
             .await;
             assert!(kept, "{command}: no passing verdict before the pages");
