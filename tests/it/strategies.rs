@@ -97,6 +97,10 @@ async fn one_unit_sold_twice(
 /// The correct strategies sell every unit once to 300 buyers at once.
 #[tokio::test]
 async fn lua_and_postgres_sell_each_unit_once() {
+    // Each app lives to the end of the test: a TestApp dropped earlier
+    // deletes its keys while its server runs on, and the server's next
+    // flush of the answer tally wrote them back, left behind.
+    let mut apps = Vec::new();
     for strategy in [Strategy::Lua, Strategy::Postgres] {
         let app = app_with(settings(strategy)).await;
         let sale = app.create_sale(40).await;
@@ -114,6 +118,7 @@ async fn lua_and_postgres_sell_each_unit_once() {
             409,
             "{strategy:?}: a winner bought twice"
         );
+        apps.push(app);
     }
 }
 
