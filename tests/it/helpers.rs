@@ -34,7 +34,20 @@ pub async fn services() -> &'static Services {
         .get_or_init(|| async {
             // One server: `cluster.rs` starts a cluster of its own.
             let redis = std::env::var("SECKILL_REDIS_URL").ok().map(RedisAt::Server);
-            let database = std::env::var("SECKILL_DATABASE_URL").ok();
+            // Every test works in a database of its own on this server. On a
+            // local server found by discovery, the base is the server's own
+            // `postgres` database: discovery's default, the app's `seckill`,
+            // would be created for nothing and left behind.
+            let database = match std::env::var("SECKILL_DATABASE_URL").ok() {
+                Some(url) => Some(url),
+                None if services::postgres_answers(services::DEFAULT_POSTGRES_SERVER).await => {
+                    Some(
+                        services::with_database(services::DEFAULT_POSTGRES_SERVER, "postgres")
+                            .expect("a database URL"),
+                    )
+                }
+                None => None,
+            };
             Services::resolve(redis, database.as_deref(), PrivateServers::Allowed)
                 .await
                 .expect("Redis and PostgreSQL for the tests")
