@@ -60,6 +60,7 @@ pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::
             "\nThe sale page stays up: {url}/sales/{sale_id}\n\
              The race, live, for a projector: {url}/sales/{sale_id}/live\n\
              Every sale: {url}/   Admin: {url}/admin (token {token})\n\
+             Buy from a terminal: curl -s -X POST {url}/api/sales/{sale_id}/purchase -d '{{\"user_id\": \"ann\"}}'\n\
              The winners' orders are cancelled {secs} s after they were confirmed unless paid\n\
              (nobody pays them here): watch the units come back on sale.\n\
              Press Ctrl-C to stop.",

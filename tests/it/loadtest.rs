@@ -463,21 +463,23 @@ async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
     let scratch = Scratch::new().await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let dir_arg = dir.path().to_str().expect("a UTF-8 path");
-    let (demo, live) = start_until(
+    let mut live = None;
+    let (demo, buy) = start_until(
         seckill_command(
             &scratch,
             &["demo", "--users", "100", "--report-dir", dir_arg],
             &[],
         ),
-        "its live page, after its sale page",
+        "its live page, then a purchase to try",
         |line| {
-            Some(
-                line.strip_prefix("The race, live, for a projector: ")?
-                    .to_owned(),
-            )
+            if let Some(url) = line.strip_prefix("The race, live, for a projector: ") {
+                live = Some(url.to_owned());
+            }
+            Some(line.strip_prefix("Buy from a terminal: ")?.to_owned())
         },
     )
     .await;
+    let live = live.expect("the live page is printed before the purchase");
     // The live page is the sale page's, for the projector.
     let page = live
         .strip_suffix("/live")
@@ -500,6 +502,24 @@ async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
     assert_eq!(response.status(), 200);
     let body = response.text().await.expect("the page");
     assert!(body.contains("the race, live"), "{body}");
+
+    // The purchase printed to try, as curl sends it: the demo sold its
+    // ten units, so it is answered 409 sold_out (a malformed URL or body
+    // would be a 404 or a 400).
+    let (url, body) = buy
+        .strip_prefix("curl -s -X POST ")
+        .and_then(|rest| rest.split_once(" -d '"))
+        .expect("a curl POST with a body");
+    let response = crate::helpers::client()
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body.strip_suffix('\'').expect("a quoted body").to_owned())
+        .send()
+        .await
+        .expect("POST the purchase");
+    assert_eq!(response.status(), 409);
+    let answer: serde_json::Value = response.json().await.expect("JSON");
+    assert_eq!(answer["error"], "sold_out");
 
     assert_eq!(interrupt(demo).await, Some(0));
     // Its instances are gone with it.
