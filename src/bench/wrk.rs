@@ -143,22 +143,8 @@ async fn index_on(
     .await;
     cluster.stop().await;
     pg.close().await;
-    delete_keys(&own).await?;
+    super::delete_keys(&own).await?;
     rates
-}
-
-/// Every Redis key of the row's own prefix (on a cluster, the connection
-/// asks every master and deletes from each).
-async fn delete_keys(store: &Store) -> anyhow::Result<()> {
-    let mut conn = store.redis().await?;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*", store.prefix))
-        .query_async(&mut conn)
-        .await?;
-    if !keys.is_empty() {
-        let () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
-    }
-    Ok(())
 }
 
 /// The bare handler's server: this process, the port the kernel picks.
