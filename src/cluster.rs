@@ -26,6 +26,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::startup;
 use crate::topology::{self, RedisAt};
 
 /// How long a started `seckill serve` may take to print its address.
@@ -99,6 +100,8 @@ impl Deployment {
             .env_remove(topology::CLUSTER_ENV)
             .args(args)
             .envs(self.env.iter().map(|(name, value)| (name, value)))
+            // It stops by itself if this process dies without stopping it.
+            .env(startup::PARENT_PID_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

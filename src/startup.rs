@@ -299,15 +299,46 @@ impl Application {
 /// and the program went on serving. Before the first handler, a SIGTERM in
 /// the gap killed the process without its graceful stop. So call this
 /// before saying the program may be stopped, and await it afterwards.
+///
+/// A process started by a [`Cluster`](crate::cluster::Cluster) also stops
+/// once the process that started it is gone ([`PARENT_PID_ENV`]).
 pub fn stop_requested() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
     let mut terminate = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    let parent = std::env::var(PARENT_PID_ENV)
+        .ok()
+        .and_then(|pid| pid.parse().ok());
     async move {
         tokio::select! {
             _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
+            () = parent_gone(parent) => {
+                tracing::warn!("the process that started this one is gone; stopping");
+            }
         }
+    }
+}
+
+/// Set by `cluster.rs` on every process it starts: the starter's pid.
+///
+/// A starter killed with SIGKILL (a test's time limit, the OOM killer)
+/// cannot stop its processes, and they served on, orphaned, holding ports
+/// and Redis connections, for as long as the machine ran. Each now stops
+/// itself once its parent is no longer that pid (an orphan is adopted by
+/// init or a subreaper). `PR_SET_PDEATHSIG` would say it at once, but
+/// needs `unsafe` code between fork and exec.
+pub const PARENT_PID_ENV: &str = "SECKILL_PARENT_PID";
+
+/// Ends when this process' parent is no longer `parent` (never, for
+/// `None`). Looked at twice a second.
+async fn parent_gone(parent: Option<u32>) {
+    let Some(parent) = parent else {
+        return std::future::pending().await;
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    while std::os::unix::process::parent_id() == parent {
+        tick.tick().await;
     }
 }
 

@@ -525,3 +525,36 @@ async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
     // Its instances are gone with it.
     assert!(crate::helpers::client().get(&page).send().await.is_err());
 }
+
+/// A demo killed with SIGKILL cannot stop its instances: they see that
+/// their parent is gone and stop by themselves, rather than serving on,
+/// orphaned.
+#[tokio::test]
+async fn the_instances_of_a_demo_killed_outright_stop_by_themselves() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let dir_arg = dir.path().to_str().expect("a UTF-8 path");
+    let (mut demo, page) = start_until(
+        seckill_command(
+            &scratch,
+            &["demo", "--users", "100", "--report-dir", dir_arg],
+            &[],
+        ),
+        "its sale page",
+        |line| Some(line.strip_prefix("The sale page stays up: ")?.to_owned()),
+    )
+    .await;
+    let client = crate::helpers::client();
+    let response = client.get(&page).send().await.expect("GET the sale page");
+    assert_eq!(response.status(), 200);
+
+    demo.kill().await.expect("SIGKILL the demo");
+    let started = std::time::Instant::now();
+    while client.get(&page).send().await.is_ok() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the instance still serves {page} 20 s after its demo was killed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
