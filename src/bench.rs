@@ -51,6 +51,7 @@ use crate::queue::Queue;
 use crate::services::{self, PrivateServers, Services};
 use crate::startup;
 use crate::store::Store;
+use crate::topology::RedisPool;
 use crate::worker::Worker;
 
 /// One row of the table.
@@ -65,6 +66,9 @@ struct Row {
 /// `seckill bench`: measure, print the table.
 pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow::Result<()> {
     startup::raise_open_files_limit();
+    // Ctrl-C, from here on, ends the measuring, not the process: the
+    // clean-up below runs.
+    let stop = startup::stop_requested();
     // What the bench writes is measurement, not the user's: a database and
     // a key prefix of its own, dropped afterwards, failed run or not. (In
     // the app's database, its live "Bench drain" sales of 20,000 units were
@@ -79,10 +83,23 @@ pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow
     )
     .await?;
     let prefix = format!("{prefix}:bench-{pid}");
-    let measured = measure(&args, &own, &prefix).await;
+    let measured = tokio::select! {
+        measured = measure(&args, &own, &prefix) => measured,
+        () = stop => Err(anyhow::anyhow!("interrupted; the bench's database and keys are dropped")),
+    };
     let cleaned = clean_up(&own, &prefix).await;
-    println!("{}", table(&measured?));
-    cleaned
+    match (measured, cleaned) {
+        (Ok(rows), cleaned) => {
+            println!("{}", table(&rows));
+            cleaned
+        }
+        (Err(error), cleaned) => {
+            if let Err(left) = cleaned {
+                eprintln!("bench: cleaning up after the failed run: {left:#}");
+            }
+            Err(error)
+        }
+    }
 }
 
 /// Every row `args` asks for, measured with `prefix` on `services`.
@@ -128,21 +145,27 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
     Ok(rows)
 }
 
-/// Delete the bench's keys and drop its database.
+/// Delete the bench's keys and drop its database, each whether or not the
+/// other could be done.
 async fn clean_up(services: &Services, prefix: &str) -> anyhow::Result<()> {
-    let store = harness::connect(services, prefix).await?;
-    let result = delete_keys(&store).await;
-    store.pg.close().await;
-    services::drop_database(&services.database_url).await?;
-    result.context("deleting the bench's Redis keys")
+    let deleted = async {
+        let redis = startup::connect_redis(&services.redis, Duration::from_secs(5)).await?;
+        delete_keys(&redis, prefix).await
+    }
+    .await
+    .context("deleting the bench's Redis keys");
+    let dropped = services::drop_database(&services.database_url)
+        .await
+        .context("dropping the bench's database");
+    deleted.and(dropped)
 }
 
-/// Delete every Redis key under `store`'s prefix (on a cluster, the
-/// connection asks every master and deletes from each).
-async fn delete_keys(store: &Store) -> anyhow::Result<()> {
-    let mut conn = store.redis().await?;
+/// Delete every Redis key under `prefix` (on a cluster, the connection
+/// asks every master and deletes from each).
+async fn delete_keys(redis: &RedisPool, prefix: &str) -> anyhow::Result<()> {
+    let mut conn = redis.get().await?;
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*", store.prefix))
+        .arg(format!("{prefix}:*"))
         .query_async(&mut conn)
         .await?;
     if !keys.is_empty() {

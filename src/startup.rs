@@ -300,8 +300,8 @@ impl Application {
 /// the gap killed the process without its graceful stop. So call this
 /// before saying the program may be stopped, and await it afterwards.
 ///
-/// A process started by a [`Cluster`](crate::cluster::Cluster) also stops
-/// once the process that started it is gone ([`PARENT_PID_ENV`]).
+/// A process started through `cluster.rs` (`Deployment::command`) also
+/// stops once the process that started it is gone ([`PARENT_PID_ENV`]).
 pub fn stop_requested() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
@@ -326,8 +326,10 @@ pub fn stop_requested() -> impl Future<Output = ()> + Send + 'static {
 /// cannot stop its processes, and they served on, orphaned, holding ports
 /// and Redis connections, for as long as the machine ran. Each now stops
 /// itself once its parent is no longer that pid (an orphan is adopted by
-/// init or a subreaper). `PR_SET_PDEATHSIG` would say it at once, but
-/// needs `unsafe` code between fork and exec.
+/// init or a subreaper). Compared with the pid passed in, not with one read
+/// at start, so a starter that died before the child looked is caught too.
+/// (`PR_SET_PDEATHSIG` fires when the spawning thread exits, not the
+/// process, and misses a parent that died before the call.)
 pub const PARENT_PID_ENV: &str = "SECKILL_PARENT_PID";
 
 /// Ends when this process' parent is no longer `parent` (never, for

@@ -143,7 +143,7 @@ async fn index_on(
     .await;
     cluster.stop().await;
     pg.close().await;
-    super::delete_keys(&own).await?;
+    super::delete_keys(&own.redis, &own.prefix).await?;
     rates
 }
 

@@ -4,7 +4,7 @@ use crate::helpers::{Scratch, seckill_command};
 use crate::processes::{RUN_LIMIT, finish, text};
 
 /// `seckill bench`, small: every row measured or said not to be, each
-/// beside its target, and the drained orders really in PostgreSQL.
+/// beside its target, and nothing of it left afterwards.
 #[tokio::test]
 async fn the_bench_measures_each_row_beside_its_target() {
     let _cores = crate::helpers::cores_alone().await;
@@ -63,6 +63,35 @@ async fn the_bench_measures_each_row_beside_its_target() {
     assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
 }
 
+/// Ctrl-C in the middle of the burst: the bench stops, and its database
+/// and keys are gone all the same.
+#[tokio::test]
+async fn an_interrupted_bench_leaves_nothing_behind() {
+    let scratch = Scratch::new().await;
+    let args = ["bench", "--only", "burst", "--burst-users", "200"];
+    let bench = seckill_command(&scratch, &args, &[])
+        .spawn()
+        .expect("the bench starts");
+    let pid = bench.id().expect("running");
+    // Into the run: its database exists and its instances are starting.
+    let started = std::time::Instant::now();
+    while bench_databases(pid).await == 0 {
+        assert!(started.elapsed() < RUN_LIMIT, "the bench made no database");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let pid_t = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    nix::sys::signal::kill(pid_t, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let output = tokio::time::timeout(RUN_LIMIT, bench.wait_with_output())
+        .await
+        .expect("the bench ended in time")
+        .expect("its output");
+    // An error, as for any run that could not finish (exit 2).
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    assert!(text(&output).contains("interrupted"), "{}", text(&output));
+    assert_eq!(bench_databases(pid).await, 0);
+    assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
+}
+
 /// Databases the bench of process `pid` made (its own, and the index's).
 async fn bench_databases(pid: u32) -> i64 {
     use sqlx::Connection;
@@ -71,8 +100,11 @@ async fn bench_databases(pid: u32) -> i64 {
     let mut pg = sqlx::PgConnection::connect(server)
         .await
         .expect("PostgreSQL");
-    sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname LIKE $1")
-        .bind(format!("seckill_bench_%{pid}"))
+    sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = ANY($1)")
+        .bind([
+            format!("seckill_bench_{pid}"),
+            format!("seckill_bench_index_{pid}"),
+        ])
         .fetch_one(&mut pg)
         .await
         .expect("count the databases")

@@ -467,7 +467,17 @@ async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
     let (demo, buy) = start_until(
         seckill_command(
             &scratch,
-            &["demo", "--users", "100", "--report-dir", dir_arg],
+            // The winners' orders stay unpaid for an hour, so that the
+            // units are still sold when the printed purchase is tried.
+            &[
+                "demo",
+                "--users",
+                "100",
+                "--payment-window-secs",
+                "3600",
+                "--report-dir",
+                dir_arg,
+            ],
             &[],
         ),
         "its live page, then a purchase to try",
