@@ -51,7 +51,6 @@ use crate::queue::Queue;
 use crate::services::{self, PrivateServers, Services};
 use crate::startup;
 use crate::store::Store;
-use crate::topology::RedisPool;
 use crate::worker::Worker;
 
 /// One row of the table.
@@ -150,7 +149,7 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
 async fn clean_up(services: &Services, prefix: &str) -> anyhow::Result<()> {
     let deleted = async {
         let redis = startup::connect_redis(&services.redis, Duration::from_secs(5)).await?;
-        delete_keys(&redis, prefix).await
+        redis.delete_under(prefix).await
     }
     .await
     .context("deleting the bench's Redis keys");
@@ -158,20 +157,6 @@ async fn clean_up(services: &Services, prefix: &str) -> anyhow::Result<()> {
         .await
         .context("dropping the bench's database");
     deleted.and(dropped)
-}
-
-/// Delete every Redis key under `prefix` (on a cluster, the connection
-/// asks every master and deletes from each).
-async fn delete_keys(redis: &RedisPool, prefix: &str) -> anyhow::Result<()> {
-    let mut conn = redis.get().await?;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}:*"))
-        .query_async(&mut conn)
-        .await?;
-    if !keys.is_empty() {
-        let () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
-    }
-    Ok(())
 }
 
 /// 10 units, a burst on 2 `lock` instances: time to the last win, p99.

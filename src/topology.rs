@@ -129,6 +129,22 @@ impl RedisPool {
         })
     }
 
+    /// Delete every key under `prefix` (`prefix:*`): what the bench or a
+    /// test wrote under a prefix of its own. `KEYS` walks the whole
+    /// keyspace in one step; on a cluster it goes to every master and `DEL`
+    /// to each key's (the cluster connection splits both).
+    pub async fn delete_under(&self, prefix: &str) -> anyhow::Result<()> {
+        let mut conn = self.get().await?;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}:*"))
+            .query_async(&mut conn)
+            .await?;
+        if !keys.is_empty() {
+            let () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
+        }
+        Ok(())
+    }
+
     /// A connection, waiting at most the pool's `wait`.
     pub async fn get(&self) -> Result<RedisConn, deadpool_redis::PoolError> {
         Ok(match self {

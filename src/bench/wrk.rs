@@ -143,7 +143,7 @@ async fn index_on(
     .await;
     cluster.stop().await;
     pg.close().await;
-    super::delete_keys(&own.redis, &own.prefix).await?;
+    own.redis.delete_under(&own.prefix).await?;
     rates
 }
 

@@ -120,29 +120,13 @@ impl Drop for Scratch {
                 .expect("a runtime for clean-up");
             runtime.block_on(async {
                 let _ = services::drop_database(&database_url).await;
-                let _ = delete_keys(&redis, &prefix).await;
+                if let Ok(pool) = RedisPool::new(&redis, Duration::from_secs(5)) {
+                    let _ = pool.delete_under(&prefix).await;
+                }
             });
         });
         let _ = cleanup.join();
     }
-}
-
-/// Every key under `prefix`. On a cluster, `KEYS` goes to every master and
-/// `DEL` to each key's (the cluster connection splits both).
-async fn delete_keys(redis: &RedisAt, prefix: &str) -> anyhow::Result<()> {
-    let pool = RedisPool::new(redis, Duration::from_secs(5))?;
-    let mut conn = pool.get().await?;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}:*"))
-        .query_async(&mut conn)
-        .await?;
-    if !keys.is_empty() {
-        redis::cmd("DEL")
-            .arg(keys)
-            .query_async::<()>(&mut conn)
-            .await?;
-    }
-    Ok(())
 }
 
 /// An app instance running inside the test process, with no background
