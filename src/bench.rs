@@ -87,12 +87,13 @@ pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow
         () = stop => Err(anyhow::anyhow!("interrupted; the bench's database and keys are dropped")),
     };
     let cleaned = clean_up(&own, &prefix).await;
-    match (measured, cleaned) {
-        (Ok(rows), cleaned) => {
+    match measured {
+        Ok(rows) => {
             println!("{}", table(&rows));
             cleaned
         }
-        (Err(error), cleaned) => {
+        // The run's error is the one returned; the clean-up's is not lost.
+        Err(error) => {
             if let Err(left) = cleaned {
                 eprintln!("bench: cleaning up after the failed run: {left:#}");
             }
