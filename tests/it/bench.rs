@@ -1,7 +1,7 @@
 //! `seckill bench` as a process: it runs, and says what it measured.
 
 use crate::helpers::{Scratch, seckill_command};
-use crate::processes::{RUN_LIMIT, finish, text};
+use crate::processes::{RUN_LIMIT, finish, sale_count, text};
 
 /// `seckill bench`, small: every row measured or said not to be, each
 /// beside its target, and nothing of it left afterwards.
@@ -59,7 +59,7 @@ async fn the_bench_measures_each_row_beside_its_target() {
     // Its sales, orders and keys were its own, and are gone: the user's
     // database and keys are as they were (empty, here).
     assert_eq!(bench_databases(pid).await, 0);
-    assert_eq!(sales(&scratch).await, 0);
+    assert_eq!(sale_count(&scratch).await, 0);
     assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
 }
 
@@ -73,12 +73,13 @@ async fn an_interrupted_bench_leaves_nothing_behind() {
         .spawn()
         .expect("the bench starts");
     let pid = bench.id().expect("running");
-    // Into the run: its database exists and its instances are starting.
-    let started = std::time::Instant::now();
-    while bench_databases(pid).await == 0 {
-        assert!(started.elapsed() < RUN_LIMIT, "the bench made no database");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    // In the middle of the burst: its instances run and its sale is in
+    // Redis, under the bench's prefix (inside the scratch one).
+    crate::helpers::eventually(RUN_LIMIT, "the bench's sale in Redis", || async {
+        !keys_left(&scratch).await.is_empty()
+    })
+    .await;
+    assert_eq!(bench_databases(pid).await, 1);
     let pid_t = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
     nix::sys::signal::kill(pid_t, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
     let output = tokio::time::timeout(RUN_LIMIT, bench.wait_with_output())
@@ -118,16 +119,6 @@ async fn keys_left(scratch: &Scratch) -> Vec<String> {
         .expect("KEYS")
 }
 
-async fn sales(scratch: &Scratch) -> i64 {
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
-    sqlx::query_scalar("SELECT count(*) FROM sales")
-        .fetch_one(&pg)
-        .await
-        .expect("count the sales")
-}
-
 /// `seckill bench --only idle`: that row and no other, and nothing left in
 /// the user's database.
 #[tokio::test]
@@ -146,5 +137,5 @@ async fn the_bench_measures_only_the_rows_asked_for() {
         rows[0].starts_with("idle worker: 202 to order confirmed, p50"),
         "{stdout}"
     );
-    assert_eq!(sales(&scratch).await, 0);
+    assert_eq!(sale_count(&scratch).await, 0);
 }

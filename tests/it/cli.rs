@@ -6,6 +6,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use crate::helpers::{Scratch, client, cluster, seckill_command, spawn_app_on};
+use crate::processes::sale_count;
 
 #[tokio::test]
 async fn sale_create_prints_the_sale_and_it_can_be_bought() {
@@ -92,14 +93,7 @@ async fn sale_create_refuses_an_invalid_sale_with_a_clear_message_and_stores_not
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
         assert!(output.stdout.is_empty(), "{args:?} printed a sale");
     }
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
-        .fetch_one(&pg)
-        .await
-        .expect("count");
-    assert_eq!(count, 0);
+    assert_eq!(sale_count(&scratch).await, 0);
 }
 
 #[tokio::test]

@@ -41,6 +41,17 @@ pub fn read_json(path: &Path) -> Value {
         .expect("valid JSON")
 }
 
+/// How many sales the scratch database holds.
+pub async fn sale_count(scratch: &Scratch) -> i64 {
+    let pg = seckill::startup::connect_postgres(&scratch.database_url)
+        .await
+        .expect("PostgreSQL");
+    sqlx::query_scalar("SELECT count(*) FROM sales")
+        .fetch_one(&pg)
+        .await
+        .expect("count the sales")
+}
+
 /// `(status, count)` of every order in the scratch database.
 pub async fn orders_by_status(scratch: &Scratch) -> Vec<(String, i64)> {
     let pg = seckill::startup::connect_postgres(&scratch.database_url)
