@@ -118,9 +118,7 @@ async fn ten_units_are_sold_exactly_ten_times_across_two_instances_under_a_burst
     assert_eq!(winners.len(), STOCK as usize, "a buyer won twice");
 
     // The workers drain the queue into PostgreSQL.
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
+    let pg = scratch.pg().await;
     let redis = seckill::startup::connect_redis(&scratch.redis, Duration::from_secs(5))
         .await
         .expect("Redis");
@@ -187,9 +185,7 @@ async fn the_naive_strategy_oversells_under_the_same_burst_and_postgres_refuses_
         "the naive strategy sold only {accepted} of {STOCK}: it must oversell"
     );
 
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
+    let pg = scratch.pg().await;
     eventually(
         Duration::from_secs(60),
         "every accepted order reaches PostgreSQL",

@@ -75,6 +75,13 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// A pool on the scratch database (migrated).
+    pub async fn pg(&self) -> sqlx::PgPool {
+        startup::connect_postgres(&self.database_url)
+            .await
+            .expect("the scratch database")
+    }
+
     pub async fn new() -> Self {
         Self::on(&services().await.database_url, &services().await.redis).await
     }
@@ -182,9 +189,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
 
 pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
     let address = start_instance(&scratch, &options, "test").await;
-    let pg = startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
+    let pg = scratch.pg().await;
     let redis = startup::connect_redis(&scratch.redis, Duration::from_secs(5))
         .await
         .expect("Redis");

@@ -391,9 +391,7 @@ async fn the_demo_runs_both_strategies_side_by_side_and_exits_0() {
     assert_eq!(by_status[0], ("confirmed".into(), 20), "{by_status:?}");
 
     // Both sales close after an hour, so repeated demos do not pile up as live sales.
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
+    let pg = scratch.pg().await;
     let closing_in_an_hour: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM sales WHERE ends_at = starts_at + interval '1 hour'",
     )

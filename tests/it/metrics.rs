@@ -78,9 +78,7 @@ async fn metrics_after_a_burst_count_what_the_buyers_were_told_and_postgres_hold
     let accepted = statuses.iter().filter(|s| **s == 202).count();
     assert_eq!(accepted, 10, "{statuses:?}");
 
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
+    let pg = scratch.pg().await;
     eventually(Duration::from_secs(20), "ten confirmed orders", || {
         let pg = pg.clone();
         async move { orders(&pg, sale).await.len() == 10 }

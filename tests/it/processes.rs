@@ -43,9 +43,7 @@ pub fn read_json(path: &Path) -> Value {
 
 /// How many sales the scratch database holds.
 pub async fn sale_count(scratch: &Scratch) -> i64 {
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
+    let pg = scratch.pg().await;
     sqlx::query_scalar("SELECT count(*) FROM sales")
         .fetch_one(&pg)
         .await
@@ -54,9 +52,7 @@ pub async fn sale_count(scratch: &Scratch) -> i64 {
 
 /// `(status, count)` of every order in the scratch database.
 pub async fn orders_by_status(scratch: &Scratch) -> Vec<(String, i64)> {
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
+    let pg = scratch.pg().await;
     sqlx::query_as("SELECT status, count(*) FROM orders GROUP BY status ORDER BY status")
         .fetch_all(&pg)
         .await

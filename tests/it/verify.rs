@@ -23,9 +23,7 @@ struct World {
 impl World {
     async fn new(winners: usize) -> Self {
         let scratch = Scratch::new().await;
-        let pg = startup::connect_postgres(&scratch.database_url)
-            .await
-            .expect("PostgreSQL");
+        let pg = scratch.pg().await;
         let mut redis = redis::Client::open(scratch.redis_url())
             .expect("URL")
             .get_multiplexed_async_connection()

@@ -23,9 +23,7 @@ async fn bought_and_confirmed(scratch: &Scratch, url: &str, name: &str) {
         .await
         .expect("POST purchase");
     assert_eq!(answer.status(), 202);
-    let pg = seckill::startup::connect_postgres(&scratch.database_url)
-        .await
-        .expect("PostgreSQL");
+    let pg = scratch.pg().await;
     eventually(Duration::from_secs(10), "the order confirmed", || {
         let pg = pg.clone();
         async move {
