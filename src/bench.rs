@@ -82,6 +82,9 @@ pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow
     )
     .await?;
     let prefix = format!("{prefix}:bench-{pid}");
+    // The servers' URLs logged at start name the app's database: say that
+    // the bench works beside it, not in it.
+    tracing::info!(database = %services::redact(&database), %prefix, "the bench's own database and key prefix, dropped when it ends");
     let measured = tokio::select! {
         measured = measure(&args, &own, &prefix) => measured,
         () = stop => Err(anyhow::anyhow!("interrupted; the bench's database and keys are dropped")),
