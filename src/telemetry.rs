@@ -6,10 +6,10 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-/// The filter when `RUST_LOG` is unset. The request middleware's own error
-/// events are off: business answers (409 sold out, ...) are not problems,
-/// and unexpected failures are logged, with their cause, by `web::error`.
-const DEFAULT_FILTER: &str = "info,sqlx=warn,actix_server=warn,tracing_actix_web::middleware=off";
+/// The filter when `RUST_LOG` is unset. Failures are logged, with their
+/// cause, by `web::error`; the request middleware logs none of its own
+/// (`Cargo.toml`).
+const DEFAULT_FILTER: &str = "info,sqlx=warn,actix_server=warn";
 
 pub fn init() {
     let filter =

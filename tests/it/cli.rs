@@ -182,3 +182,73 @@ async fn serve_ends_open_event_streams_and_exits_cleanly_on_sigterm() {
         .expect("serve exits within 20 s of SIGTERM");
     assert!(status.success(), "serve exited with {status}");
 }
+
+/// A refusal that is no fault of the server's (`503` to one live page too
+/// many, `404` for a sale that does not exist) is not logged as an error:
+/// instances started by the demo and the lab log errors only
+/// (`RUST_LOG=error`), and a loaded demo printed hundreds of such lines.
+#[tokio::test]
+async fn refusals_are_not_logged_as_errors() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let scratch = Scratch::new().await;
+    let args = ["serve", "--bind", "127.0.0.1:0", "--max-event-streams", "1"];
+    let mut server = seckill_command(
+        &scratch,
+        &args,
+        &[("SECKILL_ADMIN_TOKEN", crate::helpers::ADMIN_TOKEN)],
+    )
+    .spawn()
+    .expect("serve starts");
+    let stdout = server.stdout.take().expect("piped");
+    let line = BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .expect("its output")
+        .expect("a first line");
+    let address = line
+        .strip_prefix("seckill listening on ")
+        .unwrap_or_else(|| panic!("not an address: {line}"))
+        .to_owned();
+    let client = client();
+    let created = client
+        .post(format!("{address}/api/sales"))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .json(&serde_json::json!({"name": "Lamp", "stock": 2, "price_cents": 100}))
+        .send()
+        .await
+        .expect("POST /api/sales");
+    assert_eq!(created.status(), 201);
+    let sale: Value = created.json().await.expect("a sale");
+    let events = format!("{address}/api/sales/{}/events", sale["id"]);
+    let mut first = client.get(&events).send().await.expect("GET events");
+    let mut seen = String::new();
+    while !seen.contains("stock_left") {
+        let chunk = first.chunk().await.expect("a chunk").expect("more");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let second = client.get(&events).send().await.expect("GET events");
+    assert_eq!(second.status(), 503, "one stream too many");
+    let missing = client
+        .get(format!("{address}/api/sales/999999999"))
+        .send()
+        .await
+        .expect("GET a sale");
+    assert_eq!(missing.status(), 404);
+    drop(first);
+
+    let pid = nix::unistd::Pid::from_raw(server.id().expect("running") as i32);
+    nix::sys::signal::kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let output = tokio::time::timeout(Duration::from_secs(20), server.wait_with_output())
+        .await
+        .expect("serve exits within 20 s of SIGTERM")
+        .expect("its output");
+    assert!(
+        output.status.success(),
+        "serve exited with {}",
+        output.status
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("ERROR"), "{stderr}");
+}
