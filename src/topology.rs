@@ -132,11 +132,12 @@ impl RedisPool {
     /// Delete every key under `prefix` (`prefix:*`): what the bench or a
     /// test wrote under a prefix of its own. `KEYS` walks the whole
     /// keyspace in one step; on a cluster it goes to every master and `DEL`
-    /// to each key's (the cluster connection splits both).
+    /// to each key's (the cluster connection splits both). The prefix is
+    /// matched as written: a `*` in it matches a `*` only.
     pub async fn delete_under(&self, prefix: &str) -> anyhow::Result<()> {
         let mut conn = self.get().await?;
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{prefix}:*"))
+            .arg(format!("{}:*", glob_literal(prefix)))
             .query_async(&mut conn)
             .await?;
         if !keys.is_empty() {
@@ -152,6 +153,19 @@ impl RedisPool {
             Self::Cluster(pool) => RedisConn::Cluster(pool.get().await?),
         })
     }
+}
+
+/// `text` as a Redis glob pattern (`KEYS`, `SCAN MATCH`) that matches
+/// itself only: the pattern characters escaped with a backslash.
+fn glob_literal(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern
 }
 
 /// One pooled connection, to a server or to a cluster.

@@ -139,3 +139,32 @@ async fn the_bench_measures_only_the_rows_asked_for() {
     );
     assert_eq!(sale_count(&scratch).await, 0);
 }
+
+/// What the bench's clean-up (and every test's) deletes: the keys under its
+/// prefix, taken as written. A prefix with glob characters in it (a user's
+/// `SECKILL_REDIS_PREFIX` of `shop*`) neither deletes a neighbour's keys
+/// nor misses its own.
+#[tokio::test]
+async fn deleting_a_prefix_deletes_its_own_keys_only() {
+    let scratch = Scratch::new().await;
+    let mut redis = crate::helpers::redis_at(scratch.redis_url()).await;
+    let base = &scratch.prefix;
+    let own = [format!("{base}:s*[a]?:1"), format!("{base}:s*[a]?:x:2")];
+    let neighbours = [format!("{base}:shop:1"), format!("{base}:sxa!:1")];
+    for key in own.iter().chain(&neighbours) {
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg(1)
+            .query_async(&mut redis)
+            .await
+            .expect("SET");
+    }
+    let pool = seckill::topology::RedisPool::new(&scratch.redis, std::time::Duration::from_secs(5))
+        .expect("a pool");
+    pool.delete_under(&format!("{base}:s*[a]?"))
+        .await
+        .expect("delete_under");
+    let mut left = keys_left(&scratch).await;
+    left.sort();
+    assert_eq!(left, neighbours);
+}
