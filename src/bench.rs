@@ -25,12 +25,15 @@
 //! - **with wrk** (`wrk.rs`): sold-out answers against a bare actix
 //!   handler, and the index against a sale page and against itself;
 //! - **open sale pages** (`pages.rs`): `--pages` event streams on one
-//!   instance, the Redis commands they add per second, its memory.
+//!   instance, the Redis commands they add per second, its memory; and the
+//!   burst while they watch its sale, against the burst alone.
 
 mod cluster;
 mod lua;
 mod pages;
 mod wrk;
+
+pub use pages::hold_pages;
 
 use std::time::{Duration, Instant};
 
@@ -144,6 +147,11 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
     if wanted(BenchRows::Pages) {
         eprintln!("bench: {} open sale pages", args.pages);
         rows.push(pages::open_pages(args, services, &store, &token).await?);
+        eprintln!(
+            "bench: the burst, alone and while {} pages watch",
+            args.pages
+        );
+        rows.extend(pages::watched_burst(args, services, &store, &token).await?);
     }
     Ok(rows)
 }
@@ -170,18 +178,7 @@ async fn burst(
     store: &Store,
     token: &str,
 ) -> anyhow::Result<[Row; 3]> {
-    let load = LoadArgs {
-        scenario: Scenario::Burst,
-        users: args.burst_users,
-        dup: 0.0,
-        rate: 0.0,
-        duration: None,
-        connections: 1,
-        expect: Expect::NoOversell,
-        settle_secs: 30,
-        json: None,
-        html: None,
-    };
+    let load = burst_load(args);
     let (report, memory) = run(
         services,
         store,
@@ -220,6 +217,22 @@ async fn burst(
             met: (args.burst_users >= 100_000).then_some(settled < 64.0),
         },
     ])
+}
+
+/// The burst: `--burst-users` buyers at once, each once, on 10 units.
+fn burst_load(args: &BenchArgs) -> LoadArgs {
+    LoadArgs {
+        scenario: Scenario::Burst,
+        users: args.burst_users,
+        dup: 0.0,
+        rate: 0.0,
+        duration: None,
+        connections: 1,
+        expect: Expect::NoOversell,
+        settle_secs: 30,
+        json: None,
+        html: None,
+    }
 }
 
 /// New buyers on one big sale for `--secs` seconds: accepted per second.

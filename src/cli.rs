@@ -59,10 +59,33 @@ pub enum Command {
     /// shows what it must: the broken ones break as documented, the correct
     /// ones hold.
     Lab(LabArgs),
-    /// Speed: the burst, accepted purchases per second (lock, lua), the
-    /// worker's drain against PostgreSQL's own bulk insert, an idle worker's
-    /// delay; each beside its target. Starts its own instances and sales.
+    /// Speed, each figure beside its target: the burst, accepted purchases
+    /// per second (lock, lua, a cluster), the worker's drain against
+    /// PostgreSQL's own bulk insert, an idle worker's delay, sold-out answers
+    /// and the index under wrk, open sale pages. Starts its own instances and
+    /// sales, in a database and key prefix of its own.
     Bench(BenchArgs),
+    /// The bench's own helper: hold sale pages' event streams open in a
+    /// process of their own (past the bench's open-files limit) until
+    /// standard input ends. Not for users.
+    #[command(hide = true)]
+    HoldPages(HoldPagesArgs),
+}
+
+/// `seckill hold-pages`: what the bench asks it to hold.
+#[derive(Debug, Args)]
+pub struct HoldPagesArgs {
+    /// The instance's base URL, `http://host:port`.
+    #[arg(long)]
+    pub url: String,
+
+    /// The sale whose page is open.
+    #[arg(long)]
+    pub sale: i64,
+
+    /// How many of its event streams.
+    #[arg(long)]
+    pub pages: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -317,7 +340,8 @@ pub enum BenchRows {
     SoldOut,
     /// The storefront index against a sale page, and with 1,000 sales (wrk).
     Index,
-    /// Open sale pages: Redis commands/s they add, memory.
+    /// Open sale pages: Redis commands/s they add, memory, and the burst
+    /// while they watch against the burst alone.
     Pages,
 }
 

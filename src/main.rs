@@ -49,6 +49,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         let verdict = seckill::chaos::chaos(args).await?;
         return Ok(ExitCode::from(verdict.exit_code()));
     }
+    // The bench's helper talks to an instance only.
+    if let Command::HoldPages(args) = cli.command {
+        seckill::bench::hold_pages(args).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     // Only `serve` and `demo` may run on private servers: they are the
     // commands that use them for as long as they live.
     let private = match cli.command {
@@ -74,7 +79,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("migrations applied to {}", redact(&services.database_url));
         }
         Command::Sale(SaleCommand::Create(args)) => create_sale(&services, &prefix, args).await?,
-        Command::Chaos(_) => unreachable!("chaos returns before the servers are resolved"),
+        Command::Chaos(_) | Command::HoldPages(_) => {
+            unreachable!("they return before the servers are resolved")
+        }
         Command::Demo(args) => {
             // 0 when both runs kept their promise, 1 when one broke it,
             // 2 when one could not be trusted: as `seckill-loadtest`.

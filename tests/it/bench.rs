@@ -45,6 +45,8 @@ async fn the_bench_measures_each_row_beside_its_target() {
         "storefront index, 20 sales / sale page (wrk)",
         "storefront index, 1,000 sales / 20 sales (wrk)",
         "open sale pages on one instance: Redis commands/s they add, RSS",
+        "burst while the pages watch one instance: last win (median)",
+        "burst while the pages watch one instance: p99 (median)",
     ] {
         let line = stdout
             .lines()
