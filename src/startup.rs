@@ -28,7 +28,8 @@ use crate::services::{redact, redact_redis};
 use crate::store::Store;
 use crate::strategy::Shop;
 use crate::topology::{RedisAt, RedisPool};
-use crate::web::{AdminToken, AppState, routes, security};
+
+use crate::web::{AdminToken, AppState, LiveSales, routes, security};
 use crate::worker::Worker;
 
 /// PostgreSQL connections per instance (page reads and the worker).
@@ -145,6 +146,9 @@ pub struct Application {
     /// The task that forwards Redis pub/sub to the live pages. Awaited by
     /// `run_until_stopped` once `shutdown` is cancelled.
     events: JoinHandle<()>,
+    /// The task that paces stock changes to the open sale pages. Awaited by
+    /// `run_until_stopped` once `shutdown` is cancelled.
+    live: JoinHandle<()>,
     /// The task that flushes the answer tally into Redis. Stopped (after a
     /// last flush) by `run_until_stopped` through `tally_stop`, and awaited.
     tally: JoinHandle<()>,
@@ -204,6 +208,9 @@ impl Application {
             Arc::clone(purchaser.tally()).flush_until(store.clone(), tally_stop.clone()),
         );
 
+        let live = Arc::new(LiveSales::default());
+        let live_task =
+            tokio::spawn(Arc::clone(&live).follow(events.subscribe(), shutdown.clone()));
         let state = web::Data::new(AppState {
             purchaser,
             scoreboard: Scoreboard::new(store.clone(), shutdown.clone()),
@@ -211,7 +218,7 @@ impl Application {
             admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
             events,
             index: Default::default(),
-            snapshots: Default::default(),
+            live: Arc::clone(&live),
             streams: Arc::new(Semaphore::new(settings.max_event_streams as usize)),
             max_streams: settings.max_event_streams as usize,
             limits: settings.limits.clone(),
@@ -240,6 +247,7 @@ impl Application {
             server,
             worker,
             events: events_task,
+            live: live_task,
             tally,
             tally_stop,
             shutdown,
@@ -280,6 +288,7 @@ impl Application {
             worker.await.context("the worker task panicked")?;
         }
         self.events.await.context("the sale events task panicked")?;
+        self.live.await.context("the live pages' task panicked")?;
         // After the server stopped, so that the answers of the last
         // requests are in the last flush.
         self.tally_stop.cancel();

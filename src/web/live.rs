@@ -1,18 +1,29 @@
 //! `GET /api/sales/{id}/events`: a sale's units left, live, as server-sent
 //! events (`text/event-stream`), for the sale page's `EventSource`.
 //!
-//! Each stream is a receiver of the instance's one broadcast of stock
-//! changes (see `events.rs`), filtered to its sale. It opens with a
-//! snapshot read from Redis, and sends a fresh snapshot every
+//! Each stream follows its sale's units left on this instance through a
+//! `watch` channel of the sale ([`LiveSales`]), fed by one task that reads
+//! the instance's broadcast of stock changes (see `events.rs`). It opens
+//! with a snapshot read from Redis, and sends a fresh snapshot every
 //! [`SNAPSHOT_EVERY`], so a client that missed a message (pub/sub drops
 //! them while its connection is down; a receiver that lags skips some)
 //! shows the right figure again within seconds. The snapshot doubles as
 //! the heartbeat that lets proxies and the browser see the stream is alive.
 //!
+//! The changes are paced: a sale's streams hear of its units left at most
+//! once per [`PACE`], the latest figure, sent [`PACE`] after the first
+//! change of the window. A burst sells ten units in a few milliseconds;
+//! sent change by change, ten thousand open pages made an instance write
+//! a hundred thousand events while its buyers waited for their answers
+//! (`seckill bench --only pages`: the burst's last win several times
+//! slower while they watched). Paced, they get one, once the burst's
+//! answers are out: a quarter second was not enough, its one write per
+//! page still fell among the burst's later answers (see the README).
+//!
 //! The snapshots are shared: a sale's units left are read from Redis at
-//! most once per [`SNAPSHOT_SHARED_FOR`] per instance ([`Snapshots`]), and
-//! every stream of the sale that ticks within that time sends the same
-//! figure. Ten thousand open pages cost Redis what one does.
+//! most once per [`SNAPSHOT_SHARED_FOR`] per instance, and every stream of
+//! the sale that ticks within that time sends the same figure. Ten
+//! thousand open pages cost Redis what one does.
 //!
 //! Every stream ends when the instance shuts down, so that an open page
 //! never holds a graceful shutdown up.
@@ -24,7 +35,8 @@ use std::time::{Duration, Instant};
 use actix_web::web::Bytes;
 use actix_web::{HttpResponse, web};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{OwnedSemaphorePermit, broadcast};
+use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
+use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use super::api::find_sale;
@@ -37,28 +49,129 @@ pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
 /// How long one read of a sale's units left serves every stream of it.
 pub const SNAPSHOT_SHARED_FOR: Duration = Duration::from_secs(1);
 
-/// Each sale's last snapshot, shared by its streams on this instance.
+/// How often, at most, a sale's streams are sent a change of its units
+/// left: the latest, at the end of the window the first change opened. A
+/// page's figure is a second old at most, as a shared snapshot is.
+pub const PACE: Duration = Duration::from_secs(1);
+
+/// The sales whose pages are open on this instance, each with what its
+/// streams share. Entries are never removed: one small entry per sale ever
+/// watched.
 #[derive(Default)]
-pub struct Snapshots {
-    /// Sale id -> its last read (one read at a time, see `fresh.rs`). A std
-    /// Mutex, held only to find or insert a sale's entry, never across an
-    /// await. An entry is never removed: one small entry per sale ever
-    /// watched.
-    sales: Mutex<HashMap<i64, Arc<Fresh<i64>>>>,
+pub struct LiveSales {
+    /// Sale id -> what its streams share. A std Mutex, held only to find or
+    /// insert an entry, never across an await.
+    sales: Mutex<HashMap<i64, Arc<LiveSale>>>,
 }
 
-impl Snapshots {
+/// What every open page of one sale shares.
+struct LiveSale {
+    /// The last snapshot read (one read at a time, see `fresh.rs`).
+    snapshot: Fresh<i64>,
+    /// The paced changes; every stream of the sale holds a receiver.
+    changes: watch::Sender<Change>,
+    /// The latest change not yet sent, if a window is open (a std Mutex,
+    /// never held across an await).
+    waiting: Mutex<Option<Change>>,
+}
+
+/// What a sale's streams are told.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    /// The units left, as of a change heard at `heard`.
+    Stock { left: i64, heard: Instant },
+    /// Changes were missed: read a snapshot now.
+    Missed,
+}
+
+impl LiveSales {
+    /// Feed the sales' streams from the instance's stock changes until
+    /// `shutdown`.
+    pub async fn follow(
+        self: Arc<Self>,
+        mut changes: broadcast::Receiver<StockChange>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let change = tokio::select! {
+                () = shutdown.cancelled() => return,
+                change = changes.recv() => change,
+            };
+            match change {
+                Ok(change) => self.changed(change),
+                // Skipped some messages: every stream reads a snapshot.
+                Err(RecvError::Lagged(_)) => {
+                    for sale in self.all() {
+                        sale.changes.send_replace(Change::Missed);
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Pace a change of a sale watched here: the first of a window sends
+    /// the window's latest [`PACE`] later; the others only replace it.
+    fn changed(&self, change: StockChange) {
+        let Some(sale) = self.lock().get(&change.sale_id).cloned() else {
+            return; // nobody watches it here
+        };
+        let latest = Change::Stock {
+            left: change.stock_left,
+            heard: Instant::now(),
+        };
+        // The race this lock settles: a change arriving while the window's
+        // send takes the waiting one must either be taken by it or open
+        // the next window, never be left waiting with no send to come.
+        let opens_window = sale
+            .waiting
+            .lock()
+            .expect("the waiting change's lock is never poisoned")
+            .replace(latest)
+            .is_none();
+        if opens_window {
+            tokio::spawn(async move {
+                tokio::time::sleep(PACE).await;
+                let latest = sale
+                    .waiting
+                    .lock()
+                    .expect("the waiting change's lock is never poisoned")
+                    .take();
+                if let Some(latest) = latest {
+                    sale.changes.send_replace(latest);
+                }
+            });
+        }
+    }
+
+    /// The sale's shared state, made on its first watcher.
+    fn watch(&self, sale_id: i64) -> Arc<LiveSale> {
+        Arc::clone(self.lock().entry(sale_id).or_insert_with(|| {
+            Arc::new(LiveSale {
+                snapshot: Fresh::default(),
+                changes: watch::Sender::new(Change::Missed),
+                waiting: Mutex::new(None),
+            })
+        }))
+    }
+
+    fn all(&self) -> Vec<Arc<LiveSale>> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<LiveSale>>> {
+        self.sales
+            .lock()
+            .expect("the live sales' lock is never poisoned")
+    }
+}
+
+impl LiveSale {
     /// The sale's units left and when they were read: from Redis, unless a
     /// read of the last [`SNAPSHOT_SHARED_FOR`] can serve.
     async fn stock_left(&self, state: &AppState, sale_id: i64) -> anyhow::Result<(Instant, i64)> {
-        let sale = Arc::clone(
-            self.sales
-                .lock()
-                .expect("the snapshots' lock is never poisoned")
-                .entry(sale_id)
-                .or_default(),
-        );
-        sale.get(SNAPSHOT_SHARED_FOR, || state.store.stock_left(sale_id))
+        self.snapshot
+            .get(SNAPSHOT_SHARED_FOR, || state.store.stock_left(sale_id))
             .await
     }
 }
@@ -70,9 +183,10 @@ struct Stream {
     /// when the stream ends (it is dropped with it).
     _slot: OwnedSemaphorePermit,
     sale_id: i64,
-    changes: broadcast::Receiver<StockChange>,
+    sale: Arc<LiveSale>,
+    changes: watch::Receiver<Change>,
     snapshots: tokio::time::Interval,
-    /// When this stream last sent a change from pub/sub: a shared snapshot
+    /// When the change this stream last sent was heard: a shared snapshot
     /// read before it is older than what the page shows, and is not sent.
     changed_at: Option<Instant>,
 }
@@ -89,13 +203,15 @@ pub async fn sale_events(
         .map_err(|_| ApiError::TooManyStreams)?;
     // Subscribe before the first snapshot is read, so that no change can
     // fall between the two.
-    let changes = state.events.subscribe();
+    let live = state.live.watch(sale.id);
+    let changes = live.changes.subscribe();
     // The first tick fires at once: it is the opening snapshot.
     let snapshots = tokio::time::interval(SNAPSHOT_EVERY);
     let stream = Stream {
         state,
         _slot: slot,
         sale_id: sale.id,
+        sale: live,
         changes,
         snapshots,
         changed_at: None,
@@ -137,7 +253,7 @@ impl Stream {
             tokio::select! {
                 () = self.state.shutdown.cancelled() => return None,
                 _ = self.snapshots.tick() => {
-                    match self.state.snapshots.stock_left(&self.state, self.sale_id).await {
+                    match self.sale.stock_left(&self.state, self.sale_id).await {
                         // Older than the change last sent: a heartbeat only.
                         Ok((read, _)) if self.changed_at.is_some_and(|changed| changed > read) => {
                             return Some(Bytes::from_static(b": alive\n\n"));
@@ -148,19 +264,22 @@ impl Stream {
                         Err(_) => return Some(Bytes::from_static(b": redis unavailable\n\n")),
                     }
                 }
-                change = self.changes.recv() => match change {
-                    Ok(change) if change.sale_id == self.sale_id => {
-                        self.changed_at = Some(Instant::now());
-                        return Some(stock_event(change.stock_left));
+                changed = self.changes.changed() => {
+                    if changed.is_err() {
+                        return None; // the instance is going away
                     }
-                    Ok(_) => {}
-                    // Skipped some messages: send a snapshot right away.
-                    Err(RecvError::Lagged(_)) => {
-                        self.changed_at = None;
-                        self.snapshots.reset_immediately();
+                    match *self.changes.borrow_and_update() {
+                        Change::Stock { left, heard } => {
+                            self.changed_at = Some(heard);
+                            return Some(stock_event(left));
+                        }
+                        // Changes were missed: send a snapshot right away.
+                        Change::Missed => {
+                            self.changed_at = None;
+                            self.snapshots.reset_immediately();
+                        }
                     }
-                    Err(RecvError::Closed) => return None,
-                },
+                }
             }
         }
     }

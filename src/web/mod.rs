@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 pub use admin_token::AdminToken;
 pub use api::SaleView;
 pub use error::ApiError;
-pub use live::SNAPSHOT_EVERY;
+pub use live::{LiveSales, PACE, SNAPSHOT_EVERY};
 
 use crate::config::RateLimitSettings;
 use crate::events::SaleEvents;
@@ -59,9 +59,10 @@ pub struct AppState {
     /// The storefront's index as last built, served to every request for
     /// a quarter of a second (`index.rs`).
     pub index: index::IndexCache,
-    /// Each watched sale's last units-left snapshot, shared by its event
-    /// streams (`live.rs`).
-    pub snapshots: live::Snapshots,
+    /// The sales whose pages are open here: each one's last units-left
+    /// snapshot and paced changes, shared by its event streams (`live.rs`).
+    /// Fed by one task, started with it by `startup`.
+    pub live: Arc<LiveSales>,
     /// One permit per live event stream, held while it is open: bounds how
     /// many this instance serves at once (`SECKILL_MAX_EVENT_STREAMS`).
     pub streams: Arc<Semaphore>,

@@ -277,6 +277,69 @@ async fn the_event_stream_sends_the_units_left_as_buyers_buy() {
     assert_eq!(missing.status(), 404);
 }
 
+/// Ten thousand open pages of a sale must not cost a burst's buyers a
+/// hundred thousand writes: changes that come in quick succession reach a
+/// page as one event, the latest figure, a pace (a second) later.
+#[tokio::test]
+async fn changes_in_quick_succession_reach_a_page_as_one_event_with_the_latest_figure() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let mut stream = app
+        .client
+        .get(app.url(&format!("/api/sales/{sale}/events")))
+        .send()
+        .await
+        .expect("GET events");
+    let mut seen = String::new();
+    read_until(&mut stream, &mut seen, "data: {\"stock_left\":10}").await;
+    // The figure it shows, until the instance's pub/sub connection (made
+    // in the background) hears it; then five units sold within a
+    // millisecond, as the purchase scripts of a burst publish them (one
+    // pipeline: back to back on the channel).
+    let channel = seckill::keys::SaleKeys::new(&app.scratch.prefix, sale).events;
+    let mut redis = app.redis.get().await.expect("Redis");
+    let subscribed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let heard_by: i64 = redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg(10)
+                .query_async(&mut redis)
+                .await
+                .expect("PUBLISH");
+            if heard_by > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(subscribed.is_ok(), "the instance never subscribed");
+    let mut publish = redis::pipe();
+    for left in (5..10).rev() {
+        publish.cmd("PUBLISH").arg(&channel).arg(left).ignore();
+    }
+    let () = publish.query_async(&mut redis).await.expect("PUBLISH");
+    // What the page hears until a pace after its first event (well
+    // before its next snapshot, 5 s after it opened).
+    let mut heard = String::new();
+    read_until(&mut stream, &mut heard, "event: stock").await;
+    let _ = tokio::time::timeout(seckill::web::PACE, async {
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            heard.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    let events: Vec<&str> = heard
+        .split("\n\n")
+        .filter(|event| event.starts_with("event: stock"))
+        .collect();
+    assert_eq!(
+        events,
+        ["event: stock\ndata: {\"stock_left\":5}"],
+        "{heard}"
+    );
+}
+
 /// A purchase's script publishes the new units left and announces the
 /// release of the sale's lock; the instance's one listener turns the first
 /// into a stock change for the pages and the second into a wake-up of the
