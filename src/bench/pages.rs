@@ -34,9 +34,9 @@ use crate::store::Store;
 /// of every stream.
 const WINDOW: Duration = Duration::from_secs(10);
 
-/// Bursts alone and bursts watched, alternated: the burst's figures move
-/// by half from one run to the next on this machine, so one pair would say
-/// little.
+/// Bursts alone and bursts watched, alternated: one burst's figures move
+/// several times over from one run to the next on this machine, so one
+/// pair would say little.
 const ROUNDS: usize = 5;
 
 /// How long the holder may take to open its streams, and to close them.
@@ -132,9 +132,10 @@ pub(super) async fn watched_burst(
     ])
 }
 
-/// Watched over alone, at most, for a figure to count as unchanged: the
-/// medians of two sets of runs of the burst alone differ by about this
-/// much here (see the README).
+/// Watched over alone, at most, for a figure to count as unchanged. The
+/// medians narrow what one burst's figures move by on this machine (a
+/// last win of 6 ms in one run, 119 ms in the next), they do not remove
+/// it: two sets of bursts alone can differ by more than this (README).
 const UNCHANGED: f64 = 1.25;
 
 /// One burst of the burst rows on a sale of its own, with `--pages` pages
