@@ -147,26 +147,7 @@ async fn serve_ends_open_event_streams_and_exits_cleanly_on_sigterm() {
     let scratch = Scratch::new().await;
     let mut server = cluster(&scratch, &[]);
     let address = server.start_app("a", &[]).await.expect("serve starts");
-    let client = client();
-    let created = client
-        .post(format!("{address}/api/sales"))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN)
-        .json(&serde_json::json!({"name": "Lamp", "stock": 2, "price_cents": 100}))
-        .send()
-        .await
-        .expect("POST /api/sales");
-    let sale: Value = created.json().await.expect("a sale");
-    let mut stream = client
-        .get(format!("{address}/api/sales/{}/events", sale["id"]))
-        .send()
-        .await
-        .expect("GET events");
-    // Wait for the opening snapshot: the stream is open.
-    let mut seen = String::new();
-    while !seen.contains("stock_left") {
-        let chunk = stream.chunk().await.expect("a chunk").expect("more");
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let (_, mut stream) = a_watched_sale(&client(), &address).await;
 
     server.signal("a", Signal::SIGTERM).expect("SIGTERM");
     // The stream ends (cleanly, or with the connection), rather than
@@ -212,22 +193,7 @@ async fn refusals_are_not_logged_as_errors() {
         .unwrap_or_else(|| panic!("not an address: {line}"))
         .to_owned();
     let client = client();
-    let created = client
-        .post(format!("{address}/api/sales"))
-        .bearer_auth(crate::helpers::ADMIN_TOKEN)
-        .json(&serde_json::json!({"name": "Lamp", "stock": 2, "price_cents": 100}))
-        .send()
-        .await
-        .expect("POST /api/sales");
-    assert_eq!(created.status(), 201);
-    let sale: Value = created.json().await.expect("a sale");
-    let events = format!("{address}/api/sales/{}/events", sale["id"]);
-    let mut first = client.get(&events).send().await.expect("GET events");
-    let mut seen = String::new();
-    while !seen.contains("stock_left") {
-        let chunk = first.chunk().await.expect("a chunk").expect("more");
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let (events, first) = a_watched_sale(&client, &address).await;
     let second = client.get(&events).send().await.expect("GET events");
     assert_eq!(second.status(), 503, "one stream too many");
     let missing = client
@@ -251,4 +217,27 @@ async fn refusals_are_not_logged_as_errors() {
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("ERROR"), "{stderr}");
+}
+
+/// A 2-unit sale created on the instance at `address` through the admin
+/// API, and its page's event stream, open (its first snapshot read).
+/// Returns the stream's URL and the stream.
+async fn a_watched_sale(client: &reqwest::Client, address: &str) -> (String, reqwest::Response) {
+    let created = client
+        .post(format!("{address}/api/sales"))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .json(&serde_json::json!({"name": "Lamp", "stock": 2, "price_cents": 100}))
+        .send()
+        .await
+        .expect("POST /api/sales");
+    assert_eq!(created.status(), 201);
+    let sale: Value = created.json().await.expect("a sale");
+    let events = format!("{address}/api/sales/{}/events", sale["id"]);
+    let mut stream = client.get(&events).send().await.expect("GET events");
+    let mut seen = String::new();
+    while !seen.contains("stock_left") {
+        let chunk = stream.chunk().await.expect("a chunk").expect("more");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    (events, stream)
 }

@@ -262,6 +262,23 @@ impl TestApp {
             .expect("a JSON body")
     }
 
+    /// Open the sale page's event stream and wait for its first snapshot.
+    pub async fn open_event_stream(&self, sale: i64) -> reqwest::Response {
+        let mut stream = self
+            .client
+            .get(self.url(&format!("/api/sales/{sale}/events")))
+            .send()
+            .await
+            .expect("GET events");
+        assert_eq!(stream.status(), 200);
+        let mut seen = String::new();
+        while !seen.contains("stock_left") {
+            let chunk = stream.chunk().await.expect("a chunk").expect("more");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        stream
+    }
+
     /// Create a sale through the admin API; returns its id.
     pub async fn create_sale(&self, stock: i64) -> i64 {
         self.create_sale_with(json!({"name": "Phone", "stock": stock, "price_cents": 99_900}))

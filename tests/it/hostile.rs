@@ -25,23 +25,6 @@ async fn headers_over_16_kib_are_refused_with_431() {
     assert_eq!(error["error"], "headers_too_large");
 }
 
-/// Open an event stream and wait for its first snapshot.
-async fn open_stream(app: &crate::helpers::TestApp, sale: i64) -> reqwest::Response {
-    let mut stream = app
-        .client
-        .get(app.url(&format!("/api/sales/{sale}/events")))
-        .send()
-        .await
-        .expect("GET events");
-    assert_eq!(stream.status(), 200);
-    let mut seen = String::new();
-    while !seen.contains("stock_left") {
-        let chunk = stream.chunk().await.expect("a chunk").expect("more");
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    stream
-}
-
 #[tokio::test]
 async fn event_streams_beyond_the_cap_are_refused_until_one_closes() {
     let app = spawn_app_with(Options {
@@ -50,8 +33,8 @@ async fn event_streams_beyond_the_cap_are_refused_until_one_closes() {
     })
     .await;
     let sale = app.create_sale(3).await;
-    let first = open_stream(&app, sale).await;
-    let _second = open_stream(&app, sale).await;
+    let first = app.open_event_stream(sale).await;
+    let _second = app.open_event_stream(sale).await;
     let refused = app
         .client
         .get(app.url(&format!("/api/sales/{sale}/events")))
@@ -142,7 +125,7 @@ async fn healthz_answers_within_a_second_under_hostile_load() {
     }
     let mut streams = Vec::new();
     for _ in 0..200 {
-        streams.push(open_stream(&app, sale).await);
+        streams.push(app.open_event_stream(sale).await);
     }
     let flood: Vec<_> = (0..2_000)
         .map(|i| {
@@ -257,7 +240,7 @@ async fn open_pages_of_a_sale_share_their_snapshot_reads() {
     let before = gets_processed(&redis.url()).await;
     let mut pages = Vec::new();
     for _ in 0..50 {
-        pages.push(open_stream(&app, sale).await);
+        pages.push(app.open_event_stream(sale).await);
     }
     // Past every page's second snapshot.
     tokio::time::sleep(seckill::web::SNAPSHOT_EVERY + Duration::from_secs(1)).await;

@@ -284,15 +284,8 @@ async fn the_event_stream_sends_the_units_left_as_buyers_buy() {
 async fn changes_in_quick_succession_reach_a_page_as_one_event_with_the_latest_figure() {
     let app = spawn_app().await;
     let sale = app.create_sale(10).await;
-    let mut stream = app
-        .client
-        .get(app.url(&format!("/api/sales/{sale}/events")))
-        .send()
-        .await
-        .expect("GET events");
-    let mut seen = String::new();
-    read_until(&mut stream, &mut seen, "data: {\"stock_left\":10}").await;
-    // The figure it shows, until the instance's pub/sub connection (made
+    let mut stream = app.open_event_stream(sale).await;
+    // The figure it shows (10), until the instance's pub/sub connection (made
     // in the background) hears it; then five units sold within a
     // millisecond, as the purchase scripts of a burst publish them (one
     // pipeline: back to back on the channel).
