@@ -5,9 +5,11 @@
 //! publishes the new units left on the sale's channel (`keys::SaleKeys::events`).
 //! Each app instance holds ONE Redis pub/sub connection, pattern-subscribed
 //! to every sale's channel, and re-broadcasts what arrives on a
-//! `tokio::sync::broadcast` channel; every browser's server-sent-event stream
-//! (`web::live`) is a receiver of that broadcast. So a thousand watching
-//! browsers cost one Redis connection, not a thousand.
+//! `tokio::sync::broadcast` channel. Its receivers are the worker, which
+//! wakes on new orders, and one task of `web::live`, which paces each
+//! watched sale's changes to every browser's server-sent-event stream of
+//! it. So a thousand watching browsers cost one Redis connection, not a
+//! thousand.
 //!
 //! In a Redis Cluster, a plain `PUBLISH` (from the scripts, on whichever
 //! master owns the sale's slot) is carried to every node over the cluster

@@ -28,7 +28,6 @@ use crate::services::{redact, redact_redis};
 use crate::store::Store;
 use crate::strategy::Shop;
 use crate::topology::{RedisAt, RedisPool};
-
 use crate::web::{AdminToken, AppState, LiveSales, routes, security};
 use crate::worker::Worker;
 
@@ -216,7 +215,6 @@ impl Application {
             scoreboard: Scoreboard::new(store.clone(), shutdown.clone()),
             store,
             admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
-            events,
             index: Default::default(),
             live: Arc::clone(&live),
             streams: Arc::new(Semaphore::new(settings.max_event_streams as usize)),

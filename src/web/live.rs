@@ -102,7 +102,7 @@ impl LiveSales {
                 // Skipped some messages: every stream reads a snapshot.
                 Err(RecvError::Lagged(_)) => {
                     for sale in self.all() {
-                        sale.changes.send_replace(Change::Missed);
+                        sale.missed().await;
                     }
                 }
                 Err(RecvError::Closed) => return,
@@ -116,32 +116,10 @@ impl LiveSales {
         let Some(sale) = self.lock().get(&change.sale_id).cloned() else {
             return; // nobody watches it here
         };
-        let latest = Change::Stock {
+        sale.pace(Change::Stock {
             left: change.stock_left,
             heard: Instant::now(),
-        };
-        // The race this lock settles: a change arriving while the window's
-        // send takes the waiting one must either be taken by it or open
-        // the next window, never be left waiting with no send to come.
-        let opens_window = sale
-            .waiting
-            .lock()
-            .expect("the waiting change's lock is never poisoned")
-            .replace(latest)
-            .is_none();
-        if opens_window {
-            tokio::spawn(async move {
-                tokio::time::sleep(PACE).await;
-                let latest = sale
-                    .waiting
-                    .lock()
-                    .expect("the waiting change's lock is never poisoned")
-                    .take();
-                if let Some(latest) = latest {
-                    sale.changes.send_replace(latest);
-                }
-            });
-        }
+        });
     }
 
     /// The sale's shared state, made on its first watcher.
@@ -167,6 +145,44 @@ impl LiveSales {
 }
 
 impl LiveSale {
+    /// Send `latest` to the sale's streams at the end of the window it
+    /// opens, or in place of the one waiting in the window under way.
+    fn pace(self: Arc<Self>, latest: Change) {
+        // The race this lock settles: a change arriving while the window's
+        // send takes the waiting one must either be taken by it or open
+        // the next window, never be left waiting with no send to come.
+        let opens_window = self.waiting().replace(latest).is_none();
+        if opens_window {
+            // Not tracked for shutdown: it ends a pace later by itself,
+            // and what it sends after the streams have ended reaches none.
+            tokio::spawn(async move {
+                tokio::time::sleep(PACE).await;
+                // Taken and sent under the lock, so that a `Missed` sent
+                // meanwhile (`missed`) cannot fall between the two and be
+                // overwritten by this older figure.
+                let mut waiting = self.waiting();
+                if let Some(latest) = waiting.take() {
+                    self.changes.send_replace(latest);
+                }
+            });
+        }
+    }
+
+    /// Changes were missed: the waiting one, older than what was missed,
+    /// is dropped, and every stream reads a snapshot taken from now on.
+    async fn missed(&self) {
+        self.snapshot.forget().await;
+        let mut waiting = self.waiting();
+        waiting.take();
+        self.changes.send_replace(Change::Missed);
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Option<Change>> {
+        self.waiting
+            .lock()
+            .expect("the waiting change's lock is never poisoned")
+    }
+
     /// The sale's units left and when they were read: from Redis, unless a
     /// read of the last [`SNAPSHOT_SHARED_FOR`] can serve.
     async fn stock_left(&self, state: &AppState, sale_id: i64) -> anyhow::Result<(Instant, i64)> {
@@ -183,7 +199,9 @@ struct Stream {
     /// when the stream ends (it is dropped with it).
     _slot: OwnedSemaphorePermit,
     sale_id: i64,
+    /// What the sale's streams on this instance share.
     sale: Arc<LiveSale>,
+    /// The sale's paced changes (a receiver of `sale.changes`).
     changes: watch::Receiver<Change>,
     snapshots: tokio::time::Interval,
     /// When the change this stream last sent was heard: a shared snapshot
@@ -266,7 +284,9 @@ impl Stream {
                 }
                 changed = self.changes.changed() => {
                     if changed.is_err() {
-                        return None; // the instance is going away
+                        // Never: the sender lives in the sale's entry,
+                        // which this stream holds.
+                        return None;
                     }
                     match *self.changes.borrow_and_update() {
                         Change::Stock { left, heard } => {
@@ -290,4 +310,84 @@ fn stock_event(stock_left: i64) -> Bytes {
         "event: stock\ndata: {{\"stock_left\":{}}}\n\n",
         stock_left.max(0)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watched sale (1) and an unwatched one (2) fed through `follow` by
+    /// a broadcast of `capacity`, on a paused clock: the test decides when
+    /// the feeding task runs (at each `settle`) and when time passes.
+    fn fed(capacity: usize) -> (broadcast::Sender<StockChange>, watch::Receiver<Change>) {
+        let live = Arc::new(LiveSales::default());
+        let changes = live.watch(1).changes.subscribe();
+        let (sender, receiver) = broadcast::channel(capacity);
+        tokio::spawn(live.follow(receiver, CancellationToken::new()));
+        (sender, changes)
+    }
+
+    fn change(sale_id: i64, stock_left: i64) -> StockChange {
+        StockChange {
+            sale_id,
+            stock_left,
+        }
+    }
+
+    /// Let the feeding task take what was sent.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    fn stock(changes: &mut watch::Receiver<Change>) -> Option<i64> {
+        match *changes.borrow_and_update() {
+            Change::Stock { left, .. } => Some(left),
+            Change::Missed => None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_within_a_pace_reach_the_streams_once_as_the_latest() {
+        let (sender, mut changes) = fed(16);
+        for left in [9, 8, 7] {
+            sender.send(change(1, left)).expect("a receiver");
+        }
+        sender.send(change(2, 3)).expect("a receiver");
+        settle().await;
+        tokio::time::sleep(PACE / 2).await;
+        assert!(
+            !changes.has_changed().expect("open"),
+            "sent before the pace"
+        );
+        tokio::time::sleep(PACE / 2).await;
+        assert!(changes.has_changed().expect("open"));
+        assert_eq!(stock(&mut changes), Some(7));
+        // The window is over: the next change opens another.
+        sender.send(change(1, 6)).expect("a receiver");
+        settle().await;
+        tokio::time::sleep(PACE).await;
+        assert_eq!(stock(&mut changes), Some(6));
+    }
+
+    /// The feeding task fell behind: the change waiting in its window is
+    /// older than the ones it missed, and must not follow the call to read
+    /// a snapshot (the page would show it until the next snapshot).
+    #[tokio::test(start_paused = true)]
+    async fn a_lag_drops_the_waiting_change_and_sends_the_streams_to_a_snapshot() {
+        let (sender, mut changes) = fed(2);
+        sender.send(change(1, 9)).expect("a receiver");
+        settle().await;
+        // Three more while the task does not run: the first is lost.
+        for missed in [change(1, 8), change(2, 1), change(2, 2)] {
+            sender.send(missed).expect("a receiver");
+        }
+        settle().await;
+        assert!(changes.has_changed().expect("open"));
+        assert_eq!(stock(&mut changes), None, "a call to read a snapshot");
+        tokio::time::sleep(2 * PACE).await;
+        assert!(
+            !changes.has_changed().expect("open"),
+            "the figure from before the lag was sent after it"
+        );
+    }
 }

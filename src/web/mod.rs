@@ -25,7 +25,6 @@ pub use error::ApiError;
 pub use live::{LiveSales, PACE, SNAPSHOT_EVERY};
 
 use crate::config::RateLimitSettings;
-use crate::events::SaleEvents;
 use crate::purchase::Purchaser;
 use crate::scoreboard::Scoreboard;
 use crate::store::Store;
@@ -50,9 +49,6 @@ pub struct AppState {
     /// The admin token's digest; checks logins, cookies and bearer headers.
     /// Fixed at start from `SECKILL_ADMIN_TOKEN`.
     pub admin: AdminToken,
-    /// Stock changes from Redis pub/sub, for the live sale pages. Only the
-    /// events task sends on it; every stream is a receiver.
-    pub events: SaleEvents,
     /// The snapshots of the sales watched on the live page, one reading
     /// task per watched sale shared by all its streams. Set by `startup`.
     pub scoreboard: Scoreboard,

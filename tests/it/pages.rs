@@ -288,8 +288,10 @@ async fn changes_in_quick_succession_reach_a_page_as_one_event_with_the_latest_f
     // The figure it shows (10), until the instance's pub/sub connection (made
     // in the background) hears it; then five units sold within a
     // millisecond, as the purchase scripts of a burst publish them (one
-    // pipeline: back to back on the channel).
-    let channel = seckill::keys::SaleKeys::new(&app.scratch.prefix, sale).events;
+    // pipeline: back to back on the channel). Redis says 5 as well, so
+    // that a snapshot the page may send meanwhile agrees.
+    let keys = seckill::keys::SaleKeys::new(&app.scratch.prefix, sale);
+    let channel = keys.events;
     let mut redis = app.redis.get().await.expect("Redis");
     let subscribed = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
@@ -308,12 +310,12 @@ async fn changes_in_quick_succession_reach_a_page_as_one_event_with_the_latest_f
     .await;
     assert!(subscribed.is_ok(), "the instance never subscribed");
     let mut publish = redis::pipe();
+    publish.cmd("SET").arg(&keys.stock).arg(5).ignore();
     for left in (5..10).rev() {
         publish.cmd("PUBLISH").arg(&channel).arg(left).ignore();
     }
     let () = publish.query_async(&mut redis).await.expect("PUBLISH");
-    // What the page hears until a pace after its first event (well
-    // before its next snapshot, 5 s after it opened).
+    // What the page hears until a pace after its first event.
     let mut heard = String::new();
     read_until(&mut stream, &mut heard, "event: stock").await;
     let _ = tokio::time::timeout(seckill::web::PACE, async {
@@ -322,13 +324,17 @@ async fn changes_in_quick_succession_reach_a_page_as_one_event_with_the_latest_f
         }
     })
     .await;
+    // The latest figure only (sent change by change: 9, 8, 7, 6, 5), and
+    // once, unless a snapshot came meanwhile.
     let events: Vec<&str> = heard
         .split("\n\n")
         .filter(|event| event.starts_with("event: stock"))
         .collect();
-    assert_eq!(
-        events,
-        ["event: stock\ndata: {\"stock_left\":5}"],
+    assert!(
+        (1..=2).contains(&events.len())
+            && events
+                .iter()
+                .all(|event| *event == "event: stock\ndata: {\"stock_left\":5}"),
         "{heard}"
     );
 }
