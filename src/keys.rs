@@ -171,14 +171,21 @@ impl SaleChannel {
 /// for one `PSUBSCRIBE` per app instance. Glob characters in the prefix are
 /// escaped so that they match only themselves.
 pub fn channel_pattern(prefix: &str, which: SaleChannel) -> String {
-    let mut escaped = String::with_capacity(prefix.len());
-    for c in prefix.chars() {
+    format!("{}:{{sale:*}}:{}", glob_literal(prefix), which.suffix())
+}
+
+/// `text` as a Redis glob pattern (`PSUBSCRIBE`, `KEYS`, `SCAN MATCH`)
+/// that matches itself only: the pattern characters escaped with a
+/// backslash.
+pub fn glob_literal(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len());
+    for c in text.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
+            pattern.push('\\');
         }
-        escaped.push(c);
+        pattern.push(c);
     }
-    format!("{escaped}:{{sale:*}}:{}", which.suffix())
+    pattern
 }
 
 /// The sale, and which of its channels, a channel name under `prefix` is:

@@ -137,7 +137,7 @@ impl RedisPool {
     pub async fn delete_under(&self, prefix: &str) -> anyhow::Result<()> {
         let mut conn = self.get().await?;
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}:*", glob_literal(prefix)))
+            .arg(format!("{}:*", crate::keys::glob_literal(prefix)))
             .query_async(&mut conn)
             .await?;
         if !keys.is_empty() {
@@ -153,19 +153,6 @@ impl RedisPool {
             Self::Cluster(pool) => RedisConn::Cluster(pool.get().await?),
         })
     }
-}
-
-/// `text` as a Redis glob pattern (`KEYS`, `SCAN MATCH`) that matches
-/// itself only: the pattern characters escaped with a backslash.
-fn glob_literal(text: &str) -> String {
-    let mut pattern = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            pattern.push('\\');
-        }
-        pattern.push(c);
-    }
-    pattern
 }
 
 /// One pooled connection, to a server or to a cluster.
