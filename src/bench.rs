@@ -29,11 +29,12 @@
 //!   burst while they watch its sale, against the burst alone.
 
 mod cluster;
+mod holder;
 mod lua;
 mod pages;
 mod wrk;
 
-pub use pages::hold_pages;
+pub use holder::hold_pages;
 
 use std::time::{Duration, Instant};
 
