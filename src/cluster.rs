@@ -227,8 +227,7 @@ impl Cluster {
             .with_context(|| format!("{name} did not start within {START_TIMEOUT:?}"))?
             .with_context(|| format!("reading the address of {name}"))?
             .with_context(|| format!("{name} exited before it listened (its errors are above)"))?;
-        let url = line
-            .strip_prefix(LISTENING)
+        let url = listening_url(&line)
             .with_context(|| format!("unexpected first line from {name}: {line:?}"))?
             .to_owned();
         self.members.last_mut().expect("just pushed").url = Some(url.clone());
@@ -359,6 +358,12 @@ impl Cluster {
     fn member(&self, name: &str) -> anyhow::Result<&Member> {
         Ok(&self.members[self.index(name)?])
     }
+}
+
+/// The base URL in `seckill serve`'s first line of output, if `line` is
+/// that line.
+pub fn listening_url(line: &str) -> Option<&str> {
+    line.strip_prefix(LISTENING)
 }
 
 /// The `seckill` binary: this program, or the one beside it (when this is

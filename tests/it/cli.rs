@@ -188,8 +188,7 @@ async fn refusals_are_not_logged_as_errors() {
         .await
         .expect("its output")
         .expect("a first line");
-    let address = line
-        .strip_prefix("seckill listening on ")
+    let address = seckill::cluster::listening_url(&line)
         .unwrap_or_else(|| panic!("not an address: {line}"))
         .to_owned();
     let client = client();
@@ -234,10 +233,6 @@ async fn a_watched_sale(client: &reqwest::Client, address: &str) -> (String, req
     let sale: Value = created.json().await.expect("a sale");
     let events = format!("{address}/api/sales/{}/events", sale["id"]);
     let mut stream = client.get(&events).send().await.expect("GET events");
-    let mut seen = String::new();
-    while !seen.contains("stock_left") {
-        let chunk = stream.chunk().await.expect("a chunk").expect("more");
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    crate::helpers::read_first_snapshot(&mut stream).await;
     (events, stream)
 }

@@ -271,11 +271,7 @@ impl TestApp {
             .await
             .expect("GET events");
         assert_eq!(stream.status(), 200);
-        let mut seen = String::new();
-        while !seen.contains("stock_left") {
-            let chunk = stream.chunk().await.expect("a chunk").expect("more");
-            seen.push_str(&String::from_utf8_lossy(&chunk));
-        }
+        read_first_snapshot(&mut stream).await;
         stream
     }
 
@@ -549,6 +545,15 @@ pub fn loadtest_command(
     deployment(scratch, env)
         .with_binary(env!("CARGO_BIN_EXE_seckill-loadtest"))
         .command(args)
+}
+
+/// Read a sale page's event stream until its first snapshot: it is open.
+pub async fn read_first_snapshot(stream: &mut reqwest::Response) {
+    let mut seen = String::new();
+    while !seen.contains("stock_left") {
+        let chunk = stream.chunk().await.expect("a chunk").expect("more");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
 }
 
 /// A connection of the test's own to the Redis server at `url`.
