@@ -63,12 +63,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         _ => PrivateServers::Refused,
     };
     // Held until the command ends: dropping it stops any private servers.
-    let services = Services::resolve(
-        cli.services.redis()?,
-        cli.services.database_url.as_deref(),
-        private,
-    )
-    .await?;
+    let (redis, database_url) = (cli.services.redis()?, cli.services.database_url.as_deref());
+    let services = match cli.command {
+        // It works in a database of its own, not in the one named.
+        Command::Bench(_) => Services::find(redis, database_url, private).await?,
+        _ => Services::resolve(redis, database_url, private).await?,
+    };
     log_services(&services);
     let prefix = cli.services.redis_prefix;
     match cli.command {

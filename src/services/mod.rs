@@ -97,8 +97,22 @@ pub struct Services {
 }
 
 impl Services {
-    /// Decide where Redis and PostgreSQL are (see the module docs).
+    /// Decide where Redis and PostgreSQL are (see the module docs), and
+    /// create the database the URL names if the server lacks it.
     pub async fn resolve(
+        redis: Option<RedisAt>,
+        database_url: Option<&str>,
+        private: PrivateServers,
+    ) -> anyhow::Result<Self> {
+        let services = Self::find(redis, database_url, private).await?;
+        ensure_database(&services.database_url).await?;
+        Ok(services)
+    }
+
+    /// [`Services::resolve`], without creating the named database: for a
+    /// command that works only in databases of its own on the server
+    /// (`bench`), which would otherwise leave an empty `seckill` behind.
+    pub async fn find(
         redis: Option<RedisAt>,
         database_url: Option<&str>,
         private: PrivateServers,
@@ -144,7 +158,6 @@ impl Services {
                 )
             }
         };
-        ensure_database(&server_url).await?;
         Ok(Self {
             redis,
             redis_origin,
