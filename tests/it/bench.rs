@@ -183,3 +183,31 @@ async fn deleting_a_prefix_deletes_its_own_keys_only() {
     left.sort();
     assert_eq!(left, neighbours);
 }
+
+/// The bench's page holder ends as soon as its input does, even while it
+/// is still waiting for its streams to be answered: a bench that dies
+/// while it opens them leaves no holder behind.
+#[tokio::test]
+async fn the_page_holder_ends_with_its_input_even_while_opening() {
+    let scratch = Scratch::new().await;
+    // An instance that never answers: the kernel completes the
+    // connections, nobody reads them.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a listener");
+    let url = format!("http://{}", silent.local_addr().expect("its address"));
+    let args = ["hold-pages", "--url", &url, "--sale", "1", "--pages", "5"];
+    // Its input is empty from the start (the deployment's commands get none).
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        seckill_command(&scratch, &args, &[])
+            .spawn()
+            .expect("the holder starts")
+            .wait_with_output(),
+    )
+    .await
+    .expect("the holder ended with its input, not after its minute of waiting")
+    .expect("its output");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    drop(silent);
+}
