@@ -6,7 +6,9 @@
 //! What it measures, and how:
 //! - **the burst**: 10 units, `--burst-users` buyers at once on 2 `lock`
 //!   instances (the load test's burst): from the first send to the last
-//!   win, the p99 of every answer, and the larger instance's memory after;
+//!   win, the p99 of every answer; then more bursts on the same instances
+//!   until `--memory-buyers` have bought, each as large as the open-files
+//!   limit allows, and the larger instance's memory after them;
 //! - **accepted purchases per second** on one sale of a million units,
 //!   every request a new buyer, 64 connections for `--secs` seconds
 //!   (the load test's closed scenario), with `lock` and with `lua`, `lua`
@@ -28,6 +30,7 @@
 //!   instance, the Redis commands they add per second, its memory; and the
 //!   burst while they watch its sale, against the burst alone.
 
+mod burst;
 mod cluster;
 mod holder;
 mod lua;
@@ -36,6 +39,7 @@ mod wrk;
 
 pub use holder::hold_pages;
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -66,6 +70,16 @@ struct Row {
     met: Option<bool>,
 }
 
+/// What this run's database and key prefix are named after: its pid, and a
+/// random tag, since a pid alone is not unique (two containers' benches,
+/// each pid 1, on one PostgreSQL would drop each other's database; a bench
+/// killed before its clean-up would hand its leftovers to the next with
+/// its pid).
+static RUN: LazyLock<String> = LazyLock::new(|| {
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}_{}", std::process::id(), &tag[..8])
+});
+
 /// `seckill bench`: measure, print the table.
 pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow::Result<()> {
     startup::raise_open_files_limit();
@@ -76,16 +90,15 @@ pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow
     // a key prefix of its own, dropped afterwards, failed run or not. (In
     // the app's database, its live "Bench drain" sales of 20,000 units were
     // listed on the storefront's index for an hour.)
-    let pid = std::process::id();
     let database =
-        services::with_database(&services.database_url, &format!("seckill_bench_{pid}"))?;
+        services::with_database(&services.database_url, &format!("seckill_bench_{}", *RUN))?;
     let own = Services::resolve(
         Some(services.redis.clone()),
         Some(&database),
         PrivateServers::Refused,
     )
     .await?;
-    let prefix = format!("{prefix}:bench-{pid}");
+    let prefix = format!("{prefix}:bench-{}", *RUN);
     // The servers' URLs logged at start name the app's database: say that
     // the bench works beside it, not in it.
     tracing::info!(database = %services::redact(&database), %prefix, "the bench's own database and key prefix, dropped when it ends");
@@ -117,7 +130,7 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
     let mut rows = Vec::new();
     if wanted(BenchRows::Burst) {
         eprintln!("bench: the burst");
-        rows.extend(burst(args, services, &store, &token).await?);
+        rows.extend(burst::burst(args, services, &store, &token).await?);
     }
     if wanted(BenchRows::Accepted) {
         for strategy in [Strategy::Lock, Strategy::Lua] {
@@ -170,70 +183,6 @@ async fn clean_up(services: &Services, prefix: &str) -> anyhow::Result<()> {
         .await
         .context("dropping the bench's database");
     deleted.and(dropped)
-}
-
-/// 10 units, a burst on 2 `lock` instances: time to the last win, p99.
-async fn burst(
-    args: &BenchArgs,
-    services: &Services,
-    store: &Store,
-    token: &str,
-) -> anyhow::Result<[Row; 3]> {
-    let load = burst_load(args);
-    let (report, memory) = run(
-        services,
-        store,
-        token,
-        Strategy::Lock,
-        10,
-        &load,
-        Memory::of,
-    )
-    .await?;
-    let mib = |bytes: u64| bytes as f64 / 1024.0 / 1024.0;
-    let (right_after, settled) = (mib(memory.right_after), mib(memory.settled));
-    let last_win = report.summary.time_to_sell_out_ms;
-    let p99_ms = report.summary.p99_us as f64 / 1000.0;
-    Ok([
-        Row {
-            figure: "burst, 10 units, 2 instances: first send to last win",
-            measured: last_win.map_or("did not sell out".into(), |ms| format!("{ms:.0} ms")),
-            target: "<= 20 ms",
-            met: Some(last_win.is_some_and(|ms| ms <= 20.0)),
-        },
-        Row {
-            figure: "same burst: p99 of every answer",
-            measured: format!("{p99_ms:.0} ms"),
-            target: "<= 100 ms",
-            met: Some(p99_ms <= 100.0),
-        },
-        Row {
-            figure: "same burst: memory of the larger instance after it (VmRSS)",
-            measured: format!(
-                "{settled:.1} MiB {}s after {} buyers ({right_after:.1} MiB at once)",
-                MEMORY_SETTLE.as_secs(),
-                args.burst_users
-            ),
-            target: "< 64 MiB after 100,000 buyers",
-            met: (args.burst_users >= 100_000).then_some(settled < 64.0),
-        },
-    ])
-}
-
-/// The burst: `--burst-users` buyers at once, each once, on 10 units.
-fn burst_load(args: &BenchArgs) -> LoadArgs {
-    LoadArgs {
-        scenario: Scenario::Burst,
-        users: args.burst_users,
-        dup: 0.0,
-        rate: 0.0,
-        duration: None,
-        connections: 1,
-        expect: Expect::NoOversell,
-        settle_secs: 30,
-        json: None,
-        html: None,
-    }
 }
 
 /// New buyers on one big sale for `--secs` seconds: accepted per second.
@@ -313,37 +262,6 @@ async fn run<T>(
     let outcome = async { Ok((report?, after(&cluster).await?)) }.await;
     cluster.stop().await;
     outcome
-}
-
-/// How long after a run its instances' memory is read a second time:
-/// jemalloc gives pages unused for its decay time (10 s) back to the system.
-const MEMORY_SETTLE: Duration = Duration::from_secs(12);
-
-/// The larger instance's resident memory once a run is over, at once and
-/// `MEMORY_SETTLE` later.
-struct Memory {
-    right_after: u64,
-    settled: u64,
-}
-
-impl Memory {
-    async fn of(cluster: &Cluster) -> anyhow::Result<Self> {
-        let largest = || -> anyhow::Result<u64> {
-            let names = cluster.names();
-            let sizes = names.iter().map(|name| cluster.resident_bytes(name));
-            Ok(sizes
-                .collect::<anyhow::Result<Vec<u64>>>()?
-                .into_iter()
-                .max()
-                .unwrap_or(0))
-        };
-        let right_after = largest()?;
-        tokio::time::sleep(MEMORY_SETTLE).await;
-        Ok(Self {
-            right_after,
-            settled: largest()?,
-        })
-    }
 }
 
 /// `--drain-orders` jobs drained by one worker, against PostgreSQL's own

@@ -157,7 +157,7 @@ async fn one_burst(
         Some(url) => Some(Watchers::open(url, sale_id, args.pages).await?),
         None => None,
     };
-    let load = super::burst_load(args);
+    let load = super::burst::burst_load(args.burst_users);
     let report = harness::burst(
         store,
         cluster,

@@ -88,7 +88,7 @@ pub(super) async fn index(
     }
     let database = services::with_database(
         &services.database_url,
-        &format!("seckill_bench_index_{}", std::process::id()),
+        &format!("seckill_bench_index_{}", *super::RUN),
     )?;
     services::ensure_database(&database).await?;
     let measured = index_on(args, services, store, token, &database).await;

@@ -84,6 +84,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     pub burst_users: u32,
 
+    /// Buyers on the burst's two instances in all, before their memory is
+    /// read: the burst's, then more bursts of 10 units, each as large as
+    /// the open-files limit allows.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(10..=10_000_000))]
+    pub memory_buyers: u32,
+
     /// Orders the worker drains.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub drain_orders: u32,
@@ -105,7 +111,8 @@ pub struct BenchArgs {
 /// The groups of rows `seckill bench --only` can pick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BenchRows {
-    /// The 10-unit burst on 2 instances: last win, p99, memory.
+    /// The 10-unit burst on 2 instances: last win, p99; memory after
+    /// `--memory-buyers` buyers on them.
     Burst,
     /// Accepted purchases/s with `lock`, and with `lua` beside redis-benchmark.
     Accepted,

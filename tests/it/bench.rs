@@ -15,6 +15,8 @@ async fn the_bench_measures_each_row_beside_its_target() {
         "0.5",
         "--burst-users",
         "200",
+        "--memory-buyers",
+        "600",
         "--drain-orders",
         "300",
         "--pages",
@@ -40,7 +42,7 @@ async fn the_bench_measures_each_row_beside_its_target() {
         "worker drain into PostgreSQL, orders/s",
         "worker drain / one server-side INSERT of as many rows",
         "idle worker: 202 to order confirmed, p50",
-        "same burst: memory of the larger instance after it (VmRSS)",
+        "same instances: memory of the larger after every burst (VmRSS)",
         "sold-out answers / bare actix handler (wrk)",
         "storefront index, 20 sales / sale page (wrk)",
         "storefront index, 1,000 sales / 20 sales (wrk)",
@@ -58,6 +60,12 @@ async fn the_bench_measures_each_row_beside_its_target() {
             "{line}"
         );
     }
+    // The memory is read after every buyer asked for, the burst's 200 and
+    // one more burst of 400 (the open-files limit allows far more at once).
+    assert!(
+        stdout.contains("after 600 buyers (the burst's 200, then 1 more burst of 400)"),
+        "{stdout}"
+    );
     // Its sales, orders and keys were its own, and are gone: the user's
     // database and keys are as they were (empty, here).
     assert_eq!(bench_databases(pid).await, 0);
@@ -95,22 +103,23 @@ async fn an_interrupted_bench_leaves_nothing_behind() {
     assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
 }
 
-/// Databases the bench of process `pid` made (its own, and the index's).
+/// Databases the bench of process `pid` made (its own, and the index's),
+/// each named after the pid and a random tag of eight hex digits.
 async fn bench_databases(pid: u32) -> i64 {
-    databases_named(&format!("seckill_bench_{pid}")).await
-        + databases_named(&format!("seckill_bench_index_{pid}")).await
+    databases_matching(&format!("^seckill_bench_(index_)?{pid}_[0-9a-f]{{8}}$")).await
 }
 
-/// 1 if the server holds a database of that name, 0 if not.
-async fn databases_named(name: &str) -> i64 {
+/// How many of the server's databases have a name matching `pattern` (a
+/// PostgreSQL regular expression).
+async fn databases_matching(pattern: &str) -> i64 {
     use sqlx::Connection;
     // The server, through its base database: no migration.
     let server = &crate::helpers::services().await.database_url;
     let mut pg = sqlx::PgConnection::connect(server)
         .await
         .expect("PostgreSQL");
-    sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = $1")
-        .bind(name)
+    sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname ~ $1")
+        .bind(pattern)
         .fetch_one(&mut pg)
         .await
         .expect("count the databases")
@@ -151,7 +160,7 @@ async fn the_bench_measures_only_the_rows_asked_for() {
         rows[0].starts_with("idle worker: 202 to order confirmed, p50"),
         "{stdout}"
     );
-    assert_eq!(databases_named(&absent).await, 0);
+    assert_eq!(databases_matching(&format!("^{absent}$")).await, 0);
 }
 
 /// What the bench's clean-up (and every test's) deletes: the keys under its
