@@ -26,12 +26,18 @@
 //! Nothing scans Redis across sales: the list of sales comes from
 //! PostgreSQL, and each sale's keys are named from its id.
 
+mod trusted;
+
 use std::time::Duration;
 
 use anyhow::Context;
-use deadpool_redis::{PoolConfig, Runtime, Timeouts};
+use deadpool::managed::{Object, Pool, PoolConfig, Timeouts};
+use deadpool_redis::Runtime;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+pub use trusted::TRUSTED_FOR;
+use trusted::Trusting;
 
 /// Redis connections per process (for a cluster, each is a connection to
 /// every node). Each purchase holds one while it waits for the sale lock,
@@ -95,10 +101,12 @@ impl RedisAt {
 }
 
 /// A pool of connections to wherever the data is. Cheap to clone.
+/// deadpool-redis' connections, without its check of every connection
+/// taken (`topology/trusted.rs`).
 #[derive(Clone)]
 pub enum RedisPool {
-    Server(deadpool_redis::Pool),
-    Cluster(deadpool_redis::cluster::Pool),
+    Server(Pool<Trusting<deadpool_redis::Manager>>),
+    Cluster(Pool<Trusting<deadpool_redis::cluster::Manager>>),
 }
 
 impl RedisPool {
@@ -106,7 +114,7 @@ impl RedisPool {
     /// connection. Connects lazily: see `startup::connect_redis` for the
     /// check at start-up.
     pub fn new(at: &RedisAt, wait: Duration) -> anyhow::Result<Self> {
-        let pool = PoolConfig {
+        let config = PoolConfig {
             max_size: POOL_SIZE,
             timeouts: Timeouts {
                 wait: Some(wait),
@@ -117,14 +125,25 @@ impl RedisPool {
         };
         Ok(match at {
             RedisAt::Server(url) => {
-                let mut config = deadpool_redis::Config::from_url(url);
-                config.pool = Some(pool);
-                Self::Server(config.create_pool(Some(Runtime::Tokio1))?)
+                let manager = Trusting(deadpool_redis::Manager::new(url.as_str())?);
+                Self::Server(
+                    Pool::builder(manager)
+                        .config(config)
+                        .runtime(Runtime::Tokio1)
+                        .build()?,
+                )
             }
             RedisAt::Cluster(nodes) => {
-                let mut config = deadpool_redis::cluster::Config::from_urls(nodes.clone());
-                config.pool = Some(pool);
-                Self::Cluster(config.create_pool(Some(Runtime::Tokio1))?)
+                let manager = Trusting(deadpool_redis::cluster::Manager::new(
+                    nodes.iter().map(String::as_str).collect(),
+                    false,
+                )?);
+                Self::Cluster(
+                    Pool::builder(manager)
+                        .config(config)
+                        .runtime(Runtime::Tokio1)
+                        .build()?,
+                )
             }
         })
     }
@@ -157,8 +176,8 @@ impl RedisPool {
 
 /// One pooled connection, to a server or to a cluster.
 pub enum RedisConn {
-    Server(deadpool_redis::Connection),
-    Cluster(deadpool_redis::cluster::Connection),
+    Server(Object<Trusting<deadpool_redis::Manager>>),
+    Cluster(Object<Trusting<deadpool_redis::cluster::Manager>>),
 }
 
 impl RedisConn {
@@ -179,7 +198,7 @@ impl RedisConn {
             }
             Self::Cluster(conn) => {
                 let each = commands.into_iter().map(|command| {
-                    let mut conn: redis::cluster_async::ClusterConnection = (**conn).clone();
+                    let mut conn: redis::cluster_async::ClusterConnection = conn.conn.clone();
                     async move { command.query_async::<Value>(&mut conn).await }
                 });
                 futures_util::future::try_join_all(each).await.map(drop)
@@ -191,8 +210,8 @@ impl RedisConn {
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Server(conn) => conn.req_packed_command(cmd),
-            Self::Cluster(conn) => conn.req_packed_command(cmd),
+            Self::Server(conn) => (**conn).req_packed_command(cmd),
+            Self::Cluster(conn) => (**conn).req_packed_command(cmd),
         }
     }
 

@@ -25,6 +25,7 @@ mod memory;
 mod metrics;
 mod pages;
 mod payment;
+mod pool;
 mod processes;
 mod proxy;
 mod purchase;
