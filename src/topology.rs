@@ -3,7 +3,8 @@
 //! Everything above this file asks for a connection and sends commands; it
 //! does not know which of the two it talks to. [`RedisPool`] hands out a
 //! [`RedisConn`], which is either a connection to one server or a cluster
-//! connection (the `redis` crate's, pooled by `deadpool-redis`) that sends
+//! connection (the `redis` crate's, pooled by `deadpool` with
+//! `deadpool-redis`' managers, `topology/trusted.rs`) that sends
 //! each command to the master owning its key's slot, follows `MOVED` and
 //! `ASK` when slots move, and splits multi-key reads (`KEYS`, `DEL` of keys
 //! in several slots) across the masters.
@@ -125,7 +126,7 @@ impl RedisPool {
         };
         Ok(match at {
             RedisAt::Server(url) => {
-                let manager = Trusting(deadpool_redis::Manager::new(url.as_str())?);
+                let manager = Trusting::new(deadpool_redis::Manager::new(url.as_str())?, url);
                 Self::Server(
                     Pool::builder(manager)
                         .config(config)
@@ -134,10 +135,13 @@ impl RedisPool {
                 )
             }
             RedisAt::Cluster(nodes) => {
-                let manager = Trusting(deadpool_redis::cluster::Manager::new(
-                    nodes.iter().map(String::as_str).collect(),
-                    false,
-                )?);
+                let manager = Trusting::new(
+                    deadpool_redis::cluster::Manager::new(
+                        nodes.iter().map(String::as_str).collect(),
+                        false,
+                    )?,
+                    &nodes.join(","),
+                );
                 Self::Cluster(
                     Pool::builder(manager)
                         .config(config)
@@ -197,11 +201,14 @@ impl RedisConn {
                 pipe.query_async(&mut **conn).await
             }
             Self::Cluster(conn) => {
+                let sent = std::time::Instant::now();
                 let each = commands.into_iter().map(|command| {
                     let mut conn: redis::cluster_async::ClusterConnection = conn.conn.clone();
                     async move { command.query_async::<Value>(&mut conn).await }
                 });
-                futures_util::future::try_join_all(each).await.map(drop)
+                let outcome = futures_util::future::try_join_all(each).await.map(drop);
+                conn.note(sent, &outcome);
+                outcome
             }
         }
     }
@@ -222,8 +229,8 @@ impl ConnectionLike for RedisConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Server(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Server(conn) => (**conn).req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => (**conn).req_packed_commands(pipeline, offset, count),
         }
     }
 

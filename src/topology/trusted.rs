@@ -4,63 +4,110 @@
 //! deadpool-redis checks every connection each time it is taken from the
 //! pool: it sends `UNWATCH` and `PING` and waits for the answer. That is one
 //! round trip more for every purchase, whose own work is one script: the
-//! `lua` strategy's accepted purchases/s rose from about 11,500 to 13,900
+//! `lua` strategy's accepted purchases/s rose from about 11,100 to 13,900
 //! (three alternated pairs of `seckill bench --only accepted`) without it.
 //!
 //! Here a connection that answered within the last [`TRUSTED_FOR`] is
 //! handed out unchecked, as HikariCP does for SQL connections
 //! (`aliveBypassWindowMs`, 500 ms): under load every connection answers
-//! all the time, and none is checked. One that has been idle longer is
-//! checked as before. One on which a command failed without the server's
-//! answer (its socket failed or closed, a reply timed out or could not be
-//! read) is dropped when it comes back, never handed out again; and since
-//! that is what every connection sees when Redis goes away, every
-//! connection of the process that last answered before that failure is
-//! checked again before it is trusted (a restarted Redis has closed them
-//! all, and the first to find out tells the rest).
+//! all the time, and none is checked. Any other is checked as before: one
+//! idle longer, one whose last reply timed out (it is still in step, since
+//! the connections are multiplexed and a late reply goes to nobody, but
+//! its server may be gone), and every connection to the same server, in
+//! any pool of the process, that last answered before a command or a check
+//! on any of them failed without the server's answer (its socket failed or
+//! closed, or a reply could not be read). A restarted Redis has closed
+//! them all, so the first failure makes the process check the rest; a
+//! check that fails drops its connection.
 //!
-//! What this gives up: if Redis restarts within [`TRUSTED_FOR`] of a
-//! connection's last answer and no connection of the process noticed, the
-//! first command to notice fails (its buyer gets the `503` of a Redis that
-//! cannot be reached) where the check would have replaced the connection
-//! unseen. `UNWATCH` is not needed: nothing here uses `WATCH`, and a
-//! `MULTI ... EXEC` is always sent whole, as one atomic pipeline.
+//! What this gives up: a connection closed by the server (a restart, a
+//! `CLIENT KILL`, a proxy's reset) within [`TRUSTED_FOR`] of its last
+//! answer can be handed out before the pool has seen any failure, and the
+//! command sent on it fails (its buyer gets the `503` of a Redis that
+//! cannot be reached) where the check would have replaced it unseen: every
+//! request that takes such a connection until the first of them fails.
+//! `UNWATCH` is not needed: nothing here uses `WATCH`, and a `MULTI ...
+//! EXEC` is always sent whole, as one atomic pipeline.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 use redis::aio::ConnectionLike;
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 
 /// How long after its last answer a connection is handed out unchecked.
 pub const TRUSTED_FOR: Duration = Duration::from_millis(500);
 
-/// When a connection of this process last failed unanswered, in
-/// nanoseconds after [`EPOCH`] (0: never). A connection that last answered
-/// before then is checked before it is handed out.
-static LAST_LOST: AtomicU64 = AtomicU64::new(0);
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-/// `at` as nanoseconds after [`EPOCH`], at least 1.
-fn stamp(at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(*EPOCH).as_nanos())
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
-
 /// A deadpool-redis manager (one server's, or a cluster's) whose check is
 /// skipped for a connection that answered within [`TRUSTED_FOR`].
-pub struct Trusting<M>(pub M);
+pub struct Trusting<M> {
+    inner: M,
+    losses: Arc<Losses>,
+}
+
+impl<M> Trusting<M> {
+    /// A manager of connections to `server` (a URL, or a cluster's list of
+    /// nodes): every pool of the process to the same server hears of a
+    /// loss on any of them (the worker's and the purchases' alike, when a
+    /// restart closes them all).
+    pub fn new(inner: M, server: &str) -> Self {
+        static SERVERS: LazyLock<Mutex<HashMap<String, Arc<Losses>>>> =
+            LazyLock::new(Mutex::default);
+        let losses = Arc::clone(
+            SERVERS
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(server.to_owned())
+                .or_insert_with(|| Arc::new(Losses::new())),
+        );
+        Self { inner, losses }
+    }
+}
+
+/// When a connection to one server last failed unanswered.
+struct Losses {
+    since: Instant,
+    /// Nanoseconds after `since`; 0: never.
+    last: AtomicU64,
+}
+
+impl Losses {
+    fn new() -> Self {
+        Self {
+            since: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// `at` as nanoseconds after `since`, at least 1.
+    fn stamp(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.since).as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    fn record(&self) {
+        self.last
+            .fetch_max(self.stamp(Instant::now()), Ordering::Relaxed);
+    }
+
+    /// Whether no loss was recorded at or after `at`.
+    fn none_since(&self, at: Instant) -> bool {
+        self.stamp(at) > self.last.load(Ordering::Relaxed)
+    }
+}
 
 /// A pooled connection, with what is known of its health.
 pub struct Tracked<C> {
     pub conn: C,
-    /// When the server last answered on it (a reply, or an error reply).
-    answered: Instant,
-    /// A command on it failed without an answer: drop it.
-    lost: bool,
+    /// When the last command the server answered on it was sent (an
+    /// answer proves the socket was alive at or after that moment); `None`
+    /// when it must be checked before it is handed out again.
+    answered: Option<Instant>,
+    losses: Arc<Losses>,
 }
 
 impl<M> managed::Manager for Trusting<M>
@@ -71,11 +118,19 @@ where
     type Error = RedisError;
 
     async fn create(&self) -> Result<Self::Type, RedisError> {
-        Ok(Tracked {
-            conn: self.0.create().await?,
-            answered: Instant::now(),
-            lost: false,
-        })
+        let sent = Instant::now();
+        match self.inner.create().await {
+            Ok(conn) => Ok(Tracked {
+                conn,
+                answered: Some(sent),
+                losses: Arc::clone(&self.losses),
+            }),
+            Err(error) => {
+                // The server cannot be reached: the others may be closed too.
+                self.losses.record();
+                Err(error)
+            }
+        }
     }
 
     async fn recycle(
@@ -83,49 +138,87 @@ where
         tracked: &mut Self::Type,
         metrics: &Metrics,
     ) -> RecycleResult<RedisError> {
-        if tracked.lost {
-            return Err(RecycleError::message("a command on it failed unanswered"));
-        }
         if tracked.trusted() {
             return Ok(());
         }
-        self.0.recycle(&mut tracked.conn, metrics).await?;
-        tracked.answered = Instant::now();
-        Ok(())
+        let sent = Instant::now();
+        match self.inner.recycle(&mut tracked.conn, metrics).await {
+            Ok(()) => {
+                tracked.answered = Some(sent);
+                Ok(())
+            }
+            Err(error) => {
+                if let RecycleError::Backend(error) = &error
+                    && said_by(error) == Said::Lost
+                {
+                    self.losses.record();
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+/// What a command's outcome says of its connection.
+#[derive(Debug, PartialEq, Eq)]
+enum Said {
+    /// The server answered (a reply, or an error reply).
+    Answered,
+    /// No answer in time: the connection is in step, its server unknown.
+    Unsure,
+    /// The connection failed: its socket, or what came over it.
+    Lost,
+    /// Nothing: the client refused the command before sending it.
+    Nothing,
+}
+
+fn said<T>(outcome: &Result<T, RedisError>) -> Said {
+    match outcome {
+        Ok(_) => Said::Answered,
+        Err(error) => said_by(error),
+    }
+}
+
+fn said_by(error: &RedisError) -> Said {
+    if error.is_timeout() {
+        Said::Unsure
+    } else if matches!(error.kind(), ErrorKind::Server(_) | ErrorKind::Extension) {
+        Said::Answered
+    } else if error.is_io_error() || error.is_unrecoverable_error() {
+        Said::Lost
+    } else {
+        Said::Nothing
     }
 }
 
 impl<C> Tracked<C> {
     /// Whether it may be handed out unchecked: it answered within
-    /// [`TRUSTED_FOR`], and after the process last lost a connection.
+    /// [`TRUSTED_FOR`], and no connection to its server failed since.
     fn trusted(&self) -> bool {
-        self.answered.elapsed() < TRUSTED_FOR
-            && stamp(self.answered) > LAST_LOST.load(Ordering::Relaxed)
+        self.answered
+            .is_some_and(|at| at.elapsed() < TRUSTED_FOR && self.losses.none_since(at))
     }
 
-    /// What a command's outcome says of the connection.
-    fn note<T>(&mut self, outcome: &Result<T, RedisError>) {
-        match outcome {
-            Err(error) if unanswered(error) => {
-                self.lost = true;
-                LAST_LOST.fetch_max(stamp(Instant::now()), Ordering::Relaxed);
+    /// Take in the outcome of a command sent at `sent`.
+    pub fn note<T>(&mut self, sent: Instant, outcome: &Result<T, RedisError>) {
+        match said(outcome) {
+            Said::Answered => self.answered = Some(sent),
+            Said::Unsure => self.answered = None,
+            Said::Lost => {
+                self.answered = None;
+                self.losses.record();
             }
-            _ => self.answered = Instant::now(),
+            Said::Nothing => {}
         }
     }
-}
-
-/// An error that did not come from the server's answer: the connection
-/// cannot be trusted with the next command.
-fn unanswered(error: &RedisError) -> bool {
-    error.is_io_error() || error.is_timeout() || error.is_unrecoverable_error()
 }
 
 impl<C: ConnectionLike + Send> ConnectionLike for Tracked<C> {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            let sent = Instant::now();
             let outcome = self.conn.req_packed_command(cmd).await;
-            self.note(&outcome);
+            self.note(sent, &outcome);
             outcome
         })
     }
@@ -137,8 +230,9 @@ impl<C: ConnectionLike + Send> ConnectionLike for Tracked<C> {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            let sent = Instant::now();
             let outcome = self.conn.req_packed_commands(pipeline, offset, count).await;
-            self.note(&outcome);
+            self.note(sent, &outcome);
             outcome
         })
     }
@@ -153,11 +247,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_an_error_without_the_servers_answer_loses_the_connection() {
+    fn an_error_reply_is_an_answer_a_timeout_is_not_and_a_broken_socket_is_a_loss() {
         let reply = redis::make_extension_error("NOSCRIPT".into(), None);
-        assert!(!unanswered(&reply));
-        let socket: RedisError =
-            std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset").into();
-        assert!(unanswered(&socket));
+        assert_eq!(said_by(&reply), Said::Answered);
+        let io = |kind| RedisError::from(std::io::Error::new(kind, "x"));
+        assert_eq!(said_by(&io(std::io::ErrorKind::TimedOut)), Said::Unsure);
+        assert_eq!(
+            said_by(&io(std::io::ErrorKind::ConnectionReset)),
+            Said::Lost
+        );
+        assert_eq!(said_by(&io(std::io::ErrorKind::BrokenPipe)), Said::Lost);
+    }
+
+    #[test]
+    fn a_loss_distrusts_what_answered_before_it_and_not_after() {
+        let losses = Losses::new();
+        let before = Instant::now();
+        assert!(losses.none_since(before));
+        std::thread::sleep(Duration::from_millis(2));
+        losses.record();
+        assert!(!losses.none_since(before));
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(losses.none_since(Instant::now()));
     }
 }

@@ -1,27 +1,29 @@
 //! The Redis pool's check of the connections it hands out
 //! (`src/topology/trusted.rs`): skipped for a connection that answered
-//! just now, made for one idle longer, and a connection that failed
-//! unanswered is never handed out again.
+//! just now, made for one idle longer and for every one that answered
+//! before a connection of the pool was found closed; a closed one is never
+//! handed out again.
 
 use std::time::Duration;
 
-use seckill::topology::{RedisAt, RedisPool, TRUSTED_FOR};
+use seckill::services::PrivateRedis;
+use seckill::topology::{RedisAt, RedisConn, RedisPool, TRUSTED_FOR};
 
-/// A pool of the test Redis server, and a connection beside it that looks
-/// at the pool's clients.
-async fn pool_and_observer() -> (RedisPool, redis::aio::MultiplexedConnection) {
-    let redis = crate::helpers::services().await.redis.clone();
-    let RedisAt::Server(url) = &redis else {
-        panic!("the tests' Redis is one server");
-    };
-    let pool = RedisPool::new(&redis, Duration::from_secs(5)).expect("a pool");
+/// A pool of the Redis server at `url`, and a connection beside it that
+/// looks at the pool's clients.
+async fn pool_and_observer(url: &str) -> (RedisPool, redis::aio::MultiplexedConnection) {
+    let pool =
+        RedisPool::new(&RedisAt::Server(url.to_owned()), Duration::from_secs(5)).expect("a pool");
     (pool, crate::helpers::redis_at(url).await)
 }
 
 /// The id of the connection the pool hands out next.
 async fn next_id(pool: &RedisPool) -> redis::RedisResult<i64> {
-    let mut conn = pool.get().await.expect("a connection");
-    redis::cmd("CLIENT").arg("ID").query_async(&mut conn).await
+    client_id(&mut pool.get().await.expect("a connection")).await
+}
+
+async fn client_id(conn: &mut RedisConn) -> redis::RedisResult<i64> {
+    redis::cmd("CLIENT").arg("ID").query_async(conn).await
 }
 
 /// The last command a client ran, as the server saw it.
@@ -41,12 +43,15 @@ async fn last_command(observer: &mut redis::aio::MultiplexedConnection, id: i64)
 
 #[tokio::test]
 async fn a_connection_that_just_answered_is_handed_out_unchecked_and_an_idle_one_checked() {
-    let (pool, mut observer) = pool_and_observer().await;
+    let RedisAt::Server(url) = &crate::helpers::services().await.redis else {
+        panic!("the tests' Redis is one server");
+    };
+    let (pool, mut observer) = pool_and_observer(url).await;
     // Taken again at once: no round trip of a check on the way. (A test
-    // beside this one that loses a connection makes every connection of
-    // the process checked once more, so this may take a few tries.)
+    // beside this one that finds a connection to the same server closed
+    // has every connection to it checked once more: hence a few tries.)
     let mut unchecked = None;
-    for _ in 0..20 {
+    for _ in 0..5 {
         let id = next_id(&pool).await.expect("CLIENT ID");
         drop(pool.get().await.expect("a connection"));
         if last_command(&mut observer, id).await == "client|id" {
@@ -61,36 +66,31 @@ async fn a_connection_that_just_answered_is_handed_out_unchecked_and_an_idle_one
     assert_eq!(last_command(&mut observer, id).await, "ping");
 }
 
-/// A connection lost anywhere in the process (Redis restarting closes them
-/// all): every other one is checked before it is trusted again.
+/// Redis closing a connection that has just answered (as a restart closes
+/// them all): the command that finds it fails, the others are checked
+/// before they are trusted again, and that one is never handed out again.
 #[tokio::test]
-async fn after_a_connection_is_lost_the_others_are_checked_before_they_are_trusted() {
-    let (pool, mut observer) = pool_and_observer().await;
-    let (other, _) = pool_and_observer().await;
-    let id = next_id(&pool).await.expect("CLIENT ID");
-    kill(&mut observer, next_id(&other).await.expect("CLIENT ID")).await;
-    // The killed one, handed out: this command finds it closed. (Or, if a
-    // test beside this one lost a connection after it answered, it is
-    // checked and replaced, and so is the one below.)
-    let _ = next_id(&other).await;
+async fn a_connection_closed_under_the_pool_fails_once_and_the_pool_checks_the_rest() {
+    // A server of its own: what it kills makes no other test's pool check.
+    let redis = PrivateRedis::start().await.expect("a private Redis");
+    let (pool, mut observer) = pool_and_observer(&redis.url()).await;
+    // Two connections, each having answered; `killed` goes back last and
+    // so comes out first (the pool's queue is first in, first out).
+    let (mut other, mut killed) = (pool.get().await.expect("a"), pool.get().await.expect("b"));
+    let other_id = client_id(&mut other).await.expect("CLIENT ID");
+    let killed_id = client_id(&mut killed).await.expect("CLIENT ID");
+    drop(killed);
+    drop(other);
+    kill(&mut observer, killed_id).await;
+    // It answered a moment ago, so it is handed out unchecked, and the
+    // command sent on it fails: the price of not checking.
+    assert!(next_id(&pool).await.is_err());
+    // The other answered before that failure: checked first.
     drop(pool.get().await.expect("a connection"));
-    assert_eq!(last_command(&mut observer, id).await, "ping");
-}
-
-#[tokio::test]
-async fn a_connection_killed_under_the_pool_fails_once_and_is_never_handed_out_again() {
-    let (pool, mut observer) = pool_and_observer().await;
-    let killed = next_id(&pool).await.expect("CLIENT ID");
-    kill(&mut observer, killed).await;
-    // It answered a moment ago, so it is trusted and handed out: the first
-    // command on it finds the socket gone (or, if the client saw the close
-    // first, it never reaches the server). Either way that connection is
-    // dropped, and the next is a new one that works.
-    let first = next_id(&pool).await;
-    let second = next_id(&pool).await.expect("a working connection");
-    assert_ne!(second, killed);
-    if let Ok(first) = first {
-        assert_ne!(first, killed);
+    assert_eq!(last_command(&mut observer, other_id).await, "ping");
+    // The closed one is not handed out again: every command works.
+    for _ in 0..3 {
+        next_id(&pool).await.expect("a working connection");
     }
 }
 
