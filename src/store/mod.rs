@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod baseline;
+pub mod catalog;
 pub mod confirm;
 pub mod orders;
 pub mod sales;
@@ -30,9 +31,10 @@ use sqlx::PgPool;
 use crate::topology::{RedisConn, RedisPool};
 
 pub use admin::SaleInside;
+pub use catalog::Catalog;
 pub use confirm::{Confirmation, Taken, Written};
 pub use orders::{Deadline, OrderCounts, OrderRow, PayOutcome};
-pub use sales::{Catalog, Snapshot};
+pub use sales::Snapshot;
 
 /// The app's handle on its data. Cheap to clone: every field is shared.
 #[derive(Clone)]

@@ -3,17 +3,15 @@
 //! PostgreSQL holds the sale itself; Redis holds what the purchase path
 //! changes at high speed (units left, who bought). A sale's row never changes
 //! after it is created, apart from its `sold` counter, so every process keeps
-//! the rows it has seen in memory ([`Catalog`]) and asks PostgreSQL once per
-//! sale.
+//! the rows it has seen in memory (`catalog.rs`) and asks PostgreSQL once per
+//! sale, however many of its requests miss the sale at once.
 //!
 //! Redis may lose a sale's figures (a restart without persistence). Every
 //! read of them goes through [`snapshot`], which finds the stock key missing,
 //! loads the sale from PostgreSQL (`lua/sale_load.lua`, which writes only
 //! when the keys are still absent) and reads again.
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, LazyLock};
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -28,68 +26,6 @@ use crate::keys::SaleKeys;
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sale_load.lua")));
 
 const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at";
-
-/// How long a process remembers that a sale id does not exist. Short: a
-/// sale created on another instance is unknown here for at most this long.
-const MISSING_FOR: Duration = Duration::from_secs(1);
-/// The most unknown ids remembered at once; past it the memory starts over.
-const MISSING_MAX: usize = 10_000;
-
-/// The sales a process has seen, by id, and the ids it found missing.
-#[derive(Debug, Default)]
-pub struct Catalog {
-    /// A std lock, not a tokio one: nothing awaits while it is held.
-    /// Written once per sale, by the first request that reads it.
-    cache: RwLock<HashMap<i64, Arc<Sale>>>,
-    /// Ids PostgreSQL had no sale for, and when it said so: a flood of
-    /// lookups of made-up ids costs one query per id per [`MISSING_FOR`],
-    /// not one each. A std Mutex, held for a lookup or an insert. Written by
-    /// `Store::sale`; an id is forgotten when its sale is created here.
-    missing: Mutex<HashMap<i64, Instant>>,
-    /// The highest sale id PostgreSQL had, and when it said so: a made-up id
-    /// above it is answered "no such sale" without a query for
-    /// [`MISSING_FOR`], however many different ones come. Read after a
-    /// miss; raised when a sale is created here.
-    max_id: Mutex<Option<(i64, Instant)>>,
-}
-
-impl Catalog {
-    fn known_missing(&self, id: i64) -> bool {
-        let missing = self.missing.lock().expect("catalog lock poisoned");
-        missing
-            .get(&id)
-            .is_some_and(|at| at.elapsed() < MISSING_FOR)
-    }
-
-    fn note_missing(&self, id: i64) {
-        let mut missing = self.missing.lock().expect("catalog lock poisoned");
-        if missing.len() >= MISSING_MAX {
-            missing.clear();
-        }
-        missing.insert(id, Instant::now());
-    }
-
-    fn forget_missing(&self, id: i64) {
-        self.missing
-            .lock()
-            .expect("catalog lock poisoned")
-            .remove(&id);
-        let mut max_id = self.max_id.lock().expect("catalog lock poisoned");
-        if let Some((max, _)) = max_id.as_mut() {
-            *max = (*max).max(id);
-        }
-    }
-
-    /// Whether `id` is above the highest id PostgreSQL had a moment ago.
-    fn beyond_max(&self, id: i64) -> bool {
-        let max_id = self.max_id.lock().expect("catalog lock poisoned");
-        max_id.is_some_and(|(max, at)| id > max && at.elapsed() < MISSING_FOR)
-    }
-
-    fn note_max(&self, max: i64) {
-        *self.max_id.lock().expect("catalog lock poisoned") = Some((max, Instant::now()));
-    }
-}
 
 /// What Redis says of a sale, for some buyers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,13 +72,25 @@ pub fn snapshot_reads(keys: &SaleKeys, buyers: &[&UserId]) -> redis::Pipeline {
 impl Store {
     /// The sale with this id, from memory or from PostgreSQL.
     pub async fn sale(&self, id: i64) -> anyhow::Result<Option<Arc<Sale>>> {
-        let catalog = &self.catalog.cache;
-        if let Some(sale) = catalog.read().expect("catalog lock poisoned").get(&id) {
-            return Ok(Some(Arc::clone(sale)));
+        if let Some(sale) = self.catalog.cached(id) {
+            return Ok(Some(sale));
         }
         if self.catalog.known_missing(id) || self.catalog.beyond_max(id) {
             return Ok(None);
         }
+        // The race this prevents: a burst's first requests for a sale this
+        // process has not seen all miss the cache at once, and each would
+        // read the sale from PostgreSQL, queueing for the pool's few
+        // connections ahead of their own purchases (a thundering herd).
+        // One reads it; the others wait for that answer.
+        let load = self.catalog.loading(id);
+        let sale = load.get_or_try_init(|| self.read_sale(id)).await.cloned();
+        self.catalog.loaded(id, &load);
+        sale
+    }
+
+    /// A sale from PostgreSQL, cached; or its absence, remembered.
+    async fn read_sale(&self, id: i64) -> anyhow::Result<Option<Arc<Sale>>> {
         let sale: Option<Sale> =
             sqlx::query_as(&format!("SELECT {SALE_COLUMNS} FROM sales WHERE id = $1"))
                 .bind(id)
@@ -157,14 +105,7 @@ impl Store {
                 .context("reading the highest sale id")?;
             self.catalog.note_max(max);
         }
-        Ok(sale.map(|sale| {
-            let sale = Arc::new(sale);
-            catalog
-                .write()
-                .expect("catalog lock poisoned")
-                .insert(id, Arc::clone(&sale));
-            sale
-        }))
+        Ok(sale.map(|sale| self.catalog.cache(sale)))
     }
 
     /// Insert a sale into PostgreSQL and load it into Redis.

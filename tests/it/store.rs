@@ -129,3 +129,59 @@ async fn a_snapshot_of_a_sale_redis_lost_loads_it_first() {
     );
     assert_eq!(app.store.stock_left(sale).await.expect("stock"), 2);
 }
+
+/// A burst's first requests for a sale the process has not seen yet all
+/// miss its cache at once: one of them reads the sale from PostgreSQL, the
+/// others wait for that answer instead of queueing for the pool's
+/// connections with a read each.
+#[tokio::test]
+async fn lookups_that_miss_a_sale_at_once_read_it_from_postgres_once() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    // Every read of the table waits until this transaction ends.
+    // Watched over a connection of its own: the lookups may hold every
+    // one of the pool's.
+    use sqlx::Connection;
+    let mut watcher = sqlx::PgConnection::connect_with(&app.pg.connect_options())
+        .await
+        .expect("PostgreSQL");
+    let mut blocker = app.pg.begin().await.expect("BEGIN");
+    sqlx::query("LOCK TABLE sales IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .expect("LOCK");
+    let lookups: Vec<_> = (0..20)
+        .map(|_| {
+            let store = app.store.clone();
+            tokio::spawn(async move { store.sale(sale).await })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while reads_waiting(&mut watcher).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no read of the sale waiting on the lock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Time for the other lookups to pile up, had they each their own read.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(reads_waiting(&mut watcher).await, 1);
+    blocker.rollback().await.expect("ROLLBACK");
+    for lookup in lookups {
+        let found = lookup.await.expect("the lookup ran").expect("the sale");
+        assert_eq!(found.map(|found| found.id), Some(sale));
+    }
+}
+
+/// Reads of one sale by id waiting on a lock, in this database.
+async fn reads_waiting(pg: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'
+            AND query = 'SELECT id, name, price_cents, stock_total, starts_at, ends_at FROM sales WHERE id = $1'",
+    )
+    .fetch_one(&mut *pg)
+    .await
+    .expect("pg_stat_activity")
+}
