@@ -97,6 +97,33 @@ pub fn transient_redis(error: &redis::RedisError) -> bool {
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
+/// A failure judged once ([`transient`] or not), to pass on to every
+/// caller that waited on the one call that failed: each gets an error that
+/// is judged the same way.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    message: String,
+    transient: bool,
+}
+
+impl Judged {
+    pub fn of(error: &anyhow::Error) -> Self {
+        Self {
+            message: format!("{error:#}"),
+            transient: transient(error),
+        }
+    }
+
+    /// The failure, for one of the callers.
+    pub fn to_error(&self) -> anyhow::Error {
+        if self.transient {
+            anyhow::Error::new(Unavailable(self.message.clone()))
+        } else {
+            anyhow::anyhow!("{}", self.message)
+        }
+    }
+}
+
 /// Whether any cause of `error` is a transient failure of Redis, of
 /// PostgreSQL, or of a connection pool waiting for either.
 pub fn transient(error: &anyhow::Error) -> bool {
@@ -121,6 +148,21 @@ mod tests {
     fn a_pool_timeout_means_postgres_is_unavailable() {
         assert!(transient_postgres(&sqlx::Error::PoolTimedOut));
         assert!(!transient_postgres(&sqlx::Error::RowNotFound));
+    }
+
+    #[test]
+    fn a_failure_judged_once_is_judged_the_same_for_every_caller() {
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let judged = Judged::of(&anyhow::Error::new(refused).context("reading a sale"));
+        for _ in 0..2 {
+            let error = judged.to_error();
+            assert!(transient(&error));
+            assert!(format!("{error}").contains("reading a sale"), "{error}");
+        }
+        assert!(!transient(
+            &Judged::of(&anyhow::anyhow!("a bug")).to_error()
+        ));
     }
 
     #[test]

@@ -4,16 +4,19 @@
 //! `Store::sale` (`sales.rs`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::OnceCell;
+use futures_util::future::{self, BoxFuture, FutureExt, Shared};
 
 use crate::domain::Sale;
+use crate::probe::Judged;
 
 /// One read of a sale from PostgreSQL, shared by every request that misses
-/// it meanwhile: the sale, or `None` when there is none by that id.
-pub(super) type Loading = Arc<OnceCell<Option<Arc<Sale>>>>;
+/// it meanwhile: the sale, `None` when there is none by that id, or the
+/// failure, judged once.
+pub(super) type Reading = Shared<BoxFuture<'static, Result<Option<Arc<Sale>>, Judged>>>;
 
 /// How long a process remembers that a sale id does not exist. Short: a
 /// sale created on another instance is unknown here for at most this long.
@@ -21,7 +24,8 @@ const MISSING_FOR: Duration = Duration::from_secs(1);
 /// The most unknown ids remembered at once; past it the memory starts over.
 const MISSING_MAX: usize = 10_000;
 
-/// The sales a process has seen, by id, and the ids it found missing.
+/// The sales a process has seen, by id, the ids it found missing, and the
+/// reads of a sale in flight.
 #[derive(Debug, Default)]
 pub struct Catalog {
     /// A std lock, not a tokio one: nothing awaits while it is held.
@@ -29,8 +33,11 @@ pub struct Catalog {
     cache: RwLock<HashMap<i64, Arc<Sale>>>,
     /// The reads of a sale in flight, by id: requests that miss the cache
     /// while one is reading wait for its answer. A std Mutex, held for a
-    /// lookup or an insert; an entry is removed when its read is over.
-    loading: Mutex<HashMap<i64, Loading>>,
+    /// lookup or an insert (the cache's lock is taken inside it, never the
+    /// other way round); an entry is removed when its read is over.
+    loading: Mutex<HashMap<i64, Reading>>,
+    /// Reads of a sale from PostgreSQL started.
+    reads: AtomicU64,
     /// Ids PostgreSQL had no sale for, and when it said so: a flood of
     /// lookups of made-up ids costs one query per id per [`MISSING_FOR`],
     /// not one each. A std Mutex, held for a lookup or an insert. Written by
@@ -58,21 +65,52 @@ impl Catalog {
         sale
     }
 
-    /// The read of `id` in flight, or a new one to start.
-    pub(super) fn loading(&self, id: i64) -> Loading {
+    /// The read of sale `id` in flight, or, when there is none, one that
+    /// `read` starts. The read runs in a task of its own, so a request
+    /// that stops waiting (its client went away) neither stops it nor
+    /// leaves it behind; the task removes it once it has its answer (and
+    /// has cached the sale it found), so an error or an absent sale is not
+    /// remembered by it.
+    pub(super) fn reading<F>(self: &Arc<Self>, id: i64, read: impl FnOnce() -> F) -> Reading
+    where
+        F: Future<Output = anyhow::Result<Option<Arc<Sale>>>> + Send + 'static,
+    {
         let mut loading = self.loading.lock().expect("catalog lock poisoned");
-        Arc::clone(loading.entry(id).or_default())
+        // Cached while this request waited for the lock: the read that
+        // cached it may be over and gone.
+        if let Some(sale) = self.cached(id) {
+            return future::ready(Ok(Some(sale))).boxed().shared();
+        }
+        let reading = loading.entry(id).or_insert_with(|| {
+            let catalog = Arc::clone(self);
+            let read = read();
+            let task = tokio::spawn(async move {
+                let answer = read.await.map_err(|error| Judged::of(&error));
+                catalog
+                    .loading
+                    .lock()
+                    .expect("catalog lock poisoned")
+                    .remove(&id);
+                answer
+            });
+            async move {
+                task.await
+                    .unwrap_or_else(|error| Err(Judged::of(&anyhow::Error::new(error))))
+            }
+            .boxed()
+            .shared()
+        });
+        reading.clone()
     }
 
-    /// `load` is over (read, or failed): a later miss starts its own.
-    pub(super) fn loaded(&self, id: i64, load: &Loading) {
-        let mut loading = self.loading.lock().expect("catalog lock poisoned");
-        if loading
-            .get(&id)
-            .is_some_and(|current| Arc::ptr_eq(current, load))
-        {
-            loading.remove(&id);
-        }
+    /// Reads of a sale from PostgreSQL this process started: one per sale
+    /// it has not seen, however many requests missed it at once.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_read(&self) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(super) fn known_missing(&self, id: i64) -> bool {

@@ -1,7 +1,8 @@
 //! The store: the one owner of each table, and the only place with SQL.
 //!
 //! [`sales`] owns the `sales` table and a sale's figures in Redis (units
-//! left, buyers): creating a sale, the per-instance cache of sales, loading
+//! left, buyers): creating a sale, the per-instance cache of sales (kept in
+//! [`catalog`]), loading
 //! a sale into Redis from PostgreSQL, and reading its stock with a reload
 //! when Redis lost it. [`orders`] owns the `orders` table: confirming a
 //! batch from the queue, paying, cancelling an unpaid order, finding an

@@ -25,7 +25,7 @@ use crate::keys::SaleKeys;
 
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sale_load.lua")));
 
-const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at";
+pub const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at";
 
 /// What Redis says of a sale, for some buyers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,15 +82,18 @@ impl Store {
         // process has not seen all miss the cache at once, and each would
         // read the sale from PostgreSQL, queueing for the pool's few
         // connections ahead of their own purchases (a thundering herd).
-        // One reads it; the others wait for that answer.
-        let load = self.catalog.loading(id);
-        let sale = load.get_or_try_init(|| self.read_sale(id)).await.cloned();
-        self.catalog.loaded(id, &load);
-        sale
+        // One read is in flight; the others wait for its answer, a failure
+        // included (judged once: PostgreSQL down is a 503 for each).
+        let store = self.clone();
+        let reading = self
+            .catalog
+            .reading(id, move || async move { store.read_sale(id).await });
+        reading.await.map_err(|failure| failure.to_error())
     }
 
     /// A sale from PostgreSQL, cached; or its absence, remembered.
     async fn read_sale(&self, id: i64) -> anyhow::Result<Option<Arc<Sale>>> {
+        self.catalog.count_read();
         let sale: Option<Sale> =
             sqlx::query_as(&format!("SELECT {SALE_COLUMNS} FROM sales WHERE id = $1"))
                 .bind(id)
@@ -126,6 +129,7 @@ impl Store {
         .await
         .context("inserting a sale")?;
         self.catalog.forget_missing(sale.id);
+        self.catalog.cache(sale.clone());
         // If Redis fails here the sale exists only in PostgreSQL; that is safe:
         // the first purchase finds the stock key missing and loads it.
         load_into_redis(&self.pg, &mut conn, &self.prefix, sale.id).await?;

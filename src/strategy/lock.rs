@@ -192,15 +192,9 @@ async fn through_the_lock(shop: &Shop, sale_id: i64, batch: Vec<Waiter>) {
         Err(error) => {
             // Each buyer gets the failure, judged once: a server that is
             // down stays "unavailable" (503) for every one of them.
-            let transient = probe::transient(&error);
-            let message = format!("{error:#}");
+            let judged = probe::Judged::of(&error);
             for waiter in batch {
-                let error = if transient {
-                    anyhow::Error::new(probe::Unavailable(message.clone()))
-                } else {
-                    anyhow::anyhow!("{message}")
-                };
-                let _ = waiter.answer.send(Err(error));
+                let _ = waiter.answer.send(Err(judged.to_error()));
             }
         }
     }

@@ -13,16 +13,17 @@
 //! all the time, and none is checked. Any other is checked as before: one
 //! idle longer, one whose last reply timed out (it is still in step, since
 //! the connections are multiplexed and a late reply goes to nobody, but
-//! its server may be gone), and every connection to the same server, in
-//! any pool of the process, that last answered before a command or a check
-//! on any of them failed without the server's answer (its socket failed or
-//! closed, or a reply could not be read). A restarted Redis has closed
-//! them all, so the first failure makes the process check the rest; a
-//! check that fails drops its connection.
+//! its server may be gone), and every connection to the same server (the
+//! same URL), in any pool of the process, that last answered before a
+//! command, a check or a new connection to it failed without the server's
+//! answer (its socket failed, closed or was refused, or a reply could not
+//! be read). A restarted Redis has closed them all, so the first failure
+//! makes the process check the rest; a check that fails drops its
+//! connection.
 //!
 //! What this gives up: a connection closed by the server (a restart, a
-//! `CLIENT KILL`, a proxy's reset) within [`TRUSTED_FOR`] of its last
-//! answer can be handed out before the pool has seen any failure, and the
+//! `CLIENT KILL`, a proxy's reset) within [`TRUSTED_FOR`] of sending the
+//! last command it answered can be handed out before the pool has seen any failure, and the
 //! command sent on it fails (its buyer gets the `503` of a Redis that
 //! cannot be reached) where the check would have replaced it unseen: every
 //! request that takes such a connection until the first of them fails.
@@ -126,8 +127,11 @@ where
                 losses: Arc::clone(&self.losses),
             }),
             Err(error) => {
-                // The server cannot be reached: the others may be closed too.
-                self.losses.record();
+                // Refused or reset: the server is gone, and the others may
+                // be closed too. (A slow connect is not news of that.)
+                if said_by(&error) == Said::Lost {
+                    self.losses.record();
+                }
                 Err(error)
             }
         }
@@ -148,8 +152,14 @@ where
                 Ok(())
             }
             Err(error) => {
+                // News only from a connection that answered after the last
+                // loss: after a restart every dead connection's check fails
+                // in turn, and each would distrust the new ones again.
                 if let RecycleError::Backend(error) = &error
                     && said_by(error) == Said::Lost
+                    && tracked
+                        .answered
+                        .is_some_and(|at| self.losses.none_since(at))
                 {
                     self.losses.record();
                 }

@@ -1,5 +1,6 @@
 //! The store against a real PostgreSQL: the enums the code uses for a
-//! column are the values the column holds, both ways.
+//! column are the values the column holds, both ways; a sale Redis lost is
+//! loaded again; a sale's reads into the process' cache.
 
 use seckill::domain::{OrderStatus, RejectReason, UserId};
 use seckill::store::{Snapshot, sales};
@@ -131,9 +132,9 @@ async fn a_snapshot_of_a_sale_redis_lost_loads_it_first() {
 }
 
 /// A burst's first requests for a sale the process has not seen yet all
-/// miss its cache at once: one of them reads the sale from PostgreSQL, the
-/// others wait for that answer instead of queueing for the pool's
-/// connections with a read each.
+/// miss its cache at once: one read of the sale from PostgreSQL is in
+/// flight, and the others wait for its answer instead of queueing for the
+/// pool's connections with a read each.
 #[tokio::test]
 async fn lookups_that_miss_a_sale_at_once_read_it_from_postgres_once() {
     let app = spawn_app().await;
@@ -145,6 +146,7 @@ async fn lookups_that_miss_a_sale_at_once_read_it_from_postgres_once() {
     let mut watcher = sqlx::PgConnection::connect_with(&app.pg.connect_options())
         .await
         .expect("PostgreSQL");
+    let reads_before = app.store.catalog.reads();
     let mut blocker = app.pg.begin().await.expect("BEGIN");
     sqlx::query("LOCK TABLE sales IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *blocker)
@@ -172,15 +174,20 @@ async fn lookups_that_miss_a_sale_at_once_read_it_from_postgres_once() {
         let found = lookup.await.expect("the lookup ran").expect("the sale");
         assert_eq!(found.map(|found| found.id), Some(sale));
     }
+    // And that one read answered them all.
+    assert_eq!(app.store.catalog.reads() - reads_before, 1);
 }
 
 /// Reads of one sale by id waiting on a lock, in this database.
 async fn reads_waiting(pg: &mut sqlx::PgConnection) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock'
-            AND query = 'SELECT id, name, price_cents, stock_total, starts_at, ends_at FROM sales WHERE id = $1'",
+          WHERE datname = current_database() AND wait_event_type = 'Lock' AND query = $1",
     )
+    .bind(format!(
+        "SELECT {} FROM sales WHERE id = $1",
+        sales::SALE_COLUMNS
+    ))
     .fetch_one(&mut *pg)
     .await
     .expect("pg_stat_activity")
