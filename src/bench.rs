@@ -359,10 +359,13 @@ async fn idle_delay(services: &Services, store: &Store, token: &str) -> anyhow::
 }
 
 fn table(rows: &[Row]) -> String {
-    let width = |f: fn(&Row) -> usize| rows.iter().map(f).max().unwrap_or(0);
+    // At least the headers' own widths: a short figure would misalign them.
+    let width = |f: fn(&Row) -> usize, header: &str| {
+        rows.iter().map(f).chain([header.len()]).max().unwrap_or(0)
+    };
     let (a, b) = (
-        width(|r| r.figure.len()),
-        width(|r| r.measured.chars().count()),
+        width(|r| r.figure.len(), "figure"),
+        width(|r| r.measured.chars().count(), "measured"),
     );
     let mut out = format!(
         "{:<a$}  {:<b$}  {:<5}  target\n",
@@ -380,4 +383,28 @@ fn table(rows: &[Row]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_columns_line_up_with_their_headers_whatever_the_widths() {
+        let rows = [Row {
+            figure: "f",
+            measured: "2.8 ms".into(),
+            target: "<= 5 ms",
+            met: Some(true),
+        }];
+        let table = table(&rows);
+        let lines: Vec<&str> = table.lines().collect();
+        let column = |line: &str, word: &str| line.find(word).expect(word);
+        assert_eq!(column(lines[0], "met"), column(lines[1], "yes"), "{table}");
+        assert_eq!(
+            column(lines[0], "target"),
+            column(lines[1], "<= 5"),
+            "{table}"
+        );
+    }
 }
