@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::Utc;
+use tracing::Instrument;
 
 use crate::config::Strategy;
 use crate::domain::{Sale, UserId, Window};
@@ -99,7 +100,6 @@ impl Purchaser {
     }
 
     /// Try to buy one unit of `sale` for `user`, and count the answer.
-    #[tracing::instrument(skip_all, fields(sale_id = sale.id, user_id = %user, strategy = ?self.strategy()))]
     pub async fn purchase(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
         let started = std::time::Instant::now();
         let decided = self.decide(sale, user).await;
@@ -130,6 +130,23 @@ impl Purchaser {
         if self.shop.sold_out.check(sale.id, refresh) == Flag::SoldOut {
             return Ok(Outcome::SoldOut);
         }
+        // What follows talks to Redis and may log, so it runs in a span that
+        // names the sale and the buyer. The answers above log nothing and
+        // open none: a span costs every request that opens it (its fields
+        // formatted, an entry made and freed), and sold-out answers are
+        // most of a burst's.
+        let span = tracing::info_span!(
+            "purchase",
+            sale_id = sale.id,
+            user_id = %user,
+            strategy = ?self.strategy(),
+        );
+        self.contend(sale, user).instrument(span).await
+    }
+
+    /// The strategy's part of a purchase of a sale this instance does not
+    /// know to be sold out.
+    async fn contend(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
         let strategy = self.strategy();
         if strategy == Strategy::Lock {
             return self.lanes.purchase(&self.shop, sale.id, user).await;

@@ -18,7 +18,6 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing_actix_web::TracingLogger;
 
 use crate::config::{PurchaseSettings, RateLimitSettings, STATEMENT_TIMEOUT, WorkerSettings};
 use crate::events::SaleEvents;
@@ -226,7 +225,6 @@ impl Application {
             App::new()
                 .wrap(from_fn(security::guard))
                 .wrap(security::headers(&instance))
-                .wrap(TracingLogger::<crate::telemetry::RequestSpan>::new())
                 .app_data(state.clone())
                 .configure(routes)
         })

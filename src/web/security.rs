@@ -26,13 +26,14 @@
 //! The origin compared against is the request's `Host`. Behind a proxy that
 //! rewrites `Host`, configure it to keep the original one.
 
+use actix_web::HttpResponse;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::{DefaultHeaders, Next};
-use actix_web::{HttpMessage, HttpResponse};
-use tracing_actix_web::RequestId;
+use tracing::Instrument;
+use uuid::Uuid;
 
 use super::ApiError;
 
@@ -73,33 +74,69 @@ pub fn headers(instance: &str) -> DefaultHeaders {
 /// waste on every request.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
-/// Every request's checks, and its id on the answer, in one middleware
-/// (each `from_fn` layer costs every request a boxed future and a reference
-/// count, and the sold-out answer is a few microseconds in all):
+/// Every request's span, checks and id, in one middleware (each layer
+/// costs every request a boxed future and a reference count, and a
+/// sold-out answer is a few microseconds in all):
+/// - the request runs in a span named `request` with its method, path and
+///   id, so that whatever is logged while it is handled says which
+///   request it was ([`request_span`]);
 /// - headers adding up to more than [`MAX_HEADER_BYTES`] are refused with
 ///   `431 headers_too_large`;
 /// - form posts another site started are refused with
 ///   `403 cross_site_request` (see the module comment);
-/// - every answer, refusals included, carries `X-Request-Id`: the id
-///   `TracingLogger` gave the request and logged it under, so that a client
-///   who got a 500 can quote it.
+/// - every answer, refusals included, carries `X-Request-Id`: the id the
+///   request was logged under, so that a client who got a 500 can quote it.
 pub async fn guard(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    let id = request.extensions().get::<RequestId>().copied();
-    let mut response = match refusal(&request) {
-        Some(refused) => request
-            .into_response(HttpResponse::from_error(refused))
-            .map_into_right_body(),
-        None => next.call(request).await?.map_into_left_body(),
-    };
-    if let Some(value) = id.and_then(|id| HeaderValue::from_str(&id.to_string()).ok()) {
-        response
-            .headers_mut()
-            .insert(HeaderName::from_static("x-request-id"), value);
+    let id = request_id();
+    let span = request_span(&request, &id);
+    let mut response = async move {
+        match refusal(&request) {
+            Some(refused) => Ok::<_, actix_web::Error>(
+                request
+                    .into_response(HttpResponse::from_error(refused))
+                    .map_into_right_body(),
+            ),
+            None => Ok(next.call(request).await?.map_into_left_body()),
+        }
     }
+    .instrument(span)
+    .await?;
+    let mut text = Uuid::encode_buffer();
+    let text = id.hyphenated().encode_lower(&mut text);
+    response.headers_mut().insert(
+        HeaderName::from_static("x-request-id"),
+        HeaderValue::from_str(text).expect("a UUID is a valid header value"),
+    );
     Ok(response)
+}
+
+/// A random (version 4) UUID naming one request. Drawn from the thread's
+/// `fastrand` generator, not the operating system's: an id names a request
+/// in the logs and is no secret, and a `getrandom` call per request was a
+/// share of a sold-out answer's cost.
+fn request_id() -> Uuid {
+    uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid()
+}
+
+/// The span of every HTTP request, lean: its method, path and id, which
+/// is what the logs of a failed request need (`web::error` logs the cause
+/// inside it; the `X-Request-Id` header names it to the client).
+///
+/// It is the one span every request opens; with the default filter
+/// (`info`) the log formatter writes its fields out as it opens, so each
+/// field costs every request. tracing-actix-web's default span, used
+/// before, recorded sixteen, among them the matched route (actix matched
+/// the path against the route table a second time to name it).
+fn request_span(request: &ServiceRequest, id: &Uuid) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = request.path(),
+        request_id = %id,
+    )
 }
 
 /// Why [`guard`] refuses `request`, if it does.

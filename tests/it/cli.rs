@@ -170,27 +170,8 @@ async fn serve_ends_open_event_streams_and_exits_cleanly_on_sigterm() {
 /// (`RUST_LOG=error`), and a loaded demo printed hundreds of such lines.
 #[tokio::test]
 async fn refusals_are_not_logged_as_errors() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
-
     let scratch = Scratch::new().await;
-    let args = ["serve", "--bind", "127.0.0.1:0", "--max-event-streams", "1"];
-    let mut server = seckill_command(
-        &scratch,
-        &args,
-        &[("SECKILL_ADMIN_TOKEN", crate::helpers::ADMIN_TOKEN)],
-    )
-    .spawn()
-    .expect("serve starts");
-    let stdout = server.stdout.take().expect("piped");
-    let line = BufReader::new(stdout)
-        .lines()
-        .next_line()
-        .await
-        .expect("its output")
-        .expect("a first line");
-    let address = seckill::cluster::listening_url(&line)
-        .unwrap_or_else(|| panic!("not an address: {line}"))
-        .to_owned();
+    let (server, address) = serve(&scratch, &["--max-event-streams", "1"], &[]).await;
     let client = client();
     let (events, first) = a_watched_sale(&client, &address).await;
     let second = client.get(&events).send().await.expect("GET events");
@@ -203,6 +184,79 @@ async fn refusals_are_not_logged_as_errors() {
     assert_eq!(missing.status(), 404);
     drop(first);
 
+    let output = stop(server).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("ERROR"), "{stderr}");
+}
+
+/// Whatever is logged while a request is handled names the request, with
+/// the id its answer carried in `X-Request-Id`: what a user quotes when
+/// reporting a failure is what finds its lines. With the default filter,
+/// as a user runs it.
+#[tokio::test]
+async fn a_request_is_logged_under_the_id_its_answer_names() {
+    let scratch = Scratch::new().await;
+    let (server, address) = serve(
+        &scratch,
+        &[],
+        &[("RUST_LOG", seckill::telemetry::DEFAULT_FILTER)],
+    )
+    .await;
+    // Refused and logged as a warning inside the request.
+    let refused = client()
+        .post(format!("{address}/sales/1/buy"))
+        .header("Origin", "http://elsewhere.example")
+        .form(&[("user_id", "mallory")])
+        .send()
+        .await
+        .expect("POST the form");
+    assert_eq!(refused.status(), 403);
+    let id = refused.headers()["x-request-id"]
+        .to_str()
+        .expect("ASCII")
+        .to_owned();
+
+    let output = stop(server).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = stderr
+        .lines()
+        .find(|line| line.contains("cross-site form post refused"))
+        .unwrap_or_else(|| panic!("the refusal was not logged: {stderr}"));
+    let span = format!(r#"request{{method=POST path="/sales/1/buy" request_id={id}}}:"#);
+    assert!(line.contains(&span), "{line}");
+}
+
+/// `seckill serve` with `args` and `env` added, started: the process (its
+/// error output piped) and the address it listens on.
+async fn serve(
+    scratch: &Scratch,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, String) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mut all = vec!["serve", "--bind", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let mut env = env.to_vec();
+    env.push(("SECKILL_ADMIN_TOKEN", crate::helpers::ADMIN_TOKEN));
+    let mut server = seckill_command(scratch, &all, &env)
+        .spawn()
+        .expect("serve starts");
+    let stdout = server.stdout.take().expect("piped");
+    let line = BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .expect("its output")
+        .expect("a first line");
+    let address = seckill::cluster::listening_url(&line)
+        .unwrap_or_else(|| panic!("not an address: {line}"))
+        .to_owned();
+    (server, address)
+}
+
+/// Stop `server` with SIGTERM: what it wrote, once it exited cleanly.
+async fn stop(server: tokio::process::Child) -> std::process::Output {
     let pid = nix::unistd::Pid::from_raw(server.id().expect("running") as i32);
     nix::sys::signal::kill(pid, Signal::SIGTERM).expect("SIGTERM");
     let output = tokio::time::timeout(Duration::from_secs(20), server.wait_with_output())
@@ -214,8 +268,7 @@ async fn refusals_are_not_logged_as_errors() {
         "serve exited with {}",
         output.status
     );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("ERROR"), "{stderr}");
+    output
 }
 
 /// A 2-unit sale created on the instance at `address` through the admin
