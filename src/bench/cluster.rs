@@ -85,7 +85,7 @@ async fn accepted(
     sales: &[i64],
 ) -> anyhow::Result<f64> {
     let deployment =
-        harness::deployment(services, &store.prefix, Strategy::Lock, token)?.on_redis(redis);
+        super::deployment(services, &store.prefix, Strategy::Lock, token)?.on_redis(redis);
     let cluster = Cluster::start(deployment, "bench-spread", 2).await?;
     let load = super::closed_load(args.secs, CONNECTIONS);
     let runs = sales.iter().map(|&sale_id| {

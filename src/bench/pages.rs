@@ -39,7 +39,7 @@ pub(super) async fn open_pages(
     store: &Store,
     token: &str,
 ) -> anyhow::Result<Row> {
-    let deployment = harness::deployment(services, &store.prefix, Strategy::Lock, token)?;
+    let deployment = super::deployment(services, &store.prefix, Strategy::Lock, token)?;
     let mut cluster = Cluster::new(deployment);
     let cap = stream_cap(args);
     let url = cluster
@@ -81,7 +81,7 @@ pub(super) async fn watched_burst(
     store: &Store,
     token: &str,
 ) -> anyhow::Result<[Row; 2]> {
-    let deployment = harness::deployment(services, &store.prefix, Strategy::Lock, token)?;
+    let deployment = super::deployment(services, &store.prefix, Strategy::Lock, token)?;
     let cap = stream_cap(args);
     let cluster = Cluster::start_each(deployment, "bench-watched", 2, |_| {
         vec!["--max-event-streams".to_owned(), cap.clone()]

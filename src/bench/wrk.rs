@@ -2,7 +2,8 @@
 //! run), each beside its baseline in the same run:
 //! - a sold-out purchase (answered from the instance's sold-out flag)
 //!   against a bare actix-web handler that parses the same JSON body and
-//!   answers the same `409`, served by this process;
+//!   answers the same `409`, served by this process, alternated
+//!   [`ROUNDS`] times;
 //! - the storefront index with 20 sales against a sale page, and the index
 //!   with 1,000 sales against itself with 20. These run on a database and a
 //!   key prefix of their own, dropped afterwards, so that the index holds
@@ -45,28 +46,53 @@ pub(super) async fn sold_out(
         ),
     )?;
     let bare = bare_server()?;
-    let bare_rate = wrk(&format!("{}/buy", bare.url), args.secs, Some(script.path())).await?;
-    bare.handle.stop(true).await;
-
-    let deployment = harness::deployment(services, &store.prefix, Strategy::Lock, token)?;
+    let deployment = super::deployment(services, &store.prefix, Strategy::Lock, token)?;
     let mut cluster = Cluster::new(deployment);
     let url = cluster.start_app("bench-sold-out", &[]).await?;
-    let sale_id = harness::create_sale(store, "Bench sold out", 1, Some(3600)).await?;
-    let purchase = format!("{url}/api/sales/{sale_id}/purchase");
-    // The first takes the one unit, the second sets the instance's flag.
-    for _ in 0..2 {
-        wrk_once(&purchase, script.path()).await?;
+    let rounds = async {
+        let sale_id = harness::create_sale(store, "Bench sold out", 1, Some(3600)).await?;
+        let purchase = format!("{url}/api/sales/{sale_id}/purchase");
+        let bare = format!("{}/buy", bare.url);
+        // The first takes the one unit, the second sets the instance's flag.
+        for _ in 0..2 {
+            wrk_once(&purchase, script.path()).await?;
+        }
+        let mut rounds = Vec::new();
+        for round in 0..ROUNDS {
+            // Each first in every other round: neither always runs on a
+            // machine the other has just warmed or loaded.
+            let mut pair = [0.0; 2];
+            for which in [round % 2, 1 - round % 2] {
+                let target = [&purchase, &bare][which];
+                pair[which] = wrk(target, args.secs, Some(script.path())).await?;
+            }
+            rounds.push(pair);
+        }
+        anyhow::Ok(rounds)
     }
-    let rate = wrk(&purchase, args.secs, Some(script.path())).await;
+    .await;
+    bare.handle.stop(true).await;
     cluster.stop().await;
-    let rate = rate?;
+    let [rate, bare_rate] = median_round(rounds?);
     let ratio = rate / bare_rate;
     Ok(Row {
         figure,
-        measured: format!("{ratio:.2} ({rate:.0}/s vs {bare_rate:.0}/s)"),
+        measured: format!(
+            "{ratio:.2} ({rate:.0}/s vs {bare_rate:.0}/s; median of {ROUNDS} alternated)"
+        ),
         target: ">= 0.90",
         met: Some(ratio >= 0.90),
     })
+}
+
+/// Runs of the sold-out purchase and of the bare handler, alternated: one
+/// pair moved from 0.59 to 0.94 from one run to the next on this machine.
+const ROUNDS: usize = 3;
+
+/// The round whose ratio (seckill over the bare handler) is the median.
+fn median_round(mut rounds: Vec<[f64; 2]>) -> [f64; 2] {
+    rounds.sort_by(|a, b| (a[0] / a[1]).total_cmp(&(b[0] / b[1])));
+    rounds[rounds.len() / 2]
 }
 
 /// The index with 20 sales against a sale page, then with 1,000 sales.
@@ -123,7 +149,7 @@ async fn index_on(
     let prefix = format!("{}:bench-index", store.prefix);
     let pg = startup::connect_postgres(database).await?;
     let own = Store::new(pg.clone(), store.redis.clone(), prefix.clone());
-    let deployment = harness::deployment(services, &prefix, Strategy::Lock, token)?
+    let deployment = super::deployment(services, &prefix, Strategy::Lock, token)?
         .env("SECKILL_DATABASE_URL", database);
     let mut cluster = Cluster::new(deployment);
     let url = cluster.start_app("bench-index", &[]).await?;
@@ -234,5 +260,13 @@ mod tests {
         let report = "Running 5s test\n  1 threads and 64 connections\nRequests/sec:  98765.43\nTransfer/sec:     12.34MB\n";
         assert_eq!(requests_per_second(report), Some(98_765.43));
         assert_eq!(requests_per_second("nothing"), None);
+    }
+
+    #[test]
+    fn the_sold_out_row_shows_the_round_of_the_median_ratio() {
+        // Ratios 0.5, 0.9 and 0.8: the median is 0.8, from the third
+        // round, though neither of its rates is the median of its column.
+        let rounds = vec![[50.0, 100.0], [45.0, 50.0], [80.0, 100.0]];
+        assert_eq!(median_round(rounds), [80.0, 100.0]);
     }
 }
