@@ -191,39 +191,60 @@ async fn refusals_are_not_logged_as_errors() {
 
 /// Whatever is logged while a request is handled names the request, with
 /// the id its answer carried in `X-Request-Id`: what a user quotes when
-/// reporting a failure is what finds its lines. With the default filter,
-/// as a user runs it.
+/// reporting a failure is what finds its lines. Both where the middleware
+/// logs (a cross-site form refused) and where a handler does (a buyer
+/// over its rate). With the default filter, as a user runs it.
 #[tokio::test]
 async fn a_request_is_logged_under_the_id_its_answer_names() {
     let scratch = Scratch::new().await;
-    let (server, address) = serve(
-        &scratch,
-        &[],
-        &[("RUST_LOG", seckill::telemetry::DEFAULT_FILTER)],
-    )
-    .await;
-    // Refused and logged as a warning inside the request.
-    let refused = client()
+    let env = [
+        ("RUST_LOG", seckill::telemetry::DEFAULT_FILTER),
+        // One purchase a second per buyer, none at once beyond it.
+        ("SECKILL_RATE_LIMIT_PER_BUYER", "1"),
+        ("SECKILL_RATE_LIMIT_BURST", "0"),
+    ];
+    let (server, address) = serve(&scratch, &[], &env).await;
+    let client = client();
+    let cross_site = client
         .post(format!("{address}/sales/1/buy"))
         .header("Origin", "http://elsewhere.example")
         .form(&[("user_id", "mallory")])
         .send()
         .await
         .expect("POST the form");
-    assert_eq!(refused.status(), 403);
-    let id = refused.headers()["x-request-id"]
-        .to_str()
-        .expect("ASCII")
-        .to_owned();
+    assert_eq!(cross_site.status(), 403);
+    // The limit is checked before the sale is looked up: the first gets
+    // as far as finding no such sale, the second is refused.
+    let purchase = format!("{address}/api/sales/999999/purchase");
+    let mut statuses = Vec::new();
+    let mut limited = None;
+    for _ in 0..2 {
+        let answer = client
+            .post(&purchase)
+            .json(&serde_json::json!({"user_id": "eager"}))
+            .send()
+            .await
+            .expect("POST a purchase");
+        statuses.push(answer.status().as_u16());
+        limited = Some(answer);
+    }
+    assert_eq!(statuses, [404, 429]);
+    let limited = limited.expect("two answers");
 
     let output = stop(server).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let line = stderr
-        .lines()
-        .find(|line| line.contains("cross-site form post refused"))
-        .unwrap_or_else(|| panic!("the refusal was not logged: {stderr}"));
-    let span = format!(r#"request{{method=POST path="/sales/1/buy" request_id={id}}}:"#);
-    assert!(line.contains(&span), "{line}");
+    for (answer, path, message) in [
+        (&cross_site, "/sales/1/buy", "cross-site form post refused"),
+        (&limited, "/api/sales/999999/purchase", "rate limited"),
+    ] {
+        let id = answer.headers()["x-request-id"].to_str().expect("ASCII");
+        let line = stderr
+            .lines()
+            .find(|line| line.contains(message))
+            .unwrap_or_else(|| panic!("{message:?} was not logged: {stderr}"));
+        let span = format!(r#"request{{method=POST path="{path}" request_id={id}}}:"#);
+        assert!(line.contains(&span), "{line}");
+    }
 }
 
 /// `seckill serve` with `args` and `env` added, started: the process (its
