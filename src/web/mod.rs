@@ -124,6 +124,11 @@ fn json_config() -> web::JsonConfig {
                 | actix_web::error::JsonPayloadError::OverflowKnownLength { limit, .. } => {
                     format!("request body is larger than {limit} bytes")
                 }
+                // Well-formed JSON that is not the request: a wrong type,
+                // a missing, unknown or repeated field, not an object.
+                actix_web::error::JsonPayloadError::Deserialize(error) if error.is_data() => {
+                    format!("invalid request body: {error}")
+                }
                 other => format!("malformed JSON body: {other}"),
             };
             ApiError::InvalidRequest(message).into()

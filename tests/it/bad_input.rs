@@ -10,45 +10,77 @@ async fn malformed_purchases_are_answered_400_and_nothing_is_written() {
     let app = spawn_app().await;
     let sale = app.create_sale(10).await;
     let oversized_body = json!({"user_id": "ann", "padding": "x".repeat(8 * 1024)}).to_string();
-    let cases: Vec<(&str, String)> = vec![
-        ("empty body", String::new()),
-        ("not JSON", "{not json".into()),
-        ("a JSON array", "[\"ann\"]".into()),
-        ("missing user_id", "{}".into()),
-        ("empty user_id", json!({"user_id": ""}).to_string()),
-        ("blank user_id", json!({"user_id": "   "}).to_string()),
+    // What the body is, the body, and a part of the reason the answer gives.
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("empty body", String::new(), "malformed JSON body"),
+        ("not JSON", "{not json".into(), "malformed JSON body"),
+        (
+            "a JSON array",
+            "[\"ann\"]".into(),
+            "invalid request body: invalid type: sequence, expected a JSON object",
+        ),
+        (
+            "missing user_id",
+            "{}".into(),
+            "invalid request body: missing field `user_id`",
+        ),
+        (
+            "empty user_id",
+            json!({"user_id": ""}).to_string(),
+            "must not be empty",
+        ),
+        (
+            "blank user_id",
+            json!({"user_id": "   "}).to_string(),
+            "must not be empty",
+        ),
         (
             "user_id over 64 characters",
             json!({"user_id": "u".repeat(65)}).to_string(),
+            "at most 64 characters",
         ),
         (
             "user_id with a control character",
             json!({"user_id": "a\u{0}b"}).to_string(),
+            "control or invisible",
         ),
         (
             "user_id with a right-to-left override",
             json!({"user_id": "ann\u{202E}nimda"}).to_string(),
+            "control or invisible",
         ),
         (
             "user_id with a zero-width space",
             json!({"user_id": "an\u{200B}n"}).to_string(),
+            "control or invisible",
         ),
         (
             "a key given twice",
             r#"{"user_id": "ann", "user_id": "bob"}"#.into(),
+            "invalid request body: duplicate field `user_id`",
         ),
         (
             "user_id of the wrong type",
             json!({"user_id": 42}).to_string(),
+            "invalid request body: invalid type: integer",
         ),
-        ("user_id null", json!({"user_id": null}).to_string()),
+        (
+            "user_id null",
+            json!({"user_id": null}).to_string(),
+            "invalid request body: invalid type: null",
+        ),
         (
             "an unknown field",
             json!({"user_id": "ann", "quantity": 5}).to_string(),
+            "invalid request body: unknown field `quantity`",
         ),
-        ("a body over the size limit", oversized_body),
+        (
+            "a body over the size limit",
+            oversized_body,
+            "larger than 4096 bytes",
+        ),
     ];
-    for (what, body) in cases {
+    for (what, body, reason) in cases {
         let response = app
             .client
             .post(app.url(&format!("/api/sales/{sale}/purchase")))
@@ -60,10 +92,8 @@ async fn malformed_purchases_are_answered_400_and_nothing_is_written() {
         assert_eq!(response.status(), 400, "{what}");
         let error: Value = response.json().await.expect("a JSON error");
         assert_eq!(error["error"], "invalid_request", "{what}");
-        assert!(
-            error["message"].as_str().is_some_and(|m| !m.is_empty()),
-            "{what}: no reason given"
-        );
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.contains(reason), "{what}: {message:?}");
     }
     assert_eq!(app.redis_stock(sale).await, Some(10));
     assert!(app.redis_buyers(sale).await.is_empty());
