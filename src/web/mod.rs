@@ -85,11 +85,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 ApiError::invalid(format!("malformed query: {error}")).into()
             }),
         )
+        // First: actix tries the routes in this order, running the regex
+        // of each one with an `{id}` against the path, and a flash sale's
+        // load is purchases. (No two routes here match the same path, so
+        // the order changes nothing else.)
+        .route("/api/sales/{id}/purchase", web::post().to(api::purchase))
         .route("/healthz", web::get().to(api::health))
         .route("/metrics", web::get().to(metrics::scrape))
         .route("/api/sales", web::post().to(api::create_sale))
         .route("/api/sales/{id}", web::get().to(api::get_sale))
-        .route("/api/sales/{id}/purchase", web::post().to(api::purchase))
         .route("/api/sales/{id}/events", web::get().to(live::sale_events))
         .route("/api/sales/{id}/live", web::get().to(scoreboard::stream))
         .route("/api/orders/{id}", web::get().to(api::get_order))
