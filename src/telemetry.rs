@@ -41,14 +41,23 @@ pub fn init() {
 struct PlainFields;
 
 impl<'writer> FormatFields<'writer> for PlainFields {
-    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        // Written into a string of its own first and handed over whole: a
+        // span's fields go into a string that starts empty, which grew,
+        // and was moved, at nearly every field.
+        let mut text = String::with_capacity(128);
         let mut visitor = PlainVisitor {
-            writer,
+            writer: Writer::new(&mut text),
             first: true,
             result: Ok(()),
         };
         fields.record(&mut visitor);
-        visitor.result
+        visitor.result?;
+        writer.write_str(&text)
     }
 }
 
@@ -64,24 +73,51 @@ impl Visit for PlainVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
             self.record_debug(field, &format_args!("{value}"));
+        } else if needs_no_escape(value) {
+            // What `{:?}` writes for such a string, without its walk over
+            // every character for escapes: a request's path is written
+            // this way as every request's span opens.
+            self.write_field(field, |writer| {
+                writer.write_char('"')?;
+                writer.write_str(value)?;
+                writer.write_char('"')
+            });
         } else {
             self.record_debug(field, &value);
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.write_field(field, |writer| write!(writer, "{value:?}"));
+    }
+}
+
+impl PlainVisitor<'_> {
+    /// `name=` and the value `write` writes; the message without its name.
+    fn write_field(&mut self, field: &Field, write: impl FnOnce(&mut Writer<'_>) -> fmt::Result) {
         let name = field.name();
         if self.result.is_err() || name.starts_with("log.") {
             return;
         }
         let space = if self.first { "" } else { " " };
         self.first = false;
-        self.result = if name == "message" {
-            write!(self.writer, "{space}{value:?}")
-        } else {
-            write!(self.writer, "{space}{name}={value:?}")
-        };
+        self.result = (|| {
+            self.writer.write_str(space)?;
+            if name != "message" {
+                self.writer.write_str(name)?;
+                self.writer.write_char('=')?;
+            }
+            write(&mut self.writer)
+        })();
     }
+}
+
+/// Whether `{:?}` writes `value` as it is, between quotes: printable ASCII
+/// with no quote or backslash.
+fn needs_no_escape(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|byte| (b' '..=b'~').contains(&byte) && byte != b'"' && byte != b'\\')
 }
 
 #[cfg(test)]
@@ -93,14 +129,7 @@ mod tests {
     /// left out.
     #[test]
     fn fields_are_written_as_the_default_writes_them() {
-        let lines = Lines::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(lines.clone())
-            .with_ansi(false)
-            .without_time()
-            .fmt_fields(PlainFields)
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        let text = written(|| {
             let span = tracing::info_span!("request", method = %"POST", path = "/buy");
             let _entered = span.enter();
             tracing::warn!(kind = "ip", count = 3, "rate limited");
@@ -111,13 +140,46 @@ mod tests {
                 "from the log crate"
             );
         });
-        let text = lines.text();
         assert!(
             text.contains(r#"request{method=POST path="/buy"}: seckill::telemetry::tests: rate limited kind="ip" count=3"#),
             "{text}"
         );
         assert!(text.contains(r#"from the log crate answer="x""#), "{text}");
         assert!(!text.contains("log."), "{text}");
+    }
+
+    /// A string field is written as `{:?}` writes it, whether or not it
+    /// has characters to escape.
+    #[test]
+    fn strings_are_quoted_and_escaped_as_debug_writes_them() {
+        for value in [
+            "/buy",
+            "",
+            "a\"b",
+            "back\\slash",
+            "tab\there",
+            "ünï",
+            "\u{202E}",
+        ] {
+            let text = written(|| tracing::warn!(path = value));
+            assert!(
+                text.ends_with(&format!(" path={value:?}\n")),
+                "{value:?}: {text}"
+            );
+        }
+    }
+
+    /// What the formatter writes of what `log` logs, without times or colours.
+    fn written(log: impl FnOnce()) -> String {
+        let lines = Lines::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(lines.clone())
+            .with_ansi(false)
+            .without_time()
+            .fmt_fields(PlainFields)
+            .finish();
+        tracing::subscriber::with_default(subscriber, log);
+        lines.text()
     }
 
     /// Everything written, shared with the formatter.

@@ -90,8 +90,9 @@ pub async fn guard(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    let id = request_id();
-    let span = request_span(&request, &id);
+    let mut id = Uuid::encode_buffer();
+    let id: &str = request_id().hyphenated().encode_lower(&mut id);
+    let span = request_span(&request, id);
     let mut response = async move {
         match refusal(&request) {
             Some(refused) => Ok::<_, actix_web::Error>(
@@ -104,11 +105,9 @@ pub async fn guard(
     }
     .instrument(span)
     .await?;
-    let mut text = Uuid::encode_buffer();
-    let text = id.hyphenated().encode_lower(&mut text);
     response.headers_mut().insert(
         HeaderName::from_static("x-request-id"),
-        HeaderValue::from_str(text).expect("a UUID is a valid header value"),
+        HeaderValue::from_str(id).expect("a UUID is a valid header value"),
     );
     Ok(response)
 }
@@ -130,7 +129,7 @@ fn request_id() -> Uuid {
 /// field costs every request. tracing-actix-web's default span, used
 /// before, recorded sixteen, among them the matched route (actix matched
 /// the path against the route table a second time to name it).
-fn request_span(request: &ServiceRequest, id: &Uuid) -> tracing::Span {
+fn request_span(request: &ServiceRequest, id: &str) -> tracing::Span {
     tracing::info_span!(
         "request",
         method = %request.method(),
