@@ -130,17 +130,16 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let message = match self {
+        let message: &dyn std::fmt::Display = match self {
             Self::Unavailable(cause) => {
                 tracing::warn!(error = format!("{cause:#}"), "a server is unavailable");
-                self.to_string()
+                self
             }
             Self::Internal(cause) => {
                 tracing::error!(error = format!("{cause:#}"), "request failed");
-                "Something went wrong on our side. Quote the X-Request-Id header when reporting it."
-                    .to_owned()
+                &"Something went wrong on our side. Quote the X-Request-Id header when reporting it."
             }
-            other => other.to_string(),
+            other => other,
         };
         let mut response = HttpResponse::build(self.status_code());
         match self {
@@ -161,6 +160,32 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        response.json(serde_json::json!({ "error": self.code(), "message": message }))
+        // Named here as a ready header value: `json` would make one from
+        // its `mime` constant, checked byte by byte, at every answer.
+        response.insert_header((
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        ));
+        response.json(ErrorBody {
+            error: self.code(),
+            message,
+        })
     }
+}
+
+/// An error's body, `{"error": "<code>", "message": "..."}`, written
+/// straight from the error's text: no `String` of the message and no map
+/// of JSON values made first (every sold-out answer is one of these).
+#[derive(serde::Serialize)]
+struct ErrorBody<'a> {
+    error: &'static str,
+    #[serde(serialize_with = "as_text")]
+    message: &'a dyn std::fmt::Display,
+}
+
+fn as_text<S: serde::Serializer>(
+    text: &&dyn std::fmt::Display,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(text)
 }
