@@ -97,7 +97,7 @@ pub struct ServeArgs {
     pub admin_token: Option<String>,
 
     /// Name of this instance, sent in the X-Seckill-Instance header of every response [default: the bind address].
-    #[arg(long, env = "SECKILL_INSTANCE_ID")]
+    #[arg(long, env = "SECKILL_INSTANCE_ID", value_parser = instance_name)]
     pub instance_id: Option<String>,
 
     /// Seconds an admin session lasts after its login, 60 to 2592000.
@@ -240,6 +240,11 @@ impl<'a> CreatedSale<'a> {
     }
 }
 
+/// An instance's name, refused at start unless its header can carry it.
+fn instance_name(raw: &str) -> Result<String, String> {
+    crate::web::security::instance_header(raw).map(|_| raw.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,6 +302,11 @@ mod tests {
             ["seckill", "worker", "--lease-ms", "18446744073709551615"],
             ["seckill", "worker", "--poll-ms", "18446744073709551615"],
             ["seckill", "worker", "--max-attempts", "4294967295"],
+            // Names the X-Seckill-Instance header could not carry.
+            ["seckill", "serve", "--instance-id", "a\nb"],
+            ["seckill", "serve", "--instance-id", "shop 1"],
+            ["seckill", "serve", "--instance-id", ""],
+            ["seckill", "serve", "--instance-id", "ünï"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} was accepted");
         }

@@ -170,6 +170,8 @@ impl Application {
             .instance_id
             .clone()
             .unwrap_or_else(|| address.to_string());
+        let instance_header = security::instance_header(&instance)
+            .map_err(|error| anyhow::anyhow!("SECKILL_INSTANCE_ID: {error}"))?;
 
         let store = Store::new(pg, redis, settings.redis_prefix.clone());
         let shutdown = CancellationToken::new();
@@ -223,8 +225,10 @@ impl Application {
         });
         let server = HttpServer::new(move || {
             App::new()
-                .wrap(from_fn(security::guard))
-                .wrap(security::headers(&instance))
+                .wrap(from_fn({
+                    let instance = instance_header.clone();
+                    move |request, next| security::guard(request, next, instance.clone())
+                }))
                 .app_data(state.clone())
                 .configure(routes)
         })

@@ -30,8 +30,8 @@ use actix_web::HttpResponse;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::Method;
-use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::middleware::{DefaultHeaders, Next};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::middleware::Next;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -47,26 +47,51 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
 /// The header that names the instance that answered.
 pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
 
-/// The usual security headers, and the name of the instance that
-/// answered (`X-Seckill-Instance`, for the load test and for people
-/// debugging a deployment of several), on every response: one
-/// `DefaultHeaders`, since every middleware layer costs every request.
-pub fn headers(instance: &str) -> DefaultHeaders {
-    DefaultHeaders::new()
-        .add((INSTANCE_HEADER, instance))
-        .add(("Content-Security-Policy", CONTENT_SECURITY_POLICY))
-        .add(("X-Content-Type-Options", "nosniff"))
-        // For browsers that predate frame-ancestors.
-        .add(("X-Frame-Options", "DENY"))
-        // Same-origin requests keep their Referer (a fallback for the
-        // cross-site check); other sites never see our URLs, which hold
-        // order ids.
-        .add(("Referrer-Policy", "same-origin"))
-        .add(("Cross-Origin-Opener-Policy", "same-origin"))
-        .add((
-            "Permissions-Policy",
-            "camera=(), microphone=(), geolocation=()",
-        ))
+/// The usual security headers, on every response.
+const SECURITY_HEADERS: [(HeaderName, HeaderValue); 6] = [
+    (
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    ),
+    (
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    ),
+    // For browsers that predate frame-ancestors.
+    (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+    // Same-origin requests keep their Referer (a fallback for the
+    // cross-site check); other sites never see our URLs, which hold order
+    // ids.
+    (
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    ),
+    (
+        HeaderName::from_static("cross-origin-opener-policy"),
+        HeaderValue::from_static("same-origin"),
+    ),
+    (
+        HeaderName::from_static("permissions-policy"),
+        HeaderValue::from_static("camera=(), microphone=(), geolocation=()"),
+    ),
+];
+
+/// The longest instance name [`instance_header`] takes.
+pub const MAX_INSTANCE_CHARS: usize = 64;
+
+/// An instance's name as its `X-Seckill-Instance` header value: 1 to
+/// [`MAX_INSTANCE_CHARS`] printable ASCII characters, no spaces. Checked at
+/// start: a name a header cannot carry made every HTTP worker panic as it
+/// started.
+pub fn instance_header(name: &str) -> Result<HeaderValue, String> {
+    let printable = |byte: &u8| (b'!'..=b'~').contains(byte);
+    if name.is_empty() || name.len() > MAX_INSTANCE_CHARS || !name.bytes().all(|b| printable(&b)) {
+        return Err(format!(
+            "an instance name is 1 to {MAX_INSTANCE_CHARS} printable ASCII characters \
+             without spaces (it is sent in the {INSTANCE_HEADER} header), got {name:?}"
+        ));
+    }
+    HeaderValue::from_str(name).map_err(|error| error.to_string())
 }
 
 /// The most header bytes (names and values) a request may carry. Browsers
@@ -74,8 +99,8 @@ pub fn headers(instance: &str) -> DefaultHeaders {
 /// waste on every request.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
-/// Every request's span, checks and id, in one middleware (each layer
-/// costs every request a boxed future and a reference count, and a
+/// Every request's span, checks, id and headers, in one middleware (each
+/// layer costs every request a boxed future and a reference count, and a
 /// sold-out answer is a few microseconds in all):
 /// - the request runs in a span named `request` with its method, path and
 ///   id, so that whatever is logged while it is handled says which
@@ -85,10 +110,15 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// - form posts another site started are refused with
 ///   `403 cross_site_request` (see the module comment);
 /// - every answer, refusals included, carries `X-Request-Id`: the id the
-///   request was logged under, so that a client who got a 500 can quote it.
+///   request was logged under, so that a client who got a 500 can quote it;
+/// - and the security headers, and `X-Seckill-Instance` with `instance`
+///   (the instance's name: for the load test, and for people debugging a
+///   deployment of several). These headers are this middleware's alone,
+///   and set without looking first whether a handler set one.
 pub async fn guard(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
+    instance: HeaderValue,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let mut id = Uuid::encode_buffer();
     let id: &str = request_id().hyphenated().encode_lower(&mut id);
@@ -105,10 +135,15 @@ pub async fn guard(
     }
     .instrument(span)
     .await?;
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         HeaderName::from_static("x-request-id"),
         HeaderValue::from_str(id).expect("a UUID is a valid header value"),
     );
+    headers.insert(HeaderName::from_static("x-seckill-instance"), instance);
+    for (name, value) in SECURITY_HEADERS {
+        headers.insert(name, value);
+    }
     Ok(response)
 }
 
@@ -202,6 +237,18 @@ fn authority(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_name_is_one_its_header_can_carry() {
+        let longest = "i".repeat(MAX_INSTANCE_CHARS);
+        for good in ["127.0.0.1:8080", "shop-1", longest.as_str()] {
+            assert_eq!(instance_header(good).expect("taken"), good);
+        }
+        let too_long = "i".repeat(MAX_INSTANCE_CHARS + 1);
+        for bad in ["", "shop 1", "a\nb", "a\u{1}b", "ünï", too_long.as_str()] {
+            assert!(instance_header(bad).is_err(), "{bad:?} was taken");
+        }
+    }
 
     #[test]
     fn an_origin_is_compared_as_a_host_header_would_name_it() {

@@ -123,6 +123,30 @@ async fn migrate_creates_the_schema_and_running_it_twice_is_harmless() {
     assert_eq!(tables, ["orders", "sales"]);
 }
 
+/// An instance name the `X-Seckill-Instance` header cannot carry made
+/// every HTTP worker panic as it started, after `serve` had printed the
+/// address it would listen on.
+#[tokio::test]
+async fn serve_refuses_an_instance_name_a_header_cannot_carry() {
+    let scratch = Scratch::new().await;
+    let output = seckill_command(
+        &scratch,
+        &["serve", "--bind", "127.0.0.1:0"],
+        &[("SECKILL_INSTANCE_ID", "shop\u{1}one")],
+    )
+    .output()
+    .await
+    .expect("serve runs");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "it printed an address");
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        errors.contains("--instance-id") && errors.contains("printable ASCII"),
+        "{errors}"
+    );
+    assert!(!errors.contains("panicked"), "{errors}");
+}
+
 #[tokio::test]
 async fn serve_stops_cleanly_on_sigterm() {
     let scratch = Scratch::new().await;

@@ -43,6 +43,8 @@ async fn every_response_carries_the_security_headers() {
         assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
         assert_eq!(headers["x-frame-options"], "DENY", "{path}");
         assert_eq!(headers["referrer-policy"], "same-origin", "{path}");
+        assert_eq!(headers["x-seckill-instance"], "test", "{path}");
+        assert_eq!(headers["x-request-id"].len(), 36, "{path}");
     }
 }
 
