@@ -139,7 +139,10 @@ impl Scoreboard {
         let (sender, receiver) = watch::channel(Arc::new(Board::empty(sale_id)));
         let sender = Arc::new(sender);
         watched.insert(sale_id, Arc::clone(&sender));
-        tokio::spawn(Arc::clone(&self.inner).read_while_watched(sale_id, sender));
+        // On the store's runtime, not the HTTP worker of the first viewer's
+        // request: every viewer waits for its snapshots (`Store::runtime`).
+        let reading = Arc::clone(&self.inner).read_while_watched(sale_id, sender);
+        self.inner.store.runtime.spawn(reading);
         receiver
     }
 

@@ -66,12 +66,18 @@ impl Catalog {
     }
 
     /// The read of sale `id` in flight, or, when there is none, one that
-    /// `read` starts. The read runs in a task of its own, so a request
-    /// that stops waiting (its client went away) neither stops it nor
-    /// leaves it behind; the task removes it once it has its answer (and
-    /// has cached the sale it found), so an error or an absent sale is not
-    /// remembered by it.
-    pub(super) fn reading<F>(self: &Arc<Self>, id: i64, read: impl FnOnce() -> F) -> Reading
+    /// `read` starts. The read runs in a task of its own on `runtime` (the
+    /// store's: not behind a burst's requests, see `Store::runtime`), so a
+    /// request that stops waiting (its client went away) neither stops it
+    /// nor leaves it behind; the task removes it once it has its answer
+    /// (and has cached the sale it found), so an error or an absent sale is
+    /// not remembered by it.
+    pub(super) fn reading<F>(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        id: i64,
+        read: impl FnOnce() -> F,
+    ) -> Reading
     where
         F: Future<Output = anyhow::Result<Option<Arc<Sale>>>> + Send + 'static,
     {
@@ -84,7 +90,7 @@ impl Catalog {
         let reading = loading.entry(id).or_insert_with(|| {
             let catalog = Arc::clone(self);
             let read = read();
-            let task = tokio::spawn(async move {
+            let task = runtime.spawn(async move {
                 let answer = read.await.map_err(|error| Judged::of(&error));
                 catalog
                     .loading

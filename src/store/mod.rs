@@ -51,15 +51,30 @@ pub struct Store {
     /// The sales this process has read, by id. Shared by every clone; a sale
     /// never changes after it is created, so nothing ever evicts it.
     pub catalog: Arc<Catalog>,
+    /// The runtime the store was made on: in `serve`, the process' own
+    /// (`main`), not one of the HTTP workers'. What many requests wait on
+    /// runs here, in a task of its own: a sale's one read (`catalog.rs`), a
+    /// pass through a sale's lock (`strategy/lock.rs`) and a live page's
+    /// reading task (`scoreboard.rs`); the Redis pool opens its connections
+    /// on the same runtime (`topology/trusted.rs`). Each HTTP worker runs
+    /// its tasks on one thread, first come first served, and in a burst the
+    /// thousands of new connections of an instance are ready at once: a
+    /// task woken there (by Redis' reply) would wait for all of them to be
+    /// served before it ran again, at every round trip (README, "The
+    /// burst"). Fixed at start.
+    pub runtime: tokio::runtime::Handle,
 }
 
 impl Store {
+    /// A store whose tasks run on the current runtime (see
+    /// [`Store::runtime`]). Panics outside a runtime.
     pub fn new(pg: PgPool, redis: RedisPool, prefix: impl Into<String>) -> Self {
         Self {
             pg,
             redis,
             prefix: prefix.into(),
             catalog: Arc::default(),
+            runtime: tokio::runtime::Handle::current(),
         }
     }
 

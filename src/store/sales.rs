@@ -85,9 +85,9 @@ impl Store {
         // One read is in flight; the others wait for its answer, a failure
         // included (judged once: PostgreSQL down is a 503 for each).
         let store = self.clone();
-        let reading = self
-            .catalog
-            .reading(id, move || async move { store.read_sale(id).await });
+        let reading = self.catalog.reading(&self.runtime, id, move || async move {
+            store.read_sale(id).await
+        });
         reading.await.map_err(|failure| failure.to_error())
     }
 

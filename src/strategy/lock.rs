@@ -137,9 +137,14 @@ impl Lanes {
                     }
                     // In a task of its own: the pass carries other buyers'
                     // answers and may hold the Redis lock, so it must finish
-                    // even if this request is dropped.
+                    // even if this request is dropped. On the store's
+                    // runtime, not this HTTP worker's: there, in a burst,
+                    // the pass would wait behind thousands of new requests
+                    // at each of its round trips, holding the lock the
+                    // other instances wait for (see `Store::runtime`).
+                    let runtime = &shop.store.runtime;
                     let shop = shop.clone();
-                    let pass = tokio::spawn(async move { through_the_lock(&shop, sale_id, batch).await });
+                    let pass = runtime.spawn(async move { through_the_lock(&shop, sale_id, batch).await });
                     let _ = pass.await;
                 }
             }

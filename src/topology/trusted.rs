@@ -45,15 +45,22 @@ pub const TRUSTED_FOR: Duration = Duration::from_millis(500);
 /// A deadpool-redis manager (one server's, or a cluster's) whose check is
 /// skipped for a connection that answered within [`TRUSTED_FOR`].
 pub struct Trusting<M> {
-    inner: M,
+    inner: Arc<M>,
     losses: Arc<Losses>,
+    /// Where new connections are made: the runtime the pool was built on
+    /// (in `serve`, the process' own, not an HTTP worker's). A connection
+    /// is driven by a task of the runtime that made it, which reads every
+    /// reply; made by a request on an HTTP worker, in a burst its replies
+    /// would wait there behind thousands of new requests (see
+    /// `Store::runtime`).
+    runtime: tokio::runtime::Handle,
 }
 
 impl<M> Trusting<M> {
     /// A manager of connections to `server` (a URL, or a cluster's list of
     /// nodes): every pool of the process to the same server hears of a
     /// loss on any of them (the worker's and the purchases' alike, when a
-    /// restart closes them all).
+    /// restart closes them all). Panics outside a runtime.
     pub fn new(inner: M, server: &str) -> Self {
         static SERVERS: LazyLock<Mutex<HashMap<String, Arc<Losses>>>> =
             LazyLock::new(Mutex::default);
@@ -64,7 +71,11 @@ impl<M> Trusting<M> {
                 .entry(server.to_owned())
                 .or_insert_with(|| Arc::new(Losses::new())),
         );
-        Self { inner, losses }
+        Self {
+            inner: Arc::new(inner),
+            losses,
+            runtime: tokio::runtime::Handle::current(),
+        }
     }
 }
 
@@ -113,14 +124,23 @@ pub struct Tracked<C> {
 
 impl<M> managed::Manager for Trusting<M>
 where
-    M: managed::Manager<Error = RedisError>,
+    M: managed::Manager<Error = RedisError> + Send + Sync + 'static,
+    M::Type: Send,
 {
     type Type = Tracked<M::Type>;
     type Error = RedisError;
 
     async fn create(&self) -> Result<Self::Type, RedisError> {
         let sent = Instant::now();
-        match self.inner.create().await {
+        let inner = Arc::clone(&self.inner);
+        let made = self
+            .runtime
+            .spawn(async move { inner.create().await })
+            .await
+            // The runtime is shutting down (or the connect panicked).
+            .map_err(|gone| RedisError::from(std::io::Error::other(gone)))
+            .and_then(|made| made);
+        match made {
             Ok(conn) => Ok(Tracked {
                 conn,
                 answered: Some(sent),

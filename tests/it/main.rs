@@ -30,6 +30,7 @@ mod processes;
 mod proxy;
 mod purchase;
 mod queue;
+mod runtimes;
 mod store;
 mod strategies;
 mod verify;
