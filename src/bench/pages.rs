@@ -6,7 +6,8 @@
 //!   else of its asks Redis; Redis counts every client's commands: run the
 //!   bench alone on its server);
 //! - the burst's figures while they watch the burst's sale on one of its
-//!   two instances, against the same burst with no page open, alternated.
+//!   two instances, against the same burst with no page open, alternated,
+//!   each burst on two instances just started.
 //!
 //! The streams are held by a process of their own (`holder.rs`).
 
@@ -73,46 +74,36 @@ pub(super) async fn open_pages(
 
 /// The burst of the burst rows, [`ROUNDS`] times alone and as many times
 /// while `--pages` pages of its sale are open on its first instance,
-/// alternated, on the same two instances after a first burst not counted:
-/// the medians side by side.
+/// alternated, each on two instances of its own just started, as the
+/// burst row's is: the medians side by side.
+///
+/// Instances of their own for each burst, because what a burst costs
+/// depends on the memory its instances already hold: an instance's half of
+/// the burst takes about 100 MB for its connections, and one whose
+/// allocator still holds the pages of an earlier burst (10 s, see
+/// `Cargo.toml`) answers without faulting them in. On the same two
+/// instances, a burst alone after a burst compared warm memory with a
+/// burst whose memory the pages had just taken (one instance, 5,000
+/// buyers: p99 33-34 ms with 1,600-2,300 page faults, 165-197 ms with
+/// 20,000-33,000).
 pub(super) async fn watched_burst(
     args: &BenchArgs,
     services: &Services,
     store: &Store,
     token: &str,
 ) -> anyhow::Result<[Row; 2]> {
-    let deployment = super::deployment(services, &store.prefix, Strategy::Lock, token)?;
-    let cap = stream_cap(args);
-    let cluster = Cluster::start_each(deployment, "bench-watched", 2, |_| {
-        vec!["--max-event-streams".to_owned(), cap.clone()]
-    })
-    .await?;
-    let first = cluster.urls()[0].clone();
-    let measured = async {
-        // Not counted: the first burst of instances just started is slower
-        // than the next (see the README), and would go to whichever kind
-        // came first.
-        say(
-            "first, not counted",
-            &one_burst(args, store, &cluster, None).await?,
-        );
-        let (mut alone, mut watched) = (Vec::new(), Vec::new());
-        for round in 0..ROUNDS {
-            // Each kind first in every other round: neither always follows
-            // the other.
-            let watched_first = round % 2 == 1;
-            for watching in [watched_first, !watched_first] {
-                let url = watching.then_some(first.as_str());
-                let report = one_burst(args, store, &cluster, url).await?;
-                say(if watching { "watched" } else { "alone" }, &report);
-                if watching { &mut watched } else { &mut alone }.push(report);
-            }
+    let (mut alone, mut watched) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        // Each kind first in every other round: neither always follows
+        // the other.
+        let watched_first = round % 2 == 1;
+        for watching in [watched_first, !watched_first] {
+            let report = one_burst(args, services, store, token, watching).await?;
+            say(if watching { "watched" } else { "alone" }, &report);
+            if watching { &mut watched } else { &mut alone }.push(report);
         }
-        anyhow::Ok((Figures::of(&alone)?, Figures::of(&watched)?))
     }
-    .await;
-    cluster.stop().await;
-    let (alone, watched) = measured?;
+    let (alone, watched) = (Figures::of(&alone)?, Figures::of(&watched)?);
     let row = |figure, alone: f64, watched: f64, pages: String| {
         let ratio = watched / alone;
         Row {
@@ -144,32 +135,45 @@ pub(super) async fn watched_burst(
 /// it: two sets of bursts alone can differ by more than this (README).
 const UNCHANGED: f64 = 1.25;
 
-/// One burst of the burst rows on a sale of its own, with `--pages` pages
-/// of it open on `watched` (an instance's URL) if given.
+/// One burst of the burst rows on two instances just started and a sale
+/// of its own, with `--pages` pages of it open on the first instance if
+/// `watching`.
 async fn one_burst(
     args: &BenchArgs,
+    services: &Services,
     store: &Store,
-    cluster: &Cluster,
-    watched: Option<&str>,
+    token: &str,
+    watching: bool,
 ) -> anyhow::Result<Report> {
-    let sale_id = harness::create_sale(store, "Bench watched", 10, Some(3600)).await?;
-    let watchers = match watched {
-        Some(url) => Some(Watchers::open(url, sale_id, args.pages).await?),
-        None => None,
-    };
-    let load = super::burst::burst_load(args.burst_users);
-    let report = harness::burst(
-        store,
-        cluster,
-        Strategy::Lock,
-        (sale_id, 10),
-        ("bench", &load),
-    )
+    let deployment = super::deployment(services, &store.prefix, Strategy::Lock, token)?;
+    let cap = stream_cap(args);
+    let cluster = Cluster::start_each(deployment, "bench-watched", 2, |_| {
+        vec!["--max-event-streams".to_owned(), cap.clone()]
+    })
     .await?;
-    if let Some(watchers) = watchers {
-        watchers.close().await?;
+    let measured = async {
+        let sale_id = harness::create_sale(store, "Bench watched", 10, Some(3600)).await?;
+        let watchers = match watching {
+            true => Some(Watchers::open(&cluster.urls()[0], sale_id, args.pages).await?),
+            false => None,
+        };
+        let load = super::burst::burst_load(args.burst_users);
+        let report = harness::burst(
+            store,
+            &cluster,
+            Strategy::Lock,
+            (sale_id, 10),
+            ("bench", &load),
+        )
+        .await?;
+        if let Some(watchers) = watchers {
+            watchers.close().await?;
+        }
+        anyhow::Ok(report)
     }
-    Ok(report)
+    .await;
+    cluster.stop().await;
+    measured
 }
 
 /// One burst's figures, on stderr: the spread behind the medians.
