@@ -319,6 +319,7 @@ async fn drain(args: &BenchArgs, store: &Store) -> anyhow::Result<[Row; 2]> {
     let drained = f64::from(n) / started.elapsed().as_secs_f64();
     let baseline = f64::from(n) / store.time_bulk_insert(sale_id, n).await?.as_secs_f64();
     let share = drained / baseline;
+    let enough = |percent: f64| percent >= 30.0;
     Ok([
         Row {
             figure: "worker drain into PostgreSQL, orders/s",
@@ -328,9 +329,12 @@ async fn drain(args: &BenchArgs, store: &Store) -> anyhow::Result<[Row; 2]> {
         },
         Row {
             figure: "worker drain / one server-side INSERT of as many rows",
-            measured: format!("{:.0}% (INSERT: {baseline:.0} rows/s)", share * 100.0),
+            measured: format!(
+                "{}% (INSERT: {baseline:.0} rows/s)",
+                shown(share * 100.0, 0, enough)
+            ),
             target: ">= 30%",
-            met: Some(share >= 0.30),
+            met: Some(enough(share * 100.0)),
         },
     ])
 }
@@ -377,6 +381,16 @@ async fn idle_delay(services: &Services, store: &Store, token: &str) -> anyhow::
     })
 }
 
+/// `value` with `places` decimals, or more when that few would show it on
+/// the other side of its target: 29.85% against ">= 30%" shows as 29.9%,
+/// not as a 30% marked missed (at worst, every digit it has).
+fn shown(value: f64, places: usize, met: impl Fn(f64) -> bool) -> String {
+    (places..=places + 3)
+        .map(|places| format!("{value:.places$}"))
+        .find(|text| text.parse().is_ok_and(|shown| met(shown) == met(value)))
+        .unwrap_or_else(|| value.to_string())
+}
+
 fn table(rows: &[Row]) -> String {
     // At least the headers' own widths: a short figure would misalign them.
     let width = |f: fn(&Row) -> usize, header: &str| {
@@ -407,6 +421,19 @@ fn table(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_figure_is_never_shown_on_the_other_side_of_its_target() {
+        let at_least_30 = |percent: f64| percent >= 30.0;
+        assert_eq!(shown(29.85, 0, at_least_30), "29.9");
+        assert_eq!(shown(29.9999, 0, at_least_30), "29.9999");
+        assert_eq!(shown(30.4, 0, at_least_30), "30");
+        assert_eq!(shown(31.6, 0, at_least_30), "32");
+        let at_most = |ratio: f64| ratio <= 1.25;
+        assert_eq!(shown(1.2504, 2, at_most), "1.2504");
+        assert_eq!(shown(1.2449, 2, at_most), "1.24");
+        assert_eq!(shown(0.38, 2, at_most), "0.38");
+    }
 
     #[test]
     fn the_columns_line_up_with_their_headers_whatever_the_widths() {

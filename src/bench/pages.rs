@@ -106,11 +106,15 @@ pub(super) async fn watched_burst(
     let (alone, watched) = (Figures::of(&alone)?, Figures::of(&watched)?);
     let row = |figure, alone: f64, watched: f64, pages: String| {
         let ratio = watched / alone;
+        let unchanged = |ratio: f64| ratio <= UNCHANGED;
         Row {
             figure,
-            measured: format!("{watched:.0} ms vs {alone:.0} ms alone ({ratio:.2}x){pages}"),
+            measured: format!(
+                "{watched:.0} ms vs {alone:.0} ms alone ({}x){pages}",
+                super::shown(ratio, 2, unchanged)
+            ),
             target: "unchanged: <= 1.25x the burst alone",
-            met: Some(ratio <= UNCHANGED),
+            met: Some(unchanged(ratio)),
         }
     };
     Ok([
