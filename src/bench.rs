@@ -69,7 +69,7 @@ use crate::worker::Worker;
 /// keep the tests and the demo quiet. Their `info` spans cost every
 /// request only when the filter takes them in: measured errors-only, a
 /// sold-out answer once ran half again as fast as a user's did, and the
-/// bench did not show it (README, "What is in the way").
+/// bench did not show it (docs/bench-history.md).
 fn deployment(
     services: &Services,
     prefix: &str,

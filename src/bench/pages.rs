@@ -136,7 +136,8 @@ pub(super) async fn watched_burst(
 /// Watched over alone, at most, for a figure to count as unchanged. The
 /// medians narrow what one burst's figures move by on this machine (a
 /// last win of 6 ms in one run, 119 ms in the next), they do not remove
-/// it: two sets of bursts alone can differ by more than this (README).
+/// it: two sets of bursts alone can differ by more than this
+/// (docs/bench-history.md).
 const UNCHANGED: f64 = 1.25;
 
 /// One burst of the burst rows on two instances just started and a sale

@@ -18,7 +18,7 @@
 //! (`seckill bench --only pages`: the burst's last win several times
 //! slower while they watched). Paced, they get one, once the burst's
 //! answers are out: a quarter second was not enough, its one write per
-//! page still fell among the burst's later answers (see the README).
+//! page still fell among the burst's later answers (docs/bench-history.md).
 //!
 //! The snapshots are shared: a sale's units left are read from Redis at
 //! most once per [`SNAPSHOT_SHARED_FOR`] per instance, and every stream of

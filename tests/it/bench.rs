@@ -26,7 +26,7 @@ async fn the_bench_measures_each_row_beside_its_target() {
         .spawn()
         .expect("the bench starts");
     let pid = bench.id().expect("running");
-    // Every row: about a minute and a half alone on 2 cores, two to three
+    // Every row: about a minute alone on 2 cores, two to three
     // times that on a slower machine beside the rest of the suite.
     let output = tokio::time::timeout(2 * RUN_LIMIT, bench.wait_with_output())
         .await
