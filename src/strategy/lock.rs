@@ -13,15 +13,17 @@
 //! pipeline, then write and release), and with an fsync'ed append-only
 //! file both wait for the disk. One buyer per
 //! pass would cap a sale at a few hundred purchases a second. So the buyers
-//! of a sale waiting on one instance queue in a **lane** ([`Lanes`]): one of
-//! them (the leader) takes everyone queued through the lock at once: one
-//! read for all (stock and every buyer's membership), decisions in arrival
-//! order, one fenced write for all the winners. The lock still decides
+//! of a sale waiting on one instance queue in a **lane** ([`Lanes`]): one
+//! task (started by the first of them, the leader) takes everyone queued
+//! through the lock at once: one read for all (stock and every buyer's
+//! membership), decisions in arrival order, one fenced write for all the
+//! winners; then everyone who queued meanwhile, until the lane is empty.
+//! The lock still decides
 //! between instances; the lane only saves each instance from contending
 //! with itself. (Databases call this group commit.)
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use anyhow::Context;
 use redis::Script;
@@ -92,15 +94,24 @@ pub struct Lanes {
 /// One sale's waiting buyers on this instance.
 #[derive(Default)]
 struct Lane {
-    /// Buyers who arrived and wait to be taken through the lock. A std
-    /// Mutex: held for a push or a take, never across an await.
-    waiting: Mutex<Vec<Waiter>>,
-    /// Held by the buyer who takes the waiting ones through the lock, one
-    /// pass at a time: one contender for the Redis lock per sale per
-    /// instance. The race it prevents is only waste: without it, every
-    /// waiting buyer would poll Redis for the lock, and the holder's writes
-    /// would queue behind their polls.
-    leader: tokio::sync::Mutex<()>,
+    /// A std Mutex: held for a push or a take, never across an await.
+    state: Mutex<LaneState>,
+}
+
+#[derive(Default)]
+struct LaneState {
+    /// Buyers who arrived and wait to be taken through the lock, oldest
+    /// first.
+    waiting: Vec<Waiter>,
+    /// Whether a task is taking them through ([`drain`]): one contender for
+    /// the Redis lock per sale per instance. Without it every waiting buyer
+    /// would poll Redis for the lock, and the holder's writes would queue
+    /// behind their polls. Set by the buyer who finds it unset, cleared by
+    /// the task when it finds nobody waiting, both under this lock: the
+    /// race it settles is a buyer joining as the task finds the lane empty,
+    /// who is either taken by the task or starts the next one, never left
+    /// waiting with no task to come.
+    draining: bool,
 }
 
 /// A buyer waiting in a lane, and where to send the answer.
@@ -118,36 +129,22 @@ impl Lanes {
         user: &UserId,
     ) -> anyhow::Result<Outcome> {
         let lane = self.lane(sale_id);
-        let (answer, mut answered) = oneshot::channel();
-        lane.waiting.lock().expect("lane poisoned").push(Waiter {
+        let (answer, answered) = oneshot::channel();
+        let waiter = Waiter {
             user: user.clone(),
             answer,
-        });
-        loop {
-            tokio::select! {
-                // An earlier pass took this buyer along: done.
-                biased;
-                result = &mut answered => return result.unwrap_or_else(|_| Err(no_answer())),
-                _leading = lane.leader.lock() => {
-                    let batch = lane.take();
-                    if batch.is_empty() {
-                        // This buyer is in a pass whose leader went away
-                        // (its client hung up); that pass still answers.
-                        break;
-                    }
-                    // In a task of its own: the pass carries other buyers'
-                    // answers and may hold the Redis lock, so it must finish
-                    // even if this request is dropped. On the store's
-                    // runtime, not this HTTP worker's: there, in a burst,
-                    // the pass would wait behind thousands of new requests
-                    // at each of its round trips, holding the lock the
-                    // other instances wait for (see `Store::runtime`).
-                    let runtime = &shop.store.runtime;
-                    let shop = shop.clone();
-                    let pass = runtime.spawn(async move { through_the_lock(&shop, sale_id, batch).await });
-                    let _ = pass.await;
-                }
-            }
+        };
+        if lane.join(waiter) {
+            // In a task of its own: its passes carry other buyers' answers
+            // and may hold the Redis lock, so they must finish even if this
+            // request is dropped. On the store's runtime, not this HTTP
+            // worker's: there, in a burst, a pass would wait behind
+            // thousands of new requests at each of its round trips, holding
+            // the lock the other instances wait for (see `Store::runtime`);
+            // and the task takes the next batch itself, so that no request
+            // has to be served between two passes.
+            let runtime = &shop.store.runtime;
+            runtime.spawn(drain(shop.clone(), Arc::clone(&lane), sale_id));
         }
         answered.await.unwrap_or_else(|_| Err(no_answer()))
     }
@@ -162,12 +159,53 @@ impl Lanes {
     }
 }
 
+/// Take the lane's buyers through the sale's lock, a pass of up to
+/// [`MAX_BATCH`] at a time, oldest first, until nobody is waiting.
+async fn drain(shop: Shop, lane: Arc<Lane>, sale_id: i64) {
+    let _on_panic = Undrained(&lane);
+    while let Some(batch) = lane.next_batch() {
+        through_the_lock(&shop, sale_id, batch).await;
+    }
+}
+
+/// Should a pass panic, its lane is marked as drained by nobody as the
+/// task unwinds, so that the next buyer starts a task again (the buyers of
+/// that pass get no answer: `no_answer`).
+struct Undrained<'a>(&'a Lane);
+
+impl Drop for Undrained<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.state().draining = false;
+        }
+    }
+}
+
 impl Lane {
-    /// Up to [`MAX_BATCH`] waiting buyers, oldest first.
-    fn take(&self) -> Vec<Waiter> {
-        let mut waiting = self.waiting.lock().expect("lane poisoned");
-        let n = waiting.len().min(MAX_BATCH);
-        waiting.drain(..n).collect()
+    /// Queue `waiter`; whether no task is draining the lane, so that the
+    /// caller is to start one.
+    fn join(&self, waiter: Waiter) -> bool {
+        let mut state = self.state();
+        state.waiting.push(waiter);
+        !std::mem::replace(&mut state.draining, true)
+    }
+
+    /// The next pass's buyers; `None` when nobody waits, and then the task
+    /// that asked is done draining.
+    fn next_batch(&self) -> Option<Vec<Waiter>> {
+        let mut state = self.state();
+        if state.waiting.is_empty() {
+            state.draining = false;
+            return None;
+        }
+        let n = state.waiting.len().min(MAX_BATCH);
+        Some(state.waiting.drain(..n).collect())
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, LaneState> {
+        // Nothing that can panic runs under it; were it poisoned all the
+        // same, a push or a drain of a Vec leaves its state whole.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -415,6 +453,41 @@ fn decide_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn waiter(name: &str) -> Waiter {
+        let user = UserId::parse(name).expect("a buyer");
+        Waiter {
+            user,
+            answer: oneshot::channel().0,
+        }
+    }
+
+    fn names(batch: &[Waiter]) -> Vec<&str> {
+        batch.iter().map(|waiter| waiter.user.as_str()).collect()
+    }
+
+    /// The first buyer to find no task draining its lane starts one; the
+    /// task takes the buyers oldest first, at most a pass's worth at a
+    /// time, and once it finds the lane empty the next buyer starts one
+    /// again.
+    #[test]
+    fn one_task_at_a_time_drains_a_lane_and_the_next_buyer_starts_another() {
+        let lane = Lane::default();
+        assert!(lane.join(waiter("ann")), "the first starts a task");
+        assert!(!lane.join(waiter("bob")), "one is draining");
+        assert_eq!(names(&lane.next_batch().expect("two wait")), ["ann", "bob"]);
+        assert!(!lane.join(waiter("cy")), "the task is still draining");
+        assert_eq!(names(&lane.next_batch().expect("cy waits")), ["cy"]);
+        assert!(lane.next_batch().is_none(), "nobody waits: the task ends");
+        assert!(lane.join(waiter("di")), "no task now: di starts one");
+        for n in 0..MAX_BATCH {
+            assert!(!lane.join(waiter(&format!("u{n}"))));
+        }
+        assert_eq!(lane.next_batch().expect("a full pass").len(), MAX_BATCH);
+        let last = format!("u{}", MAX_BATCH - 1);
+        assert_eq!(names(&lane.next_batch().expect("one left")), [last]);
+        assert!(lane.next_batch().is_none());
+    }
 
     fn users(names: &[&str]) -> Vec<UserId> {
         names
