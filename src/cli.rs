@@ -96,7 +96,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
-    /// Name of this instance, sent in the X-Seckill-Instance header of every response [default: the bind address].
+    /// Name of this instance, sent in the X-Seckill-Instance header of every response: 1 to 64 printable ASCII characters, no spaces [default: the bind address].
     #[arg(long, env = "SECKILL_INSTANCE_ID", value_parser = instance_name)]
     pub instance_id: Option<String>,
 

@@ -112,8 +112,9 @@ pub enum RedisPool {
 
 impl RedisPool {
     /// A pool for `at`; `wait` bounds how long a caller queues for a
-    /// connection. Connects lazily: see `startup::connect_redis` for the
-    /// check at start-up.
+    /// connection. Connects lazily, on the current runtime whoever asks
+    /// (`trusted.rs`; panics outside a runtime): see
+    /// `startup::connect_redis` for the check at start-up.
     pub fn new(at: &RedisAt, wait: Duration) -> anyhow::Result<Self> {
         let config = PoolConfig {
             max_size: POOL_SIZE,

@@ -158,9 +158,10 @@ async fn one_burst(
     .await?;
     let measured = async {
         let sale_id = harness::create_sale(store, "Bench watched", 10, Some(3600)).await?;
-        let watchers = match watching {
-            true => Some(Watchers::open(&cluster.urls()[0], sale_id, args.pages).await?),
-            false => None,
+        let watchers = if watching {
+            Some(Watchers::open(&cluster.urls()[0], sale_id, args.pages).await?)
+        } else {
+            None
         };
         let load = super::burst::burst_load(args.burst_users);
         let report = harness::burst(

@@ -99,9 +99,19 @@ impl Catalog {
                     .remove(&id);
                 answer
             });
+            let catalog = Arc::clone(self);
             async move {
-                task.await
-                    .unwrap_or_else(|error| Err(Judged::of(&anyhow::Error::new(error))))
+                task.await.unwrap_or_else(|error| {
+                    // The task did not finish (it panicked, or its runtime
+                    // is shutting down): its entry goes here instead, so
+                    // that the next lookup reads the sale again.
+                    catalog
+                        .loading
+                        .lock()
+                        .expect("catalog lock poisoned")
+                        .remove(&id);
+                    Err(Judged::of(&anyhow::Error::new(error)))
+                })
             }
             .boxed()
             .shared()

@@ -133,13 +133,18 @@ where
     async fn create(&self) -> Result<Self::Type, RedisError> {
         let sent = Instant::now();
         let inner = Arc::clone(&self.inner);
-        let made = self
+        // Not cancelled with the request that asked for it: a connect under
+        // way finishes (within redis' connection timeout) and is dropped.
+        let made = match self
             .runtime
             .spawn(async move { inner.create().await })
             .await
-            // The runtime is shutting down (or the connect panicked).
-            .map_err(|gone| RedisError::from(std::io::Error::other(gone)))
-            .and_then(|made| made);
+        {
+            Ok(made) => made,
+            // The runtime is shutting down (or the connect panicked): no
+            // news of the server, so no loss is recorded.
+            Err(gone) => return Err(RedisError::from(std::io::Error::other(gone))),
+        };
         match made {
             Ok(conn) => Ok(Tracked {
                 conn,

@@ -45,7 +45,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// The header that names the instance that answered.
-pub const INSTANCE_HEADER: &str = "X-Seckill-Instance";
+pub const INSTANCE_HEADER: HeaderName = HeaderName::from_static("x-seckill-instance");
 
 /// The usual security headers, on every response.
 const SECURITY_HEADERS: [(HeaderName, HeaderValue); 6] = [
@@ -88,10 +88,10 @@ pub fn instance_header(name: &str) -> Result<HeaderValue, String> {
     if name.is_empty() || name.len() > MAX_INSTANCE_CHARS || !name.bytes().all(|b| printable(&b)) {
         return Err(format!(
             "an instance name is 1 to {MAX_INSTANCE_CHARS} printable ASCII characters \
-             without spaces (it is sent in the {INSTANCE_HEADER} header), got {name:?}"
+             without spaces (it is sent in the X-Seckill-Instance header), got {name:?}"
         ));
     }
-    HeaderValue::from_str(name).map_err(|error| error.to_string())
+    Ok(HeaderValue::from_str(name).expect("printable ASCII, checked above"))
 }
 
 /// The most header bytes (names and values) a request may carry. Browsers
@@ -140,7 +140,7 @@ pub async fn guard(
         HeaderName::from_static("x-request-id"),
         HeaderValue::from_str(id).expect("a UUID is a valid header value"),
     );
-    headers.insert(HeaderName::from_static("x-seckill-instance"), instance);
+    headers.insert(INSTANCE_HEADER, instance);
     for (name, value) in SECURITY_HEADERS {
         headers.insert(name, value);
     }

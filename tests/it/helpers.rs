@@ -209,7 +209,9 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
 
 /// Start one more app instance on `scratch` (its database and prefix), as
 /// `instance`, with `options`; returns its base URL. It runs until the
-/// test's runtime ends.
+/// test's runtime ends. Its HTTP workers are threads of their own, but its
+/// lock passes, sale reads and Redis connections run on the test's runtime
+/// (`Store::runtime`): a test that blocks its thread stalls the app.
 pub async fn start_instance(scratch: &Scratch, options: &Options, instance: &str) -> String {
     startup::raise_open_files_limit();
     let app = Application::build(Settings {
