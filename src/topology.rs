@@ -92,6 +92,51 @@ impl RedisAt {
         }
     }
 
+    /// Where to connect to reach the one server that holds `key`: the
+    /// server itself, or the cluster master that owns the key's slot, as the
+    /// cluster says (`CLUSTER KEYSLOT`, then `CLUSTER SLOTS`, asked of the
+    /// first node given, on a plain connection, so that no client's routing
+    /// is taken on trust). For the commands a cluster connection cannot
+    /// route, such as `MONITOR`. The first node's credentials and database
+    /// are kept; only its address is replaced.
+    pub async fn node_of(&self, key: &str) -> anyhow::Result<redis::ConnectionInfo> {
+        let seed = redis::IntoConnectionInfo::into_connection_info(self.node_urls()[0].as_str())?;
+        let Self::Cluster(_) = self else {
+            return Ok(seed);
+        };
+        let client = redis::Client::open(seed.clone())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut conn)
+            .await?;
+        // Each range: [first slot, last slot, [host, port, id, ...], replicas...].
+        let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await?;
+        for range in &ranges {
+            let [first, last, master, ..] = range.as_slice() else {
+                anyhow::bail!("CLUSTER SLOTS answered {range:?}");
+            };
+            let (first, last): (u16, u16) = (
+                redis::from_redis_value_ref(first)?,
+                redis::from_redis_value_ref(last)?,
+            );
+            let master: Vec<Value> = redis::from_redis_value_ref(master)?;
+            let [host, port, ..] = master.as_slice() else {
+                anyhow::bail!("CLUSTER SLOTS named a master as {master:?}");
+            };
+            if (first..=last).contains(&slot) {
+                let host: String = redis::from_redis_value_ref(host)?;
+                let port: u16 = redis::from_redis_value_ref(port)?;
+                return Ok(seed.set_addr(redis::ConnectionAddr::Tcp(host, port)));
+            }
+        }
+        anyhow::bail!("no master owns slot {slot}")
+    }
+
     /// The environment variable and value that point a child process here.
     pub fn env(&self) -> (&'static str, String) {
         match self {

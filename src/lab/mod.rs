@@ -20,16 +20,15 @@
 pub mod expect;
 pub mod rows;
 mod table;
+mod watch;
 
 use std::pin::pin;
-use std::time::Duration;
 
 use anyhow::Context;
 use seckill_loadtest::LoadArgs;
 use seckill_loadtest::answer::AnswerKind;
 use seckill_loadtest::report::{Report, Verdict};
 use seckill_loadtest::scenario::Scenario;
-use tokio::sync::oneshot;
 
 use crate::cli::LabArgs;
 use crate::cluster::Cluster;
@@ -39,16 +38,15 @@ use crate::keys::SaleKeys;
 use crate::services::Services;
 use crate::startup;
 use crate::store::Store;
-use crate::topology::{RedisAt, RedisPool};
+use crate::topology::RedisAt;
 use expect::Figures;
 use rows::Row;
 pub use table::Outcome;
+use watch::LockWatch;
 
 /// How long the lab's sales stay open, in seconds: the class has an hour
 /// to look at the pages.
 const SALE_OPEN_SECS: i64 = 3600;
-/// How often the lock watch reads the lock's TTL during a run.
-const WATCH_EVERY: Duration = Duration::from_millis(1);
 /// A lock TTL longer than this is no lease: nobody will wait it out.
 const A_YEAR_MS: i64 = 365 * 24 * 3600 * 1000;
 
@@ -186,7 +184,7 @@ async fn run_row(
         html: Some(args.report_dir.join(format!("{label}.html"))),
     };
     let keys = SaleKeys::new(&store.prefix, sale_id);
-    let watch = LockWatch::start(services, &keys.lock).await?;
+    let watch = LockWatch::start(&services.redis, &keys.lock).await?;
     let report = harness::burst(
         store,
         &cluster,
@@ -281,65 +279,5 @@ impl LockAfter {
             without_ttl: ttl == -1,
             fenced: fenced.unwrap_or(0),
         })
-    }
-}
-
-/// Watches the lock key's TTL during a run, on a connection of its own,
-/// and remembers the longest seen: the article's EXPIRE given a timestamp
-/// shows as a TTL of decades while its holder holds the lock, and is gone
-/// once it deletes it.
-struct LockWatch {
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<i64>,
-}
-
-impl LockWatch {
-    async fn start(services: &Services, lock: &str) -> anyhow::Result<Self> {
-        // A connection of its own (a pool of its own), held for the run:
-        // the watch's reads must not queue behind anything else of the lab's.
-        let mut conn = RedisPool::new(&services.redis, Duration::from_secs(5))?
-            .get()
-            .await
-            .context("connecting the lock watch to Redis")?;
-        let (stop, mut stopped) = oneshot::channel();
-        let lock = lock.to_owned();
-        let task = tokio::spawn(async move {
-            let mut longest = -2;
-            // A read every millisecond (the timer's finest): under
-            // contention the TTL of decades lives only from one holder's
-            // EXPIRE to another holder's DEL, a few milliseconds, which a
-            // read every 5 ms missed on a busy machine. Not back to back:
-            // that would take a core from the run it watches.
-            let mut tick = tokio::time::interval(WATCH_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = &mut stopped => return longest,
-                    _ = tick.tick() => {}
-                }
-                // A failed read is a missed sample, not a failed run.
-                let ttl: redis::RedisResult<i64> =
-                    redis::cmd("PTTL").arg(&lock).query_async(&mut conn).await;
-                if let Ok(ttl) = ttl {
-                    longest = longest.max(ttl);
-                }
-            }
-        });
-        Ok(Self { stop, task })
-    }
-
-    /// Stop watching; the longest TTL seen, in ms (-2: never a lock).
-    /// A read stuck on a Redis that stopped answering is given up after
-    /// two seconds, rather than holding the lab up.
-    async fn stop(self) -> i64 {
-        let _ = self.stop.send(());
-        let abort = self.task.abort_handle();
-        match tokio::time::timeout(Duration::from_secs(2), self.task).await {
-            Ok(longest) => longest.unwrap_or(-2),
-            Err(_) => {
-                abort.abort();
-                -2
-            }
-        }
     }
 }

@@ -58,42 +58,9 @@ impl PrivateRedisCluster {
         self.masters.iter().map(PrivateRedis::url).collect()
     }
 
-    /// The URL of the master that owns `key`'s slot, as the cluster itself
-    /// says (`CLUSTER KEYSLOT`, then `CLUSTER SLOTS`), asked on a plain
-    /// connection to one node so that no client's routing is taken on
-    /// trust.
+    /// The URL of the master that owns `key`'s slot (`RedisAt::node_of`).
     pub async fn master_of(&self, key: &str) -> anyhow::Result<String> {
-        let client = redis::Client::open(self.urls()[0].as_str())?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        let slot: u16 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query_async(&mut conn)
-            .await?;
-        // Each range: [first slot, last slot, [host, port, id, ...], replicas...].
-        let ranges: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async(&mut conn)
-            .await?;
-        for range in &ranges {
-            let [first, last, master, ..] = range.as_slice() else {
-                anyhow::bail!("CLUSTER SLOTS answered {range:?}");
-            };
-            let (first, last): (u16, u16) = (
-                redis::from_redis_value_ref(first)?,
-                redis::from_redis_value_ref(last)?,
-            );
-            let master: Vec<redis::Value> = redis::from_redis_value_ref(master)?;
-            let [host, port, ..] = master.as_slice() else {
-                anyhow::bail!("CLUSTER SLOTS named a master as {master:?}");
-            };
-            if (first..=last).contains(&slot) {
-                let host: String = redis::from_redis_value_ref(host)?;
-                let port: u16 = redis::from_redis_value_ref(port)?;
-                return Ok(format!("redis://{host}:{port}"));
-            }
-        }
-        anyhow::bail!("no master owns slot {slot}")
+        Ok(format!("redis://{}", self.at().node_of(key).await?.addr()))
     }
 
     /// Where seckill finds it.
