@@ -129,7 +129,17 @@ impl RedisAt {
                 anyhow::bail!("CLUSTER SLOTS named a master as {master:?}");
             };
             if (first..=last).contains(&slot) {
-                let host: String = redis::from_redis_value_ref(host)?;
+                // A node that does not know its own address says NULL, ""
+                // or "?" (Redis 7): it is on the host asked.
+                let host = redis::from_redis_value_ref::<String>(host)
+                    .ok()
+                    .filter(|host| !host.is_empty() && host != "?")
+                    .or_else(|| match seed.addr() {
+                        redis::ConnectionAddr::Tcp(host, _)
+                        | redis::ConnectionAddr::TcpTls { host, .. } => Some(host.clone()),
+                        _ => None,
+                    })
+                    .context("CLUSTER SLOTS named no host for the master")?;
                 let port: u16 = redis::from_redis_value_ref(port)?;
                 return Ok(seed.set_addr(redis::ConnectionAddr::Tcp(host, port)));
             }

@@ -197,6 +197,7 @@ async fn run_row(
     let crashed = cluster.exited()?.len() as u64;
     cluster.stop().await;
     let report = report?;
+    let longest_ttl_ms = longest_ttl_ms.with_context(|| format!("watching the lock of {label}"))?;
     let after = LockAfter::read(store, &keys).await?;
     let figures = figures(&report, longest_ttl_ms, &after, crashed);
     // A broken row leaves the sale's figures in Redis wrong on purpose;

@@ -10,14 +10,16 @@
 //! for a lock that had been given 56 years. `MONITOR` hands over every
 //! command the server runs, in order, scripts' commands included, so the
 //! `EXPIRE` cannot fall between two reads. What it costs: the server
-//! writes each command it runs to the watch too, a few microseconds each,
-//! small beside a row's HTTP requests.
+//! formats every command it runs, anyone's, for the watch, and the lab
+//! passes over each line that does not name the lock; on a Redis shared
+//! with other work (the tests' server) the others pay a little too. A
+//! watch that could not read the feed to the end of the run is an error,
+//! not a figure.
 //!
 //! In a Redis Cluster the watch monitors the master that owns the lock's
 //! slot, the only node that runs commands on it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::fmt::Write;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -25,9 +27,10 @@ use futures_util::StreamExt;
 
 use crate::topology::RedisAt;
 
-/// How long [`LockWatch::stop`] waits for the feed to catch up with the
-/// run: a Redis that stopped answering does not hold the lab up.
-const CATCH_UP: Duration = Duration::from_secs(2);
+/// How long starting the watch, and [`LockWatch::stop`] waiting for the
+/// feed to catch up with the run, may take before the lab gives up: a
+/// Redis that stopped answering does not hold the lab up.
+const WITHIN: Duration = Duration::from_secs(5);
 
 /// "No TTL was ever asked for the lock", as [`LockWatch::stop`] says it.
 pub const NO_TTL: i64 = -2;
@@ -36,78 +39,102 @@ pub const NO_TTL: i64 = -2;
 pub struct LockWatch {
     /// Where the monitored node is, to send the end marker there.
     node: redis::ConnectionInfo,
-    /// The command that ends the watch, unique to it: once the feed shows
-    /// it, it has shown every command the run sent before it.
+    /// The argument of the `ECHO` that ends the watch, unique to it: once
+    /// the feed shows it, it has shown every command the node ran before.
     marker: String,
-    /// The longest TTL asked for the key so far, in ms ([`NO_TTL`]: none).
-    /// Shared with the reading task so a watch given up on still says
-    /// what it saw.
-    longest: Arc<AtomicI64>,
-    task: tokio::task::JoinHandle<()>,
+    /// The reading task: the longest TTL asked for the key, in ms
+    /// ([`NO_TTL`]: none), once it has read up to the marker.
+    task: tokio::task::JoinHandle<anyhow::Result<i64>>,
 }
 
 impl LockWatch {
     /// Start watching `key` on the server, or on the cluster master, that
     /// holds it. Returns once Redis has confirmed `MONITOR`: every command
-    /// sent after that is seen.
+    /// it runs after that is seen.
     pub async fn start(redis: &RedisAt, key: &str) -> anyhow::Result<Self> {
         let node = redis
             .node_of(key)
             .await
             .context("finding the Redis node that holds the lock")?;
-        let monitor = redis::Client::open(node.clone())?
-            .get_async_monitor()
-            .await
-            .context("starting MONITOR for the lock watch")?;
-        let marker = format!("seckill-lab-watch-done:{key}:{}", fastrand::u64(..));
-        let longest = Arc::new(AtomicI64::new(NO_TTL));
+        let monitor = tokio::time::timeout(
+            WITHIN,
+            redis::Client::open(node.clone())?.get_async_monitor(),
+        )
+        .await
+        .context("MONITOR for the lock watch did not start in time")?
+        .context("starting MONITOR for the lock watch")?;
+        let marker = format!("seckill-lab-watch-done:{}", fastrand::u64(..));
+        // The feed carries every command the node runs, every client's:
+        // the lines that do not name the key (as Redis quotes it) or the
+        // marker are passed over before they are taken apart.
+        let (quoted_key, key) = (quoted(key), key.to_owned());
         let task = tokio::spawn({
-            let (key, marker, longest) = (key.to_owned(), marker.clone(), longest.clone());
+            let marker = marker.clone();
             async move {
+                let mut longest = NO_TTL;
                 let mut feed = monitor.into_on_message::<String>();
                 while let Some(line) = feed.next().await {
-                    let args = arguments(&line);
-                    if args.get(1) == Some(&marker) {
-                        return;
-                    }
-                    if let Some(ttl) = ttl_asked_ms(&args, &key) {
-                        longest.fetch_max(ttl, Ordering::Relaxed);
+                    if line.contains(&quoted_key) {
+                        if let Some(ttl) = ttl_asked_ms(&arguments(&line), &key) {
+                            longest = longest.max(ttl);
+                        }
+                    } else if line.contains(&marker) && is_echo_of(&arguments(&line), &marker) {
+                        return Ok(longest);
                     }
                 }
+                anyhow::bail!("the MONITOR feed ended before the end of the run")
             }
         });
-        Ok(Self {
-            node,
-            marker,
-            longest,
-            task,
-        })
+        Ok(Self { node, marker, task })
     }
 
     /// Stop watching: the longest TTL asked for the key during the run, in
     /// ms, or [`NO_TTL`]. Sends the marker (`ECHO`) to the monitored node
-    /// after the run's last command and reads the feed up to it, giving up
-    /// after [`CATCH_UP`] with what it has.
-    pub async fn stop(self) -> i64 {
-        let echoed = async {
+    /// after the run's last command and reads the feed up to it. An error
+    /// when it cannot: a watch that missed part of the run has no figure
+    /// to give (it would say "no stuck lock" for a lock it did not see).
+    pub async fn stop(self) -> anyhow::Result<i64> {
+        let abort = self.task.abort_handle();
+        let read = tokio::time::timeout(WITHIN, async {
             let client = redis::Client::open(self.node.clone())?;
             let mut conn = client.get_multiplexed_async_connection().await?;
-            redis::cmd("ECHO")
+            let _: String = redis::cmd("ECHO")
                 .arg(&self.marker)
-                .query_async::<String>(&mut conn)
+                .query_async(&mut conn)
                 .await
-        };
-        let abort = self.task.abort_handle();
-        let _caught_up = tokio::time::timeout(CATCH_UP, async {
-            if echoed.await.is_ok() {
-                let _ = self.task.await;
-            }
+                .context("sending the lock watch's end marker")?;
+            self.task.await.context("the lock watch's task")?
         })
         .await;
-        // Finished, given up on, or the marker never sent: the task goes.
+        // Finished or given up on, the task goes.
         abort.abort();
-        self.longest.load(Ordering::Relaxed)
+        read.context("the lock watch did not catch up with the run in time")?
+            .context("the lock watch could not read to the end of the run")
     }
+}
+
+/// `s` as `MONITOR` quotes it (Redis' `sdscatrepr`): `\\`, `\"`, `\n`,
+/// `\r`, `\t`, `\a`, `\b`, printable ASCII as it is, any other byte as
+/// `\xhh`.
+fn quoted(s: &str) -> String {
+    let mut out = String::from("\"");
+    for byte in s.bytes() {
+        match byte {
+            b'\\' => out.push_str("\\\\"),
+            b'"' => out.push_str("\\\""),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            7 => out.push_str("\\a"),
+            8 => out.push_str("\\b"),
+            b' '..=b'~' => out.push(char::from(byte)),
+            other => {
+                let _ = write!(out, "\\x{other:02x}");
+            }
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The command and arguments of one `MONITOR` line, unquoted:
@@ -150,6 +177,11 @@ fn arguments(line: &str) -> Vec<String> {
     args
 }
 
+/// Whether the command `args` is `ECHO marker`.
+fn is_echo_of(args: &[String], marker: &str) -> bool {
+    matches!(args, [command, echoed] if command.eq_ignore_ascii_case("ECHO") && echoed == marker)
+}
+
 /// The TTL, in ms, that the command `args` gives `key`, if it gives it
 /// one: `EXPIRE` and `PEXPIRE`, `SETEX` and `PSETEX`, and `SET` with `EX`
 /// or `PX`, the ways the strategies set a lock's TTL. A TTL too large to
@@ -181,6 +213,52 @@ fn ttl_asked_ms(args: &[String], key: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::services::PrivateRedis;
+
+    async fn send(redis: &PrivateRedis, command: &redis::Cmd) {
+        let client = redis::Client::open(redis.url()).expect("a URL");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        let () = command.query_async(&mut conn).await.expect("the command");
+    }
+
+    #[tokio::test]
+    async fn the_watch_reports_the_longest_ttl_asked_even_once_it_is_gone() {
+        let redis = PrivateRedis::start().await.expect("a private Redis");
+        let at = RedisAt::Server(redis.url());
+        let watch = LockWatch::start(&at, "t:lock").await.expect("watching");
+        send(&redis, redis::cmd("SET").arg("t:lock").arg("1")).await;
+        // The article's EXPIRE, then the robber's SET that drops the TTL
+        // at once: nothing is left to read, and the watch saw it anyway.
+        send(
+            &redis,
+            redis::cmd("EXPIRE").arg("t:lock").arg(1_764_115_200),
+        )
+        .await;
+        send(&redis, redis::cmd("SET").arg("t:lock").arg("2")).await;
+        send(
+            &redis,
+            redis::cmd("PEXPIRE").arg("t:other").arg(i64::MAX / 2),
+        )
+        .await;
+        assert_eq!(watch.stop().await.expect("a figure"), 1_764_115_200_000);
+
+        let watch = LockWatch::start(&at, "t:lock").await.expect("watching");
+        send(&redis, redis::cmd("SET").arg("t:lock").arg("3")).await;
+        assert_eq!(watch.stop().await.expect("a figure"), NO_TTL);
+    }
+
+    #[tokio::test]
+    async fn a_watch_whose_redis_went_away_has_no_figure() {
+        let mut redis = PrivateRedis::start().await.expect("a private Redis");
+        let at = RedisAt::Server(redis.url());
+        let watch = LockWatch::start(&at, "t:lock").await.expect("watching");
+        redis.kill();
+        let error = watch.stop().await.expect_err("no figure from half a run");
+        assert!(format!("{error:#}").contains("lock watch"), "{error:#}");
+    }
 
     fn line(args: &str) -> Vec<String> {
         arguments(&format!("1764115200.123456 [0 127.0.0.1:50312] {args}"))
@@ -198,6 +276,18 @@ mod tests {
             ["SET", "a \"b\"\\c", "\u{1}\n", ""]
         );
         assert!(arguments("OK").is_empty());
+        let echo = |args: &str| is_echo_of(&line(args), "m:1");
+        assert!(echo(r#""ECHO" "m:1""#) && echo(r#""echo" "m:1""#));
+        assert!(!echo(r#""GET" "m:1""#) && !echo(r#""ECHO" "m:12""#));
+    }
+
+    #[test]
+    fn a_key_is_quoted_as_monitor_quotes_it_and_read_back() {
+        assert_eq!(quoted("s:{sale:1}:lock"), r#""s:{sale:1}:lock""#);
+        for key in ["a \"b\"\\c", "\u{1}\n\r\t\u{7}\u{8}", "caf\u{e9}", ""] {
+            let line = format!("1764115200.1 [0 127.0.0.1:1] \"GET\" {}", quoted(key));
+            assert_eq!(arguments(&line), ["GET", key], "{line}");
+        }
     }
 
     #[test]
