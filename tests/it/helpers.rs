@@ -58,7 +58,8 @@ pub async fn services() -> &'static Services {
 /// Held by the tests that saturate both cores for seconds (the bench's,
 /// with wrk and redis-benchmark) and by those whose figures depend on
 /// being scheduled every few milliseconds (the full lab's thirteen
-/// races), so that the two never run at once. Within one test binary,
+/// races, the chaos run's paused lock holder), so that the two never run
+/// at once. Within one test binary,
 /// where the tests run in parallel.
 pub async fn cores_alone() -> tokio::sync::MutexGuard<'static, ()> {
     static CORES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
