@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::Context;
 use seckill_loadtest::report::Report;
 
-use super::Row;
 use super::holder::Watchers;
+use super::{Bound, Row};
 use crate::cli::BenchArgs;
 use crate::cluster::Cluster;
 use crate::config::Strategy;
@@ -60,15 +60,18 @@ pub(super) async fn open_pages(
     let (idle, watched, resident) = measured?;
     let mib = resident as f64 / 1024.0 / 1024.0;
     let extra = (watched - idle).max(0.0);
+    // One read per second per sale, at most, whatever the pages.
+    let (independent, small) = (Bound::AtMost(2.0), Bound::Below(256.0));
     Ok(Row {
         figure: "open sale pages on one instance: Redis commands/s they add, RSS",
         measured: format!(
-            "{} pages: +{extra:.1}/s ({watched:.1}/s vs {idle:.1}/s before), {mib:.1} MiB",
-            args.pages
+            "{} pages: +{}/s ({watched:.1}/s vs {idle:.1}/s before), {} MiB",
+            args.pages,
+            independent.shown(extra, 1),
+            small.shown(mib, 1)
         ),
         target: "independent of the pages (a read per page would be pages/5 per s); < 256 MiB",
-        // One read per second per sale, at most, whatever the pages.
-        met: Some(extra <= 2.0 && mib < 256.0),
+        met: Some(independent.met(extra) && small.met(mib)),
     })
 }
 
@@ -106,15 +109,14 @@ pub(super) async fn watched_burst(
     let (alone, watched) = (Figures::of(&alone)?, Figures::of(&watched)?);
     let row = |figure, alone: f64, watched: f64, pages: String| {
         let ratio = watched / alone;
-        let unchanged = |ratio: f64| ratio <= UNCHANGED;
         Row {
             figure,
             measured: format!(
                 "{watched:.0} ms vs {alone:.0} ms alone ({}x){pages}",
-                super::shown(ratio, 2, unchanged)
+                UNCHANGED.shown(ratio, 2)
             ),
             target: "unchanged: <= 1.25x the burst alone",
-            met: Some(unchanged(ratio)),
+            met: Some(UNCHANGED.met(ratio)),
         }
     };
     Ok([
@@ -138,7 +140,7 @@ pub(super) async fn watched_burst(
 /// last win of 6 ms in one run, 119 ms in the next), they do not remove
 /// it: two sets of bursts alone can differ by more than this
 /// (docs/bench-history.md).
-const UNCHANGED: f64 = 1.25;
+const UNCHANGED: Bound = Bound::AtMost(1.25);
 
 /// One burst of the burst rows on two instances just started and a sale
 /// of its own, with `--pages` pages of it open on the first instance if

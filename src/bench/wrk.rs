@@ -14,7 +14,7 @@ use std::path::Path;
 use actix_web::{App, HttpResponse, HttpServer, ResponseError, web};
 use anyhow::Context;
 
-use super::Row;
+use super::{Bound, Row};
 use crate::cli::BenchArgs;
 use crate::cluster::Cluster;
 use crate::config::Strategy;
@@ -76,15 +76,15 @@ pub(super) async fn sold_out(
     cluster.stop().await;
     let [rate, bare_rate] = median_round(rounds?);
     let ratio = rate / bare_rate;
-    let near_bare = |ratio: f64| ratio >= 0.90;
+    let target = Bound::AtLeast(0.90);
     Ok(Row {
         figure,
         measured: format!(
             "{} ({rate:.0}/s vs {bare_rate:.0}/s; median of {ROUNDS} alternated)",
-            super::shown(ratio, 2, near_bare)
+            target.shown(ratio, 2)
         ),
         target: ">= 0.90",
-        met: Some(near_bare(ratio)),
+        met: Some(target.met(ratio)),
     })
 }
 
@@ -123,29 +123,23 @@ pub(super) async fn index(
     let measured = index_on(args, services, store, token, &database).await;
     services::drop_database(&database).await?;
     let (twenty, page, thousand) = measured?;
-    let (ratio, flat) = (twenty / page, thousand / twenty);
-    let (cheap, level) = (
-        |percent: f64| percent >= 50.0,
-        |percent: f64| percent >= 90.0,
-    );
+    let (percent, flat) = (twenty / page * 100.0, thousand / twenty * 100.0);
+    let (cheap, level) = (Bound::AtLeast(50.0), Bound::AtLeast(90.0));
     Ok([
         Row {
             figure: first,
             measured: format!(
                 "{}% ({twenty:.0}/s vs {page:.0}/s)",
-                super::shown(ratio * 100.0, 0, cheap)
+                cheap.shown(percent, 0)
             ),
             target: ">= 50%",
-            met: Some(cheap(ratio * 100.0)),
+            met: Some(cheap.met(percent)),
         },
         Row {
             figure: second,
-            measured: format!(
-                "{}% ({thousand:.0}/s)",
-                super::shown(flat * 100.0, 0, level)
-            ),
+            measured: format!("{}% ({thousand:.0}/s)", level.shown(flat, 0)),
             target: ">= 90% (flat)",
-            met: Some(level(flat * 100.0)),
+            met: Some(level.met(flat)),
         },
     ])
 }
