@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures_util::StreamExt;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::topology::RedisAt;
 
@@ -43,8 +44,10 @@ pub struct LockWatch {
     /// the feed shows it, it has shown every command the node ran before.
     marker: String,
     /// The reading task: the longest TTL asked for the key, in ms
-    /// ([`NO_TTL`]: none), once it has read up to the marker.
-    task: tokio::task::JoinHandle<anyhow::Result<i64>>,
+    /// ([`NO_TTL`]: none), once it has read up to the marker. Aborted when
+    /// the watch is dropped (a lab interrupted mid-row), so that no feed
+    /// of every command outlives its row.
+    task: AbortOnDropHandle<anyhow::Result<i64>>,
 }
 
 impl LockWatch {
@@ -68,7 +71,7 @@ impl LockWatch {
         // the lines that do not name the key (as Redis quotes it) or the
         // marker are passed over before they are taken apart.
         let (quoted_key, key) = (quoted(key), key.to_owned());
-        let task = tokio::spawn({
+        let task = AbortOnDropHandle::new(tokio::spawn({
             let marker = marker.clone();
             async move {
                 let mut longest = NO_TTL;
@@ -84,7 +87,7 @@ impl LockWatch {
                 }
                 anyhow::bail!("the MONITOR feed ended before the end of the run")
             }
-        });
+        }));
         Ok(Self { node, marker, task })
     }
 
@@ -93,9 +96,9 @@ impl LockWatch {
     /// after the run's last command and reads the feed up to it. An error
     /// when it cannot: a watch that missed part of the run has no figure
     /// to give (it would say "no stuck lock" for a lock it did not see).
+    /// The task goes with the watch, finished or given up on.
     pub async fn stop(self) -> anyhow::Result<i64> {
-        let abort = self.task.abort_handle();
-        let read = tokio::time::timeout(WITHIN, async {
+        tokio::time::timeout(WITHIN, async {
             let client = redis::Client::open(self.node.clone())?;
             let mut conn = client.get_multiplexed_async_connection().await?;
             let _: String = redis::cmd("ECHO")
@@ -105,11 +108,9 @@ impl LockWatch {
                 .context("sending the lock watch's end marker")?;
             self.task.await.context("the lock watch's task")?
         })
-        .await;
-        // Finished or given up on, the task goes.
-        abort.abort();
-        read.context("the lock watch did not catch up with the run in time")?
-            .context("the lock watch could not read to the end of the run")
+        .await
+        .context("the lock watch did not catch up with the run in time")?
+        .context("the lock watch could not read to the end of the run")
     }
 }
 
@@ -248,6 +249,37 @@ mod tests {
         let watch = LockWatch::start(&at, "t:lock").await.expect("watching");
         send(&redis, redis::cmd("SET").arg("t:lock").arg("3")).await;
         assert_eq!(watch.stop().await.expect("a figure"), NO_TTL);
+    }
+
+    #[tokio::test]
+    async fn a_watch_dropped_unstopped_lets_its_feed_go() {
+        let redis = PrivateRedis::start().await.expect("a private Redis");
+        let at = RedisAt::Server(redis.url());
+        let client = redis::Client::open(redis.url()).expect("a URL");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        // `flags=O`: a client in MONITOR mode.
+        let monitors = async |conn: &mut redis::aio::MultiplexedConnection| {
+            let clients: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(conn)
+                .await
+                .expect("CLIENT LIST");
+            clients.lines().filter(|c| c.contains(" flags=O ")).count()
+        };
+        let watch = LockWatch::start(&at, "t:lock").await.expect("watching");
+        assert_eq!(monitors(&mut conn).await, 1);
+        drop(watch);
+        let deadline = tokio::time::Instant::now() + WITHIN;
+        while monitors(&mut conn).await > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the feed outlived its watch"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     #[tokio::test]
