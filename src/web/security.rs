@@ -84,8 +84,10 @@ pub const MAX_INSTANCE_CHARS: usize = 64;
 /// start: a name a header cannot carry made every HTTP worker panic as it
 /// started.
 pub fn instance_header(name: &str) -> Result<HeaderValue, String> {
-    let printable = |byte: &u8| (b'!'..=b'~').contains(byte);
-    if name.is_empty() || name.len() > MAX_INSTANCE_CHARS || !name.bytes().all(|b| printable(&b)) {
+    if name.is_empty()
+        || name.len() > MAX_INSTANCE_CHARS
+        || !name.bytes().all(|b| b.is_ascii_graphic())
+    {
         return Err(format!(
             "an instance name is 1 to {MAX_INSTANCE_CHARS} printable ASCII characters \
              without spaces (it is sent in the X-Seckill-Instance header), got {name:?}"
