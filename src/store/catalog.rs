@@ -92,11 +92,7 @@ impl Catalog {
             let read = read();
             let task = runtime.spawn(async move {
                 let answer = read.await.map_err(|error| Judged::of(&error));
-                catalog
-                    .loading
-                    .lock()
-                    .expect("catalog lock poisoned")
-                    .remove(&id);
+                catalog.read_over(id);
                 answer
             });
             let catalog = Arc::clone(self);
@@ -105,11 +101,7 @@ impl Catalog {
                     // The task did not finish (it panicked, or its runtime
                     // is shutting down): its entry goes here instead, so
                     // that the next lookup reads the sale again.
-                    catalog
-                        .loading
-                        .lock()
-                        .expect("catalog lock poisoned")
-                        .remove(&id);
+                    catalog.read_over(id);
                     Err(Judged::of(&anyhow::Error::new(error)))
                 })
             }
@@ -117,6 +109,15 @@ impl Catalog {
             .shared()
         });
         reading.clone()
+    }
+
+    /// The read of sale `id` is over: the next lookup that misses the
+    /// cache starts another.
+    fn read_over(&self, id: i64) {
+        self.loading
+            .lock()
+            .expect("catalog lock poisoned")
+            .remove(&id);
     }
 
     /// Reads of a sale from PostgreSQL this process started: one per sale
@@ -163,5 +164,30 @@ impl Catalog {
 
     pub(super) fn note_max(&self, max: i64) {
         *self.max_id.lock().expect("catalog lock poisoned") = Some((max, Instant::now()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read that panics answers its waiters with an error, and is not
+    /// remembered: the next lookup reads again.
+    #[tokio::test]
+    async fn a_read_that_panicked_is_forgotten() {
+        let catalog = Arc::new(Catalog::default());
+        let runtime = tokio::runtime::Handle::current();
+        let panicking = catalog.reading(&runtime, 7, || async {
+            panic!("the read of sale 7 broke");
+            #[allow(unreachable_code)]
+            Ok(None)
+        });
+        assert!(panicking.await.is_err());
+        let again = catalog.reading(&runtime, 7, || async { Ok(None) });
+        assert!(
+            matches!(again.await, Ok(None)),
+            "the failure was remembered"
+        );
+        assert!(catalog.loading.lock().expect("unpoisoned").is_empty());
     }
 }

@@ -214,4 +214,20 @@ mod tests {
         assert_eq!(names(&lane.next_batch().expect("one left")), [last]);
         assert!(lane.next_batch().is_none());
     }
+
+    /// A task that panics leaves its lane to the next buyer, who starts
+    /// another; one that ends plainly leaves it as it was.
+    #[test]
+    fn a_lane_whose_task_panicked_is_started_again_by_the_next_buyer() {
+        let lane = Lane::default();
+        assert!(lane.join(waiter("ann")));
+        drop(Undrained(&lane));
+        assert!(!lane.join(waiter("bob")), "still draining");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _on_panic = Undrained(&lane);
+            panic!("a pass broke");
+        }));
+        assert!(unwound.is_err());
+        assert!(lane.join(waiter("cy")), "cy starts a task again");
+    }
 }
