@@ -46,6 +46,16 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // `chaos` starts servers of its own, which it may kill and wipe.
     if let Command::Chaos(args) = cli.command {
+        let given = &cli.services;
+        if given.redis_url.is_some()
+            || given.redis_cluster_nodes.is_some()
+            || given.database_url.is_some()
+        {
+            eprintln!(
+                "seckill chaos: the Redis and PostgreSQL given (flags or SECKILL_* variables) \
+                 are not used: chaos starts servers of its own, which it kills and wipes"
+            );
+        }
         let verdict = seckill::chaos::chaos(args).await?;
         return Ok(ExitCode::from(verdict.exit_code()));
     }
@@ -54,8 +64,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         seckill::bench::hold_pages(args).await?;
         return Ok(ExitCode::SUCCESS);
     }
-    // Only `serve` and `demo` may run on private servers: they are the
-    // commands that use them for as long as they live.
+    // Private servers live as long as the command: fine for the ones
+    // that start their own instances and stop them (`demo`, `lab`,
+    // `bench`) or serve until stopped (`serve`); the others would write
+    // into a server that is gone when they exit.
     let private = match cli.command {
         Command::Serve(_) | Command::Demo(_) | Command::Lab(_) | Command::Bench(_) => {
             PrivateServers::Allowed

@@ -63,8 +63,9 @@ pub async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Re
     );
     let store = harness::connect(services, prefix).await?;
     println!(
-        "seckill lab: {} rows; each: {} buyers (+{:.0}% sending twice) race for {} units on {} app instances",
+        "seckill lab: {} row{}; each: {} buyers (+{:.0}% sending twice) race for {} units on {} app instances",
         rows.len(),
+        if rows.len() == 1 { "" } else { "s" },
         args.users,
         args.dup * 100.0,
         args.stock,

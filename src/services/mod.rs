@@ -141,22 +141,34 @@ impl Services {
         };
         let (server_url, postgres_origin, private_postgres) = match database_url {
             Some(url) => (url.to_owned(), Origin::Configured, None),
-            None if postgres_answers(DEFAULT_POSTGRES_SERVER).await => (
-                with_database(DEFAULT_POSTGRES_SERVER, DEFAULT_DATABASE)?,
-                Origin::Local,
-                None,
-            ),
-            None if private == PrivateServers::Refused => return Err(refuse("PostgreSQL")),
-            None => {
-                let postgres = PrivatePostgres::start()
-                    .await
-                    .with_context(|| format!("no PostgreSQL answers on 127.0.0.1:5432 and none could be started; {HOW_TO_GET_SERVERS}"))?;
-                (
-                    postgres.url(DEFAULT_DATABASE),
-                    Origin::Private,
-                    Some(postgres),
-                )
-            }
+            None => match postgres_refusal(DEFAULT_POSTGRES_SERVER).await {
+                None => (
+                    with_database(DEFAULT_POSTGRES_SERVER, DEFAULT_DATABASE)?,
+                    Origin::Local,
+                    None,
+                ),
+                Some(why) if private == PrivateServers::Refused => {
+                    return Err(refuse("PostgreSQL").context(why));
+                }
+                Some(why) => {
+                    // A server that is there but wants a password (a stock
+                    // Debian one, over TCP) is passed over: say so, or
+                    // the user wonders where the demo's data went.
+                    tracing::info!(
+                        %why,
+                        "the PostgreSQL on 127.0.0.1:5432 is not used; a private one is started \
+                         (to use it, set SECKILL_DATABASE_URL, with a password if it asks for one)"
+                    );
+                    let postgres = PrivatePostgres::start()
+                        .await
+                        .with_context(|| format!("no PostgreSQL answers on 127.0.0.1:5432 and none could be started; {HOW_TO_GET_SERVERS}"))?;
+                    (
+                        postgres.url(DEFAULT_DATABASE),
+                        Origin::Private,
+                        Some(postgres),
+                    )
+                }
+            },
         };
         Ok(Self {
             redis,
@@ -187,14 +199,49 @@ pub async fn redis_answers(url: &str) -> bool {
 /// Whether a PostgreSQL server accepts a connection to its `postgres`
 /// database at `server_url`.
 pub async fn postgres_answers(server_url: &str) -> bool {
-    let Ok(url) = with_database(server_url, "postgres") else {
-        return false;
+    postgres_refusal(server_url).await.is_none()
+}
+
+/// Why a PostgreSQL server does not accept a connection to its `postgres`
+/// database at `server_url` (not there, a password it was not given, no
+/// answer in time); `None` when it does.
+async fn postgres_refusal(server_url: &str) -> Option<String> {
+    let url = match with_database(server_url, "postgres") {
+        Ok(url) => url,
+        Err(error) => return Some(format!("{error:#}")),
     };
-    probe::within(PROBE_TIMEOUT, async {
+    let connected = tokio::time::timeout(PROBE_TIMEOUT, async {
         let conn = PgConnection::connect(&url).await?;
         // A connection was enough: a failed goodbye does not make it down.
         let _ = conn.close().await;
         Ok::<_, sqlx::Error>(())
     })
-    .await
+    .await;
+    match connected {
+        Ok(Ok(())) => None,
+        Ok(Err(error)) => Some(error.to_string()),
+        Err(_) => Some(format!("no answer within {PROBE_TIMEOUT:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that is there but turns the connection down is passed over
+    /// with its own words, which the log then shows.
+    #[tokio::test]
+    async fn a_postgres_that_refuses_says_why() {
+        let postgres = PrivatePostgres::start()
+            .await
+            .expect("a private PostgreSQL");
+        let server = postgres.url("postgres");
+        assert_eq!(postgres_refusal(&server).await, None);
+        let stranger = server.replacen("postgres@", "nobody_here@", 1);
+        let why = postgres_refusal(&stranger).await.expect("refused");
+        assert!(why.contains("nobody_here"), "{why}");
+        drop(postgres);
+        let why = postgres_refusal(&server).await.expect("gone");
+        assert!(!why.is_empty());
+    }
 }

@@ -157,4 +157,10 @@ async fn a_chaos_run_too_short_for_its_faults_is_refused_before_it_starts() {
         stderr.contains("--duration-secs 5 is too short"),
         "{stderr}"
     );
+    // The scratch's servers, in SECKILL_* variables, are not chaos's.
+    assert!(
+        stderr
+            .contains("the Redis and PostgreSQL given (flags or SECKILL_* variables) are not used"),
+        "{stderr}"
+    );
 }
