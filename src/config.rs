@@ -119,7 +119,7 @@ pub enum Knob {
     /// `--hold-pause-ms`: the lock holder stops inside its critical section
     /// (a GC pause, a page fault).
     HoldPause,
-    /// `--crash-after-setnx`: `article`'s holder exits between SETNX and EXPIRE.
+    /// `--crash-after-setnx`: `article`'s holder is killed between SETNX and EXPIRE.
     CrashAfterSetnx,
     /// `--clock-skew-ms` on the second instance: its clock runs ahead.
     ClockSkew,
@@ -182,7 +182,7 @@ pub struct PurchaseSettings {
     #[arg(long, env = "SECKILL_CLOCK_SKEW_MS", default_value_t = 0, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-3_600_000..=3_600_000))]
     pub clock_skew_ms: i64,
 
-    /// Fault knob, for workshops: under `article`, exit the process between SETNX and EXPIRE (a crash at the worst moment): the lock is left without a TTL.
+    /// Fault knob, for workshops: under `article`, kill the process (SIGKILL) between SETNX and EXPIRE (a crash at the worst moment): the lock is left without a TTL.
     #[arg(long, env = "SECKILL_CRASH_AFTER_SETNX")]
     pub crash_after_setnx: bool,
 }

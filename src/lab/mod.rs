@@ -63,13 +63,13 @@ pub async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Re
     );
     let store = harness::connect(services, prefix).await?;
     println!(
-        "seckill lab: {} row{}; each: {} buyers (+{:.0}% sending twice) race for {} units on {} app instances",
+        "seckill lab: {} row{}; each: {} buyers (+{:.0}% sending twice) race for {} units on {}",
         rows.len(),
         if rows.len() == 1 { "" } else { "s" },
         args.users,
         args.dup * 100.0,
         args.stock,
-        args.instances
+        instances_of(&rows, args.instances)
     );
     // One listener for the whole lab: a Ctrl-C between two rows, or
     // between "Press Ctrl-C to stop." and the wait, is not lost (see
@@ -149,6 +149,25 @@ async fn serve_rows(
     cluster.start_worker("lab-worker", &[])?;
     println!("Press Ctrl-C to stop.");
     Ok(cluster)
+}
+
+/// "2 app instances", or what the rows run when one of them needs other
+/// than the run's (the crash row runs one).
+fn instances_of(rows: &[Row], run: u32) -> String {
+    let plural = |n: u32| if n == 1 { "" } else { "s" };
+    let mut counts: Vec<u32> = rows
+        .iter()
+        .map(|row| row.instances.unwrap_or(run))
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    match counts[..] {
+        [n] => format!("{n} app instance{}", plural(n)),
+        _ => format!(
+            "{run} app instance{}, unless the README says otherwise for a row",
+            plural(run)
+        ),
+    }
 }
 
 /// One row, run and judged.
@@ -281,5 +300,23 @@ impl LockAfter {
             without_ttl: ttl == -1,
             fenced: fenced.unwrap_or(0),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Knob;
+
+    #[test]
+    fn the_header_names_the_instances_the_rows_run() {
+        let crash = rows::select(Some(Strategy::Article), Some(Knob::CrashAfterSetnx));
+        assert_eq!(instances_of(&crash, 2), "1 app instance");
+        let pause = rows::select(Some(Strategy::Article), Some(Knob::HoldPause));
+        assert_eq!(instances_of(&pause, 2), "2 app instances");
+        assert_eq!(
+            instances_of(&rows::lesson(), 3),
+            "3 app instances, unless the README says otherwise for a row"
+        );
     }
 }

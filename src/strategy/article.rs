@@ -11,7 +11,7 @@
 //!
 //! 1. **SETNX, then EXPIRE, as two commands** (lines 163 and 167). A
 //!    process that dies between them leaves a lock with no TTL. Knob:
-//!    `--crash-after-setnx` exits right there.
+//!    `--crash-after-setnx` kills the process right there.
 //! 2. **EXPIRE given the expiry timestamp as if it were a TTL** (line 167:
 //!    `expire($redisKey, $expireAt)` with `$expireAt = time() + $expire`).
 //!    The lock lives for about 56 years instead of 15 seconds: a holder that
@@ -37,6 +37,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use redis::aio::ConnectionLike;
 
 use super::{Buy, Outcome, Shop, take_unguarded};
@@ -44,6 +46,23 @@ use crate::topology::RedisConn;
 
 /// The article's `$waitIntervalUs = 100000`.
 const WAIT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// `--crash-after-setnx`: die at once, every thread with it, as a power cut
+/// or `kill -9` would.
+///
+/// Not `std::process::exit`. The race it lost: `exit` runs the process's
+/// clean-up on this thread while the other threads go on serving. One of
+/// them found the lock with no TTL, took it over (bug 3), sold, and
+/// deleted the lock on its way out (bug 5) before the exit finished, so
+/// the crash left no trace (a CI run of the lab's crash row, 10 units sold
+/// by the instance that was "crashing"). SIGKILL stops every thread before
+/// any of them runs another line.
+fn crash_now() -> ! {
+    eprintln!("seckill: --crash-after-setnx: killed between SETNX and EXPIRE");
+    let _ = kill(Pid::this(), Signal::SIGKILL);
+    // Not reached: SIGKILL cannot be caught, blocked or ignored.
+    std::process::abort()
+}
 
 /// One purchase under the article's lock.
 pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
@@ -94,8 +113,7 @@ impl ArticleLock<'_> {
             if taken {
                 if self.shop.settings.crash_after_setnx {
                     // Bug 1, on demand: the process dies before its EXPIRE.
-                    eprintln!("seckill: --crash-after-setnx: exiting between SETNX and EXPIRE");
-                    std::process::exit(3);
+                    crash_now();
                 }
                 // The hold-pause knob: a GC pause at the worst moment, with
                 // the lock taken and no TTL on it yet (bug 3's window).
