@@ -134,43 +134,49 @@ impl Rig {
     }
 
     /// Stop app-2 (SIGSTOP) at a moment it holds the sale's lock, keep it
-    /// stopped for 2 lock TTLs, then resume it (SIGCONT). The purchase that
-    /// held the lock goes on to its commit with a lock that ran out, and
-    /// the fence must refuse it: the sale's fenced counter grows. A holder
-    /// may still be caught after its commit left (its pass is done), and
-    /// the sale may be sold out for a while (nobody takes the lock); so the
-    /// pause is tried again until the fence fires or [`PAUSE_LIMIT`] has
-    /// passed.
+    /// stopped until its lock has run out, then resume it (SIGCONT). The
+    /// purchase that held the lock goes on to its commit with a lock that
+    /// ran out, and the fence must refuse it: the sale's fenced counter
+    /// grows. A holder may still be caught after its commit left (its pass
+    /// is done), and the sale may be sold out for a while (nobody takes the
+    /// lock); so the pause is tried again until the fence fires or
+    /// [`PAUSE_LIMIT`] has passed.
     ///
     /// Refusals are counted from the fault's start, with a last look at its
     /// end: a resumed process slower than [`RESUMED_WITHIN`] to commit
     /// still has its refusal counted.
     ///
     /// A catch can also fall before the holder has read Redis' reply that
-    /// gave it the lock. Resumed after the pause, it gives up on that reply
-    /// (the redis crate's 500 ms reply timeout has run out meanwhile),
-    /// tells its buyer `503` and writes nothing, so there is nothing for the
-    /// fence to refuse. That is safe, but it shows no fence. On a machine
-    /// short of CPU, most catches fall there: with four busy loops beside
-    /// the run, three runs in four ended with no refusal.
+    /// gave it the lock; on a machine short of CPU, most catches do. The
+    /// redis crate gives up on a reply 500 ms after its request, and a
+    /// holder resumed later than that answers its buyer `503` and writes
+    /// nothing: safe, but there is then nothing for the fence to refuse.
+    /// (With a fixed pause of 2 lock TTLs, 1 s, three chaos runs in four
+    /// beside four busy loops ended with no refusal.) So the holder is
+    /// resumed as soon as its lock is gone, and the chaos lock TTL
+    /// ([`super::LOCK_TTL`]) is half that reply timeout: resumed, the
+    /// holder still takes its reply, goes on, and is fenced.
     async fn pause_a_lock_holder(&mut self) -> anyhow::Result<String> {
-        let pause = self.lock_ttl * 2;
         let deadline = Instant::now() + PAUSE_LIMIT;
         let before = self.fenced().await?;
         let mut caught = 0;
         while Instant::now() < deadline {
-            let Some(fence) = self.stop_while_holding("app-2", deadline).await? else {
+            let Some(value) = self.stop_while_holding("app-2", deadline).await? else {
                 break;
             };
             caught += 1;
-            tokio::time::sleep(pause).await;
+            let paused = Instant::now();
+            self.until_the_lock_is_not(&value).await?;
+            let pause = paused.elapsed();
             self.cluster.signal("app-2", Signal::SIGCONT)?;
+            let fence = lock::fence_in(&value).unwrap_or_default();
             // The resumed purchase commits as soon as it runs again.
             let refused = self.refused_since(before).await?;
             if refused > 0 {
                 self.fence_refusals = Some(refused);
                 return Ok(format!(
-                    "app-2 stopped while holding the lock (fence {fence}) for {pause:?}, then resumed: the fence refused {refused} write(s)"
+                    "app-2 stopped while holding the lock (fence {fence}) for {} ms, until it ran out, then resumed: the fence refused {refused} write(s)",
+                    pause.as_millis()
                 ));
             }
         }
@@ -198,13 +204,13 @@ impl Rig {
     /// Stop `name` (SIGSTOP) at a moment it holds the sale's lock with
     /// units left to sell: watch the lock until it names `name`, stop it, let Redis run whatever it
     /// had sent, and look again; still its lock (the same value), it is
-    /// caught before its commit. Returns the fence of the lock it holds,
+    /// caught before its commit. Returns the value of the lock it holds,
     /// stopped; `None` (and `name` running) if `deadline` passed first.
     async fn stop_while_holding(
         &mut self,
         name: &str,
         deadline: Instant,
-    ) -> anyhow::Result<Option<u64>> {
+    ) -> anyhow::Result<Option<String>> {
         let mut conn = self.store.redis().await?;
         while Instant::now() < deadline {
             // A holder of a sold-out sale has nothing to write: wait for
@@ -226,16 +232,28 @@ impl Rig {
             // look, and the holder caught here would have written.
             tokio::time::sleep(SETTLE).await;
             if self.lock_value(&mut conn).await?.as_deref() == Some(value.as_str()) {
-                let fence = value
-                    .split(':')
-                    .next()
-                    .and_then(|token| token.parse().ok())
-                    .unwrap_or(0);
-                return Ok(Some(fence));
+                return Ok(Some(value));
             }
             self.cluster.signal(name, Signal::SIGCONT)?;
         }
         Ok(None)
+    }
+
+    /// Wait until the sale's lock no longer holds `value`: it ran out (or,
+    /// for a lock somebody deleted, is gone). Up to 2 lock TTLs: a lock's
+    /// TTL is never longer than one.
+    async fn until_the_lock_is_not(&self, value: &str) -> anyhow::Result<()> {
+        let mut conn = self.store.redis().await?;
+        let gone_by = Instant::now() + self.lock_ttl * 2;
+        while self.lock_value(&mut conn).await?.as_deref() == Some(value) {
+            anyhow::ensure!(
+                Instant::now() < gone_by,
+                "the lock {value} outlived 2 TTLs ({:?}) with its holder stopped",
+                self.lock_ttl * 2
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
     }
 
     /// What the sale's lock key holds, if anyone holds it.

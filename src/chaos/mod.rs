@@ -44,8 +44,11 @@ use self::faults::{Window, Wiped};
 use self::judge::{Check, Row};
 
 /// The lock TTL of the chaos deployment: short, so that pausing a holder
-/// past it takes little of the run.
-const LOCK_TTL: Duration = Duration::from_millis(500);
+/// past it takes little of the run, and half the redis crate's 500 ms reply
+/// timeout, so that a holder paused before it read the reply that gave it
+/// the lock, and resumed when the lock ran out, still takes that reply
+/// (see `faults.rs`, `pause_a_lock_holder`).
+pub(super) const LOCK_TTL: Duration = Duration::from_millis(250);
 /// The workers' lease: above PostgreSQL's 10 s statement timeout, short
 /// enough that the jobs of a killed worker come back within the drain.
 const LEASE: Duration = Duration::from_secs(12);

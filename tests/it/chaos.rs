@@ -9,8 +9,9 @@ use crate::helpers::{Scratch, loadtest_command, seckill_command};
 
 #[tokio::test]
 async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
-    // Not beside the tests that saturate both cores: the lock-holder
-    // pause needs app-2 to read its replies promptly (`chaos/faults.rs`).
+    // Not beside the tests that saturate both cores: the paused lock
+    // holder, resumed, has about 250 ms left to read the reply that gave
+    // it the lock (`chaos/faults.rs`).
     let _cores = crate::helpers::cores_alone().await;
     let scratch = Scratch::new().await;
     let dir = tempfile::tempdir().expect("a temp dir");
