@@ -151,22 +151,25 @@ async fn serve_rows(
     Ok(cluster)
 }
 
-/// "2 app instances", or what the rows run when one of them needs other
-/// than the run's (the crash row runs one).
+/// "2 app instances", and the rows that run other than the run's (the
+/// crash row runs one): "2 app instances (article+crash-after-setnx: 1)".
+/// Only that row, it is its count alone.
 fn instances_of(rows: &[Row], run: u32) -> String {
-    let plural = |n: u32| if n == 1 { "" } else { "s" };
-    let mut counts: Vec<u32> = rows
+    let of = |n: u32| format!("{n} app instance{}", if n == 1 { "" } else { "s" });
+    let other: Vec<(String, u32)> = rows
         .iter()
-        .map(|row| row.instances.unwrap_or(run))
+        .filter_map(|row| Some((row.label(), row.instances.filter(|&n| n != run)?)))
         .collect();
-    counts.sort_unstable();
-    counts.dedup();
-    match counts[..] {
-        [n] => format!("{n} app instance{}", plural(n)),
-        _ => format!(
-            "{run} app instance{}, unless the README says otherwise for a row",
-            plural(run)
-        ),
+    match &other[..] {
+        [] => of(run),
+        [(_, n)] if rows.len() == 1 => of(*n),
+        _ => {
+            let other: Vec<String> = other
+                .iter()
+                .map(|(label, n)| format!("{label}: {n}"))
+                .collect();
+            format!("{} ({})", of(run), other.join(", "))
+        }
     }
 }
 
@@ -316,7 +319,8 @@ mod tests {
         assert_eq!(instances_of(&pause, 2), "2 app instances");
         assert_eq!(
             instances_of(&rows::lesson(), 3),
-            "3 app instances, unless the README says otherwise for a row"
+            "3 app instances (article+crash-after-setnx: 1)"
         );
+        assert_eq!(instances_of(&crash, 1), "1 app instance");
     }
 }

@@ -47,20 +47,27 @@ use crate::topology::RedisConn;
 /// The article's `$waitIntervalUs = 100000`.
 const WAIT_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Under `--crash-after-setnx`, one SETNX at a time in this process, and
+/// the one that takes the lock dies holding this gate.
+///
+/// The race it prevents: the crash is to leave the lock with no TTL. But
+/// from the moment Redis runs the crashing SETNX, this process' other
+/// buyers find the key with no TTL, take it over (bug 3), sell, and delete
+/// it on their way out (bug 5); if one of them got that far before the
+/// crash, the crash would leave no trace. (A CI run of the lab's crash row
+/// sold 10 units so, when the crash was `std::process::exit`, whose
+/// clean-up runs while the other threads go on serving.) Behind the gate
+/// no other SETNX is sent before the process is dead, so none of them
+/// ever sees the key.
+static CRASH_GATE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// `--crash-after-setnx`: die at once, every thread with it, as a power cut
 /// or `kill -9` would.
-///
-/// Not `std::process::exit`. The race it lost: `exit` runs the process's
-/// clean-up on this thread while the other threads go on serving. One of
-/// them found the lock with no TTL, took it over (bug 3), sold, and
-/// deleted the lock on its way out (bug 5) before the exit finished, so
-/// the crash left no trace (a CI run of the lab's crash row, 10 units sold
-/// by the instance that was "crashing"). SIGKILL stops every thread before
-/// any of them runs another line.
 fn crash_now() -> ! {
     eprintln!("seckill: --crash-after-setnx: killed between SETNX and EXPIRE");
     let _ = kill(Pid::this(), Signal::SIGKILL);
-    // Not reached: SIGKILL cannot be caught, blocked or ignored.
+    // Reached only where this process cannot be sent SIGKILL by itself:
+    // as PID 1 of a container (the kernel ignores it there).
     std::process::abort()
 }
 
@@ -104,17 +111,24 @@ impl ArticleLock<'_> {
         let expire_at = now + expire_secs as i64;
         loop {
             self.shop.slow_network().await;
+            let crash = self.shop.settings.crash_after_setnx;
+            let gate = if crash {
+                Some(CRASH_GATE.lock().await)
+            } else {
+                None
+            };
             let taken: bool = redis::cmd("SETNX")
                 .arg(self.key)
                 .arg(expire_at)
                 .query_async(conn)
                 .await
                 .context("SETNX")?;
+            if taken && crash {
+                // Bug 1, on demand: the process dies before its EXPIRE.
+                crash_now();
+            }
+            drop(gate);
             if taken {
-                if self.shop.settings.crash_after_setnx {
-                    // Bug 1, on demand: the process dies before its EXPIRE.
-                    crash_now();
-                }
                 // The hold-pause knob: a GC pause at the worst moment, with
                 // the lock taken and no TTL on it yet (bug 3's window).
                 self.shop.hold_pause().await;
