@@ -81,8 +81,8 @@ pub struct Rig {
     stock: u32,
     lock_ttl: Duration,
     postgres_down: Duration,
-    /// Writes the fence refused after the lock-holder pause; `None` if that
-    /// fault was not in the run.
+    /// app-2's writes the fence refused during the lock-holder pause;
+    /// `None` if that fault was not in the run.
     fence_refusals: Option<u64>,
 }
 
@@ -187,7 +187,8 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
         Fault::AppKill | Fault::RedisKill | Fault::RedisWipe => Duration::from_secs(1),
         // Waiting for units on sale (a sold-out sale has no holder with
         // anything to write; unpaid units come back within the payment
-        // window), then 2 TTLs stopped and the refusal (see `faults.rs`).
+        // window), then stopped until its lock runs out, and the refusal
+        // (see `faults.rs`).
         Fault::LockHolderPause => Duration::from_secs(4),
         Fault::PostgresDown => Duration::from_secs(args.postgres_down_secs),
     }
