@@ -54,8 +54,9 @@ pub struct Store {
     /// The runtime the store was made on: in `serve`, the process' own
     /// (`main`), not one of the HTTP workers'. What many requests wait on
     /// runs here, in a task of its own: a sale's one read (`catalog.rs`),
-    /// the passes through a sale's lock (`strategy/lock/lanes.rs`) and a
-    /// live page's reading task (`scoreboard.rs`); the Redis pool opens its
+    /// the passes through a sale's lock (`strategy/lock/lanes.rs`), a
+    /// live page's reading task (`scoreboard.rs`) and the single-flight
+    /// reads of the index and the sale pages (`web/fresh.rs`); the Redis pool opens its
     /// connections on the same runtime (`topology/trusted.rs`). Each HTTP worker runs
     /// its tasks on one thread, first come first served, and in a burst the
     /// thousands of new connections of an instance are ready at once: a

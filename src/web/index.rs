@@ -115,8 +115,10 @@ pub async fn index(
 ) -> Result<HttpResponse, ApiError> {
     let page = query.page()?;
     let body = if page == 1 {
-        let build = || async { build(&state, 1).await.map(Bytes::from) };
-        state.index.first.get(FRESH_FOR, build).await?.1
+        let runtime = &state.store.runtime;
+        let shared = state.clone();
+        let build = || async move { build(&shared, 1).await.map(Bytes::from) };
+        state.index.first.get(runtime, FRESH_FOR, build).await?.1
     } else {
         let _turn = state
             .index

@@ -186,8 +186,12 @@ impl LiveSale {
     /// The sale's units left and when they were read: from Redis, unless a
     /// read of the last [`SNAPSHOT_SHARED_FOR`] can serve.
     async fn stock_left(&self, state: &AppState, sale_id: i64) -> anyhow::Result<(Instant, i64)> {
+        let store = &state.store;
         self.snapshot
-            .get(SNAPSHOT_SHARED_FOR, || state.store.stock_left(sale_id))
+            .get(&store.runtime, SNAPSHOT_SHARED_FOR, || {
+                let store = store.clone();
+                async move { store.stock_left(sale_id).await }
+            })
             .await
     }
 }

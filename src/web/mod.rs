@@ -4,7 +4,7 @@ mod admin;
 mod admin_token;
 mod api;
 mod error;
-mod fresh;
+pub mod fresh;
 mod index;
 mod limits;
 mod live;

@@ -1,7 +1,8 @@
 //! What many requests wait on runs on the runtime that made the store or
 //! the pool (in `serve`, the process' own), never on the HTTP worker whose
 //! request started it: a sale's one read, a pass through a sale's lock,
-//! a live page's reading task, and the task that reads a Redis
+//! a live page's reading task, a single-flight read (the index's rebuild,
+//! a sale page's shared snapshot), and the task that reads a Redis
 //! connection's replies.
 //!
 //! An HTTP worker runs its tasks on one thread, and in a burst its
@@ -23,6 +24,7 @@ use seckill::scoreboard::{Reading, Scoreboard};
 use seckill::startup;
 use seckill::store::Store;
 use seckill::strategy::Shop;
+use seckill::web::fresh::Fresh;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{eventually, spawn_app};
@@ -208,4 +210,33 @@ async fn a_live_page_gets_its_snapshots_while_the_http_worker_of_its_first_viewe
         board.redis
     );
     held.release().await;
+}
+
+#[tokio::test]
+async fn a_single_flight_read_is_shared_while_the_http_worker_of_its_first_caller_is_busy() {
+    let fresh = Arc::new(Fresh::<u32>::default());
+    let runtime = tokio::runtime::Handle::current();
+    let max_age = Duration::from_secs(60);
+    let asking = Arc::clone(&fresh);
+    let first = runtime.clone();
+    let held = Held::after_starting(async move {
+        let read = || async {
+            // A round trip's wait: the read is under way when the first
+            // caller's runtime is held.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok::<_, anyhow::Error>(7)
+        };
+        asking.get(&first, max_age, read).await.expect("read").1
+    })
+    .await;
+    // Another caller waits for that read, which must come and be kept.
+    let (_, value) = tokio::time::timeout(
+        LIMIT,
+        fresh.get(&runtime, max_age, || async { Ok::<_, anyhow::Error>(8) }),
+    )
+    .await
+    .expect("the read done and kept while the runtime that asked is held")
+    .expect("read");
+    assert_eq!(value, 7, "the first caller's read, shared");
+    assert_eq!(held.release().await, 7);
 }
