@@ -151,9 +151,10 @@ async fn serve_rows(
     Ok(cluster)
 }
 
-/// "2 app instances", and the rows that run other than the run's (the
-/// crash row runs one): "2 app instances (article+crash-after-setnx: 1)".
-/// Only that row, it is its count alone.
+/// The instances the rows run, for the header: the run's count, with the
+/// rows that run another named ("2 app instances
+/// (article+crash-after-setnx: 1)"), or that row's count alone when it is
+/// the only row ("1 app instance").
 fn instances_of(rows: &[Row], run: u32) -> String {
     let of = |n: u32| format!("{n} app instance{}", if n == 1 { "" } else { "s" });
     let other: Vec<(String, u32)> = rows

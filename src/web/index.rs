@@ -115,10 +115,18 @@ pub async fn index(
 ) -> Result<HttpResponse, ApiError> {
     let page = query.page()?;
     let body = if page == 1 {
-        let runtime = &state.store.runtime;
-        let shared = state.clone();
-        let build = || async move { build(&shared, 1).await.map(Bytes::from) };
-        state.index.first.get(runtime, FRESH_FOR, build).await?.1
+        // Called only when the page is rebuilt: the task gets a handle of
+        // its own on the state.
+        let build = || {
+            let state = state.clone();
+            async move { build(&state, 1).await.map(Bytes::from) }
+        };
+        state
+            .index
+            .first
+            .get(&state.store.runtime, FRESH_FOR, build)
+            .await?
+            .1
     } else {
         let _turn = state
             .index

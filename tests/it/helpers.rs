@@ -59,8 +59,7 @@ pub async fn services() -> &'static Services {
 /// with wrk and redis-benchmark) and by those whose figures depend on
 /// being scheduled every few milliseconds (the full lab's thirteen
 /// races, the chaos run's paused lock holder), so that the two never run
-/// at once. Within one test binary,
-/// where the tests run in parallel.
+/// at once. Within one test binary, where the tests run in parallel.
 pub async fn cores_alone() -> tokio::sync::MutexGuard<'static, ()> {
     static CORES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     CORES.lock().await
