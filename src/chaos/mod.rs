@@ -144,7 +144,10 @@ pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
     let (run, (windows, wiped)) = (run?, injected?);
 
     rig.drain().await?;
-    let (checks, lost) = judge::checks(&rig, &plan, &run, &wiped).await?;
+    let wipe_ran = windows
+        .iter()
+        .any(|window| window.fault == Fault::RedisWipe);
+    let (checks, lost) = judge::checks(&rig, &plan, &run, wipe_ran.then_some(&wiped)).await?;
     let rows = judge::rows(&run, epoch, &windows, &lost)?;
     let verdict = verdict(&run, &rows, &checks);
     let report = ChaosReport {

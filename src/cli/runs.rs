@@ -139,7 +139,7 @@ pub enum Fault {
     WorkerKill,
     /// An app instance killed with SIGKILL mid-load, then restarted on the same address.
     AppKill,
-    /// An app instance stopped (SIGSTOP) while it holds the sale lock, for two lock TTLs, then resumed: its purchases must write nothing (the fence).
+    /// An app instance stopped (SIGSTOP) while it holds the sale lock, until the lock has run out, then resumed: its purchases must write nothing (the fence).
     LockHolderPause,
     /// PostgreSQL stopped for --postgres-down-secs, then restarted.
     PostgresDown,

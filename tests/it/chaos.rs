@@ -43,15 +43,10 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
     .await
     .expect("the chaos run ends in time")
     .expect("seckill chaos");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let stdout = exited_0(&output);
     assert!(stdout.contains("verdict: PASS"), "{stdout}");
 
-    let report: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("chaos.json")).expect("the JSON report"),
-    )
-    .expect("JSON");
+    let report = report(dir.path());
     let rows = report["rows"].as_array().expect("rows");
     for fault in [
         "worker-kill",
@@ -104,6 +99,10 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
     }
 }
 
+/// A few hundred buyers, enough units, and a gentle rate: the short runs
+/// of one fault.
+const SMALL: [&str; 6] = ["--users", "400", "--stock", "300", "--rate", "100"];
+
 #[tokio::test]
 async fn the_load_test_runs_the_same_chaos_scenario_with_faults() {
     let scratch = Scratch::new().await;
@@ -112,31 +111,22 @@ async fn the_load_test_runs_the_same_chaos_scenario_with_faults() {
     let output = loadtest_command(
         &scratch,
         &[
-            "--faults",
-            "redis-wipe",
-            "--users",
-            "400",
-            "--stock",
-            "300",
-            "--rate",
-            "100",
-            "--duration",
-            "6",
-            "--json",
-            json.to_str().expect("a UTF-8 path"),
-        ],
+            &["--faults", "redis-wipe"][..],
+            &SMALL,
+            &[
+                "--duration",
+                "6",
+                "--json",
+                json.to_str().expect("a UTF-8 path"),
+            ],
+        ]
+        .concat(),
         &[],
     )
     .output()
     .await
     .expect("seckill-loadtest --faults");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = exited_0(&output);
     assert!(stdout.contains("redis-wipe"), "{stdout}");
     assert!(dir.path().join("chaos.json").exists());
 }
@@ -164,4 +154,65 @@ async fn a_chaos_run_too_short_for_its_faults_is_refused_before_it_starts() {
             .contains("the Redis and PostgreSQL given (flags or SECKILL_* variables) are not used"),
         "{stderr}"
     );
+}
+
+/// A run without the Redis wipe has no wipe to account for: no `202` may
+/// be lost at all, and the checks say so rather than speak of a wipe.
+#[tokio::test]
+async fn a_run_without_the_wipe_lets_no_202_be_lost() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let output = seckill_command(
+        &scratch,
+        &[
+            &["chaos", "--fault", "app-kill"][..],
+            &SMALL,
+            &[
+                "--duration-secs",
+                "6",
+                "--report-dir",
+                dir.path().to_str().expect("a UTF-8 path"),
+            ],
+        ]
+        .concat(),
+        &[],
+    )
+    .output()
+    .await
+    .expect("seckill chaos");
+    exited_0(&output);
+    let checks = report(dir.path())["checks"].clone();
+    let checks = checks.as_array().expect("checks");
+    let lost = checks
+        .iter()
+        .find(|check| check["name"] == "lost 202s (no Redis wipe in this run)")
+        .unwrap_or_else(|| panic!("no check of lost 202s: {checks:?}"));
+    assert_eq!(
+        (lost["found"].as_str(), lost["ok"].as_bool()),
+        (Some("0"), Some(true))
+    );
+    assert!(
+        !checks.iter().any(|check| check["name"]
+            .as_str()
+            .is_some_and(|name| name.contains("the wipe") || name.contains("the Redis wipe"))),
+        "{checks:?}"
+    );
+}
+
+/// The command's stdout, once it is seen to have exited 0.
+fn exited_0(output: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// The chaos run's JSON report in `dir`.
+fn report(dir: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("chaos.json")).expect("the JSON report"))
+        .expect("JSON")
 }
