@@ -2,7 +2,7 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin seckill --bin seckill-loadtest
+RUN cargo build --release --locked -p seckill --bin seckill --bin seckill-loadtest
 
 FROM debian:bookworm-slim
 RUN useradd --system --no-create-home seckill

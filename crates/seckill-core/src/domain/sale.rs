@@ -1,0 +1,344 @@
+use chrono::{DateTime, Utc};
+
+/// A sale as stored in PostgreSQL. Everything here is fixed when the sale is
+/// created, so app instances may cache it; what changes (units left) lives in
+/// Redis, and the confirmed count in `sales.sold`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct Sale {
+    pub id: i64,
+    pub name: String,
+    pub price_cents: i64,
+    pub stock_total: i32,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+/// Whether a sale takes purchases at a given moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    NotStarted,
+    Open,
+    Ended,
+}
+
+/// The status shown to buyers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaleStatus {
+    Upcoming,
+    Live,
+    SoldOut,
+    Ended,
+}
+
+impl SaleStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Upcoming => "upcoming",
+            Self::Live => "live",
+            Self::SoldOut => "sold_out",
+            Self::Ended => "ended",
+        }
+    }
+
+    /// The status for people.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Upcoming => "upcoming",
+            Self::Live => "live",
+            Self::SoldOut => "sold out",
+            Self::Ended => "ended",
+        }
+    }
+}
+
+impl Sale {
+    pub fn window(&self, now: DateTime<Utc>) -> Window {
+        if now < self.starts_at {
+            Window::NotStarted
+        } else if self.ends_at.is_some_and(|end| now >= end) {
+            Window::Ended
+        } else {
+            Window::Open
+        }
+    }
+
+    pub fn status(&self, now: DateTime<Utc>, stock_left: i64) -> SaleStatus {
+        match self.window(now) {
+            Window::NotStarted => SaleStatus::Upcoming,
+            Window::Ended => SaleStatus::Ended,
+            Window::Open if stock_left <= 0 => SaleStatus::SoldOut,
+            Window::Open => SaleStatus::Live,
+        }
+    }
+}
+
+/// A sale that passed validation and may be inserted. Made only by
+/// [`NewSaleBuilder::build`], which every caller uses: the JSON API, the
+/// admin form, `seckill sale create` and the demo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSale {
+    pub name: String,
+    pub price_cents: i64,
+    pub stock_total: i32,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+/// Why a sale request was refused; the message is what the user reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSale {
+    #[error("name must not be empty")]
+    EmptyName,
+    #[error("name must be at most {max} characters", max = NewSale::MAX_NAME_CHARS)]
+    NameTooLong,
+    #[error("name must not contain control or invisible formatting characters")]
+    ControlCharacter,
+    #[error("stock must be between 1 and {max}", max = NewSale::MAX_STOCK)]
+    Stock,
+    #[error("price_cents must be between 0 and {max}", max = NewSale::MAX_PRICE_CENTS)]
+    Price,
+    #[error("a sale opens between now and {max} seconds from now", max = NewSale::MAX_SCHEDULE_SECS)]
+    StartsTooLate,
+    #[error("a sale lasts between 1 and {max} seconds", max = NewSale::MAX_SCHEDULE_SECS)]
+    Duration,
+    #[error("ends_at must be after starts_at")]
+    EndsBeforeStart,
+    #[error("ends_at must be in the future")]
+    EndsInThePast,
+}
+
+/// When a sale opens, as the caller said it.
+#[derive(Debug, Clone, Copy)]
+enum Opens {
+    Now,
+    At(DateTime<Utc>),
+    /// Seconds from now.
+    In(i64),
+}
+
+/// When a sale closes, as the caller said it.
+#[derive(Debug, Clone, Copy)]
+enum Closes {
+    Never,
+    At(DateTime<Utc>),
+    /// Seconds after it opens.
+    After(i64),
+}
+
+/// A sale request being put together; [`build`](Self::build) checks it.
+///
+/// ```
+/// # use seckill_core::domain::NewSale;
+/// let now = chrono::Utc::now();
+/// let sale = NewSale::builder("Phone", 10).price_cents(99_900).lasts(3_600).build(now).unwrap();
+/// assert_eq!(sale.starts_at, now);
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until it is built"]
+pub struct NewSaleBuilder {
+    name: String,
+    stock: i64,
+    price_cents: i64,
+    opens: Opens,
+    closes: Closes,
+}
+
+impl NewSale {
+    pub const MAX_STOCK: i64 = 1_000_000;
+    pub const MAX_NAME_CHARS: usize = 100;
+    pub const MAX_PRICE_CENTS: i64 = 100_000_000_000;
+    /// How far ahead a sale may open, and how long it may last: a year.
+    pub const MAX_SCHEDULE_SECS: i64 = 365 * 24 * 3600;
+
+    /// Start a sale request: free, opening now, never closing, until told otherwise.
+    pub fn builder(name: impl Into<String>, stock: i64) -> NewSaleBuilder {
+        NewSaleBuilder {
+            name: name.into(),
+            stock,
+            price_cents: 0,
+            opens: Opens::Now,
+            closes: Closes::Never,
+        }
+    }
+}
+
+impl NewSaleBuilder {
+    pub fn price_cents(mut self, price_cents: i64) -> Self {
+        self.price_cents = price_cents;
+        self
+    }
+
+    /// Open at this moment (in the past is fine: the sale is open at once).
+    pub fn starts_at(mut self, at: DateTime<Utc>) -> Self {
+        self.opens = Opens::At(at);
+        self
+    }
+
+    /// Open this many seconds after `now` (the moment given to `build`).
+    pub fn starts_in(mut self, secs: i64) -> Self {
+        self.opens = Opens::In(secs);
+        self
+    }
+
+    /// Close at this moment.
+    pub fn ends_at(mut self, at: DateTime<Utc>) -> Self {
+        self.closes = Closes::At(at);
+        self
+    }
+
+    /// Close this many seconds after opening.
+    pub fn lasts(mut self, secs: i64) -> Self {
+        self.closes = Closes::After(secs);
+        self
+    }
+
+    /// Check the request against the rules, with `now` as the present.
+    pub fn build(self, now: DateTime<Utc>) -> Result<NewSale, InvalidSale> {
+        let name = self.name.trim();
+        if name.is_empty() {
+            return Err(InvalidSale::EmptyName);
+        }
+        if name.chars().count() > NewSale::MAX_NAME_CHARS {
+            return Err(InvalidSale::NameTooLong);
+        }
+        if name.chars().any(super::text::is_hidden) {
+            return Err(InvalidSale::ControlCharacter);
+        }
+        if !(1..=NewSale::MAX_STOCK).contains(&self.stock) {
+            return Err(InvalidSale::Stock);
+        }
+        if !(0..=NewSale::MAX_PRICE_CENTS).contains(&self.price_cents) {
+            return Err(InvalidSale::Price);
+        }
+        // Seconds are range-checked before they become dates, so that no
+        // input can overflow chrono's arithmetic.
+        let seconds = |secs: i64, refused: InvalidSale| {
+            if (0..=NewSale::MAX_SCHEDULE_SECS).contains(&secs) {
+                Ok(chrono::Duration::seconds(secs))
+            } else {
+                Err(refused)
+            }
+        };
+        let starts_at = match self.opens {
+            Opens::Now => now,
+            Opens::At(at) => at,
+            Opens::In(secs) => now + seconds(secs, InvalidSale::StartsTooLate)?,
+        };
+        let ends_at = match self.closes {
+            Closes::Never => None,
+            Closes::At(at) => Some(at),
+            Closes::After(secs) if secs <= 0 => return Err(InvalidSale::Duration),
+            Closes::After(secs) => Some(starts_at + seconds(secs, InvalidSale::Duration)?),
+        };
+        if let Some(end) = ends_at {
+            if end <= starts_at {
+                return Err(InvalidSale::EndsBeforeStart);
+            }
+            if end <= now {
+                return Err(InvalidSale::EndsInThePast);
+            }
+        }
+        Ok(NewSale {
+            name: name.to_owned(),
+            price_cents: self.price_cents,
+            stock_total: i32::try_from(self.stock).expect("stock was checked against MAX_STOCK"),
+            starts_at,
+            ends_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    fn sale(starts_in: i64, lasts: Option<i64>) -> Sale {
+        let now = Utc::now();
+        let starts_at = now + Duration::seconds(starts_in);
+        Sale {
+            id: 1,
+            name: "phone".into(),
+            price_cents: 99_900,
+            stock_total: 10,
+            starts_at,
+            ends_at: lasts.map(|s| starts_at + Duration::seconds(s)),
+        }
+    }
+
+    #[test]
+    fn window_follows_the_clock() {
+        let now = Utc::now();
+        assert_eq!(sale(60, None).window(now), Window::NotStarted);
+        assert_eq!(sale(-60, None).window(now), Window::Open);
+        assert_eq!(sale(-60, Some(120)).window(now), Window::Open);
+        assert_eq!(sale(-60, Some(30)).window(now), Window::Ended);
+    }
+
+    #[test]
+    fn status_reports_sold_out_only_while_open() {
+        let now = Utc::now();
+        assert_eq!(sale(-1, None).status(now, 3), SaleStatus::Live);
+        assert_eq!(sale(-1, None).status(now, 0), SaleStatus::SoldOut);
+        assert_eq!(sale(60, None).status(now, 0), SaleStatus::Upcoming);
+        assert_eq!(sale(-60, Some(1)).status(now, 0), SaleStatus::Ended);
+    }
+
+    #[test]
+    fn new_sale_rejects_what_cannot_be_sold() {
+        let now = Utc::now();
+        let ok =
+            |name: &str, stock, price| NewSale::builder(name, stock).price_cents(price).build(now);
+        assert!(ok("phone", 10, 999).is_ok());
+        assert_eq!(ok("  ", 10, 999), Err(InvalidSale::EmptyName));
+        assert_eq!(ok(&"n".repeat(101), 10, 999), Err(InvalidSale::NameTooLong));
+        assert_eq!(ok("a\u{7}b", 10, 999), Err(InvalidSale::ControlCharacter));
+        assert_eq!(ok("phone", 0, 999), Err(InvalidSale::Stock));
+        assert_eq!(ok("phone", -3, 999), Err(InvalidSale::Stock));
+        assert_eq!(
+            ok("phone", NewSale::MAX_STOCK + 1, 999),
+            Err(InvalidSale::Stock)
+        );
+        assert_eq!(ok("phone", 10, -1), Err(InvalidSale::Price));
+        let before = now - Duration::seconds(10);
+        let sale = || NewSale::builder("p", 1);
+        assert_eq!(
+            sale().starts_at(now).ends_at(before).build(now),
+            Err(InvalidSale::EndsBeforeStart)
+        );
+        assert_eq!(
+            sale()
+                .starts_at(before - Duration::seconds(10))
+                .ends_at(before)
+                .build(now),
+            Err(InvalidSale::EndsInThePast)
+        );
+        let later = now + Duration::seconds(10);
+        assert_eq!(sale().ends_at(later).build(now).unwrap().starts_at, now);
+    }
+
+    #[test]
+    fn seconds_from_now_are_range_checked_before_they_become_dates() {
+        let now = Utc::now();
+        let sale = || NewSale::builder("p", 1);
+        let built = sale().starts_in(60).lasts(30).build(now).unwrap();
+        assert_eq!(built.starts_at, now + Duration::seconds(60));
+        assert_eq!(built.ends_at, Some(now + Duration::seconds(90)));
+        // Far too large to be a date: refused, not a panic.
+        assert_eq!(
+            sale().starts_in(10_000_000_000_000).build(now),
+            Err(InvalidSale::StartsTooLate)
+        );
+        assert_eq!(
+            sale().starts_in(-1).build(now),
+            Err(InvalidSale::StartsTooLate)
+        );
+        assert_eq!(sale().lasts(0).build(now), Err(InvalidSale::Duration));
+        assert_eq!(sale().lasts(-1).build(now), Err(InvalidSale::Duration));
+        assert_eq!(
+            sale().lasts(i64::MAX).build(now),
+            Err(InvalidSale::Duration)
+        );
+    }
+}

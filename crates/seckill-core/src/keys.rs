@@ -1,0 +1,329 @@
+//! Every Redis key seckill uses, in one place.
+//!
+//! All keys of one sale, including the keys of its two queues (orders and
+//! payment deadlines), share the hash tag `{sale:ID}`. Redis Cluster places keys with the same tag in the
+//! same slot, so every script that touches one sale (the lock, the purchase
+//! commit, the queue) runs on one master, atomically, when seckill runs on
+//! a cluster (`redis_pool.rs`). The keys of no sale (a pending order's sale,
+//! rate limits, admin sessions) are each read and written alone.
+//!
+//! Every key starts with a prefix (`seckill` by default) so that tests, each
+//! with a prefix of its own, can share one Redis server without seeing each
+//! other's data.
+
+/// The keys of one sale.
+#[derive(Debug, Clone)]
+pub struct SaleKeys {
+    /// `STRING`: units left to sell. Absent until the sale is loaded into Redis.
+    pub stock: String,
+    /// `SET`: user ids that hold a unit of this sale (pending or confirmed).
+    pub buyers: String,
+    /// `STRING` with a TTL: the sale's lock; its value names the holder.
+    pub lock: String,
+    /// `STRING`: counter behind the lock's fencing tokens; only ever grows.
+    pub fence: String,
+    /// The sale's order queue.
+    pub queue: QueueKeys,
+    /// The queue of payment deadlines: one delayed job per confirmed order,
+    /// due when its payment window closes (see `payment.rs`).
+    pub deadlines: QueueKeys,
+    /// `SET`: ids of cancelled orders whose unit has been given back in
+    /// Redis. It makes the give-back happen once per order however often the
+    /// deadline job is delivered (see `lua/unit_return.lua`).
+    pub returned: String,
+    /// Pub/sub channel (not a key) on which every change of the units left
+    /// is published, as the new number of units left.
+    pub events: String,
+    /// `STRING`: a fresh random id written by every load of the sale from
+    /// PostgreSQL (`lua/sale_load.lua`). A worker that sees it change while
+    /// it holds a batch knows a load may have missed the batch's orders.
+    pub epoch: String,
+    /// `STRING`: commits the fence refused (a holder whose lock had run out
+    /// tried to write; `lua/purchase_commit.lua`). Only grows; the proof,
+    /// in a chaos run or a class, that the fence fired.
+    pub fenced: String,
+    /// `HASH` answer -> count: how many purchases every instance answered
+    /// with each answer (`accepted`, `sold_out`, ...), added by each
+    /// instance's tally (`tally.rs`) every 100 ms; read by the live page.
+    pub answers: String,
+}
+
+impl SaleKeys {
+    pub fn new(prefix: &str, sale_id: i64) -> Self {
+        let base = format!("{prefix}:{{sale:{sale_id}}}");
+        Self {
+            stock: format!("{base}:stock"),
+            buyers: format!("{base}:buyers"),
+            lock: format!("{base}:lock"),
+            fence: format!("{base}:fence"),
+            queue: QueueKeys::new(&base),
+            deadlines: QueueKeys::new(&format!("{base}:pay")),
+            returned: format!("{base}:returned"),
+            events: format!("{base}:events"),
+            epoch: format!("{base}:epoch"),
+            fenced: format!("{base}:fenced"),
+            answers: format!("{base}:answers"),
+        }
+    }
+}
+
+/// `STRING` with a TTL: the sale of an order still pending on a queue, so
+/// that looking an order up costs one read instead of one per sale. Not a
+/// sale's key (the order id is all a caller has), so no sale's hash tag.
+pub fn order_sale(prefix: &str, order_id: &uuid::Uuid) -> String {
+    format!("{prefix}:order:{order_id}:sale")
+}
+
+/// `STRING` with a TTL: the rate limiter's state for one client (`kind`
+/// is `ip` or `buyer`).
+pub fn rate_limit(prefix: &str, kind: &str, client: &str) -> String {
+    format!("{prefix}:rate:{kind}:{client}")
+}
+
+/// `STRING` with a TTL: an open admin session, until it expires or its
+/// admin logs out.
+pub fn admin_session(prefix: &str, id: &str) -> String {
+    format!("{prefix}:admin:session:{id}")
+}
+
+/// `STRING` with a TTL: wrong admin tokens from one client in the current
+/// window.
+pub fn login_failures(prefix: &str, client: &str) -> String {
+    format!("{prefix}:admin:failures:{client}")
+}
+
+/// A sale's two queues, by name (the admin's re-drive form names them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SaleQueue {
+    /// The order queue, drained into PostgreSQL by the worker.
+    Orders,
+    /// The payment deadlines, one delayed job per confirmed order.
+    Deadlines,
+}
+
+impl SaleQueue {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Orders => "orders",
+            Self::Deadlines => "deadlines",
+        }
+    }
+}
+
+impl SaleKeys {
+    /// The keys of one of the sale's queues.
+    pub fn queue_keys(&self, which: SaleQueue) -> &QueueKeys {
+        match which {
+            SaleQueue::Orders => &self.queue,
+            SaleQueue::Deadlines => &self.deadlines,
+        }
+    }
+}
+
+/// The lock that lets one worker at a time sweep the payment deadlines
+/// (see `worker.rs`), and its fencing counter: `(lock, fence)`. Not a sale's
+/// key, so it carries a hash tag of its own: the lock's script touches the
+/// lock, its fence and its line at once, which a Redis Cluster allows only
+/// for keys in one slot.
+pub fn sweep_lock(prefix: &str) -> (String, String) {
+    (
+        format!("{prefix}:{{sweep}}:lock"),
+        format!("{prefix}:{{sweep}}:fence"),
+    )
+}
+
+/// The lock's line: `STRING` with a TTL, the one waiter who asked for the
+/// lock while it was held and is next to take it (`lua/lock_acquire.lua`).
+/// Beside its lock, so under the same hash tag.
+pub fn lock_line(lock: &str) -> String {
+    format!("{lock}:line")
+}
+
+/// The pub/sub channel (not a key) on which a lock's release is announced,
+/// so that waiters wake instead of polling (`lock.rs`).
+pub fn lock_released(lock: &str) -> String {
+    format!("{lock}:released")
+}
+
+/// The pub/sub channels every sale has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaleChannel {
+    /// [`SaleKeys::events`]: the units left, after every change.
+    Events,
+    /// [`lock_released`] of the sale's lock: it was released.
+    LockReleased,
+}
+
+impl SaleChannel {
+    pub const ALL: [SaleChannel; 2] = [SaleChannel::Events, SaleChannel::LockReleased];
+
+    /// What the channel's name ends with, after the sale's hash tag.
+    fn suffix(self) -> &'static str {
+        match self {
+            SaleChannel::Events => "events",
+            SaleChannel::LockReleased => "lock:released",
+        }
+    }
+}
+
+/// The pattern that matches this channel of every sale under `prefix`,
+/// for one `PSUBSCRIBE` per app instance. Glob characters in the prefix are
+/// escaped so that they match only themselves.
+pub fn channel_pattern(prefix: &str, which: SaleChannel) -> String {
+    format!("{}:{{sale:*}}:{}", glob_literal(prefix), which.suffix())
+}
+
+/// `text` as a Redis glob pattern (`PSUBSCRIBE`, `KEYS`, `SCAN MATCH`)
+/// that matches itself only: the pattern characters escaped with a
+/// backslash.
+pub fn glob_literal(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern
+}
+
+/// The sale, and which of its channels, a channel name under `prefix` is:
+/// the inverse of [`SaleKeys::events`] and of [`lock_released`].
+pub fn sale_of_channel(prefix: &str, channel: &str) -> Option<(i64, SaleChannel)> {
+    let (id, suffix) = channel
+        .strip_prefix(prefix)?
+        .strip_prefix(":{sale:")?
+        .split_once("}:")?;
+    let which = SaleChannel::ALL
+        .into_iter()
+        .find(|which| which.suffix() == suffix)?;
+    Some((id.parse().ok()?, which))
+}
+
+/// The keys of one task queue. `base` carries the hash tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueKeys {
+    /// `ZSET` job id -> due time (ms, Redis clock): jobs waiting to run.
+    pub due: String,
+    /// `ZSET` job id -> lease deadline (ms): jobs a worker has reserved.
+    pub inflight: String,
+    /// `HASH` job id -> payload: the job bodies, for due, in-flight and dead jobs.
+    pub jobs: String,
+    /// `HASH` job id -> number of times the job has been reserved.
+    pub attempts: String,
+    /// `ZSET` job id -> time it was given up on (ms): the dead-letter set.
+    pub dead: String,
+}
+
+impl QueueKeys {
+    pub fn new(base: &str) -> Self {
+        Self {
+            due: format!("{base}:q:due"),
+            inflight: format!("{base}:q:inflight"),
+            jobs: format!("{base}:q:jobs"),
+            attempts: format!("{base}:q:attempts"),
+            dead: format!("{base}:q:dead"),
+        }
+    }
+
+    /// The keys in the fixed order every queue script expects them.
+    pub fn all(&self) -> [&str; 5] {
+        [
+            &self.due,
+            &self.inflight,
+            &self.jobs,
+            &self.attempts,
+            &self.dead,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_sale_shares_one_hash_tag() {
+        let keys = SaleKeys::new("t1", 42);
+        let mut all = vec![
+            &keys.stock,
+            &keys.buyers,
+            &keys.lock,
+            &keys.fence,
+            &keys.returned,
+            &keys.events,
+            &keys.epoch,
+            &keys.fenced,
+            &keys.answers,
+        ];
+        let (line, released) = (lock_line(&keys.lock), lock_released(&keys.lock));
+        all.extend([&line, &released]);
+        let queues: Vec<String> = keys
+            .queue
+            .all()
+            .iter()
+            .chain(keys.deadlines.all().iter())
+            .map(|k| k.to_string())
+            .collect();
+        all.extend(queues.iter());
+        for key in all {
+            assert!(
+                key.starts_with("t1:{sale:42}:"),
+                "{key} lacks the sale's hash tag"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sweep_locks_keys_share_one_hash_tag() {
+        let (lock, fence) = sweep_lock("t1");
+        for key in [&lock, &fence, &lock_line(&lock), &lock_released(&lock)] {
+            assert!(
+                key.starts_with("t1:{sweep}:"),
+                "{key} lacks the sweep's hash tag"
+            );
+        }
+    }
+
+    #[test]
+    fn the_order_queue_and_the_deadline_queue_are_distinct() {
+        let keys = SaleKeys::new("t1", 42);
+        for (order, deadline) in keys.queue.all().iter().zip(keys.deadlines.all()) {
+            assert_ne!(*order, deadline);
+        }
+    }
+
+    #[test]
+    fn a_sale_channel_names_its_sale_and_matches_the_pattern() {
+        let keys = SaleKeys::new("t1", 42);
+        assert_eq!(
+            sale_of_channel("t1", &keys.events),
+            Some((42, SaleChannel::Events))
+        );
+        assert_eq!(
+            sale_of_channel("t1", &lock_released(&keys.lock)),
+            Some((42, SaleChannel::LockReleased))
+        );
+        assert_eq!(sale_of_channel("t2", &keys.events), None);
+        assert_eq!(sale_of_channel("t1", &keys.stock), None);
+        assert_eq!(
+            channel_pattern("t1", SaleChannel::Events),
+            "t1:{sale:*}:events"
+        );
+        assert_eq!(
+            channel_pattern("t1", SaleChannel::LockReleased),
+            "t1:{sale:*}:lock:released"
+        );
+        assert_eq!(
+            channel_pattern("a*b", SaleChannel::Events),
+            "a\\*b:{sale:*}:events"
+        );
+    }
+
+    #[test]
+    fn different_sales_and_prefixes_never_collide() {
+        assert_ne!(SaleKeys::new("a", 1).stock, SaleKeys::new("a", 11).stock);
+        assert_ne!(SaleKeys::new("a", 1).stock, SaleKeys::new("b", 1).stock);
+    }
+}

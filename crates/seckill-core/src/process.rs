@@ -1,0 +1,97 @@
+//! The process' own life: its limit on open files, and when it should stop
+//! (a signal, or the process that started it gone).
+
+use std::time::Duration;
+
+/// Raise this process' soft limit on open files to its hard limit. Every
+/// buyer in a burst is one open connection, and the usual soft limit (1024)
+/// is far below what thousands of concurrent buyers need.
+pub fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(%error, soft, "could not raise the open files limit");
+    }
+}
+
+/// Ends at the first SIGINT (Ctrl-C) or SIGTERM (`docker stop`, `kill`)
+/// the process gets from the moment this is called, not from the moment
+/// the returned future is first awaited.
+///
+/// The race this prevents: a program prints "Press Ctrl-C to stop." (or
+/// the address a supervisor waits for) and only then starts to wait. Once
+/// tokio has a handler for a signal, a signal that arrives while nothing
+/// listens is caught and dropped: a Ctrl-C pressed in that gap was ignored
+/// and the program went on serving. Before the first handler, a SIGTERM in
+/// the gap killed the process without its graceful stop. So call this
+/// before saying the program may be stopped, and await it afterwards.
+///
+/// A process started through `seckill-devenv`'s `processes` (`Deployment::command`) also
+/// stops once the process that started it is gone ([`PARENT_PID_ENV`]).
+pub fn stop_requested() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+    let mut terminate = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    let parent = std::env::var(PARENT_PID_ENV)
+        .ok()
+        .and_then(|pid| pid.parse().ok());
+    async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+            () = parent_gone(parent) => {
+                tracing::warn!("the process that started this one is gone; stopping");
+            }
+        }
+    }
+}
+
+/// Set by `seckill-devenv`'s `processes` on every process it starts: the starter's pid.
+///
+/// A starter killed with SIGKILL (a test's time limit, the OOM killer)
+/// cannot stop its processes, and they served on, orphaned, holding ports
+/// and Redis connections, for as long as the machine ran. Each now stops
+/// itself once its parent is no longer that pid (an orphan is adopted by
+/// init or a subreaper). Compared with the pid passed in, not with one read
+/// at start, so a starter that died before the child looked is caught too.
+/// (`PR_SET_PDEATHSIG` fires when the spawning thread exits, not the
+/// process, and misses a parent that died before the call.)
+pub const PARENT_PID_ENV: &str = "SECKILL_PARENT_PID";
+
+/// Ends when this process' parent is no longer `parent` (never, for
+/// `None`). Looked at twice a second.
+async fn parent_gone(parent: Option<u32>) {
+    let Some(parent) = parent else {
+        return std::future::pending().await;
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    while std::os::unix::process::parent_id() == parent {
+        tick.tick().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use nix::sys::signal::{Signal, raise};
+
+    use super::stop_requested;
+
+    /// The stop is seen though it came before the wait: the program had
+    /// printed "Press Ctrl-C to stop." and was not yet waiting. (This
+    /// leaves the unit tests' process listening for SIGINT and SIGTERM
+    /// until it exits; the unit tests are over in well under a second.)
+    #[tokio::test]
+    async fn a_signal_between_the_prompt_and_the_wait_is_not_lost() {
+        let stop = stop_requested();
+        raise(Signal::SIGTERM).expect("SIGTERM to this process");
+        // Time for the signal to be caught before anything waits for it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::timeout(Duration::from_secs(5), stop)
+            .await
+            .expect("the SIGTERM sent before the wait ends it");
+    }
+}

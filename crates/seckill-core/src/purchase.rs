@@ -1,0 +1,182 @@
+//! The purchase path: who gets a unit. This is the lesson; read it top to bottom.
+//!
+//! A purchase must (1) check that the buyer has not bought yet, (2) check
+//! that a unit is left, (3) take the unit, (4) remember the buyer and (5)
+//! queue the order for PostgreSQL. Steps 1-2 read and steps 3-5 write; if two
+//! purchases interleave between the read and the write, both see "1 left" and
+//! both take it. That is the oversell.
+//!
+//! What keeps them apart is the strategy, one file each in `src/strategy/`:
+//! - `lock` (the default) takes the sale's Redis lock around the five steps,
+//!   so purchases of one sale run one at a time across every app instance,
+//!   and fences the writes so that a holder whose lock expired cannot write
+//!   (see `lua/purchase_commit.lua`). The buyers waiting on one instance go
+//!   through the lock together, one read and one write for all of them.
+//! - `naive` is DELIBERATELY BROKEN: it reads, pauses, and writes "stock
+//!   minus one" with no lock. It oversells, and exists so the demo and the
+//!   tests can show that it does.
+//! - `article`, `getset` and `decr` are the articles' and tutorials' ways,
+//!   bugs included (DELIBERATELY BROKEN); `lua` (one Redis script) and
+//!   `postgres` (one conditional UPDATE) are the correct ways without a
+//!   lock. Each file says what it gets wrong or what it costs.
+//!
+//! This file does what comes before any strategy: the sale's window, and
+//! the sold-out shortcut. Requests for a sale that is sold out do not take
+//! the lock at all: each instance keeps a "sold out" flag per sale, set
+//! whenever a purchase sees no units left and trusted for a short while
+//! before it is checked against Redis again.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use chrono::Utc;
+use tracing::Instrument;
+
+use crate::config::Strategy;
+use crate::domain::{Sale, UserId, Window};
+use crate::keys::SaleKeys;
+use prometheus::{Histogram, IntCounter};
+
+use crate::metrics::metrics;
+use crate::strategy::lock::Lanes;
+use crate::strategy::{Buy, Flag, Shop, article, decr, getset, lua, naive, postgres};
+use crate::tally::{self, Tally};
+
+pub use crate::strategy::Outcome;
+
+/// Runs purchases. One per app instance, shared by all requests.
+pub struct Purchaser {
+    /// The instance's handles and memory, shared with the strategies.
+    shop: Shop,
+    /// The lock strategy's per-sale queues of waiting buyers.
+    lanes: Lanes,
+    /// This instance's count of its answers, by sale, for the live page.
+    /// Shared with the task that flushes it into Redis (`startup.rs`).
+    tally: Arc<Tally>,
+    /// This strategy's figures in `/metrics`, looked up once: a label
+    /// lookup takes a lock and a hash per call, which every purchase
+    /// would pay.
+    figures: Figures,
+}
+
+/// A strategy's purchase figures, by answer (in `tally::FIELDS` order,
+/// then `error`), and its latency.
+struct Figures {
+    answers: Vec<IntCounter>,
+    errors: IntCounter,
+    seconds: Histogram,
+}
+
+impl Figures {
+    fn of(strategy: Strategy) -> Self {
+        let metrics = metrics();
+        let strategy = strategy.as_str();
+        let counter = |answer: &str| metrics.purchases.with_label_values(&[strategy, answer]);
+        Self {
+            answers: tally::FIELDS.iter().map(|answer| counter(answer)).collect(),
+            errors: counter("error"),
+            seconds: metrics.purchase_seconds.with_label_values(&[strategy]),
+        }
+    }
+}
+
+impl Purchaser {
+    pub fn new(shop: Shop) -> Self {
+        Self {
+            figures: Figures::of(shop.settings.strategy),
+            shop,
+            lanes: Lanes::default(),
+            tally: Arc::default(),
+        }
+    }
+
+    /// The answer counts, for the task that flushes them into Redis.
+    pub fn tally(&self) -> &Arc<Tally> {
+        &self.tally
+    }
+
+    pub fn strategy(&self) -> Strategy {
+        self.shop.settings.strategy
+    }
+
+    /// Try to buy one unit of `sale` for `user`, and count the answer.
+    pub async fn purchase(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
+        let started = std::time::Instant::now();
+        let decided = self.decide(sale, user).await;
+        let figures = &self.figures;
+        figures.seconds.observe(started.elapsed().as_secs_f64());
+        match &decided {
+            Ok(outcome) => figures.answers[tally::slot(outcome)].inc(),
+            Err(_) => figures.errors.inc(),
+        }
+        let outcome = decided?;
+        // In memory only: the tally's own task takes it to Redis, so the
+        // count adds no round trip to the buyer's wait.
+        self.tally.count(sale.id, &outcome);
+        Ok(outcome)
+    }
+
+    async fn decide(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
+        // The sale's window is checked on this instance's clock: sale times
+        // are wall-clock promises to people, and instances are expected to
+        // run NTP. (Queue timing, which decides redelivery, uses Redis' clock.)
+        match sale.window(Utc::now()) {
+            Window::NotStarted => return Ok(Outcome::NotStarted),
+            Window::Ended => return Ok(Outcome::Ended),
+            Window::Open => {}
+        }
+        // Sold out, as far as this instance knows: answer without touching Redis.
+        let refresh = self.shop.settings.sold_out_refresh();
+        if self.shop.sold_out.check(sale.id, refresh) == Flag::SoldOut {
+            return Ok(Outcome::SoldOut);
+        }
+        // What follows talks to Redis and may log, so it runs in a span that
+        // names the sale and the buyer. The answers above log nothing and
+        // open none: a span costs every request that opens it (its fields
+        // formatted, an entry made and freed), and sold-out answers are
+        // most of a burst's.
+        let span = tracing::info_span!(
+            "purchase",
+            sale_id = sale.id,
+            user_id = %user,
+            strategy = ?self.strategy(),
+        );
+        self.contend(sale, user).instrument(span).await
+    }
+
+    /// The strategy's part of a purchase of a sale this instance does not
+    /// know to be sold out.
+    async fn contend(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
+        let strategy = self.strategy();
+        if strategy == Strategy::Lock {
+            return self.lanes.purchase(&self.shop, sale.id, user).await;
+        }
+        let keys = SaleKeys::new(self.shop.store.prefix(), sale.id);
+        // The pool's wait timeout bounds how long a request queues for a
+        // connection; running out of connections is "busy", not an error.
+        let mut conn = match self.shop.store.redis_pool().get().await {
+            Ok(conn) => conn,
+            Err(deadpool_redis::PoolError::Timeout(_)) => return Ok(Outcome::Busy),
+            Err(error) => return Err(error).context("getting a Redis connection"),
+        };
+        if self.shop.known_sold_out(&mut conn, &keys, sale.id).await? {
+            return Ok(Outcome::SoldOut);
+        }
+        let buy = Buy {
+            shop: &self.shop,
+            keys: &keys,
+            sale_id: sale.id,
+            user,
+        };
+        let conn = &mut conn;
+        match strategy {
+            Strategy::Lock => unreachable!("handled above"),
+            Strategy::Naive => naive::purchase(buy, conn).await,
+            Strategy::Article => article::purchase(buy, conn).await,
+            Strategy::Getset => getset::purchase(buy, conn).await,
+            Strategy::Lua => lua::purchase(buy, conn).await,
+            Strategy::Postgres => postgres::purchase(buy, conn).await,
+            Strategy::Decr => decr::purchase(buy, conn).await,
+        }
+    }
+}

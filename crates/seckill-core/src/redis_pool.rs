@@ -1,0 +1,361 @@
+//! Where the Redis data lives: one server, or a Redis Cluster.
+//!
+//! Everything above this file asks for a connection and sends commands; it
+//! does not know which of the two it talks to. [`RedisPool`] hands out a
+//! [`RedisConn`], which is either a connection to one server or a cluster
+//! connection (the `redis` crate's, pooled by `deadpool` with
+//! `deadpool-redis`' managers, `redis_pool/trusted.rs`) that sends
+//! each command to the master owning its key's slot, follows `MOVED` and
+//! `ASK` when slots move, and splits multi-key reads (`KEYS`, `DEL` of keys
+//! in several slots) across the masters.
+//!
+//! What makes a cluster work unchanged is in `keys.rs`: every key of one
+//! sale carries the hash tag `{sale:ID}`, so a script, a `MULTI` or a
+//! pipeline that touches one sale touches one slot, on one master, and stays
+//! atomic. Two things cannot stay that way, and have one way each here:
+//!
+//! - A pipeline over keys of **different** sales (or of keys with no sale,
+//!   such as a pending order's index entry) would be refused by a cluster
+//!   (`CROSSSLOT`). [`RedisConn::send_apart`] sends such independent writes
+//!   as one pipeline to a single server and as concurrent commands to a
+//!   cluster.
+//! - Pub/sub is not a key: a subscriber connects to one node. Plain
+//!   `PUBLISH` in a cluster is carried to every node, so `events.rs`
+//!   subscribes on any one of [`RedisAt::node_urls`] and moves to the next
+//!   when it fails.
+//!
+//! Nothing scans Redis across sales: the list of sales comes from
+//! PostgreSQL, and each sale's keys are named from its id.
+
+mod trusted;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use deadpool::managed::{Object, Pool, PoolConfig, Timeouts};
+use deadpool_redis::Runtime;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+pub use trusted::TRUSTED_FOR;
+use trusted::Trusting;
+
+/// Redis connections per process (for a cluster, each is a connection to
+/// every node). Each purchase holds one while it waits for the sale lock,
+/// so this bounds how many purchases wait at once; the rest queue for a
+/// connection (up to the lock wait, then 503 busy).
+pub const POOL_SIZE: usize = 64;
+
+/// Where seckill's Redis data lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisAt {
+    /// One server, by its URL (`SECKILL_REDIS_URL`).
+    Server(String),
+    /// A Redis Cluster, by the URLs of some of its masters
+    /// (`SECKILL_REDIS_CLUSTER_NODES`); the client learns the rest, and
+    /// which node owns which slot, from any one that answers.
+    Cluster(Vec<String>),
+}
+
+/// The environment variable naming one Redis server.
+pub const SERVER_ENV: &str = "SECKILL_REDIS_URL";
+/// The environment variable naming a Redis Cluster's nodes.
+pub const CLUSTER_ENV: &str = "SECKILL_REDIS_CLUSTER_NODES";
+
+impl RedisAt {
+    /// Where Redis is, fit for logs: each node's URL with its password
+    /// hidden ([`crate::urls::redact`]).
+    pub fn redacted(&self) -> String {
+        let urls: Vec<String> = self
+            .node_urls()
+            .iter()
+            .map(|url| crate::urls::redact(url))
+            .collect();
+        match self {
+            Self::Server(_) => urls.join(","),
+            Self::Cluster(_) => format!("the cluster of {}", urls.join(",")),
+        }
+    }
+
+    /// A cluster from a comma-separated list of node URLs
+    /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`).
+    pub fn cluster(list: &str) -> anyhow::Result<Self> {
+        let nodes: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|node| !node.is_empty())
+            .map(str::to_owned)
+            .collect();
+        anyhow::ensure!(
+            !nodes.is_empty(),
+            "the Redis Cluster node list is empty; give at least one node, \
+             e.g. redis://127.0.0.1:7000"
+        );
+        for node in &nodes {
+            redis::Client::open(node.as_str())
+                .with_context(|| format!("{node:?} is not a Redis URL"))?;
+        }
+        Ok(Self::Cluster(nodes))
+    }
+
+    /// The URLs of the server, or of the cluster nodes given.
+    pub fn node_urls(&self) -> &[String] {
+        match self {
+            Self::Server(url) => std::slice::from_ref(url),
+            Self::Cluster(nodes) => nodes,
+        }
+    }
+
+    /// Where to connect to reach the one server that holds `key`: the
+    /// server itself, or the cluster master that owns the key's slot, as the
+    /// cluster says (`CLUSTER KEYSLOT`, then `CLUSTER SLOTS`, asked of the
+    /// first node given, on a plain connection, so that no client's routing
+    /// is taken on trust). For the commands a cluster connection cannot
+    /// route, such as `MONITOR`. The first node's credentials and database
+    /// are kept; only its address is replaced.
+    pub async fn node_of(&self, key: &str) -> anyhow::Result<redis::ConnectionInfo> {
+        let seed = redis::IntoConnectionInfo::into_connection_info(self.node_urls()[0].as_str())?;
+        let Self::Cluster(_) = self else {
+            return Ok(seed);
+        };
+        let client = redis::Client::open(seed.clone())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut conn)
+            .await?;
+        // Each range: [first slot, last slot, [host, port, id, ...], replicas...].
+        let ranges: Vec<Vec<Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await?;
+        for range in &ranges {
+            let [first, last, master, ..] = range.as_slice() else {
+                anyhow::bail!("CLUSTER SLOTS answered {range:?}");
+            };
+            let (first, last): (u16, u16) = (
+                redis::from_redis_value_ref(first)?,
+                redis::from_redis_value_ref(last)?,
+            );
+            let master: Vec<Value> = redis::from_redis_value_ref(master)?;
+            let [host, port, ..] = master.as_slice() else {
+                anyhow::bail!("CLUSTER SLOTS named a master as {master:?}");
+            };
+            if (first..=last).contains(&slot) {
+                // A node that does not know its own address says NULL, ""
+                // or "?" (Redis 7): it is on the host asked.
+                let host = redis::from_redis_value_ref::<String>(host)
+                    .ok()
+                    .filter(|host| !host.is_empty() && host != "?")
+                    .or_else(|| match seed.addr() {
+                        redis::ConnectionAddr::Tcp(host, _)
+                        | redis::ConnectionAddr::TcpTls { host, .. } => Some(host.clone()),
+                        _ => None,
+                    })
+                    .context("CLUSTER SLOTS named no host for the master")?;
+                let port: u16 = redis::from_redis_value_ref(port)?;
+                return Ok(seed.set_addr(redis::ConnectionAddr::Tcp(host, port)));
+            }
+        }
+        anyhow::bail!("no master owns slot {slot}")
+    }
+
+    /// The environment variable and value that point a child process here.
+    pub fn env(&self) -> (&'static str, String) {
+        match self {
+            Self::Server(url) => (SERVER_ENV, url.clone()),
+            Self::Cluster(nodes) => (CLUSTER_ENV, nodes.join(",")),
+        }
+    }
+}
+
+/// A pool of connections to wherever the data is. Cheap to clone.
+/// deadpool-redis' connections, without its check of every connection
+/// taken (`redis_pool/trusted.rs`).
+#[derive(Clone)]
+pub enum RedisPool {
+    Server(Pool<Trusting<deadpool_redis::Manager>>),
+    Cluster(Pool<Trusting<deadpool_redis::cluster::Manager>>),
+}
+
+impl RedisPool {
+    /// A pool for `at`; `wait` bounds how long a caller queues for a
+    /// connection. Connects lazily, on the current runtime whoever asks
+    /// (`trusted.rs`; panics outside a runtime): see
+    /// `redis_pool::connect_redis` for the check at start-up.
+    pub fn new(at: &RedisAt, wait: Duration) -> anyhow::Result<Self> {
+        let config = PoolConfig {
+            max_size: POOL_SIZE,
+            timeouts: Timeouts {
+                wait: Some(wait),
+                create: Some(Duration::from_secs(3)),
+                recycle: Some(Duration::from_secs(3)),
+            },
+            ..PoolConfig::default()
+        };
+        Ok(match at {
+            RedisAt::Server(url) => {
+                let manager = Trusting::new(deadpool_redis::Manager::new(url.as_str())?, url);
+                Self::Server(
+                    Pool::builder(manager)
+                        .config(config)
+                        .runtime(Runtime::Tokio1)
+                        .build()?,
+                )
+            }
+            RedisAt::Cluster(nodes) => {
+                let manager = Trusting::new(
+                    deadpool_redis::cluster::Manager::new(
+                        nodes.iter().map(String::as_str).collect(),
+                        false,
+                    )?,
+                    &nodes.join(","),
+                );
+                Self::Cluster(
+                    Pool::builder(manager)
+                        .config(config)
+                        .runtime(Runtime::Tokio1)
+                        .build()?,
+                )
+            }
+        })
+    }
+
+    /// Delete every key under `prefix` (`prefix:*`): what the bench or a
+    /// test wrote under a prefix of its own. `KEYS` walks the whole
+    /// keyspace in one step; on a cluster it goes to every master and `DEL`
+    /// to each key's (the cluster connection splits both). The prefix is
+    /// matched as written: a `*` in it matches a `*` only.
+    pub async fn delete_under(&self, prefix: &str) -> anyhow::Result<()> {
+        let mut conn = self.get().await?;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", crate::keys::glob_literal(prefix)))
+            .query_async(&mut conn)
+            .await?;
+        if !keys.is_empty() {
+            let () = redis::cmd("DEL").arg(keys).query_async(&mut conn).await?;
+        }
+        Ok(())
+    }
+
+    /// A connection, waiting at most the pool's `wait`.
+    pub async fn get(&self) -> Result<RedisConn, deadpool_redis::PoolError> {
+        Ok(match self {
+            Self::Server(pool) => RedisConn::Server(pool.get().await?),
+            Self::Cluster(pool) => RedisConn::Cluster(pool.get().await?),
+        })
+    }
+}
+
+/// One pooled connection, to a server or to a cluster.
+pub enum RedisConn {
+    Server(Object<Trusting<deadpool_redis::Manager>>),
+    Cluster(Object<Trusting<deadpool_redis::cluster::Manager>>),
+}
+
+impl RedisConn {
+    /// Send independent commands whose keys may live in different slots
+    /// (several sales' keys, or keys of no sale), and wait for all of them.
+    /// One server takes them as one pipeline, one round trip; a cluster
+    /// would refuse such a pipeline (`CROSSSLOT`), so each goes on its own,
+    /// all at once, over the one multiplexed cluster connection. Not
+    /// atomic either way: use it only for writes that stand alone.
+    pub async fn send_apart(&mut self, commands: Vec<Cmd>) -> RedisResult<()> {
+        match self {
+            Self::Server(conn) => {
+                let mut pipe = redis::pipe();
+                for command in commands {
+                    pipe.add_command(command).ignore();
+                }
+                pipe.query_async(&mut **conn).await
+            }
+            Self::Cluster(conn) => {
+                let sent = std::time::Instant::now();
+                let each = commands.into_iter().map(|command| {
+                    let mut conn: redis::cluster_async::ClusterConnection = conn.conn.clone();
+                    async move { command.query_async::<Value>(&mut conn).await }
+                });
+                let outcome = futures_util::future::try_join_all(each).await.map(drop);
+                conn.note(sent, &outcome);
+                outcome
+            }
+        }
+    }
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Server(conn) => (**conn).req_packed_command(cmd),
+            Self::Cluster(conn) => (**conn).req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Server(conn) => (**conn).req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => (**conn).req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Server(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// A pool of Redis connections to wherever the data is; `wait` bounds how
+/// long a caller queues for one.
+pub async fn connect_redis(at: &RedisAt, wait: Duration) -> anyhow::Result<RedisPool> {
+    let pool = RedisPool::new(at, wait).context("building the Redis pool")?;
+    // Fail at start-up, not on the first request, when Redis is unreachable.
+    let mut conn = pool
+        .get()
+        .await
+        .with_context(|| format!("connecting to Redis at {}", at.redacted()))?;
+    redis::cmd("PING")
+        .query_async::<String>(&mut conn)
+        .await
+        .context("pinging Redis")?;
+    Ok(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_is_named_by_a_comma_separated_list_of_nodes() {
+        let at = RedisAt::cluster(" redis://127.0.0.1:7000, redis://127.0.0.1:7001 ,").unwrap();
+        assert_eq!(
+            at.node_urls(),
+            ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]
+        );
+        assert_eq!(
+            at.env(),
+            (
+                CLUSTER_ENV,
+                "redis://127.0.0.1:7000,redis://127.0.0.1:7001".to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn an_empty_or_malformed_node_list_is_refused_with_its_reason() {
+        let empty = RedisAt::cluster(" , ").unwrap_err().to_string();
+        assert!(empty.contains("empty"), "{empty}");
+        let bad = RedisAt::cluster("redis://127.0.0.1:7000,http://x").unwrap_err();
+        assert!(
+            format!("{bad:#}").contains("\"http://x\" is not a Redis URL"),
+            "{bad:#}"
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! The lanes of the `lock` strategy: the buyers of a sale waiting on one
+//! instance, and the one task at a time that takes them through the sale's
+//! lock, a pass after another (`lock.rs` runs each pass).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::oneshot;
+
+use super::pass;
+use crate::domain::UserId;
+use crate::failure;
+use crate::strategy::{Outcome, Shop};
+
+/// The most buyers one pass through the lock takes; the rest wait for the
+/// next pass. Bounds one script's length and one pass's time.
+const MAX_BATCH: usize = 256;
+
+/// The buyers of each sale waiting on this instance.
+#[derive(Default)]
+pub struct Lanes {
+    /// One lane per sale seen here. A std Mutex: held for a lookup, never
+    /// across an await.
+    by_sale: Mutex<HashMap<i64, Arc<Lane>>>,
+}
+
+/// One sale's waiting buyers on this instance.
+#[derive(Default)]
+struct Lane {
+    /// A std Mutex: held for a push or a take, never across an await.
+    state: Mutex<LaneState>,
+}
+
+#[derive(Default)]
+struct LaneState {
+    /// Buyers who arrived and wait to be taken through the lock, oldest
+    /// first.
+    waiting: Vec<Waiter>,
+    /// Whether a task is taking them through ([`drain`]): one contender for
+    /// the Redis lock per sale per instance. Without it every waiting buyer
+    /// would poll Redis for the lock, and the holder's writes would queue
+    /// behind their polls. Set by the buyer who finds it unset, cleared by
+    /// the task when it finds nobody waiting, both under this lock: the
+    /// race it settles is a buyer joining as the task finds the lane empty,
+    /// who is either taken by the task or starts the next one, never left
+    /// waiting with no task to come.
+    draining: bool,
+}
+
+/// A buyer waiting in a lane, and where to send the answer.
+struct Waiter {
+    user: UserId,
+    answer: oneshot::Sender<anyhow::Result<Outcome>>,
+}
+
+impl Lanes {
+    /// Buy one unit of the sale for `user`, with the buyers waiting beside.
+    pub async fn purchase(
+        &self,
+        shop: &Shop,
+        sale_id: i64,
+        user: &UserId,
+    ) -> anyhow::Result<Outcome> {
+        let lane = self.lane(sale_id);
+        let (answer, answered) = oneshot::channel();
+        let waiter = Waiter {
+            user: user.clone(),
+            answer,
+        };
+        if lane.join(waiter) {
+            // In a task of its own: its passes carry other buyers' answers
+            // and may hold the Redis lock, so they must finish even if this
+            // request is dropped. On the store's runtime, not this HTTP
+            // worker's: there, in a burst, a pass would wait behind
+            // thousands of new requests at each of its round trips, holding
+            // the lock the other instances wait for (see `Store::runtime`);
+            // and the task takes the next batch itself, so that no request
+            // has to be served between two passes.
+            let runtime = &shop.store.runtime();
+            runtime.spawn(drain(shop.clone(), Arc::clone(&lane), sale_id));
+        }
+        answered.await.unwrap_or_else(|_| Err(no_answer()))
+    }
+
+    fn lane(&self, sale_id: i64) -> Arc<Lane> {
+        self.by_sale
+            .lock()
+            .expect("lanes poisoned")
+            .entry(sale_id)
+            .or_default()
+            .clone()
+    }
+}
+
+/// Take the lane's buyers through the sale's lock, a pass of up to
+/// [`MAX_BATCH`] at a time, oldest first, until nobody is waiting.
+async fn drain(shop: Shop, lane: Arc<Lane>, sale_id: i64) {
+    let _on_panic = Undrained(&lane);
+    while let Some(batch) = lane.next_batch() {
+        through_the_lock(&shop, sale_id, batch).await;
+    }
+}
+
+/// Should a pass panic, its lane is marked as drained by nobody as the
+/// task unwinds, so that the next buyer starts a task again (the buyers of
+/// that pass get no answer: `no_answer`).
+struct Undrained<'a>(&'a Lane);
+
+impl Drop for Undrained<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.state().draining = false;
+        }
+    }
+}
+
+impl Lane {
+    /// Queue `waiter`; whether no task is draining the lane, so that the
+    /// caller is to start one.
+    fn join(&self, waiter: Waiter) -> bool {
+        let mut state = self.state();
+        state.waiting.push(waiter);
+        !std::mem::replace(&mut state.draining, true)
+    }
+
+    /// The next pass's buyers; `None` when nobody waits, and then the task
+    /// that asked is done draining.
+    fn next_batch(&self) -> Option<Vec<Waiter>> {
+        let mut state = self.state();
+        if state.waiting.is_empty() {
+            state.draining = false;
+            return None;
+        }
+        let n = state.waiting.len().min(MAX_BATCH);
+        Some(state.waiting.drain(..n).collect())
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, LaneState> {
+        // Nothing that can panic runs under it; were it poisoned all the
+        // same, a push or a drain of a Vec leaves its state whole.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The pass that should have answered a buyer ended without it (it
+/// panicked).
+fn no_answer() -> anyhow::Error {
+    anyhow::anyhow!("the purchase's pass through the lock ended without an answer")
+}
+
+/// One pass: take `batch` through the sale's lock and answer each buyer.
+async fn through_the_lock(shop: &Shop, sale_id: i64, batch: Vec<Waiter>) {
+    // Buyers whose request is gone (the client hung up) buy nothing.
+    let batch: Vec<Waiter> = batch
+        .into_iter()
+        .filter(|waiter| !waiter.answer.is_closed())
+        .collect();
+    if batch.is_empty() {
+        return;
+    }
+    let users: Vec<&UserId> = batch.iter().map(|waiter| &waiter.user).collect();
+    match pass(shop, sale_id, &users).await {
+        Ok(outcomes) => {
+            for (waiter, outcome) in batch.into_iter().zip(outcomes) {
+                let _ = waiter.answer.send(Ok(outcome));
+            }
+        }
+        Err(error) => {
+            // Each buyer gets the failure, judged once: a server that is
+            // down stays "unavailable" (503) for every one of them.
+            let judged = failure::Judged::of(&error);
+            for waiter in batch {
+                let _ = waiter.answer.send(Err(judged.to_error()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(name: &str) -> Waiter {
+        let user = UserId::parse(name).expect("a buyer");
+        Waiter {
+            user,
+            answer: oneshot::channel().0,
+        }
+    }
+
+    fn names(batch: &[Waiter]) -> Vec<&str> {
+        batch.iter().map(|waiter| waiter.user.as_str()).collect()
+    }
+
+    /// The first buyer to find no task draining its lane starts one; the
+    /// task takes the buyers oldest first, at most a pass's worth at a
+    /// time, and once it finds the lane empty the next buyer starts one
+    /// again.
+    #[test]
+    fn one_task_at_a_time_drains_a_lane_and_the_next_buyer_starts_another() {
+        let lane = Lane::default();
+        assert!(lane.join(waiter("ann")), "the first starts a task");
+        assert!(!lane.join(waiter("bob")), "one is draining");
+        assert_eq!(names(&lane.next_batch().expect("two wait")), ["ann", "bob"]);
+        assert!(!lane.join(waiter("cy")), "the task is still draining");
+        assert_eq!(names(&lane.next_batch().expect("cy waits")), ["cy"]);
+        assert!(lane.next_batch().is_none(), "nobody waits: the task ends");
+        assert!(lane.join(waiter("di")), "no task now: di starts one");
+        for n in 0..MAX_BATCH {
+            assert!(!lane.join(waiter(&format!("u{n}"))));
+        }
+        assert_eq!(lane.next_batch().expect("a full pass").len(), MAX_BATCH);
+        let last = format!("u{}", MAX_BATCH - 1);
+        assert_eq!(names(&lane.next_batch().expect("one left")), [last]);
+        assert!(lane.next_batch().is_none());
+    }
+
+    /// A task that panics leaves its lane to the next buyer, who starts
+    /// another; one that ends plainly leaves it as it was.
+    #[test]
+    fn a_lane_whose_task_panicked_is_started_again_by_the_next_buyer() {
+        let lane = Lane::default();
+        assert!(lane.join(waiter("ann")));
+        drop(Undrained(&lane));
+        assert!(!lane.join(waiter("bob")), "still draining");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _on_panic = Undrained(&lane);
+            panic!("a pass broke");
+        }));
+        assert!(unwound.is_err());
+        assert!(lane.join(waiter("cy")), "cy starts a task again");
+    }
+}

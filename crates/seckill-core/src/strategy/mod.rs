@@ -1,0 +1,429 @@
+//! The ways to guard a sale's stock, one file each, and what they share.
+//!
+//! Every strategy runs the same five steps of a purchase (see `purchase.rs`):
+//! check the buyer, check the stock, take a unit, remember the buyer, queue
+//! the order. They differ in what keeps two purchases from interleaving
+//! between the checks and the writes:
+//! - `lock.rs` (`--strategy lock`, the default): the article's Redis lock,
+//!   fixed, with a fence; the buyers waiting on one instance go through it
+//!   together.
+//! - `naive.rs` (`--strategy naive`): nothing. DELIBERATELY BROKEN: it
+//!   oversells, so the demo and the tests can show that it does.
+//! - `article.rs`, `getset.rs`, `decr.rs`: the locks and the counter trick
+//!   of the articles and tutorials this project grew from, bugs included
+//!   (DELIBERATELY BROKEN; each file names its bugs and the knob that
+//!   makes each one happen).
+//! - `lua.rs`: no lock; the purchase is one Redis script. Correct.
+//! - `postgres.rs`: no Redis on the decision; one conditional UPDATE in
+//!   PostgreSQL. Correct, and the price of a database round trip.
+//!
+//! What they share lives here: the [`Outcome`] of a purchase, the pure
+//! decision ([`decide`]), the per-instance sold-out flags, and [`Shop`], the
+//! instance's handles and the steps every strategy uses (read the sale,
+//! note a pending order, find out whether a commit whose answer was lost
+//! went through).
+
+pub mod article;
+pub mod decr;
+pub mod getset;
+pub mod lock;
+pub mod lua;
+pub mod naive;
+pub mod postgres;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use redis::aio::ConnectionLike;
+use uuid::Uuid;
+
+use crate::config::PurchaseSettings;
+use crate::domain::{OrderJob, UserId};
+use crate::events::LockReleases;
+use crate::keys::SaleKeys;
+use crate::queue::Queue;
+use crate::redis_pool::RedisConn;
+use crate::store::{self, Snapshot, Store};
+
+/// How long a purchase whose commit answer was lost spends finding out
+/// whether its order was taken (a Redis restart takes a moment), and the
+/// pause between two tries.
+const LOOKUP_LIMIT: Duration = Duration::from_secs(3);
+const LOOKUP_RETRY: Duration = Duration::from_millis(100);
+
+/// How a purchase ended. Business outcomes, not errors: each maps to one
+/// HTTP status in `web::api`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The buyer got a unit; the order is on the queue.
+    Accepted {
+        order_id: Uuid,
+    },
+    SoldOut,
+    AlreadyPurchased,
+    NotStarted,
+    Ended,
+    /// The lock could not be had in time; the client may retry.
+    Busy,
+    /// This purchase held the lock, but it ran out before the commit (a
+    /// pause longer than its TTL): the fence refused the write, nothing was
+    /// taken, and the client may retry.
+    LockLost,
+}
+
+/// What the checks decide, given what was read. Pure, so it is unit-tested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Take,
+    SoldOut,
+    AlreadyPurchased,
+}
+
+/// Steps 1 and 2. A buyer who already has a unit is told so even when the
+/// sale has since sold out: it is the more useful answer.
+pub fn decide(already_bought: bool, stock_left: i64) -> Decision {
+    if already_bought {
+        Decision::AlreadyPurchased
+    } else if stock_left <= 0 {
+        Decision::SoldOut
+    } else {
+        Decision::Take
+    }
+}
+
+/// Per-instance memory of which sales were seen sold out, and when.
+#[derive(Debug, Default)]
+pub struct SoldOutFlags {
+    /// A std Mutex, not a tokio one: it is held for a map lookup and never
+    /// across an await.
+    seen: Mutex<HashMap<i64, Instant>>,
+}
+
+/// What an instance knows about a sale's stock without asking Redis.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flag {
+    /// No purchase here has seen it sold out.
+    Unknown,
+    /// Seen sold out within the refresh period: answer without Redis.
+    SoldOut,
+    /// Seen sold out, but long enough ago that a unit may have come back.
+    Stale,
+}
+
+impl SoldOutFlags {
+    pub fn check(&self, sale_id: i64, refresh: Duration) -> Flag {
+        match self
+            .seen
+            .lock()
+            .expect("sold-out flags poisoned")
+            .get(&sale_id)
+        {
+            None => Flag::Unknown,
+            Some(at) if at.elapsed() < refresh => Flag::SoldOut,
+            Some(_) => Flag::Stale,
+        }
+    }
+
+    pub fn set(&self, sale_id: i64) {
+        self.seen
+            .lock()
+            .expect("sold-out flags poisoned")
+            .insert(sale_id, Instant::now());
+    }
+
+    fn clear(&self, sale_id: i64) {
+        self.seen
+            .lock()
+            .expect("sold-out flags poisoned")
+            .remove(&sale_id);
+    }
+}
+
+/// One purchase, as every strategy's `purchase` takes it.
+#[derive(Clone, Copy)]
+pub struct Buy<'a> {
+    pub shop: &'a Shop,
+    pub keys: &'a SaleKeys,
+    pub sale_id: i64,
+    pub user: &'a UserId,
+}
+
+impl<'a> Buy<'a> {
+    /// Its parts, in the order every strategy names them.
+    pub fn parts(self) -> (&'a Shop, &'a SaleKeys, i64, &'a UserId) {
+        (self.shop, self.keys, self.sale_id, self.user)
+    }
+}
+
+/// What every strategy works with: one per instance, shared by all its
+/// requests. Cheap to clone (pools and flags are shared), so a batch can
+/// run in a task of its own.
+#[derive(Clone)]
+pub struct Shop {
+    /// Redis for the purchase; PostgreSQL only to load a sale Redis lost.
+    pub store: Store,
+    /// The strategy and its timings; fixed at start.
+    pub settings: PurchaseSettings,
+    /// This instance's memory of sold-out sales. Set by any purchase that
+    /// sees no unit left, cleared when a stale flag finds units again.
+    pub sold_out: Arc<SoldOutFlags>,
+    /// This instance's name, written into the sale locks it takes.
+    pub instance: Arc<str>,
+    /// How long a confirmed order has to be paid (the worker's setting):
+    /// the `postgres` strategy confirms orders itself.
+    pub payment_window: Duration,
+    /// The sale locks' releases as this instance hears them (`events.rs`):
+    /// the `lock` strategy's waiter wakes on them instead of polling.
+    pub released: LockReleases,
+}
+
+/// A fault knob's pause. Off, it is no pause at all: a zero `sleep` still
+/// waits for the timer's next millisecond tick, and the knobs pause inside
+/// the critical sections.
+pub(super) async fn pause_for(pause: Duration) {
+    if !pause.is_zero() {
+        tokio::time::sleep(pause).await;
+    }
+}
+
+impl Shop {
+    /// The slow-network knob (`--redis-delay-ms`): a pause before each
+    /// command of the hand-written locks (`article`, `getset`).
+    pub async fn slow_network(&self) {
+        pause_for(self.settings.redis_delay()).await;
+    }
+
+    /// The hold-pause knob (`--hold-pause-ms`): a pause of the holder at
+    /// the worst moment, the GC pause of the fencing argument.
+    pub async fn hold_pause(&self) {
+        pause_for(self.settings.hold_pause()).await;
+    }
+
+    pub fn new(
+        store: Store,
+        settings: PurchaseSettings,
+        instance: &str,
+        payment_window: Duration,
+        released: LockReleases,
+    ) -> Self {
+        Self {
+            store,
+            settings,
+            sold_out: Arc::default(),
+            instance: instance.into(),
+            payment_window,
+            released,
+        }
+    }
+
+    /// Whether the sale is sold out as far as this instance can tell
+    /// without the lock: a flag within its refresh period costs nothing, a
+    /// stale one costs one GET.
+    pub async fn known_sold_out<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        keys: &SaleKeys,
+        sale_id: i64,
+    ) -> anyhow::Result<bool> {
+        match self
+            .sold_out
+            .check(sale_id, self.settings.sold_out_refresh())
+        {
+            Flag::Unknown => Ok(false),
+            Flag::SoldOut => Ok(true),
+            Flag::Stale => {
+                // Reading "0 left" without the lock is a true answer: at the
+                // moment of the read there was nothing to sell.
+                let left: Option<i64> = redis::cmd("GET")
+                    .arg(&keys.stock)
+                    .query_async(conn)
+                    .await
+                    .context("reading the stock")?;
+                if left.is_some_and(|left| left <= 0) {
+                    self.sold_out.set(sale_id);
+                    Ok(true)
+                } else {
+                    self.sold_out.clear(sale_id);
+                    Ok(false)
+                }
+            }
+        }
+    }
+
+    /// Steps 1 and 2 for `buyers`: the units left and who holds one,
+    /// loading the sale from PostgreSQL first if Redis lost it.
+    pub async fn read_sale<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        sale_id: i64,
+        buyers: &[&UserId],
+    ) -> anyhow::Result<Snapshot> {
+        store::sales::snapshot(self.store.pg(), conn, self.store.prefix(), sale_id, buyers).await
+    }
+
+    /// Note the accepted orders' sale for lookups. The orders are taken
+    /// whatever this does: a failure is logged, and an order is found once
+    /// the worker has written it (a few milliseconds).
+    pub async fn note_pending(&self, conn: &mut RedisConn, jobs: &[OrderJob]) {
+        if let Err(error) = self.store.note_pending(conn, jobs).await {
+            tracing::warn!(
+                orders = jobs.len(),
+                error = format!("{error:#}"),
+                "could not note pending orders' sale"
+            );
+        }
+    }
+
+    /// A commit's answer was lost with its connection. Look its order up
+    /// (the sale's queue, then PostgreSQL) on a fresh connection: `Ok` if it
+    /// was taken (and then noted as pending); the commit's error if it was
+    /// not found or Redis still cannot be asked (the API answers `503`, and
+    /// the buyer may look the order id up later). A commit is one script,
+    /// so one order of it tells for all.
+    pub async fn after_a_lost_answer(
+        &self,
+        jobs: &[OrderJob],
+        error: redis::RedisError,
+    ) -> anyhow::Result<()> {
+        let Some(job) = jobs.first() else {
+            return Ok(());
+        };
+        // Redis may be on its way back (the connection broke because it was
+        // restarting): ask again until it answers or the limit passes.
+        let deadline = tokio::time::Instant::now() + LOOKUP_LIMIT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.was_taken(job)).await {
+                Ok(Ok(true)) => {
+                    if let Ok(mut conn) = self.store.redis().await {
+                        self.note_pending(&mut conn, jobs).await;
+                    }
+                    tracing::warn!(order_id = %job.order_id, "commit answer lost, but the order was taken");
+                    return Ok(());
+                }
+                // Redis and PostgreSQL answered, and neither has it.
+                Ok(Ok(false)) => break,
+                Ok(Err(_)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(LOOKUP_RETRY).await;
+                }
+                Ok(Err(_)) | Err(_) => break,
+            }
+        }
+        Err(error).with_context(|| {
+            format!(
+                "committing a purchase: the answer was lost; order {} was not found",
+                job.order_id
+            )
+        })
+    }
+
+    /// Whether the order of `job` is on its sale's queue or in PostgreSQL.
+    async fn was_taken(&self, job: &OrderJob) -> anyhow::Result<bool> {
+        let mut conn = self.store.redis().await?;
+        let queued = self
+            .store
+            .queued_on(&mut conn, job.sale_id, job.order_id)
+            .await?;
+        Ok(queued.is_some() || self.store.stored_order(job.order_id).await?.is_some())
+    }
+}
+
+/// Steps 1 to 5 with no guard of their own: read the stock and the buyer,
+/// decide, pause for `pause` (the hold-pause knob: a GC pause), then DECR
+/// the stock, record the buyer, queue the order. What `article` and
+/// `getset` run inside their locks: whatever their locks let through, this
+/// sells.
+pub async fn take_unguarded(
+    shop: &Shop,
+    conn: &mut RedisConn,
+    (keys, sale_id): (&SaleKeys, i64),
+    user: &UserId,
+    pause: Duration,
+) -> anyhow::Result<Outcome> {
+    let snapshot = shop.read_sale(conn, sale_id, &[user]).await?;
+    match decide(snapshot.holding[0], snapshot.stock_left) {
+        Decision::Take => {}
+        Decision::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased),
+        Decision::SoldOut => {
+            shop.sold_out.set(sale_id);
+            return Ok(Outcome::SoldOut);
+        }
+    }
+    pause_for(pause).await;
+    record_take(shop, conn, keys, sale_id, user, None).await
+}
+
+/// Steps 3 to 5 with no check: DECR the stock (unless the caller did:
+/// `decremented` is then the units left it got), add the buyer, publish
+/// the units left, queue the order, note it for lookups. Separate commands
+/// on purpose, as the articles' callers write them: only the broken
+/// strategies use this, and what guards it (or fails to) is theirs.
+pub async fn record_take(
+    shop: &Shop,
+    conn: &mut RedisConn,
+    keys: &SaleKeys,
+    sale_id: i64,
+    user: &UserId,
+    decremented: Option<i64>,
+) -> anyhow::Result<Outcome> {
+    let job = OrderJob::new(sale_id, user);
+    let left = match decremented {
+        Some(left) => left,
+        None => redis::cmd("DECR")
+            .arg(&keys.stock)
+            .query_async(conn)
+            .await
+            .context("taking a unit")?,
+    };
+    let (id, payload) = (job.order_id.to_string(), job.to_payload());
+    let () = redis::pipe()
+        .sadd(&keys.buyers, user.as_str())
+        .ignore()
+        .publish(&keys.events, left)
+        .ignore()
+        .query_async(conn)
+        .await
+        .context("recording the buyer")?;
+    Queue::new(keys.queue.clone())
+        .enqueue(conn, &[(id.as_str(), payload.as_str())], Duration::ZERO)
+        .await
+        .context("queueing the order")?;
+    if left <= 0 {
+        shop.sold_out.set(sale_id);
+    }
+    shop.note_pending(conn, std::slice::from_ref(&job)).await;
+    Ok(Outcome::Accepted {
+        order_id: job.order_id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeat_buyer_is_told_so_even_when_sold_out() {
+        assert_eq!(decide(true, 5), Decision::AlreadyPurchased);
+        assert_eq!(decide(true, 0), Decision::AlreadyPurchased);
+    }
+
+    #[test]
+    fn a_new_buyer_takes_a_unit_only_while_one_is_left() {
+        assert_eq!(decide(false, 1), Decision::Take);
+        assert_eq!(decide(false, 0), Decision::SoldOut);
+        assert_eq!(decide(false, -2), Decision::SoldOut);
+    }
+
+    #[test]
+    fn sold_out_flag_is_trusted_only_within_the_refresh_period() {
+        let flags = SoldOutFlags::default();
+        assert_eq!(flags.check(1, Duration::from_secs(60)), Flag::Unknown);
+        flags.set(1);
+        assert_eq!(flags.check(1, Duration::from_secs(60)), Flag::SoldOut);
+        assert_eq!(flags.check(1, Duration::ZERO), Flag::Stale);
+        assert_eq!(flags.check(2, Duration::from_secs(60)), Flag::Unknown);
+        flags.clear(1);
+        assert_eq!(flags.check(1, Duration::from_secs(60)), Flag::Unknown);
+    }
+}

@@ -1,0 +1,460 @@
+//! The worker: drains the sales' order queues into PostgreSQL.
+//!
+//! One step ([`Worker::try_process_batch`]) reserves a batch of order jobs
+//! from one sale's queue, writes them in one PostgreSQL transaction, commits,
+//! and only then acknowledges them in Redis. The order matters:
+//!
+//! - crash after reserve, before commit: nothing was written; the lease runs
+//!   out and the jobs are delivered again;
+//! - crash after commit, before ack: the orders are written; the jobs are
+//!   delivered again and the second write is a no-op, because the order id is
+//!   the primary key (`ON CONFLICT (id) DO NOTHING`).
+//!
+//! So every accepted order reaches PostgreSQL exactly once, however the
+//! worker dies. Several workers may run at once: reserve hands each job to
+//! one of them at a time.
+//!
+//! PostgreSQL has the last word on every order. An order that would push the
+//! sale's `sold` past `stock_total` violates a CHECK constraint; one for a
+//! buyer who already holds a unit violates a unique index. Such orders are
+//! stored as `rejected` with the reason, logged as an oversell attempt, and
+//! counted. Under the `lock` strategy that never happens; under `naive` it
+//! does, which is how the demo shows the database catching what Redis let
+//! through.
+//!
+//! While PostgreSQL is down, or refuses work for a reason of its own state
+//! (out of connections, read-only during a failover, a deadlock: see
+//! [`failure::transient_postgres`]), reserved jobs go back to the queue without
+//! using up an attempt, and the worker backs off (up to a few seconds) until
+//! it answers again. When a batch fails for a reason of its own, the worker
+//! writes its orders one by one, so that only the job at fault is charged.
+//!
+//! The worker drains a second queue per sale, the payment deadlines: see
+//! `deadlines.rs`. Now and then it sweeps (`sweep.rs`), putting back the
+//! deadlines a Redis that lost data forgot.
+//!
+//! A batch is written only if the sale was not loaded into Redis again
+//! since the batch was reserved (the load epoch, checked under the sale's
+//! row lock: `Store::confirm_orders`). A load means Redis lost the sale,
+//! and with it this batch's jobs; the new Redis sells their units again.
+
+mod deadlines;
+mod report;
+mod run;
+mod sweep;
+
+pub use report::BatchReport;
+use report::log_reservation;
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::config::WorkerSettings;
+use crate::domain::OrderJob;
+use crate::failure;
+use crate::keys::{QueueKeys, SaleKeys};
+use crate::metrics::metrics;
+use crate::queue::{Attempt, Queue, Reserved};
+use crate::redis_pool::RedisConn;
+use crate::store::{Confirmation, Store, sales};
+
+/// Delay before a job that failed by itself (not because PostgreSQL was down) runs again.
+const FAILED_JOB_DELAY: Duration = Duration::from_secs(1);
+/// How often a worker sweeps the payment deadlines back into their queues
+/// (see `deadlines.rs`); the first pass of every worker sweeps too.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// Drains the queues of every sale. Several may run at once, in one process
+/// or many: the queue hands each job to one of them at a time.
+pub struct Worker {
+    /// PostgreSQL, Redis and the key prefix; shared with the web handlers
+    /// when the worker runs inside `seckill serve`. Never replaced.
+    store: Store,
+    /// Batch size, lease, attempts, poll and payment window; fixed at start.
+    settings: WorkerSettings,
+    /// When this worker last swept the payment deadlines; `None` until its
+    /// first pass. A std Mutex: held for a read and a write, never across an
+    /// await. Only `run_once` changes it.
+    last_sweep: Mutex<Option<Instant>>,
+}
+
+/// A batch reserved from one queue, its payloads decoded. Owned by the one
+/// step that reserved it.
+pub struct Batch {
+    /// The sale the queue belongs to.
+    sale_id: i64,
+    /// The sale's keys.
+    keys: SaleKeys,
+    /// For the order queue, the sale's load epoch read just before the
+    /// reserve (see `lua/sale_load.lua`): if PostgreSQL's record differs at
+    /// the commit, a load came in between and the batch writes nothing.
+    epoch: Option<String>,
+    /// The queue the batch came from: acks and retries go back to it.
+    queue: Queue,
+    /// The connection the reserve used; the ack goes through it too.
+    conn: RedisConn,
+    /// What the reserve did (reserved, reclaimed, dead-lettered).
+    report: BatchReport,
+    /// The decoded jobs.
+    orders: Vec<OrderJob>,
+    /// Their reservations, in the same order: what ack and retry take.
+    reserved: Vec<Reserved>,
+}
+
+/// Which sale a batch is of, and the load epoch it was reserved under.
+#[derive(Debug, Clone, Copy)]
+struct Under<'a> {
+    sale_id: i64,
+    keys: &'a SaleKeys,
+    epoch: Option<&'a str>,
+}
+
+impl Batch {
+    /// The decoded order jobs of the batch, in reserve order.
+    pub fn orders(&self) -> &[OrderJob] {
+        &self.orders
+    }
+}
+
+impl Worker {
+    pub fn new(store: Store, settings: WorkerSettings) -> Self {
+        Self {
+            store,
+            settings,
+            last_sweep: Mutex::new(None),
+        }
+    }
+
+    /// One step on one sale's queue: reserve, write, commit, queue the
+    /// payment deadlines, ack.
+    #[tracing::instrument(skip(self), fields(reserved))]
+    pub async fn try_process_batch(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
+        let batch = self.reserve_orders(sale_id).await?;
+        let report = self.write_batch(batch).await?;
+        let metrics = metrics();
+        metrics.orders("confirmed", report.confirmed);
+        metrics.orders("rejected", report.rejected);
+        Ok(report)
+    }
+
+    /// The first half of [`Worker::try_process_batch`]: reserve a batch of
+    /// the sale's order jobs. Public, with [`Worker::write_batch`], so that
+    /// tests can play what happens to Redis while a worker holds a batch.
+    pub async fn reserve_orders(&self, sale_id: i64) -> anyhow::Result<Batch> {
+        // The load epoch, read before the reserve: a load after this read
+        // and before the commit makes the commit refuse the batch (see
+        // `Store::confirm_orders`). Only the order queue needs it; the
+        // deadlines take no unit.
+        let epoch = sales::epoch(
+            &mut self.store.redis().await?,
+            &SaleKeys::new(self.store.prefix(), sale_id),
+        )
+        .await?;
+        let mut batch = self.reserve(sale_id, |keys| &keys.queue).await?;
+        batch.epoch = epoch;
+        Ok(batch)
+    }
+
+    /// The second half: write the batch to PostgreSQL, commit, queue the
+    /// payment deadlines, and ack.
+    pub async fn write_batch(&self, batch: Batch) -> anyhow::Result<BatchReport> {
+        let Batch {
+            sale_id,
+            keys,
+            epoch,
+            queue,
+            mut conn,
+            mut report,
+            orders,
+            reserved,
+        } = batch;
+        if reserved.is_empty() {
+            return Ok(report);
+        }
+
+        metrics().batch_size.observe(reserved.len() as f64);
+        let committing = std::time::Instant::now();
+        let confirmed = self.confirm(&orders, epoch.as_deref()).await;
+        metrics()
+            .commit_seconds
+            .observe(committing.elapsed().as_secs_f64());
+        let written = match confirmed {
+            Ok(Confirmation::Written(written)) => written,
+            Ok(Confirmation::Superseded) => {
+                let under = Under {
+                    sale_id,
+                    keys: &keys,
+                    epoch: epoch.as_deref(),
+                };
+                return self
+                    .superseded(&mut conn, under, &queue, report, &reserved)
+                    .await;
+            }
+            // PostgreSQL down, or refusing work for a while, is not the
+            // jobs' fault: give them back without using up an attempt.
+            Err(error) if failure::transient_postgres(&error) => {
+                return self
+                    .give_back_uncharged(&mut conn, &queue, &reserved, error)
+                    .await;
+            }
+            // A failure of the batch's own: one job is at fault, and only
+            // it may be charged, or a poison job would drag its batch-mates
+            // into the dead-letter set with it.
+            Err(error) => {
+                tracing::warn!(
+                    error = %error,
+                    "a batch failed; writing its orders one by one to find the job at fault"
+                );
+                let under = Under {
+                    sale_id,
+                    keys: &keys,
+                    epoch: epoch.as_deref(),
+                };
+                return self
+                    .confirm_one_by_one(&mut conn, under, &queue, report, &orders, &reserved)
+                    .await;
+            }
+        };
+        report.count(&written);
+        // After the commit, before the ack: a crash in between redelivers
+        // the order jobs, and this runs again.
+        self.schedule_deadlines(&mut conn, &orders, &written)
+            .await
+            .context("queueing payment deadlines")?;
+        // Only now, after the commit, may the jobs leave the queue.
+        queue
+            .ack(&mut conn, &reserved)
+            .await
+            .context("acknowledging jobs")?;
+        Ok(report)
+    }
+
+    /// Write orders to PostgreSQL in one transaction, within the write time
+    /// limit (see `WorkerSettings::write_time_limit`). A write cut off by
+    /// the limit fails as a timed-out I/O, which counts as "PostgreSQL
+    /// refusing work for a while": its jobs go back uncharged.
+    async fn confirm(
+        &self,
+        orders: &[OrderJob],
+        epoch: Option<&str>,
+    ) -> Result<Confirmation, sqlx::Error> {
+        let limit = self.settings.write_time_limit();
+        let write = self.store.confirm_orders(orders, &self.settings, epoch);
+        tokio::time::timeout(limit, write)
+            .await
+            .unwrap_or_else(|_| {
+                Err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the write took longer than {limit:?}, half its lease"),
+                )))
+            })
+    }
+
+    /// PostgreSQL refused the batch: the sale was loaded into Redis again
+    /// after the batch was reserved. Usually Redis was wiped: the batch's
+    /// jobs went with it, and the new Redis sells their units again, so the
+    /// orders are lost with the Redis that accepted them (a wipe's known
+    /// cost, see docs/operations.md, "Limits"). Give the jobs back anyway, uncharged:
+    /// if any are still on the queue, they are written on their next
+    /// delivery, under the new epoch.
+    ///
+    /// One case is PostgreSQL's record that is behind: a load wrote Redis
+    /// and then failed to record its epoch. Then Redis' epoch is still the
+    /// batch's; record it, and the batch is written on its next delivery.
+    async fn superseded(
+        &self,
+        conn: &mut RedisConn,
+        under: Under<'_>,
+        queue: &Queue,
+        mut report: BatchReport,
+        jobs: &[Reserved],
+    ) -> anyhow::Result<BatchReport> {
+        let now = sales::epoch(conn, under.keys).await?;
+        match now.as_deref() {
+            Some(now) if Some(now) == under.epoch => {
+                tracing::warn!("PostgreSQL missed the sale's last load epoch; recording it");
+                self.store.record_load_epoch(under.sale_id, now).await?;
+            }
+            _ => {
+                tracing::warn!(
+                    orders = jobs.len(),
+                    "the sale was loaded into Redis again after this batch was reserved; its orders are not written"
+                );
+                report.superseded += jobs.len();
+            }
+        }
+        self.give_back_now(conn, queue, jobs)
+            .await
+            .context("giving back a superseded batch")?;
+        Ok(report)
+    }
+
+    /// Give `jobs` back to `queue`, due at once, without charging an attempt.
+    async fn give_back_now(
+        &self,
+        conn: &mut RedisConn,
+        queue: &Queue,
+        jobs: &[Reserved],
+    ) -> redis::RedisResult<(u64, u64)> {
+        queue
+            .retry(
+                conn,
+                jobs,
+                Duration::ZERO,
+                Attempt::NotTried,
+                self.settings.max_attempts,
+            )
+            .await
+    }
+
+    /// PostgreSQL is down, or refusing work for a while: not the jobs'
+    /// fault. Give `jobs` back, due at once, without charging an attempt,
+    /// and fail the step (the worker loop backs off).
+    async fn give_back_uncharged(
+        &self,
+        conn: &mut RedisConn,
+        queue: &Queue,
+        jobs: &[Reserved],
+        error: sqlx::Error,
+    ) -> anyhow::Result<BatchReport> {
+        self.give_back_now(conn, queue, jobs)
+            .await
+            .context("giving back jobs after a failed write")?;
+        Err(error).context("writing orders to PostgreSQL")
+    }
+
+    /// Write a failed batch's orders one transaction each: the ones that
+    /// commit are acknowledged, the one that fails by itself is charged an
+    /// attempt and tried again later. If PostgreSQL goes away meanwhile, the
+    /// rest are given back uncharged.
+    async fn confirm_one_by_one(
+        &self,
+        conn: &mut RedisConn,
+        under: Under<'_>,
+        queue: &Queue,
+        mut report: BatchReport,
+        orders: &[OrderJob],
+        reserved: &[Reserved],
+    ) -> anyhow::Result<BatchReport> {
+        let max_attempts = self.settings.max_attempts;
+        for (i, (order, job)) in orders.iter().zip(reserved).enumerate() {
+            let one = std::slice::from_ref(order);
+            match self.confirm(one, under.epoch).await {
+                Ok(Confirmation::Written(written)) => {
+                    report.count(&written);
+                    self.schedule_deadlines(conn, one, &written).await?;
+                    queue.ack(conn, std::slice::from_ref(job)).await?;
+                }
+                Ok(Confirmation::Superseded) => {
+                    return self
+                        .superseded(conn, under, queue, report, &reserved[i..])
+                        .await;
+                }
+                Err(error) if failure::transient_postgres(&error) => {
+                    return self
+                        .give_back_uncharged(conn, queue, &reserved[i..], error)
+                        .await;
+                }
+                Err(error) => {
+                    tracing::error!(order_id = %order.order_id, error = %error, "an order job failed by itself");
+                    report.failed += 1;
+                    queue
+                        .retry(
+                            conn,
+                            std::slice::from_ref(job),
+                            FAILED_JOB_DELAY,
+                            Attempt::Failed,
+                            max_attempts,
+                        )
+                        .await
+                        .context("giving back a failed job")?;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Reserve a batch from one of the sale's queues (`which` picks it from
+    /// the sale's keys) and decode it. A payload that does not decode can
+    /// never succeed: its attempt counts, so it ends in the dead-letter set,
+    /// and the rest carry on.
+    async fn reserve(
+        &self,
+        sale_id: i64,
+        which: fn(&SaleKeys) -> &QueueKeys,
+    ) -> anyhow::Result<Batch> {
+        let keys = SaleKeys::new(self.store.prefix(), sale_id);
+        let queue = Queue::new(which(&keys).clone());
+        let mut conn = self.store.redis().await?;
+        let reservation = queue
+            .reserve(
+                &mut conn,
+                self.settings.batch_size as usize,
+                self.settings.lease(),
+                self.settings.max_attempts,
+            )
+            .await
+            .context("reserving jobs")?;
+        let report = BatchReport {
+            reserved: reservation.jobs.len(),
+            reclaimed: reservation.reclaimed,
+            dead_lettered: reservation.dead_lettered,
+            ..BatchReport::default()
+        };
+        log_reservation(&report);
+        let (mut orders, mut reserved, mut broken) = (Vec::new(), Vec::new(), Vec::new());
+        for job in reservation.jobs {
+            match OrderJob::from_payload(&job.payload) {
+                Ok(order) => {
+                    orders.push(order);
+                    reserved.push(job);
+                }
+                Err(_) => broken.push(job),
+            }
+        }
+        if !broken.is_empty() {
+            tracing::error!(ids = ?broken.iter().map(|j| &j.id).collect::<Vec<_>>(), "undecodable jobs");
+            queue
+                .retry(
+                    &mut conn,
+                    &broken,
+                    FAILED_JOB_DELAY,
+                    Attempt::Failed,
+                    self.settings.max_attempts,
+                )
+                .await
+                .context("giving back undecodable jobs")?;
+        }
+        Ok(Batch {
+            sale_id,
+            keys,
+            epoch: None,
+            queue,
+            conn,
+            report,
+            orders,
+            reserved,
+        })
+    }
+
+    /// One pass over every sale's order queue and deadline queue. Returns
+    /// what it did in total.
+    pub async fn run_once(&self) -> anyhow::Result<BatchReport> {
+        let mut total = BatchReport::default();
+        if self.sweep_is_due() {
+            total.swept = self.sweep().await?;
+        }
+        // Every sale's queues in turn. (A system with thousands of sales
+        // would keep a set of non-empty queues instead.)
+        for sale_id in self.store.sale_ids().await? {
+            total.add(self.try_process_batch(sale_id).await?);
+            total.add(self.try_process_deadlines(sale_id).await?);
+        }
+        // Confirmed and rejected are counted per batch, above: the loop
+        // woken by a purchase writes batches without this pass.
+        metrics().orders("cancelled", total.cancelled);
+        Ok(total)
+    }
+}

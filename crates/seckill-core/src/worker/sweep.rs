@@ -1,0 +1,51 @@
+//! The sweep: every worker, on its first pass and every [`SWEEP_EVERY`]
+//! after, puts back the payment deadlines a Redis that lost data (a restart
+//! without persistence, a wipe) forgot: every confirmed order's deadline is
+//! queued again (`deadlines.rs`), and queueing by id keeps one job, so a
+//! sweep that runs twice changes nothing. Under a lock, so one worker at a
+//! time; a worker that finds the lock taken skips its turn.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use super::{SWEEP_EVERY, Worker};
+use crate::keys;
+use crate::lock::RedisLock;
+
+/// How long the sweep lock lives: longer than a sweep takes, short enough
+/// that a worker that died mid-sweep does not hold the others up for long.
+const SWEEP_LOCK_TTL: Duration = Duration::from_secs(30);
+
+impl Worker {
+    /// Whether this worker's next pass should sweep (and, if so, note that it does).
+    pub(super) fn sweep_is_due(&self) -> bool {
+        let mut last = self.last_sweep.lock().expect("sweep clock poisoned");
+        let due = last.is_none_or(|at| at.elapsed() >= SWEEP_EVERY);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    }
+
+    /// Sweep now, unless another worker is sweeping right now. Returns how
+    /// many deadlines were missing and are queued again.
+    pub async fn sweep(&self) -> anyhow::Result<u64> {
+        let mut conn = self.store.redis().await?;
+        let (lock_key, fence_key) = keys::sweep_lock(self.store.prefix());
+        let lock = RedisLock::new(lock_key, fence_key, SWEEP_LOCK_TTL);
+        // The race this lock prevents is only waste (the sweep is
+        // idempotent), so a worker that finds it taken simply skips.
+        let Some(guard) = lock
+            .try_acquire(&mut conn)
+            .await
+            .context("taking the sweep lock")?
+        else {
+            return Ok(0);
+        };
+        let swept = self.requeue_lost_deadlines(&mut conn).await;
+        // Not fatal if it fails: the lock expires with its TTL.
+        let _ = guard.release(&mut conn).await;
+        swept
+    }
+}

@@ -1,0 +1,11 @@
+//! seckill's dev environment: what a newcomer, a test or a tool needs
+//! around the app, and the app itself never does.
+//!
+//! - [`services`]: find Redis and PostgreSQL on their usual ports, or start
+//!   private ones from the installed binaries (one Redis, a Redis Cluster,
+//!   PostgreSQL), each stopped when its owner is dropped or dies.
+//! - [`processes`]: start, signal, kill and stop `seckill` processes by
+//!   name, the way an operator would run a deployment.
+
+pub mod processes;
+pub mod services;

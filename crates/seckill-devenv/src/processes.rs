@@ -1,0 +1,399 @@
+//! Start, name, kill and stop `seckill` processes: the one way to run a
+//! deployment of several app instances and workers.
+//!
+//! The demo, `seckill-loadtest --spawn` and the integration tests all run
+//! seckill the way an operator would: as separate `seckill serve` and
+//! `seckill worker` processes sharing one Redis and one PostgreSQL. A
+//! [`Deployment`] says where the servers are and what environment every
+//! process gets; a [`Fleet`] starts processes of it, each under a name,
+//! waits for an app's "listening on" line to learn its address, and can
+//! signal, kill or stop any one of them by name (the fault tests kill
+//! workers with SIGKILL mid-batch).
+//!
+//! Every process is killed when its [`Fleet`] is dropped (tokio's
+//! `kill_on_drop`), so an interrupted demo or a failed test leaves none
+//! behind. [`Fleet::stop`] is the polite way: SIGTERM, then a wait for the
+//! batch or requests in flight to finish.
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use futures_util::future::join_all;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use seckill_core::redis_pool::{self, RedisAt};
+
+/// How long a started `seckill serve` may take to print its address.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a stopped process may take to finish its work and exit.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// What `seckill serve` prints first; the address follows.
+const LISTENING: &str = "seckill listening on ";
+
+/// Where the processes of a deployment find their servers, and the
+/// environment they all share.
+#[derive(Debug, Clone)]
+pub struct Deployment {
+    /// The program to run: `seckill`, or `seckill-loadtest` for the tests
+    /// of the load generator.
+    binary: PathBuf,
+    /// `(name, value)` set on every process, after the servers' URLs.
+    env: Vec<(String, String)>,
+}
+
+impl Deployment {
+    /// Processes of `binary` on these servers, under this key prefix. They
+    /// log errors only, unless [`Deployment::env`] sets `RUST_LOG`.
+    pub fn new(
+        binary: impl Into<PathBuf>,
+        redis: &RedisAt,
+        database_url: &str,
+        prefix: &str,
+    ) -> Self {
+        let (redis_env, redis_value) = redis.env();
+        Self {
+            binary: binary.into(),
+            env: Vec::new(),
+        }
+        .env(redis_env, redis_value)
+        .env("SECKILL_DATABASE_URL", database_url)
+        .env("SECKILL_REDIS_PREFIX", prefix)
+        // Errors only: the oversell warnings of a naive run would drown
+        // the demo's progress display and the tests' output.
+        .env("RUST_LOG", "error")
+    }
+
+    /// Set an environment variable on every process (a later value wins).
+    pub fn env(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.env.push((name.to_owned(), value.into()));
+        self
+    }
+
+    /// The same deployment, on another Redis (a server or a cluster).
+    pub fn on_redis(mut self, redis: &RedisAt) -> Self {
+        self.env
+            .retain(|(name, _)| name != redis_pool::SERVER_ENV && name != redis_pool::CLUSTER_ENV);
+        let (name, value) = redis.env();
+        self.env(name, value)
+    }
+
+    /// The same deployment, running another program.
+    pub fn with_binary(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.binary = binary.into();
+        self
+    }
+
+    /// `binary <args>` with this deployment's environment; no input, output
+    /// piped, killed when dropped. For one-shot commands (`migrate`,
+    /// `sale create`) as much as for the processes of a [`Fleet`].
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            // Ours may be either; one inherited from the user would clash.
+            .env_remove(redis_pool::SERVER_ENV)
+            .env_remove(redis_pool::CLUSTER_ENV)
+            .args(args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            // It stops by itself if this process dies without stopping it.
+            .env(
+                seckill_core::process::PARENT_PID_ENV,
+                std::process::id().to_string(),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        command
+    }
+}
+
+/// One running process of a cluster.
+#[derive(Debug)]
+struct Member {
+    /// What the cluster calls it: also the app's `--instance-id`.
+    name: String,
+    /// `http://host:port` of an app instance; `None` for a worker.
+    url: Option<String>,
+    child: Child,
+}
+
+/// Named `seckill` processes of one [`Deployment`]. Dropping it kills them;
+/// [`Fleet::stop`] stops them gracefully.
+#[derive(Debug)]
+pub struct Fleet {
+    deployment: Deployment,
+    /// In the order they were started.
+    members: Vec<Member>,
+}
+
+impl Fleet {
+    /// An empty cluster; start processes with [`Fleet::start_app`] and
+    /// [`Fleet::start_worker`].
+    pub fn new(deployment: Deployment) -> Self {
+        Self {
+            deployment,
+            members: Vec::new(),
+        }
+    }
+
+    /// The usual shape: `instances` app instances named `{label}-1`,
+    /// `{label}-2`, ... that run no worker, and one worker, `{label}-worker`.
+    pub async fn start(
+        deployment: Deployment,
+        label: &str,
+        instances: u32,
+    ) -> anyhow::Result<Self> {
+        Self::start_each(deployment, label, instances, |_| Vec::new()).await
+    }
+
+    /// [`Fleet::start`], with `flags(i)` added to the command line of
+    /// instance `i` (from 1): the lab's fault knobs, some of which only
+    /// one instance has (a clock that runs ahead).
+    pub async fn start_each(
+        deployment: Deployment,
+        label: &str,
+        instances: u32,
+        flags: impl Fn(u32) -> Vec<String>,
+    ) -> anyhow::Result<Self> {
+        let mut cluster = Self::new(deployment);
+        for i in 1..=instances {
+            let flags = flags(i);
+            let mut args = vec!["--no-worker"];
+            args.extend(flags.iter().map(String::as_str));
+            cluster.start_app(&format!("{label}-{i}"), &args).await?;
+        }
+        cluster.start_worker(&format!("{label}-worker"), &[])?;
+        Ok(cluster)
+    }
+
+    /// Start `seckill serve` on a free port as `name` (its instance id),
+    /// with `args` added, and wait until it prints its address. Returns the
+    /// address as a base URL.
+    pub async fn start_app(&mut self, name: &str, args: &[&str]) -> anyhow::Result<String> {
+        self.start_app_at(name, "127.0.0.1:0", args).await
+    }
+
+    /// Kill app instance `name` at once (SIGKILL), as a crash would, and
+    /// start it again on the same address with `args` added: clients that
+    /// knew it find it again. Returns its base URL.
+    pub async fn restart_app(&mut self, name: &str, args: &[&str]) -> anyhow::Result<String> {
+        let url = self.url(name)?;
+        let bind = url
+            .strip_prefix("http://")
+            .with_context(|| format!("{name}'s address {url} is not http://host:port"))?
+            .to_owned();
+        self.kill(name).await?;
+        self.start_app_at(name, &bind, args).await
+    }
+
+    /// The names of the running processes, app instances first.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<(bool, String)> = self
+            .members
+            .iter()
+            .map(|m| (m.url.is_none(), m.name.clone()))
+            .collect();
+        names.sort();
+        names.into_iter().map(|(_, name)| name).collect()
+    }
+
+    async fn start_app_at(
+        &mut self,
+        name: &str,
+        bind: &str,
+        args: &[&str],
+    ) -> anyhow::Result<String> {
+        let mut all = vec!["serve", "--bind", bind, "--instance-id", name];
+        all.extend_from_slice(args);
+        let mut command = self.deployment.command(&all);
+        // A long-running process: its errors go where ours go.
+        command.stderr(Stdio::inherit());
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {}", self.deployment.binary.display()))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        // Kept in the cluster before the wait, so that a failure below still
+        // kills it on drop.
+        self.members.push(Member {
+            name: name.to_owned(),
+            url: None,
+            child,
+        });
+        let line = tokio::time::timeout(START_TIMEOUT, BufReader::new(stdout).lines().next_line())
+            .await
+            .with_context(|| format!("{name} did not start within {START_TIMEOUT:?}"))?
+            .with_context(|| format!("reading the address of {name}"))?
+            .with_context(|| format!("{name} exited before it listened (its errors are above)"))?;
+        let url = listening_url(&line)
+            .with_context(|| format!("unexpected first line from {name}: {line:?}"))?
+            .to_owned();
+        self.members.last_mut().expect("just pushed").url = Some(url.clone());
+        Ok(url)
+    }
+
+    /// Start `seckill worker` as `name`, with `args` added.
+    pub fn start_worker(&mut self, name: &str, args: &[&str]) -> anyhow::Result<()> {
+        let mut all = vec!["worker"];
+        all.extend_from_slice(args);
+        let mut command = self.deployment.command(&all);
+        command.stdout(Stdio::null()).stderr(Stdio::inherit());
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting the worker {name}"))?;
+        self.members.push(Member {
+            name: name.to_owned(),
+            url: None,
+            child,
+        });
+        Ok(())
+    }
+
+    /// The base URLs of the running app instances, in the order they started.
+    pub fn urls(&self) -> Vec<String> {
+        self.members.iter().filter_map(|m| m.url.clone()).collect()
+    }
+
+    /// The base URL of the app instance `name`.
+    pub fn url(&self, name: &str) -> anyhow::Result<String> {
+        self.member(name)?
+            .url
+            .clone()
+            .with_context(|| format!("{name} is not an app instance"))
+    }
+
+    /// Send `signal` to `name` (SIGSTOP and SIGCONT pause and resume it).
+    pub fn signal(&self, name: &str, signal: Signal) -> anyhow::Result<()> {
+        kill(self.pid(name)?, signal).with_context(|| format!("sending {signal} to {name}"))
+    }
+
+    /// The memory `name` holds now, in bytes: see [`resident_bytes`].
+    pub fn resident_bytes(&self, name: &str) -> anyhow::Result<u64> {
+        resident_bytes(self.pid(name)?).with_context(|| format!("{name}'s memory"))
+    }
+
+    fn pid(&self, name: &str) -> anyhow::Result<Pid> {
+        let pid = self
+            .member(name)?
+            .child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .with_context(|| format!("{name} has exited"))?;
+        Ok(Pid::from_raw(pid))
+    }
+
+    /// Wait up to `limit` for `name` to exit, and forget it. Returns how it ended.
+    pub async fn wait(&mut self, name: &str, limit: Duration) -> anyhow::Result<ExitStatus> {
+        let index = self.index(name)?;
+        let status = tokio::time::timeout(limit, self.members[index].child.wait())
+            .await
+            .with_context(|| format!("{name} did not exit within {limit:?}"))?
+            .with_context(|| format!("waiting for {name}"))?;
+        self.members.remove(index);
+        Ok(status)
+    }
+
+    /// The processes that have exited by themselves, with how they ended;
+    /// they are forgotten.
+    pub fn exited(&mut self) -> anyhow::Result<Vec<(String, ExitStatus)>> {
+        let mut exited = Vec::new();
+        let mut index = 0;
+        while index < self.members.len() {
+            let member = &mut self.members[index];
+            match member
+                .child
+                .try_wait()
+                .with_context(|| format!("asking after {}", member.name))?
+            {
+                Some(status) => exited.push((self.members.remove(index).name, status)),
+                None => index += 1,
+            }
+        }
+        Ok(exited)
+    }
+
+    /// Kill `name` at once (SIGKILL), as a crash would, and forget it.
+    pub async fn kill(&mut self, name: &str) -> anyhow::Result<()> {
+        self.signal(name, Signal::SIGKILL)?;
+        self.wait(name, STOP_TIMEOUT).await?;
+        Ok(())
+    }
+
+    /// SIGTERM every process and wait for each to finish its work; kill
+    /// whichever takes longer than [`STOP_TIMEOUT`], and say so.
+    pub async fn stop(mut self) {
+        for member in &self.members {
+            if let Some(pid) = member.child.id().and_then(|id| i32::try_from(id).ok()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            }
+        }
+        // Waited for together, not one after another: they all stop at
+        // once, so a lab's fourteen processes take the slowest one's time
+        // after Ctrl-C, not up to fourteen timeouts.
+        join_all(self.members.iter_mut().map(|member| async move {
+            if tokio::time::timeout(STOP_TIMEOUT, member.child.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    process = %member.name,
+                    timeout_s = STOP_TIMEOUT.as_secs(),
+                    "did not stop after SIGTERM; killed"
+                );
+                let _ = member.child.kill().await;
+            }
+        }))
+        .await;
+    }
+
+    fn index(&self, name: &str) -> anyhow::Result<usize> {
+        match self.members.iter().position(|m| m.name == name) {
+            Some(index) => Ok(index),
+            None => bail!("no process named {name} in the cluster"),
+        }
+    }
+
+    fn member(&self, name: &str) -> anyhow::Result<&Member> {
+        Ok(&self.members[self.index(name)?])
+    }
+}
+
+/// The base URL in `seckill serve`'s first line of output, if `line` is
+/// that line.
+pub fn listening_url(line: &str) -> Option<&str> {
+    line.strip_prefix(LISTENING)
+}
+
+/// The `seckill` binary: this program, or the one beside it (when this is
+/// `seckill-loadtest`).
+pub fn seckill_binary() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe().context("finding this program")?;
+    if me.file_stem().is_some_and(|stem| stem == "seckill") {
+        return Ok(me);
+    }
+    let sibling = me.with_file_name(format!("seckill{}", std::env::consts::EXE_SUFFIX));
+    if !sibling.exists() {
+        bail!(
+            "{} not found; build both binaries first (`cargo build --release`)",
+            sibling.display()
+        );
+    }
+    Ok(sibling)
+}
+
+/// The memory process `pid` holds now (its resident set, `VmRSS` in
+/// `/proc/<pid>/status`), in bytes.
+pub fn resident_bytes(pid: Pid) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no VmRSS in /proc/{pid}/status"))?;
+    Ok(kib * 1024)
+}

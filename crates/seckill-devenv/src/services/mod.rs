@@ -1,0 +1,257 @@
+//! Finding Redis and PostgreSQL, or starting private ones.
+//!
+//! seckill needs a real Redis and a real PostgreSQL, and a newcomer should not
+//! have to set anything up to try it. [`Services::resolve`] decides, for each
+//! of the two, in this order:
+//!
+//! 1. the URL the user gave (`SECKILL_REDIS_URL` or, for a Redis Cluster,
+//!    `SECKILL_REDIS_CLUSTER_NODES`; `SECKILL_DATABASE_URL`);
+//! 2. the server on its default local port, if it answers;
+//! 3. a private server, started from the installed binaries (`redis-server`;
+//!    PostgreSQL's `initdb` and `postgres`) in a temporary directory on a free
+//!    port. It stops, and its directory is deleted, when the [`Services`]
+//!    value is dropped.
+//!
+//! When all three fail it says how to get the servers: install the packages,
+//! or `docker compose up -d`.
+//!
+//! The tests use the same code; the fault tests start [`PrivateRedis`] and
+//! [`PrivatePostgres`] directly, because they need servers they may stop.
+//!
+//! The files: this one decides; `redis_server.rs` and `postgres_server.rs` start private
+//! servers, `redis_cluster.rs` a private Redis Cluster (for the tests and the bench); `supervise.rs` keeps a started server from outliving us. Reading and
+//! rewriting the URLs (and hiding their passwords) is `seckill_core::urls`.
+//!
+//! A process that is killed (`kill -9`, a crashed test) cannot run its
+//! destructors. So that its private servers do not outlive it, each one has a
+//! tiny "reaper" shell process that checks every second whether the parent
+//! still lives and stops the server when it does not.
+
+mod postgres_server;
+mod redis_cluster;
+mod redis_server;
+mod supervise;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+
+pub use postgres_server::{PrivatePostgres, drop_database, ensure_database};
+pub use redis_cluster::PrivateRedisCluster;
+pub use redis_server::PrivateRedis;
+
+use seckill_core::probe;
+use seckill_core::redis_pool::RedisAt;
+use seckill_core::urls::{redact, with_database};
+
+/// Where seckill looks for Redis when no URL is given.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// Where seckill looks for PostgreSQL when no URL is given (trust auth, as a
+/// fresh Debian install allows for local connections).
+pub const DEFAULT_POSTGRES_SERVER: &str = "postgres://postgres@127.0.0.1:5432";
+/// The database seckill uses on a server it found or started.
+pub const DEFAULT_DATABASE: &str = "seckill";
+
+/// How long a probe waits for a local server before deciding it is not there.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+const HOW_TO_GET_SERVERS: &str = "install the packages (Debian/Ubuntu: `apt-get install redis-server postgresql`) \
+     so seckill can find or start them, or run `docker compose up -d` and point \
+     SECKILL_REDIS_URL / SECKILL_DATABASE_URL at them";
+
+/// Whether [`Services::resolve`] may start private servers. A command that
+/// exits at once (`migrate`, `sale create`) or must share its servers with
+/// other processes (`worker`) gains nothing from servers that die with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivateServers {
+    Allowed,
+    Refused,
+}
+
+/// Where a service came from, for the start-up log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The user gave its URL.
+    Configured,
+    /// It answered on its default local port.
+    Local,
+    /// This process started it; it stops when the process exits.
+    Private,
+}
+
+/// The Redis and PostgreSQL this process uses. Keep it alive as long as the
+/// URLs are in use: dropping it stops the private servers.
+#[derive(Debug)]
+pub struct Services {
+    /// One Redis server, or a cluster (only ever configured).
+    pub redis: RedisAt,
+    pub redis_origin: Origin,
+    /// A URL naming a database that exists and may be migrated.
+    pub database_url: String,
+    pub postgres_origin: Origin,
+    private_redis: Option<PrivateRedis>,
+    private_postgres: Option<PrivatePostgres>,
+}
+
+impl Services {
+    /// Decide where Redis and PostgreSQL are (see the module docs), and
+    /// create the database the URL names if the server lacks it.
+    pub async fn resolve(
+        redis: Option<RedisAt>,
+        database_url: Option<&str>,
+        private: PrivateServers,
+    ) -> anyhow::Result<Self> {
+        let services = Self::find(redis, database_url, private).await?;
+        ensure_database(&services.database_url).await?;
+        Ok(services)
+    }
+
+    /// [`Services::resolve`], without creating the named database: for a
+    /// command that works only in databases of its own on the server
+    /// (`bench`), which would otherwise leave an empty `seckill` behind.
+    pub async fn find(
+        redis: Option<RedisAt>,
+        database_url: Option<&str>,
+        private: PrivateServers,
+    ) -> anyhow::Result<Self> {
+        let refuse = |what: &str| {
+            anyhow::anyhow!(
+                "no {what} answers on its default local port, and a private server would vanish \
+                 when this command exits; start the local servers, or set SECKILL_REDIS_URL and \
+                 SECKILL_DATABASE_URL (for example to the servers of `docker compose up -d`)"
+            )
+        };
+        let (redis, redis_origin, private_redis) = match redis {
+            Some(at) => (at, Origin::Configured, None),
+            None if redis_answers(DEFAULT_REDIS_URL).await => (
+                RedisAt::Server(DEFAULT_REDIS_URL.to_owned()),
+                Origin::Local,
+                None,
+            ),
+            None if private == PrivateServers::Refused => return Err(refuse("Redis")),
+            None => {
+                let redis = PrivateRedis::start()
+                    .await
+                    .with_context(|| format!("no Redis answers on 127.0.0.1:6379 and none could be started; {HOW_TO_GET_SERVERS}"))?;
+                (RedisAt::Server(redis.url()), Origin::Private, Some(redis))
+            }
+        };
+        let (server_url, postgres_origin, private_postgres) = match database_url {
+            Some(url) => (url.to_owned(), Origin::Configured, None),
+            None => match postgres_refusal(DEFAULT_POSTGRES_SERVER).await {
+                None => (
+                    with_database(DEFAULT_POSTGRES_SERVER, DEFAULT_DATABASE)?,
+                    Origin::Local,
+                    None,
+                ),
+                Some(why) if private == PrivateServers::Refused => {
+                    return Err(refuse("PostgreSQL").context(why));
+                }
+                Some(why) => {
+                    // A server that is there but wants a password (a stock
+                    // Debian one, over TCP) is passed over: say so, or
+                    // the user wonders where the demo's data went.
+                    tracing::info!(
+                        %why,
+                        "the PostgreSQL on 127.0.0.1:5432 is not used; a private one is started \
+                         (to use it, set SECKILL_DATABASE_URL, with a password if it asks for one)"
+                    );
+                    let postgres = PrivatePostgres::start()
+                        .await
+                        .with_context(|| format!("no PostgreSQL answers on 127.0.0.1:5432 and none could be started; {HOW_TO_GET_SERVERS}"))?;
+                    (
+                        postgres.url(DEFAULT_DATABASE),
+                        Origin::Private,
+                        Some(postgres),
+                    )
+                }
+            },
+        };
+        Ok(Self {
+            redis,
+            redis_origin,
+            database_url: server_url,
+            postgres_origin,
+            private_redis,
+            private_postgres,
+        })
+    }
+
+    /// Whether this process started a server of its own.
+    pub fn has_private_servers(&self) -> bool {
+        self.private_redis.is_some() || self.private_postgres.is_some()
+    }
+
+    /// Say in the log which servers are used, and where each came from.
+    pub fn log(&self) {
+        let origin = |origin: Origin| match origin {
+            Origin::Configured => "configured",
+            Origin::Local => "found on its default local port",
+            Origin::Private => "private, started by this process; it stops when the process exits",
+        };
+        tracing::info!(url = %self.redis.redacted(), origin = origin(self.redis_origin), "Redis");
+        tracing::info!(url = %redact(&self.database_url), origin = origin(self.postgres_origin), "PostgreSQL");
+    }
+}
+
+/// Whether a Redis server answers PING at `url`.
+pub async fn redis_answers(url: &str) -> bool {
+    probe::within(PROBE_TIMEOUT, async {
+        let client = redis::Client::open(url)?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        probe::ping(&mut conn).await
+    })
+    .await
+}
+
+/// Whether a PostgreSQL server accepts a connection to its `postgres`
+/// database at `server_url`.
+pub async fn postgres_answers(server_url: &str) -> bool {
+    postgres_refusal(server_url).await.is_none()
+}
+
+/// Why a PostgreSQL server does not accept a connection to its `postgres`
+/// database at `server_url` (not there, a password it was not given, no
+/// answer in time); `None` when it does.
+async fn postgres_refusal(server_url: &str) -> Option<String> {
+    let url = match with_database(server_url, "postgres") {
+        Ok(url) => url,
+        Err(error) => return Some(format!("{error:#}")),
+    };
+    let connected = tokio::time::timeout(PROBE_TIMEOUT, async {
+        let conn = PgConnection::connect(&url).await?;
+        // A connection was enough: a failed goodbye does not make it down.
+        let _ = conn.close().await;
+        Ok::<_, sqlx::Error>(())
+    })
+    .await;
+    match connected {
+        Ok(Ok(())) => None,
+        Ok(Err(error)) => Some(error.to_string()),
+        Err(_) => Some(format!("no answer within {PROBE_TIMEOUT:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that is there but turns the connection down is passed over
+    /// with its own words, which the log then shows.
+    #[tokio::test]
+    async fn a_postgres_that_refuses_says_why() {
+        let postgres = PrivatePostgres::start()
+            .await
+            .expect("a private PostgreSQL");
+        let server = postgres.url("postgres");
+        assert_eq!(postgres_refusal(&server).await, None);
+        let stranger = server.replacen("postgres@", "nobody_here@", 1);
+        let why = postgres_refusal(&stranger).await.expect("refused");
+        assert!(why.contains("nobody_here"), "{why}");
+        drop(postgres);
+        let why = postgres_refusal(&server).await.expect("gone");
+        assert!(!why.is_empty());
+    }
+}

@@ -1,0 +1,494 @@
+//! `seckill bench`: the speed figures of the purchase path and the worker,
+//! measured side by side in one run on this machine, each beside its
+//! target and, where the target is a ratio, beside its baseline measured
+//! in the same run.
+//!
+//! What it measures, and how:
+//! - **the burst**: 10 units, `--burst-users` buyers at once on 2 `lock`
+//!   instances (the load test's burst): from the first send to the last
+//!   win, the p99 of every answer; then more bursts on the same instances
+//!   until `--memory-buyers` have bought, each as large as the open-files
+//!   limit allows, and the larger instance's memory after them;
+//! - **accepted purchases per second** on one sale of a million units,
+//!   every request a new buyer, 64 connections for `--secs` seconds
+//!   (the load test's closed scenario), with `lock` and with `lua`, `lua`
+//!   beside `redis-benchmark` running its script (`lua.rs`);
+//! - **the worker's drain**: `--drain-orders` jobs queued on one sale,
+//!   drained into PostgreSQL by the worker's own drain (three batches
+//!   in flight), against one
+//!   server-side `INSERT ... SELECT` of as many rows into a copy of
+//!   `orders` (the most PostgreSQL can take, as a baseline);
+//! - **past one Redis** (`cluster.rs`): accepted purchases per second on
+//!   three sales at once, on the one Redis and on a private 3-master
+//!   cluster, one sale per master;
+//! - **an idle worker's delay**: purchases one at a time on an instance
+//!   with its worker in-process, from the `202` to the order found
+//!   confirmed in PostgreSQL (polled every millisecond): the p50;
+//! - **with wrk** (`wrk.rs`): sold-out answers against a bare actix
+//!   handler, and the index against a sale page and against itself;
+//! - **open sale pages** (`pages.rs`): `--pages` event streams on one
+//!   instance, the Redis commands they add per second, its memory; and the
+//!   burst while they watch its sale, against the burst alone.
+//!
+//! Every instance it starts logs as a user's does ([`deployment`]).
+
+mod args;
+mod baseline;
+mod burst;
+mod cluster;
+mod holder;
+mod lua;
+mod pages;
+mod wrk;
+
+pub use args::{BenchArgs, BenchRows};
+pub use holder::{HoldPagesArgs, hold_pages};
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use seckill_loadtest::LoadArgs;
+use seckill_loadtest::answer::AnswerKind;
+use seckill_loadtest::http::{Connection, Target, purchase_path};
+use seckill_loadtest::scenario::Scenario;
+use seckill_loadtest::verify::Expect;
+
+use crate::loadrun::{self, admin_token};
+use seckill_core::config::Strategy;
+use seckill_core::domain::{OrderJob, OrderStatus, UserId};
+use seckill_core::keys::SaleKeys;
+use seckill_core::queue::Queue;
+use seckill_core::store::Store;
+use seckill_core::telemetry;
+use seckill_core::urls;
+use seckill_core::worker::Worker;
+use seckill_devenv::processes::{Deployment, Fleet};
+use seckill_devenv::services::{PrivateServers, Services};
+
+/// The instances every row measures, of `strategy`: logging with the
+/// default filter (`info`), as a user's do, not with the errors only that
+/// keep the tests and the demo quiet. Their `info` spans cost every
+/// request only when the filter takes them in: measured errors-only, a
+/// sold-out answer once ran half again as fast as a user's did, and the
+/// bench did not show it (docs/bench-history.md).
+fn deployment(
+    services: &Services,
+    prefix: &str,
+    strategy: Strategy,
+    token: &str,
+) -> anyhow::Result<Deployment> {
+    Ok(loadrun::deployment(services, prefix, strategy, token)?
+        .env("RUST_LOG", telemetry::DEFAULT_FILTER))
+}
+
+/// One row of the table.
+struct Row {
+    figure: &'static str,
+    measured: String,
+    target: &'static str,
+    /// `None`: not measured, or no target to meet.
+    met: Option<bool>,
+}
+
+/// What this run's database and key prefix are named after: its pid, and a
+/// random tag, since a pid alone is not unique (two containers' benches,
+/// each pid 1, on one PostgreSQL would drop each other's database; a bench
+/// killed before its clean-up would hand its leftovers to the next with
+/// its pid).
+static RUN: LazyLock<String> = LazyLock::new(|| {
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}_{}", std::process::id(), &tag[..8])
+});
+
+/// `seckill bench`: measure, print the table.
+pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow::Result<()> {
+    seckill_core::process::raise_open_files_limit();
+    // Ctrl-C, from here on, ends the measuring, not the process: the
+    // clean-up below runs.
+    let stop = seckill_core::process::stop_requested();
+    // What the bench writes is measurement, not the user's: a database and
+    // a key prefix of its own, dropped afterwards, failed run or not. (In
+    // the app's database, its live "Bench drain" sales of 20,000 units were
+    // listed on the storefront's index for an hour.)
+    let database = urls::with_database(&services.database_url, &format!("seckill_bench_{}", *RUN))?;
+    let own = Services::resolve(
+        Some(services.redis.clone()),
+        Some(&database),
+        PrivateServers::Refused,
+    )
+    .await?;
+    let prefix = format!("{prefix}:bench-{}", *RUN);
+    // The servers' URLs logged at start name the app's database: say that
+    // the bench works beside it, not in it.
+    tracing::info!(database = %urls::redact(&database), %prefix, "the bench's own database and key prefix, dropped when it ends");
+    let measured = tokio::select! {
+        measured = measure(&args, &own, &prefix) => measured,
+        () = stop => Err(anyhow::anyhow!("interrupted; the bench's database and keys are dropped")),
+    };
+    let cleaned = clean_up(&own, &prefix).await;
+    match measured {
+        Ok(rows) => {
+            println!("{}", table(&rows));
+            cleaned
+        }
+        // The run's error is the one returned; the clean-up's is not lost.
+        Err(error) => {
+            if let Err(left) = cleaned {
+                eprintln!("bench: cleaning up after the failed run: {left:#}");
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Every row `args` asks for, measured with `prefix` on `services`.
+async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow::Result<Vec<Row>> {
+    let store = loadrun::connect(services, prefix).await?;
+    let token = admin_token();
+    let wanted = |group| args.only.is_empty() || args.only.contains(&group);
+    let mut rows = Vec::new();
+    if wanted(BenchRows::Burst) {
+        eprintln!("bench: the burst");
+        rows.extend(burst::burst(args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Accepted) {
+        for strategy in [Strategy::Lock, Strategy::Lua] {
+            eprintln!("bench: accepted purchases/s with {}", strategy.as_str());
+            rows.push(accepted_per_second(args, services, &store, &token, strategy).await?);
+        }
+    }
+    if wanted(BenchRows::Cluster) {
+        eprintln!("bench: 3 sales on 1 Redis, then on a 3-master cluster");
+        rows.push(cluster::spread_over_masters(args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Drain) {
+        eprintln!("bench: the worker's drain");
+        rows.extend(drain(args, &store).await?);
+    }
+    if wanted(BenchRows::Idle) {
+        eprintln!("bench: an idle worker's delay");
+        rows.push(idle_delay(services, &store, &token).await?);
+    }
+    if wanted(BenchRows::SoldOut) {
+        eprintln!("bench: sold-out answers against a bare handler (wrk)");
+        rows.push(wrk::sold_out(args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Index) {
+        eprintln!("bench: the storefront index (wrk)");
+        rows.extend(wrk::index(args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Pages) {
+        eprintln!("bench: {} open sale pages", args.pages);
+        rows.push(pages::open_pages(args, services, &store, &token).await?);
+        eprintln!(
+            "bench: the burst, alone and while {} pages watch",
+            args.pages
+        );
+        rows.extend(pages::watched_burst(args, services, &store, &token).await?);
+    }
+    Ok(rows)
+}
+
+/// Delete the bench's keys and drop its database, each whether or not the
+/// other could be done.
+async fn clean_up(services: &Services, prefix: &str) -> anyhow::Result<()> {
+    let deleted = async {
+        let redis =
+            seckill_core::redis_pool::connect_redis(&services.redis, Duration::from_secs(5))
+                .await?;
+        redis.delete_under(prefix).await
+    }
+    .await
+    .context("deleting the bench's Redis keys");
+    let dropped = seckill_devenv::services::drop_database(&services.database_url)
+        .await
+        .context("dropping the bench's database");
+    deleted.and(dropped)
+}
+
+/// New buyers on one big sale for `--secs` seconds: accepted per second.
+async fn accepted_per_second(
+    args: &BenchArgs,
+    services: &Services,
+    store: &Store,
+    token: &str,
+    strategy: Strategy,
+) -> anyhow::Result<Row> {
+    let load = closed_load(args.secs, 64);
+    let no_more = async |_: &Fleet| Ok(());
+    let (report, ()) = run(services, store, token, strategy, 1_000_000, &load, no_more).await?;
+    let per_second = accepted_rate(&report);
+    if strategy != Strategy::Lua {
+        let target = Bound::AtLeast(8_000.0);
+        return Ok(Row {
+            figure: "accepted purchases/s on one sale, lock",
+            measured: format!("{}/s", target.shown(per_second, 0)),
+            target: ">= 8,000",
+            met: Some(target.met(per_second)),
+        });
+    }
+    // Measured after the run, so that the two never share the cores.
+    let script = lua::script_per_second(&services.redis, store, args.secs).await?;
+    let target = Bound::AtLeast(80.0);
+    let percent = script.map(|script| per_second / script * 100.0);
+    Ok(Row {
+        figure: "accepted purchases/s on one sale, lua / redis-benchmark running the script",
+        measured: match (script, percent) {
+            (Some(script), Some(percent)) => format!(
+                "{}% ({per_second:.0}/s; the script alone: {script:.0}/s)",
+                target.shown(percent, 0)
+            ),
+            _ => format!("{per_second:.0}/s (no redis-benchmark baseline here)"),
+        },
+        target: ">= 80%",
+        met: percent.map(|percent| target.met(percent)),
+    })
+}
+
+/// New buyers, each request once, over `connections` for `secs`, checked
+/// by PostgreSQL's word only (the purchases/s rows).
+fn closed_load(secs: f64, connections: u64) -> LoadArgs {
+    LoadArgs {
+        scenario: Scenario::Closed,
+        users: 10_000_000,
+        dup: 0.0,
+        rate: 0.0,
+        duration: Some(secs),
+        connections,
+        expect: Expect::Observe,
+        settle_secs: 60,
+        json: None,
+        html: None,
+    }
+}
+
+/// Accepted purchases per second of a run.
+fn accepted_rate(report: &seckill_loadtest::report::Report) -> f64 {
+    report.summary.count(AnswerKind::Won) as f64 / (report.summary.wall_ms / 1000.0)
+}
+
+/// Start 2 instances of `strategy` and a worker, create a sale of `units`,
+/// run `load` against it, read what `after` reads of them once it is over
+/// (unless it failed), stop them. Returns the report and that.
+async fn run<T>(
+    services: &Services,
+    store: &Store,
+    token: &str,
+    strategy: Strategy,
+    units: u32,
+    load: &LoadArgs,
+    after: impl AsyncFnOnce(&Fleet) -> anyhow::Result<T>,
+) -> anyhow::Result<(seckill_loadtest::report::Report, T)> {
+    let deployment = deployment(services, store.prefix(), strategy, token)?;
+    let cluster = Fleet::start(deployment, "bench", 2).await?;
+    let sale_id = loadrun::create_sale(store, "Bench", units, Some(3600)).await?;
+    let report = loadrun::burst(store, &cluster, strategy, (sale_id, units), ("bench", load)).await;
+    let outcome = async { Ok((report?, after(&cluster).await?)) }.await;
+    cluster.stop().await;
+    outcome
+}
+
+/// `--drain-orders` jobs drained by one worker, against PostgreSQL's own
+/// bulk insert of as many rows.
+async fn drain(args: &BenchArgs, store: &Store) -> anyhow::Result<[Row; 2]> {
+    let n = args.drain_orders;
+    let sale_id = loadrun::create_sale(store, "Bench drain", n, Some(3600)).await?;
+    let keys = SaleKeys::new(store.prefix(), sale_id);
+    let queue = Queue::new(keys.queue.clone());
+    let mut conn = store.redis().await?;
+    let jobs: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            let user = UserId::parse(&format!("drain-{i}")).expect("a valid buyer id");
+            let job = OrderJob::new(sale_id, &user);
+            (job.order_id.to_string(), job.to_payload())
+        })
+        .collect();
+    for chunk in jobs.chunks(1_000) {
+        let chunk: Vec<(&str, &str)> = chunk
+            .iter()
+            .map(|(i, p)| (i.as_str(), p.as_str()))
+            .collect();
+        queue
+            .enqueue(&mut conn, &chunk, Duration::ZERO)
+            .await
+            .context("queueing the drain's jobs")?;
+    }
+    let worker = Worker::new(store.clone(), args.worker.clone());
+    let started = Instant::now();
+    let report = worker.drain(sale_id).await?;
+    anyhow::ensure!(
+        report.confirmed == n as usize,
+        "the worker confirmed {} of {n} orders",
+        report.confirmed
+    );
+    let drained = f64::from(n) / started.elapsed().as_secs_f64();
+    let baseline = f64::from(n)
+        / baseline::time_bulk_insert(store.pg(), sale_id, n)
+            .await?
+            .as_secs_f64();
+    let percent = drained / baseline * 100.0;
+    let (fast, share) = (Bound::AtLeast(40_000.0), Bound::AtLeast(30.0));
+    Ok([
+        Row {
+            figure: "worker drain into PostgreSQL, orders/s",
+            measured: format!("{}/s", fast.shown(drained, 0)),
+            target: ">= 40,000",
+            met: Some(fast.met(drained)),
+        },
+        Row {
+            figure: "worker drain / one server-side INSERT of as many rows",
+            measured: format!(
+                "{}% (INSERT: {baseline:.0} rows/s)",
+                share.shown(percent, 0)
+            ),
+            target: ">= 30%",
+            met: Some(share.met(percent)),
+        },
+    ])
+}
+
+/// Purchases one at a time on an instance with its worker in-process:
+/// the p50 from the `202` to the order confirmed in PostgreSQL.
+async fn idle_delay(services: &Services, store: &Store, token: &str) -> anyhow::Result<Row> {
+    const PURCHASES: u32 = 50;
+    let deployment = deployment(services, store.prefix(), Strategy::Lock, token)?;
+    let mut cluster = Fleet::new(deployment);
+    let url = cluster.start_app("bench-idle", &[]).await?;
+    let sale_id = loadrun::create_sale(store, "Bench idle", PURCHASES, Some(3600)).await?;
+    let mut connection = Connection::open(Target::resolve(&url).await?).await?;
+    let path = purchase_path(sale_id);
+    let mut delays = Vec::new();
+    for i in 0..PURCHASES {
+        let answer = connection.purchase(&path, &format!("idle-{i}")).await;
+        let order_id = answer
+            .classified
+            .order_id
+            .context("a purchase on an idle sale was refused")?;
+        let accepted = Instant::now();
+        loop {
+            let order = store.find_order(order_id).await?;
+            if order.is_some_and(|order| order.status == OrderStatus::Confirmed) {
+                break;
+            }
+            anyhow::ensure!(
+                accepted.elapsed() < Duration::from_secs(10),
+                "order {order_id} never confirmed"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        delays.push(accepted.elapsed());
+    }
+    cluster.stop().await;
+    delays.sort();
+    let p50 = delays[delays.len() / 2].as_secs_f64() * 1000.0;
+    let target = Bound::AtMost(5.0);
+    Ok(Row {
+        figure: "idle worker: 202 to order confirmed, p50",
+        measured: format!("{} ms", target.shown(p50, 1)),
+        target: "<= 5 ms",
+        met: Some(target.met(p50)),
+    })
+}
+
+/// What a figure must be to meet its row's target. Every row with a
+/// numeric target is judged, and its figure shown, by one: a figure judged
+/// against one limit and rounded apart from it could read "20 ms" and be
+/// marked missed.
+#[derive(Debug, Clone, Copy)]
+enum Bound {
+    AtLeast(f64),
+    AtMost(f64),
+    Below(f64),
+}
+
+impl Bound {
+    fn met(self, value: f64) -> bool {
+        match self {
+            Self::AtLeast(limit) => value >= limit,
+            Self::AtMost(limit) => value <= limit,
+            Self::Below(limit) => value < limit,
+        }
+    }
+
+    /// `value` with `places` decimals, or more when that few would show it
+    /// on the other side of the limit: 29.85% against at least 30 shows as
+    /// 29.9%, not as a 30% marked missed (at worst, every digit it has).
+    fn shown(self, value: f64, places: usize) -> String {
+        (places..=places + 3)
+            .map(|places| format!("{value:.places$}"))
+            .find(|text| {
+                text.parse()
+                    .is_ok_and(|shown| self.met(shown) == self.met(value))
+            })
+            .unwrap_or_else(|| value.to_string())
+    }
+}
+
+fn table(rows: &[Row]) -> String {
+    // At least the headers' own widths: a short figure would misalign them.
+    let width = |f: fn(&Row) -> usize, header: &str| {
+        rows.iter().map(f).chain([header.len()]).max().unwrap_or(0)
+    };
+    let (a, b) = (
+        width(|r| r.figure.len(), "figure"),
+        width(|r| r.measured.chars().count(), "measured"),
+    );
+    let mut out = format!(
+        "{:<a$}  {:<b$}  {:<5}  target\n",
+        "figure", "measured", "met"
+    );
+    for row in rows {
+        let met = match row.met {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "-",
+        };
+        out.push_str(&format!(
+            "{:<a$}  {:<b$}  {met:<5}  {}\n",
+            row.figure, row.measured, row.target
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_figure_is_never_shown_on_the_other_side_of_its_target() {
+        let at_least = Bound::AtLeast(30.0);
+        assert_eq!(at_least.shown(29.85, 0), "29.9");
+        assert_eq!(at_least.shown(29.9999, 0), "29.9999");
+        assert_eq!(at_least.shown(30.4, 0), "30");
+        assert_eq!(at_least.shown(31.6, 0), "32");
+        let at_most = Bound::AtMost(1.25);
+        assert_eq!(at_most.shown(1.2504, 2), "1.2504");
+        assert_eq!(at_most.shown(1.2449, 2), "1.24");
+        assert_eq!(at_most.shown(0.38, 2), "0.38");
+        let below = Bound::Below(64.0);
+        assert_eq!(below.shown(63.96, 1), "63.96");
+        assert_eq!(below.shown(64.0, 1), "64.0");
+        assert!(!below.met(64.0) && below.met(63.96));
+    }
+
+    #[test]
+    fn the_columns_line_up_with_their_headers_whatever_the_widths() {
+        let rows = [Row {
+            figure: "f",
+            measured: "2.8 ms".into(),
+            target: "<= 5 ms",
+            met: Some(true),
+        }];
+        let table = table(&rows);
+        let lines: Vec<&str> = table.lines().collect();
+        let column = |line: &str, word: &str| line.find(word).expect(word);
+        assert_eq!(column(lines[0], "met"), column(lines[1], "yes"), "{table}");
+        assert_eq!(
+            column(lines[0], "target"),
+            column(lines[1], "<= 5"),
+            "{table}"
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! `seckill bench`'s options.
+
+use clap::Args;
+use seckill_core::config::WorkerSettings;
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Seconds of each accepted-purchases run.
+    #[arg(long, default_value_t = 5.0, value_parser = seckill_loadtest::seconds)]
+    pub secs: f64,
+
+    /// Buyers in the 10-unit burst.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    pub burst_users: u32,
+
+    /// Buyers on the burst's two instances in all, before their memory is
+    /// read: the burst's, then more bursts of 10 units, each as large as
+    /// the open-files limit allows.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(10..=10_000_000))]
+    pub memory_buyers: u32,
+
+    /// Orders the worker drains.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub drain_orders: u32,
+
+    /// Sale pages (event streams) held open on one instance.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub pages: u32,
+
+    /// Measure only these rows (repeat the flag for several); every row
+    /// when not given.
+    #[arg(long = "only", value_enum)]
+    pub only: Vec<BenchRows>,
+
+    /// The drain's worker (its batch size above all).
+    #[command(flatten)]
+    pub worker: WorkerSettings,
+}
+
+/// The groups of rows `seckill bench --only` can pick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchRows {
+    /// The 10-unit burst on 2 instances: last win, p99; memory after
+    /// `--memory-buyers` buyers on them.
+    Burst,
+    /// Accepted purchases/s with `lock`, and with `lua` beside redis-benchmark.
+    Accepted,
+    /// Three sales on one Redis, then on a 3-master cluster.
+    Cluster,
+    /// The worker's drain against one bulk INSERT.
+    Drain,
+    /// An idle worker's delay from a 202 to the order confirmed.
+    Idle,
+    /// Sold-out answers against a bare actix handler (wrk).
+    SoldOut,
+    /// The storefront index against a sale page, and with 1,000 sales (wrk).
+    Index,
+    /// Open sale pages: Redis commands/s they add, memory, and the burst
+    /// while they watch against the burst alone.
+    Pages,
+}

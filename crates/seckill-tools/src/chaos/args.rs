@@ -1,0 +1,87 @@
+//! `seckill chaos`'s options, and the faults it can inject.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::Serialize;
+
+/// The faults `seckill chaos` can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// A worker killed with SIGKILL mid-batch, three times (a fresh one started each time).
+    WorkerKill,
+    /// An app instance killed with SIGKILL mid-load, then restarted on the same address.
+    AppKill,
+    /// An app instance stopped (SIGSTOP) while it holds the sale lock, until the lock has run out, then resumed: its purchases must write nothing (the fence).
+    LockHolderPause,
+    /// PostgreSQL stopped for --postgres-down-secs, then restarted.
+    PostgresDown,
+    /// Redis killed with SIGKILL and restarted from its append-only file.
+    RedisKill,
+    /// Redis restarted with no data at all (what a Redis without persistence meets).
+    RedisWipe,
+    /// Hostile traffic beside the load: made-up ids, malformed bodies, oversized headers, half-open connections.
+    Flood,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 7] = [
+        Fault::WorkerKill,
+        Fault::AppKill,
+        Fault::LockHolderPause,
+        Fault::PostgresDown,
+        Fault::RedisKill,
+        Fault::RedisWipe,
+        Fault::Flood,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::WorkerKill => "worker-kill",
+            Fault::AppKill => "app-kill",
+            Fault::LockHolderPause => "lock-holder-pause",
+            Fault::PostgresDown => "postgres-down",
+            Fault::RedisKill => "redis-kill",
+            Fault::RedisWipe => "redis-wipe",
+            Fault::Flood => "flood",
+        }
+    }
+}
+
+/// `seckill chaos`'s options: all have defaults, none is needed.
+#[derive(Debug, Clone, Args)]
+pub struct ChaosArgs {
+    /// Distinct buyers.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub users: u32,
+
+    /// Units of the sale: fewer than the buyers, so the sale sells out, but
+    /// plenty, so orders keep flowing through every fault.
+    #[arg(long, default_value_t = 3_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub stock: u32,
+
+    /// Purchases per second (an open model: they fall due whether or not earlier ones were answered).
+    #[arg(long, default_value_t = 1_500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rate: u32,
+
+    /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 29 s).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=3_600))]
+    pub duration_secs: u64,
+
+    /// Inject only this fault (repeat for several) [default: every fault].
+    #[arg(long = "fault", value_enum)]
+    pub faults: Vec<Fault>,
+
+    /// Seed of the fault order: the same seed gives the same schedule.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Seconds PostgreSQL stays down.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub postgres_down_secs: u64,
+
+    /// Where the JSON and HTML reports go.
+    #[arg(long, default_value = "target/seckill-chaos")]
+    pub report_dir: PathBuf,
+}

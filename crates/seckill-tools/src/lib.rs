@@ -1,0 +1,134 @@
+//! seckill's tools: the commands that start a deployment of their own,
+//! drive it and report on it. None of this runs in a server.
+//!
+//! - [`loadrun`]: the load test (the `loadtest/` crate's generator and
+//!   verifier) against app instances it starts, shared by the others;
+//! - [`demo`]: the whole show, `lock` against `naive`, side by side;
+//! - [`lab`]: every purchase strategy with the fault that breaks it, in one
+//!   table;
+//! - [`chaos`]: the promise under a schedule of faults;
+//! - [`bench`]: the speed figures, each beside its baseline and target.
+//!
+//! Each tool keeps its own vocabulary (its options, its faults or knobs,
+//! its SQL) in its own module. [`report`] is the one way they draw a table.
+
+pub mod bench;
+pub mod chaos;
+pub mod demo;
+pub mod lab;
+pub mod loadrun;
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use seckill_core::config::ServiceArgs;
+use seckill_devenv::services::{PrivateServers, Services};
+
+use crate::bench::{BenchArgs, HoldPagesArgs};
+use crate::chaos::ChaosArgs;
+use crate::demo::DemoArgs;
+use crate::lab::LabArgs;
+
+/// The tools' subcommands of `seckill`.
+#[derive(Debug, Subcommand)]
+pub enum Tool {
+    /// The whole show: start two app instances and a worker, let 10,000 buyers
+    /// race for 10 units, verify, report; then again with the deliberately
+    /// broken `naive` strategy, side by side.
+    Demo(DemoArgs),
+    /// The promise under a schedule of faults: a private deployment (durable
+    /// Redis, PostgreSQL, 2 app instances, 2 workers), steady purchases, and
+    /// one fault after another (workers and an instance killed, a lock
+    /// holder paused, PostgreSQL down, Redis killed and wiped, a hostile
+    /// flood); then every promise checked, per fault and overall.
+    Chaos(ChaosArgs),
+    /// The concurrency lab: every purchase strategy, each with the fault knob
+    /// that exposes its bug (and once without), raced by the same burst and
+    /// measured in one table (also JSON and HTML). Exit 0 when every row
+    /// shows what it must: the broken ones break as documented, the correct
+    /// ones hold.
+    Lab(LabArgs),
+    /// Speed, each figure beside its target: the burst, accepted purchases
+    /// per second (lock, lua, a cluster), the worker's drain against
+    /// PostgreSQL's own bulk insert, an idle worker's delay, sold-out answers
+    /// and the index under wrk, open sale pages. Starts its own instances and
+    /// sales, in a database and key prefix of its own.
+    Bench(BenchArgs),
+    /// The bench's own helper: hold sale pages' event streams open in a
+    /// process of their own (past the bench's open-files limit) until
+    /// standard input ends. Not for users.
+    #[command(hide = true)]
+    HoldPages(HoldPagesArgs),
+}
+
+impl Tool {
+    /// Run the tool, on the servers `services` names (or its own: chaos
+    /// starts servers it may kill and wipe, the bench works in a database
+    /// of its own). The exit code: 0 when the tool's promise held, 1 when
+    /// it broke, 2 when the run could not be trusted or could not run.
+    pub async fn run(self, services: &ServiceArgs, prefix: &str) -> ExitCode {
+        match self.run_inner(services, prefix).await {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("seckill: {error:#}");
+                ExitCode::from(2)
+            }
+        }
+    }
+
+    async fn run_inner(self, given: &ServiceArgs, prefix: &str) -> anyhow::Result<ExitCode> {
+        let redis = given.redis()?;
+        let database_url = given.database_url.as_deref();
+        // Private servers live as long as the command: each tool starts its
+        // own instances on them and stops them before it ends.
+        let services = match &self {
+            Tool::Chaos(_) => {
+                if given.redis_url.is_some()
+                    || given.redis_cluster_nodes.is_some()
+                    || given.database_url.is_some()
+                {
+                    eprintln!(
+                        "seckill chaos: the Redis and PostgreSQL given (flags or SECKILL_* variables) \
+                         are not used: chaos starts servers of its own, which it kills and wipes"
+                    );
+                }
+                None
+            }
+            // The bench's helper talks to an instance only.
+            Tool::HoldPages(_) => None,
+            // It works in a database of its own, not in the one named.
+            Tool::Bench(_) => {
+                Some(Services::find(redis, database_url, PrivateServers::Allowed).await?)
+            }
+            Tool::Demo(_) | Tool::Lab(_) => {
+                Some(Services::resolve(redis, database_url, PrivateServers::Allowed).await?)
+            }
+        };
+        if let Some(services) = &services {
+            services.log();
+        }
+        Ok(match (self, services) {
+            (Tool::Chaos(args), _) => ExitCode::from(chaos::chaos(args).await?.exit_code()),
+            (Tool::HoldPages(args), _) => {
+                bench::hold_pages(args).await?;
+                ExitCode::SUCCESS
+            }
+            (Tool::Demo(args), Some(services)) => {
+                ExitCode::from(demo::demo(args, &services, prefix).await?.exit_code())
+            }
+            (Tool::Bench(args), Some(services)) => {
+                bench::bench(args, &services, prefix).await?;
+                ExitCode::SUCCESS
+            }
+            // 0 when every row showed what it must, 1 when one did not.
+            (Tool::Lab(args), Some(services)) => {
+                if lab::lab(args, &services, prefix).await? {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            (_, None) => unreachable!("every tool but chaos and hold-pages has its servers"),
+        })
+    }
+}

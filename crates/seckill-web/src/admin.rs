@@ -1,0 +1,321 @@
+//! The admin pages: log in with the admin token, create a sale, and look
+//! inside one: its orders, its stock in Redis beside PostgreSQL's, and its
+//! two queues, with a button to re-drive dead-lettered jobs.
+//!
+//! Logging in posts the token once; the answer sets the `seckill_admin`
+//! cookie, which holds a signed session that expires, never the token (see
+//! `admin_token.rs`); logging out closes the session on the server. Five
+//! wrong tokens from one address lock it out for 15 minutes (`429`), on
+//! the login form and the admin API alike. The cookie is `HttpOnly` (no script can read it),
+//! `SameSite=Strict` (no other site's post carries it) and `Secure`
+//! (browsers send it only over HTTPS, and over plain HTTP to `localhost` and
+//! `127.0.0.1`, which they treat as secure: a local demo works, a remote
+//! one needs TLS in front). Every admin page and form checks it; without
+//! it, pages show the login form (`401`) and posts are answered
+//! `401 unauthorized`.
+
+use std::time::Duration;
+
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use anyhow::Context;
+use askama::Template;
+use chrono::Utc;
+use serde::Deserialize;
+
+use super::error::ApiError;
+use super::lookup::{SaleView, find_sale};
+use super::pages::html;
+use super::{AppState, admin_token, limits};
+use seckill_core::domain::{NewSale, OrderStatus};
+use seckill_core::keys::SaleQueue;
+use seckill_core::queue::QueueStats;
+use seckill_core::store::OrderRow;
+
+/// The admin login cookie.
+const ADMIN_COOKIE: &str = "seckill_admin";
+/// Rows of the orders table on a sale's admin page (newest first).
+const ORDERS_SHOWN: i64 = 200;
+
+#[derive(Template)]
+#[template(path = "admin_login.html")]
+struct LoginPage {
+    notice: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "admin.html")]
+struct AdminPage {
+    sales: Vec<SaleView>,
+    notice: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "admin_sale.html")]
+struct AdminSalePage {
+    sale: SaleView,
+    /// Units left according to Redis (`None`: the sale is not loaded).
+    redis_stock: Option<i64>,
+    /// Units left according to PostgreSQL: `stock_total - sold`.
+    pg_left: i64,
+    sold: i32,
+    orders: Vec<OrderRow>,
+    /// `(form value, label, stats)` of the order queue and the deadline queue.
+    queues: Vec<(&'static str, &'static str, QueueStats)>,
+}
+
+impl AdminSalePage {
+    fn stocks_agree(&self) -> bool {
+        self.redis_stock == Some(self.pg_left)
+    }
+}
+
+/// How the admin page shows an order's times.
+trait OrderTimes {
+    fn created(&self) -> String;
+    fn deadline(&self) -> String;
+}
+
+impl OrderTimes for OrderRow {
+    fn created(&self) -> String {
+        self.created_at.format("%H:%M:%S%.3f").to_string()
+    }
+    fn deadline(&self) -> String {
+        match (&self.pay_by, self.status) {
+            (Some(deadline), OrderStatus::Confirmed) => deadline.format("%H:%M:%S").to_string(),
+            _ => String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    token: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NewSaleForm {
+    name: String,
+    stock: i64,
+    price_cents: i64,
+    /// Seconds from now until the sale opens.
+    starts_in_secs: i64,
+    /// Seconds the sale stays open; empty for no end.
+    duration_secs: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RedriveForm {
+    /// `orders` or `deadlines`; anything else is refused by the form parser.
+    queue: SaleQueue,
+}
+
+/// The session id of the request's admin cookie, if it is signed, unexpired
+/// and not logged out.
+async fn session(state: &AppState, request: &HttpRequest) -> Result<String, ApiError> {
+    let cookie = request.cookie(ADMIN_COOKIE);
+    let id = state
+        .admin
+        .verify_session(cookie.as_ref().map(|c| c.value()), Utc::now().timestamp())?;
+    if state.store.session_is_open(&id).await? {
+        Ok(id)
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+/// Whether the request carries a valid admin session.
+async fn authenticate(state: &AppState, request: &HttpRequest) -> Result<(), ApiError> {
+    session(state, request).await.map(|_| ())
+}
+
+/// The login form (`401`) for a visitor without a session; `None` for an
+/// admin. A session that cannot be checked (Redis down) is an error
+/// (`503`), not a reason to ask for the token again.
+async fn login_unless_signed_in(
+    state: &AppState,
+    request: &HttpRequest,
+) -> Result<Option<HttpResponse>, ApiError> {
+    match authenticate(state, request).await {
+        Ok(()) => Ok(None),
+        Err(ApiError::Unauthorized | ApiError::AdminDisabled) => {
+            login_page(None, StatusCode::UNAUTHORIZED).map(Some)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+fn admin_cookie(value: String, max_age: Duration) -> Cookie<'static> {
+    Cookie::build(ADMIN_COOKIE, value)
+        .path("/admin")
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Strict)
+        .max_age(actix_web::cookie::time::Duration::seconds(
+            i64::try_from(max_age.as_secs()).unwrap_or(i64::MAX),
+        ))
+        .finish()
+}
+
+fn login_page(notice: Option<String>, status: StatusCode) -> Result<HttpResponse, ApiError> {
+    let mut response = html(&LoginPage { notice })?;
+    *response.status_mut() = status;
+    Ok(response)
+}
+
+fn see_other(location: &str) -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header(("Location", location.to_owned()))
+        .finish()
+}
+
+/// `GET /admin`: the sales and the form to create one, or the login form.
+pub async fn index(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    if let Some(page) = login_unless_signed_in(&state, &request).await? {
+        return Ok(page);
+    }
+    admin_page(&state, None, StatusCode::OK).await
+}
+
+async fn admin_page(
+    state: &AppState,
+    notice: Option<String>,
+    status: StatusCode,
+) -> Result<HttpResponse, ApiError> {
+    let mut sales = Vec::new();
+    for sale in state.store.sales().await? {
+        let left = state.store.stock_left(sale.id).await?;
+        sales.push(SaleView::new(&sale, left));
+    }
+    let mut response = html(&AdminPage { sales, notice })?;
+    *response.status_mut() = status;
+    Ok(response)
+}
+
+/// `POST /admin/login`: the token in, the cookie out.
+pub async fn login(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    form: web::Form<LoginForm>,
+) -> Result<HttpResponse, ApiError> {
+    limits::check(&state, &request, None).await?;
+    match admin_token::admit(&state, &request, Some(&form.token)).await {
+        Ok(()) => {}
+        Err(ApiError::RateLimited(left)) => {
+            let notice = format!(
+                "Too many wrong tokens from this address; try again in {} minutes.",
+                left.as_secs().div_ceil(60).max(1)
+            );
+            let mut response = login_page(Some(notice), StatusCode::TOO_MANY_REQUESTS)?;
+            response.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                left.as_secs().max(1).into(),
+            );
+            return Ok(response);
+        }
+        Err(refused @ (ApiError::Unauthorized | ApiError::AdminDisabled)) => {
+            return login_page(Some(refused.to_string()), StatusCode::UNAUTHORIZED);
+        }
+        Err(other) => return Err(other),
+    }
+    let ttl = state.admin.session_ttl();
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let expires = Utc::now().timestamp() + i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2);
+    state.store.open_session(&id, ttl).await?;
+    let cookie = admin_cookie(state.admin.sign_session(&id, expires)?, ttl);
+    let mut response = see_other("/admin");
+    response
+        .add_cookie(&cookie)
+        .context("setting the admin cookie")?;
+    Ok(response)
+}
+
+/// `POST /admin/logout`: close the session on the server, and forget the
+/// cookie in the browser.
+pub async fn logout(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    if let Ok(id) = session(&state, &request).await {
+        state.store.close_session(&id).await?;
+    }
+    let mut cookie = admin_cookie(String::new(), Duration::ZERO);
+    cookie.make_removal();
+    let mut response = see_other("/admin");
+    response
+        .add_cookie(&cookie)
+        .context("clearing the admin cookie")?;
+    Ok(response)
+}
+
+/// `POST /admin/sales`: the create-a-sale form.
+pub async fn create_sale(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    form: web::Form<NewSaleForm>,
+) -> Result<HttpResponse, ApiError> {
+    authenticate(&state, &request).await?;
+    let mut new = NewSale::builder(form.name.as_str(), form.stock)
+        .price_cents(form.price_cents)
+        .starts_in(form.starts_in_secs);
+    match form.duration_secs.as_deref().map(str::trim) {
+        None | Some("") => {}
+        Some(raw) => match raw.parse::<i64>() {
+            Ok(secs) => new = new.lasts(secs),
+            Err(_) => {
+                let notice = "duration must be a whole number of seconds, or empty".to_owned();
+                return admin_page(&state, Some(notice), StatusCode::BAD_REQUEST).await;
+            }
+        },
+    }
+    let new = match new.build(Utc::now()) {
+        Ok(new) => new,
+        Err(invalid) => {
+            return admin_page(&state, Some(invalid.to_string()), StatusCode::BAD_REQUEST).await;
+        }
+    };
+    let sale = state.store.create_sale(&new).await?;
+    state.index.forget().await;
+    Ok(see_other(&format!("/admin/sales/{}", sale.id)))
+}
+
+/// `GET /admin/sales/{id}`: one sale, inside.
+pub async fn sale(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    if let Some(page) = login_unless_signed_in(&state, &request).await? {
+        return Ok(page);
+    }
+    let sale = find_sale(&state, &path).await?;
+    let inside = state.store.sale_inside(sale.id, ORDERS_SHOWN).await?;
+    html(&AdminSalePage {
+        sale: SaleView::new(&sale, inside.redis_stock.unwrap_or(0)),
+        redis_stock: inside.redis_stock,
+        pg_left: i64::from(sale.stock_total - inside.sold),
+        sold: inside.sold,
+        orders: inside.orders,
+        queues: vec![
+            ("orders", "Orders", inside.order_queue),
+            ("deadlines", "Payment deadlines", inside.deadline_queue),
+        ],
+    })
+}
+
+/// `POST /admin/sales/{id}/redrive`: put a queue's dead-lettered jobs back.
+pub async fn redrive(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    form: web::Form<RedriveForm>,
+) -> Result<HttpResponse, ApiError> {
+    authenticate(&state, &request).await?;
+    let sale = find_sale(&state, &path).await?;
+    state.store.redrive(sale.id, form.queue).await?;
+    Ok(see_other(&format!("/admin/sales/{}", sale.id)))
+}

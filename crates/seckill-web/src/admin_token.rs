@@ -1,0 +1,205 @@
+//! The admin token, and the signed sessions a login opens.
+//!
+//! The token is kept only as a SHA-256 digest. Comparing digests of fixed
+//! length in constant time reveals neither the token nor its length
+//! through response timing.
+//!
+//! Logging in with the token opens a session: the `seckill_admin` cookie
+//! holds `v1.<id>.<expires>.<mac>`, where the MAC is an HMAC-SHA256 of the
+//! rest under a key derived from the token. So the cookie never holds the
+//! token (a leaked cookie does not leak what also opens the admin API), it
+//! cannot be forged or have its expiry moved without the key, it expires by
+//! itself (12 hours by default), and every instance that shares the token
+//! accepts the sessions of the others. The session's id is also kept in
+//! Redis until it expires (`store/admin.rs`): logging out deletes it there,
+//! so a copy of the cookie stops working at once, everywhere.
+
+use std::time::Duration;
+
+use actix_web::HttpRequest;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::AppState;
+use super::error::ApiError;
+
+/// Wrong tokens from one address before it is locked out (the attempt after
+/// them is refused, whatever its token).
+const MAX_FAILED_LOGINS: u64 = 5;
+/// How long the wrong tokens of one address are counted (and a lock-out lasts).
+const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The cookie format's version, first in every value.
+const VERSION: &str = "v1";
+
+/// The admin token's digest and the session key derived from it.
+pub struct AdminToken {
+    /// SHA-256 of the token; `None` while no token is configured, and the
+    /// admin API and pages refuse everyone. Fixed at start.
+    digest: Option<[u8; 32]>,
+    /// The key sessions are signed with, derived from the token (so equal
+    /// on every instance that shares it). Fixed at start.
+    session_key: Option<[u8; 32]>,
+    /// How long a session lasts from its login. Fixed at start.
+    session_ttl: Duration,
+}
+
+impl AdminToken {
+    pub fn new(token: Option<&str>, session_ttl: Duration) -> Self {
+        let token = token.filter(|t| !t.is_empty());
+        Self {
+            digest: token.map(|t| Sha256::digest(t.as_bytes()).into()),
+            session_key: token.map(|t| {
+                Sha256::new()
+                    .chain_update(b"seckill admin session key v1\0")
+                    .chain_update(t.as_bytes())
+                    .finalize()
+                    .into()
+            }),
+            session_ttl,
+        }
+    }
+
+    /// How long a session lasts.
+    pub fn session_ttl(&self) -> Duration {
+        self.session_ttl
+    }
+
+    /// Check a presented token.
+    pub fn check(&self, presented: Option<&str>) -> Result<(), ApiError> {
+        let Some(expected) = &self.digest else {
+            return Err(ApiError::AdminDisabled);
+        };
+        let presented: [u8; 32] = Sha256::digest(presented.unwrap_or_default().as_bytes()).into();
+        if bool::from(presented.ct_eq(expected)) {
+            Ok(())
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+
+    /// The token an `Authorization: Bearer <token>` header presents.
+    pub fn bearer(request: &HttpRequest) -> Option<&str> {
+        request
+            .headers()
+            .get(actix_web::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+    }
+
+    /// The cookie value of session `id`, expiring at `expires` (seconds
+    /// since the epoch).
+    pub fn sign_session(&self, id: &str, expires: i64) -> Result<String, ApiError> {
+        let payload = format!("{VERSION}.{id}.{expires}");
+        let mac = self.mac(&payload)?.finalize().into_bytes();
+        let hex: String = mac.iter().map(|byte| format!("{byte:02x}")).collect();
+        Ok(format!("{payload}.{hex}"))
+    }
+
+    /// The session id of a cookie value, if it is signed by this token's
+    /// key and has not expired at `now` (seconds since the epoch). Whether
+    /// the session was logged out is the store's to say.
+    pub fn verify_session(&self, value: Option<&str>, now: i64) -> Result<String, ApiError> {
+        let value = value.ok_or(ApiError::Unauthorized)?;
+        let (payload, hex) = value.rsplit_once('.').ok_or(ApiError::Unauthorized)?;
+        let mac = decode_hex(hex).ok_or(ApiError::Unauthorized)?;
+        // In constant time: how much of a forged MAC was right must not show.
+        self.mac(payload)?
+            .verify_slice(&mac)
+            .map_err(|_| ApiError::Unauthorized)?;
+        let mut parts = payload.split('.');
+        let (Some(VERSION), Some(id), Some(expires), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(ApiError::Unauthorized);
+        };
+        let expires: i64 = expires.parse().map_err(|_| ApiError::Unauthorized)?;
+        if expires <= now {
+            return Err(ApiError::Unauthorized);
+        }
+        Ok(id.to_owned())
+    }
+
+    fn mac(&self, payload: &str) -> Result<HmacSha256, ApiError> {
+        let key = self.session_key.as_ref().ok_or(ApiError::AdminDisabled)?;
+        let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length");
+        mac.update(payload.as_bytes());
+        Ok(mac)
+    }
+}
+
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Check a presented admin token, with the lock-out: an address with too
+/// many attempts is refused (`429`) before its token is even compared;
+/// every attempt is counted first, and a right token clears the count.
+pub async fn admit(
+    state: &AppState,
+    request: &HttpRequest,
+    presented: Option<&str>,
+) -> Result<(), ApiError> {
+    let client = request
+        .peer_addr()
+        .map_or_else(|| "unknown".to_owned(), |address| address.ip().to_string());
+    // Counted before the comparison, so that guesses sent all at once are
+    // counted before any of them is compared (see lua/login_failure.lua).
+    let (attempts, left) = state
+        .store
+        .note_login_attempt(&client, FAILURE_WINDOW)
+        .await?;
+    if attempts > MAX_FAILED_LOGINS {
+        tracing::warn!(client, "admin token refused: locked out");
+        return Err(ApiError::RateLimited(left));
+    }
+    let checked = state.admin.check(presented);
+    match &checked {
+        Ok(()) => state.store.clear_login_attempts(&client).await?,
+        Err(_) => tracing::warn!(client, attempts, "wrong admin token"),
+    }
+    checked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token() -> AdminToken {
+        AdminToken::new(Some("secret"), Duration::from_secs(60))
+    }
+
+    #[test]
+    fn a_signed_session_verifies_until_it_expires() {
+        let cookie = token().sign_session("abc", 1_000).unwrap();
+        assert!(!cookie.contains("secret"));
+        assert_eq!(token().verify_session(Some(&cookie), 999).unwrap(), "abc");
+        assert!(token().verify_session(Some(&cookie), 1_000).is_err());
+    }
+
+    #[test]
+    fn a_tampered_or_foreign_session_is_refused() {
+        let cookie = token().sign_session("abc", 1_000).unwrap();
+        let later = cookie.replace(".1000.", ".9999.");
+        assert!(token().verify_session(Some(&later), 0).is_err());
+        let other = AdminToken::new(Some("other"), Duration::from_secs(60));
+        assert!(other.verify_session(Some(&cookie), 0).is_err());
+        for junk in ["", "v1", "v1.abc.1000", "v1.abc.1000.zz", "secret"] {
+            assert!(token().verify_session(Some(junk), 0).is_err(), "{junk:?}");
+        }
+        let disabled = AdminToken::new(None, Duration::from_secs(60));
+        assert!(matches!(
+            disabled.verify_session(Some(&cookie), 0),
+            Err(ApiError::AdminDisabled)
+        ));
+    }
+}

@@ -1,0 +1,168 @@
+//! The JSON API handlers. Each one parses its input into domain types, calls
+//! the domain, and maps the outcome to a response; no business rule lives here.
+
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::error::ApiError;
+use super::lookup::{SaleView, find_sale, parse_order_id, pay_order};
+use super::{AdminToken, AppState, admin_token, limits};
+use seckill_core::domain::{NewSale, OrderStatus, UserId};
+use seckill_core::probe;
+use seckill_core::purchase::Outcome;
+
+/// How long `/healthz` waits for each server.
+const HEALTH_PROBE_LIMIT: Duration = Duration::from_secs(1);
+
+/// A request body: always a JSON object, read straight into `T`.
+///
+/// serde's derived structs also accept an array of the field values
+/// (`["ann"]` would be a purchase for "ann"), which no client means: the
+/// body is offered to `T` as a map only, so an array is refused. Within the
+/// object, the derived code refuses a key given twice (serde_json alone
+/// keeps the last of two equal keys, so `{"user_id": "ann", "user_id":
+/// "bob"}` would buy for bob while a proxy or a log that reads the first key
+/// sees ann), and `deny_unknown_fields` refuses the rest.
+///
+/// Read straight into `T`, not into a map of values first: a sold-out
+/// purchase is answered in a few microseconds, and the map was a share.
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
+            type Value = Object<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Object<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        deserializer.deserialize_map(Fields(std::marker::PhantomData))
+    }
+}
+
+/// `POST /api/sales/{id}/purchase` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurchaseRequest {
+    user_id: String,
+}
+
+#[derive(Debug, Serialize)]
+struct PurchaseAccepted {
+    order_id: Uuid,
+    status: OrderStatus,
+}
+
+/// `POST /api/sales` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSaleRequest {
+    name: String,
+    stock: i64,
+    price_cents: i64,
+    starts_at: Option<DateTime<Utc>>,
+    ends_at: Option<DateTime<Utc>>,
+}
+
+pub async fn purchase(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    body: web::Json<Object<PurchaseRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    let Object(body) = body.into_inner();
+    let user = UserId::parse(&body.user_id).map_err(ApiError::invalid)?;
+    limits::check(&state, &request, Some(&user)).await?;
+    let sale = find_sale(&state, &path).await?;
+    match state.purchaser.purchase(&sale, &user).await? {
+        Outcome::Accepted { order_id } => Ok(HttpResponse::Accepted().json(PurchaseAccepted {
+            order_id,
+            status: OrderStatus::Pending,
+        })),
+        Outcome::SoldOut => Err(ApiError::SoldOut),
+        Outcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
+        Outcome::NotStarted => Err(ApiError::NotStarted),
+        Outcome::Ended => Err(ApiError::Ended),
+        Outcome::Busy => Err(ApiError::Busy),
+        Outcome::LockLost => Err(ApiError::LockLost),
+    }
+}
+
+pub async fn get_sale(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = find_sale(&state, &path).await?;
+    let left = state.store.stock_left(sale.id).await?;
+    Ok(HttpResponse::Ok().json(SaleView::new(&sale, left)))
+}
+
+pub async fn create_sale(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    body: web::Json<Object<CreateSaleRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    admin_token::admit(&state, &request, AdminToken::bearer(&request)).await?;
+    let Object(body) = body.into_inner();
+    let mut new = NewSale::builder(body.name, body.stock).price_cents(body.price_cents);
+    if let Some(starts_at) = body.starts_at {
+        new = new.starts_at(starts_at);
+    }
+    if let Some(ends_at) = body.ends_at {
+        new = new.ends_at(ends_at);
+    }
+    let new = new.build(Utc::now()).map_err(ApiError::invalid)?;
+    let sale = state.store.create_sale(&new).await?;
+    state.index.forget().await;
+    Ok(HttpResponse::Created().json(SaleView::new(&sale, i64::from(sale.stock_total))))
+}
+
+pub async fn get_order(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let order_id = parse_order_id(&path)?;
+    match state.store.find_order(order_id).await? {
+        Some(order) => Ok(HttpResponse::Ok().json(order)),
+        None => Err(ApiError::OrderNotFound),
+    }
+}
+
+/// `POST /api/orders/{id}/pay`: simulated payment, no body.
+pub async fn pay(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let order = pay_order(&state, parse_order_id(&path)?).await?;
+    Ok(HttpResponse::Ok().json(order))
+}
+
+/// `GET /healthz`: 200 only when Redis and PostgreSQL both answer.
+pub async fn health(state: web::Data<AppState>) -> HttpResponse {
+    let (redis, postgres) = tokio::join!(
+        probe::redis_pool_answers(state.store.redis_pool(), HEALTH_PROBE_LIMIT),
+        probe::postgres_pool_answers(state.store.pg(), HEALTH_PROBE_LIMIT),
+    );
+    let body = serde_json::json!({
+        "redis": if redis { "ok" } else { "down" },
+        "postgres": if postgres { "ok" } else { "down" },
+    });
+    if redis && postgres {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}

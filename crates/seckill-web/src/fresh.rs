@@ -1,0 +1,192 @@
+//! A value read once and served for a while: the storefront's index
+//! (`index.rs`) and each sale's snapshot for its open pages (`live.rs`).
+//!
+//! The race it prevents is the stampede: when the value goes stale, every
+//! caller arriving at that moment would read it again (a PostgreSQL query,
+//! a Redis read each). A read holds the value's turn (a tokio Mutex), so
+//! that callers who find the value stale wait for the one read under way
+//! and take its result; callers who find it fresh take it at once, from a
+//! plain lock held for a clone, without queueing for the turn.
+//!
+//! The read runs as a task on the runtime the caller names (the store's,
+//! see `Store::runtime`), and that task holds the turn, keeps the value
+//! and lets the turn go. Not the first caller's request: its HTTP worker
+//! runs one task at a time, and in a burst it has thousands of new
+//! connections ahead of it (`tests/it/runtimes.rs`). The turn still passes
+//! from one waiting caller to the next, each on its own worker: that queue
+//! forms only while a read is under way.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The last read of a value, and when it was taken.
+pub struct Fresh<T> {
+    /// The last read, taken by callers without waiting.
+    last: Arc<Mutex<Option<(Instant, T)>>>,
+    /// Held across a read, by the read's task: one read at a time.
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl<T> Default for Fresh<T> {
+    fn default() -> Self {
+        Self {
+            last: Arc::default(),
+            turn: Arc::default(),
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Fresh<T> {
+    /// The value and when it was read: the last read if it is younger than
+    /// `max_age`, otherwise the result of `read()`, run as a task on
+    /// `runtime` that keeps it for the next callers (an error is not
+    /// kept). A caller that stops waiting leaves the read to finish, and
+    /// its value is kept all the same.
+    ///
+    /// `read` makes the read's future only once the turn is taken, and the
+    /// task owns it: a caller's future holds neither while it waits, so the
+    /// many callers waiting (every open sale page waits in one) stay small.
+    pub async fn get<E, F>(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        max_age: Duration,
+        read: impl FnOnce() -> F,
+    ) -> Result<(Instant, T), E>
+    where
+        F: Future<Output = Result<T, E>> + Send + 'static,
+        E: From<anyhow::Error> + Send + 'static,
+    {
+        if let Some(fresh) = self.fresh(max_age) {
+            return Ok(fresh);
+        }
+        let turn = Arc::clone(&self.turn).lock_owned().await;
+        // Read by the caller ahead of this one in the queue.
+        if let Some(fresh) = self.fresh(max_age) {
+            return Ok(fresh);
+        }
+        let last = Arc::clone(&self.last);
+        let read = read();
+        runtime
+            .spawn(async move {
+                let _turn = turn;
+                let value = read.await?;
+                let taken = Instant::now();
+                *last.lock().unwrap_or_else(PoisonError::into_inner) = Some((taken, value.clone()));
+                Ok((taken, value))
+            })
+            .await
+            .map_err(|error| E::from(anyhow::Error::new(error).context("the read's task")))?
+    }
+
+    /// The last read, if younger than `max_age`.
+    fn fresh(&self, max_age: Duration) -> Option<(Instant, T)> {
+        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        last.as_ref()
+            .filter(|(taken, _)| taken.elapsed() < max_age)
+            .cloned()
+    }
+
+    /// Forget the value: the next caller reads it again. Waits for a read
+    /// under way, which would otherwise keep what it read before this.
+    pub async fn forget(&self) {
+        let _turn = self.turn.lock().await;
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    const AGE: Duration = Duration::from_secs(60);
+
+    /// A read that counts itself and takes a round trip's time.
+    fn counted(reads: &Arc<AtomicU32>) -> impl Future<Output = anyhow::Result<u32>> + use<> {
+        let reads = Arc::clone(reads);
+        async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok(reads.fetch_add(1, Ordering::SeqCst) + 1)
+        }
+    }
+
+    #[tokio::test]
+    async fn callers_arriving_together_share_one_read() {
+        let fresh = Arc::new(Fresh::<u32>::default());
+        let reads = Arc::new(AtomicU32::new(0));
+        let runtime = tokio::runtime::Handle::current();
+        let callers: Vec<_> = (0..10)
+            .map(|_| {
+                let (fresh, reads, runtime) =
+                    (Arc::clone(&fresh), Arc::clone(&reads), runtime.clone());
+                tokio::spawn(async move { fresh.get(&runtime, AGE, || counted(&reads)).await })
+            })
+            .collect();
+        for caller in callers {
+            assert_eq!(caller.await.expect("a caller").expect("read").1, 1);
+        }
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_read_whose_caller_left_is_kept() {
+        let fresh = Fresh::<u32>::default();
+        let reads = Arc::new(AtomicU32::new(0));
+        let runtime = tokio::runtime::Handle::current();
+        let leaving = tokio::time::timeout(
+            Duration::from_millis(1),
+            fresh.get(&runtime, AGE, || counted(&reads)),
+        );
+        assert!(
+            leaving.await.is_err(),
+            "the caller left before the read ended"
+        );
+        let (_, value) = fresh
+            .get(&runtime, AGE, || counted(&reads))
+            .await
+            .expect("read");
+        assert_eq!(
+            (value, reads.load(Ordering::SeqCst)),
+            (1, 1),
+            "one read, kept"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_fresh_value_is_taken_without_waiting_for_the_turn() {
+        let fresh = Fresh::<u32>::default();
+        let runtime = tokio::runtime::Handle::current();
+        let read = || async { Ok::<_, anyhow::Error>(7) };
+        fresh.get(&runtime, AGE, read).await.expect("read");
+        // The turn held, as by a forget waiting for a read, or a caller
+        // whose worker is busy.
+        let _turn = fresh.turn.lock().await;
+        let taken = tokio::time::timeout(Duration::from_secs(1), fresh.get(&runtime, AGE, read));
+        assert_eq!(
+            taken
+                .await
+                .expect("not queued for the turn")
+                .expect("read")
+                .1,
+            7
+        );
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_value_is_read_again() {
+        let fresh = Fresh::<u32>::default();
+        let reads = Arc::new(AtomicU32::new(0));
+        let runtime = tokio::runtime::Handle::current();
+        fresh
+            .get(&runtime, AGE, || counted(&reads))
+            .await
+            .expect("read");
+        fresh.forget().await;
+        let (_, value) = fresh
+            .get(&runtime, AGE, || counted(&reads))
+            .await
+            .expect("read");
+        assert_eq!(value, 2);
+    }
+}

@@ -1,0 +1,48 @@
+//! The rate limits a handler applies before it does any work (see
+//! `ratelimit.rs`): per client IP on purchases and admin logins, per buyer
+//! id on purchases.
+
+use actix_web::HttpRequest;
+use anyhow::Context;
+
+use super::AppState;
+use super::error::ApiError;
+use seckill_core::config::RateLimit;
+use seckill_core::domain::UserId;
+use seckill_core::keys;
+use seckill_core::ratelimit::{self, Verdict};
+
+/// `Err(RateLimited)` if the request's client IP, or `buyer`, went over its
+/// limit; `Ok` when no limit is set.
+pub async fn check(
+    state: &AppState,
+    request: &HttpRequest,
+    buyer: Option<&UserId>,
+) -> Result<(), ApiError> {
+    // The address is written out only for a limit that needs it: with no
+    // limit set (the default), a purchase pays nothing here.
+    if let Some(limit) = state.limits.per_ip()
+        && let Some(address) = request.peer_addr()
+    {
+        one(state, limit, "ip", &address.ip().to_string()).await?;
+    }
+    if let (Some(limit), Some(buyer)) = (state.limits.per_buyer(), buyer) {
+        one(state, limit, "buyer", buyer.as_str()).await?;
+    }
+    Ok(())
+}
+
+async fn one(state: &AppState, limit: RateLimit, kind: &str, client: &str) -> Result<(), ApiError> {
+    let mut conn = state.store.redis().await?;
+    let key = keys::rate_limit(state.store.prefix(), kind, client);
+    match ratelimit::check(&mut conn, &key, limit)
+        .await
+        .context("checking a rate limit")?
+    {
+        Verdict::Allowed => Ok(()),
+        Verdict::Wait(wait) => {
+            tracing::warn!(kind, client, ?wait, "rate limited");
+            Err(ApiError::RateLimited(wait))
+        }
+    }
+}

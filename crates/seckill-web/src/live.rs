@@ -1,0 +1,395 @@
+//! `GET /api/sales/{id}/events`: a sale's units left, live, as server-sent
+//! events (`text/event-stream`), for the sale page's `EventSource`.
+//!
+//! Each stream follows its sale's units left on this instance through a
+//! `watch` channel of the sale ([`LiveSales`]), fed by one task that reads
+//! the instance's broadcast of stock changes (see `events.rs`). It opens
+//! with a snapshot read from Redis, and sends a fresh snapshot every
+//! [`SNAPSHOT_EVERY`], so a client that missed a message (pub/sub drops
+//! them while its connection is down; a receiver that lags skips some)
+//! shows the right figure again within seconds. The snapshot doubles as
+//! the heartbeat that lets proxies and the browser see the stream is alive.
+//!
+//! The changes are paced: a sale's streams hear of its units left at most
+//! once per [`PACE`], the latest figure, sent [`PACE`] after the first
+//! change of the window. A burst sells ten units in a few milliseconds:
+//! sent change by change, every open page would get an event per unit
+//! sold, written while the burst's buyers wait for their answers. Paced,
+//! each page gets one, once the burst's answers are out (`seckill bench
+//! --only pages` measures the burst while pages watch; docs/bench.md).
+//!
+//! The snapshots are shared: a sale's units left are read from Redis at
+//! most once per [`SNAPSHOT_SHARED_FOR`] per instance, and every stream of
+//! the sale that ticks within that time sends the same figure. Ten
+//! thousand open pages cost Redis what one does.
+//!
+//! Every stream ends when the instance shuts down, so that an open page
+//! never holds a graceful shutdown up.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::web::Bytes;
+use actix_web::{HttpResponse, web};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::AppState;
+use super::error::ApiError;
+use super::fresh::Fresh;
+use super::lookup::find_sale;
+use seckill_core::events::StockChange;
+
+/// How often a stream sends a snapshot read from Redis.
+pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
+/// How long one read of a sale's units left serves every stream of it.
+pub const SNAPSHOT_SHARED_FOR: Duration = Duration::from_secs(1);
+
+/// How often, at most, a sale's streams are sent a change of its units
+/// left: the latest, at the end of the window the first change opened. A
+/// page's figure is a second old at most, as a shared snapshot is.
+pub const PACE: Duration = Duration::from_secs(1);
+
+/// The sales whose pages are open on this instance, each with what its
+/// streams share. Entries are never removed: one small entry per sale ever
+/// watched.
+#[derive(Default)]
+pub struct LiveSales {
+    /// Sale id -> what its streams share. A std Mutex, held only to find or
+    /// insert an entry, never across an await.
+    sales: Mutex<HashMap<i64, Arc<LiveSale>>>,
+}
+
+/// What every open page of one sale shares.
+struct LiveSale {
+    /// The last snapshot read (one read at a time, see `fresh.rs`).
+    snapshot: Fresh<i64>,
+    /// The paced changes; every stream of the sale holds a receiver.
+    changes: watch::Sender<Change>,
+    /// The latest change not yet sent, if a window is open (a std Mutex,
+    /// never held across an await).
+    waiting: Mutex<Option<Change>>,
+}
+
+/// What a sale's streams are told.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    /// The units left, as of a change heard at `heard`.
+    Stock { left: i64, heard: Instant },
+    /// Changes were missed: read a snapshot now.
+    Missed,
+}
+
+impl LiveSales {
+    /// Feed the sales' streams from the instance's stock changes until
+    /// `shutdown`.
+    pub async fn follow(
+        self: Arc<Self>,
+        mut changes: broadcast::Receiver<StockChange>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let change = tokio::select! {
+                () = shutdown.cancelled() => return,
+                change = changes.recv() => change,
+            };
+            match change {
+                Ok(change) => self.changed(change),
+                // Skipped some messages: every stream reads a snapshot.
+                Err(RecvError::Lagged(_)) => {
+                    for sale in self.all() {
+                        sale.missed().await;
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Pace a change of a sale watched here: the first of a window sends
+    /// the window's latest [`PACE`] later; the others only replace it.
+    fn changed(&self, change: StockChange) {
+        let Some(sale) = self.lock().get(&change.sale_id).cloned() else {
+            return; // nobody watches it here
+        };
+        sale.pace(Change::Stock {
+            left: change.stock_left,
+            heard: Instant::now(),
+        });
+    }
+
+    /// The sale's shared state, made on its first watcher.
+    fn watch(&self, sale_id: i64) -> Arc<LiveSale> {
+        Arc::clone(self.lock().entry(sale_id).or_insert_with(|| {
+            Arc::new(LiveSale {
+                snapshot: Fresh::default(),
+                changes: watch::Sender::new(Change::Missed),
+                waiting: Mutex::new(None),
+            })
+        }))
+    }
+
+    fn all(&self) -> Vec<Arc<LiveSale>> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<LiveSale>>> {
+        self.sales
+            .lock()
+            .expect("the live sales' lock is never poisoned")
+    }
+}
+
+impl LiveSale {
+    /// Send `latest` to the sale's streams at the end of the window it
+    /// opens, or in place of the one waiting in the window under way.
+    fn pace(self: Arc<Self>, latest: Change) {
+        // The race this lock settles: a change arriving while the window's
+        // send takes the waiting one must either be taken by it or open
+        // the next window, never be left waiting with no send to come.
+        let opens_window = self.waiting().replace(latest).is_none();
+        if opens_window {
+            // Not tracked for shutdown: it ends a pace later by itself,
+            // and what it sends after the streams have ended reaches none.
+            tokio::spawn(async move {
+                tokio::time::sleep(PACE).await;
+                // Taken and sent under the lock, so that a `Missed` sent
+                // meanwhile (`missed`) cannot fall between the two and be
+                // overwritten by this older figure.
+                let mut waiting = self.waiting();
+                if let Some(latest) = waiting.take() {
+                    self.changes.send_replace(latest);
+                }
+            });
+        }
+    }
+
+    /// Changes were missed: the waiting one, older than what was missed,
+    /// is dropped, and every stream reads a snapshot taken from now on.
+    async fn missed(&self) {
+        self.snapshot.forget().await;
+        let mut waiting = self.waiting();
+        waiting.take();
+        self.changes.send_replace(Change::Missed);
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Option<Change>> {
+        self.waiting
+            .lock()
+            .expect("the waiting change's lock is never poisoned")
+    }
+
+    /// The sale's units left and when they were read: from Redis, unless a
+    /// read of the last [`SNAPSHOT_SHARED_FOR`] can serve.
+    async fn stock_left(&self, state: &AppState, sale_id: i64) -> anyhow::Result<(Instant, i64)> {
+        let store = &state.store;
+        self.snapshot
+            .get(store.runtime(), SNAPSHOT_SHARED_FOR, || {
+                let store = store.clone();
+                async move { store.stock_left(sale_id).await }
+            })
+            .await
+    }
+}
+
+/// What one stream needs between events.
+struct Stream {
+    state: web::Data<AppState>,
+    /// This stream's place among the instance's open streams, given back
+    /// when the stream ends (it is dropped with it).
+    _slot: OwnedSemaphorePermit,
+    sale_id: i64,
+    /// What the sale's streams on this instance share.
+    sale: Arc<LiveSale>,
+    /// The sale's paced changes (a receiver of `sale.changes`).
+    changes: watch::Receiver<Change>,
+    snapshots: tokio::time::Interval,
+    /// When the change this stream last sent was heard: a shared snapshot
+    /// read before it is older than what the page shows, and is not sent.
+    changed_at: Option<Instant>,
+}
+
+pub async fn sale_events(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let sale: Arc<_> = find_sale(&state, &path).await?;
+    // A place among the instance's open streams, or 503: an unbounded
+    // number of streams would hold unbounded memory and snapshot reads.
+    let slot = Arc::clone(&state.streams)
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyStreams)?;
+    // Subscribe before the first snapshot is read, so that no change can
+    // fall between the two.
+    let live = state.live.watch(sale.id);
+    let changes = live.changes.subscribe();
+    // The first tick fires at once: it is the opening snapshot.
+    let snapshots = tokio::time::interval(SNAPSHOT_EVERY);
+    let stream = Stream {
+        state,
+        _slot: slot,
+        sale_id: sale.id,
+        sale: live,
+        changes,
+        snapshots,
+        changed_at: None,
+    };
+    Ok(event_stream(futures_util::stream::unfold(
+        stream,
+        |mut stream| async move {
+            let event = stream.next_event().await?;
+            Some((event, stream))
+        },
+    )))
+}
+
+/// A `text/event-stream` response that sends `events` (each a whole
+/// event, ending in a blank line) until they end. Shared with the live
+/// page's stream (`scoreboard.rs`).
+pub(super) fn event_stream(
+    events: impl futures_util::Stream<Item = Bytes> + 'static,
+) -> HttpResponse {
+    // The browser reconnects by itself if the stream breaks; tell it not
+    // to wait long before it does.
+    let opening = futures_util::stream::once(async { Bytes::from_static(b"retry: 2000\n\n") });
+    let body = futures_util::StreamExt::map(
+        futures_util::StreamExt::chain(opening, events),
+        Ok::<_, std::convert::Infallible>,
+    );
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("Cache-Control", "no-cache"))
+        // Ask proxies such as nginx not to buffer the stream.
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(body)
+}
+
+impl Stream {
+    /// The next event to send, or `None` when the stream should end.
+    async fn next_event(&mut self) -> Option<Bytes> {
+        loop {
+            tokio::select! {
+                () = self.state.shutdown.cancelled() => return None,
+                _ = self.snapshots.tick() => {
+                    match self.sale.stock_left(&self.state, self.sale_id).await {
+                        // Older than the change last sent: a heartbeat only.
+                        Ok((read, _)) if self.changed_at.is_some_and(|changed| changed > read) => {
+                            return Some(Bytes::from_static(b": alive\n\n"));
+                        }
+                        Ok((_, left)) => return Some(stock_event(left)),
+                        // Redis is down: keep the stream open with a
+                        // comment line, and try again at the next tick.
+                        Err(_) => return Some(Bytes::from_static(b": redis unavailable\n\n")),
+                    }
+                }
+                changed = self.changes.changed() => {
+                    if changed.is_err() {
+                        // Never: the sender lives in the sale's entry,
+                        // which this stream holds.
+                        return None;
+                    }
+                    match *self.changes.borrow_and_update() {
+                        Change::Stock { left, heard } => {
+                            self.changed_at = Some(heard);
+                            return Some(stock_event(left));
+                        }
+                        // Changes were missed: send a snapshot right away.
+                        Change::Missed => {
+                            self.changed_at = None;
+                            self.snapshots.reset_immediately();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn stock_event(stock_left: i64) -> Bytes {
+    Bytes::from(format!(
+        "event: stock\ndata: {{\"stock_left\":{}}}\n\n",
+        stock_left.max(0)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watched sale (1) and an unwatched one (2) fed through `follow` by
+    /// a broadcast of `capacity`, on a paused clock: the test decides when
+    /// the feeding task runs (at each `settle`) and when time passes.
+    fn fed(capacity: usize) -> (broadcast::Sender<StockChange>, watch::Receiver<Change>) {
+        let live = Arc::new(LiveSales::default());
+        let changes = live.watch(1).changes.subscribe();
+        let (sender, receiver) = broadcast::channel(capacity);
+        tokio::spawn(live.follow(receiver, CancellationToken::new()));
+        (sender, changes)
+    }
+
+    fn change(sale_id: i64, stock_left: i64) -> StockChange {
+        StockChange {
+            sale_id,
+            stock_left,
+        }
+    }
+
+    /// Let the feeding task take what was sent.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    fn stock(changes: &mut watch::Receiver<Change>) -> Option<i64> {
+        match *changes.borrow_and_update() {
+            Change::Stock { left, .. } => Some(left),
+            Change::Missed => None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_within_a_pace_reach_the_streams_once_as_the_latest() {
+        let (sender, mut changes) = fed(16);
+        for left in [9, 8, 7] {
+            sender.send(change(1, left)).expect("a receiver");
+        }
+        sender.send(change(2, 3)).expect("a receiver");
+        settle().await;
+        tokio::time::sleep(PACE / 2).await;
+        assert!(
+            !changes.has_changed().expect("open"),
+            "sent before the pace"
+        );
+        tokio::time::sleep(PACE / 2).await;
+        assert!(changes.has_changed().expect("open"));
+        assert_eq!(stock(&mut changes), Some(7));
+        // The window is over: the next change opens another.
+        sender.send(change(1, 6)).expect("a receiver");
+        settle().await;
+        tokio::time::sleep(PACE).await;
+        assert_eq!(stock(&mut changes), Some(6));
+    }
+
+    /// The feeding task fell behind: the change waiting in its window is
+    /// older than the ones it missed, and must not follow the call to read
+    /// a snapshot (the page would show it until the next snapshot).
+    #[tokio::test(start_paused = true)]
+    async fn a_lag_drops_the_waiting_change_and_sends_the_streams_to_a_snapshot() {
+        let (sender, mut changes) = fed(2);
+        sender.send(change(1, 9)).expect("a receiver");
+        settle().await;
+        // Three more while the task does not run: the first is lost.
+        for missed in [change(1, 8), change(2, 1), change(2, 2)] {
+            sender.send(missed).expect("a receiver");
+        }
+        settle().await;
+        assert!(changes.has_changed().expect("open"));
+        assert_eq!(stock(&mut changes), None, "a call to read a snapshot");
+        tokio::time::sleep(2 * PACE).await;
+        assert!(
+            !changes.has_changed().expect("open"),
+            "the figure from before the lag was sent after it"
+        );
+    }
+}

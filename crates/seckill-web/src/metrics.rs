@@ -1,0 +1,97 @@
+//! `GET /metrics`: the process' figures (`seckill_core::metrics`) in Prometheus'
+//! text format, with the ones that are a state read now: the jobs in every
+//! sale's queues, and this instance's open event streams.
+//!
+//! The counts never need a server. The queue depths do: while Redis or
+//! PostgreSQL is down they are left out (a gauge that stops reporting is
+//! what Prometheus calls "no data", which is true), and the scrape still
+//! answers 200 with the rest: a monitor must not go blind in an outage.
+
+use actix_web::{HttpResponse, web};
+
+use super::AppState;
+use seckill_core::keys::{SaleKeys, SaleQueue};
+use seckill_core::metrics::metrics;
+use seckill_core::queue::{Queue, QueueStats};
+
+pub async fn scrape(state: web::Data<AppState>) -> HttpResponse {
+    let metrics = metrics();
+    let open = state
+        .max_streams
+        .saturating_sub(state.streams.available_permits());
+    metrics.event_streams.set(open as i64);
+    metrics.queue_jobs.reset();
+    match queue_depths(&state).await {
+        Ok(depths) => {
+            for (queue, stats) in depths {
+                for (which, n) in [
+                    ("waiting", stats.waiting),
+                    ("in_flight", stats.in_flight),
+                    ("dead", stats.dead),
+                ] {
+                    metrics
+                        .queue_jobs
+                        .with_label_values(&[queue, which])
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+            }
+        }
+        Err(error) => {
+            tracing::warn!(error = %format!("{error:#}"), "queue depths left out of /metrics")
+        }
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(metrics.render())
+}
+
+/// `GET /metrics` alone, for a `seckill worker` (`--metrics-bind`): its
+/// counts, no queue depths (the app instances report those). Serves until
+/// `shutdown` is cancelled; returns the address it listens on.
+pub fn serve_counts(
+    bind: std::net::SocketAddr,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<std::net::SocketAddr> {
+    let server = actix_web::HttpServer::new(|| {
+        actix_web::App::new().route(
+            "/metrics",
+            web::get().to(|| async {
+                HttpResponse::Ok()
+                    .content_type("text/plain; version=0.0.4; charset=utf-8")
+                    .body(metrics().render())
+            }),
+        )
+    })
+    .workers(1)
+    .bind(bind)?;
+    let address = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        handle.stop(true).await;
+    });
+    tokio::spawn(server);
+    Ok(address)
+}
+
+/// Jobs in every sale's order queues and deadline queues, summed.
+async fn queue_depths(state: &AppState) -> anyhow::Result<[(&'static str, QueueStats); 2]> {
+    let mut conn = state.store.redis().await?;
+    let mut total = [
+        (SaleQueue::Orders, QueueStats::default()),
+        (SaleQueue::Deadlines, QueueStats::default()),
+    ];
+    for sale_id in state.store.sale_ids().await? {
+        let keys = SaleKeys::new(state.store.prefix(), sale_id);
+        for (which, sum) in &mut total {
+            let stats = Queue::new(keys.queue_keys(*which).clone())
+                .stats(&mut conn)
+                .await?;
+            sum.waiting += stats.waiting;
+            sum.in_flight += stats.in_flight;
+            sum.dead += stats.dead;
+        }
+    }
+    Ok(total.map(|(which, stats)| (which.as_str(), stats)))
+}

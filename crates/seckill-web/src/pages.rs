@@ -1,0 +1,276 @@
+//! Server-rendered pages: the sale list, a sale, the result of a purchase,
+//! and an order. They work without JavaScript: every figure is rendered here,
+//! and buying and paying are plain form posts. With JavaScript
+//! (`static/sale.js`, `static/order.js`), the sale page counts down to the
+//! opening, buys without leaving the page and shows the units left falling
+//! live; the order page follows the order's status and the time left to pay.
+
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::http::header::ContentType;
+use actix_web::{HttpRequest, HttpResponse, web};
+use anyhow::Context;
+use askama::Template;
+use serde::Deserialize;
+
+use super::error::ApiError;
+use super::lookup::{SaleView, find_sale, parse_order_id, pay_order};
+use super::{AppState, limits};
+use seckill_core::domain::{Order, OrderStatus, SaleStatus, UserId};
+use seckill_core::purchase::Outcome;
+
+/// The cookie that remembers a browser's buyer id, so one browser is one buyer.
+const BUYER_COOKIE: &str = "seckill_buyer";
+
+#[derive(Template)]
+#[template(path = "sale.html")]
+struct SalePage {
+    sale: SaleView,
+    buyer: String,
+    /// Whether the Buy button works now (the server checks again anyway).
+    open: bool,
+    /// The opening time and the server's clock, in ms since the epoch, for
+    /// the countdown: the script counts on the server's clock, not the
+    /// visitor's, which may be off.
+    starts_at_ms: i64,
+    /// When the sale closes, in ms since the epoch; 0 if it never does.
+    ends_at_ms: i64,
+    server_now_ms: i64,
+}
+
+#[derive(Template)]
+#[template(path = "order.html")]
+struct OrderPage {
+    order: Order,
+    sale_name: String,
+    /// What a failed payment said, if this page answers one.
+    notice: Option<String>,
+    server_now_ms: i64,
+}
+
+impl OrderPage {
+    /// The order's status in words.
+    fn headline(&self) -> &'static str {
+        match self.order.status {
+            OrderStatus::Pending => {
+                "Pending: your unit is reserved, and the order is being recorded."
+            }
+            OrderStatus::Confirmed => "Confirmed: the unit is yours once you pay.",
+            OrderStatus::Paid => "Paid. The unit is yours.",
+            OrderStatus::Cancelled => {
+                "Cancelled: the payment window closed, and the unit went back on sale."
+            }
+            OrderStatus::Rejected => "Rejected: this order holds no unit.",
+        }
+    }
+
+    fn pay_by_ms(&self) -> i64 {
+        self.order
+            .pay_by
+            .map_or(0, |deadline| deadline.timestamp_millis())
+    }
+}
+
+#[derive(Template)]
+#[template(path = "bought.html")]
+struct BoughtPage {
+    sale: SaleView,
+    /// Whether the buyer got a unit.
+    won: bool,
+    /// The outcome in words.
+    headline: String,
+    order_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BuyForm {
+    user_id: String,
+}
+
+pub(super) fn html(page: &impl Template) -> Result<HttpResponse, ApiError> {
+    let body = page.render().context("rendering a page")?;
+    Ok(HttpResponse::Ok()
+        .content_type(ContentType::html())
+        .body(body))
+}
+
+pub async fn sale(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let sale = find_sale(&state, &path).await?;
+    let left = state.store.stock_left(sale.id).await?;
+    let known = request
+        .cookie(BUYER_COOKIE)
+        .map(|c| c.value().to_owned())
+        .filter(|v| UserId::parse(v).is_ok());
+    let buyer = known
+        .clone()
+        .unwrap_or_else(|| format!("buyer-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
+    let view = SaleView::new(&sale, left);
+    let mut response = html(&SalePage {
+        open: view.status == SaleStatus::Live,
+        starts_at_ms: view.starts_at.timestamp_millis(),
+        ends_at_ms: view.ends_at.map_or(0, |end| end.timestamp_millis()),
+        server_now_ms: chrono::Utc::now().timestamp_millis(),
+        sale: view,
+        buyer: buyer.clone(),
+    })?;
+    // Remember the buyer from the first visit, so that one browser is one
+    // buyer whether it buys with the script or with the form.
+    if known.is_none() {
+        set_buyer_cookie(&mut response, &buyer)?;
+    }
+    Ok(response)
+}
+
+fn set_buyer_cookie(response: &mut HttpResponse, buyer: &str) -> Result<(), ApiError> {
+    // Lax: sent when the visitor follows a link here from elsewhere, never
+    // with a post another site starts.
+    let cookie = Cookie::build(BUYER_COOKIE, buyer.to_owned())
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .finish();
+    response
+        .add_cookie(&cookie)
+        .context("setting the buyer cookie")?;
+    Ok(())
+}
+
+pub async fn buy(
+    state: web::Data<AppState>,
+    request: HttpRequest,
+    path: web::Path<String>,
+    form: web::Form<BuyForm>,
+) -> Result<HttpResponse, ApiError> {
+    let user = UserId::parse(&form.user_id).map_err(ApiError::invalid)?;
+    limits::check(&state, &request, Some(&user)).await?;
+    let sale = find_sale(&state, &path).await?;
+    let outcome = state.purchaser.purchase(&sale, &user).await?;
+    let (won, headline, order_id) = match outcome {
+        Outcome::Accepted { order_id } => {
+            (true, "You got one!".to_owned(), Some(order_id.to_string()))
+        }
+        Outcome::SoldOut => (
+            false,
+            "Sold out. Every unit has been taken.".to_owned(),
+            None,
+        ),
+        Outcome::AlreadyPurchased => (false, "You already have one of these.".to_owned(), None),
+        Outcome::NotStarted => (false, "The sale has not started yet.".to_owned(), None),
+        Outcome::Ended => (false, "The sale has ended.".to_owned(), None),
+        Outcome::Busy => (
+            false,
+            "Too busy right now. Please try again.".to_owned(),
+            None,
+        ),
+        Outcome::LockLost => (
+            false,
+            "Your turn ran out before it finished; nothing was taken. Please try again.".to_owned(),
+            None,
+        ),
+    };
+    let left = state.store.stock_left(sale.id).await?;
+    let page = BoughtPage {
+        sale: SaleView::new(&sale, left),
+        won,
+        headline,
+        order_id,
+    };
+    let mut response = html(&page)?;
+    set_buyer_cookie(&mut response, user.as_str())?;
+    Ok(response)
+}
+
+pub async fn order(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let order = state
+        .store
+        .find_order(parse_order_id(&path)?)
+        .await?
+        .ok_or(ApiError::OrderNotFound)?;
+    html(&order_page(&state, order, None).await?)
+}
+
+/// `POST /orders/{id}/pay`, the form behind the Pay button: pay, then show
+/// the order (a redirect, so that reloading does not post again), or the
+/// order with the reason the payment was refused.
+pub async fn pay(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let order_id = parse_order_id(&path)?;
+    match pay_order(&state, order_id).await {
+        Ok(_) => Ok(HttpResponse::SeeOther()
+            .insert_header(("Location", format!("/orders/{order_id}")))
+            .finish()),
+        Err(
+            refused @ (ApiError::PaymentWindowClosed
+            | ApiError::OrderPending
+            | ApiError::OrderRejected),
+        ) => {
+            let order = state
+                .store
+                .find_order(order_id)
+                .await?
+                .ok_or(ApiError::OrderNotFound)?;
+            let page = order_page(&state, order, Some(refused.to_string())).await?;
+            let mut response = html(&page)?;
+            *response.status_mut() = actix_web::http::StatusCode::CONFLICT;
+            Ok(response)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+async fn order_page(
+    state: &AppState,
+    order: Order,
+    notice: Option<String>,
+) -> Result<OrderPage, ApiError> {
+    let sale_name = state
+        .store
+        .sale(order.sale_id)
+        .await?
+        .map_or_else(String::new, |sale| sale.name.clone());
+    Ok(OrderPage {
+        order,
+        sale_name,
+        notice,
+        server_now_ms: chrono::Utc::now().timestamp_millis(),
+    })
+}
+
+/// The few static files, compiled into the binary so it runs from anywhere.
+pub async fn static_file(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let (body, content_type) = match path.as_str() {
+        "style.css" => (
+            include_str!("../static/style.css"),
+            "text/css; charset=utf-8",
+        ),
+        "sale.js" => (
+            include_str!("../static/sale.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        "order.js" => (
+            include_str!("../static/order.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        "live.js" => (
+            include_str!("../static/live.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        "admin.js" => (
+            include_str!("../static/admin.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        _ => return Err(ApiError::NotFound),
+    };
+    Ok(HttpResponse::Ok()
+        .content_type(content_type)
+        .insert_header(("Cache-Control", "public, max-age=300"))
+        .body(body))
+}

@@ -1,0 +1,221 @@
+//! The command line of `seckill`, and what `sale create` prints.
+//!
+//! Only definitions live here: clap turns them into parsing, `--help` and
+//! environment fallbacks. The knobs they share with the server (where the
+//! servers are, how purchases and the worker behave) are in
+//! `seckill_core::config`; each tool's options live with the tool
+//! (`seckill_tools`); `main.rs` runs the commands.
+
+use std::net::SocketAddr;
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+
+use seckill_core::config::{
+    DEFAULT_MAX_EVENT_STREAMS, PurchaseSettings, RateLimitSettings, ServiceArgs, WorkerSettings,
+};
+use seckill_core::domain::{Sale, SaleStatus};
+
+/// A flash sale that proves, under load and under faults, that 10 units are
+/// never sold 11 times.
+#[derive(Debug, Parser)]
+#[command(name = "seckill", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub services: ServiceArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The server's commands.
+    #[command(flatten)]
+    Server(ServerCommand),
+    /// The tools: demo, chaos, lab, bench (`seckill-tools`).
+    #[cfg(feature = "tools")]
+    #[command(flatten)]
+    Tool(seckill_tools::Tool),
+}
+
+/// What runs a deployment: the app, the worker, the schema, the sales.
+#[derive(Debug, Subcommand)]
+pub enum ServerCommand {
+    /// Run the web app (and, unless --no-worker, the queue worker in-process).
+    Serve(ServeArgs),
+    /// Run the queue worker alone; several may run at once.
+    Worker(WorkerArgs),
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Manage sales.
+    #[command(subcommand)]
+    Sale(SaleCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SaleCommand {
+    /// Create a sale and print it as JSON.
+    Create(CreateSaleArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SECKILL_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+
+    /// Do not run the queue worker inside this process (run `seckill worker` instead).
+    #[arg(long, env = "SECKILL_NO_WORKER")]
+    pub no_worker: bool,
+
+    /// Token for the admin API (`Authorization: Bearer ...`); admin calls are refused while unset.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Name of this instance, sent in the X-Seckill-Instance header of every response: 1 to 64 printable ASCII characters, no spaces [default: the bind address].
+    #[arg(long, env = "SECKILL_INSTANCE_ID", value_parser = instance_name)]
+    pub instance_id: Option<String>,
+
+    /// Seconds an admin session lasts after its login, 60 to 2592000.
+    #[arg(long, env = "SECKILL_ADMIN_SESSION_SECS", default_value_t = 43_200, value_parser = clap::value_parser!(u64).range(60..=2_592_000))]
+    pub admin_session_secs: u64,
+
+    /// Live sale pages (event streams) this instance serves at once, 1 to 1000000; one more is answered 503.
+    #[arg(long, env = "SECKILL_MAX_EVENT_STREAMS", default_value_t = DEFAULT_MAX_EVENT_STREAMS, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_event_streams: u32,
+
+    #[command(flatten)]
+    pub purchase: PurchaseSettings,
+
+    #[command(flatten)]
+    pub worker: WorkerSettings,
+
+    #[command(flatten)]
+    pub limits: RateLimitSettings,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub worker: WorkerSettings,
+
+    /// Serve this worker's figures at `GET /metrics` on this address (an app instance serves them on its own port).
+    #[arg(long, env = "SECKILL_METRICS_BIND")]
+    pub metrics_bind: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CreateSaleArgs {
+    /// Name shown on the sale page.
+    #[arg(long)]
+    pub name: String,
+    /// Units for sale.
+    // Negative numbers parse, so that validation can say what is wrong with them.
+    #[arg(long, allow_negative_numbers = true)]
+    pub stock: i32,
+    /// Price in cents.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub price_cents: i64,
+    /// Seconds from now until the sale opens.
+    #[arg(long, default_value_t = 0)]
+    pub starts_in: u64,
+    /// Seconds the sale stays open after it starts [default: no end].
+    #[arg(long)]
+    pub duration: Option<u64>,
+}
+
+/// What `seckill sale create` prints, as JSON: the sale as created, with all
+/// of its units left and its status.
+#[derive(Debug, Serialize)]
+pub struct CreatedSale<'a> {
+    #[serde(flatten)]
+    pub sale: &'a Sale,
+    pub stock_left: i64,
+    pub status: SaleStatus,
+}
+
+impl<'a> CreatedSale<'a> {
+    pub fn new(sale: &'a Sale, now: DateTime<Utc>) -> Self {
+        let stock_left = i64::from(sale.stock_total);
+        Self {
+            sale,
+            stock_left,
+            status: sale.status(now, stock_left),
+        }
+    }
+}
+
+/// An instance's name, refused at start unless its header can carry it.
+fn instance_name(raw: &str) -> Result<String, String> {
+    seckill_web::security::instance_header(raw).map(|_| raw.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn settings_defaults_match_flag_defaults() {
+        let cli = Cli::try_parse_from(["seckill", "serve"]).expect("serve parses");
+        let Command::Server(ServerCommand::Serve(serve)) = cli.command else {
+            panic!("expected serve")
+        };
+        let (flags, defaults) = (serve.purchase, PurchaseSettings::default());
+        assert_eq!(flags.lock_ttl_ms, defaults.lock_ttl_ms);
+        assert_eq!(flags.lock_wait_ms, defaults.lock_wait_ms);
+        assert_eq!(flags.strategy, defaults.strategy);
+        assert_eq!(
+            serve.worker.batch_size,
+            WorkerSettings::default().batch_size
+        );
+        assert_eq!(
+            serve.worker.payment_window_secs,
+            WorkerSettings::default().payment_window_secs
+        );
+    }
+
+    #[test]
+    fn knobs_that_would_stall_the_system_are_refused() {
+        for bad in [
+            ["seckill", "worker", "--batch-size", "0"],
+            ["seckill", "worker", "--lease-ms", "10"],
+            ["seckill", "worker", "--max-attempts", "0"],
+            ["seckill", "serve", "--lock-ttl-ms", "0"],
+            ["seckill", "worker", "--payment-window-secs", "0"],
+            // Numbers so large that a time computed from them would
+            // overflow (Instant + Duration panics): refused at start.
+            ["seckill", "serve", "--lock-wait-ms", "18446744073709551615"],
+            ["seckill", "serve", "--lock-ttl-ms", "18446744073709551615"],
+            [
+                "seckill",
+                "serve",
+                "--sold-out-refresh-ms",
+                "18446744073709551615",
+            ],
+            [
+                "seckill",
+                "serve",
+                "--naive-delay-ms",
+                "18446744073709551615",
+            ],
+            ["seckill", "worker", "--lease-ms", "18446744073709551615"],
+            ["seckill", "worker", "--poll-ms", "18446744073709551615"],
+            ["seckill", "worker", "--max-attempts", "4294967295"],
+            // Names the X-Seckill-Instance header could not carry.
+            ["seckill", "serve", "--instance-id", "a\nb"],
+            ["seckill", "serve", "--instance-id", "shop 1"],
+            ["seckill", "serve", "--instance-id", ""],
+            ["seckill", "serve", "--instance-id", "ünï"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! The admin pages: refused to everyone without the admin cookie; with it,
+//! a sale can be created, inspected and its dead-lettered jobs re-driven.
+
+use std::time::Duration;
+
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use seckill_core::queue::Queue;
+
+use crate::helpers::{ADMIN_TOKEN, Options, TestApp, spawn_app, spawn_app_with};
+
+/// A client that shows redirects instead of following them.
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("an HTTP client")
+}
+
+/// Log in through the form; returns the `name=value` of the admin cookie.
+async fn log_in(app: &TestApp) -> String {
+    let response = no_redirects()
+        .post(app.url("/admin/login"))
+        .form(&[("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .expect("POST /admin/login");
+    assert_eq!(response.status(), 303);
+    let set_cookie = response.headers()[SET_COOKIE].to_str().expect("ASCII");
+    set_cookie.split(';').next().expect("name=value").to_owned()
+}
+
+/// Post the re-drive form for `queue` of `sale`, signed in with `cookie`.
+async fn redrive(app: &TestApp, cookie: &str, sale: i64, queue: &str) -> reqwest::Response {
+    no_redirects()
+        .post(app.url(&format!("/admin/sales/{sale}/redrive")))
+        .header(COOKIE, cookie)
+        .form(&[("queue", queue)])
+        .send()
+        .await
+        .expect("POST redrive")
+}
+
+/// Park one undecodable job in the sale's order queue's dead-letter set.
+async fn dead_letter_a_job(app: &TestApp, sale: i64) {
+    let queue = Queue::new(app.keys(sale).queue);
+    let mut conn = app.redis_conn().await;
+    queue
+        .enqueue(&mut conn, &[("broken", "{not json")], Duration::ZERO)
+        .await
+        .expect("enqueue");
+    // One attempt allowed, and a lease that runs out at once.
+    queue
+        .reserve(&mut conn, 1, Duration::from_millis(1), 1)
+        .await
+        .expect("reserve");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let reclaimed = queue
+        .reserve(&mut conn, 1, Duration::from_millis(1), 1)
+        .await
+        .expect("reserve");
+    assert_eq!(reclaimed.dead_lettered, 1);
+}
+
+#[tokio::test]
+async fn every_admin_page_and_form_refuses_a_visitor_without_the_admin_cookie() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(3).await;
+    dead_letter_a_job(&app, sale).await;
+    let sales_before = app.sale_count().await;
+    let wrong_cookies = [
+        None,
+        Some("seckill_admin=".to_owned()),
+        Some("seckill_admin=nonsense".to_owned()),
+        // The raw token is not the cookie's value.
+        Some(format!("seckill_admin={ADMIN_TOKEN}")),
+        Some(format!("seckill_admin={}", "0".repeat(64))),
+    ];
+    for cookie in &wrong_cookies {
+        for path in ["/admin".to_owned(), format!("/admin/sales/{sale}")] {
+            let mut request = no_redirects().get(app.url(&path));
+            if let Some(cookie) = cookie {
+                request = request.header(COOKIE, cookie);
+            }
+            let response = request.send().await.expect("GET");
+            assert_eq!(response.status(), 401, "GET {path} with {cookie:?}");
+            let html = response.text().await.expect("HTML");
+            assert!(
+                html.contains("action=\"/admin/login\"") && !html.contains("Dead-lettered"),
+                "GET {path} with {cookie:?} showed more than the login form: {html}"
+            );
+        }
+        let posts = [
+            (
+                "/admin/sales".to_owned(),
+                vec![
+                    ("name", "Stolen"),
+                    ("stock", "5"),
+                    ("price_cents", "100"),
+                    ("starts_in_secs", "0"),
+                ],
+            ),
+            (
+                format!("/admin/sales/{sale}/redrive"),
+                vec![("queue", "orders")],
+            ),
+        ];
+        for (path, form) in posts {
+            let mut request = no_redirects().post(app.url(&path)).form(&form);
+            if let Some(cookie) = cookie {
+                request = request.header(COOKIE, cookie);
+            }
+            let response = request.send().await.expect("POST");
+            assert_eq!(response.status(), 401, "POST {path} with {cookie:?}");
+        }
+    }
+    assert_eq!(app.sale_count().await, sales_before, "a sale was created");
+    assert_eq!(app.queue_stats(sale).await.dead, 1, "a job was re-driven");
+}
+
+#[tokio::test]
+async fn the_admin_login_refuses_a_wrong_token_and_sets_a_cookie_that_is_not_the_token() {
+    let app = spawn_app().await;
+    let wrong = no_redirects()
+        .post(app.url("/admin/login"))
+        .form(&[("token", "guess")])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().get(SET_COOKIE).is_none());
+
+    let right = no_redirects()
+        .post(app.url("/admin/login"))
+        .form(&[("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(right.status(), 303);
+    assert_eq!(right.headers()[LOCATION], "/admin");
+    let cookie = right.headers()[SET_COOKIE].to_str().expect("ASCII");
+    assert!(cookie.starts_with("seckill_admin="), "{cookie}");
+    for attribute in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/admin"] {
+        assert!(cookie.contains(attribute), "{attribute} missing: {cookie}");
+    }
+    assert!(
+        !cookie.contains(ADMIN_TOKEN),
+        "the cookie holds the token: {cookie}"
+    );
+}
+
+#[tokio::test]
+async fn the_admin_pages_refuse_every_login_while_no_token_is_configured() {
+    let app = spawn_app_with(Options {
+        admin_token: None,
+        ..Options::default()
+    })
+    .await;
+    for token in ["", "anything", ADMIN_TOKEN] {
+        let response = app
+            .client
+            .post(app.url("/admin/login"))
+            .form(&[("token", token)])
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(response.status(), 401, "token {token:?}");
+        assert!(response.headers().get(SET_COOKIE).is_none());
+    }
+}
+
+#[tokio::test]
+async fn an_admin_creates_a_sale_sees_its_orders_and_stock_and_redrives_dead_jobs() {
+    let app = spawn_app().await;
+    let cookie = log_in(&app).await;
+    let index = no_redirects()
+        .get(app.url("/admin"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .expect("GET /admin");
+    assert_eq!(index.status(), 200);
+    assert!(index.text().await.expect("HTML").contains("Create a sale"));
+
+    let created = no_redirects()
+        .post(app.url("/admin/sales"))
+        .header(COOKIE, &cookie)
+        .form(&[
+            ("name", "Workshop mug"),
+            ("stock", "4"),
+            ("price_cents", "1250"),
+            ("starts_in_secs", "0"),
+            ("duration_secs", ""),
+        ])
+        .send()
+        .await
+        .expect("POST /admin/sales");
+    assert_eq!(created.status(), 303);
+    let location = created.headers()[LOCATION]
+        .to_str()
+        .expect("ASCII")
+        .to_owned();
+    let sale: i64 = location
+        .strip_prefix("/admin/sales/")
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected location {location}"));
+
+    app.buy(sale, "ann").await;
+    app.drain().await;
+    dead_letter_a_job(&app, sale).await;
+    let page = |cookie: String| {
+        let (client, url) = (no_redirects(), app.url(&location));
+        async move {
+            let response = client
+                .get(url)
+                .header(COOKIE, cookie)
+                .send()
+                .await
+                .expect("GET sale");
+            assert_eq!(response.status(), 200);
+            response.text().await.expect("HTML")
+        }
+    };
+    let html = page(cookie.clone()).await;
+    for expected in [
+        "Workshop mug",
+        "<td>ann</td>",
+        "confirmed",
+        r#"<td id="redis-stock">3</td>"#,
+        r#"<td id="pg-stock">3</td>"#,
+        "Redis and PostgreSQL agree.",
+        r#"<td id="orders-dead">1</td>"#,
+        r#"<td id="deadlines-waiting">1</td>"#,
+    ] {
+        assert!(html.contains(expected), "{expected} missing from {html}");
+    }
+
+    // A queue the sale does not have: a clear 400, nothing re-driven.
+    let unknown = redrive(&app, &cookie, sale, "everything").await;
+    assert_eq!(unknown.status(), 400);
+    let error: serde_json::Value = unknown.json().await.expect("a JSON error");
+    assert_eq!(error["error"], "invalid_request");
+    assert_eq!(app.queue_stats(sale).await.dead, 1);
+
+    let redrive = redrive(&app, &cookie, sale, "orders").await;
+    assert_eq!(redrive.status(), 303);
+    let stats = app.queue_stats(sale).await;
+    assert_eq!((stats.dead, stats.waiting), (0, 1));
+    assert!(
+        page(cookie)
+            .await
+            .contains(r#"<td id="orders-dead">0</td>"#)
+    );
+}
+
+/// GET /admin with a cookie; the status says whether the session is open.
+async fn admin_status(app: &TestApp, cookie: &str) -> u16 {
+    no_redirects()
+        .get(app.url("/admin"))
+        .header(COOKIE, cookie)
+        .send()
+        .await
+        .expect("GET /admin")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn logging_out_ends_the_session_on_the_server_for_every_copy_of_the_cookie() {
+    let app = spawn_app().await;
+    let cookie = log_in(&app).await;
+    assert_eq!(admin_status(&app, &cookie).await, 200);
+    let out = no_redirects()
+        .post(app.url("/admin/logout"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .expect("POST /admin/logout");
+    assert_eq!(out.status(), 303);
+    // A copy kept from before (a stolen cookie, another tab) no longer opens anything.
+    assert_eq!(admin_status(&app, &cookie).await, 401);
+    // Logging in again opens a new session.
+    let again = log_in(&app).await;
+    assert_ne!(again, cookie);
+    assert_eq!(admin_status(&app, &again).await, 200);
+}
+
+#[tokio::test]
+async fn a_session_expires_by_itself_and_its_expiry_cannot_be_moved() {
+    let app = spawn_app_with(Options {
+        admin_session: Duration::from_secs(1),
+        ..Options::default()
+    })
+    .await;
+    let cookie = log_in(&app).await;
+    assert_eq!(admin_status(&app, &cookie).await, 200);
+    // The same session, its expiry pushed far ahead by hand: the signature
+    // no longer matches.
+    let (payload, mac) = cookie.rsplit_once('.').expect("a signed value");
+    let (head, _expires) = payload.rsplit_once('.').expect("an expiry");
+    let forged = format!("{head}.99999999999.{mac}");
+    assert_eq!(admin_status(&app, &forged).await, 401);
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    assert_eq!(
+        admin_status(&app, &cookie).await,
+        401,
+        "the session outlived its 1 s"
+    );
+}
+
+#[tokio::test]
+async fn five_wrong_tokens_lock_the_address_out_even_for_the_right_token() {
+    let app = spawn_app().await;
+    for _ in 0..5 {
+        let wrong = no_redirects()
+            .post(app.url("/admin/login"))
+            .form(&[("token", "guess")])
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(wrong.status(), 401);
+    }
+    let locked = no_redirects()
+        .post(app.url("/admin/login"))
+        .form(&[("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(locked.status(), 429);
+    assert!(locked.headers().contains_key("retry-after"));
+    assert!(locked.headers().get(SET_COOKIE).is_none());
+    // The admin API shares the count.
+    let api = app
+        .client
+        .post(app.url("/api/sales"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({"name": "Lamp", "stock": 1, "price_cents": 1}))
+        .send()
+        .await
+        .expect("POST /api/sales");
+    assert_eq!(api.status(), 429);
+    let error: serde_json::Value = api.json().await.expect("a JSON error");
+    assert_eq!(error["error"], "rate_limited");
+}
+
+/// Guesses sent all at once are each counted before any is compared: no
+/// more than five of them are even looked at.
+#[tokio::test]
+async fn guesses_sent_all_at_once_cannot_slip_past_the_lock_out() {
+    let app = spawn_app().await;
+    let guesses: Vec<_> = (0..20)
+        .map(|i| {
+            let request = no_redirects()
+                .post(app.url("/admin/login"))
+                .form(&[("token", format!("guess-{i}"))]);
+            tokio::spawn(async move { request.send().await.expect("POST").status().as_u16() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for guess in guesses {
+        statuses.push(guess.await.expect("a task"));
+    }
+    let compared = statuses.iter().filter(|s| **s == 401).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!((compared, refused), (5, 15), "{statuses:?}");
+}

@@ -1,0 +1,156 @@
+//! Every malformed purchase is answered `400 invalid_request` with a reason,
+//! and nothing is written anywhere.
+
+use serde_json::{Value, json};
+
+use crate::helpers::spawn_app;
+
+#[tokio::test]
+async fn malformed_purchases_are_answered_400_and_nothing_is_written() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let oversized_body = json!({"user_id": "ann", "padding": "x".repeat(8 * 1024)}).to_string();
+    // What the body is, the body, and a part of the reason the answer gives.
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("empty body", String::new(), "malformed JSON body"),
+        ("not JSON", "{not json".into(), "malformed JSON body"),
+        (
+            "a JSON array",
+            "[\"ann\"]".into(),
+            "invalid request body: invalid type: sequence, expected a JSON object",
+        ),
+        (
+            "missing user_id",
+            "{}".into(),
+            "invalid request body: missing field `user_id`",
+        ),
+        (
+            "empty user_id",
+            json!({"user_id": ""}).to_string(),
+            "must not be empty",
+        ),
+        (
+            "blank user_id",
+            json!({"user_id": "   "}).to_string(),
+            "must not be empty",
+        ),
+        (
+            "user_id over 64 characters",
+            json!({"user_id": "u".repeat(65)}).to_string(),
+            "at most 64 characters",
+        ),
+        (
+            "user_id with a control character",
+            json!({"user_id": "a\u{0}b"}).to_string(),
+            "control or invisible",
+        ),
+        (
+            "user_id with a right-to-left override",
+            json!({"user_id": "ann\u{202E}nimda"}).to_string(),
+            "control or invisible",
+        ),
+        (
+            "user_id with a zero-width space",
+            json!({"user_id": "an\u{200B}n"}).to_string(),
+            "control or invisible",
+        ),
+        (
+            "a key given twice",
+            r#"{"user_id": "ann", "user_id": "bob"}"#.into(),
+            "invalid request body: duplicate field `user_id`",
+        ),
+        (
+            "user_id of the wrong type",
+            json!({"user_id": 42}).to_string(),
+            "invalid request body: invalid type: integer",
+        ),
+        (
+            "user_id null",
+            json!({"user_id": null}).to_string(),
+            "invalid request body: invalid type: null",
+        ),
+        (
+            "an unknown field",
+            json!({"user_id": "ann", "quantity": 5}).to_string(),
+            "invalid request body: unknown field `quantity`",
+        ),
+        (
+            "a body over the size limit",
+            oversized_body,
+            "larger than 4096 bytes",
+        ),
+    ];
+    for (what, body, reason) in cases {
+        let response = app
+            .client
+            .post(app.url(&format!("/api/sales/{sale}/purchase")))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(response.status(), 400, "{what}");
+        let error: Value = response.json().await.expect("a JSON error");
+        assert_eq!(error["error"], "invalid_request", "{what}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.contains(reason), "{what}: {message:?}");
+    }
+    assert_eq!(app.redis_stock(sale).await, Some(10));
+    assert!(app.redis_buyers(sale).await.is_empty());
+    let queue = app.queue_stats(sale).await;
+    assert_eq!((queue.waiting, queue.in_flight, queue.dead), (0, 0, 0));
+    app.drain().await;
+    assert!(app.orders(sale).await.is_empty());
+    assert_eq!(app.sold(sale).await, 0);
+}
+
+#[tokio::test]
+async fn a_user_id_of_exactly_64_characters_is_accepted() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(1).await;
+    let user = "秒".repeat(64);
+    assert_eq!(app.purchase(sale, &user).await.status(), 202);
+    app.drain().await;
+    assert_eq!(app.orders(sale).await[0].1, user);
+}
+
+#[tokio::test]
+async fn unknown_paths_are_answered_404_in_json() {
+    let app = spawn_app().await;
+    let response = app
+        .client
+        .get(app.url("/api/nope"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(response.status(), 404);
+    let error: Value = response.json().await.expect("JSON");
+    assert_eq!(error["error"], "not_found");
+}
+
+/// One parse of a buyer id for the form and the API: the spaces around an
+/// id are not part of it, so `" ann"` through the API and `"ann "` through
+/// the form are one buyer, who gets one unit.
+#[tokio::test]
+async fn a_buyer_id_with_spaces_around_it_is_the_same_buyer_through_the_api_and_the_form() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let first = app.purchase(sale, " ann").await;
+    assert_eq!(first.status(), 202, "{:?}", first.text().await);
+    let again = app.purchase(sale, "ann\t").await;
+    assert_eq!(
+        again.status(),
+        409,
+        "the API took \"ann\\t\" for another buyer"
+    );
+    let by_form = app
+        .client
+        .post(app.url(&format!("/sales/{sale}/buy")))
+        .form(&[("user_id", "ann ")])
+        .send()
+        .await
+        .expect("POST the buy form");
+    let page = by_form.text().await.expect("HTML");
+    assert!(page.contains("You already have one of these."), "{page}");
+    assert_eq!(app.redis_buyers(sale).await, ["ann"]);
+}

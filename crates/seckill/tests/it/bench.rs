@@ -1,0 +1,223 @@
+//! `seckill bench` as a process: it runs, and says what it measured.
+
+use crate::helpers::{Scratch, seckill_command};
+use crate::processes::{RUN_LIMIT, finish, sale_count, text};
+
+/// `seckill bench`, small: every row measured or said not to be, each
+/// beside its target, and nothing of it left afterwards.
+#[tokio::test]
+async fn the_bench_measures_each_row_beside_its_target() {
+    let _cores = crate::helpers::cores_alone().await;
+    let scratch = Scratch::new().await;
+    let args = [
+        "bench",
+        "--secs",
+        "0.5",
+        "--burst-users",
+        "200",
+        "--memory-buyers",
+        "600",
+        "--drain-orders",
+        "300",
+        "--pages",
+        "200",
+    ];
+    let bench = seckill_command(&scratch, &args, &[])
+        .spawn()
+        .expect("the bench starts");
+    let pid = bench.id().expect("running");
+    // Every row: about a minute alone on 2 cores, two to three
+    // times that on a slower machine beside the rest of the suite.
+    let output = tokio::time::timeout(2 * RUN_LIMIT, bench.wait_with_output())
+        .await
+        .expect("the bench ended in time")
+        .expect("its output");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for figure in [
+        "burst, 10 units, 2 instances: first send to last win",
+        "accepted purchases/s on one sale, lock",
+        "accepted purchases/s on one sale, lua / redis-benchmark running the script",
+        "accepted purchases/s, lock, 3 sales at once: 3-master cluster vs 1 Redis",
+        "worker drain into PostgreSQL, orders/s",
+        "worker drain / one server-side INSERT of as many rows",
+        "idle worker: 202 to order confirmed, p50",
+        "same instances: memory of the larger after every burst (VmRSS)",
+        "sold-out answers / bare actix handler (wrk)",
+        "storefront index, 20 sales / sale page (wrk)",
+        "storefront index, 1,000 sales / 20 sales (wrk)",
+        "open sale pages on one instance: Redis commands/s they add, RSS",
+        "burst while the pages watch one instance: last win (median)",
+        "burst while the pages watch one instance: p99 (median)",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with(figure))
+            .unwrap_or_else(|| panic!("no row {figure}:\n{stdout}"));
+        assert!(
+            line.split_whitespace()
+                .any(|word| word.contains(|c: char| c.is_ascii_digit())),
+            "{line}"
+        );
+    }
+    // The memory is read after every buyer asked for, the burst's 200 and
+    // one more burst of 400 (the open-files limit allows far more at once).
+    assert!(
+        stdout.contains("after 600 buyers (the burst's 200, then 1 more burst of 400)"),
+        "{stdout}"
+    );
+    // Its sales, orders and keys were its own, and are gone: the user's
+    // database and keys are as they were (empty, here).
+    assert_eq!(bench_databases(pid).await, 0);
+    assert_eq!(sale_count(&scratch).await, 0);
+    assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
+}
+
+/// Ctrl-C in the middle of the burst: the bench stops, and its database
+/// and keys are gone all the same.
+#[tokio::test]
+async fn an_interrupted_bench_leaves_nothing_behind() {
+    let scratch = Scratch::new().await;
+    let args = ["bench", "--only", "burst", "--burst-users", "200"];
+    let bench = seckill_command(&scratch, &args, &[])
+        .spawn()
+        .expect("the bench starts");
+    let pid = bench.id().expect("running");
+    // In the middle of the burst: its instances run and its sale is in
+    // Redis, under the bench's prefix (inside the scratch one).
+    crate::helpers::eventually(RUN_LIMIT, "the bench's sale in Redis", || async {
+        !keys_left(&scratch).await.is_empty()
+    })
+    .await;
+    assert_eq!(bench_databases(pid).await, 1);
+    let pid_t = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    nix::sys::signal::kill(pid_t, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let output = tokio::time::timeout(RUN_LIMIT, bench.wait_with_output())
+        .await
+        .expect("the bench ended in time")
+        .expect("its output");
+    // An error, as for any run that could not finish (exit 2).
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    assert!(text(&output).contains("interrupted"), "{}", text(&output));
+    assert_eq!(bench_databases(pid).await, 0);
+    assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
+}
+
+/// Databases the bench of process `pid` made (its own, and the index's),
+/// each named after the pid and a random tag of eight hex digits.
+async fn bench_databases(pid: u32) -> i64 {
+    databases_matching(&format!("^seckill_bench_(index_)?{pid}_[0-9a-f]{{8}}$")).await
+}
+
+/// How many of the server's databases have a name matching `pattern` (a
+/// PostgreSQL regular expression).
+async fn databases_matching(pattern: &str) -> i64 {
+    use sqlx::Connection;
+    // The server, through its base database: no migration.
+    let server = &crate::helpers::services().await.database_url;
+    let mut pg = sqlx::PgConnection::connect(server)
+        .await
+        .expect("PostgreSQL");
+    sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname ~ $1")
+        .bind(pattern)
+        .fetch_one(&mut pg)
+        .await
+        .expect("count the databases")
+}
+
+async fn keys_left(scratch: &Scratch) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg(format!("{}:*", scratch.prefix))
+        .query_async(&mut crate::helpers::redis_at(scratch.redis_url()).await)
+        .await
+        .expect("KEYS")
+}
+
+/// `seckill bench --only idle`: that row and no other. It works in a
+/// database of its own: the one the user's URL names is not even created
+/// (with no URL set, an empty `seckill` database was left behind).
+#[tokio::test]
+async fn the_bench_measures_only_the_rows_asked_for() {
+    let scratch = Scratch::new().await;
+    let absent = format!("seckill_absent_{}", uuid::Uuid::new_v4().simple());
+    let url = seckill_core::urls::with_database(&scratch.database_url, &absent).expect("a URL");
+    let env = [("SECKILL_DATABASE_URL", url.as_str())];
+    let output = finish(seckill_command(
+        &scratch,
+        &["bench", "--only", "idle"],
+        &env,
+    ))
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip(1)
+        .filter(|line| !line.is_empty())
+        .collect();
+    assert_eq!(rows.len(), 1, "{stdout}");
+    assert!(
+        rows[0].starts_with("idle worker: 202 to order confirmed, p50"),
+        "{stdout}"
+    );
+    assert_eq!(databases_matching(&format!("^{absent}$")).await, 0);
+}
+
+/// What the bench's clean-up (and every test's) deletes: the keys under its
+/// prefix, taken as written. A prefix with glob characters in it (a user's
+/// `SECKILL_REDIS_PREFIX` of `shop*`) neither deletes a neighbour's keys
+/// nor misses its own.
+#[tokio::test]
+async fn deleting_a_prefix_deletes_its_own_keys_only() {
+    let scratch = Scratch::new().await;
+    let mut redis = crate::helpers::redis_at(scratch.redis_url()).await;
+    let base = &scratch.prefix;
+    let own = [format!("{base}:s*[a]?:1"), format!("{base}:s*[a]?:x:2")];
+    // What the prefix's *, [a] and ? would match, taken as a pattern.
+    let neighbours = [format!("{base}:sxa!:1")];
+    for key in own.iter().chain(&neighbours) {
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg(1)
+            .query_async(&mut redis)
+            .await
+            .expect("SET");
+    }
+    let pool =
+        seckill_core::redis_pool::RedisPool::new(&scratch.redis, std::time::Duration::from_secs(5))
+            .expect("a pool");
+    pool.delete_under(&format!("{base}:s*[a]?"))
+        .await
+        .expect("delete_under");
+    let mut left = keys_left(&scratch).await;
+    left.sort();
+    assert_eq!(left, neighbours);
+}
+
+/// The bench's page holder ends as soon as its input does, even while it
+/// is still waiting for its streams to be answered: a bench that dies
+/// while it opens them leaves no holder behind.
+#[tokio::test]
+async fn the_page_holder_ends_with_its_input_even_while_opening() {
+    let scratch = Scratch::new().await;
+    // An instance that never answers: the kernel completes the
+    // connections, nobody reads them.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a listener");
+    let url = format!("http://{}", silent.local_addr().expect("its address"));
+    let args = ["hold-pages", "--url", &url, "--sale", "1", "--pages", "5"];
+    // Its input is empty from the start (the deployment's commands get none).
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        seckill_command(&scratch, &args, &[])
+            .spawn()
+            .expect("the holder starts")
+            .wait_with_output(),
+    )
+    .await
+    .expect("the holder ended with its input, not after its minute of waiting")
+    .expect("its output");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    drop(silent);
+}

@@ -1,0 +1,331 @@
+//! The command line: `sale create` and `migrate` and their errors, and how `serve` stops.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use crate::helpers::{Scratch, client, cluster, seckill_command, spawn_app_on};
+use crate::processes::sale_count;
+
+#[tokio::test]
+async fn sale_create_prints_the_sale_and_it_can_be_bought() {
+    let scratch = Scratch::new().await;
+    let output = seckill_command(
+        &scratch,
+        &[
+            "sale",
+            "create",
+            "--name",
+            "Lamp",
+            "--stock",
+            "2",
+            "--price-cents",
+            "1999",
+        ],
+        &[],
+    )
+    .output()
+    .await
+    .expect("seckill sale create");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let sale: Value = serde_json::from_slice(&output.stdout).expect("the sale as JSON on stdout");
+    assert_eq!(sale["name"], "Lamp");
+    assert_eq!(sale["stock_left"], 2);
+    assert_eq!(sale["price_cents"], 1999);
+    assert_eq!(sale["status"], "live");
+
+    let app = spawn_app_on(scratch, Default::default()).await;
+    let id = sale["id"].as_i64().expect("an id");
+    assert_eq!(app.purchase(id, "ann").await.status(), 202);
+    assert_eq!(app.redis_stock(id).await, Some(1));
+}
+
+#[tokio::test]
+async fn sale_create_refuses_an_invalid_sale_with_a_clear_message_and_stores_nothing() {
+    let scratch = Scratch::new().await;
+    for (args, expected) in [
+        (
+            vec!["--name", "Lamp", "--stock", "0"],
+            "stock must be between 1",
+        ),
+        (
+            vec!["--name", "   ", "--stock", "5"],
+            "name must not be empty",
+        ),
+        (
+            vec!["--name", "Lamp", "--stock", "5", "--price-cents", "-1"],
+            "price_cents must be between",
+        ),
+        (
+            vec!["--name", "Lamp", "--stock", "five"],
+            "invalid value 'five'",
+        ),
+        // Far beyond any date: a clear refusal, not a panic in date arithmetic.
+        (
+            vec![
+                "--name",
+                "Lamp",
+                "--stock",
+                "5",
+                "--starts-in",
+                "10000000000000",
+            ],
+            "a sale opens between now and 31536000 seconds from now",
+        ),
+        (
+            vec!["--name", "Lamp", "--stock", "5", "--duration", "0"],
+            "a sale lasts between 1 and 31536000 seconds",
+        ),
+    ] {
+        let mut all = vec!["sale", "create"];
+        all.extend(&args);
+        let output = seckill_command(&scratch, &all, &[])
+            .output()
+            .await
+            .expect("seckill sale create");
+        assert!(!output.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?} printed a sale");
+    }
+    assert_eq!(sale_count(&scratch).await, 0);
+}
+
+#[tokio::test]
+async fn migrate_creates_the_schema_and_running_it_twice_is_harmless() {
+    let scratch = Scratch::new().await;
+    for _ in 0..2 {
+        let output = seckill_command(&scratch, &["migrate"], &[])
+            .output()
+            .await
+            .expect("seckill migrate");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let pg = sqlx::PgPool::connect(&scratch.database_url)
+        .await
+        .expect("PostgreSQL");
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables
+          WHERE table_schema = 'public' AND table_name IN ('sales', 'orders') ORDER BY 1",
+    )
+    .fetch_all(&pg)
+    .await
+    .expect("tables");
+    assert_eq!(tables, ["orders", "sales"]);
+}
+
+/// An instance name the `X-Seckill-Instance` header cannot carry made
+/// every HTTP worker panic as it started, after `serve` had printed the
+/// address it would listen on.
+#[tokio::test]
+async fn serve_refuses_an_instance_name_a_header_cannot_carry() {
+    let scratch = Scratch::new().await;
+    let output = seckill_command(
+        &scratch,
+        &["serve", "--bind", "127.0.0.1:0"],
+        &[("SECKILL_INSTANCE_ID", "shop\u{1}one")],
+    )
+    .output()
+    .await
+    .expect("serve runs");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "it printed an address");
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        errors.contains("--instance-id") && errors.contains("printable ASCII"),
+        "{errors}"
+    );
+    assert!(!errors.contains("panicked"), "{errors}");
+}
+
+#[tokio::test]
+async fn serve_stops_cleanly_on_sigterm() {
+    let scratch = Scratch::new().await;
+    let mut server = cluster(&scratch, &[]);
+    let address = server.start_app("a", &[]).await.expect("serve starts");
+    let health = client()
+        .get(format!("{address}/healthz"))
+        .send()
+        .await
+        .expect("GET /healthz");
+    assert_eq!(health.status(), 200);
+    server.signal("a", Signal::SIGTERM).expect("SIGTERM");
+    let status = server
+        .wait("a", Duration::from_secs(20))
+        .await
+        .expect("serve exits within 20 s of SIGTERM");
+    assert!(status.success(), "serve exited with {status}");
+}
+
+#[tokio::test]
+async fn serve_ends_open_event_streams_and_exits_cleanly_on_sigterm() {
+    let scratch = Scratch::new().await;
+    let mut server = cluster(&scratch, &[]);
+    let address = server.start_app("a", &[]).await.expect("serve starts");
+    let (_, mut stream) = a_watched_sale(&client(), &address).await;
+
+    server.signal("a", Signal::SIGTERM).expect("SIGTERM");
+    // The stream ends (cleanly, or with the connection), rather than
+    // holding the shutdown up.
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the event stream outlived SIGTERM by 20 s");
+    let status = server
+        .wait("a", Duration::from_secs(20))
+        .await
+        .expect("serve exits within 20 s of SIGTERM");
+    assert!(status.success(), "serve exited with {status}");
+}
+
+/// A refusal that is no fault of the server's (`503` to one live page too
+/// many, `404` for a sale that does not exist) is not logged as an error:
+/// instances started by the demo and the lab log errors only
+/// (`RUST_LOG=error`), and a loaded demo printed hundreds of such lines.
+#[tokio::test]
+async fn refusals_are_not_logged_as_errors() {
+    let scratch = Scratch::new().await;
+    let (server, address) = serve(&scratch, &["--max-event-streams", "1"], &[]).await;
+    let client = client();
+    let (events, first) = a_watched_sale(&client, &address).await;
+    let second = client.get(&events).send().await.expect("GET events");
+    assert_eq!(second.status(), 503, "one stream too many");
+    let missing = client
+        .get(format!("{address}/api/sales/999999999"))
+        .send()
+        .await
+        .expect("GET a sale");
+    assert_eq!(missing.status(), 404);
+    drop(first);
+
+    let output = stop(server).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("ERROR"), "{stderr}");
+}
+
+/// Whatever is logged while a request is handled names the request, with
+/// the id its answer carried in `X-Request-Id`: what a user quotes when
+/// reporting a failure is what finds its lines. Both where the middleware
+/// logs (a cross-site form refused) and where a handler does (a buyer
+/// over its rate). With the default filter, as a user runs it.
+#[tokio::test]
+async fn a_request_is_logged_under_the_id_its_answer_names() {
+    let scratch = Scratch::new().await;
+    let env = [
+        ("RUST_LOG", seckill_core::telemetry::DEFAULT_FILTER),
+        // One purchase a second per buyer, none at once beyond it.
+        ("SECKILL_RATE_LIMIT_PER_BUYER", "1"),
+        ("SECKILL_RATE_LIMIT_BURST", "0"),
+    ];
+    let (server, address) = serve(&scratch, &[], &env).await;
+    let client = client();
+    let cross_site = client
+        .post(format!("{address}/sales/1/buy"))
+        .header("Origin", "http://elsewhere.example")
+        .form(&[("user_id", "mallory")])
+        .send()
+        .await
+        .expect("POST the form");
+    assert_eq!(cross_site.status(), 403);
+    // The limit is checked before the sale is looked up: the first gets
+    // as far as finding no such sale, the second is refused.
+    let purchase = || {
+        client
+            .post(format!("{address}/api/sales/999999/purchase"))
+            .json(&serde_json::json!({"user_id": "eager"}))
+            .send()
+    };
+    let first = purchase().await.expect("POST a purchase");
+    assert_eq!(first.status(), 404);
+    let limited = purchase().await.expect("POST a purchase");
+    assert_eq!(limited.status(), 429);
+
+    let output = stop(server).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for (answer, path, message) in [
+        (&cross_site, "/sales/1/buy", "cross-site form post refused"),
+        (&limited, "/api/sales/999999/purchase", "rate limited"),
+    ] {
+        let id = answer.headers()["x-request-id"].to_str().expect("ASCII");
+        let line = stderr
+            .lines()
+            .find(|line| line.contains(message))
+            .unwrap_or_else(|| panic!("{message:?} was not logged: {stderr}"));
+        let span = format!(r#"request{{method=POST path="{path}" request_id={id}}}:"#);
+        assert!(line.contains(&span), "{line}");
+    }
+}
+
+/// `seckill serve` with `args` and `env` added, started: the process (its
+/// error output piped) and the address it listens on.
+async fn serve(
+    scratch: &Scratch,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, String) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mut all = vec!["serve", "--bind", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let mut env = env.to_vec();
+    env.push(("SECKILL_ADMIN_TOKEN", crate::helpers::ADMIN_TOKEN));
+    let mut server = seckill_command(scratch, &all, &env)
+        .spawn()
+        .expect("serve starts");
+    let stdout = server.stdout.take().expect("piped");
+    let line = BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .expect("its output")
+        .expect("a first line");
+    let address = seckill_devenv::processes::listening_url(&line)
+        .unwrap_or_else(|| panic!("not an address: {line}"))
+        .to_owned();
+    (server, address)
+}
+
+/// Stop `server` with SIGTERM: what it wrote, once it exited cleanly.
+async fn stop(server: tokio::process::Child) -> std::process::Output {
+    let pid = nix::unistd::Pid::from_raw(server.id().expect("running") as i32);
+    nix::sys::signal::kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let output = tokio::time::timeout(Duration::from_secs(20), server.wait_with_output())
+        .await
+        .expect("serve exits within 20 s of SIGTERM")
+        .expect("its output");
+    assert!(
+        output.status.success(),
+        "serve exited with {}",
+        output.status
+    );
+    output
+}
+
+/// A 2-unit sale created on the instance at `address` through the admin
+/// API, and its page's event stream, open (its first snapshot read).
+/// Returns the stream's URL and the stream.
+async fn a_watched_sale(client: &reqwest::Client, address: &str) -> (String, reqwest::Response) {
+    let created = client
+        .post(format!("{address}/api/sales"))
+        .bearer_auth(crate::helpers::ADMIN_TOKEN)
+        .json(&serde_json::json!({"name": "Lamp", "stock": 2, "price_cents": 100}))
+        .send()
+        .await
+        .expect("POST /api/sales");
+    assert_eq!(created.status(), 201);
+    let sale: Value = created.json().await.expect("a sale");
+    let events = format!("{address}/api/sales/{}/events", sale["id"]);
+    let mut stream = client.get(&events).send().await.expect("GET events");
+    crate::helpers::read_first_snapshot(&mut stream).await;
+    (events, stream)
+}

@@ -1,0 +1,191 @@
+//! seckill on a Redis Cluster: three masters started from the installed
+//! `redis-server`, slots shared out by `redis-cli --cluster create`, and
+//! every part (the purchase path, the queue, the worker, the events, the
+//! tally, the load test's verifier) pointed at it through
+//! `SECKILL_REDIS_CLUSTER_NODES`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use seckill_core::events::SaleEvents;
+use seckill_core::keys::SaleKeys;
+use seckill_core::redis_pool::RedisPool;
+use seckill_devenv::services::PrivateRedisCluster;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{
+    Scratch, cluster, create_sale_at, eventually, loadtest_command, services,
+    start_app_and_a_worker,
+};
+use crate::processes::{finish, orders_by_status, read_json, text};
+
+/// The masters, started and joined; a scratch database and prefix on them.
+async fn three_masters() -> (PrivateRedisCluster, Scratch) {
+    let redis = PrivateRedisCluster::start(3)
+        .await
+        .expect("a private 3-master Redis Cluster");
+    let scratch = Scratch::on(&services().await.database_url, &redis.at()).await;
+    (redis, scratch)
+}
+
+/// Create sales on `url` until one lives on each master; returns one sale
+/// per master.
+async fn a_sale_on_each_master(
+    redis: &PrivateRedisCluster,
+    scratch: &Scratch,
+    url: &str,
+) -> BTreeMap<String, i64> {
+    let mut by_master = BTreeMap::new();
+    for n in 0..64 {
+        let sale = create_sale_at(url, &format!("Sale {n}"), 10).await;
+        let stock = SaleKeys::new(&scratch.prefix, sale).stock;
+        by_master
+            .entry(redis.master_of(&stock).await.expect("the sale's master"))
+            .or_insert(sale);
+        if by_master.len() == redis.urls().len() {
+            return by_master;
+        }
+    }
+    panic!("64 sales and still a master without one: {by_master:?}");
+}
+
+#[tokio::test]
+async fn a_two_instance_burst_on_sales_spread_over_three_masters_sells_each_unit_once() {
+    let (redis, scratch) = three_masters().await;
+    let mut processes = cluster(&scratch, &[]);
+    let a = processes.start_app("a", &[]).await.expect("a starts");
+    let b = start_app_and_a_worker(&mut processes, "b").await;
+    let sales = a_sale_on_each_master(&redis, &scratch, &a).await;
+
+    // One load test per sale, all at once, each against both instances and
+    // verified by the load test itself (PostgreSQL and the sale's keys,
+    // read through its own cluster connection).
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let runs = sales.values().map(|sale| {
+        let json = dir.path().join(format!("{sale}.json"));
+        let command = loadtest_command(
+            &scratch,
+            &[
+                "--target",
+                &a,
+                "--target",
+                &b,
+                "--sale",
+                &sale.to_string(),
+                "--users",
+                "300",
+                "--dup",
+                "0.1",
+                "--json",
+                json.to_str().expect("a UTF-8 path"),
+            ],
+            &[],
+        );
+        async move { (finish(command).await, json) }
+    });
+    for (output, json) in futures::future::join_all(runs).await {
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+        let report = read_json(&json);
+        assert_eq!(report["verdict"], "pass");
+        assert_eq!(report["summary"]["counts"]["won"], 10);
+        let checks = report["invariants"].as_array().expect("the checks");
+        assert!(checks.iter().all(|c| c["passed"] == true), "{checks:?}");
+    }
+    assert_eq!(orders_by_status(&scratch).await, [("confirmed".into(), 30)]);
+
+    // Each master holds a sale's keys: the data really is spread.
+    for (master, sale) in &sales {
+        let client = redis::Client::open(master.as_str()).expect("a node URL");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a master answers");
+        let keys: BTreeSet<String> = redis::cmd("KEYS")
+            .arg(format!("{}:{{sale:{sale}}}:*", scratch.prefix))
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        assert!(
+            keys.contains(&SaleKeys::new(&scratch.prefix, *sale).stock),
+            "{master} does not hold sale {sale}'s stock: {keys:?}"
+        );
+    }
+
+    // The instances' answer counts, flushed for several sales at once
+    // (keys on different masters), add up to every request of each run.
+    let pool = RedisPool::new(&scratch.redis, Duration::from_secs(5)).expect("a pool");
+    for sale in sales.values() {
+        let answers = SaleKeys::new(&scratch.prefix, *sale).answers;
+        eventually(Duration::from_secs(5), "every answer counted", || async {
+            let mut conn = pool.get().await.expect("a connection");
+            let counts: BTreeMap<String, u64> = redis::cmd("HGETALL")
+                .arg(&answers)
+                .query_async(&mut conn)
+                .await
+                .expect("HGETALL");
+            counts.values().sum::<u64>() == 330 && counts.get("accepted") == Some(&10)
+        })
+        .await;
+    }
+    processes.stop().await;
+}
+
+#[tokio::test]
+async fn a_stock_change_published_on_one_master_reaches_an_instance_subscribed_on_another() {
+    let (redis, scratch) = three_masters().await;
+    let mut processes = cluster(&scratch, &[]);
+    let a = processes.start_app("a", &[]).await.expect("a starts");
+    let sales = a_sale_on_each_master(&redis, &scratch, &a).await;
+    // The listener subscribes on the first node given; take a sale whose
+    // master is another one, so that only the cluster bus can carry it.
+    let first = &redis.urls()[0];
+    let (_, &sale) = sales
+        .iter()
+        .find(|(master, _)| *master != first)
+        .expect("a sale on another master");
+    let shutdown = CancellationToken::new();
+    let (events, task) =
+        SaleEvents::start(&scratch.redis, &scratch.prefix, shutdown.clone()).expect("start");
+    let mut changes = events.subscribe();
+    // Both subscribers (instance a's and ours) on the first node, so that
+    // the purchase below is published after they listen.
+    let client = redis::Client::open(first.as_str()).expect("a node URL");
+    let node = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the first node answers");
+    eventually(Duration::from_secs(10), "two pattern subscribers", || {
+        let mut node = node.clone();
+        async move {
+            let clients: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut node)
+                .await
+                .expect("CLIENT LIST");
+            // Each follows its patterns (stock changes, lock releases).
+            let following = |client: &&str| {
+                client
+                    .split(' ')
+                    .any(|field| field.strip_prefix("psub=").is_some_and(|n| n != "0"))
+            };
+            clients.lines().filter(following).count() >= 2
+        }
+    })
+    .await;
+    let response = crate::helpers::client()
+        .post(format!("{a}/api/sales/{sale}/purchase"))
+        .json(&serde_json::json!({ "user_id": "buyer" }))
+        .send()
+        .await
+        .expect("POST purchase");
+    assert_eq!(response.status(), 202);
+    let received = tokio::time::timeout(Duration::from_secs(5), changes.recv())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let change = received.expect("a stock change arrived through the cluster bus");
+    assert_eq!((change.sale_id, change.stock_left), (sale, 9));
+    shutdown.cancel();
+    task.await.expect("the listener stops");
+    processes.stop().await;
+}

@@ -1,0 +1,238 @@
+//! Faults: private Redis and PostgreSQL servers that the tests stop and start.
+
+use std::time::Duration;
+
+use seckill_core::queue::QueueStats;
+use seckill_core::redis_pool::RedisAt;
+use seckill_devenv::services::{PrivatePostgres, PrivateRedis};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{Options, Scratch, eventually, services, spawn_app_on};
+use crate::proxy::LoseOneAnswer;
+
+#[tokio::test]
+async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
+    let mut postgres = PrivatePostgres::start()
+        .await
+        .expect("a private PostgreSQL");
+    let scratch = Scratch::on(&postgres.url("postgres"), &services().await.redis).await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sale = app.create_sale(100).await;
+    let mut accepted = Vec::new();
+    for i in 0..30 {
+        let response = app.purchase(sale, &format!("user-{i}")).await;
+        assert_eq!(response.status(), 202);
+        let body: Value = response.json().await.expect("JSON");
+        accepted.push(body["order_id"].as_str().expect("id").to_owned());
+    }
+
+    postgres.stop();
+    // The API says "try again later" meanwhile, never 500.
+    let order = app
+        .client
+        .get(app.url(&format!("/api/orders/{}", accepted[0])))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(order.status(), 503);
+    assert_eq!(order.headers()["retry-after"], "1");
+    // One step while PostgreSQL is down: it fails, and gives the jobs back
+    // without using up an attempt.
+    let step = app.worker.try_process_batch(sale).await;
+    assert!(step.is_err(), "a batch cannot succeed without PostgreSQL");
+    assert_eq!(
+        app.queue_stats(sale).await,
+        QueueStats {
+            waiting: 30,
+            in_flight: 0,
+            dead: 0
+        }
+    );
+    // The worker loop keeps running meanwhile, backing off.
+    let shutdown = CancellationToken::new();
+    let worker = spawn_worker(&app, shutdown.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(app.queue_stats(sale).await.dead, 0);
+
+    postgres.restart().await.expect("PostgreSQL comes back");
+    eventually(Duration::from_secs(60), "the queue drains", || async {
+        app.queue_stats(sale).await == QueueStats::default()
+    })
+    .await;
+    shutdown.cancel();
+    worker.await.expect("the worker stops");
+    let orders = app.orders(sale).await;
+    let mut stored: Vec<String> = orders.iter().map(|(id, _, _)| id.to_string()).collect();
+    stored.sort();
+    accepted.sort();
+    assert_eq!(stored, accepted, "every accepted order, once");
+    assert_eq!(app.sold(sale).await, 30);
+}
+
+fn spawn_worker(
+    app: &crate::helpers::TestApp,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let worker = seckill_core::worker::Worker::new(
+        app.store.clone(),
+        seckill_core::config::WorkerSettings::default(),
+    );
+    tokio::spawn(worker.run(shutdown))
+}
+
+#[tokio::test]
+async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty() {
+    let mut redis = PrivateRedis::start().await.expect("a private Redis");
+    let scratch = Scratch::on(
+        &services().await.database_url,
+        &RedisAt::Server(redis.url()),
+    )
+    .await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sale = app.create_sale(3).await;
+    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
+    app.drain().await;
+    let admin = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a client");
+    let login = admin
+        .post(app.url("/admin/login"))
+        .form(&[("token", crate::helpers::ADMIN_TOKEN)])
+        .send()
+        .await
+        .expect("POST /admin/login");
+    assert_eq!(login.status(), 303);
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .expect("ASCII")
+        .split(';')
+        .next()
+        .expect("name=value")
+        .to_owned();
+
+    redis.kill();
+    // A signed-in admin whose session cannot be checked is told to try
+    // again, not asked for the token.
+    let page = admin
+        .get(app.url("/admin"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("GET /admin");
+    assert_eq!(page.status(), 503);
+    let health = app
+        .client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(health.status(), 503);
+    let body: Value = health.json().await.expect("JSON");
+    assert_eq!(body["redis"], "down");
+    assert_eq!(body["postgres"], "ok");
+    // While Redis is down the answer is honest: unavailable, try again
+    // later; never a 500, and no detail of the failure.
+    let refused = app.purchase(sale, "bob").await;
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert!(
+        refused.headers().contains_key("x-request-id"),
+        "nothing to quote when reporting it"
+    );
+    let error: Value = refused.json().await.expect("a JSON error");
+    assert_eq!(error["error"], "unavailable", "{error}");
+    assert!(
+        !error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("refused"),
+        "{error}"
+    );
+    let page = app
+        .client
+        .get(app.url(&format!("/api/sales/{sale}")))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(page.status(), 503);
+    assert_eq!(page.headers()["retry-after"], "1");
+
+    // Redis comes back with nothing in it (no persistence): the sale is
+    // reloaded from PostgreSQL, which remembers ann's unit.
+    redis.restart().await.expect("Redis comes back");
+    eventually(Duration::from_secs(10), "healthz is 200 again", || async {
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert_eq!(app.purchase(sale, "ann").await.status(), 409);
+    assert_eq!(app.purchase(sale, "bob").await.status(), 202);
+    app.drain().await;
+    assert_eq!(app.sold(sale).await, 2);
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+}
+
+/// The commit script ran in Redis, and its answer was lost with the
+/// connection. The order was taken, so the buyer must hear `202` with the
+/// order id (found on the queue), never an error, and the order must reach
+/// PostgreSQL once.
+#[tokio::test]
+async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
+    let scratch = Scratch::new().await;
+    // redis://host:port[/db] -> host:port
+    let upstream = scratch
+        .redis_url()
+        .split('/')
+        .nth(2)
+        .expect("host and port")
+        .to_owned();
+    // The commit goes out as EVALSHA of the script's hash, or as EVAL of
+    // its text when Redis does not have it cached yet.
+    let commit = redis::Script::new(concat!(
+        include_str!("../../../seckill-core/src/lua/queue_lib.lua"),
+        include_str!("../../../seckill-core/src/lua/purchase_commit.lua")
+    ));
+    let proxy = LoseOneAnswer::start(
+        upstream,
+        vec![
+            commit.get_hash().as_bytes().to_vec(),
+            b"purchase_commit.lua".to_vec(),
+        ],
+    )
+    .await;
+    let app = spawn_app_on(
+        scratch,
+        Options {
+            app_redis_url: Some(proxy.url.clone()),
+            ..Options::default()
+        },
+    )
+    .await;
+    let sale = app.create_sale(5).await;
+
+    let response = app.purchase(sale, "ann").await;
+    assert_eq!(proxy.answers_lost(), 1, "the commit's answer was not lost");
+    assert_eq!(
+        response.status(),
+        202,
+        "a taken order answered with an error"
+    );
+    let body: Value = response.json().await.expect("JSON");
+    let order_id = body["order_id"].as_str().expect("an order id").to_owned();
+
+    app.drain().await;
+    let orders = app.orders(sale).await;
+    assert_eq!(orders.len(), 1);
+    assert_eq!(orders[0].0.to_string(), order_id);
+    assert_eq!(orders[0].2, "confirmed");
+    assert_eq!(
+        app.purchase(sale, "ann").await.status(),
+        409,
+        "ann bought twice"
+    );
+}

@@ -1,0 +1,182 @@
+//! `GET /metrics` after a burst, scraped from real processes (each process
+//! has one registry; two apps inside this test process would share it):
+//! the figures add up to what the buyers were told and what PostgreSQL
+//! holds.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use seckill_core::redis_pool::RedisAt;
+use seckill_devenv::services::PrivateRedis;
+
+use crate::helpers::{
+    Options, Scratch, TestApp, client, cluster, create_sale_at, eventually, orders, services,
+    spawn_app_on,
+};
+
+/// The sum of every sample of `name` whose labels include each of `labels`
+/// (`answer="accepted"`), over the scrapes.
+fn sum(scrapes: &[String], name: &str, labels: &[&str]) -> f64 {
+    scrapes
+        .iter()
+        .flat_map(|scrape| scrape.lines())
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name && labels.iter().all(|label| rest.contains(label)))
+                .then(|| value.parse::<f64>().expect("a number"))
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn metrics_after_a_burst_count_what_the_buyers_were_told_and_postgres_holds() {
+    let scratch = Scratch::new().await;
+    let mut processes = cluster(&scratch, &[]);
+    // One stand-alone worker confirms every order, and serves its own
+    // figures (`--metrics-bind`) on a port found free a moment ago.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let worker = format!("http://127.0.0.1:{port}");
+    processes
+        .start_worker("worker", &["--metrics-bind", &format!("127.0.0.1:{port}")])
+        .expect("the worker starts");
+    let a = processes
+        .start_app("a", &["--no-worker"])
+        .await
+        .expect("a starts");
+    let b = processes
+        .start_app("b", &["--no-worker"])
+        .await
+        .expect("b starts");
+    let http = client();
+    let sale = create_sale_at(&a, "Phone", 10).await;
+
+    // 300 buyers, the first 20 asking twice, half on each instance.
+    let requests: Vec<(String, &str)> = (0..300)
+        .map(|i| (format!("buyer-{i}"), if i % 2 == 0 { &a } else { &b }))
+        .chain((0..20).map(|i| (format!("buyer-{i}"), if i % 2 == 0 { &b } else { &a })))
+        .map(|(user, url)| (user, url.as_str()))
+        .collect();
+    let statuses: Vec<u16> = futures::future::join_all(requests.iter().map(|(user, url)| {
+        let http = http.clone();
+        async move {
+            http.post(format!("{url}/api/sales/{sale}/purchase"))
+                .json(&json!({ "user_id": user }))
+                .send()
+                .await
+                .expect("an answer")
+                .status()
+                .as_u16()
+        }
+    }))
+    .await;
+    let accepted = statuses.iter().filter(|s| **s == 202).count();
+    assert_eq!(accepted, 10, "{statuses:?}");
+
+    let pg = scratch.pg().await;
+    eventually(Duration::from_secs(20), "ten confirmed orders", || {
+        let pg = pg.clone();
+        async move { orders(&pg, sale).await.len() == 10 }
+    })
+    .await;
+
+    let mut scrapes = Vec::new();
+    for url in [&a, &b, &worker] {
+        let answer = http
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics");
+        assert_eq!(answer.status(), 200);
+        let kind = answer.headers()["content-type"].to_str().expect("ASCII");
+        assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+        scrapes.push(answer.text().await.expect("the scrape"));
+    }
+    let purchases = "seckill_purchases_total";
+    let lock = "strategy=\"lock\"";
+    assert_eq!(
+        sum(&scrapes, purchases, &[lock, "answer=\"accepted\""]),
+        10.0
+    );
+    assert_eq!(
+        sum(&scrapes, purchases, &[lock]),
+        320.0,
+        "every answer counted"
+    );
+    let refused = sum(&scrapes, purchases, &["answer=\"sold_out\""])
+        + sum(&scrapes, purchases, &["answer=\"already_purchased\""]);
+    let busy = sum(&scrapes, purchases, &["answer=\"busy\""]);
+    assert_eq!(refused + busy, 310.0);
+    assert_eq!(
+        sum(&scrapes, "seckill_purchase_seconds_count", &[lock]),
+        320.0
+    );
+    // The worker confirmed them all, and the instances none.
+    assert_eq!(
+        sum(
+            &scrapes[2..],
+            "seckill_orders_total",
+            &["event=\"confirmed\""]
+        ),
+        10.0
+    );
+    assert_eq!(
+        sum(&scrapes, "seckill_orders_total", &["event=\"confirmed\""]),
+        10.0
+    );
+    assert_eq!(
+        sum(&scrapes, "seckill_orders_total", &["event=\"rejected\""]),
+        0.0
+    );
+    assert!(sum(&scrapes, "seckill_lock_wait_seconds_count", &[]) >= 1.0);
+    assert!(sum(&scrapes[2..], "seckill_worker_batch_size_count", &[]) >= 1.0);
+    // The orders are written; their payment deadlines wait, one each.
+    assert_eq!(
+        sum(&scrapes[..1], "seckill_queue_jobs", &["queue=\"orders\""]),
+        0.0
+    );
+    assert_eq!(
+        sum(
+            &scrapes[..1],
+            "seckill_queue_jobs",
+            &["queue=\"deadlines\"", "state=\"waiting\""]
+        ),
+        10.0
+    );
+    processes.stop().await;
+}
+
+/// With Redis gone, the scrape still answers 200 with the counts (a
+/// monitor must not go blind in an outage); only the queue depths, which
+/// need Redis, are left out.
+#[tokio::test]
+async fn metrics_answer_while_redis_is_down() {
+    let mut redis = PrivateRedis::start().await.expect("a private Redis");
+    let scratch = Scratch::on(
+        &services().await.database_url,
+        &RedisAt::Server(redis.url()),
+    )
+    .await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    app.create_sale(3).await;
+    let scrape = |app: &TestApp| {
+        let url = app.url("/metrics");
+        async move { client().get(url).send().await.expect("GET /metrics") }
+    };
+    let up = scrape(&app).await.text().await.expect("the scrape");
+    assert!(up.contains("seckill_queue_jobs{"), "{up}");
+    redis.kill();
+    let answer = scrape(&app).await;
+    assert_eq!(answer.status(), 200);
+    let scrape = answer.text().await.expect("the scrape");
+    assert!(
+        scrape.contains("# TYPE seckill_lock_fenced_total counter"),
+        "{scrape}"
+    );
+    assert!(!scrape.contains("seckill_queue_jobs{"), "{scrape}");
+}

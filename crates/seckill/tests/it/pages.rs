@@ -1,0 +1,535 @@
+//! The storefront pages without a browser: what they render, the headers
+//! they send, the cross-site posts they refuse, and the live event stream.
+
+use std::time::Duration;
+
+use reqwest::header::{CONTENT_TYPE, SET_COOKIE};
+use seckill_core::events::SaleEvents;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{TestApp, spawn_app};
+
+async fn get_html(app: &TestApp, path: &str) -> (reqwest::StatusCode, String) {
+    let response = app.client.get(app.url(path)).send().await.expect("GET");
+    (response.status(), response.text().await.expect("a body"))
+}
+
+#[tokio::test]
+async fn every_response_carries_the_security_headers() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    for path in [
+        "/".to_owned(),
+        format!("/sales/{sale}"),
+        format!("/api/sales/{sale}"),
+        "/admin".to_owned(),
+        "/static/sale.js".to_owned(),
+        "/no/such/page".to_owned(),
+    ] {
+        let response = app.client.get(app.url(&path)).send().await.expect("GET");
+        let headers = response.headers();
+        let csp = headers["content-security-policy"].to_str().expect("ASCII");
+        for directive in [
+            "default-src 'self'",
+            "script-src 'self'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(
+                csp.contains(directive),
+                "{path}: {directive} missing from {csp}"
+            );
+        }
+        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(headers["x-frame-options"], "DENY", "{path}");
+        assert_eq!(headers["referrer-policy"], "same-origin", "{path}");
+        assert_eq!(headers["x-seckill-instance"], "test", "{path}");
+        assert_eq!(headers["x-request-id"].len(), 36, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn the_pages_run_no_inline_script_or_style_so_the_policy_can_forbid_them() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    let order = app.buy(sale, "ann").await;
+    for path in [
+        "/".to_owned(),
+        format!("/sales/{sale}"),
+        format!("/orders/{order}"),
+        "/admin".to_owned(),
+    ] {
+        let (status, html) = get_html(&app, &path).await;
+        assert!(status.is_success() || status == 401, "{path}: {status}");
+        for inline in ["<script>", "style=", "onclick", "<style"] {
+            assert!(!html.contains(inline), "{path} has {inline}: {html}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_cross_site_form_post_is_refused_and_writes_nothing() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    let own_origin = app.address.clone();
+    let buy = |headers: Vec<(&'static str, String)>| {
+        let mut request = app
+            .client
+            .post(app.url(&format!("/sales/{sale}/buy")))
+            .form(&[("user_id", "victim")]);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    for forged in [
+        vec![("origin", "https://evil.example".to_owned())],
+        vec![("origin", "null".to_owned())],
+        vec![("sec-fetch-site", "cross-site".to_owned())],
+        vec![
+            ("sec-fetch-site", "same-site".to_owned()),
+            ("origin", own_origin.clone()),
+        ],
+        vec![("referer", "https://evil.example/trap.html".to_owned())],
+    ] {
+        let response = buy(forged.clone()).await.expect("POST");
+        assert_eq!(response.status(), 403, "{forged:?}");
+        let body: serde_json::Value = response.json().await.expect("JSON");
+        assert_eq!(body["error"], "cross_site_request", "{forged:?}");
+    }
+    let login = app
+        .client
+        .post(app.url("/admin/login"))
+        .header("origin", "https://evil.example")
+        .form(&[("token", crate::helpers::ADMIN_TOKEN)])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(login.status(), 403, "a forged admin login");
+    assert!(
+        app.redis_buyers(sale).await.is_empty(),
+        "a forged post bought"
+    );
+
+    // The same post from the app's own pages goes through.
+    let own = buy(vec![
+        ("origin", own_origin.clone()),
+        ("sec-fetch-site", "same-origin".to_owned()),
+    ])
+    .await
+    .expect("POST");
+    assert_eq!(own.status(), 200);
+    assert_eq!(app.redis_buyers(sale).await, ["victim"]);
+}
+
+#[tokio::test]
+async fn the_sale_page_renders_its_figures_and_gives_a_new_browser_a_buyer_cookie() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+    let response = app
+        .client
+        .get(app.url(&format!("/sales/{sale}")))
+        .send()
+        .await
+        .expect("GET");
+    let cookie = response.headers()[SET_COOKIE]
+        .to_str()
+        .expect("ASCII")
+        .to_owned();
+    assert!(cookie.starts_with("seckill_buyer=buyer-"), "{cookie}");
+    assert!(cookie.contains("SameSite=Lax") && cookie.contains("HttpOnly"));
+    let html = response.text().await.expect("HTML");
+    for expected in [
+        r#"<strong id="stock-left" class="big">4</strong> of 5 left"#,
+        r#"<span id="sold">1</span> sold"#,
+        r#"<script src="/static/sale.js" defer></script>"#,
+        r#"<label for="user_id">"#,
+    ] {
+        assert!(html.contains(expected), "{expected} missing from {html}");
+    }
+    assert!(
+        !html.contains(r#"id="buy" disabled"#),
+        "a live sale's button is enabled"
+    );
+}
+
+#[tokio::test]
+async fn an_upcoming_sale_disables_its_buy_button_and_the_server_refuses_early_buyers() {
+    let app = spawn_app().await;
+    let starts_at = chrono::Utc::now() + chrono::Duration::seconds(3600);
+    let sale = app
+        .create_sale_with(serde_json::json!({
+            "name": "Later", "stock": 3, "price_cents": 100, "starts_at": starts_at,
+        }))
+        .await;
+    let (_, html) = get_html(&app, &format!("/sales/{sale}")).await;
+    assert!(html.contains(r#"id="buy" disabled"#), "{html}");
+    assert!(html.contains("The sale has not started yet."), "{html}");
+    let (_, index) = get_html(&app, "/").await;
+    assert!(
+        index.contains("Upcoming") && index.contains("Later"),
+        "{index}"
+    );
+    // The form posted anyway, as a page without the script would.
+    let early = app
+        .client
+        .post(app.url(&format!("/sales/{sale}/buy")))
+        .form(&[("user_id", "eager")])
+        .send()
+        .await
+        .expect("POST");
+    assert!(
+        early
+            .text()
+            .await
+            .expect("HTML")
+            .contains("The sale has not started yet.")
+    );
+    assert!(app.redis_buyers(sale).await.is_empty());
+}
+
+#[tokio::test]
+async fn the_order_page_follows_the_order_from_pending_to_paid_with_the_pay_form() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    let order = app.buy(sale, "ann").await;
+    let path = format!("/orders/{order}");
+    let (status, html) = get_html(&app, &path).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains(r#"<strong id="status">pending</strong>"#),
+        "{html}"
+    );
+
+    app.drain().await;
+    let (_, html) = get_html(&app, &path).await;
+    assert!(
+        html.contains(r#"<strong id="status">confirmed</strong>"#),
+        "{html}"
+    );
+    assert!(html.contains("seconds left to pay."), "{html}");
+    assert!(
+        html.contains(&format!(r#"action="/orders/{order}/pay""#)),
+        "{html}"
+    );
+
+    // Pay with the form, as a browser without the script would.
+    let paid = app
+        .client
+        .post(app.url(&format!("/orders/{order}/pay")))
+        .send()
+        .await
+        .expect("POST pay");
+    assert_eq!(paid.status(), 200, "the redirect leads back to the order");
+    let html = paid.text().await.expect("HTML");
+    assert!(
+        html.contains(r#"<strong id="status">paid</strong>"#),
+        "{html}"
+    );
+
+    let (status, _) = get_html(&app, &format!("/orders/{}", uuid::Uuid::now_v7())).await;
+    assert_eq!(status, 404);
+}
+
+/// Read the event stream until `want` appears in it.
+async fn read_until(stream: &mut reqwest::Response, seen: &mut String, want: &str) {
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while !seen.contains(want) {
+            let chunk = stream
+                .chunk()
+                .await
+                .expect("a chunk")
+                .expect("the stream goes on");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "{want} never came; the stream said: {seen}");
+}
+
+#[tokio::test]
+async fn the_event_stream_sends_the_units_left_as_buyers_buy() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    let mut stream = app
+        .client
+        .get(app.url(&format!("/api/sales/{sale}/events")))
+        .send()
+        .await
+        .expect("GET events");
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()[CONTENT_TYPE], "text/event-stream");
+    let mut seen = String::new();
+    read_until(
+        &mut stream,
+        &mut seen,
+        "event: stock\ndata: {\"stock_left\":5}",
+    )
+    .await;
+    app.buy(sale, "ann").await;
+    read_until(&mut stream, &mut seen, "data: {\"stock_left\":4}").await;
+
+    let missing = app
+        .client
+        .get(app.url("/api/sales/424242/events"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(missing.status(), 404);
+}
+
+/// Ten thousand open pages of a sale must not cost a burst's buyers a
+/// hundred thousand writes: changes that come in quick succession reach a
+/// page as one event, the latest figure, a pace (a second) later.
+#[tokio::test]
+async fn changes_in_quick_succession_reach_a_page_as_one_event_with_the_latest_figure() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let mut stream = app.open_event_stream(sale).await;
+    // The figure it shows (10), until the instance's pub/sub connection (made
+    // in the background) hears it; then five units sold within a
+    // millisecond, as the purchase scripts of a burst publish them (one
+    // pipeline: back to back on the channel). Redis says 5 as well, so
+    // that a snapshot the page may send meanwhile agrees.
+    let keys = seckill_core::keys::SaleKeys::new(&app.scratch.prefix, sale);
+    let channel = keys.events;
+    let mut redis = app.redis.get().await.expect("Redis");
+    let subscribed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let heard_by: i64 = redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg(10)
+                .query_async(&mut redis)
+                .await
+                .expect("PUBLISH");
+            if heard_by > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(subscribed.is_ok(), "the instance never subscribed");
+    let mut publish = redis::pipe();
+    publish.cmd("SET").arg(&keys.stock).arg(5).ignore();
+    for left in (5..10).rev() {
+        publish.cmd("PUBLISH").arg(&channel).arg(left).ignore();
+    }
+    let () = publish.query_async(&mut redis).await.expect("PUBLISH");
+    // What the page hears until a pace after its first event.
+    let mut heard = String::new();
+    read_until(&mut stream, &mut heard, "event: stock").await;
+    let _ = tokio::time::timeout(seckill_web::PACE, async {
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            heard.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    // The latest figure only (sent change by change: 9, 8, 7, 6, 5), and
+    // once, unless a snapshot came meanwhile.
+    let events: Vec<&str> = heard
+        .split("\n\n")
+        .filter(|event| event.starts_with("event: stock"))
+        .collect();
+    assert!(
+        (1..=2).contains(&events.len())
+            && events
+                .iter()
+                .all(|event| *event == "event: stock\ndata: {\"stock_left\":5}"),
+        "{heard}"
+    );
+}
+
+/// A purchase's script publishes the new units left and announces the
+/// release of the sale's lock; the instance's one listener turns the first
+/// into a stock change for the pages and the second into a wake-up of the
+/// waiters for that sale's lock (`lock.rs`), who would otherwise find out
+/// at their next back-off attempt. The fan-out on its own, without the
+/// periodic snapshots of the stream: only pub/sub can deliver these.
+#[tokio::test]
+async fn a_purchase_reaches_the_pages_and_the_lock_waiters_through_redis_pub_sub() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(3).await;
+    let shutdown = CancellationToken::new();
+    let (events, task) =
+        SaleEvents::start(&app.scratch.redis, &app.scratch.prefix, shutdown.clone())
+            .expect("start");
+    let mut changes = events.subscribe();
+    // The subscription is made in the background: until it is, a waiter
+    // is given nothing to listen on (and asks for no place in line).
+    let releases = events.lock_releases();
+    // (This test's runtime has one thread: the listener has not run yet.)
+    assert!(
+        releases.of(sale).is_none(),
+        "a release heard before subscribing"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while releases.of(sale).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (released, elsewhere) = (
+        releases.of(sale).expect("subscribed"),
+        releases.of(sale + 1).expect("subscribed"),
+    );
+    for user in ["ann", "bob", "cat"] {
+        let woken = released.notified();
+        let woken_elsewhere = elsewhere.notified();
+        tokio::pin!(woken, woken_elsewhere);
+        woken.as_mut().enable();
+        woken_elsewhere.as_mut().enable();
+        app.buy(sale, user).await;
+        let Ok(Ok(change)) = tokio::time::timeout(Duration::from_secs(5), changes.recv()).await
+        else {
+            continue;
+        };
+        assert_eq!(change.sale_id, sale);
+        assert!(change.stock_left < 3, "{change:?}");
+        // Published after the change, by the same script.
+        tokio::time::timeout(Duration::from_secs(5), woken)
+            .await
+            .expect("the sale lock's waiters were woken");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), woken_elsewhere)
+                .await
+                .is_err(),
+            "another sale's waiters were woken"
+        );
+        shutdown.cancel();
+        task.await.expect("the listener stops on shutdown");
+        return;
+    }
+    panic!("no stock change arrived over pub/sub");
+}
+
+/// The index is built once per quarter second and served to every request
+/// in between: a purchase shows on it within that time, and a sale created
+/// on this instance shows at once.
+#[tokio::test]
+async fn the_index_shows_a_purchase_within_a_quarter_second_and_a_new_sale_at_once() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let (_, before) = get_html(&app, "/").await;
+    assert!(before.contains("10 of 10 left"), "{before}");
+    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
+    let (_, cached) = get_html(&app, "/").await;
+    assert!(cached.contains("of 10 left"), "{cached}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (_, after) = get_html(&app, "/").await;
+    assert!(after.contains("9 of 10 left"), "{after}");
+    app.create_sale_with(serde_json::json!({"name": "Tablet", "stock": 3, "price_cents": 100}))
+        .await;
+    let (_, listed) = get_html(&app, "/").await;
+    assert!(listed.contains("Tablet"), "{listed}");
+}
+
+/// The index lists 20 sales a page, live ones first (newest first), then
+/// upcoming, and every sale is one "Older" link away; a page past the last,
+/// or a page number that is not one, is a clear error.
+#[tokio::test]
+async fn the_index_pages_through_every_sale_live_ones_first() {
+    let app = spawn_app().await;
+    let mut live = Vec::new();
+    for n in 0..21 {
+        live.push(
+            app.create_sale_with(
+                serde_json::json!({"name": format!("Sale {n}"), "stock": 1, "price_cents": 100}),
+            )
+            .await,
+        );
+    }
+    // The newest sale of all, but upcoming: it is listed after every live one.
+    let starts_at = chrono::Utc::now() + chrono::Duration::seconds(3600);
+    let later = app
+        .create_sale_with(serde_json::json!({
+            "name": "Later", "stock": 3, "price_cents": 100, "starts_at": starts_at,
+        }))
+        .await;
+    let listed = |html: &str| -> Vec<i64> {
+        html.split("<a href=\"/sales/")
+            .skip(1)
+            .map(|rest| rest.split('"').next().unwrap().parse().unwrap())
+            .collect()
+    };
+
+    let (status, first) = get_html(&app, "/").await;
+    assert_eq!(status, 200);
+    let newest_live: Vec<i64> = live.iter().rev().take(20).copied().collect();
+    assert_eq!(listed(&first), newest_live, "{first}");
+    assert!(first.contains("Page 1 of 2 · 22 sales"), "{first}");
+    assert!(first.contains(r#"href="/?page=2">Older"#), "{first}");
+    assert!(!first.contains("Newer"), "{first}");
+    assert!(!first.contains("Upcoming"), "{first}");
+
+    let (status, second) = get_html(&app, "/?page=2").await;
+    assert_eq!(status, 200);
+    assert_eq!(listed(&second), vec![live[0], later], "{second}");
+    let live_heading = second.find("Live now").expect("a live heading");
+    let upcoming_heading = second.find("Upcoming").expect("an upcoming heading");
+    assert!(live_heading < upcoming_heading, "{second}");
+    assert!(second.contains(r#"href="/?page=1">Newer"#), "{second}");
+    assert!(!second.contains("Older"), "{second}");
+
+    let (status, past) = get_html(&app, "/?page=3").await;
+    assert_eq!(status, 404, "{past}");
+    for bad in ["/?page=0", "/?page=two", "/?page=-1", "/?page=1&page=2"] {
+        let (status, body) = get_html(&app, bad).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(
+            body.contains("invalid_request") && body.contains("page"),
+            "{bad}: {body}"
+        );
+    }
+}
+
+/// Pages after the first are built for each request, two at a time per
+/// instance: a client asking for `/?page=2` in a loop cannot take every
+/// PostgreSQL connection of the instance. Here every read of `sales` is
+/// held back by a table lock; of six requests for page 2, two wait in
+/// PostgreSQL, and all six are answered once the lock goes.
+#[tokio::test]
+async fn pages_after_the_first_are_built_two_at_a_time() {
+    let app = spawn_app().await;
+    for n in 0..21 {
+        app.create_sale_with(
+            serde_json::json!({"name": format!("Sale {n}"), "stock": 1, "price_cents": 100}),
+        )
+        .await;
+    }
+    let mut blocker = app.pg.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE sales IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .expect("lock the sales");
+    let requests: Vec<_> = (0..6)
+        .map(|_| tokio::spawn(app.client.get(app.url("/?page=2")).send()))
+        .collect();
+    let pg = app.pg.clone();
+    let waiting = move || {
+        let pg = pg.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'
+                    AND query LIKE '%count(*) OVER ()%'",
+            )
+            .fetch_one(&pg)
+            .await
+            .expect("pg_stat_activity")
+        }
+    };
+    crate::helpers::eventually(Duration::from_secs(5), "two page builds waiting", || {
+        let waiting = waiting.clone();
+        async move { waiting().await >= 2 }
+    })
+    .await;
+    // Time for any further build to reach PostgreSQL, had it been let go.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(waiting().await, 2, "page builds waiting in PostgreSQL");
+    blocker.rollback().await.expect("release the sales");
+    for request in requests {
+        let response = request.await.expect("a task").expect("GET /?page=2");
+        assert_eq!(response.status(), 200);
+    }
+}

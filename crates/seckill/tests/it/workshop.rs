@@ -1,0 +1,105 @@
+//! `docs/workshop.md` cannot rot: every command in its `sh` blocks is run
+//! here, as written, against the real binary (a debug build stands in for
+//! `cargo run --release --`), and must end well.
+
+use crate::helpers::{Scratch, seckill_command};
+use crate::processes::{RUN_LIMIT, finish, interrupt, start_until_within, text};
+
+const GUIDE: &str = include_str!("../../../../docs/workshop.md");
+
+/// What a user types before `seckill`'s own arguments.
+const RUN: &str = "cargo run --release -- ";
+
+/// The commands of the guide's `sh` blocks, in order, as written.
+fn commands(guide: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    let mut in_sh = false;
+    for line in guide.lines() {
+        match line.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            command if in_sh && !command.is_empty() && !command.starts_with('#') => {
+                commands.push(command.to_owned());
+            }
+            _ => {}
+        }
+    }
+    commands
+}
+
+#[test]
+fn the_guide_has_about_eight_steps_each_with_a_command_and_a_question() {
+    let steps: Vec<&str> = GUIDE.split("\n## ").skip(1).collect();
+    assert!(
+        (8..=12).contains(&steps.len()),
+        "{} steps; a 90-minute session has about eight",
+        steps.len()
+    );
+    for step in steps {
+        let title = step.lines().next().unwrap_or_default();
+        assert!(step.contains("```sh"), "{title}: no command");
+        assert!(
+            step.contains("**Question for the room**"),
+            "{title}: no question for the room"
+        );
+    }
+    // Every command is one this test knows how to run.
+    let commands = commands(GUIDE);
+    assert!(commands.len() >= 10, "{commands:?}");
+    for command in &commands {
+        assert!(command.starts_with(RUN), "not a seckill command: {command}");
+    }
+}
+
+/// Every command, in the guide's order, each on a database and a key
+/// prefix of its own and in an empty directory (the reports go there). A
+/// command that keeps serving until Ctrl-C must print "Press Ctrl-C to
+/// stop." and then stop cleanly on SIGINT; the others must exit 0, and a
+/// lab must say every row was as expected.
+#[tokio::test]
+async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
+    for command in commands(GUIDE) {
+        let args: Vec<&str> = command
+            .strip_prefix(RUN)
+            .expect("checked by the test above")
+            .split_whitespace()
+            .collect();
+        let scratch = Scratch::new().await;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut process = seckill_command(&scratch, &args, &[]);
+        process.current_dir(dir.path());
+        let serves =
+            args.first().is_some_and(|c| *c == "lab" || *c == "demo") && !args.contains(&"--exit");
+        if serves {
+            // Whether the verdict printed before the pages said every row
+            // (or both runs) kept to what was expected.
+            let mut kept = false;
+            // The last step is the whole lab: thirteen rows before the
+            // prompt, beside the rest of the suite.
+            let prompt = "Press Ctrl-C to stop.";
+            let (child, kept) = start_until_within(2 * RUN_LIMIT, process, prompt, |line| {
+                kept |= line.contains("lab verdict: every row as expected")
+                    || line.contains("demo verdict: PASS");
+                line.contains(prompt).then_some(kept)
+            })
+            .await;
+            assert!(kept, "{command}: no passing verdict before the pages");
+            assert_eq!(interrupt(child).await, Some(0), "{command}");
+            continue;
+        }
+        let output = finish(process).await;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{command}\n{}",
+            text(&output)
+        );
+        if args[0] == "lab" {
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                stdout.contains("lab verdict: every row as expected"),
+                "{command}\n{stdout}"
+            );
+        }
+    }
+}
