@@ -12,11 +12,11 @@ use std::time::Duration;
 /// The pause after the first failure.
 const FIRST: Duration = Duration::from_millis(100);
 /// The longest pause.
-pub const MAX: Duration = Duration::from_secs(5);
+pub(crate) const MAX: Duration = Duration::from_secs(5);
 
 /// The pause after `failures` failures in a row: 100 ms, 200 ms, 400 ms, ...
 /// up to [`MAX`].
-pub fn after(failures: u32) -> Duration {
+pub(crate) fn after(failures: u32) -> Duration {
     FIRST
         .saturating_mul(1u32 << failures.saturating_sub(1).min(10))
         .min(MAX)

@@ -112,9 +112,9 @@ impl Strategy {
 /// Event streams one instance serves at once, by default.
 pub const DEFAULT_MAX_EVENT_STREAMS: u32 = 10_000;
 
-pub const DEFAULT_LOCK_TTL_MS: u64 = 2_000;
-pub const DEFAULT_LOCK_WAIT_MS: u64 = 2_000;
-pub const DEFAULT_SOLD_OUT_REFRESH_MS: u64 = 250;
+pub(crate) const DEFAULT_LOCK_TTL_MS: u64 = 2_000;
+pub(crate) const DEFAULT_LOCK_WAIT_MS: u64 = 2_000;
+pub(crate) const DEFAULT_SOLD_OUT_REFRESH_MS: u64 = 250;
 pub const DEFAULT_NAIVE_DELAY_MS: u64 = 5;
 
 /// Knobs of the purchase path.
@@ -174,26 +174,26 @@ impl Default for PurchaseSettings {
 }
 
 impl PurchaseSettings {
-    pub fn lock_ttl(&self) -> Duration {
+    pub(crate) fn lock_ttl(&self) -> Duration {
         Duration::from_millis(self.lock_ttl_ms)
     }
     pub fn lock_wait(&self) -> Duration {
         Duration::from_millis(self.lock_wait_ms)
     }
-    pub fn sold_out_refresh(&self) -> Duration {
+    pub(crate) fn sold_out_refresh(&self) -> Duration {
         Duration::from_millis(self.sold_out_refresh_ms)
     }
-    pub fn naive_delay(&self) -> Duration {
+    pub(crate) fn naive_delay(&self) -> Duration {
         Duration::from_millis(self.naive_delay_ms)
     }
-    pub fn hold_pause(&self) -> Duration {
+    pub(crate) fn hold_pause(&self) -> Duration {
         Duration::from_millis(self.hold_pause_ms)
     }
-    pub fn redis_delay(&self) -> Duration {
+    pub(crate) fn redis_delay(&self) -> Duration {
         Duration::from_millis(self.redis_delay_ms)
     }
     /// This instance's clock, skewed by the knob: milliseconds since the epoch.
-    pub fn now_ms(&self) -> i64 {
+    pub(crate) fn now_ms(&self) -> i64 {
         chrono::Utc::now().timestamp_millis() + self.clock_skew_ms
     }
 }
@@ -201,13 +201,13 @@ impl PurchaseSettings {
 /// The longest any statement may run (PostgreSQL's `statement_timeout`),
 /// on every connection; the worker's writes get less (see
 /// [`WorkerSettings::statement_timeout`]).
-pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub const DEFAULT_BATCH_SIZE: u32 = 1000;
-pub const DEFAULT_LEASE_MS: u64 = 30_000;
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
-pub const DEFAULT_POLL_MS: u64 = 500;
-pub const DEFAULT_PAYMENT_WINDOW_SECS: u64 = 900;
+pub(crate) const DEFAULT_BATCH_SIZE: u32 = 1000;
+pub(crate) const DEFAULT_LEASE_MS: u64 = 30_000;
+pub(crate) const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+pub(crate) const DEFAULT_POLL_MS: u64 = 500;
+pub(crate) const DEFAULT_PAYMENT_WINDOW_SECS: u64 = 900;
 
 /// Knobs of the queue worker.
 #[derive(Debug, Clone, Args)]
@@ -246,7 +246,7 @@ impl Default for WorkerSettings {
 }
 
 impl WorkerSettings {
-    pub fn lease(&self) -> Duration {
+    pub(crate) fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
     }
     pub fn poll(&self) -> Duration {
@@ -258,7 +258,7 @@ impl WorkerSettings {
 
     /// The longest one statement of a batch's write may run: a quarter of
     /// the lease, at most [`STATEMENT_TIMEOUT`].
-    pub fn statement_timeout(&self) -> Duration {
+    pub(crate) fn statement_timeout(&self) -> Duration {
         (self.lease() / 4).min(STATEMENT_TIMEOUT)
     }
 
@@ -268,7 +268,7 @@ impl WorkerSettings {
     /// and the first one's give-back or ack lands on jobs that are no
     /// longer its own. A write cut off here is rolled back, or, if its
     /// commit got through, redelivered as a no-op.
-    pub fn write_time_limit(&self) -> Duration {
+    pub(crate) fn write_time_limit(&self) -> Duration {
         self.lease() / 2
     }
 }
@@ -305,9 +305,9 @@ impl Default for RateLimitSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
     /// Requests per second at the steady rate.
-    pub per_second: u32,
+    pub(crate) per_second: u32,
     /// Requests allowed at once beyond the steady rate.
-    pub burst: u32,
+    pub(crate) burst: u32,
 }
 
 impl RateLimitSettings {

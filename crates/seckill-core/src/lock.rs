@@ -224,7 +224,7 @@ impl LockGuard {
     }
 
     /// The lock key this guard is for.
-    pub fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         &self.key
     }
 

@@ -29,24 +29,24 @@ pub struct Metrics {
     registry: Registry,
     /// Purchase answers, by strategy and answer (`accepted`, `sold_out`,
     /// ..., or `error` for a failure).
-    pub purchases: IntCounterVec,
+    pub(crate) purchases: IntCounterVec,
     /// Time to answer a purchase, from the handler's call to the answer.
-    pub purchase_seconds: HistogramVec,
+    pub(crate) purchase_seconds: HistogramVec,
     /// Time a pass of the `lock` strategy waited for the sale's lock.
-    pub lock_wait_seconds: Histogram,
+    pub(crate) lock_wait_seconds: Histogram,
     /// Commits the fence refused: the holder's lock had expired.
-    pub lock_fenced: IntCounter,
+    pub(crate) lock_fenced: IntCounter,
     /// Orders by what happened to them: `confirmed`, `rejected` (refused
     /// by PostgreSQL: an oversell, or a buyer's second unit), `cancelled`
     /// (the payment window closed), `paid`.
-    pub orders: IntCounterVec,
+    pub(crate) orders: IntCounterVec,
     /// Jobs per batch the worker wrote to PostgreSQL.
-    pub batch_size: Histogram,
+    pub(crate) batch_size: Histogram,
     /// Time a batch's PostgreSQL transaction took, to its commit.
-    pub commit_seconds: Histogram,
+    pub(crate) commit_seconds: Histogram,
     /// Sales loaded into Redis from PostgreSQL (a restart or a wipe of
     /// Redis, or a sale's first purchase).
-    pub redis_loads: IntCounter,
+    pub(crate) redis_loads: IntCounter,
     /// Jobs in the queues of every sale, by queue (`orders`, `deadlines`)
     /// and state (`waiting`, `in_flight`, `dead`); set when scraped.
     pub queue_jobs: IntGaugeVec,
@@ -139,7 +139,7 @@ impl Metrics {
     }
 
     /// Count `n` orders that ended as `event`.
-    pub fn orders(&self, event: &str, n: usize) {
+    pub(crate) fn orders(&self, event: &str, n: usize) {
         self.orders.with_label_values(&[event]).inc_by(n as u64);
     }
 

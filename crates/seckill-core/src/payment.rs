@@ -80,7 +80,7 @@ pub async fn pay(store: &Store, order_id: Uuid) -> anyhow::Result<Result<Order, 
 
 /// The error for a script answer this code does not know: a script and its
 /// caller out of step, which no retry will fix.
-pub fn unexpected_answer(script: &'static str, answer: &str) -> redis::RedisError {
+pub(crate) fn unexpected_answer(script: &'static str, answer: &str) -> redis::RedisError {
     (
         redis::ErrorKind::UnexpectedReturnType,
         script,
@@ -140,7 +140,7 @@ pub async fn return_unit<C: ConnectionLike + Send>(
 /// write finds the stock key present and writes nothing; if the page's
 /// write lands first, our second call finds the buyer in the set and gives
 /// the unit back.
-pub async fn give_unit_back<C: ConnectionLike + Send>(
+pub(crate) async fn give_unit_back<C: ConnectionLike + Send>(
     store: &Store,
     conn: &mut C,
     keys: &SaleKeys,

@@ -95,7 +95,7 @@ impl Purchaser {
         &self.tally
     }
 
-    pub fn strategy(&self) -> Strategy {
+    pub(crate) fn strategy(&self) -> Strategy {
         self.shop.settings.strategy
     }
 

@@ -19,7 +19,7 @@ static CHECK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/
 
 /// Whether a request may go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Allowance {
     Allowed,
     /// Not before this much time has passed.
     Wait(Duration),
@@ -30,7 +30,7 @@ pub async fn check<C: ConnectionLike + Send>(
     conn: &mut C,
     key: &str,
     limit: RateLimit,
-) -> redis::RedisResult<Verdict> {
+) -> redis::RedisResult<Allowance> {
     let interval_us = (1_000_000 / u64::from(limit.per_second.max(1))).max(1);
     let (allowed, wait_us): (i64, i64) = CHECK
         .key(key)
@@ -39,8 +39,8 @@ pub async fn check<C: ConnectionLike + Send>(
         .invoke_async(conn)
         .await?;
     Ok(if allowed == 1 {
-        Verdict::Allowed
+        Allowance::Allowed
     } else {
-        Verdict::Wait(Duration::from_micros(u64::try_from(wait_us).unwrap_or(0)))
+        Allowance::Wait(Duration::from_micros(u64::try_from(wait_us).unwrap_or(0)))
     })
 }

@@ -44,7 +44,7 @@ use trusted::Trusting;
 /// every node). Each purchase holds one while it waits for the sale lock,
 /// so this bounds how many purchases wait at once; the rest queue for a
 /// connection (up to the lock wait, then 503 busy).
-pub const POOL_SIZE: usize = 64;
+pub(crate) const POOL_SIZE: usize = 64;
 
 /// Where seckill's Redis data lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +79,7 @@ impl RedisAt {
 
     /// A cluster from a comma-separated list of node URLs
     /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`).
-    pub fn cluster(list: &str) -> anyhow::Result<Self> {
+    pub(crate) fn cluster(list: &str) -> anyhow::Result<Self> {
         let nodes: Vec<String> = list
             .split(',')
             .map(str::trim)
@@ -99,7 +99,7 @@ impl RedisAt {
     }
 
     /// The URLs of the server, or of the cluster nodes given.
-    pub fn node_urls(&self) -> &[String] {
+    pub(crate) fn node_urls(&self) -> &[String] {
         match self {
             Self::Server(url) => std::slice::from_ref(url),
             Self::Cluster(nodes) => nodes,
@@ -261,7 +261,7 @@ impl RedisConn {
     /// would refuse such a pipeline (`CROSSSLOT`), so each goes on its own,
     /// all at once, over the one multiplexed cluster connection. Not
     /// atomic either way: use it only for writes that stand alone.
-    pub async fn send_apart(&mut self, commands: Vec<Cmd>) -> RedisResult<()> {
+    pub(crate) async fn send_apart(&mut self, commands: Vec<Cmd>) -> RedisResult<()> {
         match self {
             Self::Server(conn) => {
                 let mut pipe = redis::pipe();

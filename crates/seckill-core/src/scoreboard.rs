@@ -34,9 +34,9 @@ use crate::store::{OrderCounts, Store};
 use crate::tally;
 
 /// How often a watched sale is read from Redis.
-pub const TICK: Duration = Duration::from_millis(100);
+pub(crate) const TICK: Duration = Duration::from_millis(100);
 /// How often a watched sale's orders are counted in PostgreSQL.
-pub const POSTGRES_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const POSTGRES_EVERY: Duration = Duration::from_millis(500);
 /// How long one read may take before its server counts as unavailable for
 /// this tick (a server that hangs must not freeze the board).
 const READ_LIMIT: Duration = Duration::from_secs(1);
@@ -50,7 +50,7 @@ pub struct Board {
     /// When it was read, in ms since the epoch (this instance's clock).
     pub at_ms: i64,
     pub redis: Reading<RedisFigures>,
-    pub postgres: Reading<OrderCounts>,
+    pub(crate) postgres: Reading<OrderCounts>,
 }
 
 /// A server's part of a snapshot: its figures, or word that it did not
@@ -67,31 +67,31 @@ pub enum Reading<T> {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RedisFigures {
     /// Who holds the sale lock now, if anyone.
-    pub lock: Option<Holder>,
+    pub(crate) lock: Option<Holder>,
     /// The fence counter: how many times the lock was ever taken.
-    pub fence: u64,
+    pub(crate) fence: u64,
     /// Commits the fence refused (a holder whose lock had run out).
-    pub fenced: u64,
+    pub(crate) fenced: u64,
     /// Units left (`None`: the sale is not loaded).
     pub stock: Option<i64>,
     /// Buyers holding a unit.
-    pub buyers: u64,
+    pub(crate) buyers: u64,
     /// The order queue on its way to PostgreSQL.
-    pub queue: QueueStats,
+    pub(crate) queue: QueueStats,
     /// Every instance's answers to purchases, by answer (`tally.rs`); every
     /// answer is present, 0 if none was given.
-    pub answers: BTreeMap<&'static str, u64>,
+    pub(crate) answers: BTreeMap<&'static str, u64>,
 }
 
 /// The sale lock's holder, read from the lock's value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Holder {
+pub(crate) struct Holder {
     /// The instance that holds it (its name, or its address).
-    pub instance: String,
+    pub(crate) instance: String,
     /// Its fencing token; 0 for a lock of a broken strategy, which has none.
-    pub fence: u64,
+    pub(crate) fence: u64,
     /// How long the lock has left, in ms.
-    pub pttl_ms: i64,
+    pub(crate) pttl_ms: i64,
 }
 
 /// The instance's watched sales. Cheap to clone: every clone shares them.

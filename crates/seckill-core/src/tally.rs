@@ -27,12 +27,12 @@ use crate::store::Store;
 use crate::strategy::Outcome;
 
 /// How often the counts go to Redis.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// The fields of the answers hash, one per [`Outcome`], named like the
 /// API's code for each refusal (`web/error.rs`); [`slot`] gives an
 /// outcome's place in this list.
-pub const FIELDS: [&str; 7] = [
+pub(crate) const FIELDS: [&str; 7] = [
     "accepted",
     "sold_out",
     "already_purchased",
@@ -44,7 +44,7 @@ pub const FIELDS: [&str; 7] = [
 
 /// An outcome's place in [`FIELDS`] (and in a sale's counters, and in the
 /// purchase path's figures for `/metrics`).
-pub fn slot(outcome: &Outcome) -> usize {
+pub(crate) fn slot(outcome: &Outcome) -> usize {
     match outcome {
         Outcome::Accepted { .. } => 0,
         Outcome::SoldOut => 1,
@@ -72,7 +72,7 @@ pub struct Tally {
 
 impl Tally {
     /// Count one answer to a purchase of `sale_id`.
-    pub fn count(&self, sale_id: i64, outcome: &Outcome) {
+    pub(crate) fn count(&self, sale_id: i64, outcome: &Outcome) {
         self.counts_of(sale_id)[slot(outcome)].fetch_add(1, Ordering::Relaxed);
     }
 

@@ -31,7 +31,7 @@ use seckill_core::redis_pool::{self, RedisAt};
 /// How long a started `seckill serve` may take to print its address.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a stopped process may take to finish its work and exit.
-pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// What `seckill serve` prints first; the address follows.
 const LISTENING: &str = "seckill listening on ";
 

@@ -90,12 +90,12 @@ impl OrderTimes for OrderRow {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct LoginForm {
+pub(crate) struct LoginForm {
     token: String,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct NewSaleForm {
+pub(crate) struct NewSaleForm {
     name: String,
     stock: i64,
     price_cents: i64,
@@ -106,7 +106,7 @@ pub struct NewSaleForm {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct RedriveForm {
+pub(crate) struct RedriveForm {
     /// `orders` or `deadlines`; anything else is refused by the form parser.
     queue: SaleQueue,
 }
@@ -171,7 +171,7 @@ fn see_other(location: &str) -> HttpResponse {
 }
 
 /// `GET /admin`: the sales and the form to create one, or the login form.
-pub async fn index(
+pub(crate) async fn index(
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
@@ -197,7 +197,7 @@ async fn admin_page(
 }
 
 /// `POST /admin/login`: the token in, the cookie out.
-pub async fn login(
+pub(crate) async fn login(
     state: web::Data<AppState>,
     request: HttpRequest,
     form: web::Form<LoginForm>,
@@ -236,7 +236,7 @@ pub async fn login(
 
 /// `POST /admin/logout`: close the session on the server, and forget the
 /// cookie in the browser.
-pub async fn logout(
+pub(crate) async fn logout(
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
@@ -253,7 +253,7 @@ pub async fn logout(
 }
 
 /// `POST /admin/sales`: the create-a-sale form.
-pub async fn create_sale(
+pub(crate) async fn create_sale(
     state: web::Data<AppState>,
     request: HttpRequest,
     form: web::Form<NewSaleForm>,
@@ -284,7 +284,7 @@ pub async fn create_sale(
 }
 
 /// `GET /admin/sales/{id}`: one sale, inside.
-pub async fn sale(
+pub(crate) async fn sale(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
@@ -308,7 +308,7 @@ pub async fn sale(
 }
 
 /// `POST /admin/sales/{id}/redrive`: put a queue's dead-lettered jobs back.
-pub async fn redrive(
+pub(crate) async fn redrive(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,

@@ -48,7 +48,7 @@ pub struct AdminToken {
 }
 
 impl AdminToken {
-    pub fn new(token: Option<&str>, session_ttl: Duration) -> Self {
+    pub(crate) fn new(token: Option<&str>, session_ttl: Duration) -> Self {
         let token = token.filter(|t| !t.is_empty());
         Self {
             digest: token.map(|t| Sha256::digest(t.as_bytes()).into()),
@@ -64,12 +64,12 @@ impl AdminToken {
     }
 
     /// How long a session lasts.
-    pub fn session_ttl(&self) -> Duration {
+    pub(crate) fn session_ttl(&self) -> Duration {
         self.session_ttl
     }
 
     /// Check a presented token.
-    pub fn check(&self, presented: Option<&str>) -> Result<(), ApiError> {
+    pub(crate) fn check(&self, presented: Option<&str>) -> Result<(), ApiError> {
         let Some(expected) = &self.digest else {
             return Err(ApiError::AdminDisabled);
         };
@@ -82,7 +82,7 @@ impl AdminToken {
     }
 
     /// The token an `Authorization: Bearer <token>` header presents.
-    pub fn bearer(request: &HttpRequest) -> Option<&str> {
+    pub(crate) fn bearer(request: &HttpRequest) -> Option<&str> {
         request
             .headers()
             .get(actix_web::http::header::AUTHORIZATION)
@@ -92,7 +92,7 @@ impl AdminToken {
 
     /// The cookie value of session `id`, expiring at `expires` (seconds
     /// since the epoch).
-    pub fn sign_session(&self, id: &str, expires: i64) -> Result<String, ApiError> {
+    pub(crate) fn sign_session(&self, id: &str, expires: i64) -> Result<String, ApiError> {
         let payload = format!("{VERSION}.{id}.{expires}");
         let mac = self.mac(&payload)?.finalize().into_bytes();
         let hex: String = mac.iter().map(|byte| format!("{byte:02x}")).collect();
@@ -102,7 +102,7 @@ impl AdminToken {
     /// The session id of a cookie value, if it is signed by this token's
     /// key and has not expired at `now` (seconds since the epoch). Whether
     /// the session was logged out is the store's to say.
-    pub fn verify_session(&self, value: Option<&str>, now: i64) -> Result<String, ApiError> {
+    pub(crate) fn verify_session(&self, value: Option<&str>, now: i64) -> Result<String, ApiError> {
         let value = value.ok_or(ApiError::Unauthorized)?;
         let (payload, hex) = value.rsplit_once('.').ok_or(ApiError::Unauthorized)?;
         let mac = decode_hex(hex).ok_or(ApiError::Unauthorized)?;
@@ -144,7 +144,7 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
 /// Check a presented admin token, with the lock-out: an address with too
 /// many attempts is refused (`429`) before its token is even compared;
 /// every attempt is counted first, and a right token clears the count.
-pub async fn admit(
+pub(crate) async fn admit(
     state: &AppState,
     request: &HttpRequest,
     presented: Option<&str>,

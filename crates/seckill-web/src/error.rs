@@ -75,12 +75,12 @@ impl From<anyhow::Error> for ApiError {
 
 impl ApiError {
     /// Bad input, with the validation's own words as the message.
-    pub fn invalid(reason: impl std::fmt::Display) -> Self {
+    pub(crate) fn invalid(reason: impl std::fmt::Display) -> Self {
         Self::InvalidRequest(reason.to_string())
     }
 
     /// The stable code clients match on.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             Self::InvalidRequest(_) => "invalid_request",
             Self::Unauthorized | Self::AdminDisabled => "unauthorized",

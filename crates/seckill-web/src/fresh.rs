@@ -88,7 +88,7 @@ impl<T: Clone + Send + 'static> Fresh<T> {
 
     /// Forget the value: the next caller reads it again. Waits for a read
     /// under way, which would otherwise keep what it read before this.
-    pub async fn forget(&self) {
+    pub(crate) async fn forget(&self) {
         let _turn = self.turn.lock().await;
         *self.last.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }

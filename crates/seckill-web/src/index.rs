@@ -34,9 +34,9 @@ use seckill_core::domain::SaleStatus;
 
 /// How long a built first page is served before the next request builds
 /// it again.
-pub const FRESH_FOR: Duration = Duration::from_millis(250);
+pub(crate) const FRESH_FOR: Duration = Duration::from_millis(250);
 /// Sales listed per page.
-pub const PER_PAGE: u32 = 20;
+pub(crate) const PER_PAGE: u32 = 20;
 
 #[derive(Template)]
 #[template(path = "index.html")]
@@ -59,7 +59,7 @@ struct Section {
 
 /// `GET /?page=N`.
 #[derive(serde::Deserialize)]
-pub struct IndexQuery {
+pub(crate) struct IndexQuery {
     page: Option<String>,
 }
 
@@ -76,7 +76,7 @@ impl IndexQuery {
 }
 
 /// The index's state on one instance.
-pub struct IndexCache {
+pub(crate) struct IndexCache {
     /// The first page as last built, shared by every request of this
     /// instance (one rebuild at a time, see `fresh.rs`). A sale created on
     /// this instance drops it ([`IndexCache::forget`]): its admin expects to
@@ -104,12 +104,12 @@ impl Default for IndexCache {
 
 impl IndexCache {
     /// Build the first page again at the next request.
-    pub async fn forget(&self) {
+    pub(crate) async fn forget(&self) {
         self.first.forget().await;
     }
 }
 
-pub async fn index(
+pub(crate) async fn index(
     state: web::Data<AppState>,
     query: web::Query<IndexQuery>,
 ) -> Result<HttpResponse, ApiError> {

@@ -40,48 +40,48 @@ use seckill_core::scoreboard::Scoreboard;
 use seckill_core::store::Store;
 
 /// The largest JSON body the API reads; anything larger is answered 400.
-pub const MAX_JSON_BYTES: usize = 4 * 1024;
+pub(crate) const MAX_JSON_BYTES: usize = 4 * 1024;
 
 /// Everything a request handler needs, shared by all workers of one
 /// instance. Built once by `startup.rs`; nothing in it is replaced while the
 /// instance runs (what changes inside, the catalog cache and the sold-out
 /// flags, has its own lock).
-pub struct AppState {
+pub(crate) struct AppState {
     /// PostgreSQL, Redis, the key prefix and the cache of sales: every read
     /// and write of data goes through it. Set by `startup`; never replaced.
-    pub store: Store,
+    pub(crate) store: Store,
     /// The purchase path, with this instance's sold-out flags (which only
     /// the purchase path changes). Set by `startup`; never replaced.
-    pub purchaser: Purchaser,
+    pub(crate) purchaser: Purchaser,
     /// The rate limits per client IP and per buyer (off unless configured).
     /// Fixed at start.
-    pub limits: RateLimitSettings,
+    pub(crate) limits: RateLimitSettings,
     /// The admin token's digest; checks logins, cookies and bearer headers.
     /// Fixed at start from `SECKILL_ADMIN_TOKEN`.
-    pub admin: AdminToken,
+    pub(crate) admin: AdminToken,
     /// The snapshots of the sales watched on the live page, one reading
     /// task per watched sale shared by all its streams. Set by `startup`.
-    pub scoreboard: Scoreboard,
+    pub(crate) scoreboard: Scoreboard,
     /// The storefront's index as last built, served to every request for
     /// a quarter of a second (`index.rs`).
-    pub index: index::IndexCache,
+    pub(crate) index: index::IndexCache,
     /// The sales whose pages are open here: each one's last units-left
     /// snapshot and paced changes, shared by its event streams (`live.rs`).
     /// Fed by one task, started with it by `startup`.
-    pub live: Arc<LiveSales>,
+    pub(crate) live: Arc<LiveSales>,
     /// One permit per live event stream, held while it is open: bounds how
     /// many this instance serves at once (`SECKILL_MAX_EVENT_STREAMS`).
-    pub streams: Arc<Semaphore>,
+    pub(crate) streams: Arc<Semaphore>,
     /// How many permits `streams` started with; fixed at start.
-    pub max_streams: usize,
+    pub(crate) max_streams: usize,
     /// Cancelled when the instance shuts down (by `startup`, on a signal):
     /// live event streams end then, so that they do not hold the graceful
     /// shutdown up.
-    pub shutdown: CancellationToken,
+    pub(crate) shutdown: CancellationToken,
 }
 
 /// Every route, in one table.
-pub fn routes(cfg: &mut web::ServiceConfig) {
+pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.app_data(json_config())
         .app_data(
             web::FormConfig::default()

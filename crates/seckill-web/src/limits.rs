@@ -10,11 +10,11 @@ use super::error::ApiError;
 use seckill_core::config::RateLimit;
 use seckill_core::domain::UserId;
 use seckill_core::keys;
-use seckill_core::ratelimit::{self, Verdict};
+use seckill_core::ratelimit::{self, Allowance};
 
 /// `Err(RateLimited)` if the request's client IP, or `buyer`, went over its
 /// limit; `Ok` when no limit is set.
-pub async fn check(
+pub(crate) async fn check(
     state: &AppState,
     request: &HttpRequest,
     buyer: Option<&UserId>,
@@ -39,8 +39,8 @@ async fn one(state: &AppState, limit: RateLimit, kind: &str, client: &str) -> Re
         .await
         .context("checking a rate limit")?
     {
-        Verdict::Allowed => Ok(()),
-        Verdict::Wait(wait) => {
+        Allowance::Allowed => Ok(()),
+        Allowance::Wait(wait) => {
             tracing::warn!(kind, client, ?wait, "rate limited");
             Err(ApiError::RateLimited(wait))
         }

@@ -45,7 +45,7 @@ use seckill_core::events::StockChange;
 /// How often a stream sends a snapshot read from Redis.
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
 /// How long one read of a sale's units left serves every stream of it.
-pub const SNAPSHOT_SHARED_FOR: Duration = Duration::from_secs(1);
+pub(crate) const SNAPSHOT_SHARED_FOR: Duration = Duration::from_secs(1);
 
 /// How often, at most, a sale's streams are sent a change of its units
 /// left: the latest, at the end of the window the first change opened. A
@@ -85,7 +85,7 @@ enum Change {
 impl LiveSales {
     /// Feed the sales' streams from the instance's stock changes until
     /// `shutdown`.
-    pub async fn follow(
+    pub(crate) async fn follow(
         self: Arc<Self>,
         mut changes: broadcast::Receiver<StockChange>,
         shutdown: CancellationToken,
@@ -211,7 +211,7 @@ struct Stream {
     changed_at: Option<Instant>,
 }
 
-pub async fn sale_events(
+pub(crate) async fn sale_events(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {

@@ -15,44 +15,44 @@ use crate::error::ApiError;
 /// A sale as the API shows it.
 #[derive(Debug, Serialize)]
 pub struct SaleView {
-    pub id: i64,
-    pub name: String,
-    pub price_cents: i64,
-    pub stock_total: i32,
-    pub stock_left: i64,
-    pub starts_at: DateTime<Utc>,
-    pub ends_at: Option<DateTime<Utc>>,
-    pub status: SaleStatus,
+    pub(crate) id: i64,
+    pub(crate) name: String,
+    pub(crate) price_cents: i64,
+    pub(crate) stock_total: i32,
+    pub(crate) stock_left: i64,
+    pub(crate) starts_at: DateTime<Utc>,
+    pub(crate) ends_at: Option<DateTime<Utc>>,
+    pub(crate) status: SaleStatus,
 }
 
 impl SaleView {
     /// The price for people: 99900 -> "999.00".
-    pub fn price(&self) -> String {
+    pub(crate) fn price(&self) -> String {
         format!("{}.{:02}", self.price_cents / 100, self.price_cents % 100)
     }
 
     /// Units taken so far (pending, confirmed or paid).
-    pub fn sold(&self) -> i64 {
+    pub(crate) fn sold(&self) -> i64 {
         i64::from(self.stock_total) - self.stock_left
     }
 
     /// When the sale opens, for people: "2026-11-23 14:00:00 UTC".
-    pub fn opens(&self) -> String {
+    pub(crate) fn opens(&self) -> String {
         self.starts_at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
     }
 
     /// When the sale closes, for people, if it ever does.
-    pub fn closes(&self) -> Option<String> {
+    pub(crate) fn closes(&self) -> Option<String> {
         self.ends_at
             .map(|end| end.format("%Y-%m-%d %H:%M:%S UTC").to_string())
     }
 
-    pub fn new(sale: &Sale, stock_left: i64) -> Self {
+    pub(crate) fn new(sale: &Sale, stock_left: i64) -> Self {
         Self::new_at(sale, stock_left, Utc::now())
     }
 
     /// As it stands at `now`.
-    pub fn new_at(sale: &Sale, stock_left: i64, now: DateTime<Utc>) -> Self {
+    pub(crate) fn new_at(sale: &Sale, stock_left: i64, now: DateTime<Utc>) -> Self {
         Self {
             id: sale.id,
             name: sale.name.clone(),
@@ -67,17 +67,20 @@ impl SaleView {
 }
 
 /// Ids in paths are parsed by hand so that a malformed id is simply "not found".
-pub fn parse_sale_id(raw: &str) -> Result<i64, ApiError> {
+pub(crate) fn parse_sale_id(raw: &str) -> Result<i64, ApiError> {
     raw.parse::<i64>().map_err(|_| ApiError::SaleNotFound)
 }
 
-pub async fn find_sale(state: &AppState, raw_id: &str) -> Result<std::sync::Arc<Sale>, ApiError> {
+pub(crate) async fn find_sale(
+    state: &AppState,
+    raw_id: &str,
+) -> Result<std::sync::Arc<Sale>, ApiError> {
     let id = parse_sale_id(raw_id)?;
     state.store.sale(id).await?.ok_or(ApiError::SaleNotFound)
 }
 
 /// Pay, with a refusal as the error the API and the pages show.
-pub async fn pay_order(state: &AppState, order_id: Uuid) -> Result<Order, ApiError> {
+pub(crate) async fn pay_order(state: &AppState, order_id: Uuid) -> Result<Order, ApiError> {
     payment::pay(&state.store, order_id)
         .await?
         .map_err(|refused| match refused {
@@ -89,6 +92,6 @@ pub async fn pay_order(state: &AppState, order_id: Uuid) -> Result<Order, ApiErr
 }
 
 /// A malformed order id is simply "not found".
-pub fn parse_order_id(raw: &str) -> Result<Uuid, ApiError> {
+pub(crate) fn parse_order_id(raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::OrderNotFound)
 }

@@ -14,7 +14,7 @@ use seckill_core::keys::{SaleKeys, SaleQueue};
 use seckill_core::metrics::metrics;
 use seckill_core::queue::{Queue, QueueStats};
 
-pub async fn scrape(state: web::Data<AppState>) -> HttpResponse {
+pub(crate) async fn scrape(state: web::Data<AppState>) -> HttpResponse {
     let metrics = metrics();
     let open = state
         .max_streams

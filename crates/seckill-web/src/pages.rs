@@ -82,7 +82,7 @@ struct BoughtPage {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct BuyForm {
+pub(crate) struct BuyForm {
     user_id: String,
 }
 
@@ -93,7 +93,7 @@ pub(super) fn html(page: &impl Template) -> Result<HttpResponse, ApiError> {
         .body(body))
 }
 
-pub async fn sale(
+pub(crate) async fn sale(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
@@ -138,7 +138,7 @@ fn set_buyer_cookie(response: &mut HttpResponse, buyer: &str) -> Result<(), ApiE
     Ok(())
 }
 
-pub async fn buy(
+pub(crate) async fn buy(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
@@ -183,7 +183,7 @@ pub async fn buy(
     Ok(response)
 }
 
-pub async fn order(
+pub(crate) async fn order(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
@@ -198,7 +198,7 @@ pub async fn order(
 /// `POST /orders/{id}/pay`, the form behind the Pay button: pay, then show
 /// the order (a redirect, so that reloading does not post again), or the
 /// order with the reason the payment was refused.
-pub async fn pay(
+pub(crate) async fn pay(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
@@ -245,7 +245,7 @@ async fn order_page(
 }
 
 /// The few static files, compiled into the binary so it runs from anywhere.
-pub async fn static_file(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn static_file(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let (body, content_type) = match path.as_str() {
         "style.css" => (
             include_str!("../static/style.css"),

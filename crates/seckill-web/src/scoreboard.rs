@@ -32,7 +32,7 @@ struct LivePage {
 }
 
 /// `GET /sales/{id}/live`: the page; every figure on it comes from the stream.
-pub async fn page(
+pub(crate) async fn page(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
@@ -55,7 +55,7 @@ struct Stream {
 }
 
 /// `GET /api/sales/{id}/live`: the sale's snapshots as server-sent events.
-pub async fn stream(
+pub(crate) async fn stream(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {

@@ -40,12 +40,12 @@ use super::ApiError;
 /// Only this origin's scripts, styles, images and connections (the event
 /// stream); no plugins, no `<base>`, forms post only here, and no other site
 /// may frame the pages (clickjacking).
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// The header that names the instance that answered.
-pub const INSTANCE_HEADER: HeaderName = HeaderName::from_static("x-seckill-instance");
+pub(crate) const INSTANCE_HEADER: HeaderName = HeaderName::from_static("x-seckill-instance");
 
 /// The usual security headers, on every response.
 const SECURITY_HEADERS: [(HeaderName, HeaderValue); 6] = [
@@ -77,7 +77,7 @@ const SECURITY_HEADERS: [(HeaderName, HeaderValue); 6] = [
 ];
 
 /// The longest instance name [`instance_header`] takes.
-pub const MAX_INSTANCE_CHARS: usize = 64;
+pub(crate) const MAX_INSTANCE_CHARS: usize = 64;
 
 /// An instance's name as its `X-Seckill-Instance` header value: 1 to
 /// [`MAX_INSTANCE_CHARS`] printable ASCII characters, no spaces. Checked at
@@ -99,7 +99,7 @@ pub fn instance_header(name: &str) -> Result<HeaderValue, String> {
 /// The most header bytes (names and values) a request may carry. Browsers
 /// send a few hundred; a client sending more is probing for memory to
 /// waste on every request.
-pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Every request's span, checks, id and headers, in one middleware (each
 /// layer costs every request a boxed future and a reference count, and a
@@ -117,7 +117,7 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 ///   (the instance's name: for the load test, and for people debugging a
 ///   deployment of several). These headers are this middleware's alone,
 ///   and set without looking first whether a handler set one.
-pub async fn guard(
+pub(crate) async fn guard(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
     instance: HeaderValue,

@@ -190,10 +190,6 @@ impl Application {
         })
     }
 
-    pub fn port(&self) -> u16 {
-        self.address.port()
-    }
-
     pub fn address(&self) -> SocketAddr {
         self.address
     }

@@ -37,11 +37,6 @@ impl OrderStatus {
             Self::Rejected => "rejected",
         }
     }
-
-    /// Whether the order can still change (pending and confirmed orders can).
-    pub fn is_final(self) -> bool {
-        matches!(self, Self::Paid | Self::Cancelled | Self::Rejected)
-    }
 }
 
 impl std::fmt::Display for OrderStatus {
@@ -66,7 +61,7 @@ pub struct Order {
 
 impl Order {
     /// An order accepted by the purchase path and not yet written by the worker.
-    pub fn pending(job: &OrderJob) -> Self {
+    pub(crate) fn pending(job: &OrderJob) -> Self {
         Self {
             order_id: job.order_id,
             sale_id: job.sale_id,
@@ -104,7 +99,7 @@ impl std::fmt::Display for RejectReason {
 
 impl RejectReason {
     /// The reason as stored in `orders.reason` and shown on the admin page.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::SoldOut => "sold_out",
             Self::DuplicateBuyer => "duplicate_buyer",
@@ -176,7 +171,5 @@ mod tests {
                 serde_json::Value::from(status.as_str())
             );
         }
-        assert!(!OrderStatus::Confirmed.is_final());
-        assert!(OrderStatus::Cancelled.is_final());
     }
 }

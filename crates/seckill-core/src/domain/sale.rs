@@ -53,7 +53,7 @@ impl SaleStatus {
 }
 
 impl Sale {
-    pub fn window(&self, now: DateTime<Utc>) -> Window {
+    pub(crate) fn window(&self, now: DateTime<Utc>) -> Window {
         if now < self.starts_at {
             Window::NotStarted
         } else if self.ends_at.is_some_and(|end| now >= end) {
@@ -78,11 +78,11 @@ impl Sale {
 /// admin form, `seckill sale create` and the demo.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewSale {
-    pub name: String,
-    pub price_cents: i64,
-    pub stock_total: i32,
-    pub starts_at: DateTime<Utc>,
-    pub ends_at: Option<DateTime<Utc>>,
+    pub(crate) name: String,
+    pub(crate) price_cents: i64,
+    pub(crate) stock_total: i32,
+    pub(crate) starts_at: DateTime<Utc>,
+    pub(crate) ends_at: Option<DateTime<Utc>>,
 }
 
 /// Why a sale request was refused; the message is what the user reads.
@@ -145,11 +145,11 @@ pub struct NewSaleBuilder {
 }
 
 impl NewSale {
-    pub const MAX_STOCK: i64 = 1_000_000;
-    pub const MAX_NAME_CHARS: usize = 100;
-    pub const MAX_PRICE_CENTS: i64 = 100_000_000_000;
+    pub(crate) const MAX_STOCK: i64 = 1_000_000;
+    pub(crate) const MAX_NAME_CHARS: usize = 100;
+    pub(crate) const MAX_PRICE_CENTS: i64 = 100_000_000_000;
     /// How far ahead a sale may open, and how long it may last: a year.
-    pub const MAX_SCHEDULE_SECS: i64 = 365 * 24 * 3600;
+    pub(crate) const MAX_SCHEDULE_SECS: i64 = 365 * 24 * 3600;
 
     /// Start a sale request: free, opening now, never closing, until told otherwise.
     pub fn builder(name: impl Into<String>, stock: i64) -> NewSaleBuilder {

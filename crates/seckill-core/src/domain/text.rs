@@ -35,7 +35,7 @@ const FORMAT: &[(char, char)] = &[
 ];
 
 /// Whether `c` is a control or an invisible format character.
-pub fn is_hidden(c: char) -> bool {
+pub(crate) fn is_hidden(c: char) -> bool {
     c.is_control() || FORMAT.iter().any(|&(low, high)| (low..=high).contains(&c))
 }
 

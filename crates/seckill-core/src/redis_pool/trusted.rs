@@ -61,7 +61,7 @@ impl<M> Trusting<M> {
     /// nodes): every pool of the process to the same server hears of a
     /// loss on any of them (the worker's and the purchases' alike, when a
     /// restart closes them all). Panics outside a runtime.
-    pub fn new(inner: M, server: &str) -> Self {
+    pub(crate) fn new(inner: M, server: &str) -> Self {
         static SERVERS: LazyLock<Mutex<HashMap<String, Arc<Losses>>>> =
             LazyLock::new(Mutex::default);
         let losses = Arc::clone(
@@ -235,7 +235,7 @@ impl<C> Tracked<C> {
     }
 
     /// Take in the outcome of a command sent at `sent`.
-    pub fn note<T>(&mut self, sent: Instant, outcome: &Result<T, RedisError>) {
+    pub(crate) fn note<T>(&mut self, sent: Instant, outcome: &Result<T, RedisError>) {
         match said(outcome) {
             Said::Answered => self.answered = Some(sent),
             Said::Unsure => self.answered = None,

@@ -139,7 +139,7 @@ impl Store {
     /// with its payment deadline `window` from now. A buyer who already
     /// holds a unit is refused by the unique index, and the unit goes back
     /// with the rollback.
-    pub async fn take_in_postgres(
+    pub(crate) async fn take_in_postgres(
         &self,
         order: &OrderJob,
         window: Duration,

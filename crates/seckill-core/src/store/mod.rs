@@ -16,12 +16,12 @@
 //! the constraints they rely on are in [`schema`], next to the migration
 //! that creates them.
 
-pub mod admin;
-pub mod catalog;
-pub mod confirm;
-pub mod orders;
+pub(crate) mod admin;
+pub(crate) mod catalog;
+pub(crate) mod confirm;
+pub(crate) mod orders;
 pub mod sales;
-pub mod schema;
+pub(crate) mod schema;
 
 use std::sync::Arc;
 
@@ -36,8 +36,7 @@ use crate::config::STATEMENT_TIMEOUT;
 use crate::redis_pool::{RedisConn, RedisPool};
 use crate::urls::redact;
 
-pub use admin::SaleInside;
-pub use catalog::Catalog;
+pub(crate) use catalog::Catalog;
 pub use confirm::{Confirmation, Taken, Written};
 pub use orders::{Deadline, OrderCounts, OrderRow, PayOutcome};
 pub use sales::Snapshot;

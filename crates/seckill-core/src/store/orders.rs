@@ -74,7 +74,7 @@ pub enum Deadline {
 impl Deadline {
     /// Whether the unit must be given back in Redis. True for a redelivery
     /// too: the worker that cancelled may have died before the Redis step.
-    pub fn returns_unit(self) -> bool {
+    pub(crate) fn returns_unit(self) -> bool {
         matches!(self, Self::Cancelled | Self::AlreadyCancelled)
     }
 }
@@ -93,18 +93,18 @@ pub struct OrderRow {
 /// A sale's orders in PostgreSQL by status, and its `sold` counter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
 pub struct OrderCounts {
-    pub sold: i32,
-    pub confirmed: i64,
-    pub paid: i64,
+    pub(crate) sold: i32,
+    pub(crate) confirmed: i64,
+    pub(crate) paid: i64,
     /// Orders PostgreSQL refused (the unit was not there to give).
-    pub rejected: i64,
-    pub cancelled: i64,
+    pub(crate) rejected: i64,
+    pub(crate) cancelled: i64,
 }
 
 impl Store {
     /// Time left until the payment deadline of each of these orders that is
     /// confirmed, on PostgreSQL's clock (zero once it has passed).
-    pub async fn payment_deadlines(
+    pub(crate) async fn payment_deadlines(
         &self,
         order_ids: &[Uuid],
     ) -> anyhow::Result<HashMap<Uuid, Duration>> {
@@ -124,7 +124,7 @@ impl Store {
     }
 
     /// Pay for an order, if its payment window is still open.
-    pub async fn pay(&self, order_id: Uuid) -> anyhow::Result<PayOutcome> {
+    pub(crate) async fn pay(&self, order_id: Uuid) -> anyhow::Result<PayOutcome> {
         // The race with cancel_unpaid is decided here: see the module comment.
         let paid = sqlx::query(
             "UPDATE orders SET status = 'paid', paid_at = now(), updated_at = now()
@@ -200,7 +200,7 @@ impl Store {
     /// until it (zero once it has passed), on PostgreSQL's clock: what the
     /// sales' deadline queues must hold. The worker's sweep re-queues them,
     /// for deadlines Redis lost.
-    pub async fn unpaid_orders(&self) -> anyhow::Result<Vec<(OrderJob, Duration)>> {
+    pub(crate) async fn unpaid_orders(&self) -> anyhow::Result<Vec<(OrderJob, Duration)>> {
         let rows: Vec<(Uuid, i64, String, i64)> = sqlx::query_as(
             "SELECT id, sale_id, user_id,
                     GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
@@ -260,7 +260,7 @@ impl Store {
     /// [`Store::find_order`] while the order is pending. One round trip to
     /// one server; the keys have no sale's hash tag, so a cluster gets them
     /// [`RedisConn::send_apart`].
-    pub async fn note_pending(
+    pub(crate) async fn note_pending(
         &self,
         conn: &mut RedisConn,
         jobs: &[OrderJob],
@@ -298,7 +298,7 @@ impl Store {
     }
 
     /// An order on a given sale's queue.
-    pub async fn queued_on<C: ConnectionLike + Send>(
+    pub(crate) async fn queued_on<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         sale_id: i64,
@@ -329,7 +329,7 @@ impl Store {
     /// its `sold`, for the live page. One statement, so the figures are of
     /// one moment: `sold` is the confirmed and paid ones. `None` if there
     /// is no such sale.
-    pub async fn order_counts(&self, sale_id: i64) -> anyhow::Result<Option<OrderCounts>> {
+    pub(crate) async fn order_counts(&self, sale_id: i64) -> anyhow::Result<Option<OrderCounts>> {
         sqlx::query_as(
             "SELECT s.sold,
                     count(o.id) FILTER (WHERE o.status = 'confirmed') AS confirmed,

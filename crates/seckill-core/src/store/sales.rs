@@ -38,12 +38,12 @@ pub struct Snapshot {
 
 /// What [`snapshot_reads`] answers: the units left (`None` when Redis does
 /// not hold the sale), and whether each buyer holds a unit.
-pub type SnapshotRead = (Option<i64>, Vec<bool>);
+pub(crate) type SnapshotRead = (Option<i64>, Vec<bool>);
 
 impl Snapshot {
     /// The snapshot in a [`snapshot_reads`]' answer, `None` when Redis does
     /// not hold the sale (it must be loaded: [`snapshot`] does).
-    pub fn from_read((left, holding): SnapshotRead) -> Option<Self> {
+    pub(crate) fn from_read((left, holding): SnapshotRead) -> Option<Self> {
         left.map(|stock_left| Self {
             stock_left,
             holding,
@@ -54,7 +54,7 @@ impl Snapshot {
 /// Steps 1 and 2 for some buyers (at least one), as commands for the
 /// caller to send: the units left and which of `buyers` hold one. The lock
 /// strategy sends them with its attempt at the sale lock.
-pub fn snapshot_reads(keys: &SaleKeys, buyers: &[&UserId]) -> redis::Pipeline {
+pub(crate) fn snapshot_reads(keys: &SaleKeys, buyers: &[&UserId]) -> redis::Pipeline {
     let mut reads = redis::pipe();
     reads
         .get(&keys.stock)
@@ -184,7 +184,7 @@ impl Store {
 
     /// Record `epoch` as the sale's load epoch: for a worker that found
     /// PostgreSQL's record behind Redis' (a load whose last step failed).
-    pub async fn record_load_epoch(&self, sale_id: i64, epoch: &str) -> anyhow::Result<()> {
+    pub(crate) async fn record_load_epoch(&self, sale_id: i64, epoch: &str) -> anyhow::Result<()> {
         sqlx::query("UPDATE sales SET load_epoch = $2 WHERE id = $1")
             .bind(sale_id)
             .bind(epoch)
@@ -319,7 +319,7 @@ pub struct Loadable {
 /// waits meanwhile, so Redis never gets a past state; and a worker whose
 /// batch was reserved before this load finds the epoch changed and writes
 /// nothing (see `migrations/20261124000001_load_epoch.sql`).
-pub async fn load_into_redis<C: ConnectionLike + Send>(
+pub(crate) async fn load_into_redis<C: ConnectionLike + Send>(
     pg: &PgPool,
     redis: &mut C,
     prefix: &str,

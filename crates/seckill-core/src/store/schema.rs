@@ -10,16 +10,16 @@
 /// `CHECK (sold >= 0 AND sold <= stock_total)` on `sales`: one more unit
 /// than the sale has is refused. The last line of defence against an
 /// oversell. Created in `migrations/20261122000001_sales_and_orders.sql`.
-pub const SOLD_WITHIN_STOCK: &str = "sold_within_stock";
+pub(crate) const SOLD_WITHIN_STOCK: &str = "sold_within_stock";
 
 /// The partial unique index on `orders (sale_id, user_id)` over confirmed
 /// and paid orders: one live order per buyer per sale. Created in
 /// `migrations/20261122000001_sales_and_orders.sql`, narrowed to confirmed
 /// and paid orders in `migrations/20261123000001_payment_window.sql`.
-pub const ONE_ORDER_PER_BUYER: &str = "orders_one_per_buyer";
+pub(crate) const ONE_ORDER_PER_BUYER: &str = "orders_one_per_buyer";
 
 /// Whether `error` is the violation of the named constraint or unique index.
-pub fn violates(error: &sqlx::Error, constraint: &str) -> bool {
+pub(crate) fn violates(error: &sqlx::Error, constraint: &str) -> bool {
     error
         .as_database_error()
         .and_then(|db| db.constraint())

@@ -70,7 +70,7 @@ fn crash_now() -> ! {
 }
 
 /// One purchase under the article's lock.
-pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
+pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     let lock = ArticleLock {
         shop,

@@ -21,7 +21,7 @@ use super::{Buy, Outcome, record_take};
 use crate::redis_pool::RedisConn;
 
 /// One purchase by decrement-and-compensate.
-pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
+pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     // Loads the sale if Redis lost it, and checks the buyer.
     let snapshot = shop.read_sale(conn, sale_id, &[user]).await?;

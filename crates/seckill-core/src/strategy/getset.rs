@@ -39,7 +39,7 @@ use crate::redis_pool::RedisConn;
 const RETRY: Duration = Duration::from_millis(5);
 
 /// One purchase under the GETSET lock.
-pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
+pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     match lock(shop, conn, &keys.lock, sale_id).await? {
         Got::Lock => {}

@@ -80,7 +80,7 @@ pub async fn commit<C: ConnectionLike + Send>(
 
 mod lanes;
 
-pub use lanes::Lanes;
+pub(crate) use lanes::Lanes;
 
 /// Take the lock, run the five steps for `users`, release. One outcome per
 /// user, in order.

@@ -32,7 +32,7 @@ pub fn script() -> &'static Script {
 }
 
 /// One purchase, in one script.
-pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
+pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     let job = OrderJob::new(sale_id, user);
     for _ in 0..2 {

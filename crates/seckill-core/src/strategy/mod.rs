@@ -23,13 +23,13 @@
 //! note a pending order, find out whether a commit whose answer was lost
 //! went through).
 
-pub mod article;
-pub mod decr;
-pub mod getset;
+pub(crate) mod article;
+pub(crate) mod decr;
+pub(crate) mod getset;
 pub mod lock;
 pub mod lua;
-pub mod naive;
-pub mod postgres;
+pub(crate) mod naive;
+pub(crate) mod postgres;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -75,7 +75,7 @@ pub enum Outcome {
 
 /// What the checks decide, given what was read. Pure, so it is unit-tested.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Take,
     SoldOut,
     AlreadyPurchased,
@@ -83,7 +83,7 @@ pub enum Decision {
 
 /// Steps 1 and 2. A buyer who already has a unit is told so even when the
 /// sale has since sold out: it is the more useful answer.
-pub fn decide(already_bought: bool, stock_left: i64) -> Decision {
+pub(crate) fn decide(already_bought: bool, stock_left: i64) -> Decision {
     if already_bought {
         Decision::AlreadyPurchased
     } else if stock_left <= 0 {
@@ -95,7 +95,7 @@ pub fn decide(already_bought: bool, stock_left: i64) -> Decision {
 
 /// Per-instance memory of which sales were seen sold out, and when.
 #[derive(Debug, Default)]
-pub struct SoldOutFlags {
+pub(crate) struct SoldOutFlags {
     /// A std Mutex, not a tokio one: it is held for a map lookup and never
     /// across an await.
     seen: Mutex<HashMap<i64, Instant>>,
@@ -103,7 +103,7 @@ pub struct SoldOutFlags {
 
 /// What an instance knows about a sale's stock without asking Redis.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Flag {
+pub(crate) enum Flag {
     /// No purchase here has seen it sold out.
     Unknown,
     /// Seen sold out within the refresh period: answer without Redis.
@@ -113,7 +113,7 @@ pub enum Flag {
 }
 
 impl SoldOutFlags {
-    pub fn check(&self, sale_id: i64, refresh: Duration) -> Flag {
+    pub(crate) fn check(&self, sale_id: i64, refresh: Duration) -> Flag {
         match self
             .seen
             .lock()
@@ -126,7 +126,7 @@ impl SoldOutFlags {
         }
     }
 
-    pub fn set(&self, sale_id: i64) {
+    pub(crate) fn set(&self, sale_id: i64) {
         self.seen
             .lock()
             .expect("sold-out flags poisoned")
@@ -143,16 +143,16 @@ impl SoldOutFlags {
 
 /// One purchase, as every strategy's `purchase` takes it.
 #[derive(Clone, Copy)]
-pub struct Buy<'a> {
-    pub shop: &'a Shop,
-    pub keys: &'a SaleKeys,
-    pub sale_id: i64,
-    pub user: &'a UserId,
+pub(crate) struct Buy<'a> {
+    pub(crate) shop: &'a Shop,
+    pub(crate) keys: &'a SaleKeys,
+    pub(crate) sale_id: i64,
+    pub(crate) user: &'a UserId,
 }
 
 impl<'a> Buy<'a> {
     /// Its parts, in the order every strategy names them.
-    pub fn parts(self) -> (&'a Shop, &'a SaleKeys, i64, &'a UserId) {
+    pub(crate) fn parts(self) -> (&'a Shop, &'a SaleKeys, i64, &'a UserId) {
         (self.shop, self.keys, self.sale_id, self.user)
     }
 }
@@ -163,20 +163,20 @@ impl<'a> Buy<'a> {
 #[derive(Clone)]
 pub struct Shop {
     /// Redis for the purchase; PostgreSQL only to load a sale Redis lost.
-    pub store: Store,
+    pub(crate) store: Store,
     /// The strategy and its timings; fixed at start.
-    pub settings: PurchaseSettings,
+    pub(crate) settings: PurchaseSettings,
     /// This instance's memory of sold-out sales. Set by any purchase that
     /// sees no unit left, cleared when a stale flag finds units again.
-    pub sold_out: Arc<SoldOutFlags>,
+    pub(crate) sold_out: Arc<SoldOutFlags>,
     /// This instance's name, written into the sale locks it takes.
-    pub instance: Arc<str>,
+    pub(crate) instance: Arc<str>,
     /// How long a confirmed order has to be paid (the worker's setting):
     /// the `postgres` strategy confirms orders itself.
-    pub payment_window: Duration,
+    pub(crate) payment_window: Duration,
     /// The sale locks' releases as this instance hears them (`events.rs`):
     /// the `lock` strategy's waiter wakes on them instead of polling.
-    pub released: LockReleases,
+    pub(crate) released: LockReleases,
 }
 
 /// A fault knob's pause. Off, it is no pause at all: a zero `sleep` still
@@ -191,7 +191,7 @@ pub(super) async fn pause_for(pause: Duration) {
 impl Shop {
     /// The slow-network knob (`--redis-delay-ms`): a pause before each
     /// command of the hand-written locks (`article`, `getset`).
-    pub async fn slow_network(&self) {
+    pub(crate) async fn slow_network(&self) {
         pause_for(self.settings.redis_delay()).await;
     }
 
@@ -221,7 +221,7 @@ impl Shop {
     /// Whether the sale is sold out as far as this instance can tell
     /// without the lock: a flag within its refresh period costs nothing, a
     /// stale one costs one GET.
-    pub async fn known_sold_out<C: ConnectionLike + Send>(
+    pub(crate) async fn known_sold_out<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         keys: &SaleKeys,
@@ -254,7 +254,7 @@ impl Shop {
 
     /// Steps 1 and 2 for `buyers`: the units left and who holds one,
     /// loading the sale from PostgreSQL first if Redis lost it.
-    pub async fn read_sale<C: ConnectionLike + Send>(
+    pub(crate) async fn read_sale<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         sale_id: i64,
@@ -266,7 +266,7 @@ impl Shop {
     /// Note the accepted orders' sale for lookups. The orders are taken
     /// whatever this does: a failure is logged, and an order is found once
     /// the worker has written it (a few milliseconds).
-    pub async fn note_pending(&self, conn: &mut RedisConn, jobs: &[OrderJob]) {
+    pub(crate) async fn note_pending(&self, conn: &mut RedisConn, jobs: &[OrderJob]) {
         if let Err(error) = self.store.note_pending(conn, jobs).await {
             tracing::warn!(
                 orders = jobs.len(),
@@ -282,7 +282,7 @@ impl Shop {
     /// not found or Redis still cannot be asked (the API answers `503`, and
     /// the buyer may look the order id up later). A commit is one script,
     /// so one order of it tells for all.
-    pub async fn after_a_lost_answer(
+    pub(crate) async fn after_a_lost_answer(
         &self,
         jobs: &[OrderJob],
         error: redis::RedisError,
@@ -334,7 +334,7 @@ impl Shop {
 /// the stock, record the buyer, queue the order. What `article` and
 /// `getset` run inside their locks: whatever their locks let through, this
 /// sells.
-pub async fn take_unguarded(
+pub(crate) async fn take_unguarded(
     shop: &Shop,
     conn: &mut RedisConn,
     (keys, sale_id): (&SaleKeys, i64),
@@ -359,7 +359,7 @@ pub async fn take_unguarded(
 /// the units left, queue the order, note it for lookups. Separate commands
 /// on purpose, as the articles' callers write them: only the broken
 /// strategies use this, and what guards it (or fails to) is theirs.
-pub async fn record_take(
+pub(crate) async fn record_take(
     shop: &Shop,
     conn: &mut RedisConn,
     keys: &SaleKeys,

@@ -21,7 +21,7 @@ use crate::queue::Queue;
 use crate::redis_pool::RedisConn;
 
 /// One purchase, unguarded.
-pub async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
+pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
     let snapshot = shop.read_sale(conn, sale_id, &[user]).await?;
     let stock_left = snapshot.stock_left;

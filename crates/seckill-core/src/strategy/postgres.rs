@@ -25,7 +25,7 @@ use crate::queue::Queue;
 use crate::store::Taken;
 
 /// One purchase, decided by PostgreSQL.
-pub async fn purchase<C: ConnectionLike + Send>(
+pub(crate) async fn purchase<C: ConnectionLike + Send>(
     buy: Buy<'_>,
     conn: &mut C,
 ) -> anyhow::Result<Outcome> {

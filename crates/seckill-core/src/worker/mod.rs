@@ -111,13 +111,6 @@ struct Under<'a> {
     epoch: Option<&'a str>,
 }
 
-impl Batch {
-    /// The decoded order jobs of the batch, in reserve order.
-    pub fn orders(&self) -> &[OrderJob] {
-        &self.orders
-    }
-}
-
 impl Worker {
     pub fn new(store: Store, settings: WorkerSettings) -> Self {
         Self {

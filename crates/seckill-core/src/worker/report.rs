@@ -16,7 +16,7 @@ pub struct BatchReport {
     /// Jobs of crashed workers put back on the queue by this reserve.
     pub reclaimed: u64,
     /// Jobs that ran out of attempts and were dead-lettered by this reserve.
-    pub dead_lettered: u64,
+    pub(crate) dead_lettered: u64,
     /// Unpaid orders cancelled at their deadline (their unit is back on sale).
     pub cancelled: usize,
     /// Deadlines that found the order paid: nothing to do.

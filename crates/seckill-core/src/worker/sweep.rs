@@ -30,7 +30,7 @@ impl Worker {
 
     /// Sweep now, unless another worker is sweeping right now. Returns how
     /// many deadlines were missing and are queued again.
-    pub async fn sweep(&self) -> anyhow::Result<u64> {
+    pub(crate) async fn sweep(&self) -> anyhow::Result<u64> {
         let mut conn = self.store.redis().await?;
         let (lock_key, fence_key) = keys::sweep_lock(self.store.prefix());
         let lock = RedisLock::new(lock_key, fence_key, SWEEP_LOCK_TTL);

@@ -47,12 +47,12 @@ use seckill_core::redis_pool::RedisAt;
 use seckill_core::urls::{redact, with_database};
 
 /// Where seckill looks for Redis when no URL is given.
-pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+pub(crate) const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Where seckill looks for PostgreSQL when no URL is given (trust auth, as a
 /// fresh Debian install allows for local connections).
 pub const DEFAULT_POSTGRES_SERVER: &str = "postgres://postgres@127.0.0.1:5432";
 /// The database seckill uses on a server it found or started.
-pub const DEFAULT_DATABASE: &str = "seckill";
+pub(crate) const DEFAULT_DATABASE: &str = "seckill";
 
 /// How long a probe waits for a local server before deciding it is not there.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -72,7 +72,7 @@ pub enum PrivateServers {
 
 /// Where a service came from, for the start-up log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// The user gave its URL.
     Configured,
     /// It answered on its default local port.
@@ -87,10 +87,10 @@ pub enum Origin {
 pub struct Services {
     /// One Redis server, or a cluster (only ever configured).
     pub redis: RedisAt,
-    pub redis_origin: Origin,
+    pub(crate) redis_origin: Origin,
     /// A URL naming a database that exists and may be migrated.
     pub database_url: String,
-    pub postgres_origin: Origin,
+    pub(crate) postgres_origin: Origin,
     private_redis: Option<PrivateRedis>,
     private_postgres: Option<PrivatePostgres>,
 }
@@ -197,7 +197,7 @@ impl Services {
 }
 
 /// Whether a Redis server answers PING at `url`.
-pub async fn redis_answers(url: &str) -> bool {
+pub(crate) async fn redis_answers(url: &str) -> bool {
     probe::within(PROBE_TIMEOUT, async {
         let client = redis::Client::open(url)?;
         let mut conn = client.get_multiplexed_async_connection().await?;

@@ -68,7 +68,7 @@ impl PrivateRedis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 

@@ -1,16 +1,12 @@
 //! The purchase API and its outcomes, one instance, real Redis and PostgreSQL.
+//! How a purchase goes through the sale's lock is in `purchase_lock.rs`.
 
-use std::time::Duration;
-
-use seckill_core::domain::OrderJob;
-use seckill_core::lock::RedisLock;
-use seckill_core::strategy::lock;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{ADMIN_TOKEN, Options, spawn_app, spawn_app_with};
 
-async fn error_code(response: reqwest::Response) -> String {
+pub async fn error_code(response: reqwest::Response) -> String {
     let body: Value = response.json().await.expect("a JSON error body");
     assert!(
         body["message"].as_str().is_some_and(|m| !m.is_empty()),
@@ -125,147 +121,6 @@ async fn purchase_returns_404_for_a_sale_that_does_not_exist() {
         assert_eq!(response.status(), 404, "sale {id}");
         assert_eq!(error_code(response).await, "sale_not_found");
     }
-}
-
-#[tokio::test]
-async fn purchase_returns_503_busy_with_retry_after_while_the_lock_is_held_and_writes_nothing() {
-    let mut options = Options::default();
-    options.purchase.lock_wait_ms = 100;
-    let app = spawn_app_with(options).await;
-    let sale = app.create_sale(10).await;
-    let keys = app.keys(sale);
-    let mut conn = app.redis_conn().await;
-    let _held = RedisLock::new(&keys.lock, &keys.fence, Duration::from_secs(30))
-        .try_acquire(&mut conn)
-        .await
-        .expect("acquire")
-        .expect("the lock is free");
-
-    let response = app.purchase(sale, "ann").await;
-    assert_eq!(response.status(), 503);
-    assert_eq!(response.headers()["retry-after"], "1");
-    assert_eq!(error_code(response).await, "busy");
-    assert_eq!(app.redis_stock(sale).await, Some(10));
-    assert!(app.redis_buyers(sale).await.is_empty());
-    assert_eq!(app.queue_stats(sale).await.waiting, 0);
-}
-
-#[tokio::test]
-async fn a_sold_out_sale_answers_409_without_waiting_for_the_lock() {
-    let mut options = Options::default();
-    // If sold-out requests still queued for the lock, they would answer 503.
-    options.purchase.lock_wait_ms = 300;
-    let app = spawn_app_with(options).await;
-    let sale = app.create_sale(1).await;
-    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
-    assert_eq!(app.purchase(sale, "bob").await.status(), 409);
-
-    let keys = app.keys(sale);
-    let mut conn = app.redis_conn().await;
-    let _held = RedisLock::new(&keys.lock, &keys.fence, Duration::from_secs(30))
-        .try_acquire(&mut conn)
-        .await
-        .expect("acquire")
-        .expect("the lock is free");
-    for user in ["carl", "dora", "eve"] {
-        let response = app.purchase(sale, user).await;
-        assert_eq!(response.status(), 409, "{user}");
-        assert_eq!(error_code(response).await, "sold_out");
-    }
-}
-
-#[tokio::test]
-async fn a_holder_whose_lock_expired_commits_nothing() {
-    let app = spawn_app().await;
-    let sale = app.create_sale(1).await;
-    let keys = app.keys(sale);
-    let mut conn = app.redis_conn().await;
-
-    // A purchase takes the lock, reads "1 left", then stalls past its TTL...
-    let stale = RedisLock::new(&keys.lock, &keys.fence, Duration::from_millis(50))
-        .try_acquire(&mut conn)
-        .await
-        .expect("acquire")
-        .expect("free");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // ...another purchase takes the lock meanwhile...
-    let current = RedisLock::new(&keys.lock, &keys.fence, Duration::from_secs(30))
-        .try_acquire(&mut conn)
-        .await
-        .expect("acquire")
-        .expect("free after expiry");
-    // ...and the stalled one wakes up and tries to write its decision.
-    let job = OrderJob {
-        order_id: Uuid::now_v7(),
-        sale_id: sale,
-        user_id: "stale".into(),
-    };
-    let written = lock::commit(&mut conn, &keys, &stale, std::slice::from_ref(&job))
-        .await
-        .expect("commit");
-    assert_eq!(written, None, "a stale holder's write went through");
-    let fenced: Option<i64> = redis::cmd("GET")
-        .arg(&keys.fenced)
-        .query_async(&mut conn)
-        .await
-        .expect("GET fenced");
-    assert_eq!(fenced, Some(1), "the refusal was not counted");
-    assert_eq!(app.redis_stock(sale).await, Some(1));
-    assert!(app.redis_buyers(sale).await.is_empty());
-    assert_eq!(app.queue_stats(sale).await.waiting, 0);
-
-    // The current holder's commit does go through.
-    let job = OrderJob {
-        order_id: Uuid::now_v7(),
-        sale_id: sale,
-        user_id: "current".into(),
-    };
-    assert_eq!(
-        lock::commit(&mut conn, &keys, &current, std::slice::from_ref(&job),)
-            .await
-            .expect("commit"),
-        Some(0)
-    );
-    assert_eq!(app.redis_buyers(sale).await, ["current"]);
-}
-
-/// A holder whose commit takes the stock below zero (Redis already out of
-/// step: the `naive` strategy ran on the same sale, or a reload raced) did
-/// write: the order is queued, so the answer must be "written", not "lock
-/// lost" (which the API would answer `503` for an order it had taken).
-#[tokio::test]
-async fn a_commit_that_takes_the_stock_below_zero_is_reported_as_written() {
-    let app = spawn_app().await;
-    let sale = app.create_sale(1).await;
-    let keys = app.keys(sale);
-    let mut conn = app.redis_conn().await;
-    let holder = RedisLock::new(&keys.lock, &keys.fence, Duration::from_secs(30))
-        .try_acquire(&mut conn)
-        .await
-        .expect("acquire")
-        .expect("free");
-    // Something outside the lock sold the last unit meanwhile.
-    let () = redis::cmd("SET")
-        .arg(&keys.stock)
-        .arg(0)
-        .query_async(&mut conn)
-        .await
-        .expect("SET");
-    let job = OrderJob {
-        order_id: Uuid::now_v7(),
-        sale_id: sale,
-        user_id: "late".into(),
-    };
-    let written = lock::commit(&mut conn, &keys, &holder, std::slice::from_ref(&job))
-        .await
-        .expect("commit");
-    assert_eq!(
-        written,
-        Some(-1),
-        "a commit that wrote was reported as a lost lock"
-    );
-    assert_eq!(app.queue_stats(sale).await.waiting, 1);
-    assert_eq!(app.redis_buyers(sale).await, ["late"]);
 }
 
 #[tokio::test]
@@ -467,55 +322,4 @@ async fn the_pages_show_the_sale_and_the_buy_form_sells_a_unit() {
         .await
         .expect("GET");
     assert_eq!(missing.status(), 404);
-}
-
-/// The buyers waiting on one instance go through the sale's lock together:
-/// while another holds the lock, 300 buyers arrive for 40 units; once it is
-/// released, one pass takes them all. Every unit is sold once, every buyer
-/// gets one answer, and the lock is taken a handful of times, not once per
-/// buyer (each acquisition draws one fencing token).
-#[tokio::test]
-async fn buyers_waiting_on_one_instance_go_through_the_lock_together() {
-    let app = spawn_app().await;
-    let sale = app.create_sale(40).await;
-    let keys = app.keys(sale);
-    let mut conn = app.redis_conn().await;
-    let held = RedisLock::new(&keys.lock, &keys.fence, Duration::from_secs(30))
-        .try_acquire(&mut conn)
-        .await
-        .expect("acquire")
-        .expect("free");
-
-    let buyers = futures::future::join_all((0..300).map(|i| {
-        let app = &app;
-        async move {
-            app.purchase(sale, &format!("buyer-{i}"))
-                .await
-                .status()
-                .as_u16()
-        }
-    }));
-    let release = async {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        held.release(&mut conn).await.expect("release");
-    };
-    let (answers, ()) = tokio::join!(buyers, release);
-    let won = answers.iter().filter(|status| **status == 202).count();
-    let sold_out = answers.iter().filter(|status| **status == 409).count();
-    assert_eq!((won, sold_out), (40, 260), "{answers:?}");
-
-    let report = app.drain().await;
-    assert_eq!((report.confirmed, report.rejected), (40, 0));
-    assert_eq!(app.sold(sale).await, 40);
-    assert_eq!(app.redis_stock(sale).await, Some(0));
-    let acquisitions: i64 = redis::cmd("GET")
-        .arg(&keys.fence)
-        .query_async(&mut app.redis_conn().await)
-        .await
-        .expect("GET fence");
-    // Ours, then one pass per 256 waiting buyers (and a straggler or two).
-    assert!(
-        acquisitions <= 5,
-        "the lock was taken {acquisitions} times for 300 buyers: they did not go through together"
-    );
 }

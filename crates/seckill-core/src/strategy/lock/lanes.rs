@@ -18,7 +18,7 @@ const MAX_BATCH: usize = 256;
 
 /// The buyers of each sale waiting on this instance.
 #[derive(Default)]
-pub struct Lanes {
+pub(crate) struct Lanes {
     /// One lane per sale seen here. A std Mutex: held for a lookup, never
     /// across an await.
     by_sale: Mutex<HashMap<i64, Arc<Lane>>>,
@@ -55,7 +55,7 @@ struct Waiter {
 
 impl Lanes {
     /// Buy one unit of the sale for `user`, with the buyers waiting beside.
-    pub async fn purchase(
+    pub(crate) async fn purchase(
         &self,
         shop: &Shop,
         sale_id: i64,

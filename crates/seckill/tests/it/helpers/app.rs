@@ -1,0 +1,258 @@
+//! What a test asks of its [`TestApp`]: the HTTP calls a buyer or an admin
+//! makes, the figures Redis and PostgreSQL hold behind them, and the steps
+//! a worker that dies half-way leaves behind.
+
+use std::time::Duration;
+
+use seckill_core::domain::OrderJob;
+use seckill_core::keys::{QueueKeys, SaleKeys};
+use seckill_core::queue::{Queue, QueueStats, Reservation};
+use seckill_core::redis_pool::RedisConn;
+use seckill_core::worker::BatchReport;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{ADMIN_TOKEN, TestApp, drain, orders, read_first_snapshot};
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// GET `path` and read the JSON body, whatever the status.
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("GET")
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+
+    /// Open the sale page's event stream and wait for its first snapshot.
+    pub async fn open_event_stream(&self, sale: i64) -> reqwest::Response {
+        let mut stream = self
+            .client
+            .get(self.url(&format!("/api/sales/{sale}/events")))
+            .send()
+            .await
+            .expect("GET events");
+        assert_eq!(stream.status(), 200);
+        read_first_snapshot(&mut stream).await;
+        stream
+    }
+
+    /// Create a sale through the admin API; returns its id.
+    pub async fn create_sale(&self, stock: i64) -> i64 {
+        self.create_sale_with(json!({"name": "Phone", "stock": stock, "price_cents": 99_900}))
+            .await
+    }
+
+    pub async fn create_sale_with(&self, body: Value) -> i64 {
+        let response = self
+            .client
+            .post(self.url("/api/sales"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .expect("POST /api/sales");
+        assert_eq!(response.status(), 201, "creating a sale");
+        let sale: Value = response.json().await.expect("a sale");
+        sale["id"].as_i64().expect("a sale id")
+    }
+
+    pub async fn purchase(&self, sale_id: i64, user: &str) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/api/sales/{sale_id}/purchase")))
+            .json(&json!({ "user_id": user }))
+            .send()
+            .await
+            .expect("POST purchase")
+    }
+
+    /// Run worker batches until the queues are empty.
+    pub async fn drain(&self) -> BatchReport {
+        drain(&self.worker).await
+    }
+
+    pub fn keys(&self, sale_id: i64) -> SaleKeys {
+        SaleKeys::new(&self.scratch.prefix, sale_id)
+    }
+
+    pub async fn redis_conn(&self) -> RedisConn {
+        self.redis.get().await.expect("a Redis connection")
+    }
+
+    /// Forget a sale's units left and buyers in Redis, as a Redis restarted
+    /// without persistence has.
+    pub async fn wipe_sale_from_redis(&self, sale_id: i64) {
+        let keys = self.keys(sale_id);
+        let () = redis::cmd("DEL")
+            .arg(&keys.stock)
+            .arg(&keys.buyers)
+            .query_async(&mut self.redis_conn().await)
+            .await
+            .expect("DEL");
+    }
+
+    /// Delete every key of a sale (its figures, its queues, its lock), as a
+    /// Redis restarted without persistence has lost them.
+    pub async fn wipe_all_of_sale(&self, sale_id: i64) {
+        let mut conn = self.redis_conn().await;
+        let pattern = format!("{}:{{sale:{sale_id}}}:*", self.scratch.prefix);
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        assert!(!keys.is_empty(), "the sale has no keys to wipe");
+        let () = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+
+    /// Start loading a sale from PostgreSQL as a page would, and stop
+    /// there: the load holds the sale's row until [`TestApp::finish_load`].
+    pub async fn begin_load(&self, sale_id: i64) -> seckill_core::store::sales::Loading {
+        seckill_core::store::sales::begin_load(&self.pg, sale_id)
+            .await
+            .expect("begin a load")
+    }
+
+    /// Write what a load read into Redis and let go of the sale's row.
+    /// Returns whether it wrote.
+    pub async fn finish_load(&self, loading: seckill_core::store::sales::Loading) -> bool {
+        loading
+            .write(&mut self.redis_conn().await, &self.scratch.prefix)
+            .await
+            .expect("finish the load")
+    }
+
+    /// Units left according to Redis.
+    pub async fn redis_stock(&self, sale_id: i64) -> Option<i64> {
+        redis::cmd("GET")
+            .arg(&self.keys(sale_id).stock)
+            .query_async(&mut self.redis_conn().await)
+            .await
+            .expect("GET stock")
+    }
+
+    pub async fn redis_buyers(&self, sale_id: i64) -> Vec<String> {
+        redis::cmd("SMEMBERS")
+            .arg(&self.keys(sale_id).buyers)
+            .query_async(&mut self.redis_conn().await)
+            .await
+            .expect("SMEMBERS buyers")
+    }
+
+    pub async fn queue_stats(&self, sale_id: i64) -> QueueStats {
+        Queue::new(self.keys(sale_id).queue)
+            .stats(&mut self.redis_conn().await)
+            .await
+            .expect("queue stats")
+    }
+
+    /// Reserve up to ten jobs of `queue` as a worker that is about to die
+    /// would: with a 20 ms lease, never to be acknowledged.
+    pub async fn reserve_as_a_dying_worker(&self, queue: QueueKeys) -> Reservation {
+        Queue::new(queue)
+            .reserve(
+                &mut self.redis_conn().await,
+                10,
+                Duration::from_millis(20),
+                5,
+            )
+            .await
+            .expect("reserve")
+    }
+
+    /// Write reserved order jobs to PostgreSQL, as the worker does, and
+    /// then neither queue their deadlines nor acknowledge them: a worker
+    /// that dies right after its commit.
+    pub async fn commit_as_a_dying_worker(&self, taken: &Reservation) {
+        let orders: Vec<OrderJob> = taken
+            .jobs
+            .iter()
+            .map(|job| OrderJob::from_payload(&job.payload).expect("a payload"))
+            .collect();
+        let Some(first) = orders.first() else {
+            return;
+        };
+        // The epoch a live worker would have read before it reserved.
+        let epoch = seckill_core::store::sales::epoch(
+            &mut self.redis_conn().await,
+            &self.keys(first.sale_id),
+        )
+        .await
+        .expect("the load epoch");
+        let written = self
+            .store
+            .confirm_orders(&orders, &self.worker_settings, epoch.as_deref())
+            .await
+            .expect("write");
+        assert!(
+            matches!(written, seckill_core::store::Confirmation::Written(_)),
+            "{written:?}"
+        );
+    }
+
+    /// The sale's payment deadline queue.
+    pub async fn deadline_stats(&self, sale_id: i64) -> QueueStats {
+        Queue::new(self.keys(sale_id).deadlines)
+            .stats(&mut self.redis_conn().await)
+            .await
+            .expect("deadline queue stats")
+    }
+
+    /// POST /api/orders/{id}/pay.
+    pub async fn pay(&self, order_id: Uuid) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/api/orders/{order_id}/pay")))
+            .send()
+            .await
+            .expect("POST pay")
+    }
+
+    /// GET /api/orders/{id}, as JSON.
+    pub async fn order(&self, order_id: Uuid) -> Value {
+        self.get_json(&format!("/api/orders/{order_id}")).await
+    }
+
+    /// Buy a unit for `user` and return the order id; panics unless 202.
+    pub async fn buy(&self, sale_id: i64, user: &str) -> Uuid {
+        let response = self.purchase(sale_id, user).await;
+        assert_eq!(response.status(), 202, "buying for {user}");
+        let body: Value = response.json().await.expect("a JSON body");
+        body["order_id"]
+            .as_str()
+            .and_then(|id| Uuid::parse_str(id).ok())
+            .expect("an order id")
+    }
+
+    /// `(order id, user id, status)` of every order of a sale in PostgreSQL.
+    pub async fn orders(&self, sale_id: i64) -> Vec<(Uuid, String, String)> {
+        orders(&self.pg, sale_id).await
+    }
+
+    /// How many sales PostgreSQL holds.
+    pub async fn sale_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM sales")
+            .fetch_one(&self.pg)
+            .await
+            .expect("count sales")
+    }
+
+    /// The sale's `sold` counter in PostgreSQL.
+    pub async fn sold(&self, sale_id: i64) -> i32 {
+        sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
+            .bind(sale_id)
+            .fetch_one(&self.pg)
+            .await
+            .expect("sold")
+    }
+}

@@ -1,0 +1,260 @@
+//! Payment deadlines as they really come: twice, again after a worker died
+//! half-way, before PostgreSQL's window has closed, during a reload, or
+//! swept back after Redis lost them. Each gives back one unit at most (to
+//! an oversold stock too), never a unit bought again; and an order
+//! redelivered after its commit still gets its deadline.
+
+use std::time::Duration;
+
+use seckill_core::config::WorkerSettings;
+use seckill_core::domain::OrderJob;
+use seckill_core::payment::{self, UnitReturn};
+use seckill_core::queue::{Queue, QueueStats};
+use seckill_core::store::Deadline;
+use seckill_core::worker::Worker;
+use uuid::Uuid;
+
+use crate::helpers::TestApp;
+use crate::payment::{
+    app_with_window, buy_once_back_on_sale, close_windows_in, confirmed_order, make_deadlines_due,
+    run_deadlines_until, status_of,
+};
+
+/// The order's payload as its deadline job carries it.
+async fn deadline_job(app: &TestApp, order: Uuid) -> OrderJob {
+    let stored = app
+        .store
+        .stored_order(order)
+        .await
+        .expect("read")
+        .expect("a stored order");
+    OrderJob {
+        order_id: order,
+        sale_id: stored.sale_id,
+        user_id: stored.user_id,
+    }
+}
+
+/// Put `order`'s deadline on the queue again, due now: a duplicate delivery.
+async fn enqueue_deadline_again(app: &TestApp, sale: i64, order: Uuid) -> u64 {
+    let job = deadline_job(app, order).await;
+    Queue::new(app.keys(sale).deadlines)
+        .enqueue(
+            &mut app.redis_conn().await,
+            &[(&order.to_string(), &job.to_payload())],
+            Duration::ZERO,
+        )
+        .await
+        .expect("enqueue")
+}
+
+#[tokio::test]
+async fn a_deadline_delivered_twice_gives_the_unit_back_once() {
+    let app = app_with_window(600, 100).await;
+    let sale = app.create_sale(2).await;
+    let ann = app.buy(sale, "ann").await;
+    app.buy(sale, "bob").await;
+    app.drain().await;
+    make_deadlines_due(&app, sale, &[ann]).await;
+
+    let first = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!(first.cancelled, 1);
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+
+    // The same deadline again, as a duplicate delivery would bring it.
+    assert_eq!(enqueue_deadline_again(&app, sale, ann).await, 1);
+    let second = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!((second.reserved, second.cancelled), (1, 0));
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(1),
+        "one unit back, not two"
+    );
+    assert_eq!(app.sold(sale).await, 1);
+    assert_eq!(app.redis_buyers(sale).await, ["bob"]);
+}
+
+#[tokio::test]
+async fn a_worker_that_died_between_the_cancel_and_the_unit_return_returns_it_on_redelivery() {
+    let app = app_with_window(600, 100).await;
+    let sale = app.create_sale(1).await;
+    let ann = app.buy(sale, "ann").await;
+    app.drain().await;
+    make_deadlines_due(&app, sale, &[ann]).await;
+
+    // The dying worker reserves the deadline with a short lease, commits
+    // the cancellation in PostgreSQL, and dies before the Redis half.
+    let deadlines = Queue::new(app.keys(sale).deadlines);
+    let taken = deadlines
+        .reserve(
+            &mut app.redis_conn().await,
+            10,
+            Duration::from_millis(20),
+            5,
+        )
+        .await
+        .expect("reserve");
+    assert_eq!(taken.jobs.len(), 1);
+    assert_eq!(
+        app.store.cancel_unpaid(ann).await.expect("cancel"),
+        Deadline::Cancelled
+    );
+    assert_eq!(app.redis_stock(sale).await, Some(0), "not returned yet");
+    assert_eq!(app.redis_buyers(sale).await, ["ann"]);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    // The next worker gets the job again: PostgreSQL has nothing left to
+    // change, and the unit still comes back in Redis.
+    let report = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!((report.reserved, report.cancelled), (1, 0));
+    assert_eq!(report.reclaimed, 1);
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+    assert!(app.redis_buyers(sale).await.is_empty());
+    assert_eq!(app.sold(sale).await, 0);
+    assert_eq!(app.deadline_stats(sale).await, QueueStats::default());
+
+    // ann buys again; a late duplicate of the old deadline must not take
+    // her new unit away.
+    let again = buy_once_back_on_sale(&app, sale, "ann").await;
+    enqueue_deadline_again(&app, sale, ann).await;
+    app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!(app.redis_stock(sale).await, Some(0));
+    assert_eq!(app.redis_buyers(sale).await, ["ann"]);
+    app.drain().await;
+    assert_eq!(status_of(&app, again).await, "confirmed");
+    assert_eq!(app.sold(sale).await, 1);
+}
+
+#[tokio::test]
+async fn an_order_redelivered_after_its_commit_still_gets_its_payment_deadline() {
+    let app = app_with_window(600, 100).await;
+    let sale = app.create_sale(1).await;
+    app.buy(sale, "ann").await;
+    // A worker reserves the order, commits it, and dies before queueing
+    // its deadline (and before the ack).
+    let taken = app.reserve_as_a_dying_worker(app.keys(sale).queue).await;
+    app.commit_as_a_dying_worker(&taken).await;
+    assert_eq!(app.deadline_stats(sale).await.waiting, 0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let report = app.drain().await;
+    assert_eq!(report.redelivered, 1);
+    assert_eq!(
+        app.deadline_stats(sale).await.waiting,
+        1,
+        "the deadline is queued"
+    );
+    // Due when the window closes, not now.
+    let early = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!(early.reserved, 0);
+}
+
+/// A unit given back to a sale whose Redis stock is below zero (oversold
+/// by the `naive` strategy) is a unit given back, not "sale not loaded".
+#[tokio::test]
+async fn a_unit_given_back_to_an_oversold_stock_is_counted_as_returned() {
+    let app = app_with_window(900, 10).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    let keys = app.keys(sale);
+    let mut conn = app.redis_conn().await;
+    let () = redis::cmd("SET")
+        .arg(&keys.stock)
+        .arg(-3)
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let job = deadline_job(&app, ann).await;
+    let returned = payment::return_unit(&mut conn, &keys, &job)
+        .await
+        .expect("return");
+    assert_eq!(returned, UnitReturn::Returned { stock_left: -2 });
+    assert!(app.redis_buyers(sale).await.is_empty());
+}
+
+/// The interleaving of a reload and a cancellation: a page is loading the
+/// sale from PostgreSQL (it read ann's order confirmed) when the deadline
+/// comes to cancel it. The load holds the sale's row until its write to
+/// Redis is done, so the cancellation waits, and then gives the unit back
+/// in the Redis the load wrote. Redis must end with PostgreSQL's figures:
+/// the unit back, ann free to buy.
+#[tokio::test]
+async fn a_cancellation_during_a_reload_does_not_lose_the_unit() {
+    let app = app_with_window(900, 10).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    // Redis restarted without persistence: the sale's figures are gone.
+    app.wipe_sale_from_redis(sale).await;
+    // A page starts loading the sale: it reads PostgreSQL now...
+    let loading = app.begin_load(sale).await;
+    assert_eq!(
+        (loading.loadable.stock_left, loading.loadable.buyers.clone()),
+        (0, vec!["ann".to_owned()])
+    );
+    // ...the deadline passes and a worker comes to cancel ann's order...
+    make_deadlines_due(&app, sale, &[ann]).await;
+    let worker = Worker::new(app.store.clone(), app.worker_settings.clone());
+    let cancel = tokio::spawn(async move { worker.try_process_deadlines(sale).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !cancel.is_finished(),
+        "the cancellation did not wait for the load"
+    );
+    // ...and the page's write lands first.
+    assert!(app.finish_load(loading).await);
+    let report = cancel.await.expect("join").expect("step");
+    assert_eq!(report.cancelled, 1);
+    assert_eq!(app.sold(sale).await, 0);
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(1),
+        "the returned unit was lost"
+    );
+    assert!(
+        app.redis_buyers(sale).await.is_empty(),
+        "ann is still a buyer in Redis"
+    );
+    assert_eq!(app.deadline_stats(sale).await, QueueStats::default());
+}
+
+/// Redis lost the payment deadlines (a restart without persistence): the
+/// sweep a worker runs on its first pass puts them back, and the unpaid
+/// order is cancelled, its unit back on sale.
+#[tokio::test]
+async fn deadlines_redis_lost_are_swept_back_and_the_unpaid_order_is_cancelled() {
+    let app = app_with_window(900, 10).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    assert_eq!(app.deadline_stats(sale).await.waiting, 1);
+    let deadlines = app.keys(sale).deadlines;
+    let () = redis::cmd("DEL")
+        .arg(&deadlines.all()[..])
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("DEL");
+    close_windows_in(&app, &[ann], Duration::ZERO).await;
+
+    // A worker starts: its first pass sweeps.
+    let worker = Worker::new(app.store.clone(), WorkerSettings::default());
+    let report = crate::helpers::drain(&worker).await;
+    assert_eq!((report.swept, report.cancelled), (1, 1));
+    assert_eq!(status_of(&app, ann).await, "cancelled");
+    assert_eq!(app.sold(sale).await, 0);
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+    assert!(app.redis_buyers(sale).await.is_empty());
+}
+
+/// PostgreSQL's clock alone says when a window closes: a deadline job that
+/// the queue (on Redis' clock) hands out early cancels nothing, and runs
+/// again once the window has closed.
+#[tokio::test]
+async fn a_deadline_that_comes_before_the_window_closes_waits_for_it() {
+    let app = app_with_window(900, 10).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    make_deadlines_due(&app, sale, &[ann]).await;
+    close_windows_in(&app, &[ann], Duration::from_secs(1)).await;
+    let early = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!((early.not_due, early.cancelled), (1, 0));
+    assert_eq!(status_of(&app, ann).await, "confirmed");
+    assert_eq!(app.deadline_stats(sale).await.waiting, 1);
+    run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
+    assert_eq!(status_of(&app, ann).await, "cancelled");
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+}
