@@ -12,7 +12,7 @@
 /// failover in progress), the statement ran out of time, or it lost a
 /// deadlock or a serialization check. Trying the same statement later may
 /// well succeed, so nobody is charged for it.
-pub fn transient_postgres(error: &sqlx::Error) -> bool {
+pub(crate) fn transient_postgres(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
@@ -42,17 +42,40 @@ pub fn transient_postgres(error: &sqlx::Error) -> bool {
     }
 }
 
-/// Whether a Redis failure means the server could not be reached or went
-/// away mid-call, rather than a refused command.
-pub fn transient_redis(error: &redis::RedisError) -> bool {
+/// The error replies with which a Redis server refuses work it may do
+/// later, whatever the command: out of memory under `noeviction` (`OOM`),
+/// a replica or a demoted primary (`READONLY`), a replica whose primary
+/// is gone (`MASTERDOWN`), a cluster without a slot's master
+/// (`CLUSTERDOWN`, `TRYAGAIN`), a failed RDB save (`MISCONF`), too few
+/// replicas for `min-replicas-to-write` (`NOREPLICAS`), a script running
+/// too long (`BUSY`), a dataset still loading (`LOADING`).
+const REFUSALS: [&str; 9] = [
+    "OOM",
+    "READONLY",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "MISCONF",
+    "NOREPLICAS",
+    "BUSY",
+    "LOADING",
+];
+
+/// Whether a Redis failure is the server's state rather than the
+/// command's fault: it could not be reached, went away mid-call, or
+/// refused the work for now ([`REFUSALS`]). A buyer is told `503` with
+/// `Retry-After`, and a job is given back uncharged.
+pub(crate) fn transient_redis(error: &redis::RedisError) -> bool {
     error.is_io_error()
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_timeout()
-        || matches!(
-            error.kind(),
-            redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
-        )
+        || refused_for_now(error)
+}
+
+/// Whether Redis answered, refusing the work for now ([`REFUSALS`]).
+pub(crate) fn refused_for_now(error: &redis::RedisError) -> bool {
+    error.code().is_some_and(|code| REFUSALS.contains(&code))
 }
 
 /// A transient failure passed on, as text, to every caller that waited on
@@ -60,19 +83,19 @@ pub fn transient_redis(error: &redis::RedisError) -> bool {
 /// to Redis): judged once by [`transient`], it stays transient for each.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct Unavailable(pub String);
+pub(crate) struct Unavailable(pub String);
 
 /// A failure judged once ([`transient`] or not), to pass on to every
 /// caller that waited on the one call that failed: each gets an error that
 /// is judged the same way.
 #[derive(Debug, Clone)]
-pub struct Judged {
+pub(crate) struct Judged {
     message: String,
     transient: bool,
 }
 
 impl Judged {
-    pub fn of(error: &anyhow::Error) -> Self {
+    pub(crate) fn of(error: &anyhow::Error) -> Self {
         Self {
             message: format!("{error:#}"),
             transient: transient(error),
@@ -80,7 +103,7 @@ impl Judged {
     }
 
     /// The failure, for one of the callers.
-    pub fn to_error(&self) -> anyhow::Error {
+    pub(crate) fn to_error(&self) -> anyhow::Error {
         if self.transient {
             anyhow::Error::new(Unavailable(self.message.clone()))
         } else {

@@ -30,14 +30,14 @@ pub struct SaleKeys {
     /// `SET`: ids of cancelled orders whose unit has been given back in
     /// Redis. It makes the give-back happen once per order however often the
     /// deadline job is delivered (see `lua/unit_return.lua`).
-    pub returned: String,
+    pub(crate) returned: String,
     /// Pub/sub channel (not a key) on which every change of the units left
     /// is published, as the new number of units left.
     pub events: String,
     /// `STRING`: a fresh random id written by every load of the sale from
     /// PostgreSQL (`lua/sale_load.lua`). A worker that sees it change while
     /// it holds a batch knows a load may have missed the batch's orders.
-    pub epoch: String,
+    pub(crate) epoch: String,
     /// `STRING`: commits the fence refused (a holder whose lock had run out
     /// tried to write; `lua/purchase_commit.lua`). Only grows; the proof,
     /// in a chaos run or a class, that the fence fired.
@@ -70,7 +70,7 @@ impl SaleKeys {
 /// `STRING` with a TTL: the sale of an order still pending on a queue, so
 /// that looking an order up costs one read instead of one per sale. Not a
 /// sale's key (the order id is all a caller has), so no sale's hash tag.
-pub fn order_sale(prefix: &str, order_id: &uuid::Uuid) -> String {
+pub(crate) fn order_sale(prefix: &str, order_id: &uuid::Uuid) -> String {
     format!("{prefix}:order:{order_id}:sale")
 }
 
@@ -82,14 +82,20 @@ pub fn rate_limit(prefix: &str, kind: &str, client: &str) -> String {
 
 /// `STRING` with a TTL: an open admin session, until it expires or its
 /// admin logs out.
-pub fn admin_session(prefix: &str, id: &str) -> String {
+pub(crate) fn admin_session(prefix: &str, id: &str) -> String {
     format!("{prefix}:admin:session:{id}")
 }
 
 /// `STRING` with a TTL: wrong admin tokens from one client in the current
 /// window.
-pub fn login_failures(prefix: &str, client: &str) -> String {
+pub(crate) fn login_failures(prefix: &str, client: &str) -> String {
     format!("{prefix}:admin:failures:{client}")
+}
+
+/// `STRING` with a 1 s TTL: written by `/healthz` to learn whether Redis
+/// takes writes (a server out of memory or a replica still answers `PING`).
+pub fn health(prefix: &str) -> String {
+    format!("{prefix}:health")
 }
 
 /// A sale's two queues, by name (the admin's re-drive form names them).
@@ -126,7 +132,7 @@ impl SaleKeys {
 /// key, so it carries a hash tag of its own: the lock's script touches the
 /// lock, its fence and its line at once, which a Redis Cluster allows only
 /// for keys in one slot.
-pub fn sweep_lock(prefix: &str) -> (String, String) {
+pub(crate) fn sweep_lock(prefix: &str) -> (String, String) {
     (
         format!("{prefix}:{{sweep}}:lock"),
         format!("{prefix}:{{sweep}}:fence"),
@@ -142,13 +148,13 @@ pub fn lock_line(lock: &str) -> String {
 
 /// The pub/sub channel (not a key) on which a lock's release is announced,
 /// so that waiters wake instead of polling (`lock.rs`).
-pub fn lock_released(lock: &str) -> String {
+pub(crate) fn lock_released(lock: &str) -> String {
     format!("{lock}:released")
 }
 
 /// The pub/sub channels every sale has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SaleChannel {
+pub(crate) enum SaleChannel {
     /// [`SaleKeys::events`]: the units left, after every change.
     Events,
     /// [`lock_released`] of the sale's lock: it was released.
@@ -156,7 +162,7 @@ pub enum SaleChannel {
 }
 
 impl SaleChannel {
-    pub const ALL: [SaleChannel; 2] = [SaleChannel::Events, SaleChannel::LockReleased];
+    pub(crate) const ALL: [SaleChannel; 2] = [SaleChannel::Events, SaleChannel::LockReleased];
 
     /// What the channel's name ends with, after the sale's hash tag.
     fn suffix(self) -> &'static str {
@@ -170,14 +176,14 @@ impl SaleChannel {
 /// The pattern that matches this channel of every sale under `prefix`,
 /// for one `PSUBSCRIBE` per app instance. Glob characters in the prefix are
 /// escaped so that they match only themselves.
-pub fn channel_pattern(prefix: &str, which: SaleChannel) -> String {
+pub(crate) fn channel_pattern(prefix: &str, which: SaleChannel) -> String {
     format!("{}:{{sale:*}}:{}", glob_literal(prefix), which.suffix())
 }
 
 /// `text` as a Redis glob pattern (`PSUBSCRIBE`, `KEYS`, `SCAN MATCH`)
 /// that matches itself only: the pattern characters escaped with a
 /// backslash.
-pub fn glob_literal(text: &str) -> String {
+pub(crate) fn glob_literal(text: &str) -> String {
     let mut pattern = String::with_capacity(text.len());
     for c in text.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -190,7 +196,7 @@ pub fn glob_literal(text: &str) -> String {
 
 /// The sale, and which of its channels, a channel name under `prefix` is:
 /// the inverse of [`SaleKeys::events`] and of [`lock_released`].
-pub fn sale_of_channel(prefix: &str, channel: &str) -> Option<(i64, SaleChannel)> {
+pub(crate) fn sale_of_channel(prefix: &str, channel: &str) -> Option<(i64, SaleChannel)> {
     let (id, suffix) = channel
         .strip_prefix(prefix)?
         .strip_prefix(":{sale:")?
@@ -211,7 +217,7 @@ pub struct QueueKeys {
     /// `HASH` job id -> payload: the job bodies, for due, in-flight and dead jobs.
     pub jobs: String,
     /// `HASH` job id -> number of times the job has been reserved.
-    pub attempts: String,
+    pub(crate) attempts: String,
     /// `ZSET` job id -> time it was given up on (ms): the dead-letter set.
     pub dead: String,
 }

@@ -20,13 +20,57 @@ pub async fn ping<C: ConnectionLike + Send>(conn: &mut C) -> redis::RedisResult<
     redis::cmd("PING").query_async(conn).await
 }
 
-/// Whether Redis answers `PING` through `pool` within `limit`.
-pub async fn redis_pool_answers(pool: &crate::redis_pool::RedisPool, limit: Duration) -> bool {
-    within(limit, async {
-        let mut conn = pool.get().await.map_err(|error| error.to_string())?;
-        ping(&mut conn).await.map_err(|error| error.to_string())
-    })
-    .await
+/// What `/healthz` says of Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisHealth {
+    /// It took a write.
+    Ok,
+    /// It answers, but refuses writes for now: out of memory, a replica,
+    /// a cluster without a master (see `failure.rs`). Purchases are
+    /// answered `503` meanwhile.
+    RefusesWrites,
+    /// It did not answer within the limit.
+    Down,
+}
+
+impl RedisHealth {
+    /// The word `/healthz` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::RefusesWrites => "refuses writes",
+            Self::Down => "down",
+        }
+    }
+}
+
+/// Whether Redis takes a write through `pool` within `limit`: a `SET` of
+/// `key` that expires by itself. A `PING` is not enough: a server out of
+/// memory, or a replica, answers it and refuses every purchase.
+pub async fn redis_pool_health(
+    pool: &crate::redis_pool::RedisPool,
+    key: &str,
+    limit: Duration,
+) -> RedisHealth {
+    let write = async {
+        let mut conn = pool.get().await.ok()?;
+        let set: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(key)
+            .arg(1)
+            .arg("PX")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await;
+        Some(match set {
+            Ok(()) => RedisHealth::Ok,
+            Err(error) if crate::failure::refused_for_now(&error) => RedisHealth::RefusesWrites,
+            Err(_) => RedisHealth::Down,
+        })
+    };
+    match tokio::time::timeout(limit, write).await {
+        Ok(Some(health)) => health,
+        _ => RedisHealth::Down,
+    }
 }
 
 /// Whether PostgreSQL answers `SELECT 1` through `pool` within `limit`.

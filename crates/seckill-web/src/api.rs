@@ -12,7 +12,8 @@ use super::error::ApiError;
 use super::lookup::{SaleView, find_sale, parse_order_id, pay_order};
 use super::{AdminToken, AppState, admin_token, limits};
 use seckill_core::domain::{NewSale, OrderStatus, UserId};
-use seckill_core::probe;
+use seckill_core::keys;
+use seckill_core::probe::{self, RedisHealth};
 use seckill_core::purchase::Outcome;
 
 /// How long `/healthz` waits for each server.
@@ -30,7 +31,7 @@ const HEALTH_PROBE_LIMIT: Duration = Duration::from_secs(1);
 ///
 /// Read straight into `T`, not into a map of values first: a sold-out
 /// purchase is answered in a few microseconds, and the map was a share.
-pub struct Object<T>(pub T);
+pub(crate) struct Object<T>(pub T);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -56,7 +57,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 /// `POST /api/sales/{id}/purchase` body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PurchaseRequest {
+pub(crate) struct PurchaseRequest {
     user_id: String,
 }
 
@@ -69,7 +70,7 @@ struct PurchaseAccepted {
 /// `POST /api/sales` body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CreateSaleRequest {
+pub(crate) struct CreateSaleRequest {
     name: String,
     stock: i64,
     price_cents: i64,
@@ -77,7 +78,7 @@ pub struct CreateSaleRequest {
     ends_at: Option<DateTime<Utc>>,
 }
 
-pub async fn purchase(
+pub(crate) async fn purchase(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
@@ -101,7 +102,7 @@ pub async fn purchase(
     }
 }
 
-pub async fn get_sale(
+pub(crate) async fn get_sale(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
@@ -110,7 +111,7 @@ pub async fn get_sale(
     Ok(HttpResponse::Ok().json(SaleView::new(&sale, left)))
 }
 
-pub async fn create_sale(
+pub(crate) async fn create_sale(
     state: web::Data<AppState>,
     request: HttpRequest,
     body: web::Json<Object<CreateSaleRequest>>,
@@ -130,7 +131,7 @@ pub async fn create_sale(
     Ok(HttpResponse::Created().json(SaleView::new(&sale, i64::from(sale.stock_total))))
 }
 
-pub async fn get_order(
+pub(crate) async fn get_order(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
@@ -142,7 +143,7 @@ pub async fn get_order(
 }
 
 /// `POST /api/orders/{id}/pay`: simulated payment, no body.
-pub async fn pay(
+pub(crate) async fn pay(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
@@ -150,17 +151,19 @@ pub async fn pay(
     Ok(HttpResponse::Ok().json(order))
 }
 
-/// `GET /healthz`: 200 only when Redis and PostgreSQL both answer.
-pub async fn health(state: web::Data<AppState>) -> HttpResponse {
+/// `GET /healthz`: 200 only when Redis takes a write and PostgreSQL
+/// answers; otherwise 503, saying which is "down" or "refuses writes".
+pub(crate) async fn health(state: web::Data<AppState>) -> HttpResponse {
+    let health_key = keys::health(state.store.prefix());
     let (redis, postgres) = tokio::join!(
-        probe::redis_pool_answers(state.store.redis_pool(), HEALTH_PROBE_LIMIT),
+        probe::redis_pool_health(state.store.redis_pool(), &health_key, HEALTH_PROBE_LIMIT),
         probe::postgres_pool_answers(state.store.pg(), HEALTH_PROBE_LIMIT),
     );
     let body = serde_json::json!({
-        "redis": if redis { "ok" } else { "down" },
+        "redis": redis.as_str(),
         "postgres": if postgres { "ok" } else { "down" },
     });
-    if redis && postgres {
+    if redis == RedisHealth::Ok && postgres {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)

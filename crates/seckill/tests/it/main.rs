@@ -38,6 +38,7 @@ mod processes;
 mod proxy;
 mod purchase;
 mod purchase_lock;
+mod refusals;
 mod queue;
 mod queue_dead;
 mod queue_dequeue;
