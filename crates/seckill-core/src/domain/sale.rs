@@ -131,8 +131,10 @@ enum Closes {
 /// ```
 /// # use seckill_core::domain::NewSale;
 /// let now = chrono::Utc::now();
-/// let sale = NewSale::builder("Phone", 10).price_cents(99_900).lasts(3_600).build(now).unwrap();
-/// assert_eq!(sale.starts_at, now);
+/// let sale = NewSale::builder("Phone", 10).price_cents(99_900).lasts(3_600).build(now);
+/// assert!(sale.is_ok());
+/// // A sale must have a unit to sell.
+/// assert!(NewSale::builder("Phone", 0).build(now).is_err());
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until it is built"]
