@@ -182,8 +182,13 @@ async fn locked_section<C: ConnectionLike + Send>(
         Some(snapshot) => snapshot,
         None => shop.read_sale(conn, sale_id, users).await?,
     };
-    let (mut outcomes, jobs) = decide_batch(sale_id, users, &snapshot);
-    if outcomes.contains(&Outcome::SoldOut) {
+    let (mut outcomes, jobs, on_commit) = decide_batch(sale_id, users, &snapshot);
+    // Sold out before this pass: say so to everyone at once. Sold out only
+    // because this pass's winners take the last units: not before their
+    // commit has landed (below). The race this prevents: a commit refused
+    // by the fence (or lost) takes nothing, yet the flag made this
+    // instance answer "sold out" to every buyer while the units were left.
+    if snapshot.stock_left <= 0 {
         shop.sold_out.set(sale_id);
     }
     if jobs.is_empty() {
@@ -216,8 +221,11 @@ async fn locked_section<C: ConnectionLike + Send>(
                 "lock lost before commit; the fence refused the write"
             );
             metrics().lock_fenced.inc();
-            for outcome in &mut outcomes {
-                if matches!(outcome, Outcome::Accepted { .. }) {
+            // Nothing was taken: the winners lost their turn, and so did
+            // the buyers refused only because a winner took the unit
+            // (sold out, or the same buyer twice).
+            for (outcome, on_commit) in outcomes.iter_mut().zip(&on_commit) {
+                if *on_commit {
                     *outcome = Outcome::LockLost;
                 }
             }
@@ -257,36 +265,39 @@ async fn release<C: ConnectionLike + Send>(conn: &mut C, guard: LockGuard) {
 
 /// Steps 1 and 2 for a batch, in arrival order: each buyer is decided
 /// against the units the ones before left, and a buyer who appears twice
-/// takes at most one unit. Returns one outcome per buyer and the orders to
+/// takes at most one unit. Returns one outcome per buyer, whether each
+/// outcome holds only once this pass's commit lands (a winner; a buyer
+/// refused because a winner of this pass took the unit or was the same
+/// buyer), and the orders to
 /// write. Pure, so it is unit-tested.
 fn decide_batch(
     sale_id: i64,
     users: &[&UserId],
     snapshot: &Snapshot,
-) -> (Vec<Outcome>, Vec<OrderJob>) {
+) -> (Vec<Outcome>, Vec<OrderJob>, Vec<bool>) {
     let mut left = snapshot.stock_left;
     let mut taken_here: HashSet<&str> = HashSet::new();
     let mut jobs = Vec::new();
-    let outcomes = users
+    let (outcomes, on_commit) = users
         .iter()
         .zip(&snapshot.holding)
         .map(|(user, holds)| {
-            let already = *holds || taken_here.contains(user.as_str());
-            match decide(already, left) {
+            let taken_by_this_pass = !*holds && taken_here.contains(user.as_str());
+            match decide(*holds || taken_by_this_pass, left) {
                 Decision::Take => {
                     left -= 1;
                     taken_here.insert(user.as_str());
                     let job = OrderJob::new(sale_id, user);
                     let order_id = job.order_id;
                     jobs.push(job);
-                    Outcome::Accepted { order_id }
+                    (Outcome::Accepted { order_id }, true)
                 }
-                Decision::AlreadyPurchased => Outcome::AlreadyPurchased,
-                Decision::SoldOut => Outcome::SoldOut,
+                Decision::AlreadyPurchased => (Outcome::AlreadyPurchased, taken_by_this_pass),
+                Decision::SoldOut => (Outcome::SoldOut, snapshot.stock_left > 0),
             }
         })
-        .collect();
-    (outcomes, jobs)
+        .unzip();
+    (outcomes, jobs, on_commit)
 }
 
 #[cfg(test)]
@@ -320,8 +331,11 @@ mod tests {
             stock_left: 2,
             holding: vec![false, true, false, false],
         };
-        let (outcomes, jobs) = decide_batch(7, &refs, &snapshot);
+        let (outcomes, jobs, on_commit) = decide_batch(7, &refs, &snapshot);
         assert_eq!(kinds(&outcomes), ["won", "already", "won", "sold out"]);
+        // bob held his unit before; dee is refused only because this
+        // pass's winners took the last units.
+        assert_eq!(on_commit, [true, false, true, true]);
         let winners: Vec<&str> = jobs.iter().map(|job| job.user_id.as_str()).collect();
         assert_eq!(winners, ["ann", "cy"]);
         assert!(jobs.iter().all(|job| job.sale_id == 7));
@@ -335,8 +349,9 @@ mod tests {
             stock_left: 5,
             holding: vec![false, false, false],
         };
-        let (outcomes, jobs) = decide_batch(1, &refs, &snapshot);
+        let (outcomes, jobs, on_commit) = decide_batch(1, &refs, &snapshot);
         assert_eq!(kinds(&outcomes), ["won", "already", "won"]);
+        assert_eq!(on_commit, [true, true, true]);
         assert_eq!(jobs.len(), 2);
     }
 
@@ -348,7 +363,21 @@ mod tests {
             stock_left: 1,
             holding: vec![false, false, false],
         };
-        let (outcomes, _) = decide_batch(1, &refs, &snapshot);
+        let (outcomes, _, _) = decide_batch(1, &refs, &snapshot);
         assert_eq!(kinds(&outcomes), ["won", "sold out", "sold out"]);
+    }
+
+    #[test]
+    fn a_sale_sold_out_before_the_pass_does_not_rest_on_its_commit() {
+        let buyers = users(&["ann", "bob"]);
+        let refs: Vec<&UserId> = buyers.iter().collect();
+        let snapshot = Snapshot {
+            stock_left: 0,
+            holding: vec![false, true],
+        };
+        let (outcomes, jobs, on_commit) = decide_batch(1, &refs, &snapshot);
+        assert_eq!(kinds(&outcomes), ["sold out", "already"]);
+        assert!(jobs.is_empty());
+        assert_eq!(on_commit, [false, false]);
     }
 }

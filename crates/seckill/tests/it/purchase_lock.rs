@@ -204,3 +204,35 @@ async fn buyers_waiting_on_one_instance_go_through_the_lock_together() {
         "the lock was taken {acquisitions} times for 300 buyers: they did not go through together"
     );
 }
+
+/// A pass whose commit the fence refuses took nothing, so nobody it
+/// refused for want of a unit is told "sold out", and the instance does
+/// not start answering "sold out" to everyone. Here every holder pauses
+/// 400 ms inside a 100 ms lock: ann's pass is fenced; bob and cy, queued
+/// behind it, go through the next pass together, where bob wins the one
+/// unit and cy is refused for want of it, and that pass is fenced too.
+#[tokio::test]
+async fn a_fenced_pass_answers_lock_lost_to_everyone_it_refused_and_leaves_the_sale_on_sale() {
+    let mut options = Options::default();
+    options.purchase.hold_pause_ms = 400;
+    options.purchase.lock_ttl_ms = 100;
+    options.purchase.lock_wait_ms = 5_000;
+    let app = spawn_app_with(options).await;
+    let sale = app.create_sale(1).await;
+    let (ann, (bob, cy)) = tokio::join!(app.purchase(sale, "ann"), async {
+        // While ann's pass holds the lane, both queue behind it.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::join!(app.purchase(sale, "bob"), app.purchase(sale, "cy"))
+    });
+    for (name, response) in [("ann", ann), ("bob", bob), ("cy", cy)] {
+        assert_eq!(response.status(), 503, "{name}");
+        assert_eq!(error_code(response).await, "lock_lost", "{name}");
+    }
+    // Nothing was taken, and the next buyer is not told "sold out" by a
+    // flag: she goes through the lock (and is fenced like the others).
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+    assert!(app.redis_buyers(sale).await.is_empty());
+    let dee = app.purchase(sale, "dee").await;
+    assert_eq!(dee.status(), 503);
+    assert_eq!(error_code(dee).await, "lock_lost");
+}
