@@ -41,8 +41,8 @@ mod lua;
 mod pages;
 mod wrk;
 
-pub use args::{BenchArgs, BenchRows};
-pub use holder::{HoldPagesArgs, hold_pages};
+pub(crate) use args::{BenchArgs, BenchRows};
+pub(crate) use holder::{HoldPagesArgs, hold_pages};
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -51,6 +51,7 @@ use anyhow::Context;
 use seckill_loadtest::LoadArgs;
 use seckill_loadtest::answer::AnswerKind;
 use seckill_loadtest::http::{Connection, Target, purchase_path};
+use seckill_loadtest::report::{Align, Table};
 use seckill_loadtest::scenario::Scenario;
 use seckill_loadtest::verify::Expect;
 
@@ -102,7 +103,11 @@ static RUN: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// `seckill bench`: measure, print the table.
-pub async fn bench(args: BenchArgs, services: &Services, prefix: &str) -> anyhow::Result<()> {
+pub(crate) async fn bench(
+    args: BenchArgs,
+    services: &Services,
+    prefix: &str,
+) -> anyhow::Result<()> {
     seckill_core::process::raise_open_files_limit();
     // Ctrl-C, from here on, ends the measuring, not the process: the
     // clean-up below runs.
@@ -425,31 +430,24 @@ impl Bound {
     }
 }
 
+/// The table for the terminal: each figure, what was measured, whether
+/// its target was met, and the target.
 fn table(rows: &[Row]) -> String {
-    // At least the headers' own widths: a short figure would misalign them.
-    let width = |f: fn(&Row) -> usize, header: &str| {
-        rows.iter().map(f).chain([header.len()]).max().unwrap_or(0)
-    };
-    let (a, b) = (
-        width(|r| r.figure.len(), "figure"),
-        width(|r| r.measured.chars().count(), "measured"),
-    );
-    let mut out = format!(
-        "{:<a$}  {:<b$}  {:<5}  target\n",
-        "figure", "measured", "met"
-    );
+    // `met` five wide, as docs/bench.md shows it, though "yes" takes three.
+    let mut table = Table::new()
+        .left("figure")
+        .left("measured")
+        .column("met", Align::Left, 5)
+        .left("target");
     for row in rows {
         let met = match row.met {
             Some(true) => "yes",
             Some(false) => "NO",
             None => "-",
         };
-        out.push_str(&format!(
-            "{:<a$}  {:<b$}  {met:<5}  {}\n",
-            row.figure, row.measured, row.target
-        ));
+        table.row([row.figure, &row.measured, met, row.target]);
     }
-    out
+    table.to_string()
 }
 
 #[cfg(test)]
@@ -483,6 +481,8 @@ mod tests {
         }];
         let table = table(&rows);
         let lines: Vec<&str> = table.lines().collect();
+        // `met` keeps five characters, as docs/bench.md shows it.
+        assert_eq!(lines[0], "figure  measured  met    target", "{table}");
         let column = |line: &str, word: &str| line.find(word).expect(word);
         assert_eq!(column(lines[0], "met"), column(lines[1], "yes"), "{table}");
         assert_eq!(

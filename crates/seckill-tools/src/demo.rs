@@ -29,28 +29,28 @@ use seckill_devenv::services::Services;
 pub struct DemoArgs {
     /// Distinct buyers in each run.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
-    pub users: u32,
+    pub(crate) users: u32,
 
     /// Units for sale in each run.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub stock: u32,
+    pub(crate) stock: u32,
 
     /// App instances in each run (plus one worker).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
-    pub instances: u32,
+    pub(crate) instances: u32,
 
     /// Where the JSON and HTML reports go.
     #[arg(long, default_value = "target/seckill-demo")]
-    pub report_dir: PathBuf,
+    pub(crate) report_dir: PathBuf,
 
     /// Quit after the verdict instead of serving the sale page until Ctrl-C.
     #[arg(long)]
-    pub exit: bool,
+    pub(crate) exit: bool,
 
     /// Seconds the winners have to pay. Short, so that while the page stays
     /// up the unpaid orders are cancelled and their units come back on sale.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(30..=31_536_000))]
-    pub payment_window_secs: u64,
+    pub(crate) payment_window_secs: u64,
 }
 
 /// How long a demo's sales stay open, in seconds: long enough for a
@@ -67,7 +67,11 @@ struct Kept {
 /// `seckill demo`: the same burst against the safe strategy and the naive
 /// one, side by side; then the sale page stays up until Ctrl-C (or, with
 /// `--exit`, the demo ends). Returns the worse of the two verdicts.
-pub async fn demo(args: DemoArgs, services: &Services, prefix: &str) -> anyhow::Result<Verdict> {
+pub(crate) async fn demo(
+    args: DemoArgs,
+    services: &Services,
+    prefix: &str,
+) -> anyhow::Result<Verdict> {
     seckill_core::process::raise_open_files_limit();
     let token = admin_token();
     // One listener from start to end: a Ctrl-C between the runs and the

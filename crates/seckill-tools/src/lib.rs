@@ -3,19 +3,27 @@
 //!
 //! - [`loadrun`]: the load test (the `loadtest/` crate's generator and
 //!   verifier) against app instances it starts, shared by the others;
-//! - [`demo`]: the whole show, `lock` against `naive`, side by side;
-//! - [`lab`]: every purchase strategy with the fault that breaks it, in one
+//! - `demo`: the whole show, `lock` against `naive`, side by side;
+//! - `lab`: every purchase strategy with the fault that breaks it, in one
 //!   table;
 //! - [`chaos`]: the promise under a schedule of faults;
-//! - [`bench`]: the speed figures, each beside its baseline and target.
+//! - `bench`: the speed figures, each beside its baseline and target.
 //!
 //! Each tool keeps its own vocabulary (its options, its faults or knobs,
-//! its SQL) in its own module. [`report`] is the one way they draw a table.
+//! its SQL) in its own module. What they draw, they draw with the load
+//! test's report module, as the load test's own report does: one terminal
+//! table ([`Table`](seckill_loadtest::report::Table)) and one set of charts
+//! ([`charts`](seckill_loadtest::report::charts)). Their HTML pages are
+//! askama templates (`templates/`), which escape what they show.
+//!
+//! Only what the `seckill` package uses is public: [`Tool`], [`chaos::chaos`]
+//! (for `seckill-loadtest --faults`), and from [`loadrun`] the
+//! `seckill-loadtest` command line and the Redis keys its verifier reads.
 
-pub mod bench;
+mod bench;
 pub mod chaos;
-pub mod demo;
-pub mod lab;
+mod demo;
+mod lab;
 pub mod loadrun;
 
 use std::process::ExitCode;

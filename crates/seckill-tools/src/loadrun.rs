@@ -45,33 +45,33 @@ pub struct LoadTestCli {
 
     /// Start this many app instances, and one worker, for the run [default: 2 when no --target is given].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16))]
-    pub spawn: Option<u32>,
+    pub(crate) spawn: Option<u32>,
 
     /// Purchase strategy of the instances it starts.
     #[arg(long, value_enum)]
-    pub strategy: Option<Strategy>,
+    pub(crate) strategy: Option<Strategy>,
 
     /// Units of the sale it creates.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000), conflicts_with = "sale")]
-    pub stock: u32,
+    pub(crate) stock: u32,
 
     /// Use this existing sale instead of creating one.
     #[arg(long, value_name = "ID")]
-    pub sale: Option<i64>,
+    pub(crate) sale: Option<i64>,
 
     /// Run the chaos scenario instead (as `seckill chaos`): a private
     /// deployment, a rate load of --users, --stock, --rate and --duration
     /// [default 30 s], and these faults injected one after another (give
     /// the option with no name for every fault).
     #[arg(long, value_enum, num_args = 0.., value_name = "FAULT", conflicts_with_all = ["targets", "spawn", "strategy", "sale"])]
-    pub faults: Option<Vec<Fault>>,
+    pub(crate) faults: Option<Vec<Fault>>,
 
     /// With --faults: seed of the fault order.
     #[arg(long, default_value_t = 1, requires = "faults")]
-    pub seed: u64,
+    pub(crate) seed: u64,
 
     #[command(flatten)]
-    pub load: LoadArgs,
+    pub(crate) load: LoadArgs,
 }
 
 impl LoadTestCli {
@@ -101,7 +101,7 @@ const POOL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The admin token of the instances this process starts: the user's
 /// `SECKILL_ADMIN_TOKEN`, or a fresh one (printed by the demo).
-pub fn admin_token() -> String {
+pub(crate) fn admin_token() -> String {
     std::env::var("SECKILL_ADMIN_TOKEN")
         .ok()
         .filter(|token| !token.is_empty())
@@ -109,7 +109,7 @@ pub fn admin_token() -> String {
 }
 
 /// The store of the servers the run uses.
-pub async fn connect(services: &Services, prefix: &str) -> anyhow::Result<Store> {
+pub(crate) async fn connect(services: &Services, prefix: &str) -> anyhow::Result<Store> {
     let pg = seckill_core::store::connect_postgres(&services.database_url).await?;
     let redis = seckill_core::redis_pool::connect_redis(&services.redis, POOL_WAIT).await?;
     Ok(Store::new(pg, redis, prefix))
@@ -117,7 +117,7 @@ pub async fn connect(services: &Services, prefix: &str) -> anyhow::Result<Store>
 
 /// The processes of a run: instances of `strategy`, with `token` as their
 /// admin token, on the servers found.
-pub fn deployment(
+pub(crate) fn deployment(
     services: &Services,
     prefix: &str,
     strategy: Strategy,
@@ -135,7 +135,7 @@ pub fn deployment(
 
 /// Create a sale of `stock` units that opens now and, if `open_secs` is
 /// given, closes that many seconds later.
-pub async fn create_sale(
+pub(crate) async fn create_sale(
     store: &Store,
     name: &str,
     stock: u32,
@@ -151,7 +151,7 @@ pub async fn create_sale(
 
 /// What the load generator is pointed at and verifies: the instances, the
 /// sale, and the servers behind them.
-pub async fn subject(
+pub(crate) async fn subject(
     store: &Store,
     targets: Vec<String>,
     spawned: Option<Strategy>,
@@ -188,7 +188,7 @@ pub fn verify_keys(prefix: &str, sale_id: i64) -> seckill_loadtest::verify::Redi
 /// The load test against `cluster`'s instances on sale `sale_id` of
 /// `stock` units, verified as `load` says: what a demo run and a lab row
 /// share. Progress goes to stderr; the caller prints the report.
-pub async fn burst(
+pub(crate) async fn burst(
     store: &Store,
     cluster: &Fleet,
     strategy: Strategy,
@@ -207,7 +207,7 @@ pub async fn burst(
 }
 
 /// Where the reports went, if anywhere.
-pub fn print_paths(load: &LoadArgs) {
+pub(crate) fn print_paths(load: &LoadArgs) {
     if let Some(path) = &load.json {
         println!("JSON report: {}", path.display());
     }

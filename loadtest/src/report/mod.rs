@@ -3,11 +3,17 @@
 //! that becomes the exit code. One value, [`Report`], written three ways,
 //! one file each: a table for the terminal (`text.rs`), a versioned JSON
 //! document for machines (`json.rs`), and one self-contained HTML page
-//! (`html.rs`) with SVG charts drawn by plotters (`charts.rs`).
+//! (`html.rs`) with SVG charts drawn by plotters ([`charts`]).
+//!
+//! The ways to draw are the workspace's, not this report's alone: the
+//! tools' reports (the lab, chaos, the bench) lay out their terminal tables
+//! with [`Table`] and draw their charts with [`charts`], so that every
+//! report of seckill reads and looks alike.
 
-mod charts;
+pub mod charts;
 mod html;
 mod json;
+mod table;
 mod text;
 
 use chrono::{DateTime, Utc};
@@ -16,6 +22,7 @@ use serde::Serialize;
 use crate::stats::{Resources, Summary};
 use crate::verify::{Check, Expect};
 
+pub use table::{Align, Table};
 pub use text::{micros, side_by_side};
 
 /// Changes whenever a field of the JSON report changes meaning or goes away.

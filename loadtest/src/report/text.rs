@@ -1,12 +1,14 @@
 //! The report as plain text for the terminal: a headline, latency by
 //! outcome, the run's timing and where the answers came from, what
 //! PostgreSQL holds, every check, and the verdict. Also the side-by-side
-//! table the demo ends with, and how a latency reads for people.
+//! table the demo ends with, and how a latency reads for people. The
+//! tables are [`Table`]s.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::Report;
+use super::table::{Align, Table};
 use crate::answer::AnswerKind;
 
 impl Report {
@@ -47,18 +49,21 @@ impl Report {
 
     /// Count and latency percentiles, one row per outcome.
     fn write_latency_table(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "{:<12} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "outcome", "count", "p50", "p90", "p99", "p99.9", "max"
-        );
-        for latency in &self.summary.latency {
-            let [outcome, count, p50, p90, p99, p999, max] = cells(latency);
-            let _ = writeln!(
-                out,
-                "{outcome:<12} {count:>8} {p50:>9} {p90:>9} {p99:>9} {p999:>9} {max:>9}"
-            );
+        let mut table = Table::new().gap(1).column("outcome", Align::Left, 12);
+        for (heading, width) in [
+            ("count", 8),
+            ("p50", 9),
+            ("p90", 9),
+            ("p99", 9),
+            ("p99.9", 9),
+            ("max", 9),
+        ] {
+            table = table.column(heading, Align::Right, width);
         }
+        for latency in &self.summary.latency {
+            table.row(cells(latency));
+        }
+        out.push_str(&table.to_string());
     }
 
     /// Throughput, launch skew (burst), when the sale sold out, and late
@@ -205,21 +210,14 @@ const COMPARED: [(&str, Cell); 8] = [
 
 /// Two or more reports side by side, for the demo's lock-versus-naive finale.
 pub fn side_by_side(reports: &[&Report]) -> String {
-    let mut out = String::new();
-    write_row(&mut out, "", reports.iter().map(|r| r.label.clone()));
+    let mut table = Table::new().gap(1).column("", Align::Left, 38);
+    for report in reports {
+        table = table.column(report.label.clone(), Align::Right, 16);
+    }
     for (name, cell) in COMPARED {
-        write_row(&mut out, name, reports.iter().map(|r| cell(r)));
+        table.row(std::iter::once(name.to_owned()).chain(reports.iter().map(|r| cell(r))));
     }
-    out
-}
-
-/// One row of the side-by-side table: its name, then one cell per report.
-fn write_row(out: &mut String, name: &str, cells: impl Iterator<Item = String>) {
-    let _ = write!(out, "{name:<38}");
-    for cell in cells {
-        let _ = write!(out, " {cell:>16}");
-    }
-    let _ = writeln!(out);
+    table.to_string()
 }
 
 /// A latency row: outcome, count, p50, p90, p99, p99.9, max.

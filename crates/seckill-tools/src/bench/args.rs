@@ -7,39 +7,39 @@ use seckill_core::config::WorkerSettings;
 pub struct BenchArgs {
     /// Seconds of each accepted-purchases run.
     #[arg(long, default_value_t = 5.0, value_parser = seckill_loadtest::seconds)]
-    pub secs: f64,
+    pub(crate) secs: f64,
 
     /// Buyers in the 10-unit burst.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
-    pub burst_users: u32,
+    pub(crate) burst_users: u32,
 
     /// Buyers on the burst's two instances in all, before their memory is
     /// read: the burst's, then more bursts of 10 units, each as large as
     /// the open-files limit allows.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(10..=10_000_000))]
-    pub memory_buyers: u32,
+    pub(crate) memory_buyers: u32,
 
     /// Orders the worker drains.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub drain_orders: u32,
+    pub(crate) drain_orders: u32,
 
     /// Sale pages (event streams) held open on one instance.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub pages: u32,
+    pub(crate) pages: u32,
 
     /// Measure only these rows (repeat the flag for several); every row
     /// when not given.
     #[arg(long = "only", value_enum)]
-    pub only: Vec<BenchRows>,
+    pub(crate) only: Vec<BenchRows>,
 
     /// The drain's worker (its batch size above all).
     #[command(flatten)]
-    pub worker: WorkerSettings,
+    pub(crate) worker: WorkerSettings,
 }
 
 /// The groups of rows `seckill bench --only` can pick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum BenchRows {
+pub(crate) enum BenchRows {
     /// The 10-unit burst on 2 instances: last win, p99; memory after
     /// `--memory-buyers` buyers on them.
     Burst,

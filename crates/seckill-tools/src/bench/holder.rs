@@ -20,15 +20,15 @@ use seckill_devenv::processes::seckill_binary;
 pub struct HoldPagesArgs {
     /// The instance's base URL, `http://host:port`.
     #[arg(long)]
-    pub url: String,
+    pub(crate) url: String,
 
     /// The sale whose page is open.
     #[arg(long)]
-    pub sale: i64,
+    pub(crate) sale: i64,
 
     /// How many of its event streams.
     #[arg(long)]
-    pub pages: u32,
+    pub(crate) pages: u32,
 }
 
 /// Where the pages' streams come from when the instance is on 127.0.0.1
@@ -112,7 +112,7 @@ impl Watchers {
 /// has been answered, then again when standard input ends, and exit. It
 /// exits as soon as its input ends, opening or not: the bench closes it,
 /// or dies.
-pub async fn hold_pages(args: HoldPagesArgs) -> anyhow::Result<()> {
+pub(crate) async fn hold_pages(args: HoldPagesArgs) -> anyhow::Result<()> {
     seckill_core::process::raise_open_files_limit();
     let address = host_port(&args.url)?;
     let mut input_ended = tokio::spawn(async {

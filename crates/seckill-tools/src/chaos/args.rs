@@ -8,7 +8,7 @@ use serde::Serialize;
 /// The faults `seckill chaos` can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Fault {
+pub(crate) enum Fault {
     /// A worker killed with SIGKILL mid-batch, three times (a fresh one started each time).
     WorkerKill,
     /// An app instance killed with SIGKILL mid-load, then restarted on the same address.
@@ -26,7 +26,7 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 7] = [
+    pub(crate) const ALL: [Fault; 7] = [
         Fault::WorkerKill,
         Fault::AppKill,
         Fault::LockHolderPause,
@@ -36,7 +36,7 @@ impl Fault {
         Fault::Flood,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Fault::WorkerKill => "worker-kill",
             Fault::AppKill => "app-kill",
@@ -54,34 +54,34 @@ impl Fault {
 pub struct ChaosArgs {
     /// Distinct buyers.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub users: u32,
+    pub(crate) users: u32,
 
     /// Units of the sale: fewer than the buyers, so the sale sells out, but
     /// plenty, so orders keep flowing through every fault.
     #[arg(long, default_value_t = 3_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub stock: u32,
+    pub(crate) stock: u32,
 
     /// Purchases per second (an open model: they fall due whether or not earlier ones were answered).
     #[arg(long, default_value_t = 1_500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub rate: u32,
+    pub(crate) rate: u32,
 
     /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 29 s).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=3_600))]
-    pub duration_secs: u64,
+    pub(crate) duration_secs: u64,
 
     /// Inject only this fault (repeat for several) [default: every fault].
     #[arg(long = "fault", value_enum)]
-    pub faults: Vec<Fault>,
+    pub(crate) faults: Vec<Fault>,
 
     /// Seed of the fault order: the same seed gives the same schedule.
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
 
     /// Seconds PostgreSQL stays down.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
-    pub postgres_down_secs: u64,
+    pub(crate) postgres_down_secs: u64,
 
     /// Where the JSON and HTML reports go.
     #[arg(long, default_value = "target/seckill-chaos")]
-    pub report_dir: PathBuf,
+    pub(crate) report_dir: PathBuf,
 }

@@ -30,15 +30,15 @@ const SETTLE: Duration = Duration::from_millis(10);
 
 /// When a fault was in force.
 #[derive(Debug, Clone, Serialize)]
-pub struct Window {
-    pub fault: Fault,
+pub(crate) struct FaultWindow {
+    pub(crate) fault: Fault,
     /// From the start of the chaos run.
     #[serde(serialize_with = "as_millis")]
-    pub start: Duration,
+    pub(crate) start: Duration,
     #[serde(serialize_with = "as_millis")]
-    pub end: Duration,
+    pub(crate) end: Duration,
     /// What happened, in words ("killed 3 workers, 2 mid-batch").
-    pub note: String,
+    pub(crate) note: String,
 }
 
 fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -47,17 +47,17 @@ fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error
 
 /// Order ids on the queue when Redis was wiped.
 #[derive(Debug, Default, Clone)]
-pub struct Wiped {
+pub(crate) struct Wiped {
     /// Waiting: lost with the wipe, every one.
-    pub waiting: HashSet<String>,
+    pub(crate) waiting: HashSet<String>,
     /// Held by a worker: written if the worker commits before the sale is
     /// loaded again, lost otherwise (PostgreSQL refuses a batch reserved
     /// before a load).
-    pub in_flight: HashSet<String>,
+    pub(crate) in_flight: HashSet<String>,
 }
 
 impl Wiped {
-    pub fn extend(&mut self, other: Wiped) {
+    pub(crate) fn extend(&mut self, other: Wiped) {
         self.waiting.extend(other.waiting);
         self.in_flight.extend(other.in_flight);
     }
@@ -66,11 +66,11 @@ impl Wiped {
 impl Rig {
     /// Inject `fault`; return its window and, for the wipe, the order ids
     /// that were waiting on the queue when Redis lost them.
-    pub async fn inject(
+    pub(crate) async fn inject(
         &mut self,
         fault: Fault,
         epoch: Instant,
-    ) -> anyhow::Result<(Window, Wiped)> {
+    ) -> anyhow::Result<(FaultWindow, Wiped)> {
         eprintln!("chaos: {} ...", fault.as_str());
         let start = epoch.elapsed();
         let mut wiped = Wiped::default();
@@ -104,7 +104,7 @@ impl Rig {
         };
         let end = epoch.elapsed();
         eprintln!("chaos: {} done: {note}", fault.as_str());
-        let window = Window {
+        let window = FaultWindow {
             fault,
             start,
             end,

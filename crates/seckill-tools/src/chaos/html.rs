@@ -1,137 +1,96 @@
 //! The chaos report as one self-contained HTML page: the timeline of
 //! answers with the fault windows shaded and named, the table, the checks.
-//! Hand-written SVG: three lines and a few rectangles need no chart crate.
+//! The page is an askama template (`templates/chaos.html`), which escapes
+//! what it shows; the timeline is the load test's [`Timeline`] chart.
 
-use std::fmt::Write as _;
+use askama::Template;
+use seckill_loadtest::report::Align;
+use seckill_loadtest::report::charts::{Colour, Line, Span, Timeline};
 
-use super::ChaosReport;
-use super::judge::{Row, Tick};
+use super::SLICE;
+use super::judge::{FaultRow, Tick};
+use super::report::ChaosReport;
 
-const WIDTH: f64 = 900.0;
-const HEIGHT: f64 = 260.0;
-const MARGIN: f64 = 40.0;
+/// The page's values: the report, and what is drawn or laid out from it.
+#[derive(Template)]
+#[template(path = "chaos.html")]
+struct ChaosPage<'a> {
+    report: &'a ChaosReport,
+    /// The table's headings, each with its column's class.
+    headings: Vec<(&'static str, &'static str)>,
+    /// The table's rows: `ok` or `bad`, and each cell with its class.
+    rows: Vec<(&'static str, Vec<(String, &'static str)>)>,
+    /// The timeline, as SVG.
+    chart: String,
+}
 
 /// The page.
-pub fn to_html(report: &ChaosReport) -> String {
-    let mut rows = String::new();
-    for row in &report.rows {
-        let _ = write!(rows, "<tr class=\"{}\">", if row.ok { "ok" } else { "bad" });
-        for cell in row.cells() {
-            let _ = write!(rows, "<td>{}</td>", escape(&cell));
-        }
-        rows.push_str("</tr>");
-    }
-    let header: String = Row::COLUMNS
+pub(super) fn to_html(report: &ChaosReport) -> String {
+    let class = |align: Align| match align {
+        Align::Left => "text",
+        Align::Right => "figure",
+    };
+    let rows = report
+        .rows
         .iter()
-        .map(|column| format!("<th>{column}</th>"))
+        .map(|row| {
+            let cells = row
+                .cells()
+                .into_iter()
+                .zip(FaultRow::COLUMNS)
+                .map(|(cell, (_, align, _))| (cell, class(align)))
+                .collect();
+            (if row.ok { "ok" } else { "bad" }, cells)
+        })
         .collect();
-    let mut checks = String::new();
-    for check in &report.checks {
-        let _ = write!(
-            checks,
-            "<li class=\"{}\">{} {}: expected {}, found {}</li>",
-            if check.ok { "ok" } else { "bad" },
-            if check.ok { "pass" } else { "FAIL" },
-            escape(check.name),
-            escape(&check.expected),
-            escape(&check.found)
-        );
+    ChaosPage {
+        report,
+        headings: FaultRow::COLUMNS
+            .iter()
+            .map(|(heading, align, _)| (*heading, class(*align)))
+            .collect(),
+        rows,
+        chart: timeline(report),
     }
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>seckill chaos: {verdict}</title>\
-<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}td,th{{padding:2px 8px;text-align:right}}\
-td:first-child{{text-align:left}}.bad{{color:#b00;font-weight:bold}}</style></head><body>\
-<h1>seckill chaos: {verdict}</h1><p>{users} buyers, {stock} units, {rate} purchases/s for {secs} s, seed {seed}; \
-{requests} answers, {dropped} dropped sends.</p>{svg}\
-<table><tr>{header}</tr>{rows}</table>\
-<h2>Checks</h2><ul>{checks}</ul></body></html>",
-        verdict = report.verdict,
-        users = report.users,
-        stock = report.stock,
-        rate = report.rate,
-        secs = report.duration_secs,
-        seed = report.seed,
-        requests = report.requests,
-        dropped = report.dropped,
-        svg = timeline_svg(report),
-    )
+    .render()
+    .expect("the chaos page renders: its values are strings and numbers, which always write")
 }
 
 /// Answers per slice over the run (sold, refused, failed), with every
 /// fault's window shaded and named.
-fn timeline_svg(report: &ChaosReport) -> String {
-    let end_ms = report
-        .timeline
-        .last()
-        .map_or(1, |tick| tick.at_ms + 1)
-        .max(
-            report
-                .windows
-                .iter()
-                .map(|w| w.end.as_millis() as u64)
-                .max()
-                .unwrap_or(0),
-        )
-        .max(1) as f64;
-    let peak = report
-        .timeline
-        .iter()
-        .map(|t| t.sold.max(t.refused).max(t.failed))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let x = |ms: f64| MARGIN + (WIDTH - 2.0 * MARGIN) * ms / end_ms;
-    let y = |n: u64| HEIGHT - MARGIN - (HEIGHT - 2.0 * MARGIN) * n as f64 / peak;
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" role=\"img\" aria-label=\"answers over time, faults shaded\">"
-    );
-    for window in &report.windows {
-        let (from, to) = (
-            x(window.start.as_millis() as f64),
-            x(window.end.as_millis() as f64),
-        );
-        let _ = write!(
-            svg,
-            "<rect x=\"{from:.1}\" y=\"{MARGIN}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#f4c7c3\"/>\
-<text x=\"{from:.1}\" y=\"{:.1}\" font-size=\"10\">{}</text>",
-            (to - from).max(2.0),
-            HEIGHT - 2.0 * MARGIN,
-            MARGIN - 4.0,
-            window.fault.as_str()
-        );
-    }
-    for (name, colour, pick) in [
-        ("sold", "#2a7", (|t: &Tick| t.sold) as fn(&Tick) -> u64),
-        ("refused", "#57c", |t: &Tick| t.refused),
-        ("failed", "#c33", |t: &Tick| t.failed),
-    ] {
-        let points: Vec<String> = report
+fn timeline(report: &ChaosReport) -> String {
+    // A step per slice: its count holds until the next one starts.
+    let slice_s = SLICE.as_secs_f64();
+    let line = |name, colour, pick: fn(&Tick) -> u64| Line {
+        name,
+        colour,
+        points: report
             .timeline
             .iter()
-            .map(|t| format!("{:.1},{:.1}", x(t.at_ms as f64), y(pick(t))))
-            .collect();
-        let _ = write!(
-            svg,
-            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\"><title>{name}</title></polyline>",
-            points.join(" ")
-        );
+            .flat_map(|tick| {
+                let (from, n) = (tick.at_ms as f64 / 1000.0, pick(tick) as f64);
+                [(from, n), (from + slice_s, n)]
+            })
+            .collect(),
+    };
+    let y_desc = format!("answers per {:.0} ms, by what they said", slice_s * 1000.0);
+    Timeline {
+        y_desc: &y_desc,
+        lines: vec![
+            line("sold", Colour::GREEN, |t| t.sold),
+            line("refused", Colour::BLUE, |t| t.refused),
+            line("failed", Colour::RED, |t| t.failed),
+        ],
+        spans_desc: "fault in force",
+        spans: report
+            .windows
+            .iter()
+            .map(|window| Span {
+                name: window.fault.as_str(),
+                from_s: window.start.as_secs_f64(),
+                to_s: window.end.as_secs_f64(),
+            })
+            .collect(),
     }
-    let _ = write!(
-        svg,
-        "<text x=\"{MARGIN}\" y=\"{:.1}\" font-size=\"11\">0 s</text><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">{:.0} s</text>\
-<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">green sold, blue refused, red failed (per slice)</text></svg>",
-        HEIGHT - MARGIN + 14.0,
-        WIDTH - MARGIN,
-        HEIGHT - MARGIN + 14.0,
-        end_ms / 1000.0,
-        WIDTH - MARGIN,
-        HEIGHT - 6.0
-    );
-    svg
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    .to_svg()
 }

@@ -8,9 +8,9 @@
 //! not the deployment is answering), and meanwhile injects the faults one
 //! after another, spread over the run, in an order the seed decides
 //! (`faults.rs`). When the load is over it waits for the queues to drain,
-//! then checks every promise, per fault window and overall (`judge.rs`),
-//! prints the table and writes it as JSON and as an HTML page with the
-//! timeline of answers and the fault windows shaded (`html.rs`).
+//! then checks every promise, per fault window and overall (`judge/`),
+//! prints the table (`report.rs`) and writes it as JSON and as an HTML page
+//! with the timeline of answers and the fault windows shaded (`html.rs`).
 //!
 //! Exit codes as the load test's: 0 every row and check held, 1 one broke,
 //! 2 the run could not be trusted (the generator could not keep the rate).
@@ -19,8 +19,8 @@ mod args;
 mod faults;
 mod html;
 mod judge;
+mod report;
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,6 @@ use seckill_loadtest::http::Target;
 use seckill_loadtest::progress::Progress;
 use seckill_loadtest::report::Verdict;
 use seckill_loadtest::scenario::{self, Plan, RunData, Scenario, Shape};
-use serde::Serialize;
 
 use seckill_core::domain::NewSale;
 use seckill_core::keys::SaleKeys;
@@ -40,9 +39,11 @@ use seckill_core::urls::with_database;
 use seckill_devenv::processes::{Deployment, Fleet, seckill_binary};
 use seckill_devenv::services::{PrivatePostgres, PrivateRedis};
 
-pub use self::args::{ChaosArgs, Fault};
-use self::faults::{Window, Wiped};
-use self::judge::{Check, Row};
+pub use self::args::ChaosArgs;
+pub(crate) use self::args::Fault;
+use self::faults::{FaultWindow, Wiped};
+use self::judge::{ChaosCheck, FaultRow};
+use self::report::ChaosReport;
 
 /// The lock TTL of the chaos deployment: short, so that pausing a holder
 /// past it takes little of the run, and half the redis crate's 500 ms reply
@@ -62,6 +63,9 @@ const CONNECTIONS: usize = 512;
 /// seconds, and orders keep flowing through every fault instead of the sale
 /// selling out at the start.
 const PAYMENT_WINDOW: Duration = Duration::from_secs(5);
+/// The timeline's slice: the report counts the answers of each, by what
+/// they said, and the page draws one step per slice.
+const SLICE: Duration = Duration::from_millis(250);
 /// How long the queues may take to drain after the load.
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// Share of sends dropped outside every fault window above which the run is
@@ -72,7 +76,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 const MAX_DROPPED_SHARE: f64 = 0.01;
 
 /// The deployment under test, and the sale.
-pub struct Rig {
+pub(crate) struct Rig {
     redis: PrivateRedis,
     postgres: PrivatePostgres,
     store: Store,
@@ -85,26 +89,6 @@ pub struct Rig {
     /// app-2's writes the fence refused during the lock-holder pause;
     /// `None` if that fault was not in the run.
     fence_refusals: Option<u64>,
-}
-
-/// The whole result, as the JSON report holds it.
-#[derive(Debug, Serialize)]
-struct ChaosReport {
-    schema: &'static str,
-    started_at: chrono::DateTime<Utc>,
-    users: u32,
-    stock: u32,
-    rate: u32,
-    duration_secs: u64,
-    seed: u64,
-    windows: Vec<Window>,
-    rows: Vec<Row>,
-    checks: Vec<Check>,
-    requests: usize,
-    dropped: u64,
-    verdict: &'static str,
-    /// Answers per quarter second, by what they said.
-    timeline: Vec<judge::Tick>,
 }
 
 /// Run the chaos scenario; returns its verdict.
@@ -165,9 +149,9 @@ pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
         requests: run.samples.len(),
         dropped: run.dropped,
         verdict: verdict.as_str(),
-        timeline: judge::timeline(&run, epoch, Duration::from_millis(250)),
+        timeline: judge::timeline(&run, epoch, SLICE),
     };
-    println!("{}", to_text(&report));
+    println!("{}", report.to_text());
     let path = args.report_dir.join("chaos.json");
     std::fs::create_dir_all(&args.report_dir).context("creating the report directory")?;
     std::fs::write(
@@ -229,7 +213,7 @@ fn schedule(args: &ChaosArgs) -> Vec<Fault> {
     faults
 }
 
-fn verdict(run: &RunData, rows: &[Row], checks: &[Check]) -> Verdict {
+fn verdict(run: &RunData, rows: &[FaultRow], checks: &[ChaosCheck]) -> Verdict {
     let sent = run.samples.len() as f64 + run.dropped as f64;
     let dropped_between = rows
         .iter()
@@ -296,7 +280,7 @@ impl Rig {
         faults: &[Fault],
         epoch: Instant,
         gap: Duration,
-    ) -> anyhow::Result<(Vec<Window>, Wiped)> {
+    ) -> anyhow::Result<(Vec<FaultWindow>, Wiped)> {
         let mut windows = Vec::new();
         let mut wiped = Wiped::default();
         for fault in faults {
@@ -335,76 +319,6 @@ impl Rig {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
-
-/// The terminal table.
-fn to_text(report: &ChaosReport) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "\n== chaos: {} buyers, {} units, {} purchases/s for {} s, seed {} ==",
-        report.users, report.stock, report.rate, report.duration_secs, report.seed
-    );
-    for window in &report.windows {
-        let _ = writeln!(
-            out,
-            "{:>7.1} s - {:>5.1} s  {:<18} {}",
-            window.start.as_secs_f64(),
-            window.end.as_secs_f64(),
-            window.fault.as_str(),
-            window.note
-        );
-    }
-    // The first column to the left, the others to the right.
-    const WIDTHS: [usize; 10] = [18, 9, 6, 7, 6, 5, 5, 8, 10, 3];
-    let line = |cells: &[String]| {
-        let mut line = String::new();
-        for (i, (cell, width)) in cells.iter().zip(WIDTHS).enumerate() {
-            let _ = match i {
-                0 => write!(line, "{cell:<width$}"),
-                _ => write!(line, " {cell:>width$}"),
-            };
-        }
-        line
-    };
-    let _ = writeln!(out, "\n{}", line(&Row::COLUMNS.map(str::to_owned)));
-    for row in &report.rows {
-        let _ = writeln!(out, "{}", line(&row.cells()));
-    }
-    for row in report
-        .rows
-        .iter()
-        .filter(|r| !r.failures_by_second.is_empty())
-    {
-        let seconds: Vec<String> = row
-            .failures_by_second
-            .iter()
-            .map(|(second, count)| format!("{second} s: {count}"))
-            .collect();
-        let _ = writeln!(
-            out,
-            "failed requests, {}: {}",
-            row.fault,
-            seconds.join(", ")
-        );
-    }
-    let _ = writeln!(out, "\nchecks:");
-    for check in &report.checks {
-        let _ = writeln!(
-            out,
-            "  {} {}: expected {}, found {}",
-            if check.ok { "pass" } else { "FAIL" },
-            check.name,
-            check.expected,
-            check.found
-        );
-    }
-    let _ = writeln!(
-        out,
-        "{} answers, {} dropped sends\nverdict: {}",
-        report.requests, report.dropped, report.verdict
-    );
-    out
 }
 
 #[cfg(test)]

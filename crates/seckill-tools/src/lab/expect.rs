@@ -6,7 +6,7 @@ use serde::Serialize;
 /// What a row must show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Expectation {
+pub(crate) enum Expectation {
     /// Every unit sold once, to as many buyers; nothing lost, nothing
     /// refused by PostgreSQL, no lock left behind.
     Holds,
@@ -30,7 +30,7 @@ pub enum Expectation {
 
 impl Expectation {
     /// The expectation in the words of the table.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Expectation::Holds => "holds",
             Expectation::Oversells => "oversells; PostgreSQL refuses the excess",
@@ -44,7 +44,7 @@ impl Expectation {
     /// Which checks of the load test's verifier apply: the correct
     /// strategies are held to every one, the deliberately broken ones to
     /// PostgreSQL's word.
-    pub fn verify_as(self) -> seckill_loadtest::verify::Expect {
+    pub(crate) fn verify_as(self) -> seckill_loadtest::verify::Expect {
         use seckill_loadtest::verify::Expect;
         match self {
             Expectation::Holds => Expect::NoOversell,
@@ -54,7 +54,7 @@ impl Expectation {
     }
 
     /// Whether `figures` show what this expectation says; if not, why not.
-    pub fn judge(self, figures: &Figures) -> Result<(), String> {
+    pub(crate) fn judge(self, figures: &Figures) -> Result<(), String> {
         let fails = |why: &str| Err(why.to_owned());
         if figures.lost > 0 {
             return fails("202s missing from PostgreSQL");
@@ -97,36 +97,36 @@ impl Expectation {
 
 /// What one row measured.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Figures {
-    pub units: u64,
+pub(crate) struct Figures {
+    pub(crate) units: u64,
     /// `202` answers.
-    pub accepted: u64,
+    pub(crate) accepted: u64,
     /// `202`s beyond the units.
-    pub oversold: u64,
+    pub(crate) oversold: u64,
     /// Buyers who got two `202`s.
-    pub duplicate_buyers: u64,
+    pub(crate) duplicate_buyers: u64,
     /// `202`s whose order PostgreSQL does not hold.
-    pub lost: u64,
+    pub(crate) lost: u64,
     /// Orders PostgreSQL confirmed (holding a unit).
-    pub confirmed: u64,
+    pub(crate) confirmed: u64,
     /// Orders PostgreSQL refused.
-    pub rejected: u64,
+    pub(crate) rejected: u64,
     /// Commits the fence refused (the sale's `fenced` counter).
-    pub fenced: u64,
+    pub(crate) fenced: u64,
     /// A stuck lock, seen during the run or left after it: "no TTL" or
     /// "TTL 56 years".
-    pub stuck_lock: Option<String>,
+    pub(crate) stuck_lock: Option<String>,
     /// The lock key exists after the run and has no TTL.
-    pub lock_left_without_ttl: bool,
+    pub(crate) lock_left_without_ttl: bool,
     /// Instances that exited by themselves during the run.
-    pub crashed: u64,
+    pub(crate) crashed: u64,
     /// From the first send to the last `202`, if the sale sold out.
-    pub sell_out_ms: Option<f64>,
-    pub requests_per_second: f64,
+    pub(crate) sell_out_ms: Option<f64>,
+    pub(crate) requests_per_second: f64,
     /// The 99th percentile of every answer.
-    pub p99_ms: f64,
+    pub(crate) p99_ms: f64,
     /// The load test's checks for this expectation passed and the run was valid.
-    pub verified: bool,
+    pub(crate) verified: bool,
 }
 
 #[cfg(test)]

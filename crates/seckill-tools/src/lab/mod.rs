@@ -18,8 +18,8 @@
 //! after the table, so the class can open the pages, until Ctrl-C.
 
 mod args;
-pub mod expect;
-pub mod rows;
+mod expect;
+mod rows;
 mod table;
 mod watch;
 
@@ -32,16 +32,16 @@ use seckill_loadtest::report::{Report, Verdict};
 use seckill_loadtest::scenario::Scenario;
 
 use crate::loadrun::{self, admin_token};
-pub use args::{Knob, LabArgs};
+pub(crate) use args::{Knob, LabArgs};
 use expect::Figures;
-use rows::Row;
+use rows::LabRow;
 use seckill_core::config::Strategy;
 use seckill_core::keys::SaleKeys;
 use seckill_core::redis_pool::RedisAt;
 use seckill_core::store::Store;
 use seckill_devenv::processes::Fleet;
 use seckill_devenv::services::Services;
-pub use table::Outcome;
+use table::RowOutcome;
 use watch::LockWatch;
 
 /// How long the lab's sales stay open, in seconds: the class has an hour
@@ -52,7 +52,7 @@ const A_YEAR_MS: i64 = 365 * 24 * 3600 * 1000;
 
 /// `seckill lab`: run the rows asked for, print the table, write it as
 /// JSON and HTML. Returns whether every row showed what it must.
-pub async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Result<bool> {
+pub(crate) async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Result<bool> {
     seckill_core::process::raise_open_files_limit();
     let token = admin_token();
     let rows = rows::select(args.strategy, args.knob);
@@ -128,7 +128,7 @@ async fn serve_rows(
     services: &Services,
     prefix: &str,
     token: &str,
-    sales: &[(Row, i64)],
+    sales: &[(LabRow, i64)],
 ) -> anyhow::Result<Fleet> {
     let deployment = loadrun::deployment(services, prefix, Strategy::Lock, token)?;
     let mut cluster = Fleet::new(deployment);
@@ -155,7 +155,7 @@ async fn serve_rows(
 /// rows that run another named ("2 app instances
 /// (article+crash-after-setnx: 1)"), or that row's count alone when it is
 /// the only row ("1 app instance").
-fn instances_of(rows: &[Row], run: u32) -> String {
+fn instances_of(rows: &[LabRow], run: u32) -> String {
     let of = |n: u32| format!("{n} app instance{}", if n == 1 { "" } else { "s" });
     let other: Vec<(String, u32)> = rows
         .iter()
@@ -176,7 +176,7 @@ fn instances_of(rows: &[Row], run: u32) -> String {
 
 /// One row, run and judged.
 struct Ran {
-    outcome: Outcome,
+    outcome: RowOutcome,
     sale_id: i64,
 }
 
@@ -185,7 +185,7 @@ async fn run_row(
     services: &Services,
     store: &Store,
     token: &str,
-    row: &Row,
+    row: &LabRow,
 ) -> anyhow::Result<Ran> {
     let label = row.label();
     let deployment = loadrun::deployment(services, store.prefix(), row.strategy, token)?;
@@ -244,7 +244,7 @@ async fn run_row(
         );
     }
     Ok(Ran {
-        outcome: Outcome {
+        outcome: RowOutcome {
             verdict: row.expect.judge(&figures),
             row: row.clone(),
             figures,

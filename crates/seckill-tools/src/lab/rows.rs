@@ -37,13 +37,13 @@ fn default_flags(knob: Knob) -> Flags {
 
 /// Command-line flags of a row's instances.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Flags {
+pub(crate) struct Flags {
     /// Added to every instance.
-    pub every: Vec<String>,
+    pub(crate) every: Vec<String>,
     /// Added to the first instance only.
-    pub first: Vec<String>,
+    pub(crate) first: Vec<String>,
     /// Added to the second instance only (a skewed clock is one machine's).
-    pub second: Vec<String>,
+    pub(crate) second: Vec<String>,
 }
 
 impl Flags {
@@ -55,7 +55,7 @@ impl Flags {
     }
 
     /// The flags of instance `i` (1-based).
-    pub fn of_instance(&self, i: u32) -> Vec<String> {
+    pub(crate) fn of_instance(&self, i: u32) -> Vec<String> {
         let mut all = self.every.clone();
         match i {
             1 => all.extend(self.first.iter().cloned()),
@@ -73,7 +73,7 @@ fn flags(raw: &[&str]) -> Vec<String> {
 /// How many buyers a row has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Buyers {
+pub(crate) enum Buyers {
     /// The run's `--users`.
     Run,
     /// Half as many as the units, each sending twice: every request wins
@@ -82,7 +82,7 @@ pub enum Buyers {
 }
 
 impl Buyers {
-    pub fn count(self, run_users: u32, units: u32) -> u32 {
+    pub(crate) fn count(self, run_users: u32, units: u32) -> u32 {
         match self {
             Buyers::Run => run_users,
             Buyers::HalfTheUnits => (units / 2).max(1),
@@ -92,24 +92,24 @@ impl Buyers {
 
 /// One row of the lesson.
 #[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    pub strategy: Strategy,
-    pub knob: Knob,
-    pub flags: Flags,
-    pub expect: Expectation,
+pub(crate) struct LabRow {
+    pub(crate) strategy: Strategy,
+    pub(crate) knob: Knob,
+    pub(crate) flags: Flags,
+    pub(crate) expect: Expectation,
     /// App instances, when the row needs other than the run's.
-    pub instances: Option<u32>,
+    pub(crate) instances: Option<u32>,
     /// Share of buyers who send twice, when the row needs other than the run's.
-    pub dup: Option<f64>,
+    pub(crate) dup: Option<f64>,
     /// Buyers, when the row needs other than the run's.
-    pub buyers: Buyers,
+    pub(crate) buyers: Buyers,
     /// Units for sale, when the row needs other than the run's.
-    pub units: Option<u32>,
+    pub(crate) units: Option<u32>,
     /// What the row shows, in one sentence.
-    pub lesson: &'static str,
+    pub(crate) lesson: &'static str,
 }
 
-impl Row {
+impl LabRow {
     fn new(strategy: Strategy, knob: Knob, expect: Expectation, lesson: &'static str) -> Self {
         Self {
             strategy,
@@ -130,7 +130,7 @@ impl Row {
     }
 
     /// The row's name in reports and file names: `article+hold-pause`.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self.knob {
             Knob::None => self.strategy.as_str().to_owned(),
             knob => format!("{}+{}", self.strategy.as_str(), knob.as_str()),
@@ -141,46 +141,46 @@ impl Row {
 /// The whole lesson, in the order it is taught: the broken strategies
 /// first, each without and then with the knob that exposes its bug, then
 /// the correct ones.
-pub fn lesson() -> Vec<Row> {
+pub(crate) fn lesson() -> Vec<LabRow> {
     use Expectation::*;
     use Strategy::*;
     vec![
-        Row::new(
+        LabRow::new(
             Naive,
             Knob::None,
             Oversells,
             "read, pause, write: every buyer in the pause reads the same stock",
         ),
-        Row::new(
+        LabRow::new(
             Article,
             Knob::None,
             PostgresHolds,
             "the article's lock on a good day: its bugs wait for bad luck",
         ),
-        Row::new(
+        LabRow::new(
             Article,
             Knob::HoldPause,
             Oversells,
             "a holder paused between SETNX and EXPIRE is robbed (TTL < 0 = 'crashed')",
         ),
-        Row {
+        LabRow {
             // One instance: with two, the other one "rescues" the lock by
             // the same takeover that robs live holders, and the crash hides.
             instances: Some(1),
-            ..Row::new(
+            ..LabRow::new(
                 Article,
                 Knob::CrashAfterSetnx,
                 StuckLock,
                 "a crash between SETNX and EXPIRE leaves a lock that never expires",
             )
         },
-        Row::new(
+        LabRow::new(
             Getset,
             Knob::None,
             PostgresHolds,
             "the GETSET lock on a good day",
         ),
-        Row::new(
+        LabRow::new(
             Getset,
             Knob::HoldPause,
             Oversells,
@@ -194,26 +194,26 @@ pub fn lesson() -> Vec<Row> {
             "--lock-wait-ms",
             "5000",
         ]),
-        Row {
+        LabRow {
             // One unit: the honest holder reads it and sleeps; the instance
             // whose clock runs ahead takes the live lock, sells the unit,
             // and the holder wakes and sells it again. With ten, whether
             // the last one is read by a sleeping holder is timing.
             units: Some(1),
-            ..Row::new(
+            ..LabRow::new(
                 Getset,
                 Knob::ClockSkew,
                 Oversells,
                 "a clock 8 s ahead takes a live lock and sells the unit its sleeping holder read",
             )
         },
-        Row::new(
+        LabRow::new(
             Decr,
             Knob::None,
             PostgresHolds,
             "DECR, then INCR back below zero: fine while nothing pauses",
         ),
-        Row {
+        LabRow {
             // Half as many buyers as units, each sending twice at once: the
             // knob holds every request between taking its unit and
             // recording its buyer, so each buyer's second request passes
@@ -221,20 +221,20 @@ pub fn lesson() -> Vec<Row> {
             // the first ten DECRs is luck, and the lab shows no luck.
             dup: Some(1.0),
             buyers: Buyers::HalfTheUnits,
-            ..Row::new(
+            ..LabRow::new(
                 Decr,
                 Knob::HoldPause,
                 DoubleWinsUndersells,
                 "each buyer's two requests both pass the check before either records the buyer",
             )
         },
-        Row::new(
+        LabRow::new(
             Lock,
             Knob::None,
             Holds,
             "the fixed lock: SET NX PX, owner checks, a fence on the writes",
         ),
-        Row::new(
+        LabRow::new(
             Lock,
             Knob::HoldPause,
             Fenced,
@@ -248,13 +248,13 @@ pub fn lesson() -> Vec<Row> {
             "--lock-wait-ms",
             "3000",
         ]),
-        Row::new(
+        LabRow::new(
             Lua,
             Knob::None,
             Holds,
             "no lock: the whole purchase is one script",
         ),
-        Row::new(
+        LabRow::new(
             Postgres,
             Knob::None,
             Holds,
@@ -266,8 +266,8 @@ pub fn lesson() -> Vec<Row> {
 /// The rows `--strategy` and `--knob` ask for: the lesson's, or, for a
 /// pairing it does not teach, one row with the knob's usual values judged
 /// by PostgreSQL's word only.
-pub fn select(strategy: Option<Strategy>, knob: Option<Knob>) -> Vec<Row> {
-    let rows: Vec<Row> = lesson()
+pub(crate) fn select(strategy: Option<Strategy>, knob: Option<Knob>) -> Vec<LabRow> {
+    let rows: Vec<LabRow> = lesson()
         .into_iter()
         .filter(|row| strategy.is_none_or(|s| row.strategy == s))
         .filter(|row| knob.is_none_or(|k| row.knob == k))
@@ -275,7 +275,7 @@ pub fn select(strategy: Option<Strategy>, knob: Option<Knob>) -> Vec<Row> {
     match (rows.is_empty(), strategy) {
         (true, Some(strategy)) => {
             let knob = knob.unwrap_or(Knob::None);
-            vec![Row::new(
+            vec![LabRow::new(
                 strategy,
                 knob,
                 Expectation::PostgresHolds,
@@ -306,7 +306,7 @@ mod tests {
             assert!(rows.iter().any(|r| r.knob == knob), "no row with {knob:?}");
         }
         assert!(select(None, Some(Knob::RedisDelay)).is_empty());
-        let mut labels: Vec<String> = rows.iter().map(Row::label).collect();
+        let mut labels: Vec<String> = rows.iter().map(LabRow::label).collect();
         labels.sort();
         labels.dedup();
         assert_eq!(labels.len(), rows.len(), "two rows with one label");

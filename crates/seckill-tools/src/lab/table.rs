@@ -1,104 +1,95 @@
 //! The lab's one table, three ways: a table for the terminal, a JSON
 //! document, and one self-contained HTML page with the table and two
-//! charts (`202`s against the units, and the p99, per row).
+//! charts (`202`s against the units, and the p99, per row). The terminal
+//! table is the load test's [`Table`], the charts its [`charts`], the page
+//! an askama template (`templates/lab.html`), which escapes what it shows.
+//!
+//! [`charts`]: seckill_loadtest::report::charts
 
-use std::fmt::Write;
 use std::path::PathBuf;
 
+use askama::Template;
+use seckill_loadtest::report::charts::{Bar, Bars, Colour, Mark};
+use seckill_loadtest::report::{Align, Table};
 use serde::Serialize;
 
 use super::expect::Figures;
-use super::rows::Row;
+use super::rows::LabRow;
 
 /// One row, run and judged.
 #[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
-    pub row: Row,
-    pub figures: Figures,
+pub(crate) struct RowOutcome {
+    pub(crate) row: LabRow,
+    pub(crate) figures: Figures,
     /// `Ok` when the row showed what it must; otherwise why not.
-    pub verdict: Result<(), String>,
+    pub(crate) verdict: Result<(), String>,
     /// The row's own load-test report (HTML), with its charts.
-    pub report: Option<PathBuf>,
+    pub(crate) report: Option<PathBuf>,
 }
 
-/// The columns: heading, and the cell of a row.
-type Column = (&'static str, fn(&Outcome) -> String);
+/// A column: its heading, the side its cells keep to, and the cell of a row.
+type Column = (&'static str, Align, fn(&RowOutcome) -> String);
 
+/// The table's columns, in the terminal and on the page alike.
 const COLUMNS: &[Column] = &[
-    ("strategy", |o| o.row.strategy.as_str().to_owned()),
-    ("knob", |o| o.row.knob.as_str().to_owned()),
-    ("202s", |o| o.figures.accepted.to_string()),
-    ("oversold", |o| o.figures.oversold.to_string()),
-    ("dup buyers", |o| o.figures.duplicate_buyers.to_string()),
-    ("lost", |o| o.figures.lost.to_string()),
-    ("PG refused", |o| o.figures.rejected.to_string()),
-    ("fenced", |o| o.figures.fenced.to_string()),
-    ("stuck lock", |o| {
+    ("strategy", Align::Left, |o| {
+        o.row.strategy.as_str().to_owned()
+    }),
+    ("knob", Align::Left, |o| o.row.knob.as_str().to_owned()),
+    ("202s", Align::Right, |o| o.figures.accepted.to_string()),
+    ("oversold", Align::Right, |o| o.figures.oversold.to_string()),
+    ("dup buyers", Align::Right, |o| {
+        o.figures.duplicate_buyers.to_string()
+    }),
+    ("lost", Align::Right, |o| o.figures.lost.to_string()),
+    ("PG refused", Align::Right, |o| {
+        o.figures.rejected.to_string()
+    }),
+    ("fenced", Align::Right, |o| o.figures.fenced.to_string()),
+    ("stuck lock", Align::Left, |o| {
         o.figures.stuck_lock.clone().unwrap_or_else(|| "no".into())
     }),
-    ("sold out in", |o| {
+    ("sold out in", Align::Right, |o| {
         o.figures
             .sell_out_ms
             .map_or("-".to_owned(), |ms| format!("{ms:.0} ms"))
     }),
-    ("req/s", |o| format!("{:.0}", o.figures.requests_per_second)),
-    ("p99", |o| format!("{:.0} ms", o.figures.p99_ms)),
-    ("expected", |o| o.row.expect.describe().to_owned()),
-    ("as expected", |o| match &o.verdict {
+    ("req/s", Align::Right, |o| {
+        format!("{:.0}", o.figures.requests_per_second)
+    }),
+    ("p99", Align::Right, |o| {
+        format!("{:.0} ms", o.figures.p99_ms)
+    }),
+    ("expected", Align::Left, |o| {
+        o.row.expect.describe().to_owned()
+    }),
+    ("as expected", Align::Left, |o| match &o.verdict {
         Ok(()) => "yes".to_owned(),
         Err(why) => format!("NO: {why}"),
     }),
 ];
 
-/// The table for the terminal: columns as wide as their widest cell.
-pub fn text(outcomes: &[Outcome]) -> String {
-    let cells: Vec<Vec<String>> = outcomes
+/// The table for the terminal: a rule under the headings, columns as wide
+/// as their widest cell.
+pub(super) fn text(outcomes: &[RowOutcome]) -> String {
+    let mut table = COLUMNS
         .iter()
-        .map(|o| COLUMNS.iter().map(|(_, cell)| cell(o)).collect())
-        .collect();
-    let widths: Vec<usize> = COLUMNS
-        .iter()
-        .enumerate()
-        .map(|(i, (heading, _))| {
-            cells
-                .iter()
-                .map(|row| row[i].chars().count())
-                .chain([heading.len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    let headings = COLUMNS.iter().map(|(heading, _)| (*heading).to_owned());
-    line(&mut out, headings, &widths);
-    let rule = widths.iter().map(|w| "-".repeat(*w));
-    line(&mut out, rule, &widths);
-    for row in cells {
-        line(&mut out, row.into_iter(), &widths);
+        .fold(Table::new().rule(), |table, (heading, align, _)| {
+            table.column(*heading, *align, 0)
+        });
+    for outcome in outcomes {
+        table.row(COLUMNS.iter().map(|(_, _, cell)| cell(outcome)));
     }
-    out
-}
-
-/// One line of the table: text columns left, figures right.
-fn line(out: &mut String, cells: impl Iterator<Item = String>, widths: &[usize]) {
-    let cells: Vec<String> = cells
-        .zip(widths)
-        .enumerate()
-        .map(|(i, (cell, width))| match i {
-            0 | 1 | 8 | 12 | 13 => format!("{cell:<width$}"),
-            _ => format!("{cell:>width$}"),
-        })
-        .collect();
-    let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    table.to_string()
 }
 
 /// The JSON document: every row with its flags, figures and verdict.
-pub fn json(outcomes: &[Outcome]) -> String {
+pub(super) fn json(outcomes: &[RowOutcome]) -> String {
     #[derive(Serialize)]
     struct Document<'a> {
         schema: &'static str,
         as_expected: bool,
-        rows: &'a [Outcome],
+        rows: &'a [RowOutcome],
     }
     serde_json::to_string_pretty(&Document {
         schema: "seckill-lab/1",
@@ -108,112 +99,100 @@ pub fn json(outcomes: &[Outcome]) -> String {
     .expect("the lab's rows serialize")
 }
 
-/// The HTML page: the table, the lesson of each row, and two bar charts.
-pub fn html(outcomes: &[Outcome]) -> String {
-    let mut rows = String::new();
-    for outcome in outcomes {
-        let class = if outcome.verdict.is_ok() { "ok" } else { "bad" };
-        let _ = write!(rows, "<tr class=\"{class}\">");
-        for (i, (_, cell)) in COLUMNS.iter().enumerate() {
-            let cell = escape(&cell(outcome));
-            let _ = match (i, &outcome.report) {
-                (0, Some(path)) => write!(
-                    rows,
-                    "<td><a href=\"{}\">{cell}</a></td>",
-                    escape(&file_name(path))
-                ),
-                _ => write!(rows, "<td>{cell}</td>"),
-            };
-        }
-        let _ = write!(
-            rows,
-            "</tr><tr class=\"lesson\"><td colspan=\"{}\">{}</td></tr>",
-            COLUMNS.len(),
-            escape(outcome.row.lesson)
-        );
-    }
-    let headings: String = COLUMNS
-        .iter()
-        .map(|(heading, _)| format!("<th>{heading}</th>"))
-        .collect();
-    let units = outcomes.first().map_or(0, |o| o.figures.units);
-    let accepted = bars(
-        outcomes,
-        |o| o.figures.accepted as f64,
-        Some(units as f64),
-        "202s per row; the line is the units",
-    );
-    let p99 = bars(
-        outcomes,
-        |o| o.figures.p99_ms,
-        None,
-        "p99 of every answer, ms",
-    );
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-<title>seckill lab</title><style>\
-body{{font:15px system-ui,sans-serif;margin:2em;color:#222}}\
-table{{border-collapse:collapse}}td,th{{padding:.3em .6em;border-bottom:1px solid #ddd;text-align:right}}\
-td:first-child,td:nth-child(2),td:nth-child(9),td:nth-child(13),td:nth-child(14),th{{text-align:left}}tr.bad td{{background:#fdd}}\
-tr.lesson td{{text-align:left;color:#666;font-size:13px;border-bottom:2px solid #bbb}}\
-svg{{margin:1em 0;display:block}}</style></head><body>\
-<h1>seckill lab</h1><p>Each row: its own instances and sale, the same burst, then PostgreSQL and \
-Redis read back. Click a strategy for that row's load-test report.</p>\
-<table><tr>{headings}</tr>{rows}</table>{accepted}{p99}</body></html>"
-    )
+/// The page's values: the table's cells, and the two charts as SVG.
+#[derive(Template)]
+#[template(path = "lab.html")]
+struct LabPage {
+    headings: Vec<Cell>,
+    rows: Vec<PageRow>,
+    /// 202s per row, against the units.
+    accepted: String,
+    /// p99 per row.
+    p99: String,
 }
 
-/// A horizontal bar chart, one bar per row, with an optional mark line.
-fn bars(
-    outcomes: &[Outcome],
-    value: fn(&Outcome) -> f64,
-    mark: Option<f64>,
-    title: &str,
-) -> String {
-    const LABEL: f64 = 220.0;
-    const WIDTH: f64 = 420.0;
-    const BAR: f64 = 22.0;
-    let max = outcomes
-        .iter()
-        .map(value)
-        .chain(mark)
-        .fold(1.0_f64, f64::max);
-    let scale = |v: f64| v / max * WIDTH;
-    let height = BAR * outcomes.len() as f64 + 30.0;
-    let mut svg = format!(
-        "<svg width=\"{}\" height=\"{height}\" role=\"img\" aria-label=\"{title}\">\
-<text x=\"0\" y=\"14\" font-weight=\"bold\">{title}</text>",
-        LABEL + WIDTH + 80.0,
-    );
-    for (i, outcome) in outcomes.iter().enumerate() {
-        let y = 24.0 + BAR * i as f64;
-        let v = value(outcome);
-        let fill = if outcome.verdict.is_ok() {
-            "#4a7"
-        } else {
-            "#c44"
+/// One row of the page's table, and its lesson.
+struct PageRow {
+    /// `ok` or `bad`: whether the row showed what it must.
+    class: &'static str,
+    /// The row's load-test report, beside the lab's page.
+    report: Option<String>,
+    cells: Vec<Cell>,
+    lesson: &'static str,
+}
+
+/// A cell of the page, with its column's class: `text` or `figure`.
+struct Cell {
+    text: String,
+    class: &'static str,
+}
+
+impl Cell {
+    fn new(text: String, align: Align) -> Self {
+        let class = match align {
+            Align::Left => "text",
+            Align::Right => "figure",
         };
-        let _ = write!(
-            svg,
-            "<text x=\"0\" y=\"{}\">{}</text><rect x=\"{LABEL}\" y=\"{y}\" width=\"{:.1}\" height=\"{}\" fill=\"{fill}\"/>\
-<text x=\"{:.1}\" y=\"{}\">{v:.0}</text>",
-            y + 15.0,
-            escape(&outcome.row.label()),
-            scale(v),
-            BAR - 4.0,
-            LABEL + scale(v) + 4.0,
-            y + 15.0
-        );
+        Self { text, class }
     }
-    if let Some(mark) = mark {
-        let x = LABEL + scale(mark);
-        let _ = write!(
-            svg,
-            "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"20\" y2=\"{height}\" stroke=\"#000\" stroke-dasharray=\"4\"/>"
-        );
+}
+
+/// The HTML page: the table, the lesson of each row, and two bar charts.
+pub(super) fn html(outcomes: &[RowOutcome]) -> String {
+    let rows = outcomes
+        .iter()
+        .map(|outcome| PageRow {
+            class: if outcome.verdict.is_ok() { "ok" } else { "bad" },
+            report: outcome.report.as_deref().map(file_name),
+            cells: COLUMNS
+                .iter()
+                .map(|(_, align, cell)| Cell::new(cell(outcome), *align))
+                .collect(),
+            lesson: outcome.row.lesson,
+        })
+        .collect();
+    let headings = COLUMNS
+        .iter()
+        .map(|(heading, align, _)| Cell::new((*heading).to_owned(), *align))
+        .collect();
+    let units = outcomes.first().map_or(0, |o| o.figures.units);
+    LabPage {
+        headings,
+        rows,
+        accepted: Bars {
+            title: "202s per row",
+            bars: bars(outcomes, |o| o.figures.accepted as f64),
+            mark: Some(Mark {
+                name: "the units for sale",
+                value: units as f64,
+            }),
+        }
+        .to_svg(),
+        p99: Bars {
+            title: "p99 of every answer per row, ms",
+            bars: bars(outcomes, |o| o.figures.p99_ms),
+            mark: None,
+        }
+        .to_svg(),
     }
-    svg.push_str("</svg>");
-    svg
+    .render()
+    .expect("the lab's page renders: its values are strings, which always write")
+}
+
+/// A bar per row, green if the row showed what it must, red if not.
+fn bars(outcomes: &[RowOutcome], value: fn(&RowOutcome) -> f64) -> Vec<Bar> {
+    outcomes
+        .iter()
+        .map(|outcome| Bar {
+            label: outcome.row.label(),
+            value: value(outcome),
+            colour: if outcome.verdict.is_ok() {
+                Colour::GREEN
+            } else {
+                Colour::RED
+            },
+        })
+        .collect()
 }
 
 fn file_name(path: &std::path::Path) -> String {
@@ -221,20 +200,13 @@ fn file_name(path: &std::path::Path) -> String {
         .map_or_else(String::new, |name| name.to_string_lossy().into_owned())
 }
 
-fn escape(raw: &str) -> String {
-    raw.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::lab::rows::lesson;
 
-    fn outcome(row: Row, accepted: u64, verdict: Result<(), String>) -> Outcome {
-        Outcome {
+    fn outcome(row: LabRow, accepted: u64, verdict: Result<(), String>) -> RowOutcome {
+        RowOutcome {
             row,
             figures: Figures {
                 units: 10,
@@ -246,6 +218,80 @@ mod tests {
             verdict,
             report: Some(PathBuf::from("target/seckill-lab/naive.html")),
         }
+    }
+
+    /// Three of the rows docs/lab.md quotes, whose cells are the widest of
+    /// the quote: the lines, the headings and the rule, as it shows them.
+    #[test]
+    fn the_table_reads_as_docs_lab_md_quotes_it() {
+        let rows = lesson();
+        let row = |label: &str| {
+            rows.iter()
+                .find(|row| row.label() == label)
+                .expect("a row of the lesson")
+                .clone()
+        };
+        let outcome = |label, figures| RowOutcome {
+            row: row(label),
+            figures,
+            verdict: Ok(()),
+            report: None,
+        };
+        let outcomes = [
+            outcome(
+                "naive",
+                Figures {
+                    accepted: 654,
+                    oversold: 644,
+                    duplicate_buyers: 1,
+                    rejected: 644,
+                    sell_out_ms: Some(228.0),
+                    requests_per_second: 7416.0,
+                    p99_ms: 276.0,
+                    ..Figures::default()
+                },
+            ),
+            outcome(
+                "article+crash-after-setnx",
+                Figures {
+                    stuck_lock: Some("no TTL, left".into()),
+                    requests_per_second: 20269.0,
+                    p99_ms: 97.0,
+                    ..Figures::default()
+                },
+            ),
+            outcome(
+                "lock+hold-pause",
+                Figures {
+                    fenced: 11,
+                    requests_per_second: 218.0,
+                    p99_ms: 9617.0,
+                    ..Figures::default()
+                },
+            ),
+        ];
+        let quoted = [
+            "strategy  knob               202s  oversold  dup buyers  lost  PG refused  fenced  stuck lock    sold out in  req/s      p99  expected                                  as expected",
+            "--------  -----------------  ----  --------  ----------  ----  ----------  ------  ------------  -----------  -----  -------  ----------------------------------------  -----------",
+            "naive     none                654       644           1     0         644       0  no                 228 ms   7416   276 ms  oversells; PostgreSQL refuses the excess  yes",
+            "article   crash-after-setnx     0         0           0     0           0       0  no TTL, left            -  20269    97 ms  lock left with no TTL                     yes",
+            "lock      hold-pause            0         0           0     0           0      11  no                      -    218  9617 ms  fence refuses the paused holder; holds    yes",
+        ];
+        assert_eq!(text(&outcomes).lines().collect::<Vec<_>>(), quoted);
+    }
+
+    #[test]
+    fn the_page_escapes_what_it_shows() {
+        let page = html(&[outcome(
+            lesson()[0].clone(),
+            3,
+            Err("<script> & \"quotes\"".into()),
+        )]);
+        assert!(
+            page.contains("NO: &#60;script&#62; &#38; &#34;quotes&#34;"),
+            "{page}"
+        );
+        assert!(!page.contains("<script>"), "{page}");
     }
 
     #[test]

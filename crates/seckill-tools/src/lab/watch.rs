@@ -34,10 +34,10 @@ use seckill_core::redis_pool::RedisAt;
 const WITHIN: Duration = Duration::from_secs(5);
 
 /// "No TTL was ever asked for the lock", as [`LockWatch::stop`] says it.
-pub const NO_TTL: i64 = -2;
+pub(crate) const NO_TTL: i64 = -2;
 
 /// A watch on one key, running until [`LockWatch::stop`].
-pub struct LockWatch {
+pub(crate) struct LockWatch {
     /// Where the monitored node is, to send the end marker there.
     node: redis::ConnectionInfo,
     /// The argument of the `ECHO` that ends the watch, unique to it: once
@@ -54,7 +54,7 @@ impl LockWatch {
     /// Start watching `key` on the server, or on the cluster master, that
     /// holds it. Returns once Redis has confirmed `MONITOR`: every command
     /// it runs after that is seen.
-    pub async fn start(redis: &RedisAt, key: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn start(redis: &RedisAt, key: &str) -> anyhow::Result<Self> {
         let node = redis
             .node_of(key)
             .await
@@ -97,7 +97,7 @@ impl LockWatch {
     /// when it cannot: a watch that missed part of the run has no figure
     /// to give (it would say "no stuck lock" for a lock it did not see).
     /// The task goes with the watch, finished or given up on.
-    pub async fn stop(self) -> anyhow::Result<i64> {
+    pub(crate) async fn stop(self) -> anyhow::Result<i64> {
         tokio::time::timeout(WITHIN, async {
             let client = redis::Client::open(self.node.clone())?;
             let mut conn = client.get_multiplexed_async_connection().await?;

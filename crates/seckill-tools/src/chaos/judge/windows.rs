@@ -1,0 +1,274 @@
+//! The chaos table, read from the answers the buyers got: a row per fault
+//! window and one for the time between faults, each judged by what may
+//! and may not fail while its fault is in force; and the same answers in
+//! slices of the run, for the timeline the page draws.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use seckill_loadtest::answer::AnswerKind;
+use seckill_loadtest::report::Align;
+use seckill_loadtest::scenario::{RunData, Sample};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::chaos::Fault;
+use crate::chaos::faults::FaultWindow;
+
+/// The name of the row for the time between faults.
+pub(crate) const BETWEEN: &str = "(between faults)";
+
+/// After a fault's window ends, answers may still show it this long (a
+/// client reconnecting, a pool finding its server again).
+const RECOVERY: Duration = Duration::from_secs(1);
+
+/// One row of the table: a fault window, or the time between faults.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct FaultRow {
+    pub(crate) fault: String,
+    pub(crate) requests: u64,
+    pub(crate) accepted: u64,
+    /// No answer (connection refused or cut), or an unexpected status.
+    pub(crate) errors: u64,
+    /// `503 unavailable` (a server down), and `500`s, which must not exist.
+    pub(crate) unavailable: u64,
+    pub(crate) internal: u64,
+    /// `202`s in this window whose order was lost (a Redis wipe).
+    pub(crate) lost: u64,
+    /// Sends the generator dropped, for want of a connection the deployment
+    /// freed in time, while the fault was in force.
+    pub(crate) dropped: u64,
+    /// From the window's end to the first answer that sold or refused a unit.
+    pub(crate) recovered_after_ms: Option<u64>,
+    /// Requests that failed (no answer, 503 or 500), by the whole second of
+    /// the run they fell due in: where the trouble was.
+    pub(crate) failures_by_second: Vec<(u64, u64)>,
+    pub(crate) ok: bool,
+}
+
+impl FaultRow {
+    /// The table's columns, in order: heading, side, and least width (the
+    /// widths docs/chaos.md shows, whatever a run's figures).
+    pub(crate) const COLUMNS: [(&'static str, Align, usize); 10] = [
+        ("fault", Align::Left, 18),
+        ("requests", Align::Right, 9),
+        ("202", Align::Right, 6),
+        ("errors", Align::Right, 7),
+        ("503", Align::Right, 6),
+        ("500", Align::Right, 5),
+        ("lost", Align::Right, 5),
+        ("dropped", Align::Right, 8),
+        ("recovered", Align::Right, 10),
+        ("ok", Align::Right, 3),
+    ];
+
+    /// The row's cells, in the order of [`FaultRow::COLUMNS`]: what the terminal
+    /// table and the HTML page both show.
+    pub(crate) fn cells(&self) -> [String; 10] {
+        [
+            self.fault.clone(),
+            self.requests.to_string(),
+            self.accepted.to_string(),
+            self.errors.to_string(),
+            self.unavailable.to_string(),
+            self.internal.to_string(),
+            self.lost.to_string(),
+            self.dropped.to_string(),
+            self.recovered_after_ms
+                .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
+            if self.ok { "yes" } else { "NO" }.to_owned(),
+        ]
+    }
+}
+
+/// What a sample says, in the chaos run's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Sold,
+    Refused,
+    Unavailable,
+    Internal,
+    Error,
+}
+
+fn said(sample: &Sample) -> Said {
+    match (sample.outcome, sample.status) {
+        (AnswerKind::Won, _) => Said::Sold,
+        (AnswerKind::Error, Some(500)) => Said::Internal,
+        (AnswerKind::Error, Some(503)) => Said::Unavailable,
+        (AnswerKind::Error, _) => Said::Error,
+        _ => Said::Refused,
+    }
+}
+
+/// Faults during which buyers may see no answer or `503 unavailable`.
+fn may_fail(fault: Fault) -> bool {
+    !matches!(fault, Fault::WorkerKill | Fault::Flood)
+}
+
+/// The table: a row per fault window, and one for the time between them.
+///
+/// A request belongs to a window when it was out while the fault was in
+/// force: due before the window (and its recovery) ended, answered after it
+/// began. A request sent just before an instance was killed is the kill's.
+pub(crate) fn rows(
+    run: &RunData,
+    epoch: Instant,
+    windows: &[FaultWindow],
+    lost: &HashSet<Uuid>,
+) -> anyhow::Result<Vec<FaultRow>> {
+    let started = run.started.context("the load never started")?;
+    let offset = started.saturating_duration_since(epoch);
+    let due = |sample: &Sample| offset + Duration::from_micros(sample.intended_us);
+    let done =
+        |sample: &Sample| offset + Duration::from_micros(sample.done_us.max(sample.intended_us));
+    let during = |sample: &Sample, window: &FaultWindow| {
+        due(sample) < window.end + RECOVERY && done(sample) >= window.start
+    };
+    let dropped_due = |window: Option<&FaultWindow>| {
+        run.dropped_at_us
+            .iter()
+            .map(|us| offset + Duration::from_micros(*us))
+            .filter(|at| match window {
+                Some(w) => (w.start..w.end + RECOVERY).contains(at),
+                None => !windows
+                    .iter()
+                    .any(|w| (w.start..w.end + RECOVERY).contains(at)),
+            })
+            .count() as u64
+    };
+    let mut rows = Vec::new();
+    for window in windows {
+        // In a window where nothing may fail, a request that was also out
+        // during a fault where things may (in flight across both) is that
+        // fault's, not this one's.
+        let excused = |sample: &Sample| {
+            !may_fail(window.fault)
+                && windows
+                    .iter()
+                    .any(|other| may_fail(other.fault) && during(sample, other))
+        };
+        let inside: Vec<&Sample> = run
+            .samples
+            .iter()
+            .filter(|s| during(s, window) && !excused(s))
+            .collect();
+        let recovered_after_ms = run
+            .samples
+            .iter()
+            .filter(|s| due(s) >= window.end && matches!(said(s), Said::Sold | Said::Refused))
+            .map(|s| due(s) - window.end)
+            .min()
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let mut row = row(
+            window.fault.as_str(),
+            &inside,
+            lost,
+            may_fail(window.fault),
+            recovered_after_ms,
+        );
+        row.failures_by_second = failures_by_second(&inside, &due);
+        row.dropped = dropped_due(Some(window));
+        rows.push(row);
+    }
+    let between: Vec<&Sample> = run
+        .samples
+        .iter()
+        .filter(|s| !windows.iter().any(|w| during(s, w)))
+        .collect();
+    let mut between_row = row(BETWEEN, &between, lost, false, None);
+    between_row.failures_by_second = failures_by_second(&between, &due);
+    between_row.dropped = dropped_due(None);
+    rows.push(between_row);
+    Ok(rows)
+}
+
+/// Failed requests (no answer, 503, 500) by the whole second they fell due in.
+fn failures_by_second(samples: &[&Sample], due: &impl Fn(&Sample) -> Duration) -> Vec<(u64, u64)> {
+    let mut by_second = std::collections::BTreeMap::new();
+    for sample in samples {
+        if matches!(
+            said(sample),
+            Said::Error | Said::Unavailable | Said::Internal
+        ) {
+            *by_second.entry(due(sample).as_secs()).or_insert(0u64) += 1;
+        }
+    }
+    by_second.into_iter().collect()
+}
+
+fn row(
+    fault: &str,
+    samples: &[&Sample],
+    lost: &HashSet<Uuid>,
+    may_fail: bool,
+    recovered_after_ms: Option<u64>,
+) -> FaultRow {
+    let count = |what: Said| samples.iter().filter(|s| said(s) == what).count() as u64;
+    let (errors, unavailable, internal) = (
+        count(Said::Error),
+        count(Said::Unavailable),
+        count(Said::Internal),
+    );
+    FaultRow {
+        fault: fault.to_owned(),
+        requests: samples.len() as u64,
+        accepted: count(Said::Sold),
+        errors,
+        unavailable,
+        internal,
+        lost: samples
+            .iter()
+            .filter(|s| s.order_id.is_some_and(|id| lost.contains(&id)))
+            .count() as u64,
+        dropped: 0,
+        recovered_after_ms,
+        failures_by_second: Vec::new(),
+        // A window no request fell in proves nothing: it fails. Where
+        // nothing may fail, no `503` may come, and requests with no answer
+        // at all stay under 1% (a connection the generator lost on its
+        // own side, as the load test tolerates).
+        ok: !samples.is_empty()
+            && internal == 0
+            && (may_fail || (unavailable == 0 && errors * 100 <= samples.len() as u64)),
+    }
+}
+
+/// Answers in one slice of the run, by what they said.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub(crate) struct Tick {
+    /// The slice's start, from the start of the chaos run.
+    pub(crate) at_ms: u64,
+    pub(crate) sold: u64,
+    pub(crate) refused: u64,
+    /// No answer, `503` or `500`.
+    pub(crate) failed: u64,
+}
+
+/// The run in slices of `slice`, by due time: what the timeline chart draws.
+pub(crate) fn timeline(run: &RunData, epoch: Instant, slice: Duration) -> Vec<Tick> {
+    let Some(started) = run.started else {
+        return Vec::new();
+    };
+    let offset = started.saturating_duration_since(epoch);
+    let slice_us = u64::try_from(slice.as_micros()).unwrap_or(u64::MAX).max(1);
+    let offset_us = u64::try_from(offset.as_micros()).unwrap_or(0);
+    let mut ticks: Vec<Tick> = Vec::new();
+    for sample in &run.samples {
+        let index = usize::try_from((offset_us + sample.intended_us) / slice_us).unwrap_or(0);
+        if ticks.len() <= index {
+            ticks.resize(index + 1, Tick::default());
+        }
+        let tick = &mut ticks[index];
+        match said(sample) {
+            Said::Sold => tick.sold += 1,
+            Said::Refused => tick.refused += 1,
+            _ => tick.failed += 1,
+        }
+    }
+    for (i, tick) in ticks.iter_mut().enumerate() {
+        tick.at_ms = (i as u64 * slice_us) / 1_000;
+    }
+    ticks
+}
