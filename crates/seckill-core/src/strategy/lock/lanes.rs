@@ -121,8 +121,8 @@ where
                 .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
                 .unwrap_or("a panic");
             tracing::error!(
-                sale_pass_panicked = what,
-                "a pass through the sale lock panicked"
+                panic = what,
+                "a pass through the sale lock panicked; its buyers get no answer"
             );
         }
     }
