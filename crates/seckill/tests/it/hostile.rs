@@ -192,8 +192,18 @@ async fn one_buyer_over_its_rate_is_refused_while_others_go_through() {
     let app = spawn_app_with(limited(0, 1, 0)).await;
     let sale = app.create_sale(100).await;
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
-    assert_eq!(app.purchase(sale, "ann").await.status(), 429);
+    let over = app.purchase(sale, "ann").await;
+    assert_eq!(over.status(), 429);
+    let wait: u64 = over.headers()["retry-after"]
+        .to_str()
+        .expect("ASCII")
+        .parse()
+        .expect("Retry-After in seconds");
+    assert!(wait >= 1, "Retry-After {wait}");
     assert_eq!(app.purchase(sale, "bob").await.status(), 202);
+    // ann's second request queued nothing: two orders, one each.
+    assert_eq!(app.queue_stats(sale).await.waiting, 2);
+    assert_eq!(app.redis_buyers(sale).await.len(), 2);
 }
 
 #[tokio::test]

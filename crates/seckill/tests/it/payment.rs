@@ -155,6 +155,9 @@ async fn a_paid_order_keeps_its_unit_when_its_deadline_comes() {
     assert!(paid.get("pay_by").is_none(), "{paid}");
     let again = app.pay(order).await;
     assert_eq!(again.status(), 200, "paying twice changes nothing");
+    let again: Value = again.json().await.expect("JSON");
+    assert_eq!(again, paid, "paying twice changes nothing");
+    assert_eq!(app.sold(sale).await, 1);
 
     run_deadlines_until(&app, sale, |report| report.paid_in_time == 1).await;
     assert_eq!(status_of(&app, order).await, "paid");

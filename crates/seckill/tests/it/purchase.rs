@@ -104,6 +104,14 @@ async fn purchase_returns_409_ended_after_the_sale_closes() {
     let response = app.purchase(sale, "ann").await;
     assert_eq!(response.status(), 409);
     assert_eq!(error_code(response).await, "ended");
+    // Nothing was taken: no buyer, no order queued, no unit gone.
+    assert!(app.redis_buyers(sale).await.is_empty());
+    assert_eq!(
+        app.queue_stats(sale).await,
+        seckill_core::queue::QueueStats::default()
+    );
+    let stock = app.redis_stock(sale).await;
+    assert!(matches!(stock, None | Some(3)), "stock {stock:?}");
     assert!(app.orders(sale).await.is_empty());
 }
 
