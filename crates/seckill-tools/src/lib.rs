@@ -85,12 +85,8 @@ impl Tool {
     }
 
     async fn run_inner(self, given: &ServiceArgs, prefix: &str) -> anyhow::Result<ExitCode> {
-        let redis = given.redis()?;
-        let database_url = given.database_url.as_deref();
-        // Private servers live as long as the command: each tool starts its
-        // own instances on them and stops them before it ends.
-        let services = match &self {
-            Tool::Chaos(_) => {
+        Ok(match self {
+            Tool::Chaos(args) => {
                 if given.redis_url.is_some()
                     || given.redis_cluster_nodes.is_some()
                     || given.database_url.is_some()
@@ -100,43 +96,53 @@ impl Tool {
                          are not used: chaos starts servers of its own, which it kills and wipes"
                     );
                 }
-                None
+                ExitCode::from(chaos::chaos(args).await?.exit_code())
             }
             // The bench's helper talks to an instance only.
-            Tool::HoldPages(_) => None,
-            // It works in a database of its own, not in the one named.
-            Tool::Bench(_) => {
-                Some(Services::find(redis, database_url, PrivateServers::Allowed).await?)
-            }
-            Tool::Demo(_) | Tool::Lab(_) => {
-                Some(Services::resolve(redis, database_url, PrivateServers::Allowed).await?)
-            }
-        };
-        if let Some(services) = &services {
-            services.log();
-        }
-        Ok(match (self, services) {
-            (Tool::Chaos(args), _) => ExitCode::from(chaos::chaos(args).await?.exit_code()),
-            (Tool::HoldPages(args), _) => {
+            Tool::HoldPages(args) => {
                 bench::hold_pages(args).await?;
                 ExitCode::SUCCESS
             }
-            (Tool::Demo(args), Some(services)) => {
+            Tool::Demo(args) => {
+                let services = servers(given, Database::Named).await?;
                 ExitCode::from(demo::demo(args, &services, prefix).await?.exit_code())
             }
-            (Tool::Bench(args), Some(services)) => {
-                bench::bench(args, &services, prefix).await?;
-                ExitCode::SUCCESS
-            }
             // 0 when every row showed what it must, 1 when one did not.
-            (Tool::Lab(args), Some(services)) => {
+            Tool::Lab(args) => {
+                let services = servers(given, Database::Named).await?;
                 if lab::lab(args, &services, prefix).await? {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE
                 }
             }
-            (_, None) => unreachable!("every tool but chaos and hold-pages has its servers"),
+            Tool::Bench(args) => {
+                let services = servers(given, Database::OfItsOwn).await?;
+                bench::bench(args, &services, prefix).await?;
+                ExitCode::SUCCESS
+            }
         })
     }
+}
+
+/// Which database a tool works in.
+enum Database {
+    /// The one named (or found, or started), created if missing.
+    Named,
+    /// Databases the tool creates and drops itself (the bench): the server
+    /// only is found.
+    OfItsOwn,
+}
+
+/// The servers a tool runs on, said in the log. Private servers live as
+/// long as the command: each tool starts its own instances on them and
+/// stops them before it ends.
+async fn servers(given: &ServiceArgs, database: Database) -> anyhow::Result<Services> {
+    let (redis, url) = (given.redis()?, given.database_url.as_deref());
+    let services = match database {
+        Database::Named => Services::resolve(redis, url, PrivateServers::Allowed).await?,
+        Database::OfItsOwn => Services::find(redis, url, PrivateServers::Allowed).await?,
+    };
+    services.log();
+    Ok(services)
 }
