@@ -26,7 +26,9 @@ pub enum AnswerKind {
     /// `409 ended`.
     Ended,
     /// `503 busy`: the sale lock could not be had in time; or `503
-    /// lock_lost`: it ran out before the commit, and the fence refused it.
+    /// lock_lost`: it ran out before the commit, and the fence refused it;
+    /// or `503 unconfirmed` (`--redis-durability replica`): no replica
+    /// confirmed the decision in time.
     Busy,
     /// Anything else: a 5xx, an unexpected status or body, a failed connection.
     Error,
@@ -107,7 +109,9 @@ pub fn classify(status: u16, body: &[u8]) -> Classified {
         (409, Some("ended")) => AnswerKind::Ended,
         // `lock_lost`: the buyer's lock ran out before its commit and the
         // fence refused the write. Like `busy`: nothing taken, try again.
-        (503, Some("busy" | "lock_lost")) => AnswerKind::Busy,
+        // `unconfirmed`: no replica confirmed the pass in time; the order
+        // it names may yet go through (see the verifier's limits).
+        (503, Some("busy" | "lock_lost" | "unconfirmed")) => AnswerKind::Busy,
         _ => AnswerKind::Error,
     };
     Classified {

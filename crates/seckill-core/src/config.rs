@@ -33,6 +33,35 @@ pub struct ServiceArgs {
     )]
     pub redis_cluster_nodes: Option<String>,
 
+    /// Redis Sentinel instead of one server: comma-separated URLs of the sentinels, e.g. redis://127.0.0.1:26379,redis://127.0.0.1:26380; the primary is the one they name for --redis-master-name
+    #[arg(
+        long,
+        env = "SECKILL_REDIS_SENTINELS",
+        global = true,
+        hide_env_values = true,
+        conflicts_with_all = ["redis_url", "redis_cluster_nodes"],
+        requires = "redis_master_name"
+    )]
+    pub redis_sentinels: Option<String>,
+
+    /// The name the sentinels watch the primary under (their `sentinel monitor <name> ...` line), e.g. mymaster
+    #[arg(long, env = "SECKILL_REDIS_MASTER_NAME", global = true)]
+    pub redis_master_name: Option<String>,
+
+    /// What a `202` waits for: `local`, the primary's own write (and its append-only file); `replica`, also `WAIT 1` for a replica to hold the writes, so that a failover cannot take the order back (unconfirmed in time: `503` with the order id)
+    #[arg(
+        long,
+        env = "SECKILL_REDIS_DURABILITY",
+        value_enum,
+        default_value_t = Durability::Local,
+        global = true
+    )]
+    pub redis_durability: Durability,
+
+    /// With `--redis-durability replica`: how long a lock pass waits for a replica to confirm its writes, in milliseconds, 1 to 60000
+    #[arg(long, env = "SECKILL_REDIS_REPLICA_WAIT_MS", default_value_t = DEFAULT_REPLICA_WAIT_MS, value_parser = clap::value_parser!(u64).range(1..=60_000), global = true)]
+    pub redis_replica_wait_ms: u64,
+
     /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/seckill [default: local or private server]
     #[arg(
         long,
@@ -53,14 +82,53 @@ pub struct ServiceArgs {
 }
 
 impl ServiceArgs {
-    /// Where Redis is, if the user said: one server or a cluster.
+    /// Where Redis is, if the user said: one server, a cluster, or a
+    /// primary under Sentinel.
     pub fn redis(&self) -> anyhow::Result<Option<RedisAt>> {
+        if let Some(sentinels) = &self.redis_sentinels {
+            let master = self.redis_master_name.as_deref().unwrap_or_default();
+            return RedisAt::sentinel(sentinels, master).map(Some);
+        }
         match (&self.redis_url, &self.redis_cluster_nodes) {
             (_, Some(nodes)) => RedisAt::cluster(nodes).map(Some),
             (Some(url), None) => Ok(Some(RedisAt::Server(url.clone()))),
             (None, None) => Ok(None),
         }
     }
+
+    /// What a purchase's `202` waits for.
+    pub fn durability(&self) -> RedisDurability {
+        match self.redis_durability {
+            Durability::Local => RedisDurability::Local,
+            Durability::Replica => RedisDurability::Replica {
+                wait: Duration::from_millis(self.redis_replica_wait_ms),
+            },
+        }
+    }
+}
+
+/// The `--redis-durability` choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Durability {
+    /// The primary's write is enough (today's behaviour; with the
+    /// append-only file, it survives a restart of that server).
+    Local,
+    /// A replica must hold the writes too (`WAIT 1`): it survives a
+    /// failover.
+    Replica,
+}
+
+pub const DEFAULT_REPLICA_WAIT_MS: u64 = 250;
+
+/// What an answer waits for, as the purchase path and the worker use it
+/// (`replicas.rs` does the waiting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RedisDurability {
+    /// Answer once the primary has the writes.
+    #[default]
+    Local,
+    /// Answer once a replica has them too, waiting at most `wait`.
+    Replica { wait: Duration },
 }
 
 /// How a purchase decides who gets a unit (one file each in `src/strategy/`).

@@ -113,15 +113,14 @@ impl SaleEvents {
         prefix: &str,
         shutdown: CancellationToken,
     ) -> anyhow::Result<(Self, JoinHandle<()>)> {
-        let nodes = redis
-            .node_urls()
-            .iter()
-            .map(|url| redis::Client::open(url.as_str()))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Malformed URLs fail here, at start-up, not in the loop.
+        for url in redis.node_urls() {
+            redis::Client::open(url.as_str())?;
+        }
         let (sender, _) = broadcast::channel(CAPACITY);
         let releases = LockReleases::default();
         let task = tokio::spawn(listen(
-            nodes,
+            redis.clone(),
             prefix.to_owned(),
             Forward {
                 sender: sender.clone(),
@@ -150,19 +149,20 @@ struct Forward {
 }
 
 /// Connect, subscribe, forward; on any failure, pause and start over on
-/// the next node (a single server is its own next node).
-async fn listen(
-    nodes: Vec<redis::Client>,
-    prefix: String,
-    to: Forward,
-    shutdown: CancellationToken,
-) {
+/// the next node (a single server is its own next node; under Sentinel,
+/// the next is the primary the sentinels name then).
+async fn listen(redis: RedisAt, prefix: String, to: Forward, shutdown: CancellationToken) {
     let mut failures: u32 = 0;
-    for client in nodes.iter().cycle() {
+    for attempt in 0.. {
         if shutdown.is_cancelled() {
             break;
         }
-        let session = forward(client, &prefix, &to, &mut failures);
+        let session = async {
+            match redis.subscriber(attempt).await {
+                Ok(client) => forward(&client, &prefix, &to, &mut failures).await,
+                Err(error) => anyhow::Error::new(error).context("finding the primary"),
+            }
+        };
         let error = tokio::select! {
             () = shutdown.cancelled() => break,
             error = session => error,

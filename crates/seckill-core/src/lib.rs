@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod probe;
 pub mod process;
 pub mod redis_pool;
+pub mod replicas;
 pub mod telemetry;
 pub mod urls;
 // 1: the article's two tools, fixed.

@@ -36,6 +36,9 @@ pub struct Metrics {
     pub(crate) lock_wait_seconds: Histogram,
     /// Commits the fence refused: the holder's lock had expired.
     pub(crate) lock_fenced: IntCounter,
+    /// Waits for a replica (`--redis-durability replica`) that ended
+    /// unconfirmed: a lock pass answered 503, or a worker batch given back.
+    pub(crate) unreplicated_passes: IntCounter,
     /// Orders by what happened to them: `confirmed`, `rejected` (refused
     /// by PostgreSQL: an oversell, or a buyer's second unit), `cancelled`
     /// (the payment window closed), `paid`.
@@ -84,6 +87,11 @@ impl Metrics {
                 "Commits the fence refused because the holder's lock had expired",
             )
             .expect("a valid counter"),
+            unreplicated_passes: IntCounter::new(
+                "seckill_unreplicated_total",
+                "Waits for a replica (--redis-durability replica) that no replica confirmed in time",
+            )
+            .expect("a valid counter"),
             orders: IntCounterVec::new(
                 Opts::new(
                     "seckill_orders_total",
@@ -117,11 +125,12 @@ impl Metrics {
                 .expect("a valid gauge"),
             registry,
         };
-        let collectors: [Box<dyn prometheus::core::Collector>; 10] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 11] = [
             Box::new(metrics.purchases.clone()),
             Box::new(metrics.purchase_seconds.clone()),
             Box::new(metrics.lock_wait_seconds.clone()),
             Box::new(metrics.lock_fenced.clone()),
+            Box::new(metrics.unreplicated_passes.clone()),
             Box::new(metrics.orders.clone()),
             Box::new(metrics.batch_size.clone()),
             Box::new(metrics.commit_seconds.clone()),

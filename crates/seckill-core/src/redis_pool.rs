@@ -1,8 +1,12 @@
-//! Where the Redis data lives: one server, or a Redis Cluster.
+//! Where the Redis data lives: one server, a primary with replicas under
+//! Redis Sentinel, or a Redis Cluster.
 //!
 //! Everything above this file asks for a connection and sends commands; it
-//! does not know which of the two it talks to. [`RedisPool`] hands out a
-//! [`RedisConn`], which is either a connection to one server or a cluster
+//! does not know which it talks to. [`RedisPool`] hands out a
+//! [`RedisConn`], which is either a connection to one server (under
+//! Sentinel: to the primary the sentinels name when it is made, so a pool
+//! follows a failover as its connections to the old primary fail and are
+//! replaced; `redis_pool/trusted.rs`) or a cluster
 //! connection (the `redis` crate's, pooled by `deadpool` with
 //! `deadpool-redis`' managers, `redis_pool/trusted.rs`) that sends
 //! each command to the master owning its key's slot, follows `MOVED` and
@@ -55,12 +59,27 @@ pub enum RedisAt {
     /// (`SECKILL_REDIS_CLUSTER_NODES`); the client learns the rest, and
     /// which node owns which slot, from any one that answers.
     Cluster(Vec<String>),
+    /// A primary and its replicas watched by Redis Sentinel, by the
+    /// sentinels' URLs (`SECKILL_REDIS_SENTINELS`) and the name they watch
+    /// the primary under (`SECKILL_REDIS_MASTER_NAME`). The redis crate
+    /// asks the sentinels for the primary's address each time it connects,
+    /// and checks that the server it reaches says it is a primary.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
 }
 
 /// The environment variable naming one Redis server.
 pub const SERVER_ENV: &str = "SECKILL_REDIS_URL";
 /// The environment variable naming a Redis Cluster's nodes.
 pub const CLUSTER_ENV: &str = "SECKILL_REDIS_CLUSTER_NODES";
+/// The environment variable naming the sentinels.
+pub const SENTINELS_ENV: &str = "SECKILL_REDIS_SENTINELS";
+/// The environment variable naming the primary the sentinels watch.
+pub const MASTER_NAME_ENV: &str = "SECKILL_REDIS_MASTER_NAME";
+/// Every environment variable that says where Redis is.
+pub const LOCATION_ENV: [&str; 4] = [SERVER_ENV, CLUSTER_ENV, SENTINELS_ENV, MASTER_NAME_ENV];
 
 impl RedisAt {
     /// Where Redis is, fit for logs: each node's URL with its password
@@ -74,35 +93,57 @@ impl RedisAt {
         match self {
             Self::Server(_) => urls.join(","),
             Self::Cluster(_) => format!("the cluster of {}", urls.join(",")),
+            Self::Sentinel { master, .. } => {
+                format!("{master:?} as the sentinels {} name it", urls.join(","))
+            }
         }
     }
 
     /// A cluster from a comma-separated list of node URLs
     /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`).
     pub(crate) fn cluster(list: &str) -> anyhow::Result<Self> {
-        let nodes: Vec<String> = list
-            .split(',')
-            .map(str::trim)
-            .filter(|node| !node.is_empty())
-            .map(str::to_owned)
-            .collect();
-        anyhow::ensure!(
-            !nodes.is_empty(),
-            "the Redis Cluster node list is empty; give at least one node, \
-             e.g. redis://127.0.0.1:7000"
-        );
-        for node in &nodes {
-            redis::Client::open(node.as_str())
-                .with_context(|| format!("{node:?} is not a Redis URL"))?;
-        }
-        Ok(Self::Cluster(nodes))
+        Ok(Self::Cluster(url_list(list, "Redis Cluster node")?))
     }
 
-    /// The URLs of the server, or of the cluster nodes given.
+    /// A primary under Sentinel, from a comma-separated list of the
+    /// sentinels' URLs and the name they watch it under.
+    pub(crate) fn sentinel(list: &str, master: &str) -> anyhow::Result<Self> {
+        let master = master.trim();
+        anyhow::ensure!(
+            !master.is_empty(),
+            "the sentinels need the name they watch the primary under: \
+             set SECKILL_REDIS_MASTER_NAME (or --redis-master-name), e.g. mymaster"
+        );
+        Ok(Self::Sentinel {
+            sentinels: url_list(list, "Redis Sentinel")?,
+            master: master.to_owned(),
+        })
+    }
+
+    /// The URLs of the server, of the cluster nodes or of the sentinels
+    /// given.
     pub(crate) fn node_urls(&self) -> &[String] {
         match self {
             Self::Server(url) => std::slice::from_ref(url),
             Self::Cluster(nodes) => nodes,
+            Self::Sentinel { sentinels, .. } => sentinels,
+        }
+    }
+
+    /// A client of a server to subscribe on, for the `attempt`-th try:
+    /// the server; one cluster node after another (a `PUBLISH` reaches
+    /// every node); the primary the sentinels name now (a `PUBLISH` on it
+    /// reaches its subscribers, and after a failover the next try finds
+    /// the new one).
+    pub(crate) async fn subscriber(&self, attempt: usize) -> redis::RedisResult<redis::Client> {
+        match self {
+            Self::Server(url) => redis::Client::open(url.as_str()),
+            Self::Cluster(nodes) => redis::Client::open(nodes[attempt % nodes.len()].as_str()),
+            Self::Sentinel { sentinels, master } => {
+                redis::sentinel::Sentinel::build(sentinels.clone())?
+                    .async_master_for(master, None)
+                    .await
+            }
         }
     }
 
@@ -114,6 +155,9 @@ impl RedisAt {
     /// route, such as `MONITOR`. The first node's credentials and database
     /// are kept; only its address is replaced.
     pub async fn node_of(&self, key: &str) -> anyhow::Result<redis::ConnectionInfo> {
+        if let Self::Sentinel { .. } = self {
+            return Ok(self.subscriber(0).await?.get_connection_info().clone());
+        }
         let seed = redis::IntoConnectionInfo::into_connection_info(self.node_urls()[0].as_str())?;
         let Self::Cluster(_) = self else {
             return Ok(seed);
@@ -161,13 +205,37 @@ impl RedisAt {
         anyhow::bail!("no master owns slot {slot}")
     }
 
-    /// The environment variable and value that point a child process here.
-    pub fn env(&self) -> (&'static str, String) {
+    /// The environment variables and values that point a child process
+    /// here (one of [`LOCATION_ENV`], or two).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
         match self {
-            Self::Server(url) => (SERVER_ENV, url.clone()),
-            Self::Cluster(nodes) => (CLUSTER_ENV, nodes.join(",")),
+            Self::Server(url) => vec![(SERVER_ENV, url.clone())],
+            Self::Cluster(nodes) => vec![(CLUSTER_ENV, nodes.join(","))],
+            Self::Sentinel { sentinels, master } => vec![
+                (SENTINELS_ENV, sentinels.join(",")),
+                (MASTER_NAME_ENV, master.clone()),
+            ],
         }
     }
+}
+
+/// A comma-separated list of Redis URLs, none of them malformed, at least
+/// one; `what` names them in the error.
+fn url_list(list: &str, what: &str) -> anyhow::Result<Vec<String>> {
+    let urls: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(str::to_owned)
+        .collect();
+    anyhow::ensure!(
+        !urls.is_empty(),
+        "the {what} list is empty; give at least one, e.g. redis://127.0.0.1:7000"
+    );
+    for url in &urls {
+        redis::Client::open(url.as_str()).with_context(|| format!("{url:?} is not a Redis URL"))?;
+    }
+    Ok(urls)
 }
 
 /// A pool of connections to wherever the data is. Cheap to clone.
@@ -177,6 +245,7 @@ impl RedisAt {
 pub enum RedisPool {
     Server(Pool<Trusting<deadpool_redis::Manager>>),
     Cluster(Pool<Trusting<deadpool_redis::cluster::Manager>>),
+    Sentinel(Pool<Trusting<deadpool_redis::sentinel::Manager>>),
 }
 
 impl RedisPool {
@@ -194,31 +263,44 @@ impl RedisPool {
             },
             ..PoolConfig::default()
         };
+        fn pool<M>(manager: Trusting<M>, config: PoolConfig) -> anyhow::Result<Pool<Trusting<M>>>
+        where
+            Trusting<M>: deadpool::managed::Manager,
+        {
+            Ok(Pool::builder(manager)
+                .config(config)
+                .runtime(Runtime::Tokio1)
+                .build()?)
+        }
+        let place = at.node_urls().join(",");
         Ok(match at {
-            RedisAt::Server(url) => {
-                let manager = Trusting::new(deadpool_redis::Manager::new(url.as_str())?, url);
-                Self::Server(
-                    Pool::builder(manager)
-                        .config(config)
-                        .runtime(Runtime::Tokio1)
-                        .build()?,
-                )
-            }
-            RedisAt::Cluster(nodes) => {
-                let manager = Trusting::new(
+            RedisAt::Server(url) => Self::Server(pool(
+                Trusting::new(deadpool_redis::Manager::new(url.as_str())?, &place),
+                config,
+            )?),
+            RedisAt::Cluster(nodes) => Self::Cluster(pool(
+                Trusting::new(
                     deadpool_redis::cluster::Manager::new(
                         nodes.iter().map(String::as_str).collect(),
                         false,
                     )?,
-                    &nodes.join(","),
-                );
-                Self::Cluster(
-                    Pool::builder(manager)
-                        .config(config)
-                        .runtime(Runtime::Tokio1)
-                        .build()?,
+                    &place,
+                ),
+                config,
+            )?),
+            RedisAt::Sentinel { sentinels, master } => Self::Sentinel(pool(
+                Trusting::new(
+                    deadpool_redis::sentinel::Manager::new(
+                        sentinels.iter().map(String::as_str).collect(),
+                        master.clone(),
+                        None,
+                        deadpool_redis::sentinel::SentinelServerType::Master,
+                    )?,
+                    &place,
                 )
-            }
+                .primary_only(),
+                config,
+            )?),
         })
     }
 
@@ -244,6 +326,7 @@ impl RedisPool {
         Ok(match self {
             Self::Server(pool) => RedisConn::Server(pool.get().await?),
             Self::Cluster(pool) => RedisConn::Cluster(pool.get().await?),
+            Self::Sentinel(pool) => RedisConn::Sentinel(pool.get().await?),
         })
     }
 }
@@ -252,6 +335,7 @@ impl RedisPool {
 pub enum RedisConn {
     Server(Object<Trusting<deadpool_redis::Manager>>),
     Cluster(Object<Trusting<deadpool_redis::cluster::Manager>>),
+    Sentinel(Object<Trusting<deadpool_redis::sentinel::Manager>>),
 }
 
 impl RedisConn {
@@ -262,26 +346,29 @@ impl RedisConn {
     /// all at once, over the one multiplexed cluster connection. Not
     /// atomic either way: use it only for writes that stand alone.
     pub(crate) async fn send_apart(&mut self, commands: Vec<Cmd>) -> RedisResult<()> {
-        match self {
-            Self::Server(conn) => {
-                let mut pipe = redis::pipe();
-                for command in commands {
-                    pipe.add_command(command).ignore();
-                }
-                pipe.query_async(&mut **conn).await
-            }
-            Self::Cluster(conn) => {
-                let sent = std::time::Instant::now();
-                let each = commands.into_iter().map(|command| {
-                    let mut conn: redis::cluster_async::ClusterConnection = conn.conn.clone();
-                    async move { command.query_async::<Value>(&mut conn).await }
-                });
-                let outcome = futures_util::future::try_join_all(each).await.map(drop);
-                conn.note(sent, &outcome);
-                outcome
-            }
-        }
+        let conn = match self {
+            Self::Server(conn) => return one_pipeline(commands).query_async(&mut **conn).await,
+            Self::Sentinel(conn) => return one_pipeline(commands).query_async(&mut **conn).await,
+            Self::Cluster(conn) => conn,
+        };
+        let sent = std::time::Instant::now();
+        let each = commands.into_iter().map(|command| {
+            let mut conn: redis::cluster_async::ClusterConnection = conn.conn.clone();
+            async move { command.query_async::<Value>(&mut conn).await }
+        });
+        let outcome = futures_util::future::try_join_all(each).await.map(drop);
+        conn.note(sent, &outcome);
+        outcome
     }
+}
+
+/// `commands` as one pipeline whose replies are ignored.
+fn one_pipeline(commands: Vec<Cmd>) -> Pipeline {
+    let mut pipe = redis::pipe();
+    for command in commands {
+        pipe.add_command(command).ignore();
+    }
+    pipe
 }
 
 impl ConnectionLike for RedisConn {
@@ -289,6 +376,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Server(conn) => (**conn).req_packed_command(cmd),
             Self::Cluster(conn) => (**conn).req_packed_command(cmd),
+            Self::Sentinel(conn) => (**conn).req_packed_command(cmd),
         }
     }
 
@@ -301,6 +389,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Server(conn) => (**conn).req_packed_commands(pipeline, offset, count),
             Self::Cluster(conn) => (**conn).req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(conn) => (**conn).req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -308,6 +397,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Server(conn) => conn.get_db(),
             Self::Cluster(conn) => conn.get_db(),
+            Self::Sentinel(conn) => conn.get_db(),
         }
     }
 }
@@ -341,10 +431,39 @@ mod tests {
         );
         assert_eq!(
             at.env(),
-            (
+            [(
                 CLUSTER_ENV,
                 "redis://127.0.0.1:7000,redis://127.0.0.1:7001".to_owned()
-            )
+            )]
+        );
+    }
+
+    #[test]
+    fn sentinels_are_named_by_their_urls_and_the_primary_by_its_name() {
+        let at = RedisAt::sentinel(
+            "redis://127.0.0.1:26379, redis://127.0.0.1:26380",
+            " mymaster ",
+        )
+        .unwrap();
+        assert_eq!(
+            at.env(),
+            [
+                (
+                    SENTINELS_ENV,
+                    "redis://127.0.0.1:26379,redis://127.0.0.1:26380".to_owned()
+                ),
+                (MASTER_NAME_ENV, "mymaster".to_owned()),
+            ]
+        );
+        let nameless = RedisAt::sentinel("redis://127.0.0.1:26379", " ").unwrap_err();
+        assert!(
+            nameless.to_string().contains("SECKILL_REDIS_MASTER_NAME"),
+            "{nameless}"
+        );
+        let bad = RedisAt::sentinel("http://x", "mymaster").unwrap_err();
+        assert!(
+            format!("{bad:#}").contains("\"http://x\" is not a Redis URL"),
+            "{bad:#}"
         );
     }
 

@@ -32,7 +32,7 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// The fields of the answers hash, one per [`Outcome`], named like the
 /// API's code for each refusal (`web/error.rs`); [`slot`] gives an
 /// outcome's place in this list.
-pub(crate) const FIELDS: [&str; 7] = [
+pub(crate) const FIELDS: [&str; 8] = [
     "accepted",
     "sold_out",
     "already_purchased",
@@ -40,6 +40,7 @@ pub(crate) const FIELDS: [&str; 7] = [
     "ended",
     "busy",
     "lock_lost",
+    "unconfirmed",
 ];
 
 /// An outcome's place in [`FIELDS`] (and in a sale's counters, and in the
@@ -53,6 +54,7 @@ pub(crate) fn slot(outcome: &Outcome) -> usize {
         Outcome::Ended => 4,
         Outcome::Busy => 5,
         Outcome::LockLost => 6,
+        Outcome::Unconfirmed { .. } => 7,
     }
 }
 
@@ -199,6 +201,7 @@ mod tests {
             Outcome::Ended,
             Outcome::Busy,
             Outcome::LockLost,
+            Outcome::Unconfirmed { order_id: None },
         ];
         let slots: std::collections::HashSet<_> = outcomes.iter().map(slot).collect();
         assert_eq!(slots.len(), FIELDS.len());

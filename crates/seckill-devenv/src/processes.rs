@@ -55,12 +55,11 @@ impl Deployment {
         database_url: &str,
         prefix: &str,
     ) -> Self {
-        let (redis_env, redis_value) = redis.env();
         Self {
             binary: binary.into(),
             env: Vec::new(),
         }
-        .env(redis_env, redis_value)
+        .on_redis(redis)
         .env("SECKILL_DATABASE_URL", database_url)
         .env("SECKILL_REDIS_PREFIX", prefix)
         // Errors only: the oversell warnings of a naive run would drown
@@ -77,9 +76,11 @@ impl Deployment {
     /// The same deployment, on another Redis (a server or a cluster).
     pub fn on_redis(mut self, redis: &RedisAt) -> Self {
         self.env
-            .retain(|(name, _)| name != redis_pool::SERVER_ENV && name != redis_pool::CLUSTER_ENV);
-        let (name, value) = redis.env();
-        self.env(name, value)
+            .retain(|(name, _)| !redis_pool::LOCATION_ENV.contains(&name.as_str()));
+        for (name, value) in redis.env() {
+            self = self.env(name, value);
+        }
+        self
     }
 
     /// The same deployment, running another program.
@@ -93,10 +94,11 @@ impl Deployment {
     /// `sale create`) as much as for the processes of a [`Fleet`].
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.binary);
+        // Ours says where Redis is; one inherited from the user would clash.
+        for name in redis_pool::LOCATION_ENV {
+            command.env_remove(name);
+        }
         command
-            // Ours may be either; one inherited from the user would clash.
-            .env_remove(redis_pool::SERVER_ENV)
-            .env_remove(redis_pool::CLUSTER_ENV)
             .args(args)
             .envs(self.env.iter().map(|(name, value)| (name, value)))
             // It stops by itself if this process dies without stopping it.

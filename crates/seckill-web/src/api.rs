@@ -99,6 +99,7 @@ pub(crate) async fn purchase(
         Outcome::Ended => Err(ApiError::Ended),
         Outcome::Busy => Err(ApiError::Busy),
         Outcome::LockLost => Err(ApiError::LockLost),
+        Outcome::Unconfirmed { order_id } => Err(ApiError::Unconfirmed(order_id)),
     }
 }
 

@@ -41,6 +41,11 @@ pub enum ApiError {
     Busy,
     #[error("this purchase held the sale's lock too long (it ran out) and took nothing; try again")]
     LockLost,
+    #[error(
+        "no Redis replica confirmed this purchase in time, so it is not final; \
+         with an order_id, GET /api/orders/{{order_id}} tells what became of it; without, try again"
+    )]
+    Unconfirmed(Option<uuid::Uuid>),
     #[error("the payment window of this order has closed; the order is cancelled or about to be")]
     PaymentWindowClosed,
     #[error("this order is not confirmed yet; pay once it is confirmed")]
@@ -93,6 +98,7 @@ impl ApiError {
             Self::Ended => "ended",
             Self::Busy => "busy",
             Self::LockLost => "lock_lost",
+            Self::Unconfirmed(_) => "unconfirmed",
             Self::PaymentWindowClosed => "payment_window_closed",
             Self::OrderPending => "order_pending",
             Self::OrderRejected => "order_rejected",
@@ -122,9 +128,11 @@ impl ResponseError for ApiError {
             Self::CrossSite => StatusCode::FORBIDDEN,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            Self::Busy | Self::LockLost | Self::Unavailable(_) | Self::TooManyStreams => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::Busy
+            | Self::LockLost
+            | Self::Unconfirmed(_)
+            | Self::Unavailable(_)
+            | Self::TooManyStreams => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -143,7 +151,7 @@ impl ResponseError for ApiError {
         };
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            Self::Busy | Self::LockLost | Self::Unavailable(_) => {
+            Self::Busy | Self::LockLost | Self::Unconfirmed(_) | Self::Unavailable(_) => {
                 response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
             }
             Self::TooManyStreams => {
@@ -169,6 +177,10 @@ impl ResponseError for ApiError {
         response.json(ErrorBody {
             error: self.code(),
             message,
+            order_id: match self {
+                Self::Unconfirmed(order_id) => *order_id,
+                _ => None,
+            },
         })
     }
 }
@@ -181,6 +193,9 @@ struct ErrorBody<'a> {
     error: &'static str,
     #[serde(serialize_with = "as_text")]
     message: &'a dyn std::fmt::Display,
+    /// The order an `unconfirmed` answer is about, when it took a unit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order_id: Option<uuid::Uuid>,
 }
 
 fn as_text<S: serde::Serializer>(

@@ -170,6 +170,13 @@ pub(crate) async fn buy(
             "Your turn ran out before it finished; nothing was taken. Please try again.".to_owned(),
             None,
         ),
+        Outcome::Unconfirmed { order_id } => (
+            false,
+            "We could not confirm your purchase yet. If an order number is shown, \
+             its page tells what became of it; otherwise try again."
+                .to_owned(),
+            order_id.map(|id| id.to_string()),
+        ),
     };
     let left = state.store.stock_left(sale.id).await?;
     let page = BoughtPage {

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::{AdminToken, AppState, LiveSales, routes, security};
-use seckill_core::config::{PurchaseSettings, RateLimitSettings, WorkerSettings};
+use seckill_core::config::{PurchaseSettings, RateLimitSettings, RedisDurability, WorkerSettings};
 use seckill_core::events::SaleEvents;
 use seckill_core::purchase::Purchaser;
 use seckill_core::redis_pool::{RedisAt, connect_redis};
@@ -31,6 +31,8 @@ use seckill_core::worker::Worker;
 pub struct Settings {
     /// One Redis server, or a cluster.
     pub redis: RedisAt,
+    /// What a `202` waits for: the primary's write, or a replica's too.
+    pub durability: RedisDurability,
     pub database_url: String,
     pub redis_prefix: String,
     pub bind: SocketAddr,
@@ -109,7 +111,8 @@ impl Application {
         let instance_header = security::instance_header(&instance)
             .map_err(|error| anyhow::anyhow!("SECKILL_INSTANCE_ID: {error}"))?;
 
-        let store = Store::new(pg, redis, settings.redis_prefix.clone());
+        let store = Store::new(pg, redis, settings.redis_prefix.clone())
+            .with_durability(settings.durability);
         let shutdown = CancellationToken::new();
         let (events, events_task) =
             SaleEvents::start(&settings.redis, &settings.redis_prefix, shutdown.clone())
@@ -122,7 +125,8 @@ impl Application {
             let pg = connect_postgres(&settings.database_url).await?;
             let redis = connect_redis(&settings.redis, settings.worker.poll()).await?;
             let worker = Worker::new(
-                Store::new(pg, redis, settings.redis_prefix.clone()),
+                Store::new(pg, redis, settings.redis_prefix.clone())
+                    .with_durability(settings.durability),
                 settings.worker.clone(),
             );
             Some(tokio::spawn(

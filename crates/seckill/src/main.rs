@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use cli::{
     Cli, Command, CreateSaleArgs, CreatedSale, SaleCommand, ServeArgs, ServerCommand, WorkerArgs,
 };
-use seckill_core::config::ServiceArgs;
+use seckill_core::config::{RedisDurability, ServiceArgs};
 use seckill_core::domain::NewSale;
 use seckill_core::store::{self, Store};
 use seckill_core::telemetry;
@@ -61,10 +61,11 @@ async fn run(given: ServiceArgs, command: ServerCommand) -> anyhow::Result<()> {
     let services =
         Services::resolve(given.redis()?, given.database_url.as_deref(), private).await?;
     services.log();
-    let prefix = given.redis_prefix;
+    let prefix = given.redis_prefix.clone();
+    let durability = given.durability();
     match command {
-        ServerCommand::Serve(args) => serve(&services, prefix, args).await,
-        ServerCommand::Worker(args) => work(&services, prefix, args).await,
+        ServerCommand::Serve(args) => serve(&services, prefix, durability, args).await,
+        ServerCommand::Worker(args) => work(&services, prefix, durability, args).await,
         ServerCommand::Migrate => {
             store::connect_postgres(&services.database_url).await?;
             println!("migrations applied to {}", redact(&services.database_url));
@@ -76,10 +77,16 @@ async fn run(given: ServiceArgs, command: ServerCommand) -> anyhow::Result<()> {
     }
 }
 
-async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(
+    services: &Services,
+    redis_prefix: String,
+    durability: RedisDurability,
+    args: ServeArgs,
+) -> anyhow::Result<()> {
     seckill_core::process::raise_open_files_limit();
     let app = Application::build(Settings {
         redis: services.redis.clone(),
+        durability,
         database_url: services.database_url.clone(),
         redis_prefix,
         bind: args.bind,
@@ -108,7 +115,12 @@ async fn serve(services: &Services, redis_prefix: String, args: ServeArgs) -> an
     app.run_until_stopped(stop).await
 }
 
-async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> anyhow::Result<()> {
+async fn work(
+    services: &Services,
+    redis_prefix: String,
+    durability: RedisDurability,
+    args: WorkerArgs,
+) -> anyhow::Result<()> {
     let pg = store::connect_postgres(&services.database_url).await?;
     let redis =
         seckill_core::redis_pool::connect_redis(&services.redis, args.worker.poll()).await?;
@@ -125,9 +137,12 @@ async fn work(services: &Services, redis_prefix: String, args: WorkerArgs) -> an
     // Woken by every purchase's stock change, not only by its poll.
     let (events, events_task) =
         seckill_core::events::SaleEvents::start(&services.redis, &redis_prefix, shutdown.clone())?;
-    Worker::new(Store::new(pg, redis, redis_prefix), args.worker)
-        .run_woken(shutdown, Some(events.subscribe()))
-        .await;
+    Worker::new(
+        Store::new(pg, redis, redis_prefix).with_durability(durability),
+        args.worker,
+    )
+    .run_woken(shutdown, Some(events.subscribe()))
+    .await;
     events_task.await.context("the sale events task panicked")?;
     Ok(())
 }

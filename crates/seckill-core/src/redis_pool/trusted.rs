@@ -54,6 +54,10 @@ pub struct Trusting<M> {
     /// would wait there behind thousands of new requests (see
     /// `Store::runtime`).
     runtime: tokio::runtime::Handle,
+    /// Whether a connection checked before it is handed out must also be
+    /// to a primary (`ROLE`): under Sentinel, where the server a
+    /// connection was made to may since have become a replica.
+    primary_only: bool,
 }
 
 impl<M> Trusting<M> {
@@ -75,7 +79,20 @@ impl<M> Trusting<M> {
             inner: Arc::new(inner),
             losses,
             runtime: tokio::runtime::Handle::current(),
+            primary_only: false,
         }
+    }
+
+    /// The same manager, whose check also drops a connection to a server
+    /// that is no longer a primary. The race it closes: a failover demotes
+    /// the old primary while the pool holds connections to it; each would
+    /// answer every write `READONLY` for as long as it lives. A `READONLY`
+    /// reply counts as a loss (below), so every connection is checked
+    /// before its next use, and a check that finds a replica drops it; its
+    /// replacement asks the sentinels where the primary is now.
+    pub(crate) fn primary_only(mut self) -> Self {
+        self.primary_only = true;
+        self
     }
 }
 
@@ -125,7 +142,7 @@ pub struct Tracked<C> {
 impl<M> managed::Manager for Trusting<M>
 where
     M: managed::Manager<Error = RedisError> + Send + Sync + 'static,
-    M::Type: Send,
+    M::Type: ConnectionLike + Send,
 {
     type Type = Tracked<M::Type>;
     type Error = RedisError;
@@ -171,7 +188,18 @@ where
             return Ok(());
         }
         let sent = Instant::now();
-        match self.inner.recycle(&mut tracked.conn, metrics).await {
+        let mut checked = self.inner.recycle(&mut tracked.conn, metrics).await;
+        if self.primary_only && checked.is_ok() {
+            checked = match redis::cmd("ROLE")
+                .query_async::<Vec<Value>>(&mut tracked.conn)
+                .await
+            {
+                Ok(role) if role.first() == Some(&Value::BulkString(b"master".to_vec())) => Ok(()),
+                Ok(_) => Err(RecycleError::message("no longer the primary")),
+                Err(error) => Err(error.into()),
+            };
+        }
+        match checked {
             Ok(()) => {
                 tracked.answered = Some(sent);
                 Ok(())
@@ -217,6 +245,10 @@ fn said<T>(outcome: &Result<T, RedisError>) -> Said {
 fn said_by(error: &RedisError) -> Said {
     if error.is_timeout() {
         Said::Unsure
+    } else if error.code() == Some("READONLY") {
+        // An answer, but from a server that has become a replica: every
+        // connection to it is as good as lost (see `primary_only`).
+        Said::Lost
     } else if matches!(error.kind(), ErrorKind::Server(_) | ErrorKind::Extension) {
         Said::Answered
     } else if error.is_io_error() || error.is_unrecoverable_error() {

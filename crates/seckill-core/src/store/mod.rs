@@ -32,7 +32,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::config::STATEMENT_TIMEOUT;
+use crate::config::{RedisDurability, STATEMENT_TIMEOUT};
 use crate::redis_pool::{RedisConn, RedisPool};
 use crate::urls::redact;
 
@@ -98,6 +98,9 @@ pub struct Store {
     /// task woken there (by Redis' reply) would wait for all of them to be
     /// served before it ran again, at every round trip (docs/bench.md). Fixed at start.
     runtime: tokio::runtime::Handle,
+    /// What an answer waits for: the primary's write, or a replica's too
+    /// (`replicas.rs`). Fixed at start.
+    durability: RedisDurability,
 }
 
 impl Store {
@@ -110,7 +113,19 @@ impl Store {
             prefix: prefix.into(),
             catalog: Arc::default(),
             runtime: tokio::runtime::Handle::current(),
+            durability: RedisDurability::Local,
         }
+    }
+
+    /// The same store, whose purchases and worker wait for `durability`.
+    pub fn with_durability(mut self, durability: RedisDurability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// What an answer waits for (`replicas.rs`).
+    pub fn durability(&self) -> RedisDurability {
+        self.durability
     }
 
     /// The PostgreSQL pool.

@@ -132,9 +132,10 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     // commit, or below.
     let inside = locked_section(shop, &mut conn, &keys, sale_id, users, read, &guard).await;
     let Inside {
-        outcomes,
+        mut outcomes,
         noted,
         released,
+        sold_out,
     } = match inside {
         Ok(inside) => inside,
         Err(error) => {
@@ -149,7 +150,44 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     if !noted.is_empty() {
         shop.note_pending(&mut conn, &noted).await;
     }
+    // With `--redis-durability replica`, nobody is answered before a
+    // replica holds what this pass read and wrote (one `WAIT` for the
+    // whole pass, on the connection that took the lock and committed).
+    // The race it closes: the primary dies after the commit, before
+    // replicating it; the promoted replica sells the same units again, and
+    // the buyers told `202` (or "sold out") here are taken back.
+    if !replicated(&mut conn, shop.store.durability()).await {
+        for outcome in &mut outcomes {
+            *outcome = outcome.unconfirmed();
+        }
+        return Ok(outcomes);
+    }
+    if sold_out {
+        shop.sold_out.set(sale_id);
+    }
     Ok(outcomes)
+}
+
+/// Whether a replica confirmed this connection's writes as `durability`
+/// asks. A failed `WAIT` confirms nothing.
+async fn replicated<C: ConnectionLike + Send>(
+    conn: &mut C,
+    durability: crate::config::RedisDurability,
+) -> bool {
+    match crate::replicas::confirmed(conn, durability).await {
+        Ok(confirmed) => {
+            if !confirmed {
+                metrics().unreplicated_passes.inc();
+                tracing::warn!("no replica confirmed a lock pass in time; its buyers get 503");
+            }
+            confirmed
+        }
+        Err(error) => {
+            metrics().unreplicated_passes.inc();
+            tracing::warn!(%error, "WAIT for a replica failed; the pass's buyers get 503");
+            false
+        }
+    }
 }
 
 /// What the locked section did.
@@ -161,6 +199,9 @@ struct Inside {
     /// Whether the lock is no longer ours to release (the commit released
     /// it, or it was lost).
     released: bool,
+    /// Whether the sale is sold out once what this pass read and wrote
+    /// holds: the instance's flag is set only then (in `pass`).
+    sold_out: bool,
 }
 
 /// Steps 1 to 5 for a batch, run while holding the lock; `read` is what the
@@ -188,14 +229,13 @@ async fn locked_section<C: ConnectionLike + Send>(
     // commit has landed (below). The race this prevents: a commit refused
     // by the fence (or lost) takes nothing, yet the flag made this
     // instance answer "sold out" to every buyer while the units were left.
-    if snapshot.stock_left <= 0 {
-        shop.sold_out.set(sale_id);
-    }
+    let sold_out_before = snapshot.stock_left <= 0;
     if jobs.is_empty() {
         return Ok(Inside {
             outcomes,
             noted: Vec::new(),
             released: false,
+            sold_out: sold_out_before,
         });
     }
 
@@ -204,16 +244,12 @@ async fn locked_section<C: ConnectionLike + Send>(
     // Steps 3 to 5 in one fenced script, which releases the lock too:
     // written only if we still hold the lock.
     match commit(conn, keys, guard, &jobs).await {
-        Ok(Some(left)) => {
-            if left <= 0 {
-                shop.sold_out.set(sale_id);
-            }
-            Ok(Inside {
-                outcomes,
-                noted: jobs,
-                released: true,
-            })
-        }
+        Ok(Some(left)) => Ok(Inside {
+            outcomes,
+            noted: jobs,
+            released: true,
+            sold_out: left <= 0,
+        }),
         Ok(None) => {
             tracing::warn!(
                 fence = guard.fence(),
@@ -233,6 +269,7 @@ async fn locked_section<C: ConnectionLike + Send>(
                 outcomes,
                 noted: Vec::new(),
                 released: true,
+                sold_out: sold_out_before,
             })
         }
         // The connection broke before the answer came back: the script may
@@ -244,6 +281,7 @@ async fn locked_section<C: ConnectionLike + Send>(
                 outcomes,
                 noted: Vec::new(),
                 released: true,
+                sold_out: false,
             })
         }
         Err(error) => Err(error).context("committing purchases"),

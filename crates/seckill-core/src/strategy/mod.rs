@@ -71,6 +71,28 @@ pub enum Outcome {
     /// pause longer than its TTL): the fence refused the write, nothing was
     /// taken, and the client may retry.
     LockLost,
+    /// With `--redis-durability replica`: decided, but no replica confirmed
+    /// the pass's writes in time, so a failover could still take the
+    /// decision back. The buyer is told `503`, with the order id when the
+    /// decision was a unit (`GET /api/orders/{id}` tells what became of it).
+    Unconfirmed {
+        order_id: Option<Uuid>,
+    },
+}
+
+impl Outcome {
+    /// What a buyer is told when the pass that decided this outcome was not
+    /// confirmed by a replica: a decision made on Redis' data is not
+    /// final; an answer that decided nothing (busy, lock lost) stands.
+    pub(crate) fn unconfirmed(&self) -> Self {
+        match self {
+            Self::Accepted { order_id } => Self::Unconfirmed {
+                order_id: Some(*order_id),
+            },
+            Self::SoldOut | Self::AlreadyPurchased => Self::Unconfirmed { order_id: None },
+            other => *other,
+        }
+    }
 }
 
 /// What the checks decide, given what was read. Pure, so it is unit-tested.

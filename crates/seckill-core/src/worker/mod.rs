@@ -167,6 +167,26 @@ impl Worker {
             return Ok(report);
         }
 
+        // With `--redis-durability replica`: PostgreSQL gets only orders a
+        // replica holds. The reserve was written after the orders it
+        // reserved, so a replica that has it has them. The race this
+        // closes: the worker commits an order the primary never
+        // replicated; a failover then gives its unit back in Redis, sells
+        // it again, and PostgreSQL refuses a later `202` as an oversell.
+        match crate::replicas::confirmed(&mut conn, self.store.durability()).await {
+            Ok(true) => {}
+            unconfirmed => {
+                metrics().unreplicated_passes.inc();
+                self.give_back_now(&mut conn, &queue, &reserved)
+                    .await
+                    .context("giving back jobs no replica confirmed")?;
+                let why = match unconfirmed {
+                    Err(error) => format!("WAIT failed: {error}"),
+                    Ok(_) => "no replica confirmed them in time".to_owned(),
+                };
+                anyhow::bail!("{} jobs given back: {why}", reserved.len());
+            }
+        }
         metrics().batch_size.observe(reserved.len() as f64);
         let committing = std::time::Instant::now();
         let confirmed = self.confirm(&orders, epoch.as_deref()).await;

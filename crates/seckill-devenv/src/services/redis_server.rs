@@ -21,32 +21,49 @@ pub struct PrivateRedis {
     /// Whether it writes every command to an append-only file, fsync'ed
     /// before it answers (`appendfsync always`), and reads it back on start.
     durable: bool,
-    /// The port of the cluster bus, for a node of a private cluster
-    /// (`redis_cluster.rs`); `None` for a stand-alone server.
-    cluster_bus: Option<u16>,
+    /// What it is besides a server.
+    role: Role,
     server: Option<Supervised>,
+}
+
+/// What a private server is started as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// A stand-alone server (or a primary under Sentinel).
+    Alone,
+    /// A node of a private cluster (`redis_cluster.rs`), with its cluster
+    /// bus on this port.
+    ClusterNode { bus: u16 },
+    /// A replica of the server on this port (`redis_sentinel.rs`). Started
+    /// again after a kill, it is started plain: the sentinels tell it whom
+    /// to follow.
+    ReplicaOf(u16),
+    /// A sentinel watching the primary on this port under
+    /// [`super::redis_sentinel::MASTER_NAME`].
+    Sentinel { primary: u16 },
 }
 
 impl PrivateRedis {
     /// Start `redis-server`, keeping nothing on disk, and wait until it answers.
     pub async fn start() -> anyhow::Result<Self> {
-        Self::start_as(false, None).await
+        Self::start_as(false, Role::Alone).await
     }
 
     /// Start `redis-server` with an append-only file fsync'ed on every
     /// write, as production would run it: a kill loses nothing it answered.
     pub async fn start_durable() -> anyhow::Result<Self> {
-        Self::start_as(true, None).await
+        Self::start_as(true, Role::Alone).await
     }
 
     /// Start an empty node of a Redis Cluster (`--cluster-enabled yes`),
     /// with its bus on a second free port; it serves no slot until
     /// `redis-cli --cluster create` gives it some.
     pub(super) async fn start_cluster_node() -> anyhow::Result<Self> {
-        Self::start_as(false, Some(free_port()?)).await
+        Self::start_as(false, Role::ClusterNode { bus: free_port()? }).await
     }
 
-    async fn start_as(durable: bool, cluster_bus: Option<u16>) -> anyhow::Result<Self> {
+    /// Start a server as `role`, with an append-only file when `durable`.
+    pub(super) async fn start_as(durable: bool, role: Role) -> anyhow::Result<Self> {
         let binary = find_on_path("redis-server").context("redis-server is not installed")?;
         let dir = tempfile::Builder::new()
             .prefix("seckill-redis-")
@@ -56,7 +73,7 @@ impl PrivateRedis {
             port: free_port()?,
             dir,
             durable,
-            cluster_bus,
+            role,
             server: None,
         };
         redis.launch(&binary)?;
@@ -77,6 +94,26 @@ impl PrivateRedis {
         if let Some(server) = self.server.take() {
             server.stop(Signal::SIGKILL);
         }
+    }
+
+    /// Freeze the server (SIGSTOP): it holds its connections and answers
+    /// nothing, as a server stalled by its host would.
+    pub fn pause(&self) {
+        if let Some(server) = &self.server {
+            server.signal(Signal::SIGSTOP);
+        }
+    }
+
+    /// Let a frozen server go on (SIGCONT).
+    pub fn resume(&self) {
+        if let Some(server) = &self.server {
+            server.signal(Signal::SIGCONT);
+        }
+    }
+
+    /// What it is started as at its next (re)start.
+    pub(super) fn set_role(&mut self, role: Role) {
+        self.role = role;
     }
 
     /// Start the server again on the same port (after [`PrivateRedis::kill`]).
@@ -114,6 +151,16 @@ impl PrivateRedis {
             .open(self.dir.path().join("redis.log"))?;
         let appendonly = if self.durable { "yes" } else { "no" };
         let mut command = Command::new(binary);
+        if let Role::Sentinel { primary } = self.role {
+            // A sentinel keeps what it learns in its configuration file,
+            // which must exist and be writable; it is written once, and
+            // after a restart the sentinel reads back what it learnt.
+            let config = self.dir.path().join("sentinel.conf");
+            if !config.exists() {
+                std::fs::write(&config, super::redis_sentinel::config(primary))?;
+            }
+            command.arg(&config).arg("--sentinel");
+        }
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args([
@@ -124,19 +171,24 @@ impl PrivateRedis {
                 "--daemonize",
                 "no",
             ])
-            .args(["--appendfsync", "always"])
-            .args(self.cluster_bus.iter().flat_map(|bus| {
-                [
-                    "--cluster-enabled".to_owned(),
-                    "yes".to_owned(),
-                    "--cluster-port".to_owned(),
-                    bus.to_string(),
-                    "--cluster-config-file".to_owned(),
-                    "nodes.conf".to_owned(),
-                    "--cluster-node-timeout".to_owned(),
-                    "5000".to_owned(),
-                ]
-            }))
+            .args(["--appendfsync", "always"]);
+        match self.role {
+            Role::ClusterNode { bus } => {
+                command.args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-port",
+                    &bus.to_string(),
+                ]);
+                command.args(["--cluster-config-file", "nodes.conf"]);
+                command.args(["--cluster-node-timeout", "5000"]);
+            }
+            Role::ReplicaOf(primary) => {
+                command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
+            }
+            Role::Alone | Role::Sentinel { .. } => {}
+        }
+        command
             .arg("--dir")
             .arg(self.dir.path())
             .stdin(Stdio::null())

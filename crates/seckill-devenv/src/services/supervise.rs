@@ -50,6 +50,13 @@ kill -{sig} "$1" 2>/dev/null; sleep 5; kill -KILL "$1" 2>/dev/null; rm -rf "$2""
         Ok(Self { server, reaper })
     }
 
+    /// Send `signal` and go on (SIGSTOP and SIGCONT, to freeze a server
+    /// and let it go again).
+    pub(super) fn signal(&self, signal: Signal) {
+        let pid = Pid::from_raw(i32::try_from(self.server.id()).expect("pids fit in i32"));
+        let _ = kill(pid, signal);
+    }
+
     /// Send `signal`, wait up to 10 s for the server to exit, then SIGKILL it.
     /// Blocks the calling thread for that long at most: it runs at shutdown
     /// and in tests, never on a request path.

@@ -233,13 +233,18 @@ async fn run_row(
         // hold (that is the article's bug 5).
         // `-c`: in a cluster, follow the redirect to the lock's master.
         let (cluster, node) = match &services.redis {
-            RedisAt::Server(url) => ("", url),
-            RedisAt::Cluster(nodes) => ("-c ", &nodes[0]),
+            RedisAt::Server(url) => ("", url.clone()),
+            RedisAt::Cluster(nodes) => ("-c ", nodes[0].clone()),
+            // Under Sentinel: the primary they name now.
+            at => (
+                "",
+                format!("redis://{}", at.node_of(&keys.lock).await?.addr()),
+            ),
         };
         eprintln!(
             "  {label}: the lock {} has no TTL; see for yourself: redis-cli {cluster}-u {} PTTL '{}'",
             keys.lock,
-            seckill_core::urls::redact(node),
+            seckill_core::urls::redact(&node),
             keys.lock
         );
     }

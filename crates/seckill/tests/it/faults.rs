@@ -208,7 +208,7 @@ async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
     let app = spawn_app_on(
         scratch,
         Options {
-            app_redis_url: Some(proxy.url.clone()),
+            app_redis: Some(RedisAt::Server(proxy.url.clone())),
             ..Options::default()
         },
     )

@@ -118,7 +118,7 @@ impl Scratch {
     pub fn redis_url(&self) -> &str {
         match &self.redis {
             RedisAt::Server(url) => url,
-            RedisAt::Cluster(_) => panic!("this test talks to one Redis server, not a cluster"),
+            other => panic!("this test talks to one Redis server, not to {other:?}"),
         }
     }
 }
@@ -171,9 +171,12 @@ pub struct Options {
     pub max_event_streams: u32,
     pub admin_session: Duration,
     pub limits: seckill_core::config::RateLimitSettings,
-    /// The app's Redis, when not the scratch one (a proxy in front of it);
-    /// the test's own connections still go straight to the scratch Redis.
-    pub app_redis_url: Option<String>,
+    /// The app's Redis, when not the scratch one (a proxy in front of it,
+    /// or sentinels); the test's own connections still go to the scratch
+    /// Redis.
+    pub app_redis: Option<RedisAt>,
+    /// What the app's `202` waits for.
+    pub durability: seckill_core::config::RedisDurability,
 }
 
 impl Default for Options {
@@ -185,7 +188,8 @@ impl Default for Options {
             max_event_streams: seckill_core::config::DEFAULT_MAX_EVENT_STREAMS,
             admin_session: Duration::from_secs(3_600),
             limits: seckill_core::config::RateLimitSettings::default(),
-            app_redis_url: None,
+            app_redis: None,
+            durability: seckill_core::config::RedisDurability::Local,
         }
     }
 }
@@ -204,7 +208,8 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
     let redis = seckill_core::redis_pool::connect_redis(&scratch.redis, Duration::from_secs(5))
         .await
         .expect("Redis");
-    let store = Store::new(pg.clone(), redis.clone(), scratch.prefix.clone());
+    let store = Store::new(pg.clone(), redis.clone(), scratch.prefix.clone())
+        .with_durability(options.durability);
     let worker = Worker::new(store.clone(), options.worker.clone());
     TestApp {
         address,
@@ -227,9 +232,10 @@ pub async fn start_instance(scratch: &Scratch, options: &Options, instance: &str
     seckill_core::process::raise_open_files_limit();
     let app = Application::build(Settings {
         redis: options
-            .app_redis_url
+            .app_redis
             .clone()
-            .map_or_else(|| scratch.redis.clone(), RedisAt::Server),
+            .unwrap_or_else(|| scratch.redis.clone()),
+        durability: options.durability,
         database_url: scratch.database_url.clone(),
         redis_prefix: scratch.prefix.clone(),
         bind: "127.0.0.1:0".parse().expect("an address"),

@@ -43,6 +43,7 @@ mod queue_dead;
 mod queue_dequeue;
 mod refusals;
 mod runtimes;
+mod sentinel;
 mod store;
 mod strategies;
 mod verify;

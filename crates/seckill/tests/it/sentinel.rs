@@ -1,0 +1,238 @@
+//! seckill on a primary with a replica under Redis Sentinel: it follows a
+//! failover without a restart, and with `--redis-durability replica` no
+//! `202` is ever taken back by one. With `local`, the same failover takes
+//! a `202` back: that is the loss `replica` exists to prevent.
+//!
+//! Each test starts its own primary, replica and three sentinels
+//! (`PrivateRedisSentinel`), and plays the failover by hand: freeze the
+//! replica (SIGSTOP) and cut its link (`CLIENT KILL TYPE replica` on the
+//! primary), so that it falls behind and cannot catch up; buy; kill the
+//! primary (SIGKILL); let the replica go on, and wait for the sentinels to
+//! promote it.
+
+use std::time::Duration;
+
+use seckill_core::config::RedisDurability;
+use seckill_devenv::services::PrivateRedisSentinel;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::helpers::{
+    Options, Scratch, TestApp, cores_alone, eventually, redis_at, services, spawn_app_on,
+};
+
+/// An app whose Redis is a fresh primary, replica and sentinels.
+async fn app_on_sentinels(durability: RedisDurability) -> (PrivateRedisSentinel, TestApp) {
+    let sentinels = PrivateRedisSentinel::start()
+        .await
+        .expect("a primary, a replica and three sentinels");
+    let scratch = Scratch::on(&services().await.database_url, &sentinels.at()).await;
+    let app = spawn_app_on(
+        scratch,
+        Options {
+            durability,
+            ..Options::default()
+        },
+    )
+    .await;
+    (sentinels, app)
+}
+
+const REPLICA: RedisDurability = RedisDurability::Replica {
+    wait: Duration::from_millis(300),
+};
+
+/// A purchase's status and body.
+async fn purchase(app: &TestApp, sale: i64, buyer: &str) -> (u16, Value) {
+    let response = app.purchase(sale, buyer).await;
+    let status = response.status().as_u16();
+    if status == 503 {
+        assert_eq!(
+            response.headers()["retry-after"],
+            "1",
+            "a 503 says when to retry"
+        );
+    }
+    (status, response.json().await.expect("a JSON body"))
+}
+
+/// Buy for `buyer` until the app reaches the new primary: an answer that
+/// is not "Redis unavailable"; no answer may be a `500`. Returns it.
+async fn buy_through_the_failover(app: &TestApp, sale: i64, buyer: &str) -> (u16, Value) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = purchase(app, sale, buyer).await;
+        assert_ne!(status, 500, "never a 500 during a failover: {body}");
+        if body["error"] != "unavailable" || tokio::time::Instant::now() > deadline {
+            return (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Freeze the replica, buy for `buyer`, kill the primary, let the replica
+/// go on, and wait until the sentinels have promoted it. Returns the
+/// purchase's answer, given while the replica was frozen.
+async fn buy_then_fail_over(
+    sentinels: &mut PrivateRedisSentinel,
+    app: &TestApp,
+    sale: i64,
+    buyer: &str,
+) -> (u16, Value) {
+    let primary = sentinels
+        .primary()
+        .await
+        .expect("the sentinels name a primary");
+    let replica = 1 - primary;
+    sentinels.pause(replica);
+    // What was sent before this may sit in the frozen replica's socket and
+    // reach it when it goes on; nothing after it can.
+    let () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query_async(&mut redis_at(&sentinels.node_url(primary)).await)
+        .await
+        .expect("CLIENT KILL TYPE replica");
+    let answer = purchase(app, sale, buyer).await;
+    sentinels.kill(primary);
+    sentinels.resume(replica);
+    let promoted = sentinels
+        .wait_for_failover(primary)
+        .await
+        .expect("the sentinels fail the primary over");
+    assert_eq!(promoted, replica);
+    answer
+}
+
+fn order_id(body: &Value) -> Uuid {
+    body["order_id"]
+        .as_str()
+        .and_then(|id| Uuid::parse_str(id).ok())
+        .unwrap_or_else(|| panic!("an order id in {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_durability_a_failover_takes_back_no_202() {
+    let _alone = cores_alone().await;
+    let (mut sentinels, app) = app_on_sentinels(REPLICA).await;
+    let sale = app.create_sale(5).await;
+    let ann = app.buy(sale, "ann").await;
+
+    // The replica cannot confirm: the buyer is not told 202, but 503 with
+    // the order id, which the order's page answers for afterwards.
+    let (status, body) = buy_then_fail_over(&mut sentinels, &app, sale, "bob").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "unconfirmed", "{body}");
+    let bob = order_id(&body);
+
+    // The app follows the new primary without a restart: 503s meanwhile,
+    // never a 500. A primary with no replica confirms nothing: 503 again,
+    // with the order id.
+    let (status, body) = buy_through_the_failover(&app, sale, "cy").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unconfirmed")),
+        "{body}"
+    );
+    let cy = order_id(&body);
+
+    // Nor is a refusal: ann is told neither "you have one" nor a 202.
+    let (status, body) = purchase(&app, sale, "ann").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unconfirmed")),
+        "{body}"
+    );
+    assert!(
+        body.get("order_id").is_none(),
+        "no order for a refusal: {body}"
+    );
+    // bob's order never reached the new primary, and its page says so.
+    let page = app.order(bob).await;
+    assert_eq!(
+        page["error"], "order_not_found",
+        "bob's unconfirmed order: {page}"
+    );
+
+    // The old primary comes back as a replica: answers are confirmed
+    // again. ann's 202 survived the failover (a replica had confirmed
+    // it), and cy's order, which the new primary kept, goes through.
+    let old = 1 - sentinels.primary().await.expect("a primary");
+    sentinels
+        .restart(old)
+        .await
+        .expect("the old primary back as a replica");
+    let (status, body) = purchase(&app, sale, "ann").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("already_purchased")),
+        "{body}"
+    );
+    app.buy(sale, "dee").await;
+    app.drain().await;
+    let mut buyers: Vec<String> = app.orders(sale).await.into_iter().map(|o| o.1).collect();
+    buyers.sort();
+    assert_eq!(buyers, ["ann", "cy", "dee"]);
+    assert_eq!(app.order(ann).await["status"], "confirmed");
+    assert_eq!(app.order(cy).await["status"], "confirmed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_local_durability_the_same_failover_takes_a_202_back() {
+    let _alone = cores_alone().await;
+    let (mut sentinels, app) = app_on_sentinels(RedisDurability::Local).await;
+    let sale = app.create_sale(5).await;
+
+    let (status, body) = buy_then_fail_over(&mut sentinels, &app, sale, "bob").await;
+    assert_eq!(status, 202, "local answers on the primary's word: {body}");
+    let bob = order_id(&body);
+    let (status, body) = buy_through_the_failover(&app, sale, "cy").await;
+    assert_eq!(status, 202, "after the failover: {body}");
+
+    // The promoted replica never had bob's order: his 202 is gone, and
+    // he could buy again. This is the loss `replica` prevents.
+    let page = app.order(bob).await;
+    assert_eq!(page["error"], "order_not_found", "{page}");
+    let (status, body) = purchase(&app, sale, "bob").await;
+    assert_eq!(
+        status, 202,
+        "bob's unit was given back by the failover: {body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfirmed_order_that_survives_is_confirmed_and_its_page_says_so() {
+    let _alone = cores_alone().await;
+    let (sentinels, app) = app_on_sentinels(REPLICA).await;
+    let sale = app.create_sale(5).await;
+    let primary = sentinels.primary().await.expect("a primary");
+
+    sentinels.pause(1 - primary);
+    let (status, body) = purchase(&app, sale, "dee").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unconfirmed")),
+        "{body}"
+    );
+    let dee = order_id(&body);
+    // The worker writes nothing to PostgreSQL a replica does not hold.
+    assert!(
+        app.worker.run_once().await.is_err(),
+        "a batch no replica confirmed"
+    );
+    assert!(app.orders(sale).await.is_empty());
+
+    // No failover: the replica catches up, and the order goes through.
+    sentinels.resume(1 - primary);
+    eventually(Duration::from_secs(10), "dee's order confirmed", || async {
+        let _ = app.worker.run_once().await;
+        app.order(dee).await["status"] == "confirmed"
+    })
+    .await;
+    let (status, body) = purchase(&app, sale, "dee").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("already_purchased"))
+    );
+}
