@@ -96,6 +96,22 @@ impl ServiceArgs {
         }
     }
 
+    /// The durability settings as the environment of a child process
+    /// (the instances a tool starts answer as this one was told to).
+    pub fn durability_env(&self) -> [(&'static str, String); 2] {
+        let name = match self.redis_durability {
+            Durability::Local => "local",
+            Durability::Replica => "replica",
+        };
+        [
+            ("SECKILL_REDIS_DURABILITY", name.to_owned()),
+            (
+                "SECKILL_REDIS_REPLICA_WAIT_MS",
+                self.redis_replica_wait_ms.to_string(),
+            ),
+        ]
+    }
+
     /// What a purchase's `202` waits for.
     pub fn durability(&self) -> RedisDurability {
         match self.redis_durability {

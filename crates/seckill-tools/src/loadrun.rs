@@ -267,7 +267,10 @@ async fn spawn(
 ) -> anyhow::Result<Fleet> {
     let instances = cli.spawn.unwrap_or(2);
     let progress = Progress::stderr().phase("start", None);
-    let deployment = deployment(services, prefix, strategy, &admin_token())?;
+    let deployment = cli.services.durability_env().into_iter().fold(
+        deployment(services, prefix, strategy, &admin_token())?,
+        |d, (name, value)| d.env(name, value),
+    );
     let cluster = Fleet::start(deployment, "app", instances).await?;
     progress.finish(&format!("{instances} app instances and a worker"));
     Ok(cluster)

@@ -8,30 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use futures_util::future::try_join_all;
 
+pub use super::redis_server::MASTER_NAME;
 use super::redis_server::{PrivateRedis, Role};
 use super::supervise::wait_until;
 use seckill_core::redis_pool::RedisAt;
-
-/// The name the sentinels watch the primary under.
-pub const MASTER_NAME: &str = "seckill";
-
-/// How long the sentinels wait, without an answer, before they call the
-/// primary down and fail it over. Production runs 5 to 30 s; a test would
-/// rather not wait that long.
-const DOWN_AFTER: Duration = Duration::from_millis(1_000);
-
-/// A sentinel's configuration file, watching the primary on `primary`.
-/// Two of the three must agree that it is down (the quorum), and a
-/// majority must elect the sentinel that fails it over.
-pub(super) fn config(primary: u16) -> String {
-    format!(
-        "sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
-         sentinel down-after-milliseconds {MASTER_NAME} {down}\n\
-         sentinel failover-timeout {MASTER_NAME} 10000\n\
-         sentinel parallel-syncs {MASTER_NAME} 1\n",
-        down = DOWN_AFTER.as_millis()
-    )
-}
 
 /// Two data servers (one primary, one replica, each with an append-only
 /// file fsync'ed on every write) and three sentinels, all of our own;

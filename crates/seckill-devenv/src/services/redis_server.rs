@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::Context;
 use nix::sys::signal::Signal;
@@ -11,6 +12,27 @@ use tempfile::TempDir;
 
 use super::redis_answers;
 use super::supervise::{Supervised, find_on_path, free_port, wait_until};
+
+/// The name the sentinels watch the primary under.
+pub const MASTER_NAME: &str = "seckill";
+
+/// How long the sentinels wait, without an answer, before they call the
+/// primary down and fail it over. Production runs 5 to 30 s; a test would
+/// rather not wait that long.
+const DOWN_AFTER: Duration = Duration::from_millis(1_000);
+
+/// A sentinel's configuration file, watching the primary on `primary`.
+/// Two of the three must agree that it is down (the quorum), and a
+/// majority must elect the sentinel that fails it over.
+fn sentinel_config(primary: u16) -> String {
+    format!(
+        "sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
+         sentinel down-after-milliseconds {MASTER_NAME} {down}\n\
+         sentinel failover-timeout {MASTER_NAME} 10000\n\
+         sentinel parallel-syncs {MASTER_NAME} 1\n",
+        down = DOWN_AFTER.as_millis()
+    )
+}
 
 /// A Redis server of our own, on a free port, keeping nothing on disk
 /// unless started with [`PrivateRedis::start_durable`].
@@ -38,8 +60,8 @@ pub(super) enum Role {
     /// again after a kill, it is started plain: the sentinels tell it whom
     /// to follow.
     ReplicaOf(u16),
-    /// A sentinel watching the primary on this port under
-    /// [`super::redis_sentinel::MASTER_NAME`].
+    /// A sentinel watching the primary on this port under [`MASTER_NAME`]
+    /// (`redis_sentinel.rs` starts three).
     Sentinel { primary: u16 },
 }
 
@@ -157,7 +179,7 @@ impl PrivateRedis {
             // after a restart the sentinel reads back what it learnt.
             let config = self.dir.path().join("sentinel.conf");
             if !config.exists() {
-                std::fs::write(&config, super::redis_sentinel::config(primary))?;
+                std::fs::write(&config, sentinel_config(primary))?;
             }
             command.arg(&config).arg("--sentinel");
         }

@@ -86,6 +86,22 @@ const ACCOUNTED: &[(&str, &str)] = &[
         "the cluster of the loop above; see its line",
     ),
     (
+        "export SECKILL_REDIS_SENTINELS",
+        "names the reader's sentinels; sentinel::with_replica_durability_a_failover_takes_back_no_202 runs the app on a private primary, replica and three sentinels (seckill-devenv's services/redis_sentinel.rs)",
+    ),
+    (
+        "export SECKILL_REDIS_MASTER_NAME",
+        "the sentinels' name for the primary; see the line above",
+    ),
+    (
+        "export SECKILL_REDIS_DURABILITY",
+        "sentinel::with_replica_durability_a_failover_takes_back_no_202 runs the app with it",
+    ),
+    (
+        "cargo run --release -- serve",
+        "on the sentinels above; sentinel.rs runs the same app on private ones",
+    ),
+    (
         "cargo run --release -- demo --exit",
         "on the cluster of the loop above; cluster::a_two_instance_burst_on_sales_spread_over_three_masters_sells_each_unit_once runs a burst on such a cluster",
     ),
