@@ -66,7 +66,9 @@ impl AnswerKind {
     }
 }
 
-/// An answer's kind, and the order id when the buyer won.
+/// An answer's kind, and the order id when the buyer won (or, on a `503
+/// unconfirmed`, the order no replica confirmed in time: it may yet go
+/// through).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Classified {
     pub outcome: AnswerKind,
@@ -109,9 +111,15 @@ pub fn classify(status: u16, body: &[u8]) -> Classified {
         (409, Some("ended")) => AnswerKind::Ended,
         // `lock_lost`: the buyer's lock ran out before its commit and the
         // fence refused the write. Like `busy`: nothing taken, try again.
-        // `unconfirmed`: no replica confirmed the pass in time; the order
-        // it names may yet go through (see the verifier's limits).
-        (503, Some("busy" | "lock_lost" | "unconfirmed")) => AnswerKind::Busy,
+        (503, Some("busy" | "lock_lost")) => AnswerKind::Busy,
+        // No replica confirmed the pass in time: try again, like busy;
+        // the order it names, if any, may yet go through.
+        (503, Some("unconfirmed")) => {
+            return Classified {
+                outcome: AnswerKind::Busy,
+                order_id: body.order_id,
+            };
+        }
         _ => AnswerKind::Error,
     };
     Classified {

@@ -239,6 +239,7 @@ fn run_facts<R>(
             .chain(
                 run.samples
                     .iter()
+                    .filter(|s| s.outcome == AnswerKind::Won)
                     .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id))),
             )
             .collect(),

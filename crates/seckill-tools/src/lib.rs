@@ -96,6 +96,7 @@ impl Tool {
                          are not used: chaos starts servers of its own, which it kills and wipes"
                     );
                 }
+                let args = args.with_durability(given);
                 ExitCode::from(chaos::chaos(args).await?.exit_code())
             }
             // The bench's helper talks to an instance only.

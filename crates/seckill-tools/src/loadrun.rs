@@ -78,21 +78,25 @@ impl LoadTestCli {
     /// The chaos run `--faults` asks for, if it does.
     pub fn chaos(&self) -> Option<ChaosArgs> {
         let faults = self.faults.clone()?;
-        Some(ChaosArgs {
-            users: self.load.users,
-            stock: self.stock,
-            rate: self.load.rate.round().clamp(1.0, 100_000.0) as u32,
-            duration_secs: self.load.duration.map_or(30, |secs| secs.ceil() as u64),
-            faults,
-            seed: self.seed,
-            postgres_down_secs: 10,
-            report_dir: self
-                .load
-                .json
-                .as_ref()
-                .and_then(|path| path.parent())
-                .map_or_else(|| PathBuf::from("target/seckill-chaos"), PathBuf::from),
-        })
+        Some(
+            ChaosArgs {
+                users: self.load.users,
+                stock: self.stock,
+                rate: self.load.rate.round().clamp(1.0, 100_000.0) as u32,
+                duration_secs: self.load.duration.map_or(30, |secs| secs.ceil() as u64),
+                faults,
+                seed: self.seed,
+                postgres_down_secs: 10,
+                report_dir: self
+                    .load
+                    .json
+                    .as_ref()
+                    .and_then(|path| path.parent())
+                    .map_or_else(|| PathBuf::from("target/seckill-chaos"), PathBuf::from),
+                durability: Vec::new(),
+            }
+            .with_durability(&self.services),
+        )
     }
 }
 

@@ -210,6 +210,13 @@ impl PrivateRedis {
             }
             Role::Alone | Role::Sentinel { .. } => {}
         }
+        if !matches!(self.role, Role::Sentinel { .. }) {
+            // A replica that (re)connects is synced at once, not after
+            // Redis' default 5 s wait for others to share the transfer: a
+            // primary without its replica confirms nothing under
+            // `--redis-durability replica`. (A replica may be promoted.)
+            command.args(["--repl-diskless-sync-delay", "0"]);
+        }
         command
             .arg("--dir")
             .arg(self.dir.path())

@@ -23,9 +23,13 @@ pub(crate) enum Fault {
     RedisWipe,
     /// Hostile traffic beside the load: made-up ids, malformed bodies, oversized headers, half-open connections.
     Flood,
+    /// Not in the default run. Redis as a primary and a replica under three sentinels: the replica cut off, the primary killed with SIGKILL while orders flow, the replica promoted; the apps follow it without a restart. Keeps the promise with --redis-durability replica; with local, counts the 202s it takes back. Not with redis-kill or redis-wipe.
+    RedisFailover,
 }
 
 impl Fault {
+    /// The default run: every fault on one Redis (`RedisFailover` needs a
+    /// replicated one, and is asked for by name).
     pub(crate) const ALL: [Fault; 7] = [
         Fault::WorkerKill,
         Fault::AppKill,
@@ -45,6 +49,7 @@ impl Fault {
             Fault::RedisKill => "redis-kill",
             Fault::RedisWipe => "redis-wipe",
             Fault::Flood => "flood",
+            Fault::RedisFailover => "redis-failover",
         }
     }
 }
@@ -84,4 +89,25 @@ pub struct ChaosArgs {
     /// Where the JSON and HTML reports go.
     #[arg(long, default_value = "target/seckill-chaos")]
     pub(crate) report_dir: PathBuf,
+
+    /// What the instances' `202` waits for (`--redis-durability` and its
+    /// wait), as their environment: set from the command's own flags.
+    #[arg(skip)]
+    pub(crate) durability: Vec<(&'static str, String)>,
+}
+
+impl ChaosArgs {
+    /// The same run, whose instances answer as `given` says a `202` waits.
+    pub fn with_durability(mut self, given: &seckill_core::config::ServiceArgs) -> Self {
+        self.durability = given.durability_env().to_vec();
+        self
+    }
+
+    /// The durability the instances run with, by name.
+    pub(crate) fn durability_name(&self) -> &str {
+        self.durability
+            .iter()
+            .find(|(name, _)| *name == "SECKILL_REDIS_DURABILITY")
+            .map_or("local", |(_, value)| value.as_str())
+    }
 }

@@ -14,10 +14,11 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::Rig;
+use super::{Rig, RigRedis};
 use crate::chaos::Fault;
 use seckill_core::lock;
 use seckill_core::redis_pool::RedisConn;
+use seckill_devenv::services::PrivateRedis;
 
 /// How long the lock-holder pause keeps trying to catch app-2 holding the
 /// lock before its commit.
@@ -27,6 +28,8 @@ const PAUSE_LIMIT: Duration = Duration::from_secs(6);
 const RESUMED_WITHIN: Duration = Duration::from_secs(1);
 /// How long a stopped process's last requests take to reach Redis and run.
 const SETTLE: Duration = Duration::from_millis(10);
+/// How long the failover's primary takes orders its replica never gets.
+const CUT_OFF: Duration = Duration::from_millis(500);
 
 /// When a fault was in force.
 #[derive(Debug, Clone, Serialize)]
@@ -88,8 +91,9 @@ impl Rig {
                 format!("PostgreSQL down for {:?}", self.postgres_down)
             }
             Fault::RedisKill => {
-                tokio::task::block_in_place(|| self.redis.kill());
-                self.redis.restart().await?;
+                let redis = self.one_redis()?;
+                tokio::task::block_in_place(|| redis.kill());
+                redis.restart().await?;
                 "Redis killed with SIGKILL, restarted from its append-only file".to_owned()
             }
             Fault::RedisWipe => {
@@ -101,6 +105,7 @@ impl Rig {
                 )
             }
             Fault::Flood => self.flood(Duration::from_secs(2)).await?,
+            Fault::RedisFailover => self.fail_over().await?,
         };
         let end = epoch.elapsed();
         eprintln!("chaos: {} done: {note}", fault.as_str());
@@ -295,6 +300,61 @@ impl Rig {
             .context("counting jobs in flight")
     }
 
+    /// The one Redis server of a run without a replica.
+    fn one_redis(&mut self) -> anyhow::Result<&mut PrivateRedis> {
+        match &mut self.redis {
+            RigRedis::One(redis) => Ok(redis),
+            RigRedis::Replicated(_) => {
+                anyhow::bail!("this fault needs one Redis, not a primary and a replica")
+            }
+        }
+    }
+
+    /// The failover of a replicated Redis, while orders flow. The replica
+    /// is frozen (SIGSTOP) and its link cut (`CLIENT KILL TYPE replica` on
+    /// the primary), so that it falls [`CUT_OFF`] behind and cannot catch
+    /// up; then the primary is killed (SIGKILL), the replica goes on, the
+    /// sentinels promote it, and the old primary comes back from its
+    /// append-only file as the new primary's replica. What the primary
+    /// took during the cut is what a failover takes back: with
+    /// `--redis-durability replica` no buyer was told `202` for it (no
+    /// replica confirmed it), with `local` they were.
+    async fn fail_over(&mut self) -> anyhow::Result<String> {
+        let RigRedis::Replicated(sentinels) = &mut self.redis else {
+            anyhow::bail!("redis-failover needs a primary and a replica");
+        };
+        let primary = sentinels.primary().await?;
+        let replica = 1 - primary;
+        sentinels.pause(replica);
+        let cut = async {
+            let client = redis::Client::open(sentinels.node_url(primary))?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("replica")
+                .query_async::<()>(&mut conn)
+                .await
+        }
+        .await;
+        if let Err(error) = cut {
+            sentinels.resume(replica);
+            return Err(error).context("cutting the replica off");
+        }
+        tokio::time::sleep(CUT_OFF).await;
+        let killed = Instant::now();
+        tokio::task::block_in_place(|| sentinels.kill(primary));
+        sentinels.resume(replica);
+        sentinels.wait_for_failover(primary).await?;
+        let promoted_in = killed.elapsed();
+        sentinels.restart(primary).await?;
+        Ok(format!(
+            "the replica cut off for {CUT_OFF:?}, the primary killed with SIGKILL; \
+             the sentinels promoted the replica {:.1} s later; the old primary back as its replica",
+            promoted_in.as_secs_f64()
+        ))
+    }
+
     /// Restart Redis with no data. Every process is paused (SIGSTOP) around
     /// it, so that the ids read from the queue are exactly the ones on it.
     async fn wipe_redis(&mut self) -> anyhow::Result<Wiped> {
@@ -317,7 +377,10 @@ impl Rig {
         }
         .await;
         let wiped = match on_the_queue {
-            Ok(ids) => self.redis.wipe().await.map(|()| ids),
+            Ok(ids) => match self.one_redis() {
+                Ok(redis) => redis.wipe().await.map(|()| ids),
+                Err(error) => Err(error),
+            },
             Err(error) => Err(error),
         };
         for name in &names {

@@ -37,7 +37,7 @@ use seckill_core::redis_pool::RedisAt;
 use seckill_core::store::Store;
 use seckill_core::urls::with_database;
 use seckill_devenv::processes::{Deployment, Fleet, seckill_binary};
-use seckill_devenv::services::{PrivatePostgres, PrivateRedis};
+use seckill_devenv::services::{PrivatePostgres, PrivateRedis, PrivateRedisSentinel};
 
 pub use self::args::ChaosArgs;
 pub(crate) use self::args::Fault;
@@ -75,9 +75,16 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// fault's row.)
 const MAX_DROPPED_SHARE: f64 = 0.01;
 
+/// The Redis of the deployment: one durable server, or (for
+/// `redis-failover`) a primary and a replica under three sentinels.
+pub(crate) enum RigRedis {
+    One(PrivateRedis),
+    Replicated(PrivateRedisSentinel),
+}
+
 /// The deployment under test, and the sale.
 pub(crate) struct Rig {
-    redis: PrivateRedis,
+    redis: RigRedis,
     postgres: PrivatePostgres,
     store: Store,
     cluster: Fleet,
@@ -97,13 +104,28 @@ pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
     let started_at = Utc::now();
     let faults = schedule(&args);
     let gap = gap(&faults, &args)?;
-    let mut rig = Rig::start(&args).await?;
+    let replicated = faults.contains(&Fault::RedisFailover);
+    anyhow::ensure!(
+        !replicated
+            || !faults
+                .iter()
+                .any(|f| matches!(f, Fault::RedisKill | Fault::RedisWipe)),
+        "redis-failover runs on a primary with a replica; redis-kill and redis-wipe on one server: \
+         ask for them in separate runs"
+    );
+    let mut rig = Rig::start(&args, replicated).await?;
     eprintln!(
-        "chaos: {} buyers, {} units, {} purchases/s for {} s; faults in order: {}",
+        "chaos: {} buyers, {} units, {} purchases/s for {} s, on {} with --redis-durability {}; faults in order: {}",
         args.users,
         args.stock,
         args.rate,
         args.duration_secs,
+        if replicated {
+            "a primary, a replica and three sentinels"
+        } else {
+            "one Redis"
+        },
+        args.durability_name(),
         faults
             .iter()
             .map(|f| f.as_str())
@@ -173,6 +195,9 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
     match fault {
         Fault::WorkerKill | Fault::Flood => Duration::from_secs(2),
         Fault::AppKill | Fault::RedisKill | Fault::RedisWipe => Duration::from_secs(1),
+        // The replica cut off, the kill, the sentinels' promotion (about
+        // 2 s), the old primary back as a replica.
+        Fault::RedisFailover => Duration::from_secs(5),
         // Waiting for units on sale (a sold-out sale has no holder with
         // anything to write; unpaid units come back within the payment
         // window), then stopped until its lock runs out, and the refusal
@@ -231,14 +256,21 @@ fn verdict(run: &RunData, rows: &[FaultRow], checks: &[ChaosCheck]) -> Verdict {
 
 impl Rig {
     /// Start the servers, the processes and the sale.
-    async fn start(args: &ChaosArgs) -> anyhow::Result<Self> {
-        let redis = PrivateRedis::start_durable().await?;
+    async fn start(args: &ChaosArgs, replicated: bool) -> anyhow::Result<Self> {
+        let redis = if replicated {
+            RigRedis::Replicated(PrivateRedisSentinel::start().await?)
+        } else {
+            RigRedis::One(PrivateRedis::start_durable().await?)
+        };
         let postgres = PrivatePostgres::start().await?;
         let database_url = with_database(&postgres.url("postgres"), "seckill")?;
         seckill_devenv::services::ensure_database(&database_url).await?;
         let prefix = "chaos";
         let pg = seckill_core::store::connect_postgres(&database_url).await?;
-        let at = RedisAt::Server(redis.url());
+        let at = match &redis {
+            RigRedis::One(redis) => RedisAt::Server(redis.url()),
+            RigRedis::Replicated(sentinels) => sentinels.at(),
+        };
         let pool = seckill_core::redis_pool::connect_redis(&at, Duration::from_secs(5)).await?;
         let store = Store::new(pg, pool, prefix);
         let new = NewSale::builder("Chaos", i64::from(args.stock))
@@ -253,6 +285,10 @@ impl Rig {
                 "SECKILL_PAYMENT_WINDOW_SECS",
                 PAYMENT_WINDOW.as_secs().to_string(),
             );
+        let deployment = args
+            .durability
+            .iter()
+            .fold(deployment, |d, (name, value)| d.env(name, value.clone()));
         let mut cluster = Fleet::new(deployment);
         for name in ["app-1", "app-2"] {
             cluster.start_app(name, &["--no-worker"]).await?;

@@ -13,40 +13,27 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
     // holder, resumed, has about 250 ms left to read the reply that gave
     // it the lock (`chaos/faults.rs`).
     let _cores = crate::helpers::cores_alone().await;
-    let scratch = Scratch::new().await;
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let output = tokio::time::timeout(
+    let (output, report, page) = chaos_run(
+        &[
+            "--users",
+            "1600",
+            "--stock",
+            "1500",
+            "--rate",
+            "100",
+            "--duration-secs",
+            "24",
+            "--postgres-down-secs",
+            "2",
+            "--seed",
+            "7",
+        ],
         Duration::from_secs(240),
-        seckill_command(
-            &scratch,
-            &[
-                "chaos",
-                "--users",
-                "1600",
-                "--stock",
-                "1500",
-                "--rate",
-                "100",
-                "--duration-secs",
-                "24",
-                "--postgres-down-secs",
-                "2",
-                "--seed",
-                "7",
-                "--report-dir",
-                dir.path().to_str().expect("a UTF-8 path"),
-            ],
-            &[],
-        )
-        .output(),
     )
-    .await
-    .expect("the chaos run ends in time")
-    .expect("seckill chaos");
+    .await;
     let stdout = exited_0(&output);
     assert!(stdout.contains("verdict: PASS"), "{stdout}");
 
-    let report = report(dir.path());
     let rows = report["rows"].as_array().expect("rows");
     for fault in [
         "worker-kill",
@@ -89,7 +76,6 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
     assert_eq!(fence["ok"], true, "{fence}");
     assert!(checks.iter().all(|c| c["ok"] == true), "{stdout}");
     // The page: the timeline, each window shaded and named, the table.
-    let page = std::fs::read_to_string(dir.path().join("chaos.html")).expect("the HTML report");
     assert!(page.contains("<svg"), "no chart");
     for fault in ["redis-wipe", "postgres-down", "flood"] {
         assert!(
@@ -215,4 +201,100 @@ fn exited_0(output: &std::process::Output) -> String {
 fn report(dir: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("chaos.json")).expect("the JSON report"))
         .expect("JSON")
+}
+
+/// `seckill chaos <args> --report-dir <a temp dir>`, within `limit`;
+/// returns its output, its JSON report and its HTML page.
+async fn chaos_run(args: &[&str], limit: Duration) -> (std::process::Output, Value, String) {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let dir_arg = dir.path().to_str().expect("a UTF-8 path");
+    let all = [&["chaos"][..], args, &["--report-dir", dir_arg]].concat();
+    let output = tokio::time::timeout(limit, seckill_command(&scratch, &all, &[]).output())
+        .await
+        .expect("the chaos run ends in time")
+        .expect("seckill chaos");
+    let page = std::fs::read_to_string(dir.path().join("chaos.html")).expect("the HTML report");
+    (output, report(dir.path()), page)
+}
+
+/// `seckill chaos --fault redis-failover` on a primary, a replica and
+/// three sentinels, with `durability`; returns the exit code, stdout and
+/// the report.
+async fn failover_run(durability: &str) -> (Option<i32>, String, Value) {
+    let (output, report, _) = chaos_run(
+        &[
+            "--fault",
+            "redis-failover",
+            "--redis-durability",
+            durability,
+            // Units left throughout, so orders flow while the replica is
+            // cut off.
+            "--users",
+            "1200",
+            "--stock",
+            "1000",
+            "--rate",
+            "100",
+            "--duration-secs",
+            "12",
+        ],
+        Duration::from_secs(180),
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output.status.code(), stdout, report)
+}
+
+/// The failover's row: it saw load, and no `500`.
+fn failover_row(report: &Value, stdout: &str) -> Value {
+    let row = report["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|row| row["fault"] == "redis-failover")
+        .unwrap_or_else(|| panic!("no row for redis-failover: {stdout}"))
+        .clone();
+    assert!(row["requests"].as_u64() > Some(0), "no load: {row}");
+    assert_eq!(row["internal"], 0, "a 500 during the failover: {row}");
+    row
+}
+
+#[tokio::test]
+async fn a_failover_with_replica_durability_keeps_every_202() {
+    let (code, stdout, report) = failover_run("replica").await;
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("verdict: PASS"), "{stdout}");
+    let row = failover_row(&report, &stdout);
+    assert_eq!(row["ok"], true, "{row}");
+    let checks = report["checks"].as_array().expect("checks");
+    assert!(checks.iter().all(|c| c["ok"] == true), "{stdout}");
+}
+
+/// The same failover with `local`: what the primary answered while its
+/// replica was cut off is gone from Redis, and the run says so (a lost
+/// `202`, or units Redis would sell a second time) and exits 1.
+#[tokio::test]
+async fn a_failover_with_local_durability_breaks_the_promise_and_says_so() {
+    let (code, stdout, report) = failover_run("local").await;
+    assert_eq!(code, Some(1), "{stdout}");
+    failover_row(&report, &stdout);
+    let failed: Vec<&str> = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["ok"] == false)
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(
+        failed.iter().any(|name| {
+            [
+                "lost 202s (no Redis wipe in this run)",
+                "Redis stock = units - sold",
+                "Redis buyers = PostgreSQL buyers",
+            ]
+            .contains(name)
+        }),
+        "{failed:?}: {stdout}"
+    );
 }

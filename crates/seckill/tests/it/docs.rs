@@ -30,6 +30,10 @@ const ACCOUNTED: &[(&str, &str)] = &[
         "bench::the_bench_measures_each_row_beside_its_target runs every row on shorter settings; the whole bench takes about 10 minutes on two cores",
     ),
     (
+        "cargo run --release -- chaos --fault redis-failover",
+        "chaos::a_failover_with_replica_durability_keeps_every_202 and chaos::a_failover_with_local_durability_breaks_the_promise_and_says_so run both, shorter",
+    ),
+    (
         "cargo run --release -- chaos",
         "chaos::every_fault_keeps_the_promise_in_a_short_chaos_run runs every fault on a shorter schedule; the default run takes minutes",
     ),
