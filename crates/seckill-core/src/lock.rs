@@ -267,7 +267,7 @@ impl LockGuard {
 
     /// What [`LockGuard::release`] does, keeping the guard: [`HeldLocks`]
     /// keeps a guard whose release failed on the way to Redis, to try again.
-    async fn compare_and_delete<C: ConnectionLike + Send>(
+    pub(crate) async fn compare_and_delete<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
     ) -> redis::RedisResult<Release> {

@@ -276,6 +276,13 @@ async fn locked_section<C: ConnectionLike + Send>(
         // have run. Find out before answering, so that an order that was
         // taken is never answered with an error.
         Err(error) if failure::transient_redis(&error) => {
+            // The race this closes: the commit may still be on its way
+            // (the connection broke, or the reply timed out, before Redis
+            // ran it). Looked for now, it is not found, and the buyer is
+            // told 503; then it lands, while the lock is still ours, and
+            // takes the unit. Once the lock is not ours, it can only be
+            // refused by the fence; so make sure of that first.
+            close_the_fence(shop, guard).await;
             shop.after_a_lost_answer(&jobs, error).await?;
             Ok(Inside {
                 outcomes,
@@ -285,6 +292,28 @@ async fn locked_section<C: ConnectionLike + Send>(
             })
         }
         Err(error) => Err(error).context("committing purchases"),
+    }
+}
+
+/// Make sure `guard` no longer holds the lock: release it if it still
+/// does, on a connection of its own, trying again while Redis does not
+/// answer. A lock taken before this call has run out one TTL after it
+/// anyway, so that is as long as it tries.
+async fn close_the_fence(shop: &Shop, guard: &LockGuard) {
+    let deadline = tokio::time::Instant::now() + shop.settings.lock_ttl();
+    loop {
+        let released = match shop.store.redis().await {
+            Ok(mut conn) => guard
+                .compare_and_delete(&mut conn)
+                .await
+                .map_err(anyhow::Error::from),
+            Err(error) => Err(error),
+        };
+        match released {
+            Ok(_) => return,
+            Err(_) if tokio::time::Instant::now() >= deadline => return,
+            Err(_) => tokio::time::sleep(super::LOOKUP_RETRY).await,
+        }
     }
 }
 

@@ -51,7 +51,7 @@ use crate::store::{self, Snapshot, Store};
 /// whether its order was taken (a Redis restart takes a moment), and the
 /// pause between two tries.
 const LOOKUP_LIMIT: Duration = Duration::from_secs(3);
-const LOOKUP_RETRY: Duration = Duration::from_millis(100);
+pub(super) const LOOKUP_RETRY: Duration = Duration::from_millis(100);
 
 /// How a purchase ended. Business outcomes, not errors: each maps to one
 /// HTTP status in `web::api`.

@@ -184,27 +184,8 @@ async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty
 #[tokio::test]
 async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
     let scratch = Scratch::new().await;
-    // redis://host:port[/db] -> host:port
-    let upstream = scratch
-        .redis_url()
-        .split('/')
-        .nth(2)
-        .expect("host and port")
-        .to_owned();
-    // The commit goes out as EVALSHA of the script's hash, or as EVAL of
-    // its text when Redis does not have it cached yet.
-    let commit = redis::Script::new(concat!(
-        include_str!("../../../seckill-core/src/lua/queue_lib.lua"),
-        include_str!("../../../seckill-core/src/lua/purchase_commit.lua")
-    ));
-    let proxy = LoseOneAnswer::start(
-        upstream,
-        vec![
-            commit.get_hash().as_bytes().to_vec(),
-            b"purchase_commit.lua".to_vec(),
-        ],
-    )
-    .await;
+    let (upstream, needles) = commit_on_its_way(&scratch);
+    let proxy = LoseOneAnswer::start(upstream, needles).await;
     let app = spawn_app_on(
         scratch,
         Options {
@@ -235,4 +216,69 @@ async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
         409,
         "ann bought twice"
     );
+}
+
+/// The upstream (`host:port`) of the scratch Redis, and what the purchase
+/// commit looks like on the wire: `EVALSHA` of the script's hash, or
+/// `EVAL` of its text when Redis does not have it cached yet.
+fn commit_on_its_way(scratch: &Scratch) -> (String, Vec<Vec<u8>>) {
+    // redis://host:port[/db] -> host:port
+    let upstream = scratch
+        .redis_url()
+        .split('/')
+        .nth(2)
+        .expect("host and port")
+        .to_owned();
+    let commit = redis::Script::new(concat!(
+        include_str!("../../../seckill-core/src/lua/queue_lib.lua"),
+        include_str!("../../../seckill-core/src/lua/purchase_commit.lua")
+    ));
+    (
+        upstream,
+        vec![
+            commit.get_hash().as_bytes().to_vec(),
+            b"purchase_commit.lua".to_vec(),
+        ],
+    )
+}
+
+/// The connection breaks while the commit is still on its way to Redis: it
+/// arrives after the buyer was answered. Without the fence closed first,
+/// the lookup finds nothing, the buyer is told `503`, and the late commit
+/// then takes the unit while the lock is still held: an order nobody was
+/// told about, and `409 already_purchased` on the retry. The pass releases
+/// its lock before it looks, so the late commit finds the lock gone and
+/// writes nothing.
+#[tokio::test]
+async fn a_commit_still_on_its_way_when_the_buyer_is_answered_can_no_longer_land() {
+    let scratch = Scratch::new().await;
+    let (upstream, needles) = commit_on_its_way(&scratch);
+    // Late by a second: well after the lookup, well within the lock's 2 s.
+    let proxy = LoseOneAnswer::delaying(upstream, needles, Duration::from_secs(1)).await;
+    let app = spawn_app_on(
+        scratch,
+        Options {
+            app_redis: Some(RedisAt::Server(proxy.url.clone())),
+            ..Options::default()
+        },
+    )
+    .await;
+    let sale = app.create_sale(5).await;
+
+    let response = app.purchase(sale, "ann").await;
+    assert_eq!(proxy.answers_lost(), 1, "the commit was not held");
+    assert_eq!(
+        response.status(),
+        503,
+        "nothing was taken when ann was answered"
+    );
+    assert_eq!(response.headers()["retry-after"], "1");
+
+    // The held commit has reached Redis by now, and written nothing.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(app.redis_buyers(sale).await, Vec::<String>::new());
+    assert_eq!(app.redis_stock(sale).await, Some(5));
+    assert_eq!(app.queue_stats(sale).await, QueueStats::default());
+    let retry = app.purchase(sale, "ann").await;
+    assert_eq!(retry.status(), 202, "ann's retry is her first purchase");
 }

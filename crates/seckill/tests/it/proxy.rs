@@ -5,6 +5,11 @@
 //! contains the needle. That request is forwarded to the server; the reply
 //! is swallowed and the client's connection is closed, once. Every other
 //! connection, before and after, is passed through untouched.
+//!
+//! Started with [`LoseOneAnswer::delaying`], the request is held instead:
+//! the client's connection is closed at once, and the request reaches the
+//! server only after the delay (a command still on its way when its sender
+//! gave up on it).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -24,6 +29,16 @@ impl LoseOneAnswer {
     /// Proxy to `upstream` (`host:port`), losing the answer to the first
     /// request containing any of `needles`.
     pub async fn start(upstream: String, needles: Vec<Vec<u8>>) -> Self {
+        Self::start_with(upstream, needles, None).await
+    }
+
+    /// Proxy to `upstream`, holding the first request containing any of
+    /// `needles` for `delay` after closing its client's connection.
+    pub async fn delaying(upstream: String, needles: Vec<Vec<u8>>, delay: Duration) -> Self {
+        Self::start_with(upstream, needles, Some(delay)).await
+    }
+
+    async fn start_with(upstream: String, needles: Vec<Vec<u8>>, delay: Option<Duration>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("redis://{}", listener.local_addr().expect("address"));
         let cut = Arc::new(AtomicU32::new(0));
@@ -41,6 +56,7 @@ impl LoseOneAnswer {
                     needles.clone(),
                     armed.clone(),
                     counter.clone(),
+                    delay,
                 ));
             }
         });
@@ -59,6 +75,7 @@ async fn pass(
     needles: Arc<Vec<Vec<u8>>>,
     armed: Arc<AtomicBool>,
     cut: Arc<AtomicU32>,
+    delay: Option<Duration>,
 ) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
@@ -95,6 +112,18 @@ async fn pass(
         if fatal {
             muted.store(true, Ordering::SeqCst);
             cut.fetch_add(1, Ordering::SeqCst);
+        }
+        if let (true, Some(delay)) = (fatal, delay) {
+            // The client's connection closes now; the request is sent
+            // late, on the server connection, which stays open for it.
+            replies.abort();
+            let request = request.to_vec();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = server_write.write_all(&request).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            });
+            return;
         }
         if server_write.write_all(request).await.is_err() {
             break;
