@@ -186,14 +186,7 @@ async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
     let scratch = Scratch::new().await;
     let (upstream, needles) = commit_on_its_way(&scratch);
     let proxy = LoseOneAnswer::start(upstream, needles).await;
-    let app = spawn_app_on(
-        scratch,
-        Options {
-            app_redis: Some(RedisAt::Server(proxy.url.clone())),
-            ..Options::default()
-        },
-    )
-    .await;
+    let app = app_through(scratch, &proxy).await;
     let sale = app.create_sale(5).await;
 
     let response = app.purchase(sale, "ann").await;
@@ -216,6 +209,18 @@ async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
         409,
         "ann bought twice"
     );
+}
+
+/// An app on `scratch` whose Redis connections go through `proxy`.
+async fn app_through(scratch: Scratch, proxy: &LoseOneAnswer) -> crate::helpers::TestApp {
+    spawn_app_on(
+        scratch,
+        Options {
+            app_redis: Some(RedisAt::Server(proxy.url.clone())),
+            ..Options::default()
+        },
+    )
+    .await
 }
 
 /// The upstream (`host:port`) of the scratch Redis, and what the purchase
@@ -255,14 +260,7 @@ async fn a_commit_still_on_its_way_when_the_buyer_is_answered_can_no_longer_land
     let (upstream, needles) = commit_on_its_way(&scratch);
     // Late by a second: well after the lookup, well within the lock's 2 s.
     let proxy = LoseOneAnswer::delaying(upstream, needles, Duration::from_secs(1)).await;
-    let app = spawn_app_on(
-        scratch,
-        Options {
-            app_redis: Some(RedisAt::Server(proxy.url.clone())),
-            ..Options::default()
-        },
-    )
-    .await;
+    let app = app_through(scratch, &proxy).await;
     let sale = app.create_sale(5).await;
 
     let response = app.purchase(sale, "ann").await;
