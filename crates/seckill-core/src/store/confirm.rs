@@ -25,6 +25,7 @@ use sqlx::{Acquire, Postgres, Transaction};
 use super::{Store, schema};
 use crate::config::WorkerSettings;
 use crate::domain::{OrderJob, RejectReason};
+use crate::keys::SaleKeys;
 
 /// What became of one order job in PostgreSQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +47,15 @@ pub enum Confirmation {
     /// Nothing written: the sale was loaded into Redis again after the
     /// batch was reserved, so the batch's orders belong to a Redis that
     /// lost them (a wipe), and the new one sells their units again.
-    Superseded,
+    /// `recorded` is the epoch PostgreSQL held when it refused (the one a
+    /// repair may write over, `Store::record_load_epoch`).
+    Superseded { recorded: Option<String> },
+}
+
+/// A batch's transaction behind the load's fence, or the fence's refusal.
+enum Fenced {
+    Open(Transaction<'static, Postgres>),
+    Closed { recorded: Option<String> },
 }
 
 /// What the `postgres` strategy's transaction decided.
@@ -79,8 +88,9 @@ impl Store {
             return Ok(Confirmation::Written(Vec::new()));
         };
         let window_secs = settings.payment_window().as_secs_f64();
-        let Some(mut tx) = self.fenced(first.sale_id, settings, epoch).await? else {
-            return Ok(Confirmation::Superseded);
+        let mut tx = match self.fenced(first.sale_id, settings, epoch).await? {
+            Fenced::Open(tx) => tx,
+            Fenced::Closed { recorded } => return Ok(Confirmation::Superseded { recorded }),
         };
         if let Some(written) = confirm_all(&mut tx, orders, window_secs).await? {
             tx.commit().await?;
@@ -90,8 +100,9 @@ impl Store {
         // back. The second try takes the fence again (a load may have come
         // in between) and finds which orders to refuse.
         tx.rollback().await?;
-        let Some(mut tx) = self.fenced(first.sale_id, settings, epoch).await? else {
-            return Ok(Confirmation::Superseded);
+        let mut tx = match self.fenced(first.sale_id, settings, epoch).await? {
+            Fenced::Open(tx) => tx,
+            Fenced::Closed { recorded } => return Ok(Confirmation::Superseded { recorded }),
         };
         let mut written = Vec::with_capacity(orders.len());
         for order in orders {
@@ -102,7 +113,7 @@ impl Store {
     }
 
     /// A transaction for a batch of `sale_id`, behind the load's fence:
-    /// `None`, with nothing written, when the sale was loaded into Redis
+    /// closed, with nothing written, when the sale was loaded into Redis
     /// again since the batch was reserved (`epoch`, see
     /// [`Store::confirm_orders`]).
     async fn fenced(
@@ -110,7 +121,7 @@ impl Store {
         sale_id: i64,
         settings: &WorkerSettings,
         epoch: Option<&str>,
-    ) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
+    ) -> Result<Fenced, sqlx::Error> {
         // Each statement ends well inside the batch's lease (see
         // `WorkerSettings::statement_timeout`), for this transaction only;
         // sent with the BEGIN, in one round trip. (A number of our own, not
@@ -128,9 +139,28 @@ impl Store {
                 .fetch_one(&mut *tx)
                 .await?;
         if recorded.is_some() && recorded.as_deref() != epoch {
-            return Ok(None);
+            return Ok(Fenced::Closed { recorded });
         }
-        Ok(Some(tx))
+        // And Redis' epoch, read under the same row lock: a load that
+        // wrote Redis and then failed to record its epoch here (a reply
+        // timeout, a failed COMMIT) left PostgreSQL's record as the batch
+        // saw it, while the new Redis sells the batch's units again. No
+        // load can run while the row is locked, so what Redis says now
+        // holds until the commit. (Redis not answering is "try again".)
+        if epoch.is_some() {
+            let keys = SaleKeys::new(self.prefix(), sale_id);
+            let now = match self.redis().await {
+                Ok(mut conn) => super::sales::epoch(&mut conn, &keys).await,
+                Err(error) => Err(error),
+            }
+            .map_err(|error| sqlx::Error::Io(std::io::Error::other(format!("{error:#}"))))?;
+            // No epoch at all: Redis lost the sale and nobody loaded it
+            // yet; a load comes after this commit, and counts it.
+            if now.is_some() && now.as_deref() != epoch {
+                return Ok(Fenced::Closed { recorded });
+            }
+        }
+        Ok(Fenced::Open(tx))
     }
 
     /// The `postgres` strategy's whole purchase, in one transaction: take a

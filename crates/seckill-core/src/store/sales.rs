@@ -182,16 +182,28 @@ impl Store {
         })
     }
 
-    /// Record `epoch` as the sale's load epoch: for a worker that found
-    /// PostgreSQL's record behind Redis' (a load whose last step failed).
-    pub(crate) async fn record_load_epoch(&self, sale_id: i64, epoch: &str) -> anyhow::Result<()> {
-        sqlx::query("UPDATE sales SET load_epoch = $2 WHERE id = $1")
-            .bind(sale_id)
-            .bind(epoch)
-            .execute(&self.pg)
-            .await
-            .context("recording a sale's load epoch")?;
-        Ok(())
+    /// Record `epoch` as the sale's load epoch, over `over` only: for a
+    /// worker that found PostgreSQL's record (`over`) behind Redis' (a
+    /// load whose last step failed). Returns whether it wrote. The race the
+    /// comparison closes: a load completes between the worker's refusal
+    /// and this write; written over, its newer epoch would let a batch
+    /// reserved before it through PostgreSQL's half of the fence.
+    pub async fn record_load_epoch(
+        &self,
+        sale_id: i64,
+        epoch: &str,
+        over: Option<&str>,
+    ) -> anyhow::Result<bool> {
+        let written = sqlx::query(
+            "UPDATE sales SET load_epoch = $2 WHERE id = $1 AND load_epoch IS NOT DISTINCT FROM $3",
+        )
+        .bind(sale_id)
+        .bind(epoch)
+        .bind(over)
+        .execute(&self.pg)
+        .await
+        .context("recording a sale's load epoch")?;
+        Ok(written.rows_affected() == 1)
     }
 
     /// The ids of all sales, oldest first: the worker's round.

@@ -195,14 +195,14 @@ impl Worker {
             .observe(committing.elapsed().as_secs_f64());
         let written = match confirmed {
             Ok(Confirmation::Written(written)) => written,
-            Ok(Confirmation::Superseded) => {
+            Ok(Confirmation::Superseded { recorded }) => {
                 let under = Under {
                     sale_id,
                     keys: &keys,
                     epoch: epoch.as_deref(),
                 };
                 return self
-                    .superseded(&mut conn, under, &queue, report, &reserved)
+                    .superseded(&mut conn, under, recorded, &queue, report, &reserved)
                     .await;
             }
             // PostgreSQL down, or refusing work for a while, is not the
@@ -280,6 +280,7 @@ impl Worker {
         &self,
         conn: &mut RedisConn,
         under: Under<'_>,
+        recorded: Option<String>,
         queue: &Queue,
         mut report: BatchReport,
         jobs: &[Reserved],
@@ -288,7 +289,9 @@ impl Worker {
         match now.as_deref() {
             Some(now) if Some(now) == under.epoch => {
                 tracing::warn!("PostgreSQL missed the sale's last load epoch; recording it");
-                self.store.record_load_epoch(under.sale_id, now).await?;
+                self.store
+                    .record_load_epoch(under.sale_id, now, recorded.as_deref())
+                    .await?;
             }
             _ => {
                 tracing::warn!(
@@ -360,9 +363,9 @@ impl Worker {
                     self.schedule_deadlines(conn, one, &written).await?;
                     queue.ack(conn, std::slice::from_ref(job)).await?;
                 }
-                Ok(Confirmation::Superseded) => {
+                Ok(Confirmation::Superseded { recorded }) => {
                     return self
-                        .superseded(conn, under, queue, report, &reserved[i..])
+                        .superseded(conn, under, recorded, queue, report, &reserved[i..])
                         .await;
                 }
                 Err(error) if failure::transient_postgres(&error) => {

@@ -122,3 +122,63 @@ async fn a_load_epoch_postgres_missed_is_recorded_and_the_batch_written() {
     assert_eq!(app.sold(sale).await, 1);
     assert_eq!(app.queue_stats(sale).await, QueueStats::default());
 }
+
+/// A load after the wipe wrote Redis and then failed to record its epoch
+/// in PostgreSQL (a reply timeout, a failed `COMMIT`): PostgreSQL still
+/// holds the epoch the batch was reserved under. The new Redis sells the
+/// batch's units again all the same, so the batch must not be written:
+/// the fence compares the batch's epoch with Redis' too, under the row
+/// lock that keeps loads out.
+#[tokio::test]
+async fn a_batch_is_not_written_after_a_load_whose_epoch_postgres_missed() {
+    let (app, sale, held) = a_batch_held_through_a_wipe().await;
+    let before: Option<String> = sqlx::query_scalar("SELECT load_epoch FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&app.pg)
+        .await
+        .expect("the epoch");
+    let loading = app.begin_load(sale).await;
+    assert!(app.finish_load(loading).await, "the load wrote Redis");
+    // Its record in PostgreSQL is undone: as if it had failed.
+    sqlx::query("UPDATE sales SET load_epoch = $2 WHERE id = $1")
+        .bind(sale)
+        .bind(&before)
+        .execute(&app.pg)
+        .await
+        .expect("UPDATE");
+
+    let report = app.worker.write_batch(held).await.expect("write");
+    assert_eq!((report.confirmed, report.superseded), (0, 2));
+    assert_the_batch_went_with_the_wipe(&app, sale).await;
+}
+
+/// The repair of a missed epoch records Redis' epoch only over the one
+/// PostgreSQL held when the batch was refused: a load that completed
+/// meanwhile is never written over with an older epoch.
+#[tokio::test]
+async fn the_repair_of_a_missed_epoch_never_writes_over_a_newer_load() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    let epoch = |pg: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, Option<String>>("SELECT load_epoch FROM sales WHERE id = $1")
+            .bind(sale)
+            .fetch_one(&pg)
+            .await
+            .expect("the epoch")
+    };
+    let newer = epoch(app.pg.clone()).await.expect("the sale's load epoch");
+    let stale = app
+        .store
+        .record_load_epoch(sale, "older", Some("what-the-worker-saw"))
+        .await
+        .expect("a repair");
+    assert!(!stale, "a repair over an epoch it did not see");
+    assert_eq!(epoch(app.pg.clone()).await.as_deref(), Some(newer.as_str()));
+    let repaired = app
+        .store
+        .record_load_epoch(sale, "redis-epoch", Some(&newer))
+        .await
+        .expect("a repair");
+    assert!(repaired);
+    assert_eq!(epoch(app.pg.clone()).await.as_deref(), Some("redis-epoch"));
+}
