@@ -21,6 +21,9 @@
 //! - **past one Redis** (`cluster.rs`): accepted purchases per second on
 //!   three sales at once, on the one Redis and on a private 3-master
 //!   cluster, one sale per master;
+//! - **what a replica costs** (`replica.rs`): accepted purchases per
+//!   second on one sale with `--redis-durability replica` against `local`,
+//!   on a private primary and replica, alternated;
 //! - **an idle worker's delay**: purchases one at a time on an instance
 //!   with its worker in-process, from the `202` to the order found
 //!   confirmed in PostgreSQL (polled every millisecond): the p50;
@@ -39,6 +42,7 @@ mod cluster;
 mod holder;
 mod lua;
 mod pages;
+mod replica;
 mod wrk;
 
 pub(crate) use args::{BenchArgs, BenchRows};
@@ -166,6 +170,10 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
     if wanted(BenchRows::Cluster) {
         eprintln!("bench: 3 sales on 1 Redis, then on a 3-master cluster");
         rows.push(cluster::spread_over_masters(args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Replica) {
+        eprintln!("bench: one sale with --redis-durability replica, then local, alternated");
+        rows.push(replica::replica_against_local(args, services, &store, &token).await?);
     }
     if wanted(BenchRows::Drain) {
         eprintln!("bench: the worker's drain");

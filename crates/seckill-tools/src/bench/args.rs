@@ -47,6 +47,8 @@ pub(crate) enum BenchRows {
     Accepted,
     /// Three sales on one Redis, then on a 3-master cluster.
     Cluster,
+    /// One sale with --redis-durability replica against local, on a private primary and replica.
+    Replica,
     /// The worker's drain against one bulk INSERT.
     Drain,
     /// An idle worker's delay from a 202 to the order confirmed.

@@ -38,7 +38,7 @@ pub(super) async fn spread_over_masters(
         sales
             .push(loadrun::create_sale(store, &format!("Bench one {n}"), UNITS, Some(3600)).await?);
     }
-    let one = accepted(args, services, &services.redis, store, token, &sales).await?;
+    let one = accepted(args, services, (&services.redis, &[]), store, token, &sales).await?;
 
     let redis = PrivateRedisCluster::start(SALES).await?;
     let pool =
@@ -46,7 +46,15 @@ pub(super) async fn spread_over_masters(
             .await?;
     let on_cluster = Store::new(store.pg().clone(), pool, store.prefix());
     let sales = one_sale_per_master(&redis, &on_cluster).await?;
-    let spread = accepted(args, services, &redis.at(), &on_cluster, token, &sales).await?;
+    let spread = accepted(
+        args,
+        services,
+        (&redis.at(), &[]),
+        &on_cluster,
+        token,
+        &sales,
+    )
+    .await?;
     Ok(Row {
         figure: "accepted purchases/s, lock, 3 sales at once: 3-master cluster vs 1 Redis",
         measured: format!("{spread:.0}/s vs {one:.0}/s ({:.2}x)", spread / one),
@@ -75,18 +83,21 @@ async fn one_sale_per_master(
     anyhow::bail!("64 sales and still a master without one")
 }
 
-/// 2 `lock` instances (and their worker) on `redis`, a closed load on every
-/// sale at once for `--secs`: accepted purchases per second, summed.
-async fn accepted(
+/// 2 `lock` instances (and their worker) on `redis`, with `env` set on
+/// them too, a closed load on every sale at once for `--secs`: accepted
+/// purchases per second, summed.
+pub(super) async fn accepted(
     args: &BenchArgs,
     services: &Services,
-    redis: &RedisAt,
+    (redis, env): (&RedisAt, &[(&str, &str)]),
     store: &Store,
     token: &str,
     sales: &[i64],
 ) -> anyhow::Result<f64> {
-    let deployment =
-        super::deployment(services, store.prefix(), Strategy::Lock, token)?.on_redis(redis);
+    let deployment = env.iter().fold(
+        super::deployment(services, store.prefix(), Strategy::Lock, token)?.on_redis(redis),
+        |deployment, (name, value)| deployment.env(name, *value),
+    );
     let cluster = Fleet::start(deployment, "bench-spread", 2).await?;
     let load = super::closed_load(args.secs, CONNECTIONS);
     let runs = sales.iter().map(|&sale_id| {

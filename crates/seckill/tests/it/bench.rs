@@ -39,6 +39,7 @@ async fn the_bench_measures_each_row_beside_its_target() {
         "accepted purchases/s on one sale, lock",
         "accepted purchases/s on one sale, lua / redis-benchmark running the script",
         "accepted purchases/s, lock, 3 sales at once: 3-master cluster vs 1 Redis",
+        "accepted purchases/s on one sale, lock: --redis-durability replica vs local",
         "worker drain into PostgreSQL, orders/s",
         "worker drain / one server-side INSERT of as many rows",
         "idle worker: 202 to order confirmed, p50",
