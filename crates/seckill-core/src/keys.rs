@@ -34,9 +34,11 @@ pub struct SaleKeys {
     /// Pub/sub channel (not a key) on which every change of the units left
     /// is published, as the new number of units left.
     pub events: String,
-    /// `STRING`: a fresh random id written by every load of the sale from
-    /// PostgreSQL (`lua/sale_load.lua`). A worker that sees it change while
-    /// it holds a batch knows a load may have missed the batch's orders.
+    /// `STRING`: `db:<database id>:<random>`, fresh for every load of the
+    /// sale from PostgreSQL (`lua/sale_load.lua`). A worker that sees it
+    /// change while it holds a batch knows a load may have missed the
+    /// batch's orders; a load that finds another database named in it
+    /// clears the sale's keys first.
     pub(crate) epoch: String,
     /// `STRING`: commits the fence refused (a holder whose lock had run out
     /// tried to write; `lua/purchase_commit.lua`). Only grows; the proof,

@@ -1,19 +1,25 @@
--- sale_load.lua: put a sale's stock and buyers into Redis, unless they are there.
+-- sale_load.lua: put a sale's stock and buyers into Redis, unless they are
+-- there, loaded from this database.
 --
 -- KEYS[1]  the sale's stock key
 -- KEYS[2]  the sale's buyers set
 -- KEYS[3]  the sale's load epoch
+-- KEYS[4..] the sale's other keys that hold its state (lock, queues,
+--          returned orders, answers): cleared with the rest when the
+--          sale in Redis was loaded from another database
 -- ARGV[1]  units left according to PostgreSQL (stock_total - sold)
--- ARGV[2]  a fresh random id for this load (the new epoch)
--- ARGV[3..] user ids PostgreSQL holds an order for
+-- ARGV[2]  a fresh id for this load (the new epoch): "db:<database id>:<random>"
+-- ARGV[3]  "db:<database id>:", what every epoch of this database starts with
+-- ARGV[4..] user ids PostgreSQL holds an order for
 --
 -- Returns 1 if the sale was loaded, 0 if Redis already had it.
 --
--- Called when a sale is created, and again whenever a purchase finds the
--- stock key missing (Redis was restarted without persistence). Two instances
--- may find it missing at the same moment; because the check and the writes
--- are one script, only the first load happens and the second cannot reset a
--- stock that purchases have already decremented.
+-- Called when a sale is created, when a process first sees a sale, and
+-- whenever a purchase finds the stock key missing (Redis was restarted
+-- without persistence). Two instances may find it missing at the same
+-- moment; because the check and the writes are one script, only the first
+-- load happens and the second cannot reset a stock that purchases have
+-- already decremented.
 --
 -- Every load writes a new epoch, here and (in the same PostgreSQL
 -- transaction that read the figures, holding the sale's row) in
@@ -21,14 +27,29 @@
 -- when Redis is wiped; a load reads PostgreSQL, where the batch is not
 -- committed yet, so the new stock counts its units as unsold and its buyers
 -- as free to buy. The worker read the epoch before it reserved; its commit
--- compares it with PostgreSQL's under the same row lock and, finding a
--- newer load, writes nothing (see `Store::confirm_orders`).
-if redis.call('EXISTS', KEYS[1]) == 1 then
+-- compares it with PostgreSQL's and Redis' under the same row lock and,
+-- finding a newer load, writes nothing (see `Store::confirm_orders`).
+--
+-- The epoch also names the database (migrations/*_database_identity.sql).
+-- A sale whose epoch names another one is another database's sale 1 under
+-- the same prefix: its keys are cleared and it is loaded from here. An
+-- epoch that names no database (written before identities existed) is
+-- taken as this database's.
+local epoch = redis.call('GET', KEYS[3])
+local ours = ARGV[3]
+local foreign = epoch and string.sub(epoch, 1, 3) == 'db:'
+  and string.sub(epoch, 1, #ours) ~= ours
+if redis.call('EXISTS', KEYS[1]) == 1 and not foreign then
   return 0
+end
+if foreign then
+  for i = 1, #KEYS do
+    redis.call('DEL', KEYS[i])
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2])
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   redis.call('SADD', KEYS[2], ARGV[i])
 end
 return 1

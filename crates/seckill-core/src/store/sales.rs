@@ -182,7 +182,8 @@ impl Store {
         })
     }
 
-    /// Record `epoch` as the sale's load epoch, over `over` only: for a
+    /// Record `epoch` as the sale's load epoch, over `over` only, and only
+    /// an epoch of this database (`database_identity`): for a
     /// worker that found PostgreSQL's record (`over`) behind Redis' (a
     /// load whose last step failed). Returns whether it wrote. The race the
     /// comparison closes: a load completes between the worker's refusal
@@ -194,8 +195,13 @@ impl Store {
         epoch: &str,
         over: Option<&str>,
     ) -> anyhow::Result<bool> {
+        // Nor an epoch another database drew (a deployment sharing this
+        // Redis and prefix): its orders are not this database's.
         let written = sqlx::query(
-            "UPDATE sales SET load_epoch = $2 WHERE id = $1 AND load_epoch IS NOT DISTINCT FROM $3",
+            "UPDATE sales SET load_epoch = $2
+             WHERE id = $1 AND load_epoch IS NOT DISTINCT FROM $3
+               AND ($2 NOT LIKE 'db:%'
+                    OR $2 LIKE 'db:' || (SELECT id::text FROM database_identity) || ':%')",
         )
         .bind(sale_id)
         .bind(epoch)
@@ -346,6 +352,9 @@ pub(crate) async fn load_into_redis<C: ConnectionLike + Send>(
 pub struct Loading {
     tx: sqlx::Transaction<'static, sqlx::Postgres>,
     sale_id: i64,
+    /// This database's identity (`database_identity`), written into the
+    /// epoch.
+    database: String,
     /// What PostgreSQL holds.
     pub loadable: Loadable,
 }
@@ -369,9 +378,14 @@ pub async fn begin_load(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loading> {
     .fetch_all(&mut *tx)
     .await
     .context("reading a sale's buyers")?;
+    let database: String = sqlx::query_scalar("SELECT id::text FROM database_identity")
+        .fetch_one(&mut *tx)
+        .await
+        .context("reading the database's identity")?;
     Ok(Loading {
         tx,
         sale_id,
+        database,
         loadable: Loadable { stock_left, buyers },
     })
 }
@@ -386,13 +400,21 @@ impl Loading {
         prefix: &str,
     ) -> anyhow::Result<bool> {
         let keys = SaleKeys::new(prefix, self.sale_id);
-        let epoch = uuid::Uuid::new_v4().simple().to_string();
-        let loaded: i64 = LOAD
-            .key(&keys.stock)
-            .key(&keys.buyers)
-            .key(&keys.epoch)
+        let ours = format!("db:{}:", self.database);
+        let epoch = format!("{ours}{}", uuid::Uuid::new_v4().simple());
+        let mut load = LOAD.prepare_invoke();
+        load.key(&keys.stock).key(&keys.buyers).key(&keys.epoch);
+        for key in [keys.lock.as_str(), &keys.returned, &keys.answers]
+            .into_iter()
+            .chain(keys.queue.all())
+            .chain(keys.deadlines.all())
+        {
+            load.key(key);
+        }
+        let loaded: i64 = load
             .arg(self.loadable.stock_left)
             .arg(&epoch)
+            .arg(&ours)
             .arg(&self.loadable.buyers)
             .invoke_async(redis)
             .await

@@ -17,6 +17,7 @@ mod docs;
 mod faults;
 mod helpers;
 mod hostile;
+mod identity;
 mod lab;
 mod layers;
 mod live;

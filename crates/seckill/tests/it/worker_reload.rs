@@ -153,8 +153,9 @@ async fn a_batch_is_not_written_after_a_load_whose_epoch_postgres_missed() {
 }
 
 /// The repair of a missed epoch records Redis' epoch only over the one
-/// PostgreSQL held when the batch was refused: a load that completed
-/// meanwhile is never written over with an older epoch.
+/// PostgreSQL held when the batch was refused (a load that completed
+/// meanwhile is never written over with an older epoch), and only an epoch
+/// of this database.
 #[tokio::test]
 async fn the_repair_of_a_missed_epoch_never_writes_over_a_newer_load() {
     let app = spawn_app().await;
@@ -174,6 +175,21 @@ async fn the_repair_of_a_missed_epoch_never_writes_over_a_newer_load() {
         .expect("a repair");
     assert!(!stale, "a repair over an epoch it did not see");
     assert_eq!(epoch(app.pg.clone()).await.as_deref(), Some(newer.as_str()));
+    // Nor one another database drew, sharing this Redis and prefix.
+    let foreign = app
+        .store
+        .record_load_epoch(
+            sale,
+            &format!("db:{}:x", uuid::Uuid::new_v4()),
+            Some(&newer),
+        )
+        .await
+        .expect("a repair");
+    assert!(!foreign, "a repair with another database's epoch");
+    assert!(
+        newer.starts_with("db:"),
+        "{newer}: an epoch names its database"
+    );
     let repaired = app
         .store
         .record_load_epoch(sale, "redis-epoch", Some(&newer))
