@@ -18,6 +18,11 @@ pub struct SaleKeys {
     pub stock: String,
     /// `SET`: user ids that hold a unit of this sale (pending or confirmed).
     pub buyers: String,
+    /// `HASH` user id -> order id: the order each buyer's unit belongs to,
+    /// written with the buyer by the safe paths (`lua/purchase_commit.lua`,
+    /// `lua/purchase_lua.lua`, `lua/sale_load.lua`), so that only that
+    /// order's return takes the unit back (`lua/unit_return.lua`).
+    pub holds: String,
     /// `STRING` with a TTL: the sale's lock; its value names the holder.
     pub lock: String,
     /// `STRING`: counter behind the lock's fencing tokens; only ever grows.
@@ -56,6 +61,7 @@ impl SaleKeys {
         Self {
             stock: format!("{base}:stock"),
             buyers: format!("{base}:buyers"),
+            holds: format!("{base}:holds"),
             lock: format!("{base}:lock"),
             fence: format!("{base}:fence"),
             queue: QueueKeys::new(&base),

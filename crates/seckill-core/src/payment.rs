@@ -113,6 +113,7 @@ pub async fn return_unit<C: ConnectionLike + Send>(
         .key(&keys.stock)
         .key(&keys.buyers)
         .key(&keys.returned)
+        .key(&keys.holds)
         .arg(order.order_id.to_string())
         .arg(&order.user_id)
         .arg(&keys.events)

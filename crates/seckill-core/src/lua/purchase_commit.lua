@@ -4,6 +4,7 @@
 -- KEYS[1]  the sale's stock          KEYS[4]  its queue's due set
 -- KEYS[2]  the sale's buyers set     KEYS[5]  its queue's jobs hash
 -- KEYS[3]  the sale's lock           KEYS[6]  the sale's fenced counter
+-- KEYS[7]  the sale's holds hash (buyer -> order id)
 -- ARGV[1]  the lock value this caller got from lock_acquire.lua
 --          ("token:holder:nonce")
 -- ARGV[2]  the sale's events channel (pub/sub, not a key): the new units
@@ -49,6 +50,7 @@ local left = redis.call('DECRBY', KEYS[1], orders)
 local now = now_ms()
 for i = 4, #ARGV, 3 do
   redis.call('SADD', KEYS[2], ARGV[i])
+  redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
   push(KEYS[4], KEYS[5], ARGV[i + 1], ARGV[i + 2], now)
 end
 redis.call('PUBLISH', ARGV[2], left)

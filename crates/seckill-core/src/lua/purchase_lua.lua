@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  the sale's stock          KEYS[3]  its queue's due set
 -- KEYS[2]  the sale's buyers set     KEYS[4]  its queue's jobs hash
+-- KEYS[5]  the sale's holds hash (buyer -> order id)
 -- ARGV[1]  the buyer's user id
 -- ARGV[2]  the order id (also the queue job id)
 -- ARGV[3]  the order job's payload
@@ -31,6 +32,7 @@ if tonumber(redis.call('GET', KEYS[1])) <= 0 then
 end
 local left = redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
 push(KEYS[3], KEYS[4], ARGV[2], ARGV[3], now_ms())
 redis.call('PUBLISH', ARGV[4], left)
 return {'taken', left}

@@ -4,13 +4,14 @@
 -- KEYS[1]  the sale's stock key
 -- KEYS[2]  the sale's buyers set
 -- KEYS[3]  the sale's load epoch
--- KEYS[4..] the sale's other keys that hold its state (lock, queues,
+-- KEYS[4]  the sale's holds hash (buyer -> the order their unit belongs to)
+-- KEYS[5..] the sale's other keys that hold its state (lock, queues,
 --          returned orders, answers): cleared with the rest when the
 --          sale in Redis was loaded from another database
 -- ARGV[1]  units left according to PostgreSQL (stock_total - sold)
 -- ARGV[2]  a fresh id for this load (the new epoch): "db:<database id>:<random>"
 -- ARGV[3]  "db:<database id>:", what every epoch of this database starts with
--- ARGV[4..] user ids PostgreSQL holds an order for
+-- ARGV[4..] pairs: a user id PostgreSQL holds an order for, and that order's id
 --
 -- Returns 1 if the sale was loaded, 0 if Redis already had it.
 --
@@ -49,7 +50,8 @@ if foreign then
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2])
-for i = 4, #ARGV do
+for i = 4, #ARGV, 2 do
   redis.call('SADD', KEYS[2], ARGV[i])
+  redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
 end
 return 1

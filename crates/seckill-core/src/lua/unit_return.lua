@@ -3,6 +3,7 @@
 -- KEYS[1]  the sale's stock
 -- KEYS[2]  the sale's buyers set
 -- KEYS[3]  the sale's set of orders whose unit was returned
+-- KEYS[4]  the sale's holds hash (buyer -> the order their unit belongs to)
 -- ARGV[1]  the cancelled order's id
 -- ARGV[2]  its buyer's user id
 -- ARGV[3]  the sale's events channel (pub/sub, not a key)
@@ -26,9 +27,19 @@
 --
 -- Why the buyer check too: after the return, the buyer may buy again. A
 -- late duplicate of the old job must not remove the buyer of the NEW order
--- from the set; the marker stops it before it gets there.
+-- from the set; the marker stops it before it gets there. Unless the
+-- marker is gone: Redis lost the sale (a wipe) after the return, the sale
+-- was loaded again, the buyer bought again, and then a late copy of the
+-- old deadline came (a sweep that read the order before it was cancelled).
+-- So the buyer's entry names the order it belongs to (KEYS[4]), and a
+-- return for another order leaves it alone. An entry with no order named
+-- (written by a deliberately broken strategy) is taken as this one's.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_loaded', 0}
+end
+local holds = redis.call('HGET', KEYS[4], ARGV[2])
+if holds and holds ~= ARGV[1] then
+  return {'already_returned', 0}
 end
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return {'already_returned', 0}
@@ -36,6 +47,7 @@ end
 if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then
   return {'already_returned', 0}
 end
+redis.call('HDEL', KEYS[4], ARGV[2])
 local left = redis.call('INCR', KEYS[1])
 redis.call('PUBLISH', ARGV[3], left)
 return {'returned', left}

@@ -325,6 +325,8 @@ pub struct Loadable {
     pub stock_left: i32,
     /// The buyers of its confirmed and paid orders.
     pub buyers: Vec<String>,
+    /// Each buyer's order, in the same order.
+    pub orders: Vec<String>,
 }
 
 /// Load a sale's units left and buyers into Redis from PostgreSQL, unless
@@ -371,13 +373,15 @@ pub async fn begin_load(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loading> {
             .fetch_one(&mut *tx)
             .await
             .context("reading a sale's stock")?;
-    let buyers: Vec<String> = sqlx::query_scalar(
-        "SELECT user_id FROM orders WHERE sale_id = $1 AND status IN ('confirmed', 'paid')",
+    let (buyers, orders): (Vec<String>, Vec<String>) = sqlx::query_as::<_, (String, String)>(
+        "SELECT user_id, id::text FROM orders WHERE sale_id = $1 AND status IN ('confirmed', 'paid')",
     )
     .bind(sale_id)
     .fetch_all(&mut *tx)
     .await
-    .context("reading a sale's buyers")?;
+    .context("reading a sale's buyers")?
+    .into_iter()
+    .unzip();
     let database: String = sqlx::query_scalar("SELECT id::text FROM database_identity")
         .fetch_one(&mut *tx)
         .await
@@ -386,7 +390,11 @@ pub async fn begin_load(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loading> {
         tx,
         sale_id,
         database,
-        loadable: Loadable { stock_left, buyers },
+        loadable: Loadable {
+            stock_left,
+            buyers,
+            orders,
+        },
     })
 }
 
@@ -403,7 +411,10 @@ impl Loading {
         let ours = format!("db:{}:", self.database);
         let epoch = format!("{ours}{}", uuid::Uuid::new_v4().simple());
         let mut load = LOAD.prepare_invoke();
-        load.key(&keys.stock).key(&keys.buyers).key(&keys.epoch);
+        load.key(&keys.stock)
+            .key(&keys.buyers)
+            .key(&keys.epoch)
+            .key(&keys.holds);
         for key in [keys.lock.as_str(), &keys.returned, &keys.answers]
             .into_iter()
             .chain(keys.queue.all())
@@ -411,11 +422,11 @@ impl Loading {
         {
             load.key(key);
         }
+        load.arg(self.loadable.stock_left).arg(&epoch).arg(&ours);
+        for (buyer, order) in self.loadable.buyers.iter().zip(&self.loadable.orders) {
+            load.arg(buyer).arg(order);
+        }
         let loaded: i64 = load
-            .arg(self.loadable.stock_left)
-            .arg(&epoch)
-            .arg(&ours)
-            .arg(&self.loadable.buyers)
             .invoke_async(redis)
             .await
             .context("loading a sale into Redis")?;

@@ -61,6 +61,7 @@ pub async fn commit<C: ConnectionLike + Send>(
         .key(&keys.queue.due)
         .key(&keys.queue.jobs)
         .key(&keys.fenced)
+        .key(&keys.holds)
         .arg(guard.value())
         .arg(&keys.events)
         .arg(guard.released_channel());

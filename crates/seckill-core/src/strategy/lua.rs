@@ -41,6 +41,7 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
             .key(&keys.buyers)
             .key(&keys.queue.due)
             .key(&keys.queue.jobs)
+            .key(&keys.holds)
             .arg(user.as_str())
             .arg(job.order_id.to_string())
             .arg(job.to_payload())

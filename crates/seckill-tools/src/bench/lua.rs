@@ -56,8 +56,14 @@ pub(super) async fn script_per_second(
         ])
         // __rand_int__ becomes a random 12-digit number in each call.
         .args(["-r", "1000000000000", "--csv"])
-        .args(["EVALSHA", script.get_hash(), "4"])
-        .args([&keys.stock, &keys.buyers, &keys.queue.due, &keys.queue.jobs])
+        .args(["EVALSHA", script.get_hash(), "5"])
+        .args([
+            &keys.stock,
+            &keys.buyers,
+            &keys.queue.due,
+            &keys.queue.jobs,
+            &keys.holds,
+        ])
         .args([
             "buyer-__rand_int__",
             "order-__rand_int__",
@@ -97,6 +103,7 @@ async fn delete<C: ConnectionLike + Send>(conn: &mut C, keys: &SaleKeys) -> anyh
         .arg(&keys.buyers)
         .arg(&keys.queue.due)
         .arg(&keys.queue.jobs)
+        .arg(&keys.holds)
         .query_async(conn)
         .await?;
     Ok(())

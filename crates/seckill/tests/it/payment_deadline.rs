@@ -258,3 +258,41 @@ async fn a_deadline_that_comes_before_the_window_closes_waits_for_it() {
     assert_eq!(status_of(&app, ann).await, "cancelled");
     assert_eq!(app.redis_stock(sale).await, Some(1));
 }
+
+/// ann's order is cancelled and its unit given back; Redis then loses the
+/// sale (its record of returned orders with it); ann buys again; and a late
+/// copy of the old order's deadline arrives (a sweep that read the order
+/// before it was cancelled, a redelivery). The returned-orders record no
+/// longer stops it; ann's entry must: it names her new order, so the old
+/// order's return removes nothing and gives nothing back.
+#[tokio::test]
+async fn a_late_deadline_after_a_wipe_does_not_give_back_a_unit_bought_again() {
+    let app = app_with_window(600, 100).await;
+    let sale = app.create_sale(2).await;
+    let first = app.buy(sale, "ann").await;
+    app.drain().await;
+    make_deadlines_due(&app, sale, &[first]).await;
+    let cancelled = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!(cancelled.cancelled, 1);
+
+    app.wipe_all_of_sale(sale).await;
+    let again = buy_once_back_on_sale(&app, sale, "ann").await;
+    assert_ne!(again, first);
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+
+    let late = deadline_job(&app, first).await;
+    let returned = payment::return_unit(&mut app.redis_conn().await, &app.keys(sale), &late)
+        .await
+        .expect("the late return");
+    assert_eq!(returned, UnitReturn::AlreadyReturned);
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(1),
+        "a unit given back twice"
+    );
+    assert_eq!(
+        app.redis_buyers(sale).await,
+        ["ann"],
+        "ann's new order lost its buyer"
+    );
+}
