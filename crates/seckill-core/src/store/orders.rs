@@ -196,17 +196,28 @@ impl Store {
         })
     }
 
-    /// Every confirmed order that has a payment deadline, with the time left
-    /// until it (zero once it has passed), on PostgreSQL's clock: what the
-    /// sales' deadline queues must hold. The worker's sweep re-queues them,
-    /// for deadlines Redis lost.
-    pub(crate) async fn unpaid_orders(&self) -> anyhow::Result<Vec<(OrderJob, Duration)>> {
+    /// Up to `page` confirmed orders that have a payment deadline, the
+    /// first after the order `after` in id order (from the start with
+    /// `None`), each with the time left until its deadline (zero once it has
+    /// passed), on PostgreSQL's clock: what the sales' deadline queues must
+    /// hold. The worker's sweep re-queues them a page at a time, for
+    /// deadlines Redis lost (index `orders_unpaid`).
+    pub async fn unpaid_orders(
+        &self,
+        after: Option<Uuid>,
+        page: i64,
+    ) -> anyhow::Result<Vec<(OrderJob, Duration)>> {
         let rows: Vec<(Uuid, i64, String, i64)> = sqlx::query_as(
             "SELECT id, sale_id, user_id,
                     GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
                FROM orders
-              WHERE status = 'confirmed' AND pay_by IS NOT NULL",
+              WHERE status = 'confirmed' AND pay_by IS NOT NULL
+                AND ($1::uuid IS NULL OR id > $1)
+              ORDER BY id
+              LIMIT $2",
         )
+        .bind(after)
+        .bind(page)
         .fetch_all(&self.pg)
         .await
         .context("reading the unpaid orders")?;

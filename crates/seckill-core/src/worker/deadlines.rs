@@ -33,6 +33,9 @@ use crate::queue::{Attempt, Queue, Reserved};
 use crate::redis_pool::RedisConn;
 use crate::store::{Deadline, Written};
 
+/// Unpaid orders the sweep reads at a time.
+const SWEEP_PAGE: i64 = 1_000;
+
 impl Worker {
     /// Queue the payment deadline of every order of the batch that is
     /// confirmed in PostgreSQL, due when its `pay_by` passes. Orders just
@@ -189,9 +192,18 @@ impl Worker {
     /// queue (part of the sweep, `sweep.rs`). Returns how many deadlines
     /// were missing and are queued again.
     pub(super) async fn requeue_lost_deadlines(&self, conn: &mut RedisConn) -> anyhow::Result<u64> {
-        let unpaid = self.store.unpaid_orders().await?;
-        let deadlines = unpaid.iter().map(|(order, left)| (order, *left));
-        let swept = enqueue_deadlines(conn, self.store.prefix(), deadlines).await?;
+        // A page at a time: the sweep's memory and each query's cost stay
+        // those of one page, however many orders are unpaid.
+        let (mut swept, mut after) = (0, None);
+        loop {
+            let unpaid = self.store.unpaid_orders(after, SWEEP_PAGE).await?;
+            let deadlines = unpaid.iter().map(|(order, left)| (order, *left));
+            swept += enqueue_deadlines(conn, self.store.prefix(), deadlines).await?;
+            match unpaid.last() {
+                Some((last, _)) if unpaid.len() as i64 == SWEEP_PAGE => after = Some(last.order_id),
+                _ => break,
+            }
+        }
         if swept > 0 {
             tracing::warn!(
                 count = swept,

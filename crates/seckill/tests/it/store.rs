@@ -192,3 +192,32 @@ async fn reads_waiting(pg: &mut sqlx::PgConnection) -> i64 {
     .await
     .expect("pg_stat_activity")
 }
+
+/// The sweep reads the unpaid orders a page at a time, in id order: every
+/// unpaid order once, no paid one, and a page never larger than asked.
+#[tokio::test]
+async fn the_unpaid_orders_are_read_a_page_at_a_time_each_once() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let mut unpaid = Vec::new();
+    for user in ["a", "b", "c", "d", "e"] {
+        unpaid.push(app.buy(sale, user).await);
+    }
+    let paid = app.buy(sale, "f").await;
+    app.drain().await;
+    assert_eq!(app.pay(paid).await.status(), 200);
+
+    let (mut seen, mut after) = (Vec::new(), None);
+    loop {
+        let page = app.store.unpaid_orders(after, 2).await.expect("a page");
+        assert!(page.len() <= 2, "a page of {}", page.len());
+        let Some((last, _)) = page.last() else { break };
+        after = Some(last.order_id);
+        seen.extend(page.iter().map(|(order, _)| order.order_id));
+    }
+    unpaid.sort();
+    assert_eq!(
+        seen, unpaid,
+        "every unpaid order once, in id order, and no paid one"
+    );
+}
