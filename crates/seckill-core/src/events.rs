@@ -93,6 +93,23 @@ impl LockReleases {
         ))
     }
 
+    /// Forget sale `sale_id` (it has ended): a waiter still listening on
+    /// its old entry hears no more releases, and its back-off takes over.
+    pub(crate) fn forget(&self, sale_id: i64) {
+        self.by_sale
+            .lock()
+            .expect("the lock releases' map is never poisoned")
+            .remove(&sale_id);
+    }
+
+    /// How many sales have an entry here.
+    pub(crate) fn len(&self) -> usize {
+        self.by_sale
+            .lock()
+            .expect("the lock releases' map is never poisoned")
+            .len()
+    }
+
     /// The sale's lock was released: wake every waiter listening now.
     fn announce(&self, sale_id: i64) {
         let by_sale = self

@@ -90,6 +90,36 @@ impl Purchaser {
         }
     }
 
+    /// Forget what this instance keeps in memory of the sales that ended
+    /// before `before`: the catalog's copy, the lock strategy's lane, the
+    /// sold-out flag, the lock's release notifier, the answer counts (sent
+    /// to Redis with the next flush). Without it every sale ever served
+    /// would stay for the life of the process. A request for such a sale
+    /// later reads it from PostgreSQL again and is answered `ended`.
+    /// Returns how many sales were forgotten.
+    pub fn forget_ended(&self, before: chrono::DateTime<Utc>) -> usize {
+        let catalog = self.shop.store.catalog();
+        let ended = catalog.ended_before(before);
+        for &sale_id in &ended {
+            self.lanes.forget(sale_id);
+            self.shop.sold_out.clear(sale_id);
+            self.shop.released.forget(sale_id);
+            catalog.forget(sale_id);
+        }
+        self.tally.forget(&ended);
+        ended.len()
+    }
+
+    /// How many sales this instance keeps something of in memory, in all
+    /// (the sum over the maps [`Purchaser::forget_ended`] empties).
+    pub fn sales_in_memory(&self) -> usize {
+        self.shop.store.catalog().len()
+            + self.lanes.len()
+            + self.shop.sold_out.len()
+            + self.shop.released.len()
+            + self.tally.len()
+    }
+
     /// The answer counts, for the task that flushes them into Redis.
     pub fn tally(&self) -> &Arc<Tally> {
         &self.tally

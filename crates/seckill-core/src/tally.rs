@@ -70,6 +70,9 @@ pub struct Tally {
     /// side (the sale is almost always there already) and only bump an
     /// atomic; the write side is taken once per sale, to add it.
     sales: RwLock<HashMap<i64, Arc<Counts>>>,
+    /// What forgotten sales had counted and the flush task has not taken
+    /// yet (std Mutex: held for a merge, never across an await).
+    forgotten: std::sync::Mutex<Pending>,
 }
 
 impl Tally {
@@ -89,10 +92,37 @@ impl Tally {
         Arc::clone(sales.entry(sale_id).or_default())
     }
 
+    /// Forget the sales in `ended`; what they counted goes to Redis with
+    /// the next flush. A purchase that took a sale's counts before they
+    /// were removed and counts after the swap loses that one count (an
+    /// `ended` answer, on a sale nobody watches any more).
+    pub(crate) fn forget(&self, ended: &[i64]) {
+        let mut into = self.forgotten.lock().expect("tally poisoned");
+        let mut sales = self.sales.write().expect("tally poisoned");
+        for sale_id in ended {
+            if let Some(counts) = sales.remove(sale_id) {
+                for (field, count) in FIELDS.iter().zip(counts.iter()) {
+                    let delta = count.swap(0, Ordering::Relaxed);
+                    if delta > 0 {
+                        *into.entry((*sale_id, field)).or_default() += delta;
+                    }
+                }
+            }
+        }
+    }
+
+    /// How many sales have counts here.
+    pub(crate) fn len(&self) -> usize {
+        self.sales.read().expect("tally poisoned").len()
+    }
+
     /// Take every count out of memory, leaving zeros, and add them to
     /// `into`. `swap`, not a load and then a store of zero: a purchase that
     /// counts between the two would be wiped out.
     fn take(&self, into: &mut Pending) {
+        for (key, delta) in self.forgotten.lock().expect("tally poisoned").drain() {
+            *into.entry(key).or_default() += delta;
+        }
         let sales = self.sales.read().expect("tally poisoned");
         for (sale_id, counts) in sales.iter() {
             for (field, count) in FIELDS.iter().zip(counts.iter()) {

@@ -163,6 +163,7 @@ impl Application {
             limits: settings.limits.clone(),
             shutdown: shutdown.clone(),
         });
+        tokio::spawn(forget_ended_sales(state.clone(), shutdown.clone()));
         let server = HttpServer::new(move || {
             App::new()
                 .wrap(from_fn({
@@ -230,5 +231,29 @@ impl Application {
         self.tally_stop.cancel();
         self.tally.await.context("the answer tally task panicked")?;
         served
+    }
+}
+
+/// How often an instance forgets the sales that ended, and how long after
+/// its end a sale is kept (the requests still on their way finish first).
+const FORGET_EVERY: Duration = Duration::from_secs(10);
+const FORGET_AFTER: Duration = Duration::from_secs(60);
+
+/// Forget the sales that ended, every [`FORGET_EVERY`], until `shutdown`:
+/// what an instance keeps of each sale stays bounded by the sales that are
+/// live, not by every sale it ever served (`Purchaser::forget_ended`).
+async fn forget_ended_sales(state: web::Data<AppState>, shutdown: CancellationToken) {
+    let mut ticks = tokio::time::interval(FORGET_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let before = chrono::Utc::now() - FORGET_AFTER;
+        let forgotten = state.purchaser.forget_ended(before);
+        if forgotten > 0 {
+            tracing::debug!(forgotten, "ended sales forgotten");
+        }
     }
 }

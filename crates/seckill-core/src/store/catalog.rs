@@ -56,6 +56,29 @@ impl Catalog {
         cache.get(&id).map(Arc::clone)
     }
 
+    /// The ids of the sales cached here that ended before `before`.
+    pub(crate) fn ended_before(&self, before: chrono::DateTime<chrono::Utc>) -> Vec<i64> {
+        let cache = self.cache.read().expect("catalog lock poisoned");
+        cache
+            .values()
+            .filter(|sale| sale.ends_at.is_some_and(|end| end < before))
+            .map(|sale| sale.id)
+            .collect()
+    }
+
+    /// Forget sale `id`: a later lookup reads it from PostgreSQL again.
+    pub(crate) fn forget(&self, id: i64) {
+        self.cache
+            .write()
+            .expect("catalog lock poisoned")
+            .remove(&id);
+    }
+
+    /// How many sales are cached.
+    pub(crate) fn len(&self) -> usize {
+        self.cache.read().expect("catalog lock poisoned").len()
+    }
+
     pub(super) fn cache(&self, sale: Sale) -> Arc<Sale> {
         let sale = Arc::new(sale);
         self.cache

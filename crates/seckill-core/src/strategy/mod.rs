@@ -155,7 +155,12 @@ impl SoldOutFlags {
             .insert(sale_id, Instant::now());
     }
 
-    fn clear(&self, sale_id: i64) {
+    /// How many sales have a flag here.
+    pub(crate) fn len(&self) -> usize {
+        self.seen.lock().expect("sold-out flags poisoned").len()
+    }
+
+    pub(crate) fn clear(&self, sale_id: i64) {
         self.seen
             .lock()
             .expect("sold-out flags poisoned")

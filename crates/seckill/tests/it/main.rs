@@ -14,6 +14,7 @@ mod cli;
 mod cluster;
 mod dashboard;
 mod docs;
+mod ended;
 mod faults;
 mod helpers;
 mod hostile;

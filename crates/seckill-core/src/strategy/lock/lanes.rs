@@ -54,6 +54,21 @@ struct Waiter {
 }
 
 impl Lanes {
+    /// Forget sale `sale_id`'s lane (the sale has ended). A pass still
+    /// under way keeps its lane until it is done; a buyer who came after
+    /// would start a new one.
+    pub(crate) fn forget(&self, sale_id: i64) {
+        self.by_sale
+            .lock()
+            .expect("lanes poisoned")
+            .remove(&sale_id);
+    }
+
+    /// How many sales have a lane here.
+    pub(crate) fn len(&self) -> usize {
+        self.by_sale.lock().expect("lanes poisoned").len()
+    }
+
     /// Buy one unit of the sale for `user`, with the buyers waiting beside.
     pub(crate) async fn purchase(
         &self,

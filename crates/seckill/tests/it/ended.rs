@@ -1,0 +1,77 @@
+//! What an instance keeps of each sale (the catalog's copy, the lock
+//! strategy's lane, the sold-out flag, the lock's release notifier, the
+//! answer counts) is bounded by the sales that are live, not by every sale
+//! it ever served: the sales that ended are forgotten.
+
+use std::time::Duration;
+
+use seckill_core::domain::UserId;
+use seckill_core::events::LockReleases;
+use seckill_core::purchase::{Outcome, Purchaser};
+use seckill_core::strategy::Shop;
+use serde_json::json;
+
+use crate::helpers::spawn_app;
+
+#[tokio::test]
+async fn an_instance_forgets_the_sales_that_ended_and_only_those() {
+    let app = spawn_app().await;
+    let purchaser = Purchaser::new(Shop::new(
+        app.store.clone(),
+        Default::default(),
+        "ended-test",
+        Duration::from_secs(60),
+        LockReleases::default(),
+    ));
+    let ann = UserId::parse("ann").expect("a buyer id");
+    let closes = chrono::Utc::now() + chrono::Duration::hours(1);
+    let buy = async |id: i64| {
+        let sale = app.store.sale(id).await.expect("read").expect("found");
+        purchaser.purchase(&sale, &ann).await.expect("an answer")
+    };
+    // Twenty sales of one unit that end in an hour, each bought out (its
+    // lane, its sold-out flag, its counts), and one that never ends.
+    let mut ending = Vec::new();
+    for n in 0..20 {
+        let id = app
+            .create_sale_with(json!({"name": format!("Sale {n}"), "stock": 1, "price_cents": 1, "ends_at": closes}))
+            .await;
+        assert!(matches!(buy(id).await, Outcome::Accepted { .. }));
+        ending.push(id);
+    }
+    let open = app.create_sale(5).await;
+    assert!(matches!(buy(open).await, Outcome::Accepted { .. }));
+    let before = purchaser.sales_in_memory();
+    assert!(
+        before >= 21 * 3,
+        "catalog, lane and counts of 21 sales: {before}"
+    );
+
+    // As if the hour had passed: the twenty are forgotten, the open one kept.
+    let later = closes + chrono::Duration::seconds(1);
+    assert_eq!(purchaser.forget_ended(later), 20);
+    let kept = purchaser.sales_in_memory();
+    assert!(
+        kept <= 4 && kept > 0,
+        "what is left is the open sale's: {kept}"
+    );
+    assert_eq!(purchaser.forget_ended(later), 0, "nothing left to forget");
+
+    // The open sale still sells; an ended one, read again, still answers.
+    let bob = UserId::parse("bob").expect("a buyer id");
+    let sale = app.store.sale(open).await.expect("read").expect("found");
+    assert!(matches!(
+        purchaser.purchase(&sale, &bob).await.expect("an answer"),
+        Outcome::Accepted { .. }
+    ));
+    let sale = app
+        .store
+        .sale(ending[0])
+        .await
+        .expect("read")
+        .expect("found");
+    assert!(matches!(
+        purchaser.purchase(&sale, &bob).await.expect("an answer"),
+        Outcome::SoldOut
+    ));
+}
