@@ -263,6 +263,7 @@ mod tests {
         let mut all = vec![
             &keys.stock,
             &keys.buyers,
+            &keys.holds,
             &keys.lock,
             &keys.fence,
             &keys.returned,

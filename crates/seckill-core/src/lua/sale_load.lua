@@ -11,13 +11,15 @@
 -- ARGV[1]  units left according to PostgreSQL (stock_total - sold)
 -- ARGV[2]  a fresh id for this load (the new epoch): "db:<database id>:<random>"
 -- ARGV[3]  "db:<database id>:", what every epoch of this database starts with
--- ARGV[4..] pairs: a user id PostgreSQL holds an order for, and that order's id
+-- ARGV[4]  "new" for a sale just created (whatever Redis holds under its id
+--          is another database's, epoch or none), "known" otherwise
+-- ARGV[5..] pairs: a user id PostgreSQL holds an order for, and that order's id
 --
 -- Returns 1 if the sale was loaded, 0 if Redis already had it.
 --
--- Called when a sale is created, when a process first sees a sale, and
--- whenever a purchase finds the stock key missing (Redis was restarted
--- without persistence). Two instances may find it missing at the same
+-- Called when a sale is created, and whenever a purchase, a deadline or
+-- a page finds the stock key missing (Redis was restarted without
+-- persistence). Two instances may find it missing at the same
 -- moment; because the check and the writes are one script, only the first
 -- load happens and the second cannot reset a stock that purchases have
 -- already decremented.
@@ -33,13 +35,15 @@
 --
 -- The epoch also names the database (migrations/*_database_identity.sql).
 -- A sale whose epoch names another one is another database's sale 1 under
--- the same prefix: its keys are cleared and it is loaded from here. An
--- epoch that names no database (written before identities existed) is
--- taken as this database's.
+-- the same prefix: its keys are cleared and it is loaded from here. So is
+-- anything under the id of a sale just created. Otherwise an epoch that
+-- names no database (written before identities existed) is taken as this
+-- database's. (Two deployments running at once on one prefix still
+-- interfere: each clears the other's keys when it creates a sale.)
 local epoch = redis.call('GET', KEYS[3])
 local ours = ARGV[3]
-local foreign = epoch and string.sub(epoch, 1, 3) == 'db:'
-  and string.sub(epoch, 1, #ours) ~= ours
+local foreign = ARGV[4] == 'new' or (epoch and string.sub(epoch, 1, 3) == 'db:'
+  and string.sub(epoch, 1, #ours) ~= ours)
 if redis.call('EXISTS', KEYS[1]) == 1 and not foreign then
   return 0
 end
@@ -50,7 +54,7 @@ if foreign then
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2])
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   redis.call('SADD', KEYS[2], ARGV[i])
   redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
 end

@@ -132,7 +132,14 @@ impl Store {
         self.catalog.cache(sale.clone());
         // If Redis fails here the sale exists only in PostgreSQL; that is safe:
         // the first purchase finds the stock key missing and loads it.
-        load_into_redis(&self.pg, &mut conn, &self.prefix, sale.id).await?;
+        // Whatever Redis holds under a new sale's id is not this sale's
+        // (another database's sale of the same id, left under the same
+        // prefix), so this first load replaces it.
+        begin_load(&self.pg, sale.id)
+            .await?
+            .of_a_new_sale()
+            .write(&mut conn, &self.prefix)
+            .await?;
         tracing::info!(sale_id = sale.id, stock = sale.stock_total, "sale created");
         Ok(sale)
     }
@@ -275,6 +282,7 @@ impl Store {
         let () = redis::cmd("DEL")
             .arg(&keys.stock)
             .arg(&keys.buyers)
+            .arg(&keys.holds)
             .query_async(&mut conn)
             .await
             .context("clearing a sale in Redis")?;
@@ -357,6 +365,9 @@ pub struct Loading {
     /// This database's identity (`database_identity`), written into the
     /// epoch.
     database: String,
+    /// Whether the sale was just created: whatever Redis holds under its
+    /// id belongs to another database, epoch or none.
+    new_sale: bool,
     /// What PostgreSQL holds.
     pub loadable: Loadable,
 }
@@ -390,6 +401,7 @@ pub async fn begin_load(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loading> {
         tx,
         sale_id,
         database,
+        new_sale: false,
         loadable: Loadable {
             stock_left,
             buyers,
@@ -399,6 +411,12 @@ pub async fn begin_load(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loading> {
 }
 
 impl Loading {
+    /// The load of a sale just created (`Store::create_sale`).
+    fn of_a_new_sale(mut self) -> Self {
+        self.new_sale = true;
+        self
+    }
+
     /// The write half: writes only if the sale's stock key is absent
     /// (`lua/sale_load.lua`), then records the load's epoch in PostgreSQL
     /// and lets go of the row. Returns whether it wrote.
@@ -422,7 +440,10 @@ impl Loading {
         {
             load.key(key);
         }
-        load.arg(self.loadable.stock_left).arg(&epoch).arg(&ours);
+        load.arg(self.loadable.stock_left)
+            .arg(&epoch)
+            .arg(&ours)
+            .arg(if self.new_sale { "new" } else { "known" });
         for (buyer, order) in self.loadable.buyers.iter().zip(&self.loadable.orders) {
             load.arg(buyer).arg(order);
         }

@@ -157,7 +157,7 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     // The race it closes: the primary dies after the commit, before
     // replicating it; the promoted replica sells the same units again, and
     // the buyers told `202` (or "sold out") here are taken back.
-    if !replicated(&mut conn, shop.store.durability()).await {
+    if !super::replicated(&mut conn, shop.store.durability()).await {
         for outcome in &mut outcomes {
             *outcome = outcome.unconfirmed();
         }
@@ -167,28 +167,6 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
         shop.sold_out.set(sale_id);
     }
     Ok(outcomes)
-}
-
-/// Whether a replica confirmed this connection's writes as `durability`
-/// asks. A failed `WAIT` confirms nothing.
-async fn replicated<C: ConnectionLike + Send>(
-    conn: &mut C,
-    durability: crate::config::RedisDurability,
-) -> bool {
-    match crate::replicas::confirmed(conn, durability).await {
-        Ok(confirmed) => {
-            if !confirmed {
-                metrics().unreplicated_passes.inc();
-                tracing::warn!("no replica confirmed a lock pass in time; its buyers get 503");
-            }
-            confirmed
-        }
-        Err(error) => {
-            metrics().unreplicated_passes.inc();
-            tracing::warn!(%error, "WAIT for a replica failed; the pass's buyers get 503");
-            false
-        }
-    }
 }
 
 /// What the locked section did.

@@ -55,6 +55,15 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
                     shop.sold_out.set(sale_id);
                 }
                 shop.note_pending(conn, std::slice::from_ref(&job)).await;
+                // With `--redis-durability replica`: the script was this
+                // connection's last write, so one `WAIT` covers it (see
+                // `replicas.rs`); unconfirmed, no `202` a failover could
+                // take back.
+                if !super::replicated(conn, shop.store.durability()).await {
+                    return Ok(Outcome::Unconfirmed {
+                        order_id: Some(job.order_id),
+                    });
+                }
                 return Ok(Outcome::Accepted {
                     order_id: job.order_id,
                 });

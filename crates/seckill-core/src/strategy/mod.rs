@@ -115,6 +115,30 @@ pub(crate) fn decide(already_bought: bool, stock_left: i64) -> Decision {
     }
 }
 
+/// Whether a replica confirmed this connection's writes as `durability`
+/// asks. A failed `WAIT` confirms nothing.
+pub(crate) async fn replicated<C: ConnectionLike + Send>(
+    conn: &mut C,
+    durability: crate::config::RedisDurability,
+) -> bool {
+    match crate::replicas::confirmed(conn, durability).await {
+        Ok(confirmed) => {
+            if !confirmed {
+                crate::metrics::metrics().unreplicated_passes.inc();
+                tracing::warn!(
+                    "no replica confirmed a purchase's writes in time; its buyers get 503"
+                );
+            }
+            confirmed
+        }
+        Err(error) => {
+            crate::metrics::metrics().unreplicated_passes.inc();
+            tracing::warn!(%error, "WAIT for a replica failed; the purchase's buyers get 503");
+            false
+        }
+    }
+}
+
 /// Per-instance memory of which sales were seen sold out, and when.
 #[derive(Debug, Default)]
 pub(crate) struct SoldOutFlags {

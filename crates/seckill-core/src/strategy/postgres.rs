@@ -56,6 +56,8 @@ pub(crate) async fn purchase<C: ConnectionLike + Send>(
         .decr(&keys.stock, 1)
         .sadd(&keys.buyers, user.as_str())
         .ignore()
+        .hset(&keys.holds, user.as_str(), job.order_id.to_string())
+        .ignore()
         .query_async(conn)
         .await
         .context("mirroring the purchase into Redis")?;

@@ -19,7 +19,7 @@ pub const MASTER_NAME: &str = "seckill";
 /// How long the sentinels wait, without an answer, before they call the
 /// primary down and fail it over. Production runs 5 to 30 s; a test would
 /// rather not wait that long.
-const DOWN_AFTER: Duration = Duration::from_millis(1_000);
+const DOWN_AFTER: Duration = Duration::from_millis(2_000);
 
 /// A sentinel's configuration file, watching the primary on `primary`.
 /// Two of the three must agree that it is down (the quorum), and a

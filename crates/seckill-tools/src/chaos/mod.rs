@@ -196,8 +196,9 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
         Fault::WorkerKill | Fault::Flood => Duration::from_secs(2),
         Fault::AppKill | Fault::RedisKill | Fault::RedisWipe => Duration::from_secs(1),
         // The replica cut off, the kill, the sentinels' promotion (about
-        // 2 s), the old primary back as a replica.
-        Fault::RedisFailover => Duration::from_secs(5),
+        // 3 s: 2 s without an answer, then the election), the old primary
+        // back as a replica.
+        Fault::RedisFailover => Duration::from_secs(6),
         // Waiting for units on sale (a sold-out sale has no holder with
         // anything to write; unpaid units come back within the payment
         // window), then stopped until its lock runs out, and the refusal

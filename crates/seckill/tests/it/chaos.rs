@@ -262,6 +262,9 @@ fn failover_row(report: &Value, stdout: &str) -> Value {
 
 #[tokio::test]
 async fn a_failover_with_replica_durability_keeps_every_202() {
+    // Not beside the tests that saturate both cores: the sentinels call a
+    // primary down after 2 s without an answer.
+    let _cores = crate::helpers::cores_alone().await;
     let (code, stdout, report) = failover_run("replica").await;
     assert_eq!(code, Some(0), "{stdout}");
     assert!(stdout.contains("verdict: PASS"), "{stdout}");
@@ -276,6 +279,7 @@ async fn a_failover_with_replica_durability_keeps_every_202() {
 /// `202`, or units Redis would sell a second time) and exits 1.
 #[tokio::test]
 async fn a_failover_with_local_durability_breaks_the_promise_and_says_so() {
+    let _cores = crate::helpers::cores_alone().await;
     let (code, stdout, report) = failover_run("local").await;
     assert_eq!(code, Some(1), "{stdout}");
     failover_row(&report, &stdout);

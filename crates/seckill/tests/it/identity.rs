@@ -36,3 +36,27 @@ async fn a_sale_loaded_from_another_database_is_not_trusted() {
     buyers.sort();
     assert_eq!(buyers, ["ann", "cy", "dee"]);
 }
+
+/// The issue's own case: the leftover sale was written before epochs
+/// named their database (an epoch of plain hex). A sale just created owns
+/// its id, so whatever Redis holds under it is replaced all the same.
+#[tokio::test]
+async fn a_new_sale_replaces_leftover_state_that_names_no_database() {
+    let app = spawn_app_on(Scratch::new().await, Options::default()).await;
+    let keys = app.keys(1);
+    let () = redis::pipe()
+        .set(&keys.stock, 0)
+        .sadd(&keys.buyers, "ann")
+        .set(
+            format!("{}:{{sale:1}}:epoch", app.scratch.prefix),
+            "0123456789abcdef",
+        )
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("a leftover sold-out sale 1");
+    let sale = app.create_sale(10).await;
+    assert_eq!(sale, 1);
+    let response = app.purchase(sale, "ann").await;
+    assert_eq!(response.status(), 202, "ann on the new sale 1 of 10");
+    assert_eq!(app.redis_stock(sale).await, Some(9));
+}

@@ -23,19 +23,19 @@ use crate::helpers::{
 
 /// An app whose Redis is a fresh primary, replica and sentinels.
 async fn app_on_sentinels(durability: RedisDurability) -> (PrivateRedisSentinel, TestApp) {
+    app_on_sentinels_with(Options {
+        durability,
+        ..Options::default()
+    })
+    .await
+}
+
+async fn app_on_sentinels_with(options: Options) -> (PrivateRedisSentinel, TestApp) {
     let sentinels = PrivateRedisSentinel::start()
         .await
         .expect("a primary, a replica and three sentinels");
     let scratch = Scratch::on(&services().await.database_url, &sentinels.at()).await;
-    let app = spawn_app_on(
-        scratch,
-        Options {
-            durability,
-            ..Options::default()
-        },
-    )
-    .await;
-    (sentinels, app)
+    (sentinels, spawn_app_on(scratch, options).await)
 }
 
 const REPLICA: RedisDurability = RedisDurability::Replica {
@@ -235,4 +235,32 @@ async fn an_unconfirmed_order_that_survives_is_confirmed_and_its_page_says_so() 
         (status, body["error"].as_str()),
         (409, Some("already_purchased"))
     );
+}
+
+/// The `lua` strategy's one script is a write of the buyer's connection:
+/// with `replica`, one `WAIT` after it, and no `202` until a replica has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lua_strategy_waits_for_a_replica_too() {
+    let _alone = cores_alone().await;
+    let (sentinels, app) = app_on_sentinels_with(Options {
+        durability: REPLICA,
+        purchase: seckill_core::config::PurchaseSettings {
+            strategy: seckill_core::config::Strategy::Lua,
+            ..Default::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+    let primary = sentinels.primary().await.expect("a primary");
+    sentinels.pause(1 - primary);
+    let (status, body) = purchase(&app, sale, "bob").await;
+    sentinels.resume(1 - primary);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unconfirmed")),
+        "{body}"
+    );
+    order_id(&body);
 }
