@@ -13,7 +13,9 @@
 -- ARGV[3]  "db:<database id>:", what every epoch of this database starts with
 -- ARGV[4]  "new" for a sale just created (whatever Redis holds under its id
 --          is another database's, epoch or none), "known" otherwise
--- ARGV[5..] pairs: a user id PostgreSQL holds an order for, and that order's id
+-- ARGV[5]  the epoch the loader read before this script, holding the
+--          sale's row ("" for none)
+-- ARGV[6..] pairs: a user id PostgreSQL holds an order for, and that order's id
 --
 -- Returns 1 if the sale was loaded, 0 if Redis already had it.
 --
@@ -41,6 +43,14 @@
 -- database's. (Two deployments running at once on one prefix still
 -- interfere: each clears the other's keys when it creates a sale.)
 local epoch = redis.call('GET', KEYS[3])
+-- A load still on its way after its loader gave up on it (a reply timeout;
+-- its transaction rolled back and let the row go) must not land on a sale
+-- that moved on since: a worker may have committed a batch meanwhile,
+-- which the figures here do not count. The worker marks the epoch when it
+-- commits on a sale Redis has lost (`Store::confirm_orders`).
+if (epoch or '') ~= ARGV[5] then
+  return 0
+end
 local ours = ARGV[3]
 local foreign = ARGV[4] == 'new' or (epoch and string.sub(epoch, 1, 3) == 'db:'
   and string.sub(epoch, 1, #ours) ~= ours)
@@ -54,7 +64,7 @@ if foreign then
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2])
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   redis.call('SADD', KEYS[2], ARGV[i])
   redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
 end

@@ -147,17 +147,43 @@ impl Store {
         // saw it, while the new Redis sells the batch's units again. No
         // load can run while the row is locked, so what Redis says now
         // holds until the commit. (Redis not answering is "try again".)
+        let keys = SaleKeys::new(self.prefix(), sale_id);
         if epoch.is_some() {
-            let keys = SaleKeys::new(self.prefix(), sale_id);
             let now = match self.redis().await {
                 Ok(mut conn) => super::sales::epoch(&mut conn, &keys).await,
                 Err(error) => Err(error),
             }
             .map_err(|error| sqlx::Error::Io(std::io::Error::other(format!("{error:#}"))))?;
-            // No epoch at all: Redis lost the sale and nobody loaded it
-            // yet; a load comes after this commit, and counts it.
-            if now.is_some() && now.as_deref() != epoch {
-                return Ok(Fenced::Closed { recorded });
+            match now {
+                Some(now) if Some(now.as_str()) != epoch => {
+                    return Ok(Fenced::Closed { recorded });
+                }
+                Some(_) => {}
+                // No epoch at all: Redis lost the sale and nobody loaded it
+                // yet; a load after this commit counts it. Except a load
+                // still on its way, which read PostgreSQL before this
+                // commit and lost its reply: mark the epoch, so that it
+                // finds the sale moved on and writes nothing
+                // (`lua/sale_load.lua`). A load that landed first is
+                // another epoch: refuse, as above.
+                None => {
+                    let marked = match self.redis().await {
+                        Ok(mut conn) => redis::cmd("SET")
+                            .arg(&keys.epoch)
+                            .arg(format!("committed:{}", uuid::Uuid::new_v4().simple()))
+                            .arg("NX")
+                            .query_async::<Option<String>>(&mut conn)
+                            .await
+                            .map_err(anyhow::Error::from),
+                        Err(error) => Err(error),
+                    }
+                    .map_err(|error| {
+                        sqlx::Error::Io(std::io::Error::other(format!("{error:#}")))
+                    })?;
+                    if marked.is_none() {
+                        return Ok(Fenced::Closed { recorded });
+                    }
+                }
             }
         }
         Ok(Fenced::Open(tx))

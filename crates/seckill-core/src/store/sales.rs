@@ -426,6 +426,10 @@ impl Loading {
         prefix: &str,
     ) -> anyhow::Result<bool> {
         let keys = SaleKeys::new(prefix, self.sale_id);
+        // Read while this load holds the sale's row: no other load and no
+        // worker's commit can move it before the script runs, unless the
+        // script is late (see `lua/sale_load.lua`).
+        let seen = epoch(redis, &keys).await?.unwrap_or_default();
         let ours = format!("db:{}:", self.database);
         let epoch = format!("{ours}{}", uuid::Uuid::new_v4().simple());
         let mut load = LOAD.prepare_invoke();
@@ -443,7 +447,8 @@ impl Loading {
         load.arg(self.loadable.stock_left)
             .arg(&epoch)
             .arg(&ours)
-            .arg(if self.new_sale { "new" } else { "known" });
+            .arg(if self.new_sale { "new" } else { "known" })
+            .arg(&seen);
         for (buyer, order) in self.loadable.buyers.iter().zip(&self.loadable.orders) {
             load.arg(buyer).arg(order);
         }

@@ -280,3 +280,62 @@ async fn a_commit_still_on_its_way_when_the_buyer_is_answered_can_no_longer_land
     let retry = app.purchase(sale, "ann").await;
     assert_eq!(retry.status(), 202, "ann's retry is her first purchase");
 }
+
+/// A load of a sale Redis lost reads PostgreSQL, sends its script, and
+/// gives up on it (the reply never comes; its transaction rolls back and
+/// lets the sale's row go). A worker then commits a batch it held through
+/// the wipe, and the script lands late, with figures that do not count the
+/// batch: its units would be sold a second time. The worker marks the
+/// epoch when it commits on a sale Redis lost, and the late script, finding
+/// the epoch moved, writes nothing.
+#[tokio::test]
+async fn a_load_still_on_its_way_after_a_commit_writes_nothing() {
+    let scratch = Scratch::new().await;
+    let (upstream, _) = commit_on_its_way(&scratch);
+    let load = redis::Script::new(include_str!("../../../seckill-core/src/lua/sale_load.lua"));
+    let proxy = LoseOneAnswer::delaying(
+        upstream,
+        vec![
+            load.get_hash().as_bytes().to_vec(),
+            b"sale_load.lua".to_vec(),
+        ],
+        Duration::from_millis(1_500),
+    )
+    .await;
+    let app = app_through(scratch, &proxy).await;
+    // Created by the test's own store, straight to Redis: the proxy holds
+    // the app's first load only.
+    let new = seckill_core::domain::NewSale::builder("Phone", 5)
+        .build(chrono::Utc::now())
+        .expect("a sale");
+    let sale = app.store.create_sale(&new).await.expect("a sale").id;
+    app.buy(sale, "ann").await;
+    app.buy(sale, "bob").await;
+    let held = app.worker.reserve_orders(sale).await.expect("reserve");
+    app.wipe_all_of_sale(sale).await;
+
+    // A page loads the sale through the app; its script is held.
+    let page = app
+        .client
+        .get(app.url(&format!("/api/sales/{sale}")))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(proxy.answers_lost(), 1, "the load was not held");
+    assert_eq!(page.status(), 503);
+
+    let report = app.worker.write_batch(held).await.expect("write");
+    assert_eq!(report.confirmed, 2);
+    // The held script has landed by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let view = app.get_json(&format!("/api/sales/{sale}")).await;
+    assert_eq!(
+        view["stock_left"], 3,
+        "ann's and bob's units sold again: {view}"
+    );
+    assert_eq!(
+        app.purchase(sale, "ann").await.status(),
+        409,
+        "ann bought twice"
+    );
+}
