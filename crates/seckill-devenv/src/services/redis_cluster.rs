@@ -12,29 +12,37 @@ use super::redis_server::PrivateRedis;
 use super::supervise::{find_on_path, wait_until};
 use seckill_core::redis_pool::RedisAt;
 
-/// Masters of our own, no replicas, keeping nothing on disk; they stop when
-/// this value is dropped.
+/// Nodes of our own (masters, and replicas if asked for), keeping nothing
+/// on disk; they stop when this value is dropped.
 #[derive(Debug)]
 pub struct PrivateRedisCluster {
     masters: Vec<PrivateRedis>,
+    replicas: Vec<PrivateRedis>,
 }
 
 impl PrivateRedisCluster {
     /// Start `masters` nodes, share the 16,384 slots among them, and wait
     /// until every node says the cluster is whole (`cluster_state:ok`).
     pub async fn start(masters: usize) -> anyhow::Result<Self> {
+        Self::start_with_replicas(masters, 0).await
+    }
+
+    /// The same, with `replicas` replicas of each master
+    /// (`--cluster-replicas`); waits until every replica is in step.
+    pub async fn start_with_replicas(masters: usize, replicas: usize) -> anyhow::Result<Self> {
         anyhow::ensure!(masters >= 3, "a Redis Cluster needs at least 3 masters");
         let cli = find_on_path("redis-cli").context("redis-cli is not installed")?;
-        let masters =
-            try_join_all((0..masters).map(|_| PrivateRedis::start_cluster_node())).await?;
-        let nodes: Vec<String> = masters
+        let all =
+            try_join_all((0..masters * (1 + replicas)).map(|_| PrivateRedis::start_cluster_node()))
+                .await?;
+        let nodes: Vec<String> = all
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port()))
             .collect();
         let created = tokio::process::Command::new(cli)
             .args(["--cluster", "create"])
             .args(&nodes)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .await
             .context("running redis-cli --cluster create")?;
@@ -44,13 +52,38 @@ impl PrivateRedisCluster {
             String::from_utf8_lossy(&created.stdout),
             String::from_utf8_lossy(&created.stderr)
         );
-        let cluster = Self { masters };
-        for url in cluster.urls() {
+        for node in &all {
+            let url = node.url();
             wait_until(|| cluster_ok(&url))
                 .await
                 .with_context(|| format!("the cluster node {url} never said cluster_state:ok"))?;
         }
-        Ok(cluster)
+        // Which node `redis-cli` made a replica: the ones that say so.
+        let (mut masters, mut replicas) = (Vec::new(), Vec::new());
+        for node in all {
+            if replica_in_step(&node.url()).await || is_replica(&node.url()).await {
+                replicas.push(node);
+            } else {
+                masters.push(node);
+            }
+        }
+        for replica in &replicas {
+            let url = replica.url();
+            wait_until(|| replica_in_step(&url))
+                .await
+                .with_context(|| format!("the cluster replica {url} never came in step"))?;
+        }
+        Ok(Self { masters, replicas })
+    }
+
+    /// Freeze every replica (SIGSTOP): none acknowledges a write.
+    pub fn pause_replicas(&self) {
+        self.replicas.iter().for_each(PrivateRedis::pause);
+    }
+
+    /// Let the replicas go on (SIGCONT).
+    pub fn resume_replicas(&self) {
+        self.replicas.iter().for_each(PrivateRedis::resume);
     }
 
     /// Every master's URL.
@@ -67,6 +100,42 @@ impl PrivateRedisCluster {
     pub fn at(&self) -> RedisAt {
         RedisAt::Cluster(self.urls())
     }
+}
+
+/// Whether the node at `url` says it is a replica.
+async fn is_replica(url: &str) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return false;
+    };
+    redis::cmd("INFO")
+        .arg("replication")
+        .query_async::<String>(&mut conn)
+        .await
+        .is_ok_and(|info| info.contains("role:slave"))
+}
+
+/// Whether the replica at `url` is linked to its master and synced.
+async fn replica_in_step(url: &str) -> bool {
+    seckill_core::probe::within(Duration::from_secs(1), async {
+        let client = redis::Client::open(url)?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await?;
+        if info.contains("role:slave") && info.contains("master_link_status:up") {
+            Ok(())
+        } else {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "not in step yet",
+            )))
+        }
+    })
+    .await
 }
 
 /// Whether the node at `url` serves its slots: the cluster has all 16,384

@@ -2,7 +2,8 @@
 //! `redis-server`, slots shared out by `redis-cli --cluster create`, and
 //! every part (the purchase path, the queue, the worker, the events, the
 //! tally, the load test's verifier) pointed at it through
-//! `SECKILL_REDIS_CLUSTER_NODES`.
+//! `SECKILL_REDIS_CLUSTER_NODES`; and a cluster with a replica per master,
+//! where `--redis-durability replica` waits for them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -188,4 +189,49 @@ async fn a_stock_change_published_on_one_master_reaches_an_instance_subscribed_o
     shutdown.cancel();
     task.await.expect("the listener stops");
     processes.stop().await;
+}
+
+/// A Redis Cluster with a replica per master (`--cluster-replicas 1`) and
+/// `--redis-durability replica`: a `202` once a replica holds the writes;
+/// with the replicas frozen, `503 unconfirmed` with the order id.
+#[tokio::test]
+async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
+    let _cores = crate::helpers::cores_alone().await;
+    let redis = PrivateRedisCluster::start_with_replicas(3, 1)
+        .await
+        .expect("a private cluster of 3 masters and 3 replicas");
+    let scratch = Scratch::on(&services().await.database_url, &redis.at()).await;
+    let app = crate::helpers::spawn_app_on(
+        scratch,
+        crate::helpers::Options {
+            durability: seckill_core::config::RedisDurability::Replica {
+                wait: Duration::from_millis(300),
+            },
+            ..Default::default()
+        },
+    )
+    .await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+
+    redis.pause_replicas();
+    let response = app.purchase(sale, "bob").await;
+    redis.resume_replicas();
+    assert_eq!(response.status(), 503);
+    let body: serde_json::Value = response.json().await.expect("JSON");
+    assert_eq!(body["error"], "unconfirmed", "{body}");
+    assert!(body["order_id"].is_string(), "{body}");
+
+    let mut n = 0;
+    eventually(
+        Duration::from_secs(10),
+        "a 202 once the replicas are back",
+        || {
+            n += 1;
+            let buyer = format!("cy-{n}");
+            let app = &app;
+            async move { app.purchase(sale, &buyer).await.status() == 202 }
+        },
+    )
+    .await;
 }
