@@ -89,13 +89,13 @@ pub(crate) struct Unavailable(pub String);
 /// caller that waited on the one call that failed: each gets an error that
 /// is judged the same way.
 #[derive(Debug, Clone)]
-pub(crate) struct Judged {
+pub struct Judged {
     message: String,
     transient: bool,
 }
 
 impl Judged {
-    pub(crate) fn of(error: &anyhow::Error) -> Self {
+    pub fn of(error: &anyhow::Error) -> Self {
         Self {
             message: format!("{error:#}"),
             transient: transient(error),
@@ -103,7 +103,7 @@ impl Judged {
     }
 
     /// The failure, for one of the callers.
-    pub(crate) fn to_error(&self) -> anyhow::Error {
+    pub fn to_error(&self) -> anyhow::Error {
         if self.transient {
             anyhow::Error::new(Unavailable(self.message.clone()))
         } else {

@@ -279,7 +279,7 @@ pub(crate) async fn create_sale(
         }
     };
     let sale = state.store.create_sale(&new).await?;
-    state.index.forget().await;
+    state.index.forget();
     Ok(see_other(&format!("/admin/sales/{}", sale.id)))
 }
 

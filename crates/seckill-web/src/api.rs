@@ -128,7 +128,7 @@ pub(crate) async fn create_sale(
     }
     let new = new.build(Utc::now()).map_err(ApiError::invalid)?;
     let sale = state.store.create_sale(&new).await?;
-    state.index.forget().await;
+    state.index.forget();
     Ok(HttpResponse::Created().json(SaleView::new(&sale, i64::from(sale.stock_total))))
 }
 

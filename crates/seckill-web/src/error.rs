@@ -78,6 +78,18 @@ impl From<anyhow::Error> for ApiError {
     }
 }
 
+/// Shared with every caller that waited for one failed read (`fresh.rs`):
+/// a server that is down stays `503` for each, anything else `500`.
+impl crate::fresh::Shared for ApiError {
+    fn share(&self) -> Self {
+        match self {
+            Self::Unavailable(cause) => Self::Unavailable(anyhow::anyhow!("{cause:#}")),
+            Self::Internal(cause) => Self::Internal(anyhow::anyhow!("{cause:#}")),
+            other => Self::Internal(anyhow::anyhow!("{other}")),
+        }
+    }
+}
+
 impl ApiError {
     /// Bad input, with the validation's own words as the message.
     pub(crate) fn invalid(reason: impl std::fmt::Display) -> Self {

@@ -16,21 +16,51 @@
 //! from one waiting caller to the next, each on its own worker: that queue
 //! forms only while a read is under way.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::any::Any;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The last read of a value, and when it was taken.
 pub struct Fresh<T> {
     /// The last read, taken by callers without waiting.
-    last: Arc<Mutex<Option<(Instant, T)>>>,
+    last: Arc<Mutex<Last<T>>>,
     /// Held across a read, by the read's task: one read at a time.
     turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// What the last read left.
+struct Last<T> {
+    /// Its value, and when it was read.
+    value: Option<(Instant, T)>,
+    /// Its failure, and when it failed, for the callers who waited for it
+    /// (an error of the caller's own type, see [`Shared`]).
+    failed: Option<(Instant, Box<dyn Any + Send>)>,
+    /// Raised by [`Fresh::forget`]: a read that started before keeps
+    /// nothing.
+    generation: u64,
+}
+
+/// An error that can be handed to every caller that waited for the one
+/// read that failed, each its own copy, judged as the original was (a
+/// server that is down stays "try again" for each).
+pub trait Shared: Sized {
+    fn share(&self) -> Self;
+}
+
+impl Shared for anyhow::Error {
+    fn share(&self) -> Self {
+        seckill_core::failure::Judged::of(self).to_error()
+    }
 }
 
 impl<T> Default for Fresh<T> {
     fn default() -> Self {
         Self {
-            last: Arc::default(),
+            last: Arc::new(Mutex::new(Last {
+                value: None,
+                failed: None,
+                generation: 0,
+            })),
             turn: Arc::default(),
         }
     }
@@ -39,9 +69,15 @@ impl<T> Default for Fresh<T> {
 impl<T: Clone + Send + 'static> Fresh<T> {
     /// The value and when it was read: the last read if it is younger than
     /// `max_age`, otherwise the result of `read()`, run as a task on
-    /// `runtime` that keeps it for the next callers (an error is not
-    /// kept). A caller that stops waiting leaves the read to finish, and
-    /// its value is kept all the same.
+    /// `runtime` that keeps it for the next callers. A caller that stops
+    /// waiting leaves the read to finish, and its value is kept all the
+    /// same.
+    ///
+    /// A failed read is not kept for later callers, but it is shared with
+    /// every caller that was already waiting for it. The race this closes:
+    /// while PostgreSQL or Redis is down, each waiting caller would read in
+    /// turn, each waiting out the pool's timeout (the n-th caller about n
+    /// times 3 s), with sockets piling up for the whole outage.
     ///
     /// `read` makes the read's future only once the turn is taken, and the
     /// task owns it: a caller's future holds neither while it waits, so the
@@ -54,8 +90,9 @@ impl<T: Clone + Send + 'static> Fresh<T> {
     ) -> Result<(Instant, T), E>
     where
         F: Future<Output = Result<T, E>> + Send + 'static,
-        E: From<anyhow::Error> + Send + 'static,
+        E: From<anyhow::Error> + Shared + Send + 'static,
     {
+        let arrived = Instant::now();
         if let Some(fresh) = self.fresh(max_age) {
             return Ok(fresh);
         }
@@ -64,15 +101,26 @@ impl<T: Clone + Send + 'static> Fresh<T> {
         if let Some(fresh) = self.fresh(max_age) {
             return Ok(fresh);
         }
+        // Or failed, after this caller arrived: the same answer.
+        if let Some(failure) = self.failed_since::<E>(arrived) {
+            return Err(failure);
+        }
         let last = Arc::clone(&self.last);
+        let generation = lock(&last).generation;
         let read = read();
         runtime
             .spawn(async move {
                 let _turn = turn;
-                let value = read.await?;
+                let outcome = read.await;
                 let taken = Instant::now();
-                *last.lock().unwrap_or_else(PoisonError::into_inner) = Some((taken, value.clone()));
-                Ok((taken, value))
+                let mut last = lock(&last);
+                if last.generation == generation {
+                    match &outcome {
+                        Ok(value) => last.value = Some((taken, value.clone())),
+                        Err(error) => last.failed = Some((taken, Box::new(error.share()))),
+                    }
+                }
+                outcome.map(|value| (taken, value))
             })
             .await
             .map_err(|error| E::from(anyhow::Error::new(error).context("the read's task")))?
@@ -80,18 +128,35 @@ impl<T: Clone + Send + 'static> Fresh<T> {
 
     /// The last read, if younger than `max_age`.
     fn fresh(&self, max_age: Duration) -> Option<(Instant, T)> {
-        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-        last.as_ref()
+        lock(&self.last)
+            .value
+            .as_ref()
             .filter(|(taken, _)| taken.elapsed() < max_age)
             .cloned()
     }
 
-    /// Forget the value: the next caller reads it again. Waits for a read
-    /// under way, which would otherwise keep what it read before this.
-    pub(crate) async fn forget(&self) {
-        let _turn = self.turn.lock().await;
-        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    /// A copy of the last read's failure, if it failed after `arrived`.
+    fn failed_since<E: Shared + 'static>(&self, arrived: Instant) -> Option<E> {
+        let last = lock(&self.last);
+        let (at, failure) = last.failed.as_ref()?;
+        (*at >= arrived)
+            .then(|| failure.downcast_ref::<E>().map(E::share))
+            .flatten()
     }
+
+    /// Forget the value: the next caller reads it again, and a read under
+    /// way keeps nothing of what it read. Does not wait for that read
+    /// (nor, with Redis down, for the pool's timeout): a caller that
+    /// forgets many values, one after the other, is not held up by any.
+    pub(crate) fn forget(&self) {
+        let mut last = lock(&self.last);
+        last.value = None;
+        last.generation += 1;
+    }
+}
+
+fn lock<T>(last: &Mutex<Last<T>>) -> MutexGuard<'_, Last<T>> {
+    last.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
@@ -159,8 +224,8 @@ mod tests {
         let runtime = tokio::runtime::Handle::current();
         let read = || async { Ok::<_, anyhow::Error>(7) };
         fresh.get(&runtime, AGE, read).await.expect("read");
-        // The turn held, as by a forget waiting for a read, or a caller
-        // whose worker is busy.
+        // The turn held, as by a read under way, or a caller whose worker
+        // is busy.
         let _turn = fresh.turn.lock().await;
         let taken = tokio::time::timeout(Duration::from_secs(1), fresh.get(&runtime, AGE, read));
         assert_eq!(
@@ -173,6 +238,72 @@ mod tests {
         );
     }
 
+    /// A read that counts itself and fails after a slow round trip (a
+    /// pool waiting out its timeout while the server is down).
+    fn failing(reads: &Arc<AtomicU32>) -> impl Future<Output = anyhow::Result<u32>> + use<> {
+        let reads = Arc::clone(reads);
+        async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            reads.fetch_add(1, Ordering::SeqCst);
+            Err(anyhow::anyhow!("the server is down"))
+        }
+    }
+
+    #[tokio::test]
+    async fn callers_waiting_for_a_read_that_fails_share_its_failure() {
+        let fresh = Arc::new(Fresh::<u32>::default());
+        let reads = Arc::new(AtomicU32::new(0));
+        let runtime = tokio::runtime::Handle::current();
+        let callers: Vec<_> = (0..10)
+            .map(|_| {
+                let (fresh, reads, runtime) =
+                    (Arc::clone(&fresh), Arc::clone(&reads), runtime.clone());
+                tokio::spawn(async move { fresh.get(&runtime, AGE, || failing(&reads)).await })
+            })
+            .collect();
+        for caller in callers {
+            let failure = caller
+                .await
+                .expect("a caller")
+                .expect_err("the read failed");
+            assert!(
+                failure.to_string().contains("the server is down"),
+                "{failure}"
+            );
+        }
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            1,
+            "one read for every waiting caller"
+        );
+        // A caller who comes after the failure tries again.
+        fresh
+            .get(&runtime, AGE, || failing(&reads))
+            .await
+            .expect_err("still down");
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_read_under_way_when_the_value_is_forgotten_keeps_nothing() {
+        let fresh = Arc::new(Fresh::<u32>::default());
+        let reads = Arc::new(AtomicU32::new(0));
+        let runtime = tokio::runtime::Handle::current();
+        let under_way = {
+            let (fresh, reads, runtime) = (Arc::clone(&fresh), Arc::clone(&reads), runtime.clone());
+            tokio::spawn(async move { fresh.get(&runtime, AGE, || counted(&reads)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Does not wait for the read under way.
+        fresh.forget();
+        assert_eq!(under_way.await.expect("a caller").expect("read").1, 1);
+        let (_, value) = fresh
+            .get(&runtime, AGE, || counted(&reads))
+            .await
+            .expect("read");
+        assert_eq!(value, 2, "the read that started before the forget was kept");
+    }
+
     #[tokio::test]
     async fn a_forgotten_value_is_read_again() {
         let fresh = Fresh::<u32>::default();
@@ -182,7 +313,7 @@ mod tests {
             .get(&runtime, AGE, || counted(&reads))
             .await
             .expect("read");
-        fresh.forget().await;
+        fresh.forget();
         let (_, value) = fresh
             .get(&runtime, AGE, || counted(&reads))
             .await

@@ -104,8 +104,8 @@ impl Default for IndexCache {
 
 impl IndexCache {
     /// Build the first page again at the next request.
-    pub(crate) async fn forget(&self) {
-        self.first.forget().await;
+    pub(crate) fn forget(&self) {
+        self.first.forget();
     }
 }
 

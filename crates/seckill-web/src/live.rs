@@ -169,7 +169,7 @@ impl LiveSale {
     /// Changes were missed: the waiting one, older than what was missed,
     /// is dropped, and every stream reads a snapshot taken from now on.
     async fn missed(&self) {
-        self.snapshot.forget().await;
+        self.snapshot.forget();
         let mut waiting = self.waiting();
         waiting.take();
         self.changes.send_replace(Change::Missed);
