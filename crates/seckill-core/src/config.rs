@@ -357,9 +357,9 @@ impl WorkerSettings {
     }
 }
 
-/// Rate limits per client, across every instance (checked in Redis). Off
-/// unless set: the load test and the demo send thousands of buyers from one
-/// address.
+/// Rate limits per client, across every instance (checked in Redis), and
+/// who the client is. The limits are off unless set: the load test and the
+/// demo send thousands of buyers from one address.
 #[derive(Debug, Clone, Args)]
 pub struct RateLimitSettings {
     /// Purchases and admin logins per second from one client IP, 0 to 100000; 0 turns the limit off.
@@ -373,6 +373,10 @@ pub struct RateLimitSettings {
     /// Requests a client may send at once beyond its steady rate, 0 to 10000.
     #[arg(long, env = "SECKILL_RATE_LIMIT_BURST", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub rate_limit_burst: u32,
+
+    /// Proxies whose X-Forwarded-For header is believed, as comma-separated IP addresses and CIDR ranges, e.g. 127.0.0.1,10.0.0.0/8; the client IP of the per-IP limit and the admin lock-out is then the right-most address in that header that is not one of them [default: none, the TCP peer is the client]
+    #[arg(long, env = "SECKILL_TRUSTED_PROXIES", default_value = "", hide_default_value = true, value_parser = TrustedProxies::parse)]
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Default for RateLimitSettings {
@@ -381,7 +385,50 @@ impl Default for RateLimitSettings {
             rate_limit_per_ip: 0,
             rate_limit_per_buyer: 0,
             rate_limit_burst: 10,
+            trusted_proxies: TrustedProxies::default(),
         }
+    }
+}
+
+/// The proxies whose `X-Forwarded-For` is believed: addresses and CIDR
+/// ranges (an address is a range of one). Anyone can send the header, so
+/// it says who the client is only when a proxy we run added to it; the
+/// web crate's `client_ip.rs` reads it. Empty by default: nobody's header
+/// is believed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<ipnet::IpNet>);
+
+impl TrustedProxies {
+    /// A comma-separated list of IP addresses and CIDR ranges
+    /// (`127.0.0.1,10.0.0.0/8,::1`); spaces around an item and empty items
+    /// are ignored. Anything else is refused, naming the item, so that a
+    /// typo stops the start instead of trusting nobody (or everybody).
+    pub fn parse(list: &str) -> Result<Self, String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(|item| {
+                item.parse::<ipnet::IpNet>()
+                    .or_else(|_| {
+                        item.parse::<std::net::IpAddr>()
+                            .map(|address| address.to_canonical().into())
+                    })
+                    .map_err(|_| {
+                        format!(
+                            "`{item}` is not an IP address or a CIDR range (such as 10.0.0.0/8)"
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+
+    /// Whether `address` is one of the trusted proxies. An IPv4 address
+    /// seen as IPv6 (`::ffff:10.0.0.1`, on a dual-stack socket) is taken as
+    /// the IPv4 address it is.
+    pub fn contains(&self, address: std::net::IpAddr) -> bool {
+        let address = address.to_canonical();
+        self.0.iter().any(|range| range.contains(&address))
     }
 }
 

@@ -22,10 +22,11 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::AppState;
+use super::client_ip;
 use super::error::ApiError;
 
-/// Wrong tokens from one address before it is locked out (the attempt after
-/// them is refused, whatever its token).
+/// Wrong tokens from one client address before it is locked out (the
+/// attempt after them is refused, whatever its token).
 const MAX_FAILED_LOGINS: u64 = 5;
 /// How long the wrong tokens of one address are counted (and a lock-out lasts).
 const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
@@ -141,17 +142,17 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Check a presented admin token, with the lock-out: an address with too
-/// many attempts is refused (`429`) before its token is even compared;
-/// every attempt is counted first, and a right token clears the count.
+/// Check a presented admin token, with the lock-out: a client address (as
+/// `client_ip.rs` tells it) with too many attempts is refused (`429`)
+/// before its token is even compared; every attempt is counted first, and
+/// a right token clears the count.
 pub(crate) async fn admit(
     state: &AppState,
     request: &HttpRequest,
     presented: Option<&str>,
 ) -> Result<(), ApiError> {
-    let client = request
-        .peer_addr()
-        .map_or_else(|| "unknown".to_owned(), |address| address.ip().to_string());
+    let client = client_ip::of(request, &state.limits.trusted_proxies)
+        .map_or_else(|| "unknown".to_owned(), |address| address.to_string());
     // Counted before the comparison, so that guesses sent all at once are
     // counted before any of them is compared (see lua/login_failure.lua).
     let (attempts, left) = state

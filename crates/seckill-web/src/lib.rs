@@ -11,6 +11,7 @@
 mod admin;
 mod admin_token;
 mod api;
+pub mod client_ip;
 mod error;
 pub mod fresh;
 mod index;
@@ -53,8 +54,9 @@ pub(crate) struct AppState {
     /// The purchase path, with this instance's sold-out flags (which only
     /// the purchase path changes). Set by `startup`; never replaced.
     pub(crate) purchaser: Purchaser,
-    /// The rate limits per client IP and per buyer (off unless configured).
-    /// Fixed at start.
+    /// The rate limits per client IP and per buyer (off unless configured),
+    /// and the proxies whose `X-Forwarded-For` names the client. Fixed at
+    /// start.
     pub(crate) limits: RateLimitSettings,
     /// The admin token's digest; checks logins, cookies and bearer headers.
     /// Fixed at start from `SECKILL_ADMIN_TOKEN`.

@@ -1,11 +1,12 @@
 //! The rate limits a handler applies before it does any work (see
-//! `ratelimit.rs`): per client IP on purchases and admin logins, per buyer
-//! id on purchases.
+//! `ratelimit.rs`): per client IP (as `client_ip.rs` tells it) on
+//! purchases and admin logins, per buyer id on purchases.
 
 use actix_web::HttpRequest;
 use anyhow::Context;
 
 use super::AppState;
+use super::client_ip;
 use super::error::ApiError;
 use seckill_core::config::RateLimit;
 use seckill_core::domain::UserId;
@@ -22,9 +23,9 @@ pub(crate) async fn check(
     // The address is written out only for a limit that needs it: with no
     // limit set (the default), a purchase pays nothing here.
     if let Some(limit) = state.limits.per_ip()
-        && let Some(address) = request.peer_addr()
+        && let Some(address) = client_ip::of(request, &state.limits.trusted_proxies)
     {
-        one(state, limit, "ip", &address.ip().to_string()).await?;
+        one(state, limit, "ip", &address.to_string()).await?;
     }
     if let (Some(limit), Some(buyer)) = (state.limits.per_buyer(), buyer) {
         one(state, limit, "buyer", buyer.as_str()).await?;

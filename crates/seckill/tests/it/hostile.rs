@@ -159,6 +159,7 @@ fn limited(per_ip: u32, per_buyer: u32, burst: u32) -> Options {
             rate_limit_per_ip: per_ip,
             rate_limit_per_buyer: per_buyer,
             rate_limit_burst: burst,
+            ..Default::default()
         },
         ..Options::default()
     }

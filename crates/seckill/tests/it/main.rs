@@ -37,6 +37,7 @@ mod payment_deadline;
 mod payment_race;
 mod pool;
 mod processes;
+mod proxies;
 mod proxy;
 mod purchase;
 mod purchase_lock;
