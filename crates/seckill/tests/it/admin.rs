@@ -330,10 +330,7 @@ async fn five_wrong_tokens_lock_the_address_out_even_for_the_right_token() {
     assert!(locked.headers().get(SET_COOKIE).is_none());
     // The admin API shares the count.
     let api = app
-        .client
-        .post(app.url("/api/sales"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&serde_json::json!({"name": "Lamp", "stock": 1, "price_cents": 1}))
+        .post_sale(&serde_json::json!({"name": "Lamp", "stock": 1, "price_cents": 1}))
         .send()
         .await
         .expect("POST /api/sales");

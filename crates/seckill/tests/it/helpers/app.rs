@@ -50,15 +50,17 @@ impl TestApp {
             .await
     }
 
-    pub async fn create_sale_with(&self, body: Value) -> i64 {
-        let response = self
-            .client
+    /// POST /api/sales with the admin token: the request, for the caller
+    /// to add to, send and judge.
+    pub fn post_sale(&self, body: &Value) -> reqwest::RequestBuilder {
+        self.client
             .post(self.url("/api/sales"))
             .bearer_auth(ADMIN_TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .expect("POST /api/sales");
+            .json(body)
+    }
+
+    pub async fn create_sale_with(&self, body: Value) -> i64 {
+        let response = self.post_sale(&body).send().await.expect("POST /api/sales");
         assert_eq!(response.status(), 201, "creating a sale");
         let sale: Value = response.json().await.expect("a sale");
         sale["id"].as_i64().expect("a sale id")
