@@ -49,6 +49,17 @@ struct LoginPage {
 struct AdminPage {
     sales: Vec<SaleView>,
     notice: Option<String>,
+    /// The link to the next page of older sales, when there are more.
+    older: Option<i64>,
+}
+
+/// Sales on one page of `/admin`.
+const ADMIN_PAGE: i64 = 50;
+
+/// `GET /admin?before=ID`: the page of sales older than sale `ID`.
+#[derive(serde::Deserialize)]
+pub(crate) struct AdminQuery {
+    before: Option<i64>,
 }
 
 #[derive(Template)]
@@ -174,24 +185,38 @@ fn see_other(location: &str) -> HttpResponse {
 pub(crate) async fn index(
     state: web::Data<AppState>,
     request: HttpRequest,
+    query: web::Query<AdminQuery>,
 ) -> Result<HttpResponse, ApiError> {
     if let Some(page) = login_unless_signed_in(&state, &request).await? {
         return Ok(page);
     }
-    admin_page(&state, None, StatusCode::OK).await
+    admin_page(&state, query.before, None, StatusCode::OK).await
 }
 
+/// A page of sales older than `before` (the newest with `None`), their
+/// units left read in one round trip.
 async fn admin_page(
     state: &AppState,
+    before: Option<i64>,
     notice: Option<String>,
     status: StatusCode,
 ) -> Result<HttpResponse, ApiError> {
-    let mut sales = Vec::new();
-    for sale in state.store.sales().await? {
-        let left = state.store.stock_left(sale.id).await?;
-        sales.push(SaleView::new(&sale, left));
-    }
-    let mut response = html(&AdminPage { sales, notice })?;
+    let listed = state.store.sales(before, ADMIN_PAGE).await?;
+    let ids: Vec<i64> = listed.iter().map(|sale| sale.id).collect();
+    let left = state.store.stocks_left(&ids).await?;
+    let sales: Vec<SaleView> = listed
+        .iter()
+        .zip(left)
+        .map(|(sale, left)| SaleView::new(sale, left))
+        .collect();
+    let older = (listed.len() as i64 == ADMIN_PAGE)
+        .then(|| ids.last().copied())
+        .flatten();
+    let mut response = html(&AdminPage {
+        sales,
+        notice,
+        older,
+    })?;
     *response.status_mut() = status;
     Ok(response)
 }
@@ -268,14 +293,20 @@ pub(crate) async fn create_sale(
             Ok(secs) => new = new.lasts(secs),
             Err(_) => {
                 let notice = "duration must be a whole number of seconds, or empty".to_owned();
-                return admin_page(&state, Some(notice), StatusCode::BAD_REQUEST).await;
+                return admin_page(&state, None, Some(notice), StatusCode::BAD_REQUEST).await;
             }
         },
     }
     let new = match new.build(Utc::now()) {
         Ok(new) => new,
         Err(invalid) => {
-            return admin_page(&state, Some(invalid.to_string()), StatusCode::BAD_REQUEST).await;
+            return admin_page(
+                &state,
+                None,
+                Some(invalid.to_string()),
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
         }
     };
     let sale = state.store.create_sale(&new).await?;

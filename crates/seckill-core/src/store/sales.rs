@@ -144,11 +144,16 @@ impl Store {
         Ok(sale)
     }
 
-    /// All sales, newest first.
-    pub async fn sales(&self) -> anyhow::Result<Vec<Sale>> {
+    /// Up to `limit` sales, newest first, older than sale `before` (from
+    /// the newest with `None`): a page of the admin's list, whose cost is
+    /// the page's, however many sales there are.
+    pub async fn sales(&self, before: Option<i64>, limit: i64) -> anyhow::Result<Vec<Sale>> {
         sqlx::query_as(&format!(
-            "SELECT {SALE_COLUMNS} FROM sales ORDER BY id DESC"
+            "SELECT {SALE_COLUMNS} FROM sales WHERE ($1::bigint IS NULL OR id < $1) \
+             ORDER BY id DESC LIMIT $2"
         ))
+        .bind(before)
+        .bind(limit)
         .fetch_all(&self.pg)
         .await
         .context("listing sales")

@@ -360,3 +360,48 @@ async fn guesses_sent_all_at_once_cannot_slip_past_the_lock_out() {
     let refused = statuses.iter().filter(|s| **s == 429).count();
     assert_eq!((compared, refused), (5, 15), "{statuses:?}");
 }
+
+/// `/admin` lists the sales a page at a time, newest first, with a link to
+/// the older ones: its cost is a page's, however many sales there are.
+#[tokio::test]
+async fn the_admin_page_lists_sales_a_page_at_a_time() {
+    let app = spawn_app().await;
+    let cookie = log_in(&app).await;
+    let mut ids = Vec::new();
+    for n in 0..55 {
+        let new = seckill_core::domain::NewSale::builder(format!("Sale {n}"), 3)
+            .build(chrono::Utc::now())
+            .expect("a sale");
+        ids.push(app.store.create_sale(&new).await.expect("created").id);
+    }
+    let page = |path: String| {
+        let (app, cookie) = (&app, &cookie);
+        async move {
+            let response = app
+                .client
+                .get(app.url(&path))
+                .header(COOKIE, cookie)
+                .send()
+                .await
+                .expect("GET /admin");
+            assert_eq!(response.status(), 200, "{path}");
+            response.text().await.expect("the page")
+        }
+    };
+    let first = page("/admin".to_owned()).await;
+    let listed = |html: &str| {
+        ids.iter()
+            .filter(|id| html.contains(&format!("href=\"/admin/sales/{id}\"")))
+            .copied()
+            .collect::<Vec<i64>>()
+    };
+    assert_eq!(listed(&first), ids[5..].to_vec(), "the 50 newest");
+    let older = format!("/admin?before={}", ids[5]);
+    assert!(
+        first.contains(&format!("href=\"{older}\"")),
+        "no link to the older sales"
+    );
+    let second = page(older).await;
+    assert_eq!(listed(&second), ids[..5].to_vec(), "the 5 oldest");
+    assert!(!second.contains("Older sales"), "a link past the last page");
+}
