@@ -153,7 +153,7 @@ pub(crate) async fn give_unit_back<C: ConnectionLike + Send>(
             .context("giving a unit back in Redis")?
         {
             UnitReturn::SaleNotLoaded => {
-                store::sales::load_into_redis(store.pg(), conn, store.prefix(), order.sale_id)
+                store::load::load_into_redis(store.pg(), conn, store.prefix(), order.sale_id)
                     .await?;
             }
             done => return Ok(done),

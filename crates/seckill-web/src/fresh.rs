@@ -176,20 +176,39 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn callers_arriving_together_share_one_read() {
-        let fresh = Arc::new(Fresh::<u32>::default());
-        let reads = Arc::new(AtomicU32::new(0));
+    /// Ten callers asking for the value at once, each by `read`; their
+    /// answers.
+    async fn ten_callers_at_once<F>(
+        fresh: &Arc<Fresh<u32>>,
+        reads: &Arc<AtomicU32>,
+        read: fn(&Arc<AtomicU32>) -> F,
+    ) -> Vec<anyhow::Result<(Instant, u32)>>
+    where
+        F: Future<Output = anyhow::Result<u32>> + Send + 'static,
+    {
         let runtime = tokio::runtime::Handle::current();
         let callers: Vec<_> = (0..10)
             .map(|_| {
                 let (fresh, reads, runtime) =
-                    (Arc::clone(&fresh), Arc::clone(&reads), runtime.clone());
-                tokio::spawn(async move { fresh.get(&runtime, AGE, || counted(&reads)).await })
+                    (Arc::clone(fresh), Arc::clone(reads), runtime.clone());
+                tokio::spawn(async move { fresh.get(&runtime, AGE, || read(&reads)).await })
             })
             .collect();
+        let mut answers = Vec::new();
         for caller in callers {
-            assert_eq!(caller.await.expect("a caller").expect("read").1, 1);
+            answers.push(caller.await.expect("a caller"));
+        }
+        answers
+    }
+
+    #[tokio::test]
+    async fn callers_arriving_together_share_one_read() {
+        let (fresh, reads) = (
+            Arc::new(Fresh::<u32>::default()),
+            Arc::new(AtomicU32::new(0)),
+        );
+        for answer in ten_callers_at_once(&fresh, &reads, counted).await {
+            assert_eq!(answer.expect("read").1, 1);
         }
         assert_eq!(reads.load(Ordering::SeqCst), 1);
     }
@@ -251,21 +270,13 @@ mod tests {
 
     #[tokio::test]
     async fn callers_waiting_for_a_read_that_fails_share_its_failure() {
-        let fresh = Arc::new(Fresh::<u32>::default());
-        let reads = Arc::new(AtomicU32::new(0));
+        let (fresh, reads) = (
+            Arc::new(Fresh::<u32>::default()),
+            Arc::new(AtomicU32::new(0)),
+        );
         let runtime = tokio::runtime::Handle::current();
-        let callers: Vec<_> = (0..10)
-            .map(|_| {
-                let (fresh, reads, runtime) =
-                    (Arc::clone(&fresh), Arc::clone(&reads), runtime.clone());
-                tokio::spawn(async move { fresh.get(&runtime, AGE, || failing(&reads)).await })
-            })
-            .collect();
-        for caller in callers {
-            let failure = caller
-                .await
-                .expect("a caller")
-                .expect_err("the read failed");
+        for answer in ten_callers_at_once(&fresh, &reads, failing).await {
+            let failure = answer.expect_err("the read failed");
             assert!(
                 failure.to_string().contains("the server is down"),
                 "{failure}"

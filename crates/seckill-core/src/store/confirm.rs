@@ -150,7 +150,7 @@ impl Store {
         let keys = SaleKeys::new(self.prefix(), sale_id);
         if epoch.is_some() {
             let now = match self.redis().await {
-                Ok(mut conn) => super::sales::epoch(&mut conn, &keys).await,
+                Ok(mut conn) => super::load::epoch(&mut conn, &keys).await,
                 Err(error) => Err(error),
             }
             .map_err(|error| sqlx::Error::Io(std::io::Error::other(format!("{error:#}"))))?;

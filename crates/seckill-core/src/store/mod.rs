@@ -2,9 +2,8 @@
 //!
 //! [`sales`] owns the `sales` table and a sale's figures in Redis (units
 //! left, buyers): creating a sale, the per-instance cache of sales (kept in
-//! [`catalog`]), loading
-//! a sale into Redis from PostgreSQL, and reading its stock with a reload
-//! when Redis lost it. [`orders`] owns the `orders` table: confirming a
+//! [`catalog`]), and reading its stock with a reload when Redis lost it;
+//! [`load`] loads a sale into Redis from PostgreSQL, under its load epoch. [`orders`] owns the `orders` table: confirming a
 //! batch from the queue, paying, cancelling an unpaid order, finding an
 //! order wherever it is (PostgreSQL or a queue), and the admin's list.
 //!
@@ -19,6 +18,7 @@
 pub(crate) mod admin;
 pub(crate) mod catalog;
 pub(crate) mod confirm;
+pub mod load;
 pub(crate) mod orders;
 pub mod sales;
 pub(crate) mod schema;

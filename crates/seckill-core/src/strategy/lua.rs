@@ -74,7 +74,7 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
                 return Ok(Outcome::SoldOut);
             }
             "not_loaded" => {
-                store::sales::load_into_redis(shop.store.pg(), conn, shop.store.prefix(), sale_id)
+                store::load::load_into_redis(shop.store.pg(), conn, shop.store.prefix(), sale_id)
                     .await?;
             }
             other => return Err(payment::unexpected_answer("purchase_lua.lua", other).into()),

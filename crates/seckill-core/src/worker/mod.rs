@@ -58,7 +58,7 @@ use crate::keys::{QueueKeys, SaleKeys};
 use crate::metrics::metrics;
 use crate::queue::{Attempt, Queue, Reserved};
 use crate::redis_pool::RedisConn;
-use crate::store::{Confirmation, Store, sales};
+use crate::store::{Confirmation, Store, load};
 
 /// Delay before a job that failed by itself (not because PostgreSQL was down) runs again.
 const FAILED_JOB_DELAY: Duration = Duration::from_secs(1);
@@ -140,7 +140,7 @@ impl Worker {
         // and before the commit makes the commit refuse the batch (see
         // `Store::confirm_orders`). Only the order queue needs it; the
         // deadlines take no unit.
-        let epoch = sales::epoch(
+        let epoch = load::epoch(
             &mut self.store.redis().await?,
             &SaleKeys::new(self.store.prefix(), sale_id),
         )
@@ -285,7 +285,7 @@ impl Worker {
         mut report: BatchReport,
         jobs: &[Reserved],
     ) -> anyhow::Result<BatchReport> {
-        let now = sales::epoch(conn, under.keys).await?;
+        let now = load::epoch(conn, under.keys).await?;
         match now.as_deref() {
             Some(now) if Some(now) == under.epoch => {
                 tracing::warn!("PostgreSQL missed the sale's last load epoch; recording it");

@@ -208,6 +208,39 @@ pub(crate) async fn redis_answers(url: &str) -> bool {
     .await
 }
 
+/// A plain connection to the Redis server at `url`, asked `command`,
+/// within a second (the private servers' readiness checks).
+pub(super) async fn ask<T: redis::FromRedisValue>(
+    url: &str,
+    command: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    let client = redis::Client::open(url)?;
+    tokio::time::timeout(Duration::from_secs(1), async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        command.query_async(&mut conn).await
+    })
+    .await
+    .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+}
+
+/// Whether the server at `url` answers `command` with text holding every
+/// one of `needles`.
+pub(super) async fn answer_says(url: &str, command: &redis::Cmd, needles: &[&str]) -> bool {
+    ask::<String>(url, command)
+        .await
+        .is_ok_and(|text| needles.iter().all(|needle| text.contains(needle)))
+}
+
+/// Whether the replica at `url` is linked to its primary and synced.
+pub(super) async fn replica_in_step(url: &str) -> bool {
+    answer_says(
+        url,
+        redis::cmd("INFO").arg("replication"),
+        &["role:slave", "master_link_status:up"],
+    )
+    .await
+}
+
 /// Whether a PostgreSQL server accepts a connection to its `postgres`
 /// database at `server_url`.
 pub async fn postgres_answers(server_url: &str) -> bool {

@@ -3,13 +3,12 @@
 //! For the tests and the bench that show seckill on a cluster; nobody runs
 //! production on one machine's cluster.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use futures_util::future::try_join_all;
 
 use super::redis_server::PrivateRedis;
 use super::supervise::{find_on_path, wait_until};
+use super::{answer_says, replica_in_step};
 use seckill_core::redis_pool::RedisAt;
 
 /// Nodes of our own (masters, and replicas if asked for), keeping nothing
@@ -61,7 +60,7 @@ impl PrivateRedisCluster {
         // Which node `redis-cli` made a replica: the ones that say so.
         let (mut masters, mut replicas) = (Vec::new(), Vec::new());
         for node in all {
-            if replica_in_step(&node.url()).await || is_replica(&node.url()).await {
+            if is_replica(&node.url()).await {
                 replicas.push(node);
             } else {
                 masters.push(node);
@@ -104,58 +103,16 @@ impl PrivateRedisCluster {
 
 /// Whether the node at `url` says it is a replica.
 async fn is_replica(url: &str) -> bool {
-    let Ok(client) = redis::Client::open(url) else {
-        return false;
-    };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
-        return false;
-    };
-    redis::cmd("INFO")
-        .arg("replication")
-        .query_async::<String>(&mut conn)
-        .await
-        .is_ok_and(|info| info.contains("role:slave"))
-}
-
-/// Whether the replica at `url` is linked to its master and synced.
-async fn replica_in_step(url: &str) -> bool {
-    seckill_core::probe::within(Duration::from_secs(1), async {
-        let client = redis::Client::open(url)?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut conn)
-            .await?;
-        if info.contains("role:slave") && info.contains("master_link_status:up") {
-            Ok(())
-        } else {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "not in step yet",
-            )))
-        }
-    })
-    .await
+    answer_says(url, redis::cmd("INFO").arg("replication"), &["role:slave"]).await
 }
 
 /// Whether the node at `url` serves its slots: the cluster has all 16,384
 /// assigned and every node agrees.
 async fn cluster_ok(url: &str) -> bool {
-    seckill_core::probe::within(Duration::from_secs(1), async {
-        let client = redis::Client::open(url)?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        let info: String = redis::cmd("CLUSTER")
-            .arg("INFO")
-            .query_async(&mut conn)
-            .await?;
-        if info.contains("cluster_state:ok") {
-            Ok(())
-        } else {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "not ok yet",
-            )))
-        }
-    })
+    answer_says(
+        url,
+        redis::cmd("CLUSTER").arg("INFO"),
+        &["cluster_state:ok"],
+    )
     .await
 }

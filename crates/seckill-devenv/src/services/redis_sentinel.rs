@@ -3,14 +3,13 @@
 //! `--sentinel` mode). For the tests and the chaos run that fail the
 //! primary over; nobody runs production on one machine's sentinels.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use futures_util::future::try_join_all;
 
 pub use super::redis_server::MASTER_NAME;
 use super::redis_server::{PrivateRedis, Role};
 use super::supervise::wait_until;
+use super::{ask, replica_in_step};
 use seckill_core::redis_pool::RedisAt;
 
 /// Two data servers (one primary, one replica, each with an append-only
@@ -138,30 +137,11 @@ impl PrivateRedisSentinel {
     }
 }
 
-/// A plain connection to `url`, asked `command`, within a second.
-async fn ask<T: redis::FromRedisValue>(url: &str, command: &redis::Cmd) -> redis::RedisResult<T> {
-    let client = redis::Client::open(url)?;
-    tokio::time::timeout(Duration::from_secs(1), async {
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        command.query_async(&mut conn).await
-    })
-    .await
-    .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
-}
-
 /// Whether the server at `url` says `ROLE` is `role`.
 async fn role_is(url: &str, role: &str) -> bool {
     ask::<Vec<redis::Value>>(url, &redis::cmd("ROLE"))
         .await
         .is_ok_and(|answer| answer.first() == Some(&redis::Value::BulkString(role.into())))
-}
-
-/// Whether the replica at `url` is linked to its primary and synced.
-async fn replica_in_step(url: &str) -> bool {
-    let info: String = ask(url, redis::cmd("INFO").arg("replication"))
-        .await
-        .unwrap_or_default();
-    info.contains("role:slave") && info.contains("master_link_status:up")
 }
 
 /// Whether the sentinel at `url` knows a replica and two other sentinels,

@@ -120,15 +120,15 @@ impl TestApp {
 
     /// Start loading a sale from PostgreSQL as a page would, and stop
     /// there: the load holds the sale's row until [`TestApp::finish_load`].
-    pub async fn begin_load(&self, sale_id: i64) -> seckill_core::store::sales::Loading {
-        seckill_core::store::sales::begin_load(&self.pg, sale_id)
+    pub async fn begin_load(&self, sale_id: i64) -> seckill_core::store::load::Loading {
+        seckill_core::store::load::begin_load(&self.pg, sale_id)
             .await
             .expect("begin a load")
     }
 
     /// Write what a load read into Redis and let go of the sale's row.
     /// Returns whether it wrote.
-    pub async fn finish_load(&self, loading: seckill_core::store::sales::Loading) -> bool {
+    pub async fn finish_load(&self, loading: seckill_core::store::load::Loading) -> bool {
         loading
             .write(&mut self.redis_conn().await, &self.scratch.prefix)
             .await
@@ -186,7 +186,7 @@ impl TestApp {
             return;
         };
         // The epoch a live worker would have read before it reserved.
-        let epoch = seckill_core::store::sales::epoch(
+        let epoch = seckill_core::store::load::epoch(
             &mut self.redis_conn().await,
             &self.keys(first.sale_id),
         )

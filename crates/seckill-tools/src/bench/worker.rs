@@ -1,0 +1,126 @@
+//! The worker's rows: its drain into PostgreSQL against one server-side
+//! bulk insert of as many rows (`baseline.rs`), and an idle worker's delay
+//! from a `202` to the order confirmed.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use seckill_loadtest::http::{Connection, Target, purchase_path};
+
+use super::{Bound, Row, baseline, deployment};
+use crate::bench::BenchArgs;
+use crate::loadrun;
+use seckill_core::config::Strategy;
+use seckill_core::domain::{OrderJob, OrderStatus, UserId};
+use seckill_core::keys::SaleKeys;
+use seckill_core::queue::Queue;
+use seckill_core::store::Store;
+use seckill_core::worker::Worker;
+use seckill_devenv::processes::Fleet;
+use seckill_devenv::services::Services;
+
+/// `--drain-orders` jobs drained by one worker, against PostgreSQL's own
+/// bulk insert of as many rows.
+pub(super) async fn drain(args: &BenchArgs, store: &Store) -> anyhow::Result<[Row; 2]> {
+    let n = args.drain_orders;
+    let sale_id = loadrun::create_sale(store, "Bench drain", n, Some(3600)).await?;
+    let keys = SaleKeys::new(store.prefix(), sale_id);
+    let queue = Queue::new(keys.queue.clone());
+    let mut conn = store.redis().await?;
+    let jobs: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            let user = UserId::parse(&format!("drain-{i}")).expect("a valid buyer id");
+            let job = OrderJob::new(sale_id, &user);
+            (job.order_id.to_string(), job.to_payload())
+        })
+        .collect();
+    for chunk in jobs.chunks(1_000) {
+        let chunk: Vec<(&str, &str)> = chunk
+            .iter()
+            .map(|(i, p)| (i.as_str(), p.as_str()))
+            .collect();
+        queue
+            .enqueue(&mut conn, &chunk, Duration::ZERO)
+            .await
+            .context("queueing the drain's jobs")?;
+    }
+    let worker = Worker::new(store.clone(), args.worker.clone());
+    let started = Instant::now();
+    let report = worker.drain(sale_id).await?;
+    anyhow::ensure!(
+        report.confirmed == n as usize,
+        "the worker confirmed {} of {n} orders",
+        report.confirmed
+    );
+    let drained = f64::from(n) / started.elapsed().as_secs_f64();
+    let baseline = f64::from(n)
+        / baseline::time_bulk_insert(store.pg(), sale_id, n)
+            .await?
+            .as_secs_f64();
+    let percent = drained / baseline * 100.0;
+    let (fast, share) = (Bound::AtLeast(40_000.0), Bound::AtLeast(30.0));
+    Ok([
+        Row {
+            figure: "worker drain into PostgreSQL, orders/s",
+            measured: format!("{}/s", fast.shown(drained, 0)),
+            target: ">= 40,000",
+            met: Some(fast.met(drained)),
+        },
+        Row {
+            figure: "worker drain / one server-side INSERT of as many rows",
+            measured: format!(
+                "{}% (INSERT: {baseline:.0} rows/s)",
+                share.shown(percent, 0)
+            ),
+            target: ">= 30%",
+            met: Some(share.met(percent)),
+        },
+    ])
+}
+
+/// Purchases one at a time on an instance with its worker in-process:
+/// the p50 from the `202` to the order confirmed in PostgreSQL.
+pub(super) async fn idle_delay(
+    services: &Services,
+    store: &Store,
+    token: &str,
+) -> anyhow::Result<Row> {
+    const PURCHASES: u32 = 50;
+    let deployment = deployment(services, store.prefix(), Strategy::Lock, token)?;
+    let mut cluster = Fleet::new(deployment);
+    let url = cluster.start_app("bench-idle", &[]).await?;
+    let sale_id = loadrun::create_sale(store, "Bench idle", PURCHASES, Some(3600)).await?;
+    let mut connection = Connection::open(Target::resolve(&url).await?).await?;
+    let path = purchase_path(sale_id);
+    let mut delays = Vec::new();
+    for i in 0..PURCHASES {
+        let answer = connection.purchase(&path, &format!("idle-{i}")).await;
+        let order_id = answer
+            .classified
+            .order_id
+            .context("a purchase on an idle sale was refused")?;
+        let accepted = Instant::now();
+        loop {
+            let order = store.find_order(order_id).await?;
+            if order.is_some_and(|order| order.status == OrderStatus::Confirmed) {
+                break;
+            }
+            anyhow::ensure!(
+                accepted.elapsed() < Duration::from_secs(10),
+                "order {order_id} never confirmed"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        delays.push(accepted.elapsed());
+    }
+    cluster.stop().await;
+    delays.sort();
+    let p50 = delays[delays.len() / 2].as_secs_f64() * 1000.0;
+    let target = Bound::AtMost(5.0);
+    Ok(Row {
+        figure: "idle worker: 202 to order confirmed, p50",
+        measured: format!("{} ms", target.shown(p50, 1)),
+        target: "<= 5 ms",
+        met: Some(target.met(p50)),
+    })
+}
