@@ -99,17 +99,7 @@ impl ServiceArgs {
     /// The durability settings as the environment of a child process
     /// (the instances a tool starts answer as this one was told to).
     pub fn durability_env(&self) -> [(&'static str, String); 2] {
-        let name = match self.redis_durability {
-            Durability::Local => "local",
-            Durability::Replica => "replica",
-        };
-        [
-            ("SECKILL_REDIS_DURABILITY", name.to_owned()),
-            (
-                "SECKILL_REDIS_REPLICA_WAIT_MS",
-                self.redis_replica_wait_ms.to_string(),
-            ),
-        ]
+        self.redis_durability.env(self.redis_replica_wait_ms)
     }
 
     /// What a purchase's `202` waits for.
@@ -132,6 +122,22 @@ pub enum Durability {
     /// A replica must hold the writes too (`WAIT 1`): it survives a
     /// failover.
     Replica,
+}
+
+impl Durability {
+    /// This setting, with the replica's wait in milliseconds, as the
+    /// environment of a child process: the variables its flags read.
+    pub fn env(self, replica_wait_ms: u64) -> [(&'static str, String); 2] {
+        let name = self
+            .to_possible_value()
+            .expect("no choice is skipped")
+            .get_name()
+            .to_owned();
+        [
+            ("SECKILL_REDIS_DURABILITY", name),
+            ("SECKILL_REDIS_REPLICA_WAIT_MS", replica_wait_ms.to_string()),
+        ]
+    }
 }
 
 pub const DEFAULT_REPLICA_WAIT_MS: u64 = 250;

@@ -86,6 +86,12 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub(crate) postgres_down_secs: u64,
 
+    /// Run the redis-failover fault twice, the same way, with
+    /// --redis-durability local and then replica, and put the two side by
+    /// side in one table (each run's reports go to a folder named after it).
+    #[arg(long, conflicts_with = "faults")]
+    pub(crate) compare_durability: bool,
+
     /// Where the JSON and HTML reports go.
     #[arg(long, default_value = "target/seckill-chaos")]
     pub(crate) report_dir: PathBuf,
@@ -94,12 +100,17 @@ pub struct ChaosArgs {
     /// wait), as their environment: set from the command's own flags.
     #[arg(skip)]
     pub(crate) durability: Vec<(&'static str, String)>,
+
+    /// `--redis-replica-wait-ms`, for the runs `--compare-durability` makes.
+    #[arg(skip = seckill_core::config::DEFAULT_REPLICA_WAIT_MS)]
+    pub(crate) replica_wait: u64,
 }
 
 impl ChaosArgs {
     /// The same run, whose instances answer as `given` says a `202` waits.
     pub fn with_durability(mut self, given: &seckill_core::config::ServiceArgs) -> Self {
         self.durability = given.durability_env().to_vec();
+        self.replica_wait = given.redis_replica_wait_ms;
         self
     }
 

@@ -16,6 +16,7 @@
 //! 2 the run could not be trusted (the generator could not keep the rate).
 
 mod args;
+mod compare;
 mod faults;
 mod html;
 mod judge;
@@ -98,9 +99,19 @@ pub(crate) struct Rig {
     fence_refusals: Option<u64>,
 }
 
-/// Run the chaos scenario; returns its verdict.
+/// Run the chaos scenario (or, with `--compare-durability`, the failover
+/// twice); returns its verdict.
 pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
     seckill_core::process::raise_open_files_limit();
+    if args.compare_durability {
+        return compare::compare(args).await;
+    }
+    Ok(run(args).await?.0)
+}
+
+/// One chaos run: the report printed and written; returns its verdict and
+/// the report.
+async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     let started_at = Utc::now();
     let faults = schedule(&args);
     let gap = gap(&faults, &args)?;
@@ -154,7 +165,8 @@ pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
     let wipe_ran = windows
         .iter()
         .any(|window| window.fault == Fault::RedisWipe);
-    let (checks, lost) = judge::checks(&rig, &plan, &run, wipe_ran.then_some(&wiped)).await?;
+    let (checks, lost, summary) =
+        judge::checks(&rig, &plan, &run, wipe_ran.then_some(&wiped)).await?;
     let rows = judge::rows(&run, epoch, &windows, &lost)?;
     let verdict = verdict(&run, &rows, &checks);
     let report = ChaosReport {
@@ -168,6 +180,7 @@ pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
         windows,
         rows,
         checks,
+        summary,
         requests: run.samples.len(),
         dropped: run.dropped,
         verdict: verdict.as_str(),
@@ -187,7 +200,7 @@ pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
         .with_context(|| format!("writing {}", page.display()))?;
     println!("HTML report: {}", page.display());
     rig.cluster.stop().await;
-    Ok(verdict)
+    Ok((verdict, report))
 }
 
 /// About how long each fault takes, to spread them over the run.

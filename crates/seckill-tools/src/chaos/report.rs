@@ -9,7 +9,7 @@ use seckill_loadtest::report::Table;
 use serde::Serialize;
 
 use super::faults::FaultWindow;
-use super::judge::{ChaosCheck, FaultRow, Tick};
+use super::judge::{ChaosCheck, FaultRow, Summary, Tick};
 
 /// The whole result, as the JSON report holds it.
 #[derive(Debug, Serialize)]
@@ -24,6 +24,8 @@ pub(super) struct ChaosReport {
     pub(super) windows: Vec<FaultWindow>,
     pub(super) rows: Vec<FaultRow>,
     pub(super) checks: Vec<ChaosCheck>,
+    /// The checks' figures that a comparison of runs shows.
+    pub(super) summary: Summary,
     pub(super) requests: usize,
     pub(super) dropped: u64,
     pub(super) verdict: &'static str,
@@ -155,6 +157,7 @@ mod tests {
                 row(judge::BETWEEN, 4892, 2842, 0, None),
             ],
             checks: Vec::new(),
+            summary: Summary::default(),
             requests: 6567,
             dropped: 0,
             verdict: "PASS",

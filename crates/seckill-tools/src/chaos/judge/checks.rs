@@ -63,6 +63,27 @@ struct Promised {
     unconfirmed: HashSet<Uuid>,
 }
 
+/// What a run did to the buyers' orders, in figures: what
+/// `seckill chaos --compare-durability` puts side by side (`compare.rs`).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub(crate) struct Summary {
+    /// Buyers told `202`.
+    pub(crate) accepted: u64,
+    /// Orders named by a `503 unconfirmed`: their buyers were told the
+    /// order may or may not go through, and to look it up.
+    pub(crate) in_doubt: u64,
+    /// `202`s whose order never reached PostgreSQL.
+    pub(crate) lost: u64,
+    /// Units PostgreSQL counts as sold that Redis has on sale again: each
+    /// would be sold a second time (and refused by PostgreSQL then).
+    pub(crate) sold_again: i64,
+    /// PostgreSQL's buyers whom Redis no longer knows: each could be told
+    /// `202` a second time.
+    pub(crate) forgotten: u64,
+    /// `500` answers.
+    pub(crate) internal: u64,
+}
+
 fn promised(
     plan: &Plan,
     run: &RunData,
@@ -121,7 +142,7 @@ pub(crate) async fn checks(
     plan: &Plan,
     run: &RunData,
     wiped: Option<&Wiped>,
-) -> anyhow::Result<(Vec<ChaosCheck>, HashSet<Uuid>)> {
+) -> anyhow::Result<(Vec<ChaosCheck>, HashSet<Uuid>, Summary)> {
     let no_wipe = Wiped::default();
     let orders = stored(rig).await?;
     let Promised {
@@ -242,7 +263,25 @@ pub(crate) async fn checks(
     }
     let internal = run.samples.iter().filter(|s| s.status == Some(500)).count();
     checks.push(ChaosCheck::equal("answers 500 internal", 0, internal));
-    Ok((checks, lost))
+    let on_sale = i64::from(rig.stock) - i64::from(sold);
+    let summary = Summary {
+        accepted: accepted_ids.len() as u64,
+        in_doubt: unconfirmed.len() as u64,
+        lost: lost.len() as u64,
+        // No stock in Redis: the next purchase loads the sale from
+        // PostgreSQL, so nothing is sold again.
+        sold_again: redis_stock.map_or(0, |stock| stock - on_sale),
+        forgotten: distinct
+            .iter()
+            .filter(|b| {
+                redis_buyers
+                    .binary_search_by(|r| r.as_str().cmp(b))
+                    .is_err()
+            })
+            .count() as u64,
+        internal: internal as u64,
+    };
+    Ok((checks, lost, summary))
 }
 
 impl Rig {

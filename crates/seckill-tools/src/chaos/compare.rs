@@ -1,0 +1,220 @@
+//! `seckill chaos --compare-durability`: the lesson of a replicated Redis
+//! in one table.
+//!
+//! The same failover runs twice, with the same seed, load and schedule:
+//! first with `--redis-durability local`, where a `202` waits for the
+//! primary alone, then with `replica`, where it waits until a replica
+//! holds the pass's writes (`WAIT 1`). Replication is asynchronous, so
+//! what the primary wrote while its replica was cut off dies with it:
+//! under `local` those buyers were told `202` all the same, and the
+//! promoted replica has their units on sale again and has forgotten that
+//! they bought. Under `replica` they were told `503 unconfirmed` instead,
+//! and nothing they were promised is lost.
+//!
+//! Each run prints and writes its own full report (in a folder named after
+//! its durability); the table of the two comes last, and is written as
+//! `compare.json`. The verdict passes when `replica` kept every promise
+//! and `local` broke only the ones a failover breaks (lost `202`s, units
+//! on sale again, buyers forgotten, the second sales PostgreSQL refuses):
+//! nothing oversold, nobody holding two, no `500`, in either run.
+
+use anyhow::Context;
+use seckill_core::config::Durability;
+use seckill_loadtest::report::{Align, Table, Verdict};
+use serde::Serialize;
+
+use super::judge::Summary;
+use super::{ChaosArgs, Fault};
+
+/// The checks a failover under `local` breaks, by design: what the
+/// replica never got. Every other check must hold in both runs.
+const A_FAILOVER_BREAKS: [&str; 4] = [
+    "lost 202s (no Redis wipe in this run)",
+    "Redis stock = units - sold",
+    "Redis buyers = PostgreSQL buyers",
+    "orders PostgreSQL refused",
+];
+
+/// One run of the comparison, as the table and `compare.json` show it.
+#[derive(Debug, Serialize)]
+struct Side {
+    durability: &'static str,
+    verdict: &'static str,
+    /// The checks that failed, by name.
+    broken: Vec<&'static str>,
+    #[serde(flatten)]
+    summary: Summary,
+}
+
+impl Side {
+    /// Whether the run showed what its durability promises: `replica`
+    /// every check, `local` every check but [`A_FAILOVER_BREAKS`].
+    fn as_expected(&self) -> bool {
+        match self.durability {
+            "replica" => self.broken.is_empty(),
+            _ => self
+                .broken
+                .iter()
+                .all(|name| A_FAILOVER_BREAKS.contains(name)),
+        }
+    }
+
+    /// The last column: whether the run kept every promise, and if not,
+    /// whether it broke only what a failover breaks.
+    fn kept(&self) -> String {
+        if self.broken.is_empty() {
+            "yes".to_owned()
+        } else if self.as_expected() {
+            "no, as a failover does".to_owned()
+        } else {
+            format!("NO, unexpectedly: {}", self.broken.join("; "))
+        }
+    }
+}
+
+/// Run the failover under `local`, then under `replica`; print the table.
+pub(super) async fn compare(args: ChaosArgs) -> anyhow::Result<Verdict> {
+    let mut sides = Vec::new();
+    for durability in [Durability::Local, Durability::Replica] {
+        let env = durability.env(args.replica_wait);
+        let name = if durability == Durability::Local {
+            "local"
+        } else {
+            "replica"
+        };
+        let run_args = ChaosArgs {
+            faults: vec![Fault::RedisFailover],
+            compare_durability: false,
+            report_dir: args.report_dir.join(name),
+            durability: env.to_vec(),
+            ..args.clone()
+        };
+        let (verdict, report) = super::run(run_args).await?;
+        if verdict == Verdict::Invalid {
+            println!(
+                "the {name} run could not be trusted (the generator could not keep the rate): no comparison"
+            );
+            return Ok(Verdict::Invalid);
+        }
+        sides.push(Side {
+            durability: name,
+            verdict: verdict.as_str(),
+            broken: report
+                .checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(|c| c.name)
+                .collect(),
+            summary: report.summary,
+        });
+    }
+    println!("{}", table(&sides, args.seed));
+    let held = sides.iter().all(Side::as_expected);
+    println!(
+        "verdict: {}",
+        if held {
+            "PASS (local broke only what a failover breaks; replica kept every 202)"
+        } else {
+            "FAIL (a run broke a promise its durability keeps)"
+        }
+    );
+    std::fs::create_dir_all(&args.report_dir).context("creating the report directory")?;
+    let path = args.report_dir.join("compare.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&sides).expect("a comparison serializes"),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
+    println!("JSON report: {}", path.display());
+    Ok(if held { Verdict::Pass } else { Verdict::Fail })
+}
+
+/// The two runs side by side, narrow enough for a projector.
+fn table(sides: &[Side], seed: u64) -> String {
+    let mut table = [
+        ("durability", Align::Left, 10),
+        ("202", Align::Right, 5),
+        ("503 in doubt", Align::Right, 12),
+        ("lost 202", Align::Right, 8),
+        ("sold again", Align::Right, 10),
+        ("forgotten", Align::Right, 9),
+        ("500", Align::Right, 3),
+        ("kept the promise", Align::Left, 16),
+    ]
+    .into_iter()
+    .fold(Table::new().gap(2), |table, (heading, align, width)| {
+        table.column(heading, align, width)
+    });
+    for side in sides {
+        let s = &side.summary;
+        table.row([
+            side.durability.to_owned(),
+            s.accepted.to_string(),
+            s.in_doubt.to_string(),
+            s.lost.to_string(),
+            s.sold_again.to_string(),
+            s.forgotten.to_string(),
+            s.internal.to_string(),
+            side.kept(),
+        ]);
+    }
+    format!(
+        "\n== the same failover (seed {seed}): local against replica ==\n{table}\
+         503 in doubt: orders named by a 503 unconfirmed (the buyer looks them up)\n\
+         sold again: units PostgreSQL counts as sold that Redis has on sale again\n\
+         forgotten: buyers in PostgreSQL whom Redis would let buy a second time"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(durability: &'static str, broken: &[&'static str]) -> Side {
+        Side {
+            durability,
+            verdict: "FAIL",
+            broken: broken.to_vec(),
+            summary: Summary {
+                accepted: 1781,
+                lost: 3,
+                sold_again: 237,
+                ..Summary::default()
+            },
+        }
+    }
+
+    #[test]
+    fn local_may_break_only_what_a_failover_breaks_and_replica_nothing() {
+        assert!(side("local", &A_FAILOVER_BREAKS).as_expected());
+        assert!(side("local", &[]).as_expected());
+        assert!(!side("local", &["answers 500 internal"]).as_expected());
+        assert!(!side("local", &["buyers holding two units"]).as_expected());
+        assert!(side("replica", &[]).as_expected());
+        assert!(!side("replica", &["lost 202s (no Redis wipe in this run)"]).as_expected());
+    }
+
+    #[test]
+    fn the_table_names_each_side_and_what_it_lost() {
+        let text = table(
+            &[
+                side("local", &["Redis stock = units - sold"]),
+                side("replica", &[]),
+            ],
+            1,
+        );
+        let local = text
+            .lines()
+            .find(|l| l.starts_with("local"))
+            .expect("a local row");
+        let cells: Vec<&str> = local.split_whitespace().collect();
+        assert_eq!(cells[..5], ["local", "1781", "0", "3", "237"], "{local}");
+        assert!(local.ends_with("no, as a failover does"), "{local}");
+        let replica = text
+            .lines()
+            .find(|l| l.starts_with("replica"))
+            .expect("a replica row");
+        assert!(replica.ends_with("yes"), "{replica}");
+        assert!(text.lines().all(|l| l.len() <= 100), "{text}");
+    }
+}
