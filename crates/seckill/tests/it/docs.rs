@@ -31,7 +31,11 @@ const ACCOUNTED: &[(&str, &str)] = &[
     ),
     (
         "cargo run --release -- chaos --fault redis-failover",
-        "chaos::a_failover_with_replica_durability_keeps_every_202 and chaos::a_failover_with_local_durability_breaks_the_promise_and_says_so run both, shorter",
+        "chaos::a_failover_takes_back_202s_under_local_durability_and_none_under_replica runs both, shorter, with --compare-durability",
+    ),
+    (
+        "cargo run --release -- chaos --compare-durability",
+        "chaos::a_failover_takes_back_202s_under_local_durability_and_none_under_replica, shorter",
     ),
     (
         "cargo run --release -- chaos",
