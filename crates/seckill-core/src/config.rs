@@ -245,7 +245,13 @@ pub struct PurchaseSettings {
     /// Fault knob, for workshops: under `article`, kill the process (SIGKILL) between SETNX and EXPIRE (a crash at the worst moment): the lock is left without a TTL.
     #[arg(long, env = "SECKILL_CRASH_AFTER_SETNX")]
     pub crash_after_setnx: bool,
+
+    /// Seconds after a sale's end before an instance forgets what it keeps in memory of it (its copy of the sale, lane, sold-out flag, answer counts), 1 to 86400: the requests still on their way finish first.
+    #[arg(long, env = "SECKILL_FORGET_ENDED_AFTER_SECS", default_value_t = DEFAULT_FORGET_ENDED_AFTER_SECS, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub forget_ended_after_secs: u64,
 }
+
+pub const DEFAULT_FORGET_ENDED_AFTER_SECS: u64 = 60;
 
 impl Default for PurchaseSettings {
     fn default() -> Self {
@@ -259,6 +265,7 @@ impl Default for PurchaseSettings {
             redis_delay_ms: 0,
             clock_skew_ms: 0,
             crash_after_setnx: false,
+            forget_ended_after_secs: DEFAULT_FORGET_ENDED_AFTER_SECS,
         }
     }
 }
@@ -269,6 +276,10 @@ impl PurchaseSettings {
     }
     pub fn lock_wait(&self) -> Duration {
         Duration::from_millis(self.lock_wait_ms)
+    }
+    /// How long after its end an instance keeps what it has of a sale.
+    pub fn forget_ended_after(&self) -> Duration {
+        Duration::from_secs(self.forget_ended_after_secs)
     }
     pub(crate) fn sold_out_refresh(&self) -> Duration {
         Duration::from_millis(self.sold_out_refresh_ms)

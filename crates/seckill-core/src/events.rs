@@ -96,10 +96,12 @@ impl LockReleases {
     /// Forget sale `sale_id` (it has ended): a waiter still listening on
     /// its old entry hears no more releases, and its back-off takes over.
     pub(crate) fn forget(&self, sale_id: i64) {
-        self.by_sale
+        let mut by_sale = self
+            .by_sale
             .lock()
-            .expect("the lock releases' map is never poisoned")
-            .remove(&sale_id);
+            .expect("the lock releases' map is never poisoned");
+        by_sale.remove(&sale_id);
+        crate::maps::shrink_if_sparse(&mut by_sale);
     }
 
     /// How many sales have an entry here.

@@ -32,6 +32,7 @@ pub mod config;
 pub mod domain;
 pub mod failure;
 pub mod keys;
+pub mod maps;
 pub mod metrics;
 pub mod probe;
 pub mod process;

@@ -55,6 +55,11 @@ pub struct Metrics {
     pub queue_jobs: IntGaugeVec,
     /// Event streams (sale pages and live pages) open; set when scraped.
     pub event_streams: IntGauge,
+    /// Entries this instance keeps in memory for its sales (the catalog's
+    /// copies, lanes, sold-out flags, lock notifiers, answer counts, sale
+    /// pages' shared state), summed; set when scraped. Bounded by the
+    /// sales that are live: the ended ones are forgotten.
+    pub sales_in_memory: IntGauge,
 }
 
 /// The process' figures.
@@ -123,9 +128,14 @@ impl Metrics {
             .expect("a valid gauge"),
             event_streams: IntGauge::new("seckill_event_streams", "Event streams open")
                 .expect("a valid gauge"),
+            sales_in_memory: IntGauge::new(
+                "seckill_sales_in_memory",
+                "Entries this instance keeps in memory for its sales, summed",
+            )
+            .expect("a valid gauge"),
             registry,
         };
-        let collectors: [Box<dyn prometheus::core::Collector>; 11] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 12] = [
             Box::new(metrics.purchases.clone()),
             Box::new(metrics.purchase_seconds.clone()),
             Box::new(metrics.lock_wait_seconds.clone()),
@@ -137,6 +147,7 @@ impl Metrics {
             Box::new(metrics.redis_loads.clone()),
             Box::new(metrics.queue_jobs.clone()),
             Box::new(metrics.event_streams.clone()),
+            Box::new(metrics.sales_in_memory.clone()),
         ];
         for collector in collectors {
             metrics

@@ -109,6 +109,7 @@ impl Tally {
                 }
             }
         }
+        crate::maps::shrink_if_sparse(&mut sales);
     }
 
     /// How many sales have counts here.

@@ -31,7 +31,10 @@
 //!   handler, and the index against a sale page and against itself;
 //! - **open sale pages** (`pages.rs`): `--pages` event streams on one
 //!   instance, the Redis commands they add per second, its memory; and the
-//!   burst while they watch its sale, against the burst alone.
+//!   burst while they watch its sale, against the burst alone;
+//! - **ended sales** (`ended.rs`): an instance that served
+//!   `--ended-sales` sales, all ended and forgotten, against one that
+//!   served 10: its memory, and accepted purchases per second.
 //!
 //! Every instance it starts logs as a user's does ([`deployment`]).
 
@@ -39,6 +42,7 @@ mod args;
 mod baseline;
 mod burst;
 mod cluster;
+mod ended;
 mod holder;
 mod lua;
 mod pages;
@@ -195,6 +199,13 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
             args.pages
         );
         rows.extend(pages::watched_burst(args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Ended) {
+        eprintln!(
+            "bench: an instance after {} ended sales, and after 10",
+            args.ended_sales
+        );
+        rows.extend(ended::ended_sales(args, services, &store, &token).await?);
     }
     Ok(rows)
 }

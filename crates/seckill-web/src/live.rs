@@ -53,8 +53,9 @@ pub(crate) const SNAPSHOT_SHARED_FOR: Duration = Duration::from_secs(1);
 pub const PACE: Duration = Duration::from_secs(1);
 
 /// The sales whose pages are open on this instance, each with what its
-/// streams share. Entries are never removed: one small entry per sale ever
-/// watched.
+/// streams share. A sale's entry is made by its first stream and dropped
+/// once no stream watches it ([`LiveSales::forget_unwatched`]): the map is
+/// bounded by the pages open, not by every sale ever watched.
 #[derive(Default)]
 pub struct LiveSales {
     /// Sale id -> what its streams share. A std Mutex, held only to find or
@@ -120,15 +121,37 @@ impl LiveSales {
         });
     }
 
-    /// The sale's shared state, made on its first watcher.
-    fn watch(&self, sale_id: i64) -> Arc<LiveSale> {
-        Arc::clone(self.lock().entry(sale_id).or_insert_with(|| {
+    /// The sale's shared state, made on its first watcher, and a receiver
+    /// of its changes. The receiver is made under the map's lock: the race
+    /// it prevents is [`LiveSales::forget_unwatched`] dropping the entry
+    /// between the two, which would leave this stream on an entry that no
+    /// change reaches any more.
+    fn watch(&self, sale_id: i64) -> (Arc<LiveSale>, watch::Receiver<Change>) {
+        let mut sales = self.lock();
+        let sale = sales.entry(sale_id).or_insert_with(|| {
             Arc::new(LiveSale {
                 snapshot: Fresh::default(),
                 changes: watch::Sender::new(Change::Missed),
                 waiting: Mutex::new(None),
             })
-        }))
+        });
+        (Arc::clone(sale), sale.changes.subscribe())
+    }
+
+    /// Drop the entries of the sales no stream watches on this instance
+    /// (each stream holds a receiver of its sale's changes until it ends);
+    /// returns how many. The next page of such a sale makes a new one.
+    pub(crate) fn forget_unwatched(&self) -> usize {
+        let mut sales = self.lock();
+        let before = sales.len();
+        sales.retain(|_, sale| sale.changes.receiver_count() > 0);
+        seckill_core::maps::shrink_if_sparse(&mut sales);
+        before - sales.len()
+    }
+
+    /// How many sales have an entry here.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
     }
 
     fn all(&self) -> Vec<Arc<LiveSale>> {
@@ -223,8 +246,7 @@ pub(crate) async fn sale_events(
         .map_err(|_| ApiError::TooManyStreams)?;
     // Subscribe before the first snapshot is read, so that no change can
     // fall between the two.
-    let live = state.live.watch(sale.id);
-    let changes = live.changes.subscribe();
+    let (live, changes) = state.live.watch(sale.id);
     // The first tick fires at once: it is the opening snapshot.
     let snapshots = tokio::time::interval(SNAPSHOT_EVERY);
     let stream = Stream {
@@ -323,7 +345,7 @@ mod tests {
     /// the feeding task runs (at each `settle`) and when time passes.
     fn fed(capacity: usize) -> (broadcast::Sender<StockChange>, watch::Receiver<Change>) {
         let live = Arc::new(LiveSales::default());
-        let changes = live.watch(1).changes.subscribe();
+        let (_, changes) = live.watch(1);
         let (sender, receiver) = broadcast::channel(capacity);
         tokio::spawn(live.follow(receiver, CancellationToken::new()));
         (sender, changes)
@@ -346,6 +368,25 @@ mod tests {
             Change::Stock { left, .. } => Some(left),
             Change::Missed => None,
         }
+    }
+
+    #[test]
+    fn a_sale_is_forgotten_once_its_last_stream_ends_and_not_before() {
+        let live = LiveSales::default();
+        let (sale, first) = live.watch(1);
+        let (_, second) = live.watch(1);
+        drop(live.watch(2));
+        assert_eq!(live.len(), 2);
+        assert_eq!(live.forget_unwatched(), 1, "sale 2 has no stream left");
+        drop(first);
+        assert_eq!(live.forget_unwatched(), 0, "sale 1 has a stream left");
+        drop(second);
+        assert_eq!(live.forget_unwatched(), 1);
+        assert_eq!(live.len(), 0);
+        // A stream that still holds the forgotten entry hears nothing more
+        // from the map; a new one gets a new entry.
+        let (again, _stream) = live.watch(1);
+        assert!(!Arc::ptr_eq(&sale, &again));
     }
 
     #[tokio::test(start_paused = true)]

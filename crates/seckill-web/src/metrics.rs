@@ -1,6 +1,7 @@
 //! `GET /metrics`: the process' figures (`seckill_core::metrics`) in Prometheus'
 //! text format, with the ones that are a state read now: the jobs in every
-//! sale's queues, and this instance's open event streams.
+//! sale's queues, this instance's open event streams, and what it keeps in
+//! memory for its sales.
 //!
 //! The counts never need a server. The queue depths do: while Redis or
 //! PostgreSQL is down they are left out (a gauge that stops reporting is
@@ -20,6 +21,10 @@ pub(crate) async fn scrape(state: web::Data<AppState>) -> HttpResponse {
         .max_streams
         .saturating_sub(state.streams.available_permits());
     metrics.event_streams.set(open as i64);
+    let in_memory = state.purchaser.sales_in_memory() + state.live.len();
+    metrics
+        .sales_in_memory
+        .set(i64::try_from(in_memory).unwrap_or(i64::MAX));
     metrics.queue_jobs.reset();
     match queue_depths(&state).await {
         Ok(depths) => {

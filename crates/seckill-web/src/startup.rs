@@ -163,7 +163,11 @@ impl Application {
             limits: settings.limits.clone(),
             shutdown: shutdown.clone(),
         });
-        tokio::spawn(forget_ended_sales(state.clone(), shutdown.clone()));
+        tokio::spawn(forget_ended_sales(
+            state.clone(),
+            settings.purchase.forget_ended_after(),
+            shutdown.clone(),
+        ));
         let server = HttpServer::new(move || {
             App::new()
                 .wrap(from_fn({
@@ -234,26 +238,32 @@ impl Application {
     }
 }
 
-/// How often an instance forgets the sales that ended, and how long after
-/// its end a sale is kept (the requests still on their way finish first).
+/// How often, at most, an instance forgets the sales that ended (more
+/// often when `--forget-ended-after-secs` is shorter).
 const FORGET_EVERY: Duration = Duration::from_secs(10);
-const FORGET_AFTER: Duration = Duration::from_secs(60);
 
-/// Forget the sales that ended, every [`FORGET_EVERY`], until `shutdown`:
-/// what an instance keeps of each sale stays bounded by the sales that are
-/// live, not by every sale it ever served (`Purchaser::forget_ended`).
-async fn forget_ended_sales(state: web::Data<AppState>, shutdown: CancellationToken) {
-    let mut ticks = tokio::time::interval(FORGET_EVERY);
+/// Forget the sales that ended, and the sale pages' shared state of the
+/// sales no page watches any more, every [`FORGET_EVERY`], until
+/// `shutdown`: what an instance keeps of each sale stays bounded by the
+/// sales that are live, not by every sale it ever served
+/// (`Purchaser::forget_ended`, `LiveSales::forget_unwatched`).
+async fn forget_ended_sales(
+    state: web::Data<AppState>,
+    after: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(FORGET_EVERY.min(after));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let before = chrono::Utc::now() - FORGET_AFTER;
+        let before = chrono::Utc::now() - after;
         let forgotten = state.purchaser.forget_ended(before);
-        if forgotten > 0 {
-            tracing::debug!(forgotten, "ended sales forgotten");
+        let unwatched = state.live.forget_unwatched();
+        if forgotten + unwatched > 0 {
+            tracing::debug!(forgotten, unwatched, "ended and unwatched sales forgotten");
         }
     }
 }

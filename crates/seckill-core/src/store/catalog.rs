@@ -68,10 +68,9 @@ impl Catalog {
 
     /// Forget sale `id`: a later lookup reads it from PostgreSQL again.
     pub(crate) fn forget(&self, id: i64) {
-        self.cache
-            .write()
-            .expect("catalog lock poisoned")
-            .remove(&id);
+        let mut cache = self.cache.write().expect("catalog lock poisoned");
+        cache.remove(&id);
+        crate::maps::shrink_if_sparse(&mut cache);
     }
 
     /// How many sales are cached.

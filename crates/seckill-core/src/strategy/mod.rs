@@ -185,10 +185,9 @@ impl SoldOutFlags {
     }
 
     pub(crate) fn clear(&self, sale_id: i64) {
-        self.seen
-            .lock()
-            .expect("sold-out flags poisoned")
-            .remove(&sale_id);
+        let mut seen = self.seen.lock().expect("sold-out flags poisoned");
+        seen.remove(&sale_id);
+        crate::maps::shrink_if_sparse(&mut seen);
     }
 }
 

@@ -27,6 +27,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) pages: u32,
 
+    /// Sales of one unit an instance serves, each bought once and all
+    /// ended, before its memory and purchases/s are measured beside one
+    /// that served 10.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    pub(crate) ended_sales: u32,
+
     /// Measure only these rows (repeat the flag for several); every row
     /// when not given.
     #[arg(long = "only", value_enum)]
@@ -60,4 +66,7 @@ pub(crate) enum BenchRows {
     /// Open sale pages: Redis commands/s they add, memory, and the burst
     /// while they watch against the burst alone.
     Pages,
+    /// An instance after --ended-sales ended sales against one after 10:
+    /// its memory, and accepted purchases/s on a live sale.
+    Ended,
 }

@@ -11,7 +11,8 @@ use seckill_core::purchase::{Outcome, Purchaser};
 use seckill_core::strategy::Shop;
 use serde_json::json;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{Scratch, client, eventually, seckill_command, spawn_app};
+use crate::processes::{interrupt, start_until};
 
 #[tokio::test]
 async fn an_instance_forgets_the_sales_that_ended_and_only_those() {
@@ -74,4 +75,79 @@ async fn an_instance_forgets_the_sales_that_ended_and_only_those() {
         purchaser.purchase(&sale, &bob).await.expect("an answer"),
         Outcome::SoldOut
     ));
+}
+
+/// A `seckill serve` process forgets a sale that ended by itself, within
+/// `--forget-ended-after-secs` and a tick, the sale page's shared state
+/// included; its `/metrics` say what it keeps.
+#[tokio::test]
+async fn a_serving_instance_forgets_an_ended_sale_by_itself() {
+    let scratch = Scratch::new().await;
+    let serve = seckill_command(
+        &scratch,
+        &[
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--forget-ended-after-secs",
+            "1",
+        ],
+        &[],
+    );
+    let (server, url) = start_until(serve, "its address", |line| {
+        line.strip_prefix("seckill listening on ")
+            .map(str::to_owned)
+    })
+    .await;
+    let redis = seckill_core::redis_pool::connect_redis(&scratch.redis, Duration::from_secs(5))
+        .await
+        .expect("Redis");
+    let store = seckill_core::store::Store::new(scratch.pg().await, redis, scratch.prefix.clone());
+    let ends = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let new = seckill_core::domain::NewSale::builder("Ends soon", 5)
+        .ends_at(ends)
+        .build(chrono::Utc::now())
+        .expect("a sale");
+    let sale = store.create_sale(&new).await.expect("created").id;
+    let http = client();
+    let bought = http
+        .post(format!("{url}/api/sales/{sale}/purchase"))
+        .json(&json!({"user_id": "ann"}))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(bought.status(), 202);
+    // A sale page's stream, opened and closed.
+    let mut events = http
+        .get(format!("{url}/api/sales/{sale}/events"))
+        .send()
+        .await
+        .expect("a stream");
+    crate::helpers::read_first_snapshot(&mut events).await;
+    drop(events);
+    let kept = || async {
+        let scrape = http
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .expect("an answer")
+            .text()
+            .await
+            .expect("a body");
+        scrape
+            .lines()
+            .find_map(|line| line.strip_prefix("seckill_sales_in_memory "))
+            .and_then(|n| n.parse::<u64>().ok())
+            .expect("the gauge")
+    };
+    let before = kept().await;
+    assert!(before >= 3, "the sale's copy, lane and counts: {before}");
+    eventually(
+        Duration::from_secs(20),
+        "the ended sale forgotten",
+        || async { kept().await == 0 },
+    )
+    .await;
+    assert!(chrono::Utc::now() > ends, "forgotten before it ended");
+    assert_eq!(interrupt(server).await, Some(0));
 }

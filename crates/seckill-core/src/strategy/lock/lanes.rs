@@ -58,10 +58,9 @@ impl Lanes {
     /// under way keeps its lane until it is done; a buyer who came after
     /// would start a new one.
     pub(crate) fn forget(&self, sale_id: i64) {
-        self.by_sale
-            .lock()
-            .expect("lanes poisoned")
-            .remove(&sale_id);
+        let mut by_sale = self.by_sale.lock().expect("lanes poisoned");
+        by_sale.remove(&sale_id);
+        crate::maps::shrink_if_sparse(&mut by_sale);
     }
 
     /// How many sales have a lane here.
