@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::Row;
 use crate::bench::{BenchArgs, Bound};
 use crate::loadrun;
+use seckill_core::config::{DEFAULT_REPLICA_WAIT_MS, Durability};
 use seckill_core::store::Store;
 use seckill_devenv::services::{PrivateRedisSentinel, Services};
 
@@ -32,15 +33,19 @@ pub(super) async fn replica_against_local(
     let on_replicated = Store::new(store.pg().clone(), pool, store.prefix());
     let (mut local, mut replica) = (0.0, 0.0);
     for round in 0..ROUNDS {
-        for (durability, total) in [("local", &mut local), ("replica", &mut replica)] {
+        for (durability, total) in [
+            (Durability::Local, &mut local),
+            (Durability::Replica, &mut replica),
+        ] {
             let sale = loadrun::create_sale(
                 &on_replicated,
-                &format!("Bench {durability} {round}"),
+                &format!("Bench {durability:?} {round}"),
                 UNITS,
                 Some(3600),
             )
             .await?;
-            let env = [("SECKILL_REDIS_DURABILITY", durability)];
+            let env = durability.env(DEFAULT_REPLICA_WAIT_MS);
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
             *total += super::cluster::accepted(
                 args,
                 services,
