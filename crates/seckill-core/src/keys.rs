@@ -53,6 +53,30 @@ pub struct SaleKeys {
     /// with each answer (`accepted`, `sold_out`, ...), added by each
     /// instance's tally (`tally.rs`) every 100 ms; read by the live page.
     pub answers: String,
+    /// The sale's waiting room, if it has one (`room.rs`).
+    pub room: RoomKeys,
+}
+
+/// The keys of a sale's waiting room, under the sale's hash tag (one
+/// script, `lua/room_visit.lua`, reads the stock beside them). Written by
+/// the room's scripts only; read by `room.rs`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoomKeys {
+    /// `ZSET` buyer -> place: who waits, lowest place first in.
+    pub line: String,
+    /// `ZSET` buyer -> end of the admission (ms): who may buy now.
+    pub admitted: String,
+    /// `SET`: buyers whose admission bought (it buys once).
+    pub bought: String,
+    /// `HASH`: places handed out, the admissions' pace and totals.
+    pub state: String,
+}
+
+impl RoomKeys {
+    /// Every key of the room.
+    pub fn all(&self) -> [&str; 4] {
+        [&self.line, &self.admitted, &self.bought, &self.state]
+    }
 }
 
 impl SaleKeys {
@@ -71,6 +95,12 @@ impl SaleKeys {
             epoch: format!("{base}:epoch"),
             fenced: format!("{base}:fenced"),
             answers: format!("{base}:answers"),
+            room: RoomKeys {
+                line: format!("{base}:room:line"),
+                admitted: format!("{base}:room:admitted"),
+                bought: format!("{base}:room:bought"),
+                state: format!("{base}:room:state"),
+            },
         }
     }
 }
@@ -271,6 +301,10 @@ mod tests {
             &keys.epoch,
             &keys.fenced,
             &keys.answers,
+            &keys.room.line,
+            &keys.room.admitted,
+            &keys.room.bought,
+            &keys.room.state,
         ];
         let (line, released) = (lock_line(&keys.lock), lock_released(&keys.lock));
         all.extend([&line, &released]);

@@ -50,6 +50,7 @@ pub mod store;
 pub mod events;
 pub mod payment;
 pub mod purchase;
+pub mod room;
 pub mod scoreboard;
 pub mod strategy;
 pub mod tally;

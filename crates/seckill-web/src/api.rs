@@ -8,10 +8,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::body::Object;
 use super::error::ApiError;
 use super::lookup::{SaleView, find_sale, parse_order_id, pay_order};
-use super::{AdminToken, AppState, admin_token, limits};
-use seckill_core::domain::{NewSale, OrderStatus, UserId};
+use super::{AdminToken, AppState, admin_token, limits, room};
+use seckill_core::domain::{NewSale, OrderStatus, RoomSettings, UserId};
 use seckill_core::keys;
 use seckill_core::probe::{self, RedisHealth};
 use seckill_core::purchase::Outcome;
@@ -19,46 +20,13 @@ use seckill_core::purchase::Outcome;
 /// How long `/healthz` waits for each server.
 const HEALTH_PROBE_LIMIT: Duration = Duration::from_secs(1);
 
-/// A request body: always a JSON object, read straight into `T`.
-///
-/// serde's derived structs also accept an array of the field values
-/// (`["ann"]` would be a purchase for "ann"), which no client means: the
-/// body is offered to `T` as a map only, so an array is refused. Within the
-/// object, the derived code refuses a key given twice (serde_json alone
-/// keeps the last of two equal keys, so `{"user_id": "ann", "user_id":
-/// "bob"}` would buy for bob while a proxy or a log that reads the first key
-/// sees ann), and `deny_unknown_fields` refuses the rest.
-///
-/// Read straight into `T`, not into a map of values first: a sold-out
-/// purchase is answered in a few microseconds, and the map was a share.
-pub(crate) struct Object<T>(pub T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Fields<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
-            type Value = Object<T>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<Object<T>, A::Error> {
-                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
-            }
-        }
-        deserializer.deserialize_map(Fields(std::marker::PhantomData))
-    }
-}
-
 /// `POST /api/sales/{id}/purchase` body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PurchaseRequest {
     user_id: String,
+    /// On a sale with a waiting room: the admission it gave this buyer.
+    admission: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -76,6 +44,7 @@ pub(crate) struct CreateSaleRequest {
     price_cents: i64,
     starts_at: Option<DateTime<Utc>>,
     ends_at: Option<DateTime<Utc>>,
+    waiting_room: Option<RoomSettings>,
 }
 
 pub(crate) async fn purchase(
@@ -88,11 +57,19 @@ pub(crate) async fn purchase(
     let user = UserId::parse(&body.user_id).map_err(ApiError::invalid)?;
     limits::check(&state, &request, Some(&user)).await?;
     let sale = find_sale(&state, &path).await?;
+    if sale.waiting_room.is_some() {
+        room::admit(&state, &sale, &user, body.admission.as_deref()).await?;
+    }
     match state.purchaser.purchase(&sale, &user).await? {
-        Outcome::Accepted { order_id } => Ok(HttpResponse::Accepted().json(PurchaseAccepted {
-            order_id,
-            status: OrderStatus::Pending,
-        })),
+        Outcome::Accepted { order_id } => {
+            if sale.waiting_room.is_some() {
+                room::spend(&state, &sale, &user).await;
+            }
+            Ok(HttpResponse::Accepted().json(PurchaseAccepted {
+                order_id,
+                status: OrderStatus::Pending,
+            }))
+        }
         Outcome::SoldOut => Err(ApiError::SoldOut),
         Outcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
         Outcome::NotStarted => Err(ApiError::NotStarted),
@@ -125,6 +102,9 @@ pub(crate) async fn create_sale(
     }
     if let Some(ends_at) = body.ends_at {
         new = new.ends_at(ends_at);
+    }
+    if let Some(room) = body.waiting_room {
+        new = new.waiting_room(room);
     }
     let new = new.build(Utc::now()).map_err(ApiError::invalid)?;
     let sale = state.store.create_sale(&new).await?;

@@ -54,6 +54,16 @@ pub enum ApiError {
     OrderRejected,
     #[error("cross-site form posts are refused")]
     CrossSite,
+    #[error(
+        "this sale has a waiting room: buy with the admission it gives you when your turn comes ({0})"
+    )]
+    NotAdmitted(&'static str),
+    #[error("this ticket is not one of this sale's waiting room ({0}); join again")]
+    InvalidTicket(&'static str),
+    #[error("this sale has no waiting room")]
+    NoWaitingRoom,
+    #[error("the waiting room is closed: the sale has sold out or ended")]
+    RoomClosed,
     #[error("too many requests from this client; slow down")]
     RateLimited(std::time::Duration),
     #[error("the request's headers are larger than 16 KiB")]
@@ -115,6 +125,10 @@ impl ApiError {
             Self::OrderPending => "order_pending",
             Self::OrderRejected => "order_rejected",
             Self::CrossSite => "cross_site_request",
+            Self::NotAdmitted(_) => "not_admitted",
+            Self::InvalidTicket(_) => "invalid_ticket",
+            Self::NoWaitingRoom => "no_waiting_room",
+            Self::RoomClosed => "room_closed",
             Self::RateLimited(_) => "rate_limited",
             Self::HeadersTooLarge => "headers_too_large",
             Self::TooManyStreams => "too_many_streams",
@@ -127,7 +141,9 @@ impl ApiError {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::InvalidRequest(_) | Self::InvalidTicket(_) => StatusCode::BAD_REQUEST,
+            Self::NotAdmitted(_) => StatusCode::FORBIDDEN,
+            Self::NoWaitingRoom => StatusCode::NOT_FOUND,
             Self::Unauthorized | Self::AdminDisabled => StatusCode::UNAUTHORIZED,
             Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
             Self::SoldOut
@@ -136,7 +152,8 @@ impl ResponseError for ApiError {
             | Self::Ended
             | Self::PaymentWindowClosed
             | Self::OrderPending
-            | Self::OrderRejected => StatusCode::CONFLICT,
+            | Self::OrderRejected
+            | Self::RoomClosed => StatusCode::CONFLICT,
             Self::CrossSite => StatusCode::FORBIDDEN,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -193,6 +210,10 @@ impl ResponseError for ApiError {
                 Self::Unconfirmed(order_id) => *order_id,
                 _ => None,
             },
+            reason: match self {
+                Self::NotAdmitted(reason) | Self::InvalidTicket(reason) => Some(reason),
+                _ => None,
+            },
         })
     }
 }
@@ -208,6 +229,10 @@ struct ErrorBody<'a> {
     /// The order an `unconfirmed` answer is about, when it took a unit.
     #[serde(skip_serializing_if = "Option::is_none")]
     order_id: Option<uuid::Uuid>,
+    /// Why an admission or a ticket was refused: `missing`, `forged`,
+    /// `other_sale`, `other_buyer`, `expired`, `used`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
 }
 
 fn as_text<S: serde::Serializer>(

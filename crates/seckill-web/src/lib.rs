@@ -11,6 +11,7 @@
 mod admin;
 mod admin_token;
 mod api;
+mod body;
 pub mod client_ip;
 mod error;
 pub mod fresh;
@@ -20,6 +21,7 @@ mod live;
 mod lookup;
 pub mod metrics;
 mod pages;
+mod room;
 mod scoreboard;
 pub mod security;
 pub mod startup;
@@ -107,6 +109,8 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .route("/api/sales", web::post().to(api::create_sale))
         .route("/api/sales/{id}", web::get().to(api::get_sale))
         .route("/api/sales/{id}/events", web::get().to(live::sale_events))
+        .route("/api/sales/{id}/queue", web::post().to(room::join))
+        .route("/api/sales/{id}/queue", web::get().to(room::status))
         .route("/api/sales/{id}/live", web::get().to(scoreboard::stream))
         .route("/api/orders/{id}", web::get().to(api::get_order))
         .route("/api/orders/{id}/pay", web::post().to(api::pay))

@@ -23,6 +23,8 @@ pub struct SaleView {
     pub(crate) starts_at: DateTime<Utc>,
     pub(crate) ends_at: Option<DateTime<Utc>>,
     pub(crate) status: SaleStatus,
+    /// The sale's waiting room, if it has one (`null` otherwise).
+    pub(crate) waiting_room: Option<seckill_core::domain::RoomSettings>,
 }
 
 impl SaleView {
@@ -62,6 +64,7 @@ impl SaleView {
             starts_at: sale.starts_at,
             ends_at: sale.ends_at,
             status: sale.status(now, stock_left),
+            waiting_room: sale.waiting_room,
         }
     }
 }

@@ -1,9 +1,11 @@
 use chrono::{DateTime, Utc};
 
+use super::{RoomMode, RoomSettings};
+
 /// A sale as stored in PostgreSQL. Everything here is fixed when the sale is
 /// created, so app instances may cache it; what changes (units left) lives in
 /// Redis, and the confirmed count in `sales.sold`.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Sale {
     pub id: i64,
     pub name: String,
@@ -11,6 +13,47 @@ pub struct Sale {
     pub stock_total: i32,
     pub starts_at: DateTime<Utc>,
     pub ends_at: Option<DateTime<Utc>>,
+    /// The sale's waiting room; `None`: anyone may buy at once.
+    pub waiting_room: Option<RoomSettings>,
+}
+
+/// A row of `sales` (the columns `store::SALE_COLUMNS` names): the room's
+/// four columns are all set or all NULL (a constraint says so).
+impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Sale {
+    fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        use sqlx::Row;
+        let mode: Option<String> = row.try_get("room_mode")?;
+        let number = |column: &str| -> Result<u32, sqlx::Error> {
+            let value: Option<i32> = row.try_get(column)?;
+            value
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| sqlx::Error::ColumnDecode {
+                    index: column.to_owned(),
+                    source: "a room setting NULL or negative beside a room mode".into(),
+                })
+        };
+        let waiting_room = match mode {
+            None => None,
+            Some(mode) => Some(RoomSettings {
+                mode: RoomMode::parse(&mode).ok_or_else(|| sqlx::Error::ColumnDecode {
+                    index: "room_mode".to_owned(),
+                    source: format!("unknown room mode {mode:?}").into(),
+                })?,
+                admit_per_sec: number("room_admit_per_sec")?,
+                max_active: number("room_max_active")?,
+                admission_secs: number("room_admission_secs")?,
+            }),
+        };
+        Ok(Self {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            price_cents: row.try_get("price_cents")?,
+            stock_total: row.try_get("stock_total")?,
+            starts_at: row.try_get("starts_at")?,
+            ends_at: row.try_get("ends_at")?,
+            waiting_room,
+        })
+    }
 }
 
 /// Whether a sale takes purchases at a given moment.
@@ -83,6 +126,7 @@ pub struct NewSale {
     pub(crate) stock_total: i32,
     pub(crate) starts_at: DateTime<Utc>,
     pub(crate) ends_at: Option<DateTime<Utc>>,
+    pub(crate) waiting_room: Option<RoomSettings>,
 }
 
 /// Why a sale request was refused; the message is what the user reads.
@@ -106,6 +150,12 @@ pub enum InvalidSale {
     EndsBeforeStart,
     #[error("ends_at must be in the future")]
     EndsInThePast,
+    #[error("waiting_room.admit_per_sec must be between 1 and {max}", max = RoomSettings::MAX_ADMIT_PER_SEC)]
+    RoomRate,
+    #[error("waiting_room.max_active must be between 1 and {max}", max = RoomSettings::MAX_ACTIVE)]
+    RoomActive,
+    #[error("waiting_room.admission_secs must be between {min} and {max}", min = RoomSettings::MIN_ADMISSION_SECS, max = RoomSettings::MAX_ADMISSION_SECS)]
+    RoomAdmission,
 }
 
 /// When a sale opens, as the caller said it.
@@ -144,6 +194,7 @@ pub struct NewSaleBuilder {
     price_cents: i64,
     opens: Opens,
     closes: Closes,
+    waiting_room: Option<RoomSettings>,
 }
 
 impl NewSale {
@@ -161,6 +212,7 @@ impl NewSale {
             price_cents: 0,
             opens: Opens::Now,
             closes: Closes::Never,
+            waiting_room: None,
         }
     }
 }
@@ -186,6 +238,12 @@ impl NewSaleBuilder {
     /// Close at this moment.
     pub fn ends_at(mut self, at: DateTime<Utc>) -> Self {
         self.closes = Closes::At(at);
+        self
+    }
+
+    /// Put a waiting room in front of the sale.
+    pub fn waiting_room(mut self, room: RoomSettings) -> Self {
+        self.waiting_room = Some(room);
         self
     }
 
@@ -247,6 +305,7 @@ impl NewSaleBuilder {
             stock_total: i32::try_from(self.stock).expect("stock was checked against MAX_STOCK"),
             starts_at,
             ends_at,
+            waiting_room: self.waiting_room.map(RoomSettings::check).transpose()?,
         })
     }
 }
@@ -266,6 +325,7 @@ mod tests {
             stock_total: 10,
             starts_at,
             ends_at: lasts.map(|s| starts_at + Duration::seconds(s)),
+            waiting_room: None,
         }
     }
 

@@ -130,6 +130,7 @@ impl Loading {
             .into_iter()
             .chain(keys.queue.all())
             .chain(keys.deadlines.all())
+            .chain(keys.room.all())
         {
             load.key(key);
         }

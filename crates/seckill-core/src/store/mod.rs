@@ -20,6 +20,7 @@ pub(crate) mod catalog;
 pub(crate) mod confirm;
 pub mod load;
 pub(crate) mod orders;
+pub(crate) mod room;
 pub mod sales;
 pub(crate) mod schema;
 
@@ -101,6 +102,9 @@ pub struct Store {
     /// What an answer waits for: the primary's write, or a replica's too
     /// (`replicas.rs`). Fixed at start.
     durability: RedisDurability,
+    /// The key the waiting rooms' passes are signed with, read once from
+    /// PostgreSQL (`room.rs`). Shared by every clone.
+    pass_key: Arc<tokio::sync::OnceCell<crate::domain::PassKey>>,
 }
 
 impl Store {
@@ -114,6 +118,7 @@ impl Store {
             catalog: Arc::default(),
             runtime: tokio::runtime::Handle::current(),
             durability: RedisDurability::Local,
+            pass_key: Arc::default(),
         }
     }
 

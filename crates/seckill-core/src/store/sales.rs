@@ -23,7 +23,8 @@ use super::load::{begin_load, load_into_redis};
 use crate::domain::{NewSale, Sale, UserId};
 use crate::keys::SaleKeys;
 
-pub const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at";
+pub const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at, \
+     room_mode, room_admit_per_sec, room_max_active, room_admission_secs";
 
 /// What Redis says of a sale, for some buyers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,14 +116,19 @@ impl Store {
         // and a retry cannot create the sale twice.
         let mut conn = self.redis().await?;
         let sale: Sale = sqlx::query_as(&format!(
-            "INSERT INTO sales (name, price_cents, stock_total, starts_at, ends_at)
-             VALUES ($1, $2, $3, $4, $5) RETURNING {SALE_COLUMNS}"
+            "INSERT INTO sales (name, price_cents, stock_total, starts_at, ends_at, \
+                                room_mode, room_admit_per_sec, room_max_active, room_admission_secs)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {SALE_COLUMNS}"
         ))
         .bind(&new.name)
         .bind(new.price_cents)
         .bind(new.stock_total)
         .bind(new.starts_at)
         .bind(new.ends_at)
+        .bind(new.waiting_room.map(|room| room.mode.as_str()))
+        .bind(new.waiting_room.map(|room| room.admit_per_sec as i32))
+        .bind(new.waiting_room.map(|room| room.max_active as i32))
+        .bind(new.waiting_room.map(|room| room.admission_secs as i32))
         .fetch_one(&self.pg)
         .await
         .context("inserting a sale")?;

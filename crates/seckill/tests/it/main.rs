@@ -50,6 +50,7 @@ mod sentinel;
 mod store;
 mod strategies;
 mod verify;
+mod waiting_room;
 mod wake;
 mod worker;
 mod worker_refused;

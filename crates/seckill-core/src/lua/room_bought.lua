@@ -1,0 +1,15 @@
+-- room_bought.lua: a buyer's admission bought a unit; it is spent.
+--
+-- KEYS[1]  the room's admitted: ZSET buyer -> admission's end
+-- KEYS[2]  the room's bought: SET of buyers whose admission bought
+-- ARGV[1]  the buyer
+--
+-- The race this prevents: remove the buyer from the admitted, then mark
+-- them as having bought, as two commands, and a visit between the two
+-- would find the buyer neither admitted nor done, and could not tell
+-- them where they stand; with the mark first, for a moment the buyer
+-- would count against `max_active` although they bought. One script
+-- moves the buyer from one to the other at once, freeing their place
+-- among the active for the next in line.
+redis.call('ZREM', KEYS[1], ARGV[1])
+return redis.call('SADD', KEYS[2], ARGV[1])

@@ -1,0 +1,145 @@
+-- room_visit.lua: a buyer joins a sale's waiting room or asks where they
+-- stand; on the way, the room admits whoever's turn has come.
+--
+-- KEYS[1]  the room's line: ZSET buyer -> place (lowest first in)
+-- KEYS[2]  the room's admitted: ZSET buyer -> admission's end (ms, Redis' clock)
+-- KEYS[3]  the room's bought: SET of buyers whose admission bought
+-- KEYS[4]  the room's state: HASH (see below)
+-- KEYS[5]  the sale's stock: STRING units left (absent: not loaded)
+-- ARGV[1]  the buyer
+-- ARGV[2]  1 to join (if not in the room yet), 0 only to ask
+-- ARGV[3]  admissions per second at most
+-- ARGV[4]  admitted buyers who have neither bought nor run out, at most
+-- ARGV[5]  how long an admission lasts, in ms
+-- ARGV[6]  when the sale opens, ms since the epoch
+-- ARGV[7]  when the sale ends, ms since the epoch (0: never)
+-- ARGV[8]  1 for a lottery among those who joined before the open
+-- ARGV[9]  the lottery's seed (a positive integer below 2^31)
+--
+-- The state hash: `seq` places handed out; `base` the moment (ms) from
+-- which admissions not yet made have accrued; `admitted` and `expired`
+-- totals; `first` the first admission's time; `drawn` once the lottery is
+-- drawn.
+--
+-- Returns {standing, place-or-expiry, ahead, waiting, closed, admitted,
+-- first, now, drawn}: standing 0 not in the room, 1 waiting (then the
+-- place in line, 1-based, and how many are ahead), 2 admitted (then when
+-- the admission ends), 3 bought; `waiting` the line's length; `closed` 1
+-- when the sale has sold out or ended; `admitted` and `first` for the
+-- observed rate; `drawn` the number of buyers the lottery shuffled in this
+-- call (0 if it was not drawn here).
+--
+-- The races this prevents: every instance advances the same room. Read
+-- the line, pick the next buyers, record them as admitted as separate
+-- commands, and two instances asking at once would both admit the same
+-- slots (twice the rate, past max_active) or the same buyer twice; a
+-- join read-then-added would hand two tabs of one buyer two places. One
+-- script does all of it on one hash tag, on Redis' clock.
+local line, admitted, bought, state, stock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local buyer = ARGV[1]
+local join = ARGV[2] == '1'
+local rate = tonumber(ARGV[3])
+local max_active = tonumber(ARGV[4])
+local lasts = tonumber(ARGV[5])
+local opens = tonumber(ARGV[6])
+local ends = tonumber(ARGV[7])
+local lottery = ARGV[8] == '1'
+local seed = tonumber(ARGV[9])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local left = tonumber(redis.call('GET', stock) or '1')
+local closed = (ends > 0 and now >= ends) or left <= 0
+
+-- Joining: once per buyer, whatever the tabs and refreshes. A buyer who
+-- bought, or is admitted, keeps that standing.
+if join and not closed
+  and not redis.call('ZSCORE', line, buyer)
+  and not redis.call('ZSCORE', admitted, buyer)
+  and redis.call('SISMEMBER', bought, buyer) == 0 then
+  local place = redis.call('HINCRBY', state, 'seq', 1)
+  redis.call('ZADD', line, place, buyer)
+end
+
+-- The lottery: at the first visit after the open, everyone who joined
+-- before it gets a place drawn at random (a seeded shuffle, so that the
+-- draw can be told and checked); later joiners queue behind them by
+-- arrival (their places are above the drawn ones).
+local drawn = 0
+if lottery and now >= opens and redis.call('HGET', state, 'drawn') == false then
+  local early = redis.call('ZRANGE', line, 0, -1)
+  local n = #early
+  local x = seed
+  for i = n, 2, -1 do
+    -- A Park-Miller generator: the same seed, the same draw.
+    x = (x * 48271) % 2147483647
+    local j = (x % i) + 1
+    early[i], early[j] = early[j], early[i]
+  end
+  for i = 1, n do
+    redis.call('ZADD', line, i, early[i])
+  end
+  redis.call('HSET', state, 'drawn', n)
+  drawn = n
+end
+
+-- Admissions run out; what did not buy in time is counted as expired.
+local expired = redis.call('ZREMRANGEBYSCORE', admitted, '-inf', now)
+if expired > 0 then
+  redis.call('HINCRBY', state, 'expired', expired)
+end
+
+-- Admitting: not before the open, not once closed; at most `rate` per
+-- second (what accrued since `base`, at most a second's worth), and never
+-- more than `max_active` admitted at once.
+if not closed and now >= opens then
+  local base = tonumber(redis.call('HGET', state, 'base') or opens)
+  if base < now - 1000 then
+    base = now - 1000
+  end
+  local accrued = math.floor((now - base) * rate / 1000)
+  local room = max_active - redis.call('ZCARD', admitted)
+  local n = math.min(accrued, room)
+  if n > 0 then
+    local next = redis.call('ZPOPMIN', line, n)
+    local count = #next / 2
+    for i = 1, #next, 2 do
+      redis.call('ZADD', admitted, now + lasts, next[i])
+    end
+    if count > 0 then
+      base = base + count * 1000 / rate
+      redis.call('HINCRBY', state, 'admitted', count)
+      redis.call('HSETNX', state, 'first', now)
+    end
+  end
+  -- Nobody waiting: nothing accrues for later (a crowd arriving after a
+  -- quiet spell is admitted at the rate, not in one burst).
+  if redis.call('ZCARD', line) == 0 then
+    base = now
+  end
+  redis.call('HSET', state, 'base', tostring(base))
+end
+
+local waiting = redis.call('ZCARD', line)
+local totals = redis.call('HMGET', state, 'admitted', 'first')
+local admitted_total = tonumber(totals[1] or '0')
+local first = tonumber(totals[2] or '0')
+local closed_flag = closed and 1 or 0
+
+local function answer(standing, value, ahead)
+  return {standing, value, ahead, waiting, closed_flag, admitted_total, first, now, drawn}
+end
+
+if redis.call('SISMEMBER', bought, buyer) == 1 then
+  return answer(3, 0, 0)
+end
+local until_ms = redis.call('ZSCORE', admitted, buyer)
+if until_ms then
+  return answer(2, tonumber(until_ms), 0)
+end
+local rank = redis.call('ZRANK', line, buyer)
+if rank then
+  return answer(1, rank + 1, rank)
+end
+return answer(0, 0, 0)

@@ -1,0 +1,194 @@
+//! A sale's waiting room: the line in Redis, and what a buyer is told.
+//!
+//! Every visit (a join, or a buyer asking where they stand) runs one
+//! script (`lua/room_visit.lua`) that also admits whoever's turn has come:
+//! the room is advanced by whichever instance is asked, at most
+//! `admit_per_sec` a second and never beyond `max_active` admitted at
+//! once, on Redis' clock. So the line is one for every instance, and
+//! outlives any of them. The passes a buyer is handed (a ticket, an
+//! admission) are signed here with the database's key (`domain/room.rs`).
+//!
+//! The room closes when the sale sells out or ends, and opens again when
+//! a unit comes back (the script reads the sale's stock).
+
+use std::sync::LazyLock;
+
+use anyhow::Context;
+use hmac::Mac;
+use redis::Script;
+
+use crate::domain::{Pass, PassKey, PassKind, RoomMode, RoomSettings, Sale, UserId};
+use crate::keys::SaleKeys;
+use crate::store::Store;
+
+static VISIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/room_visit.lua")));
+static BOUGHT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/room_bought.lua")));
+
+/// Where a buyer stands in a room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Not in the room (never joined, or asked with a ticket of a room
+    /// that was wiped).
+    Outside,
+    /// In line: `place` 1-based, `ahead` buyers before them.
+    Waiting { place: u64, ahead: u64 },
+    /// Admitted until this moment (ms since the epoch).
+    Admitted { until_ms: i64 },
+    /// Their admission bought.
+    Bought,
+}
+
+/// What a visit found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Standing {
+    pub place: Place,
+    /// Buyers in line.
+    pub waiting: u64,
+    /// The sale sold out or ended: nobody more is admitted.
+    pub closed: bool,
+    /// Admissions per second since the first, as observed; `None` before
+    /// a second of them.
+    pub observed_per_sec: Option<f64>,
+    /// Redis' clock at the visit, ms since the epoch.
+    pub now_ms: i64,
+}
+
+impl Standing {
+    /// Seconds until this buyer's turn, at the rate actually observed (the
+    /// room's setting before there is one).
+    pub fn eta_secs(&self, room: &RoomSettings) -> Option<f64> {
+        let Place::Waiting { ahead, .. } = self.place else {
+            return None;
+        };
+        let rate = self
+            .observed_per_sec
+            .unwrap_or(f64::from(room.admit_per_sec))
+            .max(f64::MIN_POSITIVE);
+        Some((ahead + 1) as f64 / rate)
+    }
+}
+
+/// Join sale's room as `buyer` (if not in it yet), or only ask
+/// (`join: false`), admitting whoever's turn has come on the way.
+pub async fn visit(
+    store: &Store,
+    sale: &Sale,
+    room: &RoomSettings,
+    buyer: &UserId,
+    join: bool,
+) -> anyhow::Result<Standing> {
+    let keys = SaleKeys::new(store.prefix(), sale.id);
+    let seed = lottery_seed(&store.pass_key().await?, sale.id);
+    let mut conn = store.redis().await?;
+    let reply: [i64; 9] = VISIT
+        .key(&keys.room.line)
+        .key(&keys.room.admitted)
+        .key(&keys.room.bought)
+        .key(&keys.room.state)
+        .key(&keys.stock)
+        .arg(buyer.as_str())
+        .arg(u8::from(join))
+        .arg(room.admit_per_sec)
+        .arg(room.max_active)
+        .arg(u64::from(room.admission_secs) * 1000)
+        .arg(sale.starts_at.timestamp_millis())
+        .arg(sale.ends_at.map_or(0, |end| end.timestamp_millis()))
+        .arg(u8::from(room.mode == RoomMode::Lottery))
+        .arg(seed)
+        .invoke_async(&mut conn)
+        .await
+        .context("visiting a waiting room")?;
+    let [
+        standing,
+        value,
+        ahead,
+        waiting,
+        closed,
+        admitted,
+        first,
+        now_ms,
+        drawn,
+    ] = reply;
+    if drawn > 0 {
+        // Logged, so that a draw can be told and checked: the same seed
+        // and the same line give the same order (`lua/room_visit.lua`).
+        tracing::info!(
+            sale_id = sale.id,
+            seed,
+            drawn,
+            "waiting room: lottery drawn"
+        );
+    }
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let place = match standing {
+        1 => Place::Waiting {
+            place: count(value),
+            ahead: count(ahead),
+        },
+        2 => Place::Admitted { until_ms: value },
+        3 => Place::Bought,
+        _ => Place::Outside,
+    };
+    let elapsed_secs = (now_ms - first) as f64 / 1000.0;
+    Ok(Standing {
+        place,
+        waiting: count(waiting),
+        closed: closed == 1,
+        observed_per_sec: (first > 0 && elapsed_secs >= 1.0)
+            .then(|| admitted as f64 / elapsed_secs),
+        now_ms,
+    })
+}
+
+/// Whether `buyer`'s admission to sale's room has bought already.
+pub async fn has_bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Result<bool> {
+    let keys = SaleKeys::new(store.prefix(), sale_id);
+    let mut conn = store.redis().await?;
+    redis::cmd("SISMEMBER")
+        .arg(&keys.room.bought)
+        .arg(buyer.as_str())
+        .query_async(&mut conn)
+        .await
+        .context("reading a waiting room")
+}
+
+/// `buyer`'s admission bought: spent, and their place among the active
+/// goes to the next in line (`lua/room_bought.lua`).
+pub async fn bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Result<()> {
+    let keys = SaleKeys::new(store.prefix(), sale_id);
+    let mut conn = store.redis().await?;
+    let _: i64 = BOUGHT
+        .key(&keys.room.admitted)
+        .key(&keys.room.bought)
+        .arg(buyer.as_str())
+        .invoke_async(&mut conn)
+        .await
+        .context("spending an admission")?;
+    Ok(())
+}
+
+/// The signed admission of a buyer admitted until `until_ms`.
+pub fn admission(key: &PassKey, sale_id: i64, buyer: &UserId, until_ms: i64) -> String {
+    key.sign(
+        PassKind::Admission,
+        &Pass {
+            sale_id,
+            buyer: buyer.clone(),
+            number: 0,
+            expires_ms: until_ms,
+        },
+    )
+}
+
+/// The lottery's seed for a sale: drawn from the database's key, so that
+/// nobody outside can foresee the draw, and the same for every instance.
+fn lottery_seed(key: &PassKey, sale_id: i64) -> i64 {
+    let digest = key
+        .mac_of(&format!("lottery:{sale_id}"))
+        .finalize()
+        .into_bytes();
+    let n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    // Park-Miller's generator takes a seed in 1..2^31-1.
+    i64::from(n % 2_147_483_646) + 1
+}

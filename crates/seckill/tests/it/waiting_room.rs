@@ -1,0 +1,371 @@
+//! A sale's waiting room: joined once per buyer, admitted in order at its
+//! pace and within its bound, and the only way to buy; closed at the
+//! sell-out. Every refusal is a clear 4xx that writes nothing.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, spawn_app};
+
+/// A sale of `stock` units with a room, opening `opens_in` seconds from
+/// now (0: at once).
+async fn sale_with_room(app: &TestApp, stock: i64, opens_in: i64, room: Value) -> i64 {
+    let starts_at = chrono::Utc::now() + chrono::Duration::seconds(opens_in);
+    app.create_sale_with(json!({
+        "name": "Roomed", "stock": stock, "price_cents": 100,
+        "starts_at": starts_at, "waiting_room": room,
+    }))
+    .await
+}
+
+fn fifo(admit_per_sec: u32, max_active: u32) -> Value {
+    json!({"mode": "fifo", "admit_per_sec": admit_per_sec, "max_active": max_active, "admission_secs": 60})
+}
+
+async fn join(app: &TestApp, sale: i64, buyer: &str) -> reqwest::Response {
+    app.client
+        .post(app.url(&format!("/api/sales/{sale}/queue")))
+        .json(&json!({ "user_id": buyer }))
+        .send()
+        .await
+        .expect("POST queue")
+}
+
+async fn joined(app: &TestApp, sale: i64, buyer: &str) -> Value {
+    let answer = join(app, sale, buyer).await;
+    assert_eq!(answer.status(), 200, "{buyer} joins");
+    answer.json().await.expect("a standing")
+}
+
+/// `count` buyers named `{name}-0`, `{name}-1`... join in that order;
+/// their tickets, in the same order.
+async fn all_join(app: &TestApp, sale: i64, name: &str, count: usize) -> Vec<String> {
+    let mut tickets = Vec::new();
+    for n in 0..count {
+        let first = joined(app, sale, &format!("{name}-{n}")).await;
+        assert_eq!(
+            first["position"],
+            n + 1,
+            "arrival order before the open: {first}"
+        );
+        tickets.push(first["ticket"].as_str().expect("a ticket").to_owned());
+    }
+    tickets
+}
+
+/// Buyers in sale's line, read from Redis.
+async fn line_length(app: &TestApp, sale: i64) -> u64 {
+    let mut redis = app.redis_conn().await;
+    redis::cmd("ZCARD")
+        .arg(&app.keys(sale).room.line)
+        .query_async(&mut redis)
+        .await
+        .expect("the line")
+}
+
+async fn status(app: &TestApp, sale: i64, ticket: &str) -> reqwest::Response {
+    app.client
+        .get(app.url(&format!("/api/sales/{sale}/queue")))
+        .header("Seckill-Ticket", ticket)
+        .send()
+        .await
+        .expect("GET queue")
+}
+
+async fn standing(app: &TestApp, sale: i64, ticket: &str) -> Value {
+    let answer = status(app, sale, ticket).await;
+    assert_eq!(answer.status(), 200);
+    answer.json().await.expect("a standing")
+}
+
+async fn buy(app: &TestApp, sale: i64, buyer: &str, admission: Option<&str>) -> reqwest::Response {
+    let mut body = json!({ "user_id": buyer });
+    if let Some(admission) = admission {
+        body["admission"] = json!(admission);
+    }
+    app.client
+        .post(app.url(&format!("/api/sales/{sale}/purchase")))
+        .json(&body)
+        .send()
+        .await
+        .expect("POST purchase")
+}
+
+/// The refusal's `reason`, after checking it is `403 not_admitted`.
+async fn not_admitted(answer: reqwest::Response) -> String {
+    assert_eq!(answer.status(), 403);
+    let body: Value = answer.json().await.expect("an error");
+    assert_eq!(body["error"], "not_admitted", "{body}");
+    body["reason"].as_str().expect("a reason").to_owned()
+}
+
+/// How many of `tickets`' buyers are admitted now.
+async fn admitted_now(app: &TestApp, sale: i64, tickets: &[String]) -> u64 {
+    let mut count = 0;
+    for ticket in tickets {
+        count += u64::from(standing(app, sale, ticket).await["admitted"] == true);
+    }
+    count
+}
+
+/// The buyer's standing once the room has admitted them (within 10 s).
+async fn admitted(app: &TestApp, sale: i64, ticket: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = standing(app, sale, ticket).await;
+        if now["admitted"] == true {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never admitted: {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn buyers_are_admitted_in_arrival_order_and_only_an_admission_buys_once() {
+    let app = spawn_app().await;
+    // Opens in 2 s: everyone joins before the room admits anybody.
+    let sale = sale_with_room(&app, 10, 2, fifo(2, 1)).await;
+    let mut tickets = Vec::new();
+    for (n, buyer) in ["ann", "bob", "cid"].iter().enumerate() {
+        let first = joined(&app, sale, buyer).await;
+        assert_eq!(first["position"], n + 1, "{first}");
+        assert_eq!(first["ahead"], n, "{first}");
+        assert_eq!(first["admitted"], false);
+        assert_eq!(first["closed"], false);
+        assert!(first["eta_secs"].as_f64() > Some(0.0), "{first}");
+        // Joining again (a refresh, a second tab) keeps the place.
+        let again = joined(&app, sale, buyer).await;
+        assert_eq!(again["position"], n + 1, "{again}");
+        tickets.push(first["ticket"].as_str().expect("a ticket").to_owned());
+    }
+    // Nobody may buy without an admission, not even once the sale opens.
+    assert_eq!(
+        not_admitted(buy(&app, sale, "ann", None).await).await,
+        "missing"
+    );
+
+    // ann first; max_active 1 keeps bob waiting while ann has not bought.
+    let ann = admitted(&app, sale, &tickets[0]).await;
+    let admission = ann["admission"].as_str().expect("an admission");
+    assert!(
+        ann["admission_expires_in_secs"].as_f64() > Some(50.0),
+        "{ann}"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let bob = standing(&app, sale, &tickets[1]).await;
+    assert_eq!(
+        (bob["admitted"].clone(), bob["position"].clone()),
+        (json!(false), json!(1)),
+        "{bob}"
+    );
+
+    // ann's admission is ann's, and buys once.
+    assert_eq!(
+        not_admitted(buy(&app, sale, "bob", Some(admission)).await).await,
+        "other_buyer"
+    );
+    assert_eq!(
+        not_admitted(buy(&app, sale, "ann", Some("a1.forged")).await).await,
+        "forged"
+    );
+    assert_eq!(buy(&app, sale, "ann", Some(admission)).await.status(), 202);
+    assert_eq!(
+        not_admitted(buy(&app, sale, "ann", Some(admission)).await).await,
+        "used"
+    );
+    assert_eq!(standing(&app, sale, &tickets[0]).await["bought"], true);
+    // Her place among the active goes to bob, then cid waits behind him.
+    let bob = admitted(&app, sale, &tickets[1]).await;
+    assert_eq!(bob["position"], Value::Null);
+    let cid = standing(&app, sale, &tickets[2]).await;
+    assert_eq!(cid["position"], 1, "{cid}");
+    assert_eq!(app.redis_buyers(sale).await, ["ann"]);
+}
+
+#[tokio::test]
+async fn the_room_admits_no_more_than_max_active_at_once() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 100, 1, fifo(1_000, 3)).await;
+    let tickets = all_join(&app, sale, "buyer", 8).await;
+    // Once open: three admitted, however often anyone asks.
+    admitted(&app, sale, &tickets[2]).await;
+    for _ in 0..5 {
+        assert_eq!(admitted_now(&app, sale, &tickets).await, 3);
+    }
+    // Each purchase frees a place for the next in line.
+    let admission = standing(&app, sale, &tickets[0]).await["admission"].clone();
+    assert_eq!(
+        buy(&app, sale, "buyer-0", admission.as_str())
+            .await
+            .status(),
+        202
+    );
+    admitted(&app, sale, &tickets[3]).await;
+    assert_eq!(admitted_now(&app, sale, &tickets).await, 3);
+    assert_eq!(standing(&app, sale, &tickets[4]).await["position"], 1);
+}
+
+#[tokio::test]
+async fn the_room_admits_no_faster_than_its_rate() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 100, 1, fifo(2, 100)).await;
+    let tickets = all_join(&app, sale, "buyer", 12).await;
+    let opens: Value = app.get_json(&format!("/api/sales/{sale}")).await;
+    let opens_ms =
+        chrono::DateTime::parse_from_rfc3339(opens["starts_at"].as_str().expect("a date"))
+            .expect("a date")
+            .timestamp_millis();
+    admitted(&app, sale, &tickets[0]).await;
+    // Everyone asks, again and again, for two seconds.
+    let asking = std::time::Instant::now();
+    while asking.elapsed() < Duration::from_secs(2) {
+        for ticket in &tickets {
+            standing(&app, sale, ticket).await;
+        }
+    }
+    let mut redis = app.redis_conn().await;
+    let total: i64 = redis::cmd("HGET")
+        .arg(&app.keys(sale).room.state)
+        .arg("admitted")
+        .query_async(&mut redis)
+        .await
+        .expect("the room's state");
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    // Two a second since the open, and a second's worth at most at once:
+    // all twelve at once would be the room not pacing at all.
+    let allowed = 2 * (now_ms - opens_ms) / 1000 + 2;
+    assert!(
+        (4..=allowed).contains(&total),
+        "{total} admitted, {allowed} allowed"
+    );
+    assert!(total < 12, "everyone admitted at once");
+}
+
+#[tokio::test]
+async fn the_room_closes_at_the_sell_out_and_tells_whoever_waits() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 1, 1, fifo(1, 1)).await;
+    let ann = joined(&app, sale, "ann").await["ticket"]
+        .as_str()
+        .expect("a ticket")
+        .to_owned();
+    let bob = joined(&app, sale, "bob").await["ticket"]
+        .as_str()
+        .expect("a ticket")
+        .to_owned();
+    let admission = admitted(&app, sale, &ann).await["admission"].clone();
+    assert_eq!(
+        buy(&app, sale, "ann", admission.as_str()).await.status(),
+        202
+    );
+    let waiting = standing(&app, sale, &bob).await;
+    assert_eq!(waiting["closed"], true, "{waiting}");
+    assert_eq!(waiting["admitted"], false, "{waiting}");
+    // A join after the close is refused, and nobody joins.
+    let late = join(&app, sale, "cid").await;
+    assert_eq!(late.status(), 409);
+    let body: Value = late.json().await.expect("an error");
+    assert_eq!(body["error"], "room_closed");
+    assert_eq!(line_length(&app, sale).await, 1, "only bob waits");
+}
+
+#[tokio::test]
+async fn a_lottery_draws_the_order_of_those_who_came_before_the_open() {
+    let app = spawn_app().await;
+    let room =
+        json!({"mode": "lottery", "admit_per_sec": 1, "max_active": 1, "admission_secs": 60});
+    let sale = sale_with_room(&app, 10, 2, room).await;
+    let tickets = all_join(&app, sale, "early", 12).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // After the open: every early buyer has a drawn place (the admitted
+    // first), 1 to 12 once each; and the draw is not the arrival order.
+    let mut places = Vec::new();
+    for ticket in &tickets {
+        let now = standing(&app, sale, ticket).await;
+        places.push(now["position"].as_u64().unwrap_or(0));
+    }
+    let admitted = places.iter().filter(|p| **p == 0).count() as u64;
+    let mut sorted: Vec<u64> = places.iter().copied().filter(|p| *p > 0).collect();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (1..=12 - admitted).collect::<Vec<u64>>(),
+        "{places:?}"
+    );
+    // In arrival order, the first `admitted` would be admitted (0) and
+    // the rest at places 1, 2, ... in turn.
+    let arrival: Vec<u64> = (0..12u64)
+        .map(|n| if n < admitted { 0 } else { n - admitted + 1 })
+        .collect();
+    assert_ne!(places, arrival, "drawn in arrival order");
+    // A latecomer queues behind every early one.
+    let late = joined(&app, sale, "late").await;
+    let before_late = late["ahead"].as_u64().expect("ahead");
+    assert_eq!(
+        before_late,
+        12 - admitted_now(&app, sale, &tickets).await,
+        "{late}"
+    );
+}
+
+#[tokio::test]
+async fn bad_room_input_is_a_clear_4xx_and_changes_nothing() {
+    let app = spawn_app().await;
+    for room in [
+        json!({"mode": "fifo", "admit_per_sec": 0, "max_active": 1, "admission_secs": 60}),
+        json!({"mode": "fifo", "admit_per_sec": 1_000_000, "max_active": 1, "admission_secs": 60}),
+        json!({"mode": "fifo", "admit_per_sec": 1, "max_active": 0, "admission_secs": 60}),
+        json!({"mode": "fifo", "admit_per_sec": 1, "max_active": 1, "admission_secs": 1}),
+        json!({"mode": "random", "admit_per_sec": 1, "max_active": 1, "admission_secs": 60}),
+        json!({"mode": "fifo", "admit_per_sec": 1, "max_active": 1}),
+    ] {
+        let answer = app
+            .post_sale(&json!({"name": "R", "stock": 1, "price_cents": 1, "waiting_room": room}))
+            .send()
+            .await
+            .expect("POST /api/sales");
+        assert_eq!(answer.status(), 400, "{room}");
+    }
+    assert_eq!(app.sale_count().await, 0);
+
+    let plain = app.create_sale(5).await;
+    let answer = join(&app, plain, "ann").await;
+    assert_eq!(answer.status(), 404);
+    let body: Value = answer.json().await.expect("an error");
+    assert_eq!(body["error"], "no_waiting_room");
+    assert_eq!(join(&app, 9_999, "ann").await.status(), 404);
+
+    let sale = sale_with_room(&app, 5, 0, fifo(1, 1)).await;
+    let other = sale_with_room(&app, 5, 0, fifo(1, 1)).await;
+    let ticket = joined(&app, other, "ann").await["ticket"]
+        .as_str()
+        .expect("a ticket")
+        .to_owned();
+    for (ticket, reason) in [
+        ("", "forged"),
+        ("t1.garbage", "forged"),
+        (ticket.as_str(), "other_sale"),
+    ] {
+        let answer = status(&app, sale, ticket).await;
+        assert_eq!(answer.status(), 400, "{ticket}");
+        let body: Value = answer.json().await.expect("an error");
+        assert_eq!(
+            (body["error"].as_str(), body["reason"].as_str()),
+            (Some("invalid_ticket"), Some(reason))
+        );
+    }
+    let missing = app
+        .client
+        .get(app.url(&format!("/api/sales/{sale}/queue")))
+        .send()
+        .await
+        .expect("GET queue");
+    assert_eq!(missing.status(), 400);
+    // Nothing of sale's room was written by any of it.
+    assert_eq!(line_length(&app, sale).await, 0);
+}
