@@ -1,0 +1,178 @@
+//! Every form post another site starts is refused (`403
+//! cross_site_request`) and changes nothing: the pay form, the admin's
+//! create-a-sale, re-drive and logout forms (`pages.rs` checks the buy form
+//! and the login). The same posts from the app's own pages go through.
+
+use std::time::Duration;
+
+use reqwest::header::{COOKIE, SET_COOKIE};
+use seckill_core::queue::Queue;
+use serde_json::Value;
+
+use crate::helpers::{ADMIN_TOKEN, TestApp, eventually, spawn_app};
+
+/// What another site's page makes a browser send with its form post.
+const FORGED: [(&str, &str); 2] = [
+    ("origin", "https://evil.example"),
+    ("sec-fetch-site", "cross-site"),
+];
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("an HTTP client")
+}
+
+/// Post `form` to `path` as the admin signed in with `cookie`, with the
+/// extra header `from` (who started the post, as a browser says it).
+async fn post_form(
+    app: &TestApp,
+    path: &str,
+    cookie: &str,
+    form: &[(&str, &str)],
+    from: (&str, &str),
+) -> reqwest::Response {
+    no_redirects()
+        .post(app.url(path))
+        .header(COOKIE, cookie)
+        .header(from.0, from.1)
+        .form(form)
+        .send()
+        .await
+        .expect("POST")
+}
+
+async fn refused_as_cross_site(response: reqwest::Response, what: &str) {
+    assert_eq!(response.status(), 403, "{what}");
+    let body: Value = response.json().await.expect("a JSON error");
+    assert_eq!(body["error"], "cross_site_request", "{what}");
+}
+
+async fn log_in(app: &TestApp) -> String {
+    let response = no_redirects()
+        .post(app.url("/admin/login"))
+        .form(&[("token", ADMIN_TOKEN)])
+        .send()
+        .await
+        .expect("POST /admin/login");
+    assert_eq!(response.status(), 303);
+    let set_cookie = response.headers()[SET_COOKIE].to_str().expect("ASCII");
+    set_cookie.split(';').next().expect("name=value").to_owned()
+}
+
+async fn admin_page_status(app: &TestApp, cookie: &str) -> u16 {
+    no_redirects()
+        .get(app.url("/admin"))
+        .header(COOKIE, cookie)
+        .send()
+        .await
+        .expect("GET /admin")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn the_pay_and_admin_forms_refuse_a_cross_site_post_and_change_nothing() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(3).await;
+    let order = app.buy(sale, "ann").await;
+    app.drain().await;
+    let cookie = log_in(&app).await;
+    // One dead-lettered order job, for the re-drive form: one attempt
+    // allowed, and a lease that has run out when it is next reserved.
+    let queue = Queue::new(app.keys(sale).queue);
+    let mut conn = app.redis_conn().await;
+    queue
+        .enqueue(&mut conn, &[("broken", "{not json")], Duration::ZERO)
+        .await
+        .expect("enqueue");
+    eventually(Duration::from_secs(10), "a dead-lettered job", || async {
+        let lease = Duration::from_millis(1);
+        let mut conn = app.redis_conn().await;
+        let _ = queue
+            .reserve(&mut conn, 1, lease, 1)
+            .await
+            .expect("reserve");
+        queue.stats(&mut conn).await.expect("stats").dead == 1
+    })
+    .await;
+    let sales_before = app.sale_count().await;
+    let new_sale = [
+        ("name", "Lamp"),
+        ("stock", "1"),
+        ("price_cents", "1"),
+        ("starts_in_secs", "0"),
+        ("duration_secs", ""),
+    ];
+    let pay = format!("/orders/{order}/pay");
+    let redrive = format!("/admin/sales/{sale}/redrive");
+
+    for from in FORGED {
+        let what = |form: &str| format!("{form} with {from:?}");
+        refused_as_cross_site(post_form(&app, &pay, "", &[], from).await, &what("pay")).await;
+        refused_as_cross_site(
+            post_form(&app, "/admin/sales", &cookie, &new_sale, from).await,
+            &what("a new sale"),
+        )
+        .await;
+        refused_as_cross_site(
+            post_form(&app, &redrive, &cookie, &[("queue", "orders")], from).await,
+            &what("a re-drive"),
+        )
+        .await;
+        refused_as_cross_site(
+            post_form(&app, "/admin/logout", &cookie, &[], from).await,
+            &what("a logout"),
+        )
+        .await;
+    }
+    assert_eq!(
+        app.order(order).await["status"],
+        "confirmed",
+        "paid by a forgery"
+    );
+    assert_eq!(
+        app.sale_count().await,
+        sales_before,
+        "a sale created by a forgery"
+    );
+    assert_eq!(
+        admin_page_status(&app, &cookie).await,
+        200,
+        "logged out by a forgery"
+    );
+    assert_eq!(
+        app.queue_stats(sale).await.dead,
+        1,
+        "re-driven by a forgery"
+    );
+
+    // From the app's own pages, each goes through.
+    let own = ("origin", app.address.as_str());
+    let paid = post_form(&app, &pay, "", &[], own).await;
+    assert!(
+        paid.status().is_redirection() || paid.status().is_success(),
+        "{paid:?}"
+    );
+    assert_eq!(app.order(order).await["status"], "paid");
+    let created = post_form(&app, "/admin/sales", &cookie, &new_sale, own).await;
+    assert!(
+        created.status().is_redirection() || created.status().is_success(),
+        "{created:?}"
+    );
+    assert_eq!(app.sale_count().await, sales_before + 1);
+    let redriven = post_form(&app, &redrive, &cookie, &[("queue", "orders")], own).await;
+    assert!(
+        redriven.status().is_redirection() || redriven.status().is_success(),
+        "{redriven:?}"
+    );
+    assert_eq!(app.queue_stats(sale).await.dead, 0, "not re-driven");
+    let logout = post_form(&app, "/admin/logout", &cookie, &[], own).await;
+    assert_eq!(logout.status(), 303);
+    assert_eq!(
+        admin_page_status(&app, &cookie).await,
+        401,
+        "still signed in"
+    );
+}
