@@ -79,7 +79,10 @@ pub async fn visit(
     join: bool,
 ) -> anyhow::Result<Standing> {
     let keys = SaleKeys::new(store.prefix(), sale.id);
-    let seed = lottery_seed(&store.pass_key().await?, sale.id);
+    let seed = match room.mode {
+        RoomMode::Lottery => lottery_seed(&store.pass_key().await?, sale.id),
+        RoomMode::Fifo => 0,
+    };
     let mut conn = store.redis().await?;
     let reply: [i64; 9] = VISIT
         .key(&keys.room.line)

@@ -28,7 +28,8 @@
 //!   with its worker in-process, from the `202` to the order found
 //!   confirmed in PostgreSQL (polled every millisecond): the p50;
 //! - **with wrk** (`wrk.rs`): sold-out answers against a bare actix
-//!   handler, and the index against a sale page and against itself;
+//!   handler, and the index against a sale page and against itself; a
+//!   waiting room's status answers against sold-out answers (`room.rs`);
 //! - **open sale pages** (`pages.rs`): `--pages` event streams on one
 //!   instance, the Redis commands they add per second, its memory; and the
 //!   burst while they watch its sale, against the burst alone;
@@ -47,6 +48,7 @@ mod holder;
 mod lua;
 mod pages;
 mod replica;
+mod room;
 mod worker;
 mod wrk;
 
@@ -186,6 +188,10 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
     if wanted(BenchRows::SoldOut) {
         eprintln!("bench: sold-out answers against a bare handler (wrk)");
         rows.push(wrk::sold_out(args, services, &store, &token).await?);
+    }
+    if wanted(BenchRows::Room) {
+        eprintln!("bench: waiting room status answers against sold-out answers (wrk)");
+        rows.push(room::status_against_sold_out(args, services, &store, &token).await?);
     }
     if wanted(BenchRows::Index) {
         eprintln!("bench: the storefront index (wrk)");

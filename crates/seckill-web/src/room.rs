@@ -75,7 +75,7 @@ pub(crate) async fn join(
     if standing.closed && standing.place == Place::Outside {
         return Err(ApiError::RoomClosed);
     }
-    answer(&state, &sale, &settings, &buyer, &standing).await
+    answer(&state, &sale, &settings, &buyer, &standing, None).await
 }
 
 pub(crate) async fn status(
@@ -107,7 +107,15 @@ pub(crate) async fn status(
         )
         .map_err(|refused| ApiError::InvalidTicket(refused.code()))?;
     let standing = room::visit(&state.store, &sale, &settings, &pass.buyer, false).await?;
-    answer(&state, &sale, &settings, &pass.buyer, &standing).await
+    answer(
+        &state,
+        &sale,
+        &settings,
+        &pass.buyer,
+        &standing,
+        Some(ticket),
+    )
+    .await
 }
 
 /// The purchase's door: `admission` must be this sale's, this buyer's, not
@@ -154,28 +162,33 @@ async fn answer(
     settings: &RoomSettings,
     buyer: &UserId,
     standing: &Standing,
+    held: Option<String>,
 ) -> Result<HttpResponse, ApiError> {
     let key = state.store.pass_key().await?;
     let (position, ahead) = match standing.place {
         Place::Waiting { place, ahead } => (Some(place), ahead),
         _ => (None, 0),
     };
-    let now_ms = Utc::now().timestamp_millis();
-    let expires_ms = sale
-        .ends_at
-        .map_or(now_ms + TICKET_MS, |end| {
-            end.timestamp_millis().min(now_ms + TICKET_MS)
-        })
-        .max(now_ms + 1);
-    let ticket = key.sign(
-        PassKind::Ticket,
-        &Pass {
-            sale_id: sale.id,
-            buyer: buyer.clone(),
-            number: position.map_or(0, |p| i64::try_from(p).unwrap_or(i64::MAX)),
-            expires_ms,
-        },
-    );
+    // A status request's ticket is good (it was just checked) and names
+    // the same buyer: it is answered back as it came, unsigned again.
+    let ticket = held.unwrap_or_else(|| {
+        let now_ms = Utc::now().timestamp_millis();
+        let expires_ms = sale
+            .ends_at
+            .map_or(now_ms + TICKET_MS, |end| {
+                end.timestamp_millis().min(now_ms + TICKET_MS)
+            })
+            .max(now_ms + 1);
+        key.sign(
+            PassKind::Ticket,
+            &Pass {
+                sale_id: sale.id,
+                buyer: buyer.clone(),
+                number: position.map_or(0, |p| i64::try_from(p).unwrap_or(i64::MAX)),
+                expires_ms,
+            },
+        )
+    });
     let (admission, expires_in) = match standing.place {
         Place::Admitted { until_ms } => (
             Some(room::admission(&key, sale.id, buyer, until_ms)),

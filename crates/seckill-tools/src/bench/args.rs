@@ -61,6 +61,8 @@ pub(crate) enum BenchRows {
     Idle,
     /// Sold-out answers against a bare actix handler (wrk).
     SoldOut,
+    /// A waiting room's status answers against sold-out answers (wrk).
+    Room,
     /// The storefront index against a sale page, and with 1,000 sales (wrk).
     Index,
     /// Open sale pages: Redis commands/s they add, memory, and the burst

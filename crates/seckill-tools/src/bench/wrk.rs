@@ -25,7 +25,7 @@ use seckill_devenv::services::{self, Services};
 use seckill_web::ApiError;
 
 /// The body every purchase of the sold-out row sends.
-const BODY: &str = r#"{"user_id":"wrk-buyer"}"#;
+pub(super) const BODY: &str = r#"{"user_id":"wrk-buyer"}"#;
 
 /// Sold-out answers per second against the bare handler's.
 pub(super) async fn sold_out(
@@ -90,10 +90,10 @@ pub(super) async fn sold_out(
 
 /// Runs of the sold-out purchase and of the bare handler, alternated: one
 /// pair moved from 0.59 to 0.94 from one run to the next on this machine.
-const ROUNDS: usize = 3;
+pub(super) const ROUNDS: usize = 3;
 
 /// The round whose ratio (seckill over the bare handler) is the median.
-fn median_round(mut rounds: Vec<[f64; 2]>) -> [f64; 2] {
+pub(super) fn median_round(mut rounds: Vec<[f64; 2]>) -> [f64; 2] {
     rounds.sort_by(|a, b| (a[0] / a[1]).total_cmp(&(b[0] / b[1])));
     rounds[rounds.len() / 2]
 }
@@ -207,7 +207,7 @@ fn bare_server() -> anyhow::Result<Bare> {
 }
 
 /// `wrk -t1 -c64 -d<secs>s [-s script] url`: its requests per second.
-async fn wrk(url: &str, secs: f64, script: Option<&Path>) -> anyhow::Result<f64> {
+pub(super) async fn wrk(url: &str, secs: f64, script: Option<&Path>) -> anyhow::Result<f64> {
     let mut command = tokio::process::Command::new("wrk");
     command.args(["-t1", "-c64", &format!("-d{}s", secs.ceil().max(1.0))]);
     if let Some(script) = script {
@@ -220,7 +220,7 @@ async fn wrk(url: &str, secs: f64, script: Option<&Path>) -> anyhow::Result<f64>
 }
 
 /// One request, through wrk's script, to set a sale up.
-async fn wrk_once(url: &str, script: &Path) -> anyhow::Result<()> {
+pub(super) async fn wrk_once(url: &str, script: &Path) -> anyhow::Result<()> {
     let output = tokio::process::Command::new("wrk")
         .args(["-t1", "-c1", "-d1s", "-s"])
         .arg(script)
@@ -241,7 +241,7 @@ fn requests_per_second(report: &str) -> Option<f64> {
 }
 
 /// Whether wrk is installed (`wrk -v` prints its version, and exits 1).
-async fn wrk_installed() -> bool {
+pub(super) async fn wrk_installed() -> bool {
     tokio::process::Command::new("wrk")
         .arg("-v")
         .output()
@@ -249,7 +249,7 @@ async fn wrk_installed() -> bool {
         .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).starts_with("wrk"))
 }
 
-fn not_installed(figure: &'static str, target: &'static str) -> Row {
+pub(super) fn not_installed(figure: &'static str, target: &'static str) -> Row {
     Row {
         figure,
         measured: "wrk is not installed (apt-get install wrk)".into(),
