@@ -60,6 +60,11 @@ pub struct Metrics {
     /// pages' shared state), summed; set when scraped. Bounded by the
     /// sales that are live: the ended ones are forgotten.
     pub sales_in_memory: IntGauge,
+    /// Buyers of the waiting rooms of sales not ended over an hour ago,
+    /// summed, by `state`: `waiting` in line, `admitted` now, and in all
+    /// `bought`, `admissions` handed out, `expired` unused; read from
+    /// Redis when scraped. The admission rate is `rate()` of `admissions`.
+    pub room_buyers: IntGaugeVec,
 }
 
 /// The process' figures.
@@ -128,6 +133,14 @@ impl Metrics {
             .expect("a valid gauge"),
             event_streams: IntGauge::new("seckill_event_streams", "Event streams open")
                 .expect("a valid gauge"),
+            room_buyers: IntGaugeVec::new(
+                Opts::new(
+                    "seckill_room_buyers",
+                    "Buyers of the waiting rooms, by state, summed",
+                ),
+                &["state"],
+            )
+            .expect("a valid gauge"),
             sales_in_memory: IntGauge::new(
                 "seckill_sales_in_memory",
                 "Entries this instance keeps in memory for its sales, summed",
@@ -135,7 +148,7 @@ impl Metrics {
             .expect("a valid gauge"),
             registry,
         };
-        let collectors: [Box<dyn prometheus::core::Collector>; 12] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 13] = [
             Box::new(metrics.purchases.clone()),
             Box::new(metrics.purchase_seconds.clone()),
             Box::new(metrics.lock_wait_seconds.clone()),
@@ -148,6 +161,7 @@ impl Metrics {
             Box::new(metrics.queue_jobs.clone()),
             Box::new(metrics.event_streams.clone()),
             Box::new(metrics.sales_in_memory.clone()),
+            Box::new(metrics.room_buyers.clone()),
         ];
         for collector in collectors {
             metrics

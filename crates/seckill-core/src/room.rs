@@ -144,6 +144,48 @@ pub async fn visit(
     })
 }
 
+/// A room's figures, as `/metrics` reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoomFigures {
+    /// Buyers in line.
+    pub waiting: u64,
+    /// Admitted buyers who have neither bought nor run out (the active).
+    pub admitted: u64,
+    /// Buyers whose admission bought.
+    pub bought: u64,
+    /// Admissions handed out, in all.
+    pub admissions: u64,
+    /// Admissions that ran out unused, in all.
+    pub expired: u64,
+}
+
+/// Sale's room figures, in one round trip (a snapshot: each is read at
+/// the same moment, in one pipeline).
+pub async fn figures(store: &Store, sale_id: i64) -> anyhow::Result<RoomFigures> {
+    let keys = SaleKeys::new(store.prefix(), sale_id);
+    let mut conn = store.redis().await?;
+    let (waiting, admitted, bought, totals): (u64, u64, u64, (Option<u64>, Option<u64>)) =
+        redis::pipe()
+            .atomic()
+            .zcard(&keys.room.line)
+            .zcard(&keys.room.admitted)
+            .scard(&keys.room.bought)
+            .cmd("HMGET")
+            .arg(&keys.room.state)
+            .arg("admitted")
+            .arg("expired")
+            .query_async(&mut conn)
+            .await
+            .context("reading a waiting room's figures")?;
+    Ok(RoomFigures {
+        waiting,
+        admitted,
+        bought,
+        admissions: totals.0.unwrap_or(0),
+        expired: totals.1.unwrap_or(0),
+    })
+}
+
 /// Whether `buyer`'s admission to sale's room has bought already.
 pub async fn has_bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Result<bool> {
     let keys = SaleKeys::new(store.prefix(), sale_id);

@@ -14,6 +14,7 @@ use super::AppState;
 use seckill_core::keys::{SaleKeys, SaleQueue};
 use seckill_core::metrics::metrics;
 use seckill_core::queue::{Queue, QueueStats};
+use seckill_core::room::{self, RoomFigures};
 
 pub(crate) async fn scrape(state: web::Data<AppState>) -> HttpResponse {
     let metrics = metrics();
@@ -45,9 +46,43 @@ pub(crate) async fn scrape(state: web::Data<AppState>) -> HttpResponse {
             tracing::warn!(error = %format!("{error:#}"), "queue depths left out of /metrics")
         }
     }
+    metrics.room_buyers.reset();
+    match room_figures(&state).await {
+        Ok(sum) => {
+            for (which, n) in [
+                ("waiting", sum.waiting),
+                ("admitted", sum.admitted),
+                ("bought", sum.bought),
+                ("admissions", sum.admissions),
+                ("expired", sum.expired),
+            ] {
+                metrics
+                    .room_buyers
+                    .with_label_values(&[which])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        Err(error) => {
+            tracing::warn!(error = %format!("{error:#}"), "waiting rooms left out of /metrics")
+        }
+    }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(metrics.render())
+}
+
+/// The figures of every waiting room worth reporting, summed.
+async fn room_figures(state: &AppState) -> anyhow::Result<RoomFigures> {
+    let mut sum = RoomFigures::default();
+    for sale_id in state.store.room_sale_ids().await? {
+        let one = room::figures(&state.store, sale_id).await?;
+        sum.waiting += one.waiting;
+        sum.admitted += one.admitted;
+        sum.bought += one.bought;
+        sum.admissions += one.admissions;
+        sum.expired += one.expired;
+    }
+    Ok(sum)
 }
 
 /// `GET /metrics` alone, for a `seckill worker` (`--metrics-bind`): its

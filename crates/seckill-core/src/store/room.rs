@@ -1,5 +1,6 @@
-//! The waiting rooms' signing key: `database_identity.room_key`, drawn by
-//! its migration, the same for every instance on this database.
+//! The waiting rooms' signing key (`database_identity.room_key`, drawn by
+//! its migration, the same for every instance on this database), and which
+//! sales have a room worth reporting.
 
 use anyhow::Context;
 
@@ -20,5 +21,20 @@ impl Store {
             })
             .await
             .cloned()
+    }
+}
+
+impl Store {
+    /// The sales with a waiting room that have not ended, or ended within
+    /// the last hour (their figures still move: admissions run out,
+    /// buyers ask): what `/metrics` reports, bounded by the live sales.
+    pub async fn room_sale_ids(&self) -> anyhow::Result<Vec<i64>> {
+        sqlx::query_scalar(
+            "SELECT id FROM sales WHERE room_mode IS NOT NULL \
+             AND (ends_at IS NULL OR ends_at > now() - interval '1 hour') ORDER BY id",
+        )
+        .fetch_all(&self.pg)
+        .await
+        .context("listing the sales with a waiting room")
     }
 }

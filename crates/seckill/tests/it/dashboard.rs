@@ -99,6 +99,7 @@ fn the_dashboard_has_what_grafana_needs_and_names_the_provisioned_datasource() {
         "seckill_orders_total",
         "seckill_redis_loads_total",
         "seckill_event_streams",
+        "seckill_room_buyers",
     ] {
         assert!(graphed.contains(figure), "no panel graphs {figure}");
     }

@@ -369,3 +369,79 @@ async fn bad_room_input_is_a_clear_4xx_and_changes_nothing() {
     // Nothing of sale's room was written by any of it.
     assert_eq!(line_length(&app, sale).await, 0);
 }
+
+/// `/metrics` of a `seckill serve` process (its own figures, not the test
+/// binary's shared ones): the rooms' buyers by state.
+#[tokio::test]
+async fn metrics_count_the_buyers_waiting_admitted_and_bought_in_the_rooms() {
+    let scratch = crate::helpers::Scratch::new().await;
+    let serve = crate::helpers::seckill_command(&scratch, &["serve", "--bind", "127.0.0.1:0"], &[]);
+    let (server, url) = crate::processes::start_until(serve, "its address", |line| {
+        line.strip_prefix("seckill listening on ")
+            .map(str::to_owned)
+    })
+    .await;
+    let redis = seckill_core::redis_pool::connect_redis(&scratch.redis, Duration::from_secs(5))
+        .await
+        .expect("Redis");
+    let store = seckill_core::store::Store::new(scratch.pg().await, redis, scratch.prefix.clone());
+    let room = seckill_core::domain::RoomSettings {
+        mode: seckill_core::domain::RoomMode::Fifo,
+        admit_per_sec: 1_000,
+        max_active: 1,
+        admission_secs: 60,
+    };
+    let new = seckill_core::domain::NewSale::builder("Roomed", 5)
+        .waiting_room(room)
+        .build(chrono::Utc::now())
+        .expect("a sale");
+    let sale = store.create_sale(&new).await.expect("created").id;
+    let http = crate::helpers::client();
+    let mut tickets = Vec::new();
+    for buyer in ["ann", "bob", "cid"] {
+        let answer: Value = http
+            .post(format!("{url}/api/sales/{sale}/queue"))
+            .json(&json!({ "user_id": buyer }))
+            .send()
+            .await
+            .expect("a join")
+            .json()
+            .await
+            .expect("a standing");
+        tickets.push(answer);
+    }
+    // ann was admitted at her join (max_active 1); she buys.
+    let admission = tickets[0]["admission"]
+        .as_str()
+        .expect("ann admitted")
+        .to_owned();
+    let bought = http
+        .post(format!("{url}/api/sales/{sale}/purchase"))
+        .json(&json!({ "user_id": "ann", "admission": admission }))
+        .send()
+        .await
+        .expect("a purchase");
+    assert_eq!(bought.status(), 202);
+    let scrape = http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("a body");
+    let figure = |state: &str| {
+        let line = format!("seckill_room_buyers{{state=\"{state}\"}} ");
+        scrape
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {state} in {scrape}"))
+    };
+    // bob was admitted by the scrape's time or waits; cid waits.
+    assert_eq!(figure("bought"), 1);
+    assert_eq!(figure("waiting") + figure("admitted"), 2);
+    assert!(figure("admissions") >= 1);
+    assert_eq!(figure("expired"), 0);
+    assert_eq!(crate::processes::interrupt(server).await, Some(0));
+}
