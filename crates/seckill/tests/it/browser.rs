@@ -22,7 +22,9 @@ use seckill_core::worker::Worker;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{Options, TestApp, eventually, spawn_app_with};
+use crate::helpers::{
+    Options, Scratch, TestApp, cluster, create_sale_at, eventually, spawn_app_with,
+};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -273,8 +275,9 @@ async fn a_buyer_watches_the_countdown_buys_and_pays_while_another_browser_sees_
 
 #[tokio::test]
 async fn the_order_page_turns_cancelled_when_the_window_closes_unpaid() {
-    // Long enough for the browser to start and see the order confirmed first.
-    let (app, stop_worker) = app_with_worker(10).await;
+    // A window far longer than the browser takes to start, closed by hand
+    // once the page shows the order confirmed.
+    let (app, stop_worker) = app_with_worker(600).await;
     let driver = ChromeDriver::start().await;
     let profile = tempfile::tempdir().expect("a temporary directory");
     let browser = driver.browser(profile.path()).await;
@@ -286,6 +289,11 @@ async fn the_order_page_turns_cancelled_when_the_window_closes_unpaid() {
         .await
         .expect("open the order page");
     wait_for_text(&browser, "status", "confirmed").await;
+    browser
+        .execute("window.__notReloaded = true;", vec![])
+        .await
+        .expect("set a marker");
+    crate::payment::make_deadlines_due(&app, sale, &[order]).await;
     // Nobody pays: the page follows the order to its end, unreloaded.
     wait_for_text(&browser, "status", "cancelled").await;
     wait_for_text(&browser, "headline", "went back on sale").await;
@@ -299,6 +307,11 @@ async fn the_order_page_turns_cancelled_when_the_window_closes_unpaid() {
             .expect("is it shown"),
         "the Pay button is still offered"
     );
+    let marker = browser
+        .execute("return window.__notReloaded === true;", vec![])
+        .await
+        .expect("read the marker");
+    assert_eq!(marker, json!(true), "the order page was reloaded");
     screenshot(&browser, "7-cancelled.png").await;
     eventually(PATIENCE, "the unit to be back on sale", || async {
         app.redis_stock(sale).await == Some(1)
@@ -419,26 +432,55 @@ async fn accepted_on_admin_page(admin: &Client) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The instance is a process of its own: its figures are its own, where
+/// this test binary's are shared with every test running beside it, so
+/// the page must show exactly the two purchases made here.
 #[tokio::test]
 async fn the_admin_page_shows_the_instances_figures_and_follows_them_without_a_reload() {
-    let app = spawn_app_with(Options::default()).await;
-    let sale = app.create_sale(5).await;
+    let scratch = Scratch::new().await;
+    let mut processes = cluster(&scratch, &[]);
+    let url = processes
+        .start_app("admin", &[])
+        .await
+        .expect("the instance starts");
+    let sale = create_sale_at(&url, "Lamp", 5).await;
     let driver = ChromeDriver::start().await;
     let profile = tempfile::tempdir().expect("a temporary directory");
     let admin = driver.browser(profile.path()).await;
-    admin.goto(&app.url("/admin")).await.expect("open /admin");
+    admin
+        .goto(&format!("{url}/admin"))
+        .await
+        .expect("open /admin");
     type_into(&admin, "token", crate::helpers::ADMIN_TOKEN).await;
     click(&admin, "log-in").await;
     wait_for_text(&admin, "figures", "seckill_event_streams").await;
-    // The registry is the process' own, shared with the other tests of
-    // this binary: watch the figure grow, not its value.
-    let before = accepted_on_admin_page(&admin).await;
-    app.buy(sale, "ann").await;
-    app.buy(sale, "bob").await;
-    eventually(PATIENCE, "the accepted purchases to grow by 2", || async {
-        accepted_on_admin_page(&admin).await >= before + 2.0
-    })
+    // Set in the page's window: a reload would take it away.
+    admin
+        .execute("window.__notReloaded = true;", vec![])
+        .await
+        .expect("set a marker");
+    assert_eq!(accepted_on_admin_page(&admin).await, 0.0);
+    for buyer in ["ann", "bob"] {
+        let answer = crate::helpers::client()
+            .post(format!("{url}/api/sales/{sale}/purchase"))
+            .json(&json!({ "user_id": buyer }))
+            .send()
+            .await
+            .expect("POST purchase");
+        assert_eq!(answer.status(), 202, "{buyer}");
+    }
+    eventually(
+        PATIENCE,
+        "the page to show 2 accepted purchases",
+        || async { accepted_on_admin_page(&admin).await == 2.0 },
+    )
     .await;
+    let marker = admin
+        .execute("return window.__notReloaded === true;", vec![])
+        .await
+        .expect("read the marker");
+    assert_eq!(marker, json!(true), "the admin page was reloaded");
     screenshot(&admin, "7-admin-figures.png").await;
     admin.close().await.expect("close the browser");
+    processes.stop().await;
 }

@@ -1,9 +1,13 @@
 //! Faults: private Redis and PostgreSQL servers that the tests stop and start.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use seckill_core::config::WorkerSettings;
 use seckill_core::queue::QueueStats;
 use seckill_core::redis_pool::RedisAt;
+use seckill_core::store::Store;
+use seckill_core::worker::Worker;
 use seckill_devenv::services::{PrivatePostgres, PrivateRedis};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -18,6 +22,16 @@ async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
         .expect("a private PostgreSQL");
     let scratch = Scratch::on(&postgres.url("postgres"), &services().await.redis).await;
     let app = spawn_app_on(scratch, Options::default()).await;
+    // The worker reaches PostgreSQL through a gate of its own, which
+    // notes each time it found the server down.
+    let gate = PostgresGate::start(&app.scratch.database_url).await;
+    let worker_store = Store::new(
+        seckill_core::store::connect_postgres(&gate.url)
+            .await
+            .expect("PostgreSQL through the gate"),
+        app.redis.clone(),
+        app.scratch.prefix.clone(),
+    );
     let sale = app.create_sale(100).await;
     let mut accepted = Vec::new();
     for i in 0..30 {
@@ -49,10 +63,27 @@ async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
             dead: 0
         }
     );
-    // The worker loop keeps running meanwhile, backing off.
+    // The worker loop keeps running meanwhile, backing off: each pass
+    // fails at once (the gate closes the connection), and the pauses
+    // between them double from 100 ms. A worker that spun would fail six
+    // times in a few milliseconds; one that backs off takes the four
+    // pauses after its first four failures at least (1.5 s).
     let shutdown = CancellationToken::new();
-    let worker = spawn_worker(&app, shutdown.clone());
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let worker =
+        tokio::spawn(Worker::new(worker_store, WorkerSettings::default()).run(shutdown.clone()));
+    eventually(Duration::from_secs(60), "six failed passes", || async {
+        gate.refused().len() >= 6
+    })
+    .await;
+    let refused = gate.refused();
+    assert!(
+        refused[5] - refused[0] >= Duration::from_millis(1_500),
+        "the worker did not back off: it met PostgreSQL down at {:?}",
+        refused
+            .iter()
+            .map(|at| *at - refused[0])
+            .collect::<Vec<_>>()
+    );
     assert_eq!(app.queue_stats(sale).await.dead, 0);
 
     postgres.restart().await.expect("PostgreSQL comes back");
@@ -70,15 +101,57 @@ async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
     assert_eq!(app.sold(sale).await, 30);
 }
 
-fn spawn_worker(
-    app: &crate::helpers::TestApp,
-    shutdown: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    let worker = seckill_core::worker::Worker::new(
-        app.store.clone(),
-        seckill_core::config::WorkerSettings::default(),
-    );
-    tokio::spawn(worker.run(shutdown))
+/// A TCP proxy in front of a PostgreSQL server. While the server is
+/// down it closes each connection at once and notes when: a client fails
+/// at once (a refused connection would be retried by the pool until its
+/// timeout, and every pass would last as long, spinning or not).
+struct PostgresGate {
+    /// The database URL, through the gate.
+    url: String,
+    refused: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl PostgresGate {
+    async fn start(database_url: &str) -> Self {
+        let mut url = url::Url::parse(database_url).expect("a database URL");
+        let upstream = format!(
+            "{}:{}",
+            url.host_str().expect("a host"),
+            url.port().unwrap_or(5432)
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        url.set_host(Some("127.0.0.1")).expect("a host");
+        url.set_port(Some(listener.local_addr().expect("address").port()))
+            .expect("a port");
+        let refused = Arc::new(Mutex::new(Vec::new()));
+        tokio::spawn({
+            let refused = Arc::clone(&refused);
+            async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    match tokio::net::TcpStream::connect(&upstream).await {
+                        Ok(mut server) => {
+                            tokio::spawn(async move {
+                                let _ =
+                                    tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                            });
+                        }
+                        Err(_) => refused.lock().expect("not poisoned").push(Instant::now()),
+                    }
+                }
+            }
+        });
+        Self {
+            url: url.to_string(),
+            refused,
+        }
+    }
+
+    /// When each connection found the server down, in order.
+    fn refused(&self) -> Vec<Instant> {
+        self.refused.lock().expect("not poisoned").clone()
+    }
 }
 
 #[tokio::test]

@@ -5,7 +5,9 @@
 //! ([`seckill_devenv::services::Services`]): the configured URLs, else the local
 //! servers, else private ones started once for this test binary. What a
 //! test asks of its [`TestApp`] is in `helpers/app.rs`; the real binaries,
-//! started on a test's database and prefix, in `helpers/binaries.rs`.
+//! started on a test's database and prefix, in `helpers/binaries.rs`;
+//! Redis' `MONITOR` feed, for commands that leave no trace, in
+//! `helpers/monitor.rs`.
 
 use std::time::Duration;
 
@@ -22,11 +24,13 @@ use uuid::Uuid;
 
 mod app;
 mod binaries;
+mod monitor;
 
 pub use binaries::{
     cluster, create_sale_at, loadtest_command, seckill_command, spawn_this_test,
     start_app_and_a_worker,
 };
+pub use monitor::Monitor;
 
 /// The repository's root (the workspace), where `docs/`, `deploy/` and
 /// `ARCHITECTURE.md` are.
@@ -69,8 +73,9 @@ pub async fn services() -> &'static Services {
 /// Held by the tests that saturate both cores for seconds (the bench's,
 /// with wrk and redis-benchmark) and by those whose figures depend on
 /// being scheduled every few milliseconds (the full lab's thirteen
-/// races, the chaos run's paused lock holder), so that the two never run
-/// at once. Within one test binary, where the tests run in parallel.
+/// races, the chaos run's paused lock holder, `/healthz`'s second under
+/// a flood in `hostile.rs`), so that the two never run at once. Within
+/// one test binary, where the tests run in parallel.
 pub async fn cores_alone() -> tokio::sync::MutexGuard<'static, ()> {
     static CORES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     CORES.lock().await

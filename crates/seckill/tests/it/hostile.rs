@@ -2,12 +2,12 @@
 //! more live pages than it serves, floods of made-up ids, connections that
 //! never finish their request.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
-use crate::helpers::{Options, spawn_app, spawn_app_with};
+use crate::helpers::{Options, TestApp, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn headers_over_16_kib_are_refused_with_431() {
@@ -70,43 +70,51 @@ async fn event_streams_beyond_the_cap_are_refused_until_one_closes() {
 #[tokio::test]
 async fn an_unknown_sale_id_is_remembered_as_missing_for_a_second() {
     let app = spawn_app().await;
-    let sale = app.create_sale(1).await;
-    let next = sale + 1;
     let get = |id: i64| app.client.get(app.url(&format!("/api/sales/{id}"))).send();
-    assert_eq!(get(next).await.expect("GET").status(), 404);
-    // Another process creates it (the test's own store: not this instance's cache).
     let new = seckill_core::domain::NewSale::builder("Lamp", 1)
         .build(chrono::Utc::now())
         .expect("a sale");
-    let created = app.store.create_sale(&new).await.expect("create");
-    assert_eq!(created.id, next);
-    assert_eq!(
-        get(next).await.expect("GET").status(),
-        404,
-        "the miss was not remembered"
-    );
-    // An id never asked for, above the highest PostgreSQL had: answered
-    // without a query too, so a flood of different made-up ids costs one
-    // query a second, not one each.
-    let after = app.store.create_sale(&new).await.expect("create");
-    assert_eq!(
-        get(after.id).await.expect("GET").status(),
-        404,
-        "a new made-up id reached PostgreSQL"
-    );
-    crate::helpers::eventually(
-        Duration::from_secs(5),
-        "the new sale to be seen",
-        || async { get(next).await.expect("GET").status() == 200 },
-    )
-    .await;
+    // What is remembered is remembered from the first request on, for a
+    // second: a round that took longer (a loaded machine) may rightly see
+    // the new sales, proves nothing, and is played again on new ids.
+    for _ in 0..10 {
+        let next = app.create_sale(1).await + 1;
+        let asked = Instant::now();
+        assert_eq!(get(next).await.expect("GET").status(), 404);
+        // Another process creates it (the test's own store: not this
+        // instance's cache).
+        let created = app.store.create_sale(&new).await.expect("create");
+        assert_eq!(created.id, next);
+        let again = get(next).await.expect("GET").status();
+        // An id never asked for, above the highest PostgreSQL had:
+        // answered without a query too, so a flood of different made-up
+        // ids costs one query a second, not one each.
+        let after = app.store.create_sale(&new).await.expect("create");
+        let above = get(after.id).await.expect("GET").status();
+        if asked.elapsed() >= Duration::from_secs(1) {
+            continue;
+        }
+        assert_eq!(again, 404, "the miss was not remembered");
+        assert_eq!(above, 404, "a new made-up id reached PostgreSQL");
+        crate::helpers::eventually(
+            Duration::from_secs(5),
+            "the new sale to be seen",
+            || async { get(next).await.expect("GET").status() == 200 },
+        )
+        .await;
+        return;
+    }
+    panic!("every round took more than a second");
 }
 
 /// While 300 connections sit half-open, 200 live pages are open and
 /// thousands of made-up ids are looked up, `/healthz` still answers in
-/// under a second. (A bound for liveness, not a speed figure.)
+/// under a second. (A bound for liveness, not a speed figure; with the
+/// cores to itself, so that the bench's and the lab's own loads do not
+/// count against it.)
 #[tokio::test]
 async fn healthz_answers_within_a_second_under_hostile_load() {
+    let _cores = crate::helpers::cores_alone().await;
     seckill_core::process::raise_open_files_limit();
     let app = spawn_app().await;
     let sale = app.create_sale(3).await;
@@ -165,46 +173,91 @@ fn limited(per_ip: u32, per_buyer: u32, burst: u32) -> Options {
     }
 }
 
+/// Forget every client's count, as a second without requests would: the
+/// next round starts afresh.
+async fn forget_rate_limits(app: &TestApp) {
+    let mut conn = app.redis_conn().await;
+    let counts: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:rate:*", app.scratch.prefix))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    if !counts.is_empty() {
+        let () = redis::cmd("DEL")
+            .arg(counts)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+}
+
+/// The limits allow one request a second: what a round asks of them holds
+/// only for requests sent within one second. A round that took longer (a
+/// loaded machine) proves nothing and is played again, afresh.
+const ROUNDS: u32 = 10;
+
 #[tokio::test]
 async fn purchases_beyond_the_rate_per_client_ip_are_refused_with_429() {
-    // One a second, with a burst of three: four at once go through.
+    // One a second, with a burst of three: four at once go through, and
+    // the fifth within that second is refused.
     let app = spawn_app_with(limited(1, 0, 3)).await;
-    let sale = app.create_sale(100).await;
-    for i in 0..4 {
-        assert_eq!(app.purchase(sale, &format!("user-{i}")).await.status(), 202);
+    for _ in 0..ROUNDS {
+        forget_rate_limits(&app).await;
+        let sale = app.create_sale(100).await;
+        let started = Instant::now();
+        for i in 0..4 {
+            assert_eq!(app.purchase(sale, &format!("user-{i}")).await.status(), 202);
+        }
+        let refused = app.purchase(sale, "user-late").await;
+        if started.elapsed() >= Duration::from_secs(1) {
+            continue;
+        }
+        assert_eq!(refused.status(), 429);
+        assert_eq!(refused.headers()["retry-after"], "1");
+        let error: Value = refused.json().await.expect("a JSON error");
+        assert_eq!(error["error"], "rate_limited");
+        assert_eq!(
+            app.queue_stats(sale).await.waiting,
+            4,
+            "a refused purchase was queued"
+        );
+        // Waiting as told is enough.
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(app.purchase(sale, "user-late").await.status(), 202);
+        return;
     }
-    let refused = app.purchase(sale, "user-late").await;
-    assert_eq!(refused.status(), 429);
-    assert_eq!(refused.headers()["retry-after"], "1");
-    let error: Value = refused.json().await.expect("a JSON error");
-    assert_eq!(error["error"], "rate_limited");
-    assert_eq!(
-        app.queue_stats(sale).await.waiting,
-        4,
-        "a refused purchase was queued"
-    );
-    // Waiting as told is enough.
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
-    assert_eq!(app.purchase(sale, "user-late").await.status(), 202);
+    panic!("every round of five purchases took more than a second");
 }
 
 #[tokio::test]
 async fn one_buyer_over_its_rate_is_refused_while_others_go_through() {
     let app = spawn_app_with(limited(0, 1, 0)).await;
-    let sale = app.create_sale(100).await;
-    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
-    let over = app.purchase(sale, "ann").await;
-    assert_eq!(over.status(), 429);
-    let wait: u64 = over.headers()["retry-after"]
-        .to_str()
-        .expect("ASCII")
-        .parse()
-        .expect("Retry-After in seconds");
-    assert!(wait >= 1, "Retry-After {wait}");
-    assert_eq!(app.purchase(sale, "bob").await.status(), 202);
-    // ann's second request queued nothing: two orders, one each.
-    assert_eq!(app.queue_stats(sale).await.waiting, 2);
-    assert_eq!(app.redis_buyers(sale).await.len(), 2);
+    for round in 0..ROUNDS {
+        let sale = app.create_sale(100).await;
+        let ann = format!("ann-{round}");
+        let started = Instant::now();
+        assert_eq!(app.purchase(sale, &ann).await.status(), 202);
+        let over = app.purchase(sale, &ann).await;
+        if started.elapsed() >= Duration::from_secs(1) {
+            continue;
+        }
+        assert_eq!(over.status(), 429);
+        let wait: u64 = over.headers()["retry-after"]
+            .to_str()
+            .expect("ASCII")
+            .parse()
+            .expect("Retry-After in seconds");
+        assert!(wait >= 1, "Retry-After {wait}");
+        assert_eq!(
+            app.purchase(sale, &format!("bob-{round}")).await.status(),
+            202
+        );
+        // ann's second request queued nothing: two orders, one each.
+        assert_eq!(app.queue_stats(sale).await.waiting, 2);
+        assert_eq!(app.redis_buyers(sale).await.len(), 2);
+        return;
+    }
+    panic!("every round of two purchases took more than a second");
 }
 
 #[tokio::test]

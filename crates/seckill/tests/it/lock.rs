@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use seckill_core::lock::{Acquire, RedisLock, Release};
 
-use crate::helpers::{Scratch, redis_at, spawn_this_test};
+use crate::helpers::{Monitor, Scratch, redis_at, spawn_this_test};
 
 pub async fn redis(scratch: &Scratch) -> redis::aio::MultiplexedConnection {
     redis_at(scratch.redis_url()).await
@@ -166,20 +166,99 @@ async fn only_one_of_two_processes_holds_the_lock_at_a_time() {
     );
 }
 
+/// The article's SETNX-then-EXPIRE left a window with no TTL; a crash
+/// there locked the sale forever. The TTL read after the lock is taken
+/// would not show that window, so the test reads what Redis ran
+/// (`MONITOR`): the command that creates the key gives it its TTL.
 #[tokio::test]
 async fn a_lock_always_has_a_ttl_from_the_moment_it_exists() {
-    // The article's SETNX-then-EXPIRE left a window with no TTL; a crash there
-    // locked the sale forever.
     let scratch = Scratch::new().await;
     let mut conn = redis(&scratch).await;
+    let key = format!("{}:lock", scratch.prefix);
+    let mut monitor = Monitor::start(scratch.redis_url(), &key).await;
     let lock = lock(&scratch, Duration::from_secs(7));
     let _guard = take_free(&lock, &mut conn).await;
+    let ran = monitor.until_now().await;
+    // The commands run on the key itself (not those that only name it,
+    // such as the script's call), reads left out.
+    let writes: Vec<&Vec<String>> = ran
+        .iter()
+        .filter(|command| command.get(1) == Some(&key))
+        .filter(|command| {
+            !matches!(
+                command[0].to_ascii_uppercase().as_str(),
+                "EXISTS" | "GET" | "PTTL" | "TTL"
+            )
+        })
+        .collect();
+    let first = writes
+        .first()
+        .unwrap_or_else(|| panic!("no write: {ran:?}"));
+    let ttl_ms = match first[0].to_ascii_uppercase().as_str() {
+        "SET" => first[3..].windows(2).find_map(|pair| {
+            let n: u64 = pair[1].parse().ok()?;
+            match pair[0].to_ascii_uppercase().as_str() {
+                "PX" => Some(n),
+                "EX" => Some(n * 1_000),
+                _ => None,
+            }
+        }),
+        "PSETEX" => first[2].parse().ok(),
+        "SETEX" => first[2].parse().ok().map(|secs: u64| secs * 1_000),
+        _ => None,
+    };
+    assert!(
+        ttl_ms.is_some_and(|ms| ms > 0 && ms <= 7_000),
+        "the lock was created without its TTL: {first:?} (then {writes:?})"
+    );
     let ttl: i64 = redis::cmd("PTTL")
-        .arg(format!("{}:lock", scratch.prefix))
+        .arg(&key)
         .query_async(&mut conn)
         .await
         .expect("PTTL");
     assert!(ttl > 0 && ttl <= 7_000, "PTTL was {ttl}");
+}
+
+/// Redis' clock now, in ms, and `key`'s PTTL at that instant (one round
+/// trip, run as one).
+pub async fn pttl_now(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> (u64, i64) {
+    let ((secs, micros), pttl): ((u64, u64), i64) = redis::pipe()
+        .atomic()
+        .cmd("TIME")
+        .cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("TIME and PTTL");
+    (secs * 1_000 + micros / 1_000, pttl)
+}
+
+/// Until when, on Redis' clock, `key` lives at least: `None` if it is gone
+/// already, or has no TTL.
+pub async fn lives_until(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<u64> {
+    let (now, pttl) = pttl_now(conn, key).await;
+    u64::try_from(pttl).ok().map(|pttl| now + pttl)
+}
+
+/// A newcomer's attempt at `lock`, made while `key` (the holder's lock, or
+/// a waiter's place in line) may still live: `Ok(())` if it was refused;
+/// `Err` with its guard if it took the lock after the key had lapsed (the
+/// test stalled past its TTL, and learns nothing). Panics, saying
+/// `wrong`, if it took the lock while the key still lived: the reading of
+/// Redis' clock after the attempt is earlier than the key's end.
+pub async fn refused_while_alive(
+    lock: &RedisLock,
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    wrong: &str,
+) -> Result<(), seckill_core::lock::LockGuard> {
+    let until = lives_until(conn, key).await;
+    let Some(taken) = lock.try_acquire(conn).await.expect("acquire") else {
+        return Ok(());
+    };
+    let (now, _) = pttl_now(conn, key).await;
+    assert!(until.is_none_or(|until| now >= until), "{wrong}");
+    Err(taken)
 }
 
 #[tokio::test]
@@ -187,12 +266,23 @@ async fn a_crashed_holder_is_replaced_once_its_ttl_runs_out() {
     let scratch = Scratch::new().await;
     let mut conn = redis(&scratch).await;
     let lock = lock(&scratch, Duration::from_millis(300));
-    // The holder "crashes": it never releases.
-    let crashed = take_free(&lock, &mut conn).await;
-    assert!(
-        !took(&lock, &mut conn).await,
-        "the lock was handed out twice"
-    );
+    let key = format!("{}:lock", scratch.prefix);
+    // The holder "crashes": it never releases. While its lock lives, it
+    // is refused to everyone else.
+    let mut rounds = 0;
+    let crashed = loop {
+        let crashed = take_free(&lock, &mut conn).await;
+        match refused_while_alive(&lock, &mut conn, &key, "the lock was handed out twice").await {
+            Ok(()) => break crashed,
+            // Asked only after the TTL ran out: again.
+            Err(newcomer) => {
+                newcomer.release(&mut conn).await.expect("release");
+                rounds += 1;
+                assert!(rounds < 10, "every round stalled past the 300 ms TTL");
+            }
+        }
+    };
+    // And once the TTL has run out, somebody else takes it.
     let next = take(&lock, &mut conn).await;
     assert!(next.fence() > crashed.fence());
 }

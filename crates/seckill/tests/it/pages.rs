@@ -238,12 +238,23 @@ async fn the_order_page_follows_the_order_from_pending_to_paid_with_the_pay_form
 async fn the_index_shows_a_purchase_within_a_quarter_second_and_a_new_sale_at_once() {
     let app = spawn_app().await;
     let sale = app.create_sale(10).await;
+    // The index is built no earlier than this request is sent.
+    let asked = std::time::Instant::now();
     let (_, before) = get_html(&app, "/").await;
     assert!(before.contains("10 of 10 left"), "{before}");
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
     let (_, cached) = get_html(&app, "/").await;
-    assert!(cached.contains("of 10 left"), "{cached}");
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Served from the build above if it came within its quarter second;
+    // later (a slow machine), it may be either.
+    if asked.elapsed() < Duration::from_millis(250) {
+        assert!(cached.contains("10 of 10 left"), "not cached: {cached}");
+    } else {
+        assert!(
+            cached.contains("10 of 10 left") || cached.contains("9 of 10 left"),
+            "{cached}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let (_, after) = get_html(&app, "/").await;
     assert!(after.contains("9 of 10 left"), "{after}");
     app.create_sale_with(serde_json::json!({"name": "Tablet", "stock": 3, "price_cents": 100}))

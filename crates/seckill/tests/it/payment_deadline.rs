@@ -14,10 +14,10 @@ use seckill_core::store::Deadline;
 use seckill_core::worker::Worker;
 use uuid::Uuid;
 
-use crate::helpers::TestApp;
+use crate::helpers::{TestApp, eventually};
 use crate::payment::{
-    app_with_window, buy_once_back_on_sale, close_windows_in, confirmed_order, make_deadlines_due,
-    run_deadlines_until, status_of,
+    app_with_window, buy_once_back_on_sale, close_windows_in, confirmed_order, lock_waiters,
+    make_deadlines_due, run_deadlines_until, status_of,
 };
 
 /// The order's payload as its deadline job carries it.
@@ -193,7 +193,14 @@ async fn a_cancellation_during_a_reload_does_not_lose_the_unit() {
     make_deadlines_due(&app, sale, &[ann]).await;
     let worker = Worker::new(app.store.clone(), app.worker_settings.clone());
     let cancel = tokio::spawn(async move { worker.try_process_deadlines(sale).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // It waits for the sale's row, which the load holds (a cancellation
+    // that did not wait would end without ever waiting here).
+    eventually(
+        Duration::from_secs(20),
+        "the cancellation to wait for the load's row",
+        || async { lock_waiters(&app).await == 1 },
+    )
+    .await;
     assert!(
         !cancel.is_finished(),
         "the cancellation did not wait for the load"
@@ -248,12 +255,34 @@ async fn deadlines_redis_lost_are_swept_back_and_the_unpaid_order_is_cancelled()
 async fn a_deadline_that_comes_before_the_window_closes_waits_for_it() {
     let app = app_with_window(900, 10).await;
     let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    // Due on the queue's clock; ten minutes left on PostgreSQL's.
     make_deadlines_due(&app, sale, &[ann]).await;
-    close_windows_in(&app, &[ann], Duration::from_secs(1)).await;
+    let left = Duration::from_secs(600);
+    close_windows_in(&app, &[ann], left).await;
     let early = app.worker.try_process_deadlines(sale).await.expect("step");
     assert_eq!((early.not_due, early.cancelled), (1, 0));
     assert_eq!(status_of(&app, ann).await, "confirmed");
     assert_eq!(app.deadline_stats(sale).await.waiting, 1);
+    // Back on the queue, due when the window closes: about ten minutes
+    // from now on Redis' clock (less the moments this test took).
+    let mut conn = app.redis_conn().await;
+    let (due, (secs, micros)): (f64, (u64, u64)) = redis::pipe()
+        .atomic()
+        .cmd("ZSCORE")
+        .arg(&app.keys(sale).deadlines.due)
+        .arg(ann.to_string())
+        .cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .expect("ZSCORE and TIME");
+    let due_in = due - (secs * 1_000 + micros / 1_000) as f64;
+    let left_ms = left.as_millis() as f64;
+    assert!(
+        due_in > left_ms - 60_000.0 && due_in <= left_ms,
+        "due in {due_in} ms, for a window that closes in {left_ms} ms"
+    );
+    // The window closes (by hand): the deadline runs, and cancels.
+    make_deadlines_due(&app, sale, &[ann]).await;
     run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
     assert_eq!(status_of(&app, ann).await, "cancelled");
     assert_eq!(app.redis_stock(sale).await, Some(1));

@@ -13,7 +13,8 @@ use tokio::sync::Barrier;
 
 use crate::helpers::{TestApp, eventually};
 use crate::payment::{
-    app_with_window, close_windows_in, confirmed_order, error_code, make_deadlines_due, status_of,
+    app_with_window, close_windows_in, confirmed_order, error_code, lock_waiters,
+    make_deadlines_due, status_of,
 };
 
 /// One round of the race: `orders` confirmed orders, each paid over HTTP
@@ -142,17 +143,6 @@ async fn pay_and_cancel_racing_always_end_with_one_winner_and_consistent_stock()
     }
 }
 
-/// How many sessions of this test's database wait for a lock.
-async fn lock_waiters(app: &TestApp) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    )
-    .fetch_one(&app.pg)
-    .await
-    .expect("pg_stat_activity")
-}
-
 #[tokio::test]
 async fn a_payment_and_a_deadline_queued_on_the_same_row_end_with_the_first_one_winning() {
     // The race made to happen every time: the test holds the order's row
@@ -160,84 +150,114 @@ async fn a_payment_and_a_deadline_queued_on_the_same_row_end_with_the_first_one_
     // chosen order, then lets go. The first in line wins; the second finds
     // the status changed (or the window closed), updates nothing, and does
     // nothing.
-    //
+    let app = app_with_window(600, 100).await;
+    for pay_first in [true, false] {
+        // A payment queues first only if it starts before the window
+        // closes: a round whose payment came later (a slow machine) is
+        // played again, with a window twice as long.
+        let mut window = Duration::from_millis(500);
+        while !queued_on_a_held_row(&app, pay_first, window).await {
+            window *= 2;
+            assert!(
+                window <= Duration::from_secs(60),
+                "no payment reached the row within {window:?}"
+            );
+        }
+    }
+}
+
+/// One round: an order whose window closes `window` from now (or has
+/// closed, for a deadline first), its row held by the test while the
+/// payment and the deadline queue behind it in the chosen order; then let
+/// go, and the first one's outcome checked. False if the payment came too
+/// late to queue in time (nothing is checked then).
+async fn queued_on_a_held_row(app: &TestApp, pay_first: bool, window: Duration) -> bool {
     // PostgreSQL's clock decides the window (`pay_by`), so for both to be
     // in time the payment starts before the window closes and the deadline
     // after; the lock queue's order then decides. A deadline that queues
     // first has started after the close, and so has any payment behind it.
-    let app = app_with_window(600, 100).await;
-    for pay_first in [true, false] {
-        let (sale, order) = confirmed_order(&app, 1, "ann").await;
-        make_deadlines_due(&app, sale, &[order]).await;
-        let window = Duration::from_millis(1_500);
-        close_windows_in(&app, &[order], window).await;
-        let closes = tokio::time::Instant::now() + window;
-        let mut holder = app.pg.begin().await.expect("begin");
-        sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
-            .bind(order)
-            .execute(&mut *holder)
-            .await
-            .expect("lock the row");
-
-        let pay = {
-            let request = app
-                .client
-                .post(app.url(&format!("/api/orders/{order}/pay")));
-            async move { request.send().await.expect("POST pay").status().as_u16() }
-        };
-        let worker = Worker::new(app.store.clone(), WorkerSettings::default());
-        let cancel = async move { worker.try_process_deadlines(sale).await.expect("a step") };
-        let (pay, cancel) = if pay_first {
-            let pay = tokio::spawn(pay);
-            eventually(Duration::from_secs(20), "the payment to wait", || async {
-                lock_waiters(&app).await == 1
-            })
-            .await;
-            assert!(
-                tokio::time::Instant::now() < closes,
-                "the payment came too late"
-            );
-            tokio::time::sleep_until(closes + Duration::from_millis(50)).await;
-            (pay, tokio::spawn(cancel))
-        } else {
-            tokio::time::sleep_until(closes + Duration::from_millis(50)).await;
-            let cancel = tokio::spawn(cancel);
-            eventually(Duration::from_secs(20), "the deadline to wait", || async {
-                lock_waiters(&app).await == 1
-            })
-            .await;
-            (tokio::spawn(pay), cancel)
-        };
-        if pay_first {
-            eventually(Duration::from_secs(20), "both to wait", || async {
-                lock_waiters(&app).await == 2
-            })
-            .await;
-        } else {
-            // A payment after the close does not even wait for the row: its
-            // WHERE clause (`pay_by > now()`) matches nothing.
-            tokio::time::timeout(Duration::from_secs(5), async {
-                while !pay.is_finished() {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            })
-            .await
-            .expect("a late payment is refused without waiting for the row");
-            assert_eq!(lock_waiters(&app).await, 1, "the deadline still waits");
-        }
-        holder.rollback().await.expect("let go of the row");
-
-        let (pay, cancel) = (pay.await.expect("pay"), cancel.await.expect("cancel"));
-        if pay_first {
-            assert_eq!((pay, cancel.cancelled, cancel.paid_in_time), (200, 0, 1));
-            assert_eq!(status_of(&app, order).await, "paid");
-            assert_eq!(app.sold(sale).await, 1);
-            assert_eq!(app.redis_stock(sale).await, Some(0));
-        } else {
-            assert_eq!((pay, cancel.cancelled), (409, 1));
-            assert_eq!(status_of(&app, order).await, "cancelled");
-            assert_eq!(app.sold(sale).await, 0);
-            assert_eq!(app.redis_stock(sale).await, Some(1));
-        }
+    let (sale, order) = confirmed_order(app, 1, "ann").await;
+    make_deadlines_due(app, sale, &[order]).await;
+    if pay_first {
+        close_windows_in(app, &[order], window).await;
     }
+    let mut holder = app.pg.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
+        .bind(order)
+        .execute(&mut *holder)
+        .await
+        .expect("lock the row");
+
+    let pay = {
+        let request = app
+            .client
+            .post(app.url(&format!("/api/orders/{order}/pay")));
+        async move { request.send().await.expect("POST pay").status().as_u16() }
+    };
+    let worker = Worker::new(app.store.clone(), WorkerSettings::default());
+    let cancel = async move { worker.try_process_deadlines(sale).await.expect("a step") };
+    let (pay, cancel) = if pay_first {
+        let pay = tokio::spawn(pay);
+        // It waits for the row only if its window was still open when it
+        // started (`pay_by > now()`); one that came too late is refused at
+        // once, without waiting.
+        eventually(
+            Duration::from_secs(20),
+            "the payment to wait or end",
+            || async { lock_waiters(app).await == 1 || pay.is_finished() },
+        )
+        .await;
+        if lock_waiters(app).await == 0 {
+            holder.rollback().await.expect("let go of the row");
+            assert_eq!(pay.await.expect("pay"), 409, "a late payment");
+            return false;
+        }
+        // The deadline starts once the window has closed, on PostgreSQL's clock.
+        eventually(Duration::from_secs(120), "the window to close", || async {
+            sqlx::query_scalar::<_, bool>("SELECT pay_by <= now() FROM orders WHERE id = $1")
+                .bind(order)
+                .fetch_one(&app.pg)
+                .await
+                .expect("pay_by")
+        })
+        .await;
+        let cancel = tokio::spawn(cancel);
+        eventually(Duration::from_secs(20), "both to wait", || async {
+            lock_waiters(app).await == 2
+        })
+        .await;
+        (pay, cancel)
+    } else {
+        let cancel = tokio::spawn(cancel);
+        eventually(Duration::from_secs(20), "the deadline to wait", || async {
+            lock_waiters(app).await == 1
+        })
+        .await;
+        let pay = tokio::spawn(pay);
+        // A payment after the close does not even wait for the row: its
+        // WHERE clause (`pay_by > now()`) matches nothing.
+        eventually(
+            Duration::from_secs(20),
+            "a late payment to be refused without waiting for the row",
+            || async { pay.is_finished() },
+        )
+        .await;
+        assert_eq!(lock_waiters(app).await, 1, "the deadline still waits");
+        (pay, cancel)
+    };
+    holder.rollback().await.expect("let go of the row");
+
+    let (pay, cancel) = (pay.await.expect("pay"), cancel.await.expect("cancel"));
+    if pay_first {
+        assert_eq!((pay, cancel.cancelled, cancel.paid_in_time), (200, 0, 1));
+        assert_eq!(status_of(app, order).await, "paid");
+        assert_eq!(app.sold(sale).await, 1);
+        assert_eq!(app.redis_stock(sale).await, Some(0));
+    } else {
+        assert_eq!((pay, cancel.cancelled), (409, 1));
+        assert_eq!(status_of(app, order).await, "cancelled");
+        assert_eq!(app.sold(sale).await, 0);
+        assert_eq!(app.redis_stock(sale).await, Some(1));
+    }
+    true
 }

@@ -114,13 +114,23 @@ async fn batches_larger_than_one_call_and_ids_given_twice_are_counted_once() {
     );
 }
 
+/// Redis' clock, in ms: the queue's due times are on it.
+async fn redis_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    (secs * 1_000 + micros / 1_000) as f64
+}
+
 #[tokio::test]
 async fn a_delayed_job_is_not_due_before_its_time() {
-    let (_scratch, queue, mut conn) = setup().await;
+    let (scratch, queue, mut conn) = setup().await;
+    // A minute ahead: nothing this test does takes that long, so "not due
+    // yet" cannot have become false by the time it is checked.
+    let before = redis_now_ms(&mut conn).await;
     queue
-        .enqueue(&mut conn, &[("later", "p")], Duration::from_millis(300))
+        .enqueue(&mut conn, &[("later", "p")], Duration::from_secs(60))
         .await
         .expect("enqueue");
+    let after = redis_now_ms(&mut conn).await;
     assert!(queue.top(&mut conn, 10).await.expect("top").is_empty());
     let early = queue
         .reserve(&mut conn, 10, LEASE, MAX_ATTEMPTS)
@@ -130,10 +140,33 @@ async fn a_delayed_job_is_not_due_before_its_time() {
         early.jobs.is_empty(),
         "a job was handed out before it was due"
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Due a minute after it was queued, on Redis' clock.
+    let due: f64 = redis::cmd("ZSCORE")
+        .arg(QueueKeys::new(&format!("{}:{{q}}", scratch.prefix)).due)
+        .arg("later")
+        .query_async(&mut conn)
+        .await
+        .expect("ZSCORE");
+    assert!(
+        (before + 60_000.0..=after + 60_000.0).contains(&due),
+        "due at {due}, queued between {before} and {after}"
+    );
+    // A job a moment ahead becomes due by itself, the other still not.
+    queue
+        .enqueue(&mut conn, &[("soon", "p")], Duration::from_millis(300))
+        .await
+        .expect("enqueue");
+    crate::helpers::eventually(Duration::from_secs(10), "the job due soon", || async {
+        !queue
+            .top(&mut conn.clone(), 10)
+            .await
+            .expect("top")
+            .is_empty()
+    })
+    .await;
     let due = queue.top(&mut conn, 10).await.expect("top");
     assert_eq!(due.len(), 1);
-    assert_eq!(due[0].0, "later");
+    assert_eq!(due[0].0, "soon");
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use seckill_core::config::{PurchaseSettings, Strategy};
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, Scratch, TestApp, cluster, spawn_app_with, start_instance};
+use crate::helpers::{Monitor, Options, Scratch, TestApp, cluster, spawn_app_with, start_instance};
 
 async fn app_with(purchase: PurchaseSettings) -> TestApp {
     spawn_app_with(Options {
@@ -43,13 +43,13 @@ fn count(statuses: &[u16], status: u16) -> usize {
     statuses.iter().filter(|s| **s == status).count()
 }
 
-/// A one-unit sale on an instance whose lock holders pause 1 s inside a
-/// 300 ms lock; ann buys, and bob 100 ms later, while ann holds the lock.
+/// A one-unit sale on an instance whose lock holders pause 2 s inside a
+/// 300 ms lock; ann buys, and bob once ann holds the lock.
 async fn ann_then_bob_paused_past_the_ttl(
     strategy: Strategy,
 ) -> (TestApp, i64, reqwest::Response, reqwest::Response) {
     let app = app_with(PurchaseSettings {
-        hold_pause_ms: 1_000,
+        hold_pause_ms: 2_000,
         lock_ttl_ms: 300,
         lock_wait_ms: 5_000,
         ..settings(strategy)
@@ -60,14 +60,34 @@ async fn ann_then_bob_paused_past_the_ttl(
     (app, sale, first, second)
 }
 
-/// ann buys, and bob 100 ms later, while ann may still hold the lock.
+/// ann buys, and bob as soon as ann holds the lock: during her pause
+/// (bob's request is on its way well within it, even on a slow machine).
 async fn ann_then_bob(app: &TestApp, sale: i64) -> (reqwest::Response, reqwest::Response) {
     let first = app.purchase(sale, "ann");
     let second = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        once_the_lock_is_held(app, sale).await;
         app.purchase(sale, "bob").await
     };
     tokio::join!(first, second)
+}
+
+/// Wait until somebody holds the sale's lock.
+async fn once_the_lock_is_held(app: &TestApp, sale: i64) {
+    let lock = app.keys(sale).lock;
+    let mut conn = app.redis_conn().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !redis::cmd("EXISTS")
+        .arg(&lock)
+        .query_async::<bool>(&mut conn)
+        .await
+        .expect("EXISTS")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nobody took the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 /// What PostgreSQL holds once the queue is drained: (confirmed, rejected).
@@ -160,32 +180,32 @@ async fn article_with_a_holder_paused_before_its_expire_oversells() {
 }
 
 /// `article` stores the expiry timestamp as the TTL: a lock held for a
-/// moment lives for decades.
+/// moment lives for decades. The TTL lives only from the EXPIRE to the
+/// unlock's DEL; the test reads what Redis ran (`MONITOR`) rather than
+/// hope to look in between.
 #[tokio::test]
 async fn article_gives_its_lock_a_ttl_of_decades() {
-    let app = app_with(PurchaseSettings {
-        redis_delay_ms: 300,
-        ..settings(Strategy::Article)
-    })
-    .await;
+    let app = app_with(settings(Strategy::Article)).await;
     let sale = app.create_sale(3).await;
     let lock = app.keys(sale).lock;
-    let buying = app.purchase(sale, "ann");
-    // With every lock command 300 ms late: SETNX at 0.3 s, EXPIRE at
-    // 0.6 s, TTL asked by the unlock's GET at 0.9 s. Look in between.
-    let looking = async {
-        tokio::time::sleep(Duration::from_millis(750)).await;
-        let ttl: i64 = redis::cmd("TTL")
-            .arg(&lock)
-            .query_async(&mut app.redis_conn().await)
-            .await
-            .expect("TTL");
-        ttl
-    };
-    let (response, ttl) = tokio::join!(buying, looking);
-    assert_eq!(response.status(), 202);
+    let mut monitor = Monitor::start(app.scratch.redis_url(), &lock).await;
+    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
+    let asked: Vec<i64> = monitor
+        .until_now()
+        .await
+        .into_iter()
+        .filter(|command| command.get(1) == Some(&lock))
+        .filter_map(|command| match command[0].to_ascii_uppercase().as_str() {
+            "EXPIRE" => command.get(2)?.parse().ok(),
+            "PEXPIRE" => command.get(2)?.parse::<i64>().ok().map(|ms| ms / 1_000),
+            _ => None,
+        })
+        .collect();
     let a_year = 365 * 24 * 3600;
-    assert!(ttl > a_year, "TTL {ttl} s: not the timestamp bug");
+    assert!(
+        asked.iter().any(|secs| *secs > a_year),
+        "TTLs asked {asked:?} s: not the timestamp bug"
+    );
 }
 
 /// `article` with `--crash-after-setnx`: the process dies between SETNX and
@@ -245,8 +265,8 @@ async fn getset_with_a_holder_paused_past_its_ttl_oversells() {
 #[tokio::test]
 async fn getset_on_an_instance_whose_clock_runs_ahead_oversells() {
     let honest = PurchaseSettings {
-        hold_pause_ms: 500,
-        lock_ttl_ms: 2_000,
+        hold_pause_ms: 1_500,
+        lock_ttl_ms: 3_000,
         ..settings(Strategy::Getset)
     };
     let app = app_with(honest.clone()).await;
@@ -261,7 +281,8 @@ async fn getset_on_an_instance_whose_clock_runs_ahead_oversells() {
     let sale = app.create_sale(1).await;
     let first = app.purchase(sale, "ann");
     let second = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // During ann's pause, on the instance that thinks her lock old.
+        once_the_lock_is_held(&app, sale).await;
         app.client
             .post(format!("{skewed}/api/sales/{sale}/purchase"))
             .json(&json!({"user_id": "bob"}))

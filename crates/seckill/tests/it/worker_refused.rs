@@ -187,14 +187,16 @@ async fn a_read_only_database_dead_letters_nothing_and_all_is_confirmed_after() 
 
 /// A write stuck behind a row lock must not outlive its lease: past the
 /// lease the queue hands the jobs to another worker, and two writers then
-/// race on the same jobs. With a 400 ms lease, each statement gets 100 ms
-/// and the write 200 ms; the row stays locked for 1.5 s. The worker gives
-/// the batch back uncharged, and confirms it once the row is free.
+/// race on the same jobs. With a 2 s lease, each statement gets 500 ms and
+/// the write 1 s; the row stays locked until the write has given up. The
+/// worker gives the batch back uncharged, before its lease ran out (the
+/// test watches the lease on Redis' clock meanwhile), and confirms it once
+/// the row is free.
 #[tokio::test]
 async fn a_write_stuck_behind_a_lock_gives_its_batch_back_within_its_lease() {
     let app = spawn_app_with(Options {
         worker: seckill_core::config::WorkerSettings {
-            lease_ms: 400,
+            lease_ms: 2_000,
             ..Default::default()
         },
         ..Default::default()
@@ -209,12 +211,40 @@ async fn a_write_stuck_behind_a_lock_gives_its_batch_back_within_its_lease() {
         .execute(&mut *blocker)
         .await
         .expect("lock the sale's row");
-    let release = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
-        blocker.rollback().await.expect("release the row");
-    });
 
-    let stuck = app.worker.try_process_batch(sale).await;
+    // While the write is stuck: a job still in flight past its lease's
+    // end is a job another worker may be writing too.
+    let inflight = app.keys(sale).queue.inflight;
+    let mut conn = app.redis_conn().await;
+    let lease_watch = async {
+        loop {
+            let (leases, (secs, micros)): (Vec<(String, f64)>, (u64, u64)) = redis::pipe()
+                .atomic()
+                .cmd("ZRANGE")
+                .arg(&inflight)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .cmd("TIME")
+                .query_async(&mut conn)
+                .await
+                .expect("ZRANGE and TIME");
+            let now_ms = (secs * 1_000 + micros / 1_000) as f64;
+            if let Some((job, ends)) = leases.iter().find(|(_, ends)| *ends <= now_ms) {
+                panic!(
+                    "job {job} is still in flight {} ms past its lease",
+                    now_ms - ends
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let stuck = tokio::select! {
+        stuck = tokio::time::timeout(Duration::from_secs(30), app.worker.try_process_batch(sale)) => {
+            stuck.expect("the write waited for the row as long as it was held")
+        }
+        () = lease_watch => unreachable!("the watch ends only by panicking"),
+    };
     assert!(
         stuck.is_err(),
         "the write waited for the row past its lease: {stuck:?}"
@@ -229,7 +259,7 @@ async fn a_write_stuck_behind_a_lock_gives_its_batch_back_within_its_lease() {
         "the batch is not back on the queue"
     );
 
-    release.await.expect("release");
+    blocker.rollback().await.expect("release the row");
     let report = app.drain().await;
     assert_eq!((report.confirmed, report.failed), (1, 0));
     assert_eq!(app.sold(sale).await, 1);

@@ -72,7 +72,14 @@ async fn a_commit_waits_for_a_load_under_way_and_then_writes_nothing() {
     assert_eq!(loading.loadable.stock_left, 5);
     let worker = seckill_core::worker::Worker::new(app.store.clone(), app.worker_settings.clone());
     let commit = tokio::spawn(async move { worker.write_batch(held).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // It waits for the sale's row, which the load holds (a commit that
+    // did not wait would end without ever waiting here).
+    crate::helpers::eventually(
+        Duration::from_secs(20),
+        "the commit to wait for the load's row",
+        || async { crate::payment::lock_waiters(&app).await == 1 },
+    )
+    .await;
     assert!(
         !commit.is_finished(),
         "the commit did not wait for the load"
