@@ -7,7 +7,9 @@
 //! - `lab`: every purchase strategy with the fault that breaks it, in one
 //!   table;
 //! - [`chaos`]: the promise under a schedule of faults;
-//! - `bench`: the speed figures, each beside its baseline and target.
+//! - `bench`: the speed figures, each beside its baseline and target;
+//! - `crowd`: people against bots, with a sale's waiting room off, `fifo`
+//!   and `lottery`.
 //!
 //! Each tool keeps its own vocabulary (its options, its faults or knobs,
 //! its SQL) in its own module. What they draw, they draw with the load
@@ -22,6 +24,7 @@
 
 mod bench;
 pub mod chaos;
+mod crowd;
 mod demo;
 mod lab;
 pub mod loadrun;
@@ -34,6 +37,7 @@ use seckill_devenv::services::{PrivateServers, Services};
 
 use crate::bench::{BenchArgs, HoldPagesArgs};
 use crate::chaos::ChaosArgs;
+use crate::crowd::CrowdArgs;
 use crate::demo::DemoArgs;
 use crate::lab::LabArgs;
 
@@ -62,6 +66,12 @@ pub enum Tool {
     /// and the index under wrk, open sale pages. Starts its own instances and
     /// sales, in a database and key prefix of its own.
     Bench(BenchArgs),
+    /// Who gets the units? People arriving around the open against bots that
+    /// are there first and ask ten times a second, with the waiting room off,
+    /// fifo and lottery, on the same sale settings: units won by each against
+    /// their share of the buyers, admission order, the estimated wait's error,
+    /// what the bots were told. Exit 0 when every run kept the promise.
+    Crowd(CrowdArgs),
     /// The bench's own helper: hold sale pages' event streams open in a
     /// process of their own (past the bench's open-files limit) until
     /// standard input ends. Not for users.
@@ -121,6 +131,14 @@ impl Tool {
                 let services = servers(given, Database::OfItsOwn).await?;
                 bench::bench(args, &services, prefix).await?;
                 ExitCode::SUCCESS
+            }
+            Tool::Crowd(args) => {
+                let services = servers(given, Database::Named).await?;
+                if crowd::crowd(args, &services, prefix).await? {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
             }
         })
     }

@@ -38,6 +38,10 @@ const ACCOUNTED: &[(&str, &str)] = &[
         "chaos::a_failover_takes_back_202s_under_local_durability_and_none_under_replica, shorter",
     ),
     (
+        "cargo run --release -- crowd",
+        "crowd::the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_order, with a smaller crowd",
+    ),
+    (
         "cargo run --release -- chaos",
         "chaos::every_fault_keeps_the_promise_in_a_short_chaos_run runs every fault on a shorter schedule; the default run takes minutes",
     ),

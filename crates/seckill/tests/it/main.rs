@@ -15,6 +15,7 @@ mod chaos;
 mod cli;
 mod cluster;
 mod cross_site;
+mod crowd;
 mod dashboard;
 mod deadline_sweep;
 mod docs;
