@@ -33,6 +33,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     pub(crate) ended_sales: u32,
 
+    /// Buyers who join one waiting room before its memory and pace are measured.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    pub(crate) room_buyers: u32,
+
     /// Measure only these rows (repeat the flag for several); every row
     /// when not given.
     #[arg(long = "only", value_enum)]

@@ -8,9 +8,17 @@
 //! The buyer waits behind another who is never admitted (the room admits
 //! one a second, one at a time, and the one ahead never buys), so every
 //! answer is a place in line, as a crowd polling before its turn gets.
+//!
+//! And a room that holds `--room-buyers` waiting (100,000): what it costs
+//! Redis (`MEMORY USAGE` of its keys) and the instance (VmRSS), and the
+//! rate it then admits at, asked as fast as one client asks, against its
+//! `admit_per_sec`.
+
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
+use futures_util::{StreamExt, TryStreamExt};
 use serde_json::json;
 
 use super::wrk::{self, ROUNDS};
@@ -126,4 +134,136 @@ async fn waiting_ticket(store: &Store, url: &str) -> anyhow::Result<(i64, String
             .to_owned();
     }
     Ok((sale, ticket))
+}
+
+/// The big room's pace: admissions per second, and how long it is watched.
+const BIG_RATE: u32 = 100;
+const BIG_WATCH: Duration = Duration::from_secs(5);
+/// Joins in flight while the big room fills.
+const JOINS_IN_FLIGHT: usize = 64;
+
+/// A room with `--room-buyers` waiting: its memory, and its pace.
+pub(super) async fn crowded_room(
+    args: &BenchArgs,
+    services: &Services,
+    store: &Store,
+    token: &str,
+) -> anyhow::Result<[Row; 2]> {
+    let deployment = super::deployment(services, store.prefix(), Strategy::Lock, token)?;
+    let mut cluster = Fleet::new(deployment);
+    let url = cluster.start_app("bench-crowded", &[]).await?;
+    let measured = async {
+        let room = RoomSettings {
+            mode: RoomMode::Fifo,
+            admit_per_sec: BIG_RATE,
+            max_active: 1_000_000,
+            admission_secs: 3600,
+        };
+        // Open from the start: the room admits at its pace while the
+        // crowd joins, as a real one would (a few thousand of the
+        // hundred thousand, in the half minute the joins take here).
+        let new = NewSale::builder("Bench crowded room", 1_000_000)
+            .lasts(3600)
+            .waiting_room(room)
+            .build(Utc::now())
+            .context("the bench's crowded room")?;
+        let sale = store.create_sale(&new).await?.id;
+        let http = reqwest::Client::new();
+        futures_util::stream::iter(0..args.room_buyers)
+            .map(|n| {
+                let (http, url) = (&http, &url);
+                async move {
+                    http.post(format!("{url}/api/sales/{sale}/queue"))
+                        .json(&json!({ "user_id": format!("waiting-{n}") }))
+                        .send()
+                        .await?
+                        .error_for_status()?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(JOINS_IN_FLIGHT)
+            .try_collect::<()>()
+            .await?;
+        let keys = seckill_core::keys::SaleKeys::new(store.prefix(), sale);
+        let mut conn = store.redis().await?;
+        let mut redis_bytes = 0;
+        for key in keys.room.all() {
+            let bytes: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(key)
+                .query_async(&mut conn)
+                .await?;
+            redis_bytes += bytes.unwrap_or(0);
+        }
+        let resident = cluster.resident_bytes("bench-crowded")?;
+        let rate = pace(store, &http, &url, sale).await?;
+        anyhow::Ok((redis_bytes, resident, rate))
+    }
+    .await;
+    cluster.stop().await;
+    let (redis_bytes, resident, rate) = measured?;
+    let n = args.room_buyers;
+    let mib = |bytes: u64| bytes as f64 / 1_048_576.0;
+    let small = Bound::AtMost(128.0);
+    let near = Bound::AtMost(5.0);
+    let off_by = (rate - f64::from(BIG_RATE)).abs() / f64::from(BIG_RATE) * 100.0;
+    Ok([
+        Row {
+            figure: "a waiting room --room-buyers joined: Redis, instance VmRSS",
+            measured: format!(
+                "{n} joined: Redis {:.1} MiB ({:.0} bytes a buyer), instance {} MiB",
+                mib(redis_bytes),
+                redis_bytes as f64 / f64::from(n.max(1)),
+                small.shown(mib(resident), 1)
+            ),
+            target: "instance < 128 MiB",
+            met: Some(small.met(mib(resident))),
+        },
+        Row {
+            figure: "the same room's admissions/s against its admit_per_sec (100)",
+            measured: format!("{rate:.1}/s ({}% off)", near.shown(off_by, 1)),
+            target: "within 5%",
+            met: Some(near.met(off_by)),
+        },
+    ])
+}
+
+/// The rate the room admits at once open, asked by one client as fast as
+/// it can for [`BIG_WATCH`]: admissions counted from the room's own total.
+async fn pace(store: &Store, http: &reqwest::Client, url: &str, sale: i64) -> anyhow::Result<f64> {
+    let keys = seckill_core::keys::SaleKeys::new(store.prefix(), sale);
+    let first: serde_json::Value = http
+        .post(format!("{url}/api/sales/{sale}/queue"))
+        .json(&json!({ "user_id": "waiting-0" }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let ticket = first["ticket"].as_str().context("a ticket")?.to_owned();
+    let admitted = async || -> anyhow::Result<u64> {
+        let mut conn = store.redis().await?;
+        let total: Option<u64> = redis::cmd("HGET")
+            .arg(&keys.room.state)
+            .arg("admitted")
+            .query_async(&mut conn)
+            .await?;
+        Ok(total.unwrap_or(0))
+    };
+    // Past the first second's burst, then watched.
+    let settle = Instant::now() + Duration::from_secs(2);
+    let ask = async |until: Instant| -> anyhow::Result<()> {
+        while Instant::now() < until {
+            http.get(format!("{url}/api/sales/{sale}/queue"))
+                .header("Seckill-Ticket", &ticket)
+                .send()
+                .await?
+                .error_for_status()?;
+        }
+        Ok(())
+    };
+    ask(settle).await?;
+    let (before, started) = (admitted().await?, Instant::now());
+    ask(started + BIG_WATCH).await?;
+    let after = admitted().await?;
+    Ok((after - before) as f64 / started.elapsed().as_secs_f64())
 }

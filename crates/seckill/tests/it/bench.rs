@@ -23,6 +23,8 @@ async fn the_bench_measures_each_row_beside_its_target() {
         "200",
         "--ended-sales",
         "100",
+        "--room-buyers",
+        "200",
     ];
     let bench = seckill_command(&scratch, &args, &[])
         .spawn()
@@ -73,6 +75,14 @@ async fn the_bench_measures_each_row_beside_its_target() {
         (
             "waiting room status answers / sold-out answers (wrk)",
             ">= 0.80",
+        ),
+        (
+            "a waiting room --room-buyers joined: Redis, instance VmRSS",
+            "instance < 128 MiB",
+        ),
+        (
+            "the same room's admissions/s against its admit_per_sec (100)",
+            "within 5%",
         ),
         ("storefront index, 20 sales / sale page (wrk)", ">= 50%"),
         (
