@@ -51,7 +51,14 @@ pub struct DemoArgs {
     /// up the unpaid orders are cancelled and their units come back on sale.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(30..=31_536_000))]
     pub(crate) payment_window_secs: u64,
+
+    /// Before the `lock` run, print its live page and wait for Enter, so that a room watching the page sees the race (when standard input ends, as without a terminal, the run starts at once).
+    #[arg(long)]
+    pub(crate) wait_for_enter: bool,
 }
+
+/// How many winners' order pages the demo prints, for a volunteer to pay.
+const ORDERS_SHOWN: i64 = 3;
 
 /// How long a demo's sales stay open, in seconds: long enough for a
 /// workshop to play with the page, short enough that the sales of earlier
@@ -62,6 +69,8 @@ const DEMO_SALE_OPEN_SECS: i64 = 3600;
 struct Kept {
     cluster: Fleet,
     sale_id: i64,
+    /// A few of its winners' orders, for a volunteer to pay.
+    orders: Vec<uuid::Uuid>,
 }
 
 /// `seckill demo`: the same burst against the safe strategy and the naive
@@ -84,7 +93,12 @@ pub(crate) async fn demo(
         ran = both_runs(&args, services, prefix, &token) => ran?,
         () = &mut stop => bail!("interrupted; the app instances were stopped"),
     };
-    let Some(Kept { cluster, sale_id }) = kept else {
+    let Some(Kept {
+        cluster,
+        sale_id,
+        orders,
+    }) = kept
+    else {
         return Ok(verdict);
     };
     if !args.exit {
@@ -92,7 +106,20 @@ pub(crate) async fn demo(
         println!(
             "\nThe sale page stays up: {url}/sales/{sale_id}\n\
              The race, live, for a projector: {url}/sales/{sale_id}/live\n\
-             Every sale: {url}/   Admin: {url}/admin (token {token})\n\
+             Every sale: {url}/   Admin: {url}/admin (token {token})"
+        );
+        if !orders.is_empty() {
+            // Ready for a volunteer: no token to paste, no page to find.
+            println!("Winners' orders, to pay before the window closes:");
+            for order in &orders {
+                println!("  {url}/orders/{order}");
+            }
+            println!(
+                "  (all of them: {url}/admin/sales/{sale_id}, after logging in with the token)"
+            );
+        }
+        println!(
+            "\
              Buy from a terminal: curl -s -X POST {url}/api/sales/{sale_id}/purchase -d '{{\"user_id\": \"ann\"}}'\n\
              The winners' orders are cancelled {secs} s after they were confirmed unless paid\n\
              (nobody pays them here): watch the units come back on sale.\n\
@@ -130,7 +157,17 @@ async fn both_runs(
             one_run(args, services, store, token, (label, strategy, expect)).await?;
         reports.push(report);
         if strategy == Strategy::Lock {
-            kept = Some(Kept { cluster, sale_id });
+            let orders = store
+                .orders_of_sale(sale_id, ORDERS_SHOWN)
+                .await?
+                .into_iter()
+                .map(|order| order.id)
+                .collect();
+            kept = Some(Kept {
+                cluster,
+                sale_id,
+                orders,
+            });
         } else {
             cluster.stop().await;
             // The naive run leaves the sale's figures in Redis wrong on
@@ -172,8 +209,20 @@ async fn one_run(
         args.instances,
         cluster.urls().join(", ")
     ));
-    let name = format!("Phone, {label} strategy");
+    // The time in the name: the storefront lists every demo's sales.
+    let name = format!(
+        "Demo {}: phone, {label} strategy",
+        chrono::Local::now().format("%b %-d %H:%M")
+    );
     let sale_id = loadrun::create_sale(store, &name, args.stock, Some(DEMO_SALE_OPEN_SECS)).await?;
+    if args.wait_for_enter && strategy == Strategy::Lock {
+        println!(
+            "\nThe race, live, for a projector: {}/sales/{sale_id}/live\n\
+             Open it, then press Enter to start the race.",
+            cluster.urls()[0]
+        );
+        enter_pressed().await;
+    }
     let load = LoadArgs {
         scenario: Scenario::Burst,
         users: args.users,
@@ -204,4 +253,19 @@ async fn one_run(
     println!("{}", report.to_text());
     loadrun::print_paths(&load);
     Ok((report, cluster, sale_id))
+}
+
+/// Wait until a line, or the end, of standard input. On a thread of its
+/// own, not tokio's `stdin`: a read that never ends there would hold the
+/// runtime's shutdown (a Ctrl-C during the wait); a plain thread dies with
+/// the process.
+async fn enter_pressed() {
+    let (pressed, enter) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        // An error counts as the end: the demo goes on rather than hang.
+        let _ = std::io::stdin().read_line(&mut line);
+        let _ = pressed.send(());
+    });
+    let _ = enter.await;
 }

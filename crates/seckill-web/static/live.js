@@ -29,6 +29,23 @@
     element.className = ok ? "status-live" : "unavailable";
   }
 
+  // A lock's time to live in words: Redis says -1 for a key with no TTL,
+  // which is "never", not "just expired" (the article's crash leaves one);
+  // the article's lock asks for decades.
+  function expires(pttl) {
+    if (pttl < 0) return "never (no TTL)";
+    const YEAR = 365 * 24 * 3600 * 1000;
+    if (pttl >= YEAR) return "in " + Math.floor(pttl / YEAR) + " years";
+    if (pttl >= 10000) return "in " + Math.round(pttl / 1000) + " s";
+    return "in " + pttl + " ms";
+  }
+
+  // Whether this sale's lock was ever seen taken, on this page or by the
+  // fence counter: until then, a lock that is not held is "none taken",
+  // which is all there is to see of a strategy with no lock (naive, lua,
+  // postgres), not "free".
+  let everTaken = false;
+
   function time(ms) {
     const d = new Date(ms);
     const pad = function (n, w) { return String(n).padStart(w, "0"); };
@@ -40,8 +57,8 @@
     const unseen = lastCounter === null ? 0 : Math.max(0, lock.fence - lastCounter - 1);
     lastFence = lock.fence;
     const item = document.createElement("li");
-    item.value = lock.fence;
-    item.textContent = "fence " + lock.fence + " · " + lock.instance + " · " + time(at) +
+    if (lock.fence > 0) item.value = lock.fence;
+    item.textContent = (lock.fence > 0 ? "fence " + lock.fence : "no fence") + " · " + lock.instance + " · " + time(at) +
       (unseen > 0 ? " (" + unseen + " more before it, unseen)" : "");
     holders.insertBefore(item, holders.firstChild);
     while (holders.children.length > KEEP) holders.removeChild(holders.lastChild);
@@ -53,9 +70,14 @@
     const redis = board.redis;
     if (redis.status === "ok") {
       const lock = redis.lock;
-      put("holder", lock ? lock.instance : "free");
-      put("holder-fence", lock ? lock.fence : "—");
-      put("pttl", lock ? lock.pttl_ms + " ms" : "—");
+      everTaken = everTaken || lock !== null || redis.fence > 0;
+      put("holder", lock ? lock.instance : everTaken ? "free" : "none taken");
+      // A long name (the broken strategies' locks name no instance: the
+      // line then quotes the lock's value) gets a smaller size, on one line.
+      $("holder").classList.toggle("long", lock !== null && lock.instance.length > 24);
+      // The broken strategies' locks carry no fence number.
+      put("holder-fence", lock ? (lock.fence > 0 ? lock.fence : "none") : "—");
+      put("pttl", lock ? expires(lock.pttl_ms) : "—");
       put("fence", redis.fence);
       noteHolder(lock, lastCounter, board.at_ms);
       lastCounter = redis.fence;

@@ -52,6 +52,15 @@ pub enum ServerCommand {
     /// Manage sales.
     #[command(subcommand)]
     Sale(SaleCommand),
+    /// Forget every sale and order (PostgreSQL's, and every Redis key under the prefix), for a storefront as new: before a workshop. Asks first; stop every seckill process before.
+    Reset(ResetArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ResetArgs {
+    /// Do not ask: delete at once.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Debug, Subcommand)]

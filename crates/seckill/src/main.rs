@@ -15,7 +15,8 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use cli::{
-    Cli, Command, CreateSaleArgs, CreatedSale, SaleCommand, ServeArgs, ServerCommand, WorkerArgs,
+    Cli, Command, CreateSaleArgs, CreatedSale, ResetArgs, SaleCommand, ServeArgs, ServerCommand,
+    WorkerArgs,
 };
 use seckill_core::config::{RedisDurability, ServiceArgs};
 use seckill_core::domain::NewSale;
@@ -74,7 +75,35 @@ async fn run(given: ServiceArgs, command: ServerCommand) -> anyhow::Result<()> {
         ServerCommand::Sale(SaleCommand::Create(args)) => {
             create_sale(&services, &prefix, args).await
         }
+        ServerCommand::Reset(args) => reset(&services, &prefix, args).await,
     }
+}
+
+/// `seckill reset`: say what goes, ask (unless `--yes`), forget every
+/// sale and order. Anything but "yes" deletes nothing, and fails, so that
+/// a script that did not mean it stops there.
+async fn reset(services: &Services, prefix: &str, args: ResetArgs) -> anyhow::Result<()> {
+    println!(
+        "seckill reset: every sale and order in PostgreSQL ({}) and every Redis key under `{prefix}:` \
+         will be deleted. Stop every seckill process first: a running one keeps what it read.",
+        redact(&services.database_url)
+    );
+    if !args.yes {
+        print!("Type yes to delete them: ");
+        std::io::stdout().flush().context("writing to stdout")?;
+        let mut answer = String::new();
+        std::io::stdin()
+            .read_line(&mut answer)
+            .context("reading the answer")?;
+        anyhow::ensure!(answer.trim() == "yes", "not confirmed: nothing was deleted");
+    }
+    let pg = store::connect_postgres(&services.database_url).await?;
+    let redis =
+        seckill_core::redis_pool::connect_redis(&services.redis, std::time::Duration::from_secs(3))
+            .await?;
+    let (sales, orders) = Store::new(pg, redis, prefix).forget_every_sale().await?;
+    println!("deleted {sales} sales and {orders} orders, and the Redis keys under `{prefix}:`");
+    Ok(())
 }
 
 async fn serve(

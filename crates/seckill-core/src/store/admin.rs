@@ -1,7 +1,8 @@
 //! What the admin pages read and do: a sale's insides side by side (Redis'
 //! figures, PostgreSQL's, both queues, the newest orders), re-driving a
 //! queue's dead letters; and the admin's sessions and wrong-token counts,
-//! kept in Redis so that every instance sees a logout and a lock-out.
+//! kept in Redis so that every instance sees a logout and a lock-out. And
+//! `seckill reset`: every sale and order forgotten, for a clean storefront.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -139,5 +140,33 @@ impl Store {
             .query_async::<()>(&mut self.redis().await?)
             .await
             .context("clearing token attempts")
+    }
+
+    /// Forget every sale and every order (`seckill reset`): both tables
+    /// emptied in one statement, then every Redis key under the prefix
+    /// deleted. Returns how many sales and orders there were. The sale ids
+    /// go on counting from where they were: an instance still running
+    /// keeps the sales it read in its cache (sales never change), and a
+    /// new sale under an old id would be shown as the old one.
+    ///
+    /// PostgreSQL first: once it holds no sale, nothing can load one into
+    /// Redis again while the keys go.
+    pub async fn forget_every_sale(&self) -> anyhow::Result<(i64, i64)> {
+        let mut tx = self.pg.begin().await.context("starting the reset")?;
+        let (sales, orders): (i64, i64) =
+            sqlx::query_as("SELECT (SELECT count(*) FROM sales), (SELECT count(*) FROM orders)")
+                .fetch_one(&mut *tx)
+                .await
+                .context("counting the sales and orders")?;
+        sqlx::query("TRUNCATE orders, sales")
+            .execute(&mut *tx)
+            .await
+            .context("emptying the sales and orders")?;
+        tx.commit().await.context("committing the reset")?;
+        self.redis
+            .delete_under(&self.prefix)
+            .await
+            .context("deleting the Redis keys")?;
+        Ok((sales, orders))
     }
 }

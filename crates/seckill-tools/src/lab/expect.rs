@@ -113,8 +113,13 @@ pub(crate) struct Figures {
     pub(crate) rejected: u64,
     /// Commits the fence refused (the sale's `fenced` counter).
     pub(crate) fenced: u64,
-    /// A stuck lock, seen during the run or left after it: "no TTL" or
-    /// "TTL 56 years".
+    /// Buyers answered `503 lock_lost`: their holder's commit was fenced.
+    pub(crate) lock_lost: u64,
+    /// Every `503` the buyers got: `lock_lost`, and `busy` (the lock not
+    /// had in time).
+    pub(crate) busy: u64,
+    /// A stuck lock, seen during the run or left after it: "no TTL, left"
+    /// or "TTL 56 years".
     pub(crate) stuck_lock: Option<String>,
     /// The lock key exists after the run and has no TTL.
     pub(crate) lock_left_without_ttl: bool,

@@ -62,15 +62,9 @@ pub(crate) async fn lab(args: LabArgs, services: &Services, prefix: &str) -> any
         args.knob.map_or("none", |knob| knob.as_str())
     );
     let store = loadrun::connect(services, prefix).await?;
-    println!(
-        "seckill lab: {} row{}; each: {} buyers (+{:.0}% sending twice) race for {} units on {}",
-        rows.len(),
-        if rows.len() == 1 { "" } else { "s" },
-        args.users,
-        args.dup * 100.0,
-        args.stock,
-        instances_of(&rows, args.instances)
-    );
+    println!("{}", header(&args, &rows));
+    // What tells this run's sales from an earlier run's on the storefront.
+    let run = chrono::Local::now().format("%b %-d %H:%M").to_string();
     // One listener for the whole lab: a Ctrl-C between two rows, or
     // between "Press Ctrl-C to stop." and the wait, is not lost (see
     // stop_requested).
@@ -79,7 +73,7 @@ pub(crate) async fn lab(args: LabArgs, services: &Services, prefix: &str) -> any
     let mut sales = Vec::new();
     for row in rows {
         let ran = tokio::select! {
-            ran = run_row(&args, services, &store, &token, &row) => ran?,
+            ran = run_row(&args, services, &store, &token, (&run, &row)) => ran?,
             () = &mut stop => anyhow::bail!("interrupted; the app instances were stopped"),
         };
         eprintln!(
@@ -151,27 +145,108 @@ async fn serve_rows(
     Ok(cluster)
 }
 
-/// The instances the rows run, for the header: the run's count, with the
-/// rows that run another named ("2 app instances
-/// (article+crash-after-setnx: 1)"), or that row's count alone when it is
-/// the only row ("1 app instance").
-fn instances_of(rows: &[LabRow], run: u32) -> String {
-    let of = |n: u32| format!("{n} app instance{}", if n == 1 { "" } else { "s" });
-    let other: Vec<(String, u32)> = rows
-        .iter()
-        .filter_map(|row| Some((row.label(), row.instances.filter(|&n| n != run)?)))
-        .collect();
-    match &other[..] {
-        [] => of(run),
-        [(_, n)] if rows.len() == 1 => of(*n),
-        _ => {
-            let other: Vec<String> = other
-                .iter()
-                .map(|(label, n)| format!("{label}: {n}"))
-                .collect();
-            format!("{} ({})", of(run), other.join(", "))
+/// What each row runs: buyers, units, instances.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Workload {
+    buyers: u32,
+    /// Share of the buyers who send twice at once.
+    dup: f64,
+    units: u32,
+    instances: u32,
+}
+
+impl Workload {
+    /// The run's workload, as `--users`, `--dup`, `--stock` and
+    /// `--instances` set it.
+    fn of_run(args: &LabArgs) -> Self {
+        Self {
+            buyers: args.users,
+            dup: args.dup,
+            units: args.stock,
+            instances: args.instances,
         }
     }
+
+    /// A row's: the run's, but where the row sets its own.
+    fn of_row(args: &LabArgs, row: &LabRow) -> Self {
+        let units = row.units.unwrap_or(args.stock);
+        Self {
+            buyers: row.buyers.count(args.users, units),
+            dup: row.dup.unwrap_or(args.dup),
+            units,
+            instances: row.instances.unwrap_or(args.instances),
+        }
+    }
+
+    fn buyers(self) -> String {
+        if self.dup >= 1.0 {
+            format!("{}, each sending twice", count(self.buyers, "buyer"))
+        } else {
+            format!(
+                "{} (+{:.0}% sending twice)",
+                count(self.buyers, "buyer"),
+                self.dup * 100.0
+            )
+        }
+    }
+
+    /// The whole workload in words: "2000 buyers (+5% sending twice) race
+    /// for 10 units on 2 app instances".
+    fn describe(self) -> String {
+        format!(
+            "{} race for {} on {}",
+            self.buyers(),
+            count(self.units, "unit"),
+            count(self.instances, "app instance")
+        )
+    }
+
+    /// Only what differs from `run`: "1 unit", "5 buyers, each sending twice".
+    fn differences(self, run: Self) -> Vec<String> {
+        let mut differs = Vec::new();
+        if (self.buyers, self.dup) != (run.buyers, run.dup) {
+            differs.push(self.buyers());
+        }
+        if self.units != run.units {
+            differs.push(count(self.units, "unit"));
+        }
+        if self.instances != run.instances {
+            differs.push(count(self.instances, "app instance"));
+        }
+        differs
+    }
+}
+
+/// "1 unit", "10 units".
+fn count(n: u32, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The lab's first line: the workload every row runs, and each row that
+/// runs another, with what it changes, so that the header is true of
+/// every row under it.
+fn header(args: &LabArgs, rows: &[LabRow]) -> String {
+    let run = Workload::of_run(args);
+    if let [row] = rows {
+        return format!(
+            "seckill lab: 1 row ({}): {}",
+            row.label(),
+            Workload::of_row(args, row).describe()
+        );
+    }
+    let mut header = format!("seckill lab: {} rows; each: {}", rows.len(), run.describe());
+    let others: Vec<String> = rows
+        .iter()
+        .filter_map(|row| {
+            let differs = Workload::of_row(args, row).differences(run);
+            (!differs.is_empty()).then(|| format!("{}: {}", row.label(), differs.join(", ")))
+        })
+        .collect();
+    if !others.is_empty() {
+        header.push_str(", but\n  ");
+        header.push_str(&others.join("\n  "));
+    }
+    header
 }
 
 /// One row, run and judged.
@@ -185,20 +260,23 @@ async fn run_row(
     services: &Services,
     store: &Store,
     token: &str,
-    row: &LabRow,
+    (run, row): (&str, &LabRow),
 ) -> anyhow::Result<Ran> {
     let label = row.label();
     let deployment = loadrun::deployment(services, store.prefix(), row.strategy, token)?;
-    let instances = row.instances.unwrap_or(args.instances);
-    let mut cluster =
-        Fleet::start_each(deployment, &label, instances, |i| row.flags.of_instance(i)).await?;
-    let name = format!("Phone, lab row {label}");
-    let units = row.units.unwrap_or(args.stock);
+    let workload = Workload::of_row(args, row);
+    let units = workload.units;
+    let mut cluster = Fleet::start_each(deployment, &label, workload.instances, |i| {
+        row.flags.of_instance(i)
+    })
+    .await?;
+    // The run's time in the name: the storefront lists every run's sales.
+    let name = format!("Lab {run}: {label}");
     let sale_id = loadrun::create_sale(store, &name, units, Some(SALE_OPEN_SECS)).await?;
     let load = LoadArgs {
         scenario: Scenario::Burst,
-        users: row.buyers.count(args.users, units),
-        dup: row.dup.unwrap_or(args.dup),
+        users: workload.buyers,
+        dup: workload.dup,
         rate: 0.0,
         duration: None,
         connections: 1,
@@ -278,6 +356,8 @@ fn figures(report: &Report, longest_ttl_ms: i64, after: &LockAfter, crashed: u64
         confirmed: report.stored.confirmed,
         rejected: report.stored.rejected,
         fenced: after.fenced,
+        lock_lost: after.lock_lost,
+        busy: report.summary.count(AnswerKind::Busy),
         stuck_lock,
         lock_left_without_ttl: after.without_ttl,
         crashed,
@@ -294,20 +374,25 @@ struct LockAfter {
     without_ttl: bool,
     /// Commits the fence refused.
     fenced: u64,
+    /// Buyers answered `503 lock_lost` (the instances' answer tally, which
+    /// each flushes to Redis as it stops).
+    lock_lost: u64,
 }
 
 impl LockAfter {
     async fn read(store: &Store, keys: &SaleKeys) -> anyhow::Result<Self> {
         let mut conn = store.redis().await?;
-        let (ttl, fenced): (i64, Option<u64>) = redis::pipe()
+        let (ttl, fenced, lock_lost): (i64, Option<u64>, Option<u64>) = redis::pipe()
             .pttl(&keys.lock)
             .get(&keys.fenced)
+            .hget(&keys.answers, "lock_lost")
             .query_async(&mut conn)
             .await
             .context("reading the lock after the run")?;
         Ok(Self {
             without_ttl: ttl == -1,
             fenced: fenced.unwrap_or(0),
+            lock_lost: lock_lost.unwrap_or(0),
         })
     }
 }
@@ -317,16 +402,40 @@ mod tests {
     use super::*;
     use crate::lab::Knob;
 
+    fn run_args() -> LabArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            lab: LabArgs,
+        }
+        Cli::parse_from(["lab"]).lab
+    }
+
+    /// The header is true of every row under it: the rows that run
+    /// another workload than the run's say so, with what they change.
     #[test]
-    fn the_header_names_the_instances_the_rows_run() {
-        let crash = rows::select(Some(Strategy::Article), Some(Knob::CrashAfterSetnx));
-        assert_eq!(instances_of(&crash, 2), "1 app instance");
-        let pause = rows::select(Some(Strategy::Article), Some(Knob::HoldPause));
-        assert_eq!(instances_of(&pause, 2), "2 app instances");
+    fn the_header_names_every_row_whose_workload_differs() {
+        let args = run_args();
         assert_eq!(
-            instances_of(&rows::lesson(), 3),
-            "3 app instances (article+crash-after-setnx: 1)"
+            header(&args, &rows::lesson()),
+            "seckill lab: 13 rows; each: 2000 buyers (+5% sending twice) race for 10 units \
+             on 2 app instances, but\n  \
+             article+crash-after-setnx: 1 app instance\n  \
+             getset+clock-skew: 1 unit\n  \
+             decr+hold-pause: 5 buyers, each sending twice"
         );
-        assert_eq!(instances_of(&crash, 1), "1 app instance");
+        let crash = rows::select(Some(Strategy::Article), Some(Knob::CrashAfterSetnx));
+        assert_eq!(
+            header(&args, &crash),
+            "seckill lab: 1 row (article+crash-after-setnx): \
+             2000 buyers (+5% sending twice) race for 10 units on 1 app instance"
+        );
+        let lock = rows::select(Some(Strategy::Lock), None);
+        assert_eq!(
+            header(&args, &lock),
+            "seckill lab: 2 rows; each: 2000 buyers (+5% sending twice) race for 10 units \
+             on 2 app instances"
+        );
     }
 }

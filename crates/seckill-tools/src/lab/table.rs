@@ -30,55 +30,91 @@ pub(crate) struct RowOutcome {
 /// A column: its heading, the side its cells keep to, and the cell of a row.
 type Column = (&'static str, Align, fn(&RowOutcome) -> String);
 
-/// The table's columns, in the terminal and on the page alike.
-const COLUMNS: &[Column] = &[
-    ("strategy", Align::Left, |o| {
-        o.row.strategy.as_str().to_owned()
-    }),
-    ("knob", Align::Left, |o| o.row.knob.as_str().to_owned()),
+/// The terminal's columns: about 100 characters, so that the table does
+/// not wrap on a projector. The page has every figure ([`COLUMNS`]).
+const NARROW: &[Column] = &[
+    ("row", Align::Left, |o| o.row.label()),
     ("202s", Align::Right, |o| o.figures.accepted.to_string()),
     ("oversold", Align::Right, |o| o.figures.oversold.to_string()),
-    ("dup buyers", Align::Right, |o| {
+    ("twice", Align::Right, |o| {
         o.figures.duplicate_buyers.to_string()
     }),
-    ("lost", Align::Right, |o| o.figures.lost.to_string()),
-    ("PG refused", Align::Right, |o| {
-        o.figures.rejected.to_string()
+    ("refused", Align::Right, |o| o.figures.rejected.to_string()),
+    ("lock lost", Align::Right, |o| {
+        o.figures.lock_lost.to_string()
     }),
     ("fenced", Align::Right, |o| o.figures.fenced.to_string()),
-    ("stuck lock", Align::Left, |o| {
-        o.figures.stuck_lock.clone().unwrap_or_else(|| "no".into())
+    ("stuck lock", Align::Left, stuck_lock),
+    ("sold out", Align::Right, sold_out_in),
+    ("ok", Align::Left, as_expected),
+];
+
+/// The page's columns: every figure of a row but `lost`, which is 0 in a
+/// row as expected (the JSON has it; a row that lost a 202 says so in its
+/// `as expected` cell).
+const COLUMNS: &[Column] = &[
+    ("row", Align::Left, |o| o.row.label()),
+    ("202s", Align::Right, |o| o.figures.accepted.to_string()),
+    ("oversold", Align::Right, |o| o.figures.oversold.to_string()),
+    ("won twice", Align::Right, |o| {
+        o.figures.duplicate_buyers.to_string()
     }),
-    ("sold out in", Align::Right, |o| {
-        o.figures
-            .sell_out_ms
-            .map_or("-".to_owned(), |ms| format!("{ms:.0} ms"))
+    ("refused by PG", Align::Right, |o| {
+        o.figures.rejected.to_string()
     }),
+    ("503s", Align::Right, |o| o.figures.busy.to_string()),
+    ("lock lost", Align::Right, |o| {
+        o.figures.lock_lost.to_string()
+    }),
+    ("fenced", Align::Right, |o| o.figures.fenced.to_string()),
+    ("stuck lock", Align::Left, stuck_lock),
+    ("sold out in", Align::Right, sold_out_in),
     ("req/s", Align::Right, |o| {
         format!("{:.0}", o.figures.requests_per_second)
     }),
     ("p99", Align::Right, |o| {
         format!("{:.0} ms", o.figures.p99_ms)
     }),
-    ("expected", Align::Left, |o| {
-        o.row.expect.describe().to_owned()
-    }),
-    ("as expected", Align::Left, |o| match &o.verdict {
+    ("as expected", Align::Left, as_expected),
+];
+
+/// "no TTL" (left behind, for ever) or "56 years" (asked for during the
+/// run), or "no".
+fn stuck_lock(o: &RowOutcome) -> String {
+    if o.figures.lock_left_without_ttl {
+        return "no TTL".to_owned();
+    }
+    o.figures
+        .stuck_lock
+        .as_deref()
+        .map_or("no".to_owned(), |stuck| {
+            stuck.trim_start_matches("TTL ").to_owned()
+        })
+}
+
+fn sold_out_in(o: &RowOutcome) -> String {
+    o.figures
+        .sell_out_ms
+        .map_or("-".to_owned(), |ms| format!("{ms:.0} ms"))
+}
+
+fn as_expected(o: &RowOutcome) -> String {
+    match &o.verdict {
         Ok(()) => "yes".to_owned(),
         Err(why) => format!("NO: {why}"),
-    }),
-];
+    }
+}
 
 /// The table for the terminal: a rule under the headings, columns as wide
 /// as their widest cell.
 pub(super) fn text(outcomes: &[RowOutcome]) -> String {
-    let mut table = COLUMNS
+    let mut table = NARROW
         .iter()
         .fold(Table::new().rule(), |table, (heading, align, _)| {
             table.column(*heading, *align, 0)
         });
     for outcome in outcomes {
-        table.row(COLUMNS.iter().map(|(_, _, cell)| cell(outcome)));
+        table.row(NARROW.iter().map(|(_, _, cell)| cell(outcome)));
     }
     table.to_string()
 }
@@ -119,6 +155,8 @@ struct PageRow {
     report: Option<String>,
     cells: Vec<Cell>,
     lesson: &'static str,
+    /// What the row must show, in the words of the expectation.
+    expected: &'static str,
 }
 
 /// A cell of the page, with its column's class: `text` or `figure`.
@@ -149,6 +187,7 @@ pub(super) fn html(outcomes: &[RowOutcome]) -> String {
                 .map(|(_, align, cell)| Cell::new(cell(outcome), *align))
                 .collect(),
             lesson: outcome.row.lesson,
+            expected: outcome.row.expect.describe(),
         })
         .collect();
     let headings = COLUMNS
@@ -220,8 +259,8 @@ mod tests {
         }
     }
 
-    /// Three of the rows docs/lab.md quotes, whose cells are the widest of
-    /// the quote: the lines, the headings and the rule, as it shows them.
+    /// Four rows as docs/lab.md quotes them, with the widest cells of its
+    /// quote: the headings, the rule and the lines, each as it shows them.
     #[test]
     fn the_table_reads_as_docs_lab_md_quotes_it() {
         let rows = lesson();
@@ -241,13 +280,11 @@ mod tests {
             outcome(
                 "naive",
                 Figures {
-                    accepted: 654,
-                    oversold: 644,
-                    duplicate_buyers: 1,
-                    rejected: 644,
-                    sell_out_ms: Some(228.0),
-                    requests_per_second: 7416.0,
-                    p99_ms: 276.0,
+                    accepted: 697,
+                    oversold: 687,
+                    duplicate_buyers: 2,
+                    rejected: 687,
+                    sell_out_ms: Some(528.0),
                     ..Figures::default()
                 },
             ),
@@ -255,29 +292,65 @@ mod tests {
                 "article+crash-after-setnx",
                 Figures {
                     stuck_lock: Some("no TTL, left".into()),
-                    requests_per_second: 20269.0,
-                    p99_ms: 97.0,
+                    lock_left_without_ttl: true,
+                    ..Figures::default()
+                },
+            ),
+            outcome(
+                "getset+hold-pause",
+                Figures {
+                    accepted: 15,
+                    oversold: 5,
+                    rejected: 5,
+                    sell_out_ms: Some(3972.0),
                     ..Figures::default()
                 },
             ),
             outcome(
                 "lock+hold-pause",
                 Figures {
-                    fenced: 11,
-                    requests_per_second: 218.0,
-                    p99_ms: 9617.0,
+                    lock_lost: 2100,
+                    fenced: 10,
                     ..Figures::default()
                 },
             ),
         ];
-        let quoted = [
-            "strategy  knob               202s  oversold  dup buyers  lost  PG refused  fenced  stuck lock    sold out in  req/s      p99  expected                                  as expected",
-            "--------  -----------------  ----  --------  ----------  ----  ----------  ------  ------------  -----------  -----  -------  ----------------------------------------  -----------",
-            "naive     none                654       644           1     0         644       0  no                 228 ms   7416   276 ms  oversells; PostgreSQL refuses the excess  yes",
-            "article   crash-after-setnx     0         0           0     0           0       0  no TTL, left            -  20269    97 ms  lock left with no TTL                     yes",
-            "lock      hold-pause            0         0           0     0           0      11  no                      -    218  9617 ms  fence refuses the paused holder; holds    yes",
-        ];
-        assert_eq!(text(&outcomes).lines().collect::<Vec<_>>(), quoted);
+        let quote = include_str!("../../../../docs/lab.md");
+        for line in text(&outcomes).lines() {
+            assert!(
+                quote.lines().any(|quoted| quoted == line),
+                "docs/lab.md does not quote this line:\n{line}"
+            );
+        }
+    }
+
+    /// On a projector a terminal shows about a hundred characters at a
+    /// size the room can read: every line of the whole lesson's table, its
+    /// cells as wide as the lab makes them, fits.
+    #[test]
+    fn the_terminal_table_fits_a_projector() {
+        let outcomes: Vec<RowOutcome> = lesson()
+            .into_iter()
+            .map(|row| RowOutcome {
+                row,
+                figures: Figures {
+                    accepted: 9999,
+                    oversold: 9999,
+                    duplicate_buyers: 9999,
+                    rejected: 9999,
+                    lock_lost: 9999,
+                    fenced: 9999,
+                    stuck_lock: Some("TTL 56 years".into()),
+                    sell_out_ms: Some(9999.0),
+                    ..Figures::default()
+                },
+                verdict: Ok(()),
+                report: None,
+            })
+            .collect();
+        let table = text(&outcomes);
+        let widest = table.lines().map(|line| line.chars().count()).max();
+        assert!(widest <= Some(105), "{widest:?} characters:\n{table}");
     }
 
     #[test]
@@ -304,7 +377,7 @@ mod tests {
         let table = text(&outcomes);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 4, "{table}");
-        assert!(lines[0].starts_with("strategy"), "{table}");
+        assert!(lines[0].starts_with("row"), "{table}");
         assert!(lines[2].starts_with("naive") && lines[2].contains("31"));
         assert!(lines[2].ends_with("yes"), "{table}");
         assert!(lines[3].ends_with("NO: nothing was oversold"), "{table}");

@@ -107,6 +107,21 @@ async fn the_lab_runs_every_row_as_expected_and_exits_0() {
             > 0
     );
     assert_eq!(figure("lock+hold-pause", "accepted"), 0);
+    // The buyers of the refused commits were told so, `503 lock_lost`.
+    assert!(
+        figure("lock+hold-pause", "lock_lost")
+            .as_u64()
+            .expect("a count")
+            > 0
+    );
+    // The header is true of the rows under it.
+    for differs in [
+        "article+crash-after-setnx: 1 app instance",
+        "getset+clock-skew: 1 unit",
+        "decr+hold-pause: 5 buyers, each sending twice",
+    ] {
+        assert!(stdout.contains(differs), "{differs}:\n{stdout}");
+    }
     for label in ["lock", "lua", "postgres"] {
         assert_eq!(figure(label, "accepted"), 10, "{label}");
         assert_eq!(figure(label, "oversold"), 0, "{label}");
@@ -130,6 +145,26 @@ async fn the_lab_runs_every_row_as_expected_and_exits_0() {
         assert!(
             row["figures"]["confirmed"].as_u64() <= row["figures"]["units"].as_u64(),
             "{label}: more confirmed orders than units"
+        );
+    }
+    // Each row's sale is named for its row and the run's time: two runs'
+    // sales can be told apart on the storefront.
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM sales ORDER BY id")
+        .fetch_all(&scratch.pg().await)
+        .await
+        .expect("the sales' names");
+    assert_eq!(names.len(), 13);
+    for name in &names {
+        assert!(name.starts_with("Lab "), "{name}");
+    }
+    for label in rows.keys() {
+        assert_eq!(
+            names
+                .iter()
+                .filter(|n| n.ends_with(&format!(": {label}")))
+                .count(),
+            1,
+            "{label}: {names:?}"
         );
     }
     let confirmed = confirmed_orders(&scratch).await;

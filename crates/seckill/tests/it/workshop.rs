@@ -1,6 +1,7 @@
 //! `docs/workshop.md` cannot rot: every command in its `sh` blocks is run
 //! here, as written, against the real binary (a debug build stands in for
-//! `cargo run --release --`), and must end well.
+//! `cargo run --release --`), and must end well. `reset` is answered "yes",
+//! as the instructor does.
 
 use crate::helpers::{Scratch, seckill_command};
 use crate::processes::{RUN_LIMIT, finish, interrupt, start_until_within, text};
@@ -87,7 +88,11 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
             assert_eq!(interrupt(child).await, Some(0), "{command}");
             continue;
         }
-        let output = finish(process).await;
+        let output = if args[0] == "reset" {
+            answered(process, "yes\n").await
+        } else {
+            finish(process).await
+        };
         assert_eq!(
             output.status.code(),
             Some(0),
@@ -101,5 +106,80 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
                 "{command}\n{stdout}"
             );
         }
+    }
+}
+
+/// Run `process` with `answer` typed on its standard input.
+async fn answered(mut process: tokio::process::Command, answer: &str) -> std::process::Output {
+    use tokio::io::AsyncWriteExt;
+    process.stdin(std::process::Stdio::piped());
+    let mut child = process.spawn().expect("the command started");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin
+        .write_all(answer.as_bytes())
+        .await
+        .expect("typing the answer");
+    drop(stdin);
+    tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+        .await
+        .expect("the command ended in time")
+        .expect("its output")
+}
+
+/// The room has the repository, not the article: the guide points at our
+/// own pages and files (each of which exists), never at lines of a text
+/// the room cannot see.
+#[test]
+fn the_guide_points_only_at_pages_and_files_the_room_has() {
+    for unseen in ["the article, lines", "lines 1", "second article"] {
+        assert!(!GUIDE.contains(unseen), "the guide says {unseen:?}");
+    }
+    let root = crate::helpers::repo_root();
+    let mut named = 0;
+    for quoted in GUIDE.split('`').skip(1).step_by(2) {
+        if quoted.starts_with("crates/") && !quoted.contains(' ') {
+            assert!(root.join(quoted).exists(), "no {quoted}");
+            named += 1;
+        }
+    }
+    for link in GUIDE.split("](").skip(1) {
+        let target = link.split([')', '#']).next().unwrap_or_default();
+        if target.ends_with(".md") {
+            assert!(root.join("docs").join(target).exists(), "no {target}");
+            named += 1;
+        }
+    }
+    assert!(named >= 10, "{named} pages and files named");
+}
+
+/// Someone with a room waiting finds the workshop on the README's first
+/// screen, with what preparing it takes; and no shell block of the README
+/// pairs a command that serves until Ctrl-C with another, which would
+/// wait for ever behind it when pasted.
+#[test]
+fn the_readme_shows_the_workshop_first_and_no_block_waits_behind_a_server() {
+    let readme = include_str!("../../../../README.md");
+    let first_screen: String = readme.lines().take(25).collect::<Vec<_>>().join("\n");
+    assert!(
+        first_screen.contains("docs/workshop.md") && first_screen.contains("10 to 16 minutes"),
+        "{first_screen}"
+    );
+    assert!(GUIDE.contains("10 to 16 minutes"));
+    for block in readme.split("```sh\n").skip(1) {
+        let lines: Vec<&str> = block
+            .split("```")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| !line.trim().is_empty() && !line.trim().starts_with('#'))
+            .collect();
+        let serves = |line: &&str| {
+            (line.contains("-- demo") || line.contains("-- lab") || line.contains("-- serve"))
+                && !line.contains("--exit")
+        };
+        assert!(
+            !(lines.len() > 1 && lines.iter().any(serves)),
+            "a block pairs a server with more: {lines:?}"
+        );
     }
 }

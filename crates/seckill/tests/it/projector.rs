@@ -1,0 +1,298 @@
+//! What a room sees on a projector of 1024 by 768 pixels: the live page
+//! and the lab's HTML page, in headless Chromium at that size, must show
+//! their figures whole, at a size read from the back of the room, with no
+//! sideways scrolling. Screenshots go to `target/screenshots/projector-*`.
+//!
+//! Like `browser.rs`, needs Debian's `chromium` and `chromium-driver`, and
+//! fails, saying so, without them.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+use crate::helpers::{Options, Scratch, eventually, seckill_command, spawn_app_with};
+use crate::processes::{finish, text};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const PATIENCE: Duration = Duration::from_secs(30);
+/// The projector: a common resolution of the rooms that have one.
+const WIDTH: u32 = 1024;
+const HEIGHT: u32 = 768;
+
+/// A `chromedriver` of this test's own, on a free port; dropping it kills
+/// its process group, the browsers included. (`browser.rs` has the same,
+/// phone-sized.)
+struct ChromeDriver {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl ChromeDriver {
+    async fn start() -> Self {
+        for program in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                Path::new(program).exists(),
+                "{program} is missing: the browser tests need Debian's Chromium and ChromeDriver; \
+                 install them with `apt-get install chromium chromium-driver` (.ci/run does)"
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let child = tokio::process::Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting chromedriver");
+        let url = format!("http://127.0.0.1:{port}");
+        let status = format!("{url}/status");
+        eventually(PATIENCE, "chromedriver to answer", || async {
+            reqwest::get(&status)
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+        .await;
+        Self { child, url }
+    }
+
+    /// A headless browser whose page is the projector's screen.
+    async fn projector(&self, profile: &Path) -> Client {
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    "--disable-dev-shm-usage",
+                    "--hide-scrollbars",
+                    format!("--user-data-dir={}", profile.display()),
+                    format!("--window-size={WIDTH},{HEIGHT}"),
+                ],
+            }),
+        );
+        let browser = ClientBuilder::new(HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&self.url)
+            .await
+            .expect("a Chromium session");
+        // The window's size counts the browser's own bars, even headless:
+        // grow it by them, so that the page gets the whole screen.
+        let viewport = |browser: Client| async move {
+            browser
+                .execute("return [window.innerWidth, window.innerHeight];", vec![])
+                .await
+                .expect("the viewport")
+        };
+        let inner = viewport(browser.clone()).await;
+        let bars =
+            |i: usize, of: u32| of - u32::try_from(inner[i].as_u64().expect("px")).expect("px");
+        browser
+            .set_window_size(WIDTH + bars(0, WIDTH), HEIGHT + bars(1, HEIGHT))
+            .await
+            .expect("a projector-sized page");
+        assert_eq!(
+            viewport(browser.clone()).await,
+            json!([WIDTH, HEIGHT]),
+            "the projector's screen"
+        );
+        browser
+    }
+}
+
+impl Drop for ChromeDriver {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+async fn screenshot(browser: &Client, name: &str) {
+    let dir = crate::helpers::repo_root().join("target/screenshots");
+    std::fs::create_dir_all(&dir).expect("target/screenshots");
+    let png = browser.screenshot().await.expect("a screenshot");
+    std::fs::write(dir.join(name), png).expect("saving a screenshot");
+}
+
+async fn text_of(browser: &Client, id: &str) -> String {
+    match browser.find(Locator::Id(id)).await {
+        Ok(element) => element.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+async fn wait_for_text(browser: &Client, id: &str, wanted: &str) {
+    eventually(PATIENCE, &format!("#{id} to say {wanted:?}"), || async {
+        text_of(browser, id).await == wanted
+    })
+    .await;
+}
+
+/// Where each element of `selector` is on the screen, and the size of its
+/// text: `[{text, left, right, top, bottom, px}]`; and how wide the page
+/// is (wider than the screen: the room would have to scroll sideways).
+async fn layout(browser: &Client, selector: &str) -> (Vec<Value>, f64) {
+    let found = browser
+        .execute(
+            "const boxes = Array.from(document.querySelectorAll(arguments[0])).map(function (e) {
+               const r = e.getBoundingClientRect();
+               return { text: e.textContent.trim().slice(0, 40), left: r.left, right: r.right,
+                        top: r.top, bottom: r.bottom,
+                        px: parseFloat(getComputedStyle(e).fontSize) };
+             });
+             return [boxes, document.documentElement.scrollWidth];",
+            vec![json!(selector)],
+        )
+        .await
+        .expect("the layout");
+    let boxes = found[0].as_array().expect("boxes").clone();
+    assert!(!boxes.is_empty(), "nothing matches {selector}");
+    (boxes, found[1].as_f64().expect("a width"))
+}
+
+/// Every element of `selector` whole on the first screen, its text at
+/// least `min_px` high, and nothing wider than the screen.
+async fn assert_on_screen(browser: &Client, selector: &str, min_px: f64) {
+    let (boxes, page_width) = layout(browser, selector).await;
+    assert!(
+        page_width <= f64::from(WIDTH),
+        "the page is {page_width} px wide: the room scrolls sideways"
+    );
+    for found in boxes {
+        let at = |side: &str| found[side].as_f64().expect("a number");
+        assert!(
+            at("left") >= 0.0
+                && at("right") <= f64::from(WIDTH)
+                && at("top") >= 0.0
+                && at("bottom") <= f64::from(HEIGHT),
+            "{selector} is not whole on a {WIDTH}x{HEIGHT} screen: {found}"
+        );
+        assert!(
+            at("px") >= min_px,
+            "{selector} is too small to read: {found}"
+        );
+    }
+}
+
+/// The live page on the projector: every figure on the first screen, in
+/// big digits; and words that say what a lock's state is (a lock with no
+/// TTL never expires; a sale no lock ever guarded has no holder, not a
+/// "free" lock).
+#[tokio::test]
+async fn the_live_page_shows_every_figure_on_one_projector_screen_in_words_that_teach() {
+    let app = spawn_app_with(Options::default()).await;
+    let driver = ChromeDriver::start().await;
+    let profile = tempfile::tempdir().expect("a temporary directory");
+    let projector = driver.projector(profile.path()).await;
+    let sale = app.create_sale(10).await;
+    projector
+        .goto(&app.url(&format!("/sales/{sale}/live")))
+        .await
+        .expect("open the live page");
+    wait_for_text(&projector, "connection", "Live").await;
+    wait_for_text(&projector, "stock", "10").await;
+    // No lock was ever taken here (as under `naive`, `lua`, `postgres`).
+    wait_for_text(&projector, "holder", "none taken").await;
+    app.buy(sale, "ann").await;
+    wait_for_text(&projector, "accepted", "1").await;
+
+    // The article's crash: a lock whose value is a time, not an owner,
+    // left with no TTL (`SETNX` done, `EXPIRE` never).
+    let keys = app.keys(sale);
+    let mut conn = app.redis_conn().await;
+    let () = redis::cmd("SET")
+        .arg(&keys.lock)
+        .arg("1764168000123")
+        .query_async(&mut conn)
+        .await
+        .expect("SET the lock");
+    wait_for_text(&projector, "pttl", "never (no TTL)").await;
+    wait_for_text(&projector, "holder-fence", "none").await;
+    screenshot(&projector, "projector-live.png").await;
+
+    // The holder, the lock's line, each counter and its name.
+    assert_on_screen(&projector, "#holder, #pttl, #fence", 20.0).await;
+    assert_on_screen(&projector, ".counters td", 24.0).await;
+    assert_on_screen(&projector, ".counters th", 16.0).await;
+    assert_on_screen(&projector, "h2", 16.0).await;
+
+    // A lock of the article's 56 years reads in years.
+    let () = redis::cmd("SET")
+        .arg(&keys.lock)
+        .arg("1764168000123")
+        .arg("PX")
+        .arg(56_i64 * 365 * 24 * 3600 * 1000 + 3_600_000)
+        .query_async(&mut conn)
+        .await
+        .expect("SET the lock");
+    wait_for_text(&projector, "pttl", "in 56 years").await;
+    projector.close().await.expect("close the browser");
+}
+
+/// The lab's page on the projector: its table no wider than the screen,
+/// its figures and each row's lesson at a readable size. Three rows of
+/// `article` (the widest row name, a lock of 56 years and one left with
+/// no TTL), on few buyers.
+#[tokio::test]
+async fn the_labs_page_fits_a_projector_screen_wide() {
+    let scratch = Scratch::new().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let output = finish(seckill_command(
+        &scratch,
+        &[
+            "lab",
+            "--exit",
+            "--strategy",
+            "article",
+            "--users",
+            "200",
+            "--report-dir",
+            dir.path().to_str().expect("a UTF-8 path"),
+        ],
+        &[],
+    ))
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+
+    let driver = ChromeDriver::start().await;
+    let profile = tempfile::tempdir().expect("a temporary directory");
+    let projector = driver.projector(profile.path()).await;
+    projector
+        .goto(&format!("file://{}", dir.path().join("lab.html").display()))
+        .await
+        .expect("open the lab's page");
+    screenshot(&projector, "projector-lab.png").await;
+    let (cells, page_width) = layout(&projector, "td, th").await;
+    assert!(
+        page_width <= f64::from(WIDTH),
+        "the lab's page is {page_width} px wide: the room scrolls sideways"
+    );
+    for cell in cells {
+        let right = cell["right"].as_f64().expect("a number");
+        let px = cell["px"].as_f64().expect("a number");
+        assert!(right <= f64::from(WIDTH), "off the screen: {cell}");
+        assert!(px >= 15.0, "too small to read: {cell}");
+    }
+    let (lessons, _) = layout(&projector, "tr.lesson td").await;
+    assert_eq!(lessons.len(), 3, "a lesson under each row");
+    projector.close().await.expect("close the browser");
+}
