@@ -62,6 +62,10 @@ impl ChaosReport {
             table.row(row.cells());
         }
         let _ = write!(out, "\n{table}");
+        let _ = writeln!(
+            out,
+            "recovered: from the fault's end to the first answer that sold or refused a unit"
+        );
         for row in self
             .rows
             .iter()
@@ -88,6 +92,15 @@ impl ChaosReport {
                 check.name,
                 check.expected,
                 check.found
+            );
+        }
+        if self.summary.accepted > 0 && self.summary.held == 0 {
+            let _ = writeln!(
+                out,
+                "  (nobody pays in a chaos run: every order was cancelled when its {} s payment window closed, \
+                 so no unit is held and Redis has all {} units on sale again, each given back once)",
+                super::PAYMENT_WINDOW.as_secs(),
+                self.stock
             );
         }
         let _ = writeln!(

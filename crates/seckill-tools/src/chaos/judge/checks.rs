@@ -69,6 +69,8 @@ struct Promised {
 pub(crate) struct Summary {
     /// Buyers told `202`.
     pub(crate) accepted: u64,
+    /// Units held at the end (confirmed or paid orders).
+    pub(crate) held: u64,
     /// Orders named by a `503 unconfirmed`: their buyers were told the
     /// order may or may not go through, and to look it up.
     pub(crate) in_doubt: u64,
@@ -247,7 +249,12 @@ pub(crate) async fn checks(
         ChaosCheck {
             name: "no lock key without a TTL",
             expected: "absent or expiring".to_owned(),
-            found: lock_ttl.to_string(),
+            // PTTL's -2 and -1, in words.
+            found: match lock_ttl {
+                -2 => "absent".to_owned(),
+                -1 => "no TTL".to_owned(),
+                ms => format!("{ms} ms left"),
+            },
             ok: lock_ttl != -1,
         },
         ChaosCheck::equal("queues empty (waiting + in flight)", 0, depth.0),
@@ -266,6 +273,7 @@ pub(crate) async fn checks(
     let on_sale = i64::from(rig.stock) - i64::from(sold);
     let summary = Summary {
         accepted: accepted_ids.len() as u64,
+        held: holding.len() as u64,
         in_doubt: unconfirmed.len() as u64,
         lost: lost.len() as u64,
         // No stock in Redis: the next purchase loads the sale from
