@@ -28,7 +28,7 @@ use super::error::ApiError;
 use super::lookup::{SaleView, find_sale};
 use super::pages::html;
 use super::{AppState, admin_token, limits};
-use seckill_core::domain::{NewSale, OrderStatus};
+use seckill_core::domain::{NewSale, OrderStatus, RoomMode, RoomSettings};
 use seckill_core::keys::SaleQueue;
 use seckill_core::queue::QueueStats;
 use seckill_core::store::OrderRow;
@@ -114,6 +114,43 @@ pub(crate) struct NewSaleForm {
     starts_in_secs: i64,
     /// Seconds the sale stays open; empty for no end.
     duration_secs: Option<String>,
+    /// `fifo` or `lottery` for a waiting room; empty or absent for none.
+    #[serde(default)]
+    waiting_room: Option<String>,
+    /// The room's settings; read only with a room.
+    #[serde(default)]
+    admit_per_sec: Option<String>,
+    #[serde(default)]
+    max_active: Option<String>,
+    #[serde(default)]
+    admission_secs: Option<String>,
+}
+
+impl NewSaleForm {
+    /// The room the form asks for: `Ok(None)` for none, `Err` with what
+    /// the admin reads when a field is not a number or the mode unknown
+    /// (the ranges are the sale builder's to check).
+    fn room(&self) -> Result<Option<RoomSettings>, String> {
+        let mode = match self.waiting_room.as_deref().map(str::trim) {
+            None | Some("") | Some("none") => return Ok(None),
+            Some(raw) => {
+                RoomMode::parse(raw).ok_or_else(|| format!("unknown waiting room {raw:?}"))?
+            }
+        };
+        let number = |field: &Option<String>, name: &str| -> Result<u32, String> {
+            field
+                .as_deref()
+                .map(str::trim)
+                .and_then(|raw| raw.parse().ok())
+                .ok_or_else(|| format!("waiting_room.{name} must be a whole number"))
+        };
+        Ok(Some(RoomSettings {
+            mode,
+            admit_per_sec: number(&self.admit_per_sec, "admit_per_sec")?,
+            max_active: number(&self.max_active, "max_active")?,
+            admission_secs: number(&self.admission_secs, "admission_secs")?,
+        }))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -296,6 +333,13 @@ pub(crate) async fn create_sale(
                 return admin_page(&state, None, Some(notice), StatusCode::BAD_REQUEST).await;
             }
         },
+    }
+    match form.room() {
+        Ok(None) => {}
+        Ok(Some(room)) => new = new.waiting_room(room),
+        Err(notice) => {
+            return admin_page(&state, None, Some(notice), StatusCode::BAD_REQUEST).await;
+        }
     }
     let new = match new.build(Utc::now()) {
         Ok(new) => new,

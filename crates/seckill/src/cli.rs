@@ -15,7 +15,7 @@ use serde::Serialize;
 use seckill_core::config::{
     DEFAULT_MAX_EVENT_STREAMS, PurchaseSettings, RateLimitSettings, ServiceArgs, WorkerSettings,
 };
-use seckill_core::domain::{Sale, SaleStatus};
+use seckill_core::domain::{RoomMode, RoomSettings, Sale, SaleStatus};
 
 /// A flash sale that proves, under load and under faults, that 10 units are
 /// never sold 11 times.
@@ -133,6 +133,42 @@ pub struct CreateSaleArgs {
     /// Seconds the sale stays open after it starts [default: no end].
     #[arg(long)]
     pub duration: Option<u64>,
+    /// Put a waiting room in front of the sale, admitting in this order [default: no room].
+    #[arg(long, value_enum)]
+    pub waiting_room: Option<RoomOrder>,
+    /// The room's admissions per second (1-10000).
+    #[arg(long, default_value_t = 50, requires = "waiting_room")]
+    pub admit_per_sec: u32,
+    /// The room's admitted buyers at once who have neither bought nor run out (1-1000000).
+    #[arg(long, default_value_t = 100, requires = "waiting_room")]
+    pub max_active: u32,
+    /// Seconds an admission lasts (10-3600).
+    #[arg(long, default_value_t = 120, requires = "waiting_room")]
+    pub admission_secs: u32,
+}
+
+/// `--waiting-room`'s choices (`RoomMode`'s, as flags name them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoomOrder {
+    /// By arrival.
+    Fifo,
+    /// Those who joined before the open by lot, then by arrival.
+    Lottery,
+}
+
+impl CreateSaleArgs {
+    /// The room asked for, unchecked (the sale's builder checks it).
+    pub fn room(&self) -> Option<RoomSettings> {
+        self.waiting_room.map(|order| RoomSettings {
+            mode: match order {
+                RoomOrder::Fifo => RoomMode::Fifo,
+                RoomOrder::Lottery => RoomMode::Lottery,
+            },
+            admit_per_sec: self.admit_per_sec,
+            max_active: self.max_active,
+            admission_secs: self.admission_secs,
+        })
+    }
 }
 
 /// What `seckill sale create` prints, as JSON: the sale as created, with all

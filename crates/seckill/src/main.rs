@@ -192,11 +192,15 @@ async fn create_sale(
     // Seconds beyond i64 are refused by the builder's range check, like any
     // other out-of-range number.
     let seconds = |secs: u64| i64::try_from(secs).unwrap_or(i64::MAX);
+    let room = args.room();
     let mut new = NewSale::builder(args.name, i64::from(args.stock))
         .price_cents(args.price_cents)
         .starts_in(seconds(args.starts_in));
     if let Some(duration) = args.duration {
         new = new.lasts(seconds(duration));
+    }
+    if let Some(room) = room {
+        new = new.waiting_room(room);
     }
     let new = new.build(now).context("invalid sale")?;
     let pg = store::connect_postgres(&services.database_url).await?;

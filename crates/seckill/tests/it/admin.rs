@@ -6,28 +6,7 @@ use std::time::Duration;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use seckill_core::queue::Queue;
 
-use crate::helpers::{ADMIN_TOKEN, Options, TestApp, spawn_app, spawn_app_with};
-
-/// A client that shows redirects instead of following them.
-fn no_redirects() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("an HTTP client")
-}
-
-/// Log in through the form; returns the `name=value` of the admin cookie.
-async fn log_in(app: &TestApp) -> String {
-    let response = no_redirects()
-        .post(app.url("/admin/login"))
-        .form(&[("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .expect("POST /admin/login");
-    assert_eq!(response.status(), 303);
-    let set_cookie = response.headers()[SET_COOKIE].to_str().expect("ASCII");
-    set_cookie.split(';').next().expect("name=value").to_owned()
-}
+use crate::helpers::{ADMIN_TOKEN, Options, TestApp, no_redirects, spawn_app, spawn_app_with};
 
 /// Post the re-drive form for `queue` of `sale`, signed in with `cookie`.
 async fn redrive(app: &TestApp, cookie: &str, sale: i64, queue: &str) -> reqwest::Response {
@@ -171,7 +150,7 @@ async fn the_admin_pages_refuse_every_login_while_no_token_is_configured() {
 #[tokio::test]
 async fn an_admin_creates_a_sale_sees_its_orders_and_stock_and_redrives_dead_jobs() {
     let app = spawn_app().await;
-    let cookie = log_in(&app).await;
+    let cookie = app.log_in().await;
     let index = no_redirects()
         .get(app.url("/admin"))
         .header(COOKIE, &cookie)
@@ -267,7 +246,7 @@ async fn admin_status(app: &TestApp, cookie: &str) -> u16 {
 #[tokio::test]
 async fn logging_out_ends_the_session_on_the_server_for_every_copy_of_the_cookie() {
     let app = spawn_app().await;
-    let cookie = log_in(&app).await;
+    let cookie = app.log_in().await;
     assert_eq!(admin_status(&app, &cookie).await, 200);
     let out = no_redirects()
         .post(app.url("/admin/logout"))
@@ -279,7 +258,7 @@ async fn logging_out_ends_the_session_on_the_server_for_every_copy_of_the_cookie
     // A copy kept from before (a stolen cookie, another tab) no longer opens anything.
     assert_eq!(admin_status(&app, &cookie).await, 401);
     // Logging in again opens a new session.
-    let again = log_in(&app).await;
+    let again = app.log_in().await;
     assert_ne!(again, cookie);
     assert_eq!(admin_status(&app, &again).await, 200);
 }
@@ -300,7 +279,7 @@ async fn a_session_expires_by_itself_and_its_expiry_cannot_be_moved() {
         ..Options::default()
     })
     .await;
-    let cookie = log_in(&app).await;
+    let cookie = app.log_in().await;
     // The cookie says when it expires, in whole seconds: a session of 2 s
     // lasts more than one and at most two. An answer that came before
     // that second must be 200 (a slow machine may come after).
@@ -385,7 +364,7 @@ async fn guesses_sent_all_at_once_cannot_slip_past_the_lock_out() {
 #[tokio::test]
 async fn the_admin_page_lists_sales_a_page_at_a_time() {
     let app = spawn_app().await;
-    let cookie = log_in(&app).await;
+    let cookie = app.log_in().await;
     let mut ids = Vec::new();
     for n in 0..55 {
         let new = seckill_core::domain::NewSale::builder(format!("Sale {n}"), 3)

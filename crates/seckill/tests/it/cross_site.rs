@@ -5,24 +5,17 @@
 
 use std::time::Duration;
 
-use reqwest::header::{COOKIE, SET_COOKIE};
+use reqwest::header::COOKIE;
 use seckill_core::queue::Queue;
 use serde_json::Value;
 
-use crate::helpers::{ADMIN_TOKEN, TestApp, eventually, spawn_app};
+use crate::helpers::{TestApp, eventually, no_redirects, spawn_app};
 
 /// What another site's page makes a browser send with its form post.
 const FORGED: [(&str, &str); 2] = [
     ("origin", "https://evil.example"),
     ("sec-fetch-site", "cross-site"),
 ];
-
-fn no_redirects() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("an HTTP client")
-}
 
 /// Post `form` to `path` as the admin signed in with `cookie`, with the
 /// extra header `from` (who started the post, as a browser says it).
@@ -49,18 +42,6 @@ async fn refused_as_cross_site(response: reqwest::Response, what: &str) {
     assert_eq!(body["error"], "cross_site_request", "{what}");
 }
 
-async fn log_in(app: &TestApp) -> String {
-    let response = no_redirects()
-        .post(app.url("/admin/login"))
-        .form(&[("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .expect("POST /admin/login");
-    assert_eq!(response.status(), 303);
-    let set_cookie = response.headers()[SET_COOKIE].to_str().expect("ASCII");
-    set_cookie.split(';').next().expect("name=value").to_owned()
-}
-
 async fn admin_page_status(app: &TestApp, cookie: &str) -> u16 {
     no_redirects()
         .get(app.url("/admin"))
@@ -78,7 +59,7 @@ async fn the_pay_and_admin_forms_refuse_a_cross_site_post_and_change_nothing() {
     let sale = app.create_sale(3).await;
     let order = app.buy(sale, "ann").await;
     app.drain().await;
-    let cookie = log_in(&app).await;
+    let cookie = app.log_in().await;
     // One dead-lettered order job, for the re-drive form: one attempt
     // allowed, and a lease that has run out when it is next reserved.
     let queue = Queue::new(app.keys(sale).queue);

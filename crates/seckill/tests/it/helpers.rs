@@ -26,6 +26,8 @@ mod app;
 mod binaries;
 mod monitor;
 
+pub use app::no_redirects;
+
 pub use binaries::{
     cluster, create_sale_at, loadtest_command, seckill_command, spawn_this_test,
     start_app_and_a_worker,

@@ -7,11 +7,10 @@
 
 use std::time::Duration;
 
-use reqwest::header::SET_COOKIE;
 use seckill_devenv::services::PrivatePostgres;
 use serde_json::{Value, json};
 
-use crate::helpers::{ADMIN_TOKEN, Options, Scratch, TestApp, eventually, services, spawn_app_on};
+use crate::helpers::{Options, Scratch, eventually, services, spawn_app_on};
 
 /// A request on its way.
 type Pending = std::pin::Pin<Box<dyn Future<Output = reqwest::Result<reqwest::Response>>>>;
@@ -25,22 +24,6 @@ async fn unavailable(response: reqwest::Response, what: &str) {
     assert_eq!(headers["x-seckill-instance"], "test", "{what}");
     let body: Value = response.json().await.expect("a JSON error");
     assert_eq!(body["error"], "unavailable", "{what}: {body}");
-}
-
-/// Log in through the admin form; returns the `name=value` of its cookie.
-async fn log_in(app: &TestApp) -> String {
-    let response = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("a client")
-        .post(app.url("/admin/login"))
-        .form(&[("token", ADMIN_TOKEN)])
-        .send()
-        .await
-        .expect("POST /admin/login");
-    assert_eq!(response.status(), 303);
-    let cookie = response.headers()[SET_COOKIE].to_str().expect("ASCII");
-    cookie.split(';').next().expect("name=value").to_owned()
 }
 
 /// Read `GET /api/sales/{id}/live` until a snapshot satisfies `wanted`;
@@ -81,7 +64,7 @@ async fn while_postgres_is_down_what_needs_it_answers_503_and_a_known_sale_goes_
         .build(chrono::Utc::now())
         .expect("a sale");
     let unseen = app.store.create_sale(&new).await.expect("a sale").id;
-    let cookie = log_in(&app).await;
+    let cookie = app.log_in().await;
     let mut live = app
         .client
         .get(app.url(&format!("/api/sales/{sale}/live")))

@@ -258,3 +258,29 @@ impl TestApp {
             .expect("sold")
     }
 }
+
+/// A client that shows redirects instead of following them.
+pub fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("an HTTP client")
+}
+
+impl TestApp {
+    /// Log in through the admin form; returns the `name=value` of the
+    /// admin cookie.
+    pub async fn log_in(&self) -> String {
+        let response = no_redirects()
+            .post(self.url("/admin/login"))
+            .form(&[("token", ADMIN_TOKEN)])
+            .send()
+            .await
+            .expect("POST /admin/login");
+        assert_eq!(response.status(), 303);
+        let set_cookie = response.headers()[reqwest::header::SET_COOKIE]
+            .to_str()
+            .expect("ASCII");
+        set_cookie.split(';').next().expect("name=value").to_owned()
+    }
+}
