@@ -236,6 +236,19 @@ impl Store {
             .context("listing sales")
     }
 
+    /// The sales that have not ended, or ended less than `after` ago: the
+    /// ones whose queues the worker visits on every pass.
+    pub async fn sales_in_play(&self, after: std::time::Duration) -> anyhow::Result<Vec<i64>> {
+        sqlx::query_scalar(
+            "SELECT id FROM sales WHERE ends_at IS NULL \
+             OR ends_at > now() - make_interval(secs => $1) ORDER BY id",
+        )
+        .bind(after.as_secs_f64())
+        .fetch_all(&self.pg)
+        .await
+        .context("listing the sales in play")
+    }
+
     /// Units held by confirmed and paid orders, as PostgreSQL counts them.
     pub async fn sold(&self, sale_id: i64) -> anyhow::Result<i32> {
         sqlx::query_scalar("SELECT sold FROM sales WHERE id = $1")
