@@ -66,23 +66,56 @@ const FAILED_JOB_DELAY: Duration = Duration::from_secs(1);
 /// (see `deadlines.rs`); the first pass of every worker sweeps too.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
-/// Drains the queues of every sale. Several may run at once, in one process
-/// or many: the queue hands each job to one of them at a time.
 /// How long after its payment window could last end a sale stays in play
 /// for every pass of the worker: room for the redelivery of its last jobs
-/// (a lease) many times over. After it, the sweep's pass alone visits it.
+/// (a lease) many times over. After it, only a full pass visits it.
 const IN_PLAY_AFTER_WINDOW: Duration = Duration::from_secs(3600);
+/// How often a worker's pass visits every sale ever made, not only those
+/// in play; its first pass does too.
+const FULL_PASS_EVERY: Duration = Duration::from_secs(600);
 
+/// Something a worker does now and then: due on the first ask, then once
+/// `every` has passed since it was last due.
+struct Now {
+    every: Duration,
+    /// When it was last due; `None` until the first ask. A std Mutex: held
+    /// for a read and a write, never across an await.
+    last: Mutex<Option<Instant>>,
+}
+
+impl Now {
+    fn every(every: Duration) -> Self {
+        Self {
+            every,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// Whether it is due (and, if so, note that it is being done).
+    fn due(&self) -> bool {
+        let mut last = self.last.lock().expect("a worker's clock poisoned");
+        let due = last.is_none_or(|at| at.elapsed() >= self.every);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    }
+}
+
+/// Drains the queues of every sale. Several may run at once, in one process
+/// or many: the queue hands each job to one of them at a time.
 pub struct Worker {
     /// PostgreSQL, Redis and the key prefix; shared with the web handlers
     /// when the worker runs inside `seckill serve`. Never replaced.
     store: Store,
     /// Batch size, lease, attempts, poll and payment window; fixed at start.
     settings: WorkerSettings,
-    /// When this worker last swept the payment deadlines; `None` until its
-    /// first pass. A std Mutex: held for a read and a write, never across an
-    /// await. Only `run_once` changes it.
-    last_sweep: Mutex<Option<Instant>>,
+    /// When this worker sweeps the payment deadlines next. Only
+    /// `run_once` asks.
+    sweep: Now,
+    /// When this worker's pass visits every sale next. Only `run_once`
+    /// asks.
+    full_pass: Now,
 }
 
 /// A batch reserved from one queue, its payloads decoded. Owned by the one
@@ -121,7 +154,8 @@ impl Worker {
         Self {
             store,
             settings,
-            last_sweep: Mutex::new(None),
+            sweep: Now::every(SWEEP_EVERY),
+            full_pass: Now::every(FULL_PASS_EVERY),
         }
     }
 
@@ -461,21 +495,27 @@ impl Worker {
     }
 
     /// One pass over the order queue and deadline queue of every sale in
-    /// play (every sale, on the sweep's pass). Returns what it did in total.
+    /// play (every sale, on a full pass). Returns what it did in total.
     pub async fn run_once(&self) -> anyhow::Result<BatchReport> {
+        Ok(self.pass().await?.0)
+    }
+
+    /// [`Worker::run_once`], and the sales whose queues had work.
+    pub(crate) async fn pass(&self) -> anyhow::Result<(BatchReport, Vec<i64>)> {
         let mut total = BatchReport::default();
-        let sweeping = self.sweep_is_due();
-        if sweeping {
+        let mut busy = Vec::new();
+        if self.sweep.due() {
             total.swept = self.sweep().await?;
         }
         // A sale that ended has work only until its last deadline (one
         // payment window after its end) and whatever an outage delayed:
-        // the passes between sweeps visit the sales still in play, so that
-        // an idle pass costs the live sales, not every sale ever made (with
-        // 10,000 ended sales, it cost purchases a fifth of their speed: the
-        // bench's `ended` rows). The sweep's pass, once a minute, visits
-        // every sale, so nothing left on an old sale's queue is stranded.
-        let sales = if sweeping {
+        // most passes visit the sales still in play, so that an idle pass
+        // costs the live sales, not every sale ever made (with 10,000
+        // ended sales, it cost purchases a fifth of their speed: the
+        // bench's `ended` rows). A full pass, on a worker's first and every
+        // ten minutes, visits every sale, so nothing left on an old sale's
+        // queue is stranded.
+        let sales = if self.full_pass.due() {
             self.store.sale_ids().await?
         } else {
             self.store
@@ -483,12 +523,17 @@ impl Worker {
                 .await?
         };
         for sale_id in sales {
-            total.add(self.try_process_batch(sale_id).await?);
-            total.add(self.try_process_deadlines(sale_id).await?);
+            let orders = self.try_process_batch(sale_id).await?;
+            let deadlines = self.try_process_deadlines(sale_id).await?;
+            if orders.reserved + deadlines.reserved > 0 {
+                busy.push(sale_id);
+            }
+            total.add(orders);
+            total.add(deadlines);
         }
         // Confirmed and rejected are counted per batch, above: the loop
         // woken by a purchase writes batches without this pass.
         metrics().orders("cancelled", total.cancelled);
-        Ok(total)
+        Ok((total, busy))
     }
 }

@@ -1,15 +1,15 @@
-//! The sweep: every worker, on its first pass and every [`SWEEP_EVERY`]
+//! The sweep: every worker, on its first pass and every `SWEEP_EVERY`
 //! after, puts back the payment deadlines a Redis that lost data (a restart
 //! without persistence, a wipe) forgot: every confirmed order's deadline is
 //! queued again (`deadlines.rs`), and queueing by id keeps one job, so a
 //! sweep that runs twice changes nothing. Under a lock, so one worker at a
 //! time; a worker that finds the lock taken skips its turn.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 
-use super::{SWEEP_EVERY, Worker};
+use super::Worker;
 use crate::keys;
 use crate::lock::RedisLock;
 
@@ -18,16 +18,6 @@ use crate::lock::RedisLock;
 const SWEEP_LOCK_TTL: Duration = Duration::from_secs(30);
 
 impl Worker {
-    /// Whether this worker's next pass should sweep (and, if so, note that it does).
-    pub(super) fn sweep_is_due(&self) -> bool {
-        let mut last = self.last_sweep.lock().expect("sweep clock poisoned");
-        let due = last.is_none_or(|at| at.elapsed() >= SWEEP_EVERY);
-        if due {
-            *last = Some(Instant::now());
-        }
-        due
-    }
-
     /// Sweep now, unless another worker is sweeping right now. Returns how
     /// many deadlines were missing and are queued again.
     pub(crate) async fn sweep(&self) -> anyhow::Result<u64> {

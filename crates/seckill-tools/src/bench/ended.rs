@@ -8,9 +8,10 @@
 //! holds, and answer a purchase on a live sale as fast.
 //!
 //! For each count, a fresh instance (and a worker): that many sales of one
-//! unit, each bought once through the API, all ending together; then,
-//! once its `/metrics` say it keeps nothing of them, its resident memory,
-//! and accepted purchases per second on a new sale for `--secs`.
+//! unit, each bought once through the API (and cancelled unpaid a second
+//! later), all ending together; then, once its `/metrics` say it keeps
+//! nothing of them, its resident memory, and accepted purchases per second
+//! on a new sale for `--secs`.
 
 use std::time::{Duration, Instant};
 
@@ -97,8 +98,12 @@ async fn after_serving(
     store: &Store,
     token: &str,
 ) -> anyhow::Result<After> {
+    // Their orders end too: a one-second payment window cancels them, so
+    // that what is measured is sales that are over, not 10,000 orders
+    // still waiting to be paid (which the payment sweep reads each minute).
     let deployment = super::deployment(services, store.prefix(), Strategy::Lock, token)?
-        .env("SECKILL_FORGET_ENDED_AFTER_SECS", "1");
+        .env("SECKILL_FORGET_ENDED_AFTER_SECS", "1")
+        .env("SECKILL_PAYMENT_WINDOW_SECS", "1");
     let fleet = Fleet::start(deployment, "bench-ended", 1).await?;
     let measured = async {
         let url = fleet.url("bench-ended-1")?;

@@ -152,15 +152,14 @@ async fn a_serving_instance_forgets_an_ended_sale_by_itself() {
     assert_eq!(interrupt(server).await, Some(0));
 }
 
-/// The worker's passes between sweeps visit the sales in play only; the
-/// sweep's pass (a worker's first, then once a minute) visits every sale,
-/// so an order left on the queue of a sale that ended long ago is still
-/// written.
+/// Most of the worker's passes visit the sales in play only; a full pass
+/// (a worker's first, then every ten minutes) visits every sale, so an
+/// order left on the queue of a sale that ended long ago is still written.
 #[tokio::test]
 async fn a_workers_pass_skips_sales_long_over_and_its_sweep_pass_visits_them() {
     let app = spawn_app().await;
     let (old, live) = (app.create_sale(5).await, app.create_sale(5).await);
-    let first = app.drain().await; // the sweep's pass: nothing queued yet
+    let first = app.drain().await; // a full pass: nothing queued yet
     assert_eq!(first.confirmed, 0);
     app.buy(old, "ann").await;
     app.buy(live, "bob").await;
@@ -175,8 +174,12 @@ async fn a_workers_pass_skips_sales_long_over_and_its_sweep_pass_visits_them() {
     .expect("moving the sale into the past");
     let pass = app.worker.run_once().await.expect("a pass");
     assert_eq!(pass.confirmed, 1, "only the sale in play: {pass:?}");
-    assert_eq!(app.queue_stats(old).await.waiting, 1, "left for the sweep");
-    // A worker's first pass is a sweep's: it visits every sale.
+    assert_eq!(
+        app.queue_stats(old).await.waiting,
+        1,
+        "left for a full pass"
+    );
+    // A worker's first pass is a full one: it visits every sale.
     let fresh = seckill_core::worker::Worker::new(app.store.clone(), app.worker_settings.clone());
     let swept = fresh.run_once().await.expect("a pass");
     assert_eq!(swept.confirmed, 1, "{swept:?}");
