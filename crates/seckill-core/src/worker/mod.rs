@@ -39,15 +39,16 @@
 //! and with it this batch's jobs; the new Redis sells their units again.
 
 mod deadlines;
+mod now;
 mod report;
 mod run;
 mod sweep;
 
+use now::Now;
 pub use report::BatchReport;
 use report::log_reservation;
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -73,34 +74,6 @@ const IN_PLAY_AFTER_WINDOW: Duration = Duration::from_secs(3600);
 /// How often a worker's pass visits every sale ever made, not only those
 /// in play; its first pass does too.
 const FULL_PASS_EVERY: Duration = Duration::from_secs(600);
-
-/// Something a worker does now and then: due on the first ask, then once
-/// `every` has passed since it was last due.
-struct Now {
-    every: Duration,
-    /// When it was last due; `None` until the first ask. A std Mutex: held
-    /// for a read and a write, never across an await.
-    last: Mutex<Option<Instant>>,
-}
-
-impl Now {
-    fn every(every: Duration) -> Self {
-        Self {
-            every,
-            last: Mutex::new(None),
-        }
-    }
-
-    /// Whether it is due (and, if so, note that it is being done).
-    fn due(&self) -> bool {
-        let mut last = self.last.lock().expect("a worker's clock poisoned");
-        let due = last.is_none_or(|at| at.elapsed() >= self.every);
-        if due {
-            *last = Some(Instant::now());
-        }
-        due
-    }
-}
 
 /// Drains the queues of every sale. Several may run at once, in one process
 /// or many: the queue hands each job to one of them at a time.
@@ -492,48 +465,5 @@ impl Worker {
             orders,
             reserved,
         })
-    }
-
-    /// One pass over the order queue and deadline queue of every sale in
-    /// play (every sale, on a full pass). Returns what it did in total.
-    pub async fn run_once(&self) -> anyhow::Result<BatchReport> {
-        Ok(self.pass().await?.0)
-    }
-
-    /// [`Worker::run_once`], and the sales whose queues had work.
-    pub(crate) async fn pass(&self) -> anyhow::Result<(BatchReport, Vec<i64>)> {
-        let mut total = BatchReport::default();
-        let mut busy = Vec::new();
-        if self.sweep.due() {
-            total.swept = self.sweep().await?;
-        }
-        // A sale that ended has work only until its last deadline (one
-        // payment window after its end) and whatever an outage delayed:
-        // most passes visit the sales still in play, so that an idle pass
-        // costs the live sales, not every sale ever made (with 10,000
-        // ended sales, it cost purchases a fifth of their speed: the
-        // bench's `ended` rows). A full pass, on a worker's first and every
-        // ten minutes, visits every sale, so nothing left on an old sale's
-        // queue is stranded.
-        let sales = if self.full_pass.due() {
-            self.store.sale_ids().await?
-        } else {
-            self.store
-                .sales_in_play(self.settings.payment_window() + IN_PLAY_AFTER_WINDOW)
-                .await?
-        };
-        for sale_id in sales {
-            let orders = self.try_process_batch(sale_id).await?;
-            let deadlines = self.try_process_deadlines(sale_id).await?;
-            if orders.reserved + deadlines.reserved > 0 {
-                busy.push(sale_id);
-            }
-            total.add(orders);
-            total.add(deadlines);
-        }
-        // Confirmed and rejected are counted per batch, above: the loop
-        // woken by a purchase writes batches without this pass.
-        metrics().orders("cancelled", total.cancelled);
-        Ok((total, busy))
     }
 }

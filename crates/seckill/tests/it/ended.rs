@@ -11,8 +11,8 @@ use seckill_core::purchase::{Outcome, Purchaser};
 use seckill_core::strategy::Shop;
 use serde_json::json;
 
-use crate::helpers::{Scratch, client, eventually, seckill_command, spawn_app};
-use crate::processes::{interrupt, start_until};
+use crate::helpers::{Scratch, client, eventually, spawn_app};
+use crate::processes::interrupt;
 
 #[tokio::test]
 async fn an_instance_forgets_the_sales_that_ended_and_only_those() {
@@ -83,26 +83,8 @@ async fn an_instance_forgets_the_sales_that_ended_and_only_those() {
 #[tokio::test]
 async fn a_serving_instance_forgets_an_ended_sale_by_itself() {
     let scratch = Scratch::new().await;
-    let serve = seckill_command(
-        &scratch,
-        &[
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--forget-ended-after-secs",
-            "1",
-        ],
-        &[],
-    );
-    let (server, url) = start_until(serve, "its address", |line| {
-        line.strip_prefix("seckill listening on ")
-            .map(str::to_owned)
-    })
-    .await;
-    let redis = seckill_core::redis_pool::connect_redis(&scratch.redis, Duration::from_secs(5))
-        .await
-        .expect("Redis");
-    let store = seckill_core::store::Store::new(scratch.pg().await, redis, scratch.prefix.clone());
+    let (server, url, store) =
+        crate::processes::serve_process(&scratch, &["--forget-ended-after-secs", "1"]).await;
     let ends = chrono::Utc::now() + chrono::Duration::seconds(3);
     let new = seckill_core::domain::NewSale::builder("Ends soon", 5)
         .ends_at(ends)

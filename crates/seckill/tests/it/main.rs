@@ -63,6 +63,7 @@ mod store;
 mod strategies;
 mod verify;
 mod waiting_room;
+mod waiting_room_made;
 mod wake;
 mod worker;
 mod worker_refused;

@@ -107,6 +107,29 @@ pub async fn start_until_within<T>(
     (child, found)
 }
 
+/// `seckill serve --bind 127.0.0.1:0 <extra>` on `scratch`, a process of
+/// its own (its own metrics registry, unlike an in-process app), and a
+/// store on the same database and prefix. Returns the process, its URL
+/// and the store.
+pub async fn serve_process(
+    scratch: &crate::helpers::Scratch,
+    extra: &[&str],
+) -> (tokio::process::Child, String, seckill_core::store::Store) {
+    let mut args = vec!["serve", "--bind", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let serve = crate::helpers::seckill_command(scratch, &args, &[]);
+    let (server, url) = start_until(serve, "its address", |line| {
+        line.strip_prefix("seckill listening on ")
+            .map(str::to_owned)
+    })
+    .await;
+    let redis = seckill_core::redis_pool::connect_redis(&scratch.redis, Duration::from_secs(5))
+        .await
+        .expect("Redis");
+    let store = seckill_core::store::Store::new(scratch.pg().await, redis, scratch.prefix.clone());
+    (server, url, store)
+}
+
 /// Ctrl-C, as a user at the terminal: SIGINT, then the exit code, within 30 s.
 pub async fn interrupt(mut child: tokio::process::Child) -> Option<i32> {
     use nix::sys::signal::{Signal, kill};
