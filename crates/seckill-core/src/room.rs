@@ -31,8 +31,9 @@ pub enum Place {
     /// Not in the room (never joined, or asked with a ticket of a room
     /// that was wiped).
     Outside,
-    /// In line: `place` 1-based, `ahead` buyers before them.
-    Waiting { place: u64, ahead: u64 },
+    /// In line: `number` is the order the room serves in (arrival, or
+    /// the lottery's draw), `ahead` the buyers before them now.
+    Waiting { number: u64, ahead: u64 },
     /// Admitted until this moment (ms since the epoch).
     Admitted { until_ms: i64 },
     /// Their admission bought.
@@ -126,7 +127,7 @@ pub async fn visit(
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     let place = match standing {
         1 => Place::Waiting {
-            place: count(value),
+            number: count(value),
             ahead: count(ahead),
         },
         2 => Place::Admitted { until_ms: value },

@@ -40,6 +40,9 @@ struct StandingView {
     ticket: String,
     /// Place in line (1-based) while waiting; `null` otherwise.
     position: Option<u64>,
+    /// The buyer's number in the line: the order the room serves in, set
+    /// when they joined (redrawn once by a lottery at the open).
+    number: Option<u64>,
     /// Buyers before this one in line.
     ahead: u64,
     /// Seconds until this buyer's turn, at the rate the room is actually
@@ -165,9 +168,9 @@ async fn answer(
     held: Option<String>,
 ) -> Result<HttpResponse, ApiError> {
     let key = state.store.pass_key().await?;
-    let (position, ahead) = match standing.place {
-        Place::Waiting { place, ahead } => (Some(place), ahead),
-        _ => (None, 0),
+    let (position, number, ahead) = match standing.place {
+        Place::Waiting { number, ahead } => (Some(ahead + 1), Some(number), ahead),
+        _ => (None, None, 0),
     };
     // A status request's ticket is good (it was just checked) and names
     // the same buyer: it is answered back as it came, unsigned again.
@@ -184,7 +187,7 @@ async fn answer(
             &Pass {
                 sale_id: sale.id,
                 buyer: buyer.clone(),
-                number: position.map_or(0, |p| i64::try_from(p).unwrap_or(i64::MAX)),
+                number: number.map_or(0, |p| i64::try_from(p).unwrap_or(i64::MAX)),
                 expires_ms,
             },
         )
@@ -199,6 +202,7 @@ async fn answer(
     let view = StandingView {
         ticket: ticket.clone(),
         position,
+        number,
         ahead,
         eta_secs: standing.eta_secs(settings),
         admitted: admission.is_some(),

@@ -23,7 +23,8 @@
 --
 -- Returns {standing, place-or-expiry, ahead, waiting, closed, admitted,
 -- first, now, drawn}: standing 0 not in the room, 1 waiting (then the
--- place in line, 1-based, and how many are ahead), 2 admitted (then when
+-- buyer's number in the line, the order it is served in, and how many
+-- are ahead), 2 admitted (then when
 -- the admission ends), 3 bought; `waiting` the line's length; `closed` 1
 -- when the sale has sold out or ended; `admitted` and `first` for the
 -- observed rate; `drawn` the number of buyers the lottery shuffled in this
@@ -140,6 +141,6 @@ if until_ms then
 end
 local rank = redis.call('ZRANK', line, buyer)
 if rank then
-  return answer(1, rank + 1, rank)
+  return answer(1, tonumber(redis.call('ZSCORE', line, buyer)), rank)
 end
 return answer(0, 0, 0)

@@ -33,8 +33,8 @@ pub(crate) struct Story {
     pub(crate) kind: Kind,
     /// When the join was answered (with a room), or the first purchase sent.
     pub(crate) arrived: Option<f64>,
-    /// The place the join was given, when it was before the open (the
-    /// server's order of arrival, which answers sent at once may not keep).
+    /// The number the join was given: the server's order of arrival,
+    /// which the answers of joins sent at once may not keep.
     pub(crate) place: Option<u64>,
     /// When the room admitted them, on the server's word (the answer's
     /// `admission_expires_in_secs`, taken back from the admission's length).
@@ -56,8 +56,9 @@ pub(crate) struct Run {
     pub(crate) until: Instant,
     /// The room's `admission_secs`, if the sale has a room.
     pub(crate) room: Option<f64>,
-    /// Admissions bots got, which the other bots try as their own.
-    pub(crate) stolen: Mutex<Vec<String>>,
+    /// Admissions bots got, by the bot they were given to, which the
+    /// other bots try as their own.
+    pub(crate) stolen: Mutex<Vec<(String, String)>>,
 }
 
 impl Run {
@@ -70,7 +71,9 @@ impl Run {
 pub(crate) fn client_from(address: Ipv4Addr) -> reqwest::Client {
     reqwest::Client::builder()
         .local_address(IpAddr::V4(address))
-        .timeout(Duration::from_secs(5))
+        // Long: an answer that comes late is still the answer (a `202`
+        // given up on would count a unit nobody was told of).
+        .timeout(Duration::from_secs(60))
         .build()
         .expect("a client with a local address")
 }
@@ -108,13 +111,28 @@ pub(crate) async fn bot(run: Arc<Run>, http: reqwest::Client, id: String) -> Sto
     }
     // Beside its place in line, purchases without a turn, and with the
     // admissions other bots got.
+    // Stopped by a flag, not aborted: a purchase it has sent is answered,
+    // and a `202` it got is counted.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let spam = {
-        let (run, http, id) = (Arc::clone(&run), http.clone(), id.clone());
+        let (run, http, id, done) = (
+            Arc::clone(&run),
+            http.clone(),
+            id.clone(),
+            Arc::clone(&done),
+        );
         tokio::spawn(async move {
             let mut answers = Vec::new();
             tokio::time::sleep_until(run.open).await;
-            while Instant::now() < run.until {
-                let stolen = run.stolen.lock().expect("never poisoned").last().cloned();
+            while Instant::now() < run.until && !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let stolen = run
+                    .stolen
+                    .lock()
+                    .expect("never poisoned")
+                    .iter()
+                    .rev()
+                    .find(|(owner, _)| *owner != id)
+                    .map(|(_, admission)| admission.clone());
                 let (code, _) = purchase(&run, &http, &id, stolen.as_deref()).await;
                 let over = code == "202" || code == "409/sold_out";
                 answers.push(code);
@@ -127,7 +145,7 @@ pub(crate) async fn bot(run: Arc<Run>, http: reqwest::Client, id: String) -> Sto
         })
     };
     wait_in_room(&run, &http, &id, &mut story, BOT_POLL).await;
-    spam.abort();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Ok(answers) = spam.await {
         story.won |= answers.iter().any(|a| a == "202");
         story.answers.extend(answers);
@@ -167,11 +185,8 @@ async fn wait_in_room(
         return;
     };
     story.answers.push(format!("join {code}"));
-    let now = Instant::now();
-    story.arrived = Some(run.secs(now));
-    if now < run.open {
-        story.place = body["position"].as_u64();
-    }
+    story.arrived = Some(run.secs(Instant::now()));
+    story.place = body["number"].as_u64();
     let Some(ticket) = body["ticket"].as_str().map(str::to_owned) else {
         return;
     };
@@ -197,7 +212,7 @@ async fn wait_in_room(
                 run.stolen
                     .lock()
                     .expect("never poisoned")
-                    .push(admission.clone());
+                    .push((id.to_owned(), admission.clone()));
             }
             buy_until_told(run, http, id, Some(&admission), story, poll).await;
             return;

@@ -61,22 +61,14 @@ impl Row {
 }
 
 /// Pairs admitted out of their order of joining: `(both joined after the
-/// open, all)`. The order of joining is the server's place for those who
-/// joined before the open, then the time of the join's answer. Two
-/// admissions within a millisecond are one batch, in no order.
+/// open, all)`. The order of joining is the number the server gave each
+/// join. Two admissions within a millisecond are one batch, in no order.
 fn inversions(stories: &[Story], open: f64) -> (usize, usize) {
-    let mut admitted: Vec<((u8, f64), f64, bool)> = stories
+    let mut admitted: Vec<(u64, f64, bool)> = stories
         .iter()
-        .filter_map(|s| {
-            let arrived = s.arrived?;
-            let order = match s.place {
-                Some(place) => (0, place as f64),
-                None => (1, arrived),
-            };
-            Some((order, s.admitted?, arrived >= open))
-        })
+        .filter_map(|s| Some((s.place?, s.admitted?, s.arrived? >= open)))
         .collect();
-    admitted.sort_by(|a, b| a.0.0.cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
+    admitted.sort_by_key(|a| a.0);
     let (mut after_open, mut all) = (0, 0);
     for (i, a) in admitted.iter().enumerate() {
         for b in &admitted[i + 1..] {
