@@ -211,8 +211,23 @@ async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
         },
     )
     .await;
-    let sale = app.create_sale(5).await;
-    app.buy(sale, "ann").await;
+    // Units enough for every try below: an unconfirmed pass takes its unit.
+    let sale = app.create_sale(50).await;
+    // A `202` once the new replicas have caught up with their masters (a
+    // cluster just started may still be in its first sync, and then the
+    // pass's WAIT times out: `503 unconfirmed`, as it should).
+    let mut n = 0;
+    eventually(
+        Duration::from_secs(10),
+        "a 202 once the replicas are in step",
+        || {
+            n += 1;
+            let buyer = format!("early-{n}");
+            let app = &app;
+            async move { app.purchase(sale, &buyer).await.status() == 202 }
+        },
+    )
+    .await;
 
     redis.pause_replicas();
     let response = app.purchase(sale, "bob").await;
