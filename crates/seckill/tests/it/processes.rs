@@ -143,3 +143,20 @@ pub async fn interrupt(mut child: tokio::process::Child) -> Option<i32> {
         .expect("its exit status")
         .code()
 }
+
+/// Run `process` with `answer` typed on its standard input.
+pub async fn answered(mut process: tokio::process::Command, answer: &str) -> std::process::Output {
+    use tokio::io::AsyncWriteExt;
+    process.stdin(std::process::Stdio::piped());
+    let mut child = process.spawn().expect("the command started");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin
+        .write_all(answer.as_bytes())
+        .await
+        .expect("typing the answer");
+    drop(stdin);
+    tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+        .await
+        .expect("the command ended in time")
+        .expect("its output")
+}

@@ -12,19 +12,7 @@ use crate::processes::{RUN_LIMIT, interrupt, text};
 
 /// `seckill reset` with `answer` typed at its question: its output.
 async fn reset(app: &TestApp, answer: &str) -> std::process::Output {
-    let mut command = seckill_command(&app.scratch, &["reset"], &[]);
-    command.stdin(Stdio::piped());
-    let mut child = command.spawn().expect("seckill reset started");
-    let mut stdin = child.stdin.take().expect("stdin is piped");
-    stdin
-        .write_all(answer.as_bytes())
-        .await
-        .expect("typing the answer");
-    drop(stdin);
-    tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
-        .await
-        .expect("seckill reset ended in time")
-        .expect("seckill reset's output")
+    crate::processes::answered(seckill_command(&app.scratch, &["reset"], &[]), answer).await
 }
 
 /// Redis keys under the app's prefix.

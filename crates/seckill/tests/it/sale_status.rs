@@ -28,14 +28,21 @@ async fn upcoming_sale(app: &TestApp) -> i64 {
     .await
 }
 
-#[tokio::test]
-async fn the_sale_api_tells_upcoming_live_sold_out_and_ended_apart_and_404s_the_unknown() {
-    let app = spawn_app().await;
+/// A live sale, a sold-out one, an upcoming one and an ended one, created
+/// in that order: their ids.
+async fn one_of_each(app: &TestApp) -> [i64; 4] {
     let live = app.create_sale(2).await;
     let sold_out = app.create_sale(1).await;
     app.buy(sold_out, "ann").await;
-    let upcoming = upcoming_sale(&app).await;
-    let ended = ended_sale(&app).await;
+    let upcoming = upcoming_sale(app).await;
+    let ended = ended_sale(app).await;
+    [live, sold_out, upcoming, ended]
+}
+
+#[tokio::test]
+async fn the_sale_api_tells_upcoming_live_sold_out_and_ended_apart_and_404s_the_unknown() {
+    let app = spawn_app().await;
+    let [live, sold_out, upcoming, ended] = one_of_each(&app).await;
 
     let sale = async |id: i64| app.get_json(&format!("/api/sales/{id}")).await;
     let (live, sold_out, upcoming, ended) = (
@@ -84,11 +91,7 @@ async fn the_sale_api_tells_upcoming_live_sold_out_and_ended_apart_and_404s_the_
 async fn the_index_lists_live_sales_then_upcoming_then_ended() {
     let app = spawn_app().await;
     // Created oldest first: newest first alone would list them backwards.
-    let live = app.create_sale(2).await;
-    let sold_out = app.create_sale(1).await;
-    app.buy(sold_out, "ann").await;
-    let upcoming = upcoming_sale(&app).await;
-    let ended = ended_sale(&app).await;
+    let [live, sold_out, upcoming, ended] = one_of_each(&app).await;
 
     let html = app
         .client

@@ -93,7 +93,7 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
             continue;
         }
         let output = if args[0] == "reset" {
-            answered(process, "yes\n").await
+            crate::processes::answered(process, "yes\n").await
         } else {
             finish(process).await
         };
@@ -111,23 +111,6 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
             );
         }
     }
-}
-
-/// Run `process` with `answer` typed on its standard input.
-async fn answered(mut process: tokio::process::Command, answer: &str) -> std::process::Output {
-    use tokio::io::AsyncWriteExt;
-    process.stdin(std::process::Stdio::piped());
-    let mut child = process.spawn().expect("the command started");
-    let mut stdin = child.stdin.take().expect("stdin is piped");
-    stdin
-        .write_all(answer.as_bytes())
-        .await
-        .expect("typing the answer");
-    drop(stdin);
-    tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
-        .await
-        .expect("the command ended in time")
-        .expect("its output")
 }
 
 /// The room has the repository, not the article: the guide points at our
