@@ -6,6 +6,11 @@
 //! the excess). Then both reports side by side, and the `lock` sale's page
 //! stays up until Ctrl-C, so its unpaid orders can be watched coming back on
 //! sale. The pieces are the load test's: see [`crate::loadrun`].
+//!
+//! With `--waiting-room`, the demo asks another question instead: who gets
+//! the units? The crowd of people and bots of `seckill crowd`, with the
+//! room off, `fifo` and `lottery`; then a sale with a lottery room stays
+//! up for the audience to join from their own browsers (`demo_room.rs`).
 
 use std::path::PathBuf;
 use std::pin::pin;
@@ -55,6 +60,10 @@ pub struct DemoArgs {
     /// Before the `lock` run, print its live page and wait for Enter, so that a room watching the page sees the race (when standard input ends, as without a terminal, the run starts at once).
     #[arg(long)]
     pub(crate) wait_for_enter: bool,
+
+    /// Who gets the units? Instead of the two runs, people against bots with the waiting room off, `fifo` and `lottery` (as `seckill crowd`); then a sale with a lottery room opening in a minute stays up, to join from the sale page.
+    #[arg(long, conflicts_with_all = ["users", "instances", "wait_for_enter"])]
+    pub(crate) waiting_room: bool,
 }
 
 /// How many winners' order pages the demo prints, for a volunteer to pay.
@@ -81,6 +90,9 @@ pub(crate) async fn demo(
     services: &Services,
     prefix: &str,
 ) -> anyhow::Result<Verdict> {
+    if args.waiting_room {
+        return crate::demo_room::demo_room(&args, services, prefix).await;
+    }
     seckill_core::process::raise_open_files_limit();
     let token = admin_token();
     // One listener from start to end: a Ctrl-C between the runs and the

@@ -3,7 +3,9 @@
 //!
 //! - [`loadrun`]: the load test (the `loadtest/` crate's generator and
 //!   verifier) against app instances it starts, shared by the others;
-//! - `demo`: the whole show, `lock` against `naive`, side by side;
+//! - `demo`: the whole show, `lock` against `naive`, side by side; with
+//!   `--waiting-room` (`demo_room`), the crowd's table, then a sale with a
+//!   lottery room for the audience to join;
 //! - `lab`: every purchase strategy with the fault that breaks it, in one
 //!   table;
 //! - [`chaos`]: the promise under a schedule of faults;
@@ -26,6 +28,7 @@ mod bench;
 pub mod chaos;
 mod crowd;
 mod demo;
+mod demo_room;
 mod lab;
 pub mod loadrun;
 

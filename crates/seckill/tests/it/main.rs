@@ -64,6 +64,7 @@ mod strategies;
 mod verify;
 mod waiting_room;
 mod waiting_room_made;
+mod waiting_room_shared;
 mod wake;
 mod worker;
 mod worker_refused;

@@ -32,7 +32,7 @@ fn commands(guide: &str) -> Vec<String> {
 fn the_guide_has_about_eight_steps_each_with_a_command_and_a_question() {
     let steps: Vec<&str> = GUIDE.split("\n## ").skip(1).collect();
     assert!(
-        (8..=12).contains(&steps.len()),
+        (8..=13).contains(&steps.len()),
         "{} steps; a 90-minute session has about eight",
         steps.len()
     );
@@ -79,16 +79,26 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
             // Whether the verdict printed before the pages said every row
             // (or both runs) kept to what was expected.
             let mut kept = false;
+            // The sale the waiting-room demo keeps for the audience.
+            let mut audience = None;
             // The last step is the whole lab: thirteen rows before the
             // prompt, beside the rest of the suite.
             let prompt = "Press Ctrl-C to stop.";
-            let (child, kept) = start_until_within(2 * RUN_LIMIT, process, prompt, |line| {
-                kept |= line.contains("lab verdict: every row as expected")
-                    || line.contains("demo verdict: PASS");
-                line.contains(prompt).then_some(kept)
-            })
-            .await;
+            let (child, (kept, audience)) =
+                start_until_within(2 * RUN_LIMIT, process, prompt, |line| {
+                    kept |= line.contains("lab verdict: every row as expected")
+                        || line.contains("demo verdict: PASS");
+                    if let Some((_, page)) = line.split_once("before it opens: ") {
+                        audience = Some(page.trim().to_owned());
+                    }
+                    line.contains(prompt).then(|| (kept, audience.clone()))
+                })
+                .await;
             assert!(kept, "{command}: no passing verdict before the pages");
+            if args.contains(&"--waiting-room") {
+                let page = audience.expect("the waiting-room demo names the audience's sale");
+                first_in_the_audiences_line(&page).await;
+            }
             assert_eq!(interrupt(child).await, Some(0), "{command}");
             continue;
         }
@@ -111,6 +121,22 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
             );
         }
     }
+}
+
+/// The audience's sale of `demo --waiting-room` has a room that takes a
+/// buyer before its open: the first to join is first in line, not yet
+/// admitted.
+async fn first_in_the_audiences_line(page: &str) {
+    let joined = reqwest::Client::new()
+        .post(page.replacen("/sales/", "/api/sales/", 1) + "/queue")
+        .json(&serde_json::json!({"user_id": "first-in-the-room"}))
+        .send()
+        .await
+        .expect("the audience's instance answers");
+    assert_eq!(joined.status(), 200, "{page}");
+    let standing: serde_json::Value = joined.json().await.expect("a standing");
+    assert_eq!(standing["position"], 1, "{standing}");
+    assert_eq!(standing["admitted"], false, "{standing}");
 }
 
 /// The room has the repository, not the article: the guide points at our

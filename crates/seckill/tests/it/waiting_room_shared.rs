@@ -1,0 +1,171 @@
+//! A waiting room is one line for every instance, in Redis: it outlives
+//! the instance a buyer joined on, runs on a Redis Cluster (its keys share
+//! the sale's hash tag), and opens again when an unpaid unit comes back.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{ADMIN_TOKEN, Options, Scratch, client, cluster, services, spawn_app_on};
+use crate::payment::{app_with_window, make_deadlines_due, run_deadlines_until};
+use crate::waiting_room::{admitted, buy, fifo, joined, not_admitted, sale_with_room, standing};
+
+/// The ticket of a standing.
+fn ticket(standing: &Value) -> String {
+    standing["ticket"].as_str().expect("a ticket").to_owned()
+}
+
+/// The admission of a standing.
+fn admission(standing: &Value) -> &str {
+    standing["admission"].as_str().expect("an admission")
+}
+
+#[tokio::test]
+async fn the_room_admits_again_when_an_unpaid_unit_comes_back() {
+    // A window far longer than the test, closed by hand below.
+    let app = app_with_window(600, 100).await;
+    let sale = sale_with_room(&app, 1, 0, fifo(1, 1)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    let bob = ticket(&joined(&app, sale, "bob").await);
+    let ann_in = admitted(&app, sale, &ann).await;
+    let bought = buy(&app, sale, "ann", Some(admission(&ann_in))).await;
+    assert_eq!(bought.status(), 202);
+    let order: Value = bought.json().await.expect("an order");
+    let order = uuid::Uuid::parse_str(order["order_id"].as_str().expect("an id")).expect("a UUID");
+    app.drain().await;
+
+    let closed = standing(&app, sale, &bob).await;
+    assert_eq!(
+        (closed["closed"].clone(), closed["admitted"].clone()),
+        (json!(true), json!(false)),
+        "{closed}"
+    );
+
+    // Ann does not pay: her unit comes back, and the room admits bob.
+    make_deadlines_due(&app, sale, &[order]).await;
+    run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
+    let bob_in = admitted(&app, sale, &bob).await;
+    assert_eq!(bob_in["closed"], false, "{bob_in}");
+    let again = buy(&app, sale, "bob", Some(admission(&bob_in))).await;
+    assert_eq!(again.status(), 202);
+}
+
+/// Create a sale with a room through the admin API of the process at `url`.
+async fn roomed_sale_at(url: &str, opens_in_secs: i64, room: Value) -> i64 {
+    let starts_at = chrono::Utc::now() + chrono::Duration::seconds(opens_in_secs);
+    let created: Value = client()
+        .post(format!("{url}/api/sales"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"name": "Roomed", "stock": 5, "price_cents": 100,
+                      "starts_at": starts_at, "waiting_room": room}))
+        .send()
+        .await
+        .expect("POST /api/sales")
+        .json()
+        .await
+        .expect("a sale");
+    created["id"].as_i64().expect("a sale id")
+}
+
+/// `GET /api/sales/{sale}/queue` on the instance at `url`.
+async fn standing_at(url: &str, sale: i64, ticket: &str) -> Value {
+    let answer = client()
+        .get(format!("{url}/api/sales/{sale}/queue"))
+        .header("Seckill-Ticket", ticket)
+        .send()
+        .await
+        .expect("GET queue");
+    assert_eq!(answer.status(), 200);
+    answer.json().await.expect("a standing")
+}
+
+#[tokio::test]
+async fn buyers_keep_their_places_when_the_instance_they_joined_on_dies() {
+    let scratch = Scratch::new().await;
+    let mut processes = cluster(&scratch, &[]);
+    let one = processes
+        .start_app("one", &["--no-worker"])
+        .await
+        .expect("instance one");
+    let two = processes
+        .start_app("two", &["--no-worker"])
+        .await
+        .expect("instance two");
+    // Opens in 3 s: both buyers wait before the open, whoever asks.
+    let sale = roomed_sale_at(&one, 3, fifo(1, 1)).await;
+    let mut tickets = Vec::new();
+    for buyer in ["ann", "bob"] {
+        let joined: Value = client()
+            .post(format!("{one}/api/sales/{sale}/queue"))
+            .json(&json!({ "user_id": buyer }))
+            .send()
+            .await
+            .expect("POST queue")
+            .json()
+            .await
+            .expect("a standing");
+        tickets.push((ticket(&joined), joined["number"].clone()));
+    }
+    processes.kill("one").await.expect("instance one killed");
+
+    // Instance two knows both places: the same numbers, and bob still
+    // behind ann (one admitted at a time, and ann has not bought).
+    let bob = standing_at(&two, sale, &tickets[1].0).await;
+    assert_eq!(bob["number"], tickets[1].1, "{bob}");
+    assert_eq!(bob["admitted"], false, "{bob}");
+    let ann = standing_at(&two, sale, &tickets[0].0).await;
+    assert!(
+        ann["admitted"] == true || ann["number"] == tickets[0].1,
+        "{ann}"
+    );
+    // Ann's turn comes on instance two, and her admission buys there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let ann_in = loop {
+        let now = standing_at(&two, sale, &tickets[0].0).await;
+        if now["admitted"] == true {
+            break now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never admitted: {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let bought = client()
+        .post(format!("{two}/api/sales/{sale}/purchase"))
+        .json(&json!({"user_id": "ann", "admission": admission(&ann_in)}))
+        .send()
+        .await
+        .expect("POST purchase");
+    assert_eq!(bought.status(), 202);
+    processes.stop().await;
+}
+
+#[tokio::test]
+async fn a_room_runs_on_a_redis_cluster() {
+    let redis = seckill_devenv::services::PrivateRedisCluster::start(3)
+        .await
+        .expect("a private 3-master Redis Cluster");
+    let scratch = Scratch::on(&services().await.database_url, &redis.at()).await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sale = sale_with_room(&app, 2, 0, fifo(10, 2)).await;
+    for buyer in ["ann", "bob"] {
+        let mine = ticket(&joined(&app, sale, buyer).await);
+        let now = admitted(&app, sale, &mine).await;
+        assert_eq!(
+            buy(&app, sale, buyer, Some(admission(&now))).await.status(),
+            202,
+            "{buyer}"
+        );
+        // The admission bought once.
+        let reason = not_admitted(buy(&app, sale, buyer, Some(admission(&now))).await).await;
+        assert_eq!(reason, "used");
+    }
+    let late = client()
+        .post(app.url(&format!("/api/sales/{sale}/queue")))
+        .json(&json!({"user_id": "cid"}))
+        .send()
+        .await
+        .expect("POST queue");
+    assert_eq!(late.status(), 409, "the room closed at the sell-out");
+}
