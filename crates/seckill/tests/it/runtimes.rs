@@ -107,8 +107,17 @@ async fn a_sale_is_read_while_the_http_worker_that_asked_is_busy() {
         app.redis.clone(),
         app.scratch.prefix.clone(),
     );
+    // The table locked, the read cannot end before the asking runtime is
+    // held: on a loaded machine the store's runtime could otherwise finish
+    // it between the first poll's start and its end.
+    let mut lock = app.pg.begin().await.expect("a transaction");
+    sqlx::query("LOCK TABLE sales IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .expect("the sales table locked");
     let asking = store.clone();
     let held = Held::after_starting(async move { asking.sale(sale_id).await }).await;
+    lock.commit().await.expect("the table let go");
     // Another request for it waits for that read, which must come.
     let sale = tokio::time::timeout(LIMIT, store.sale(sale_id))
         .await
@@ -218,16 +227,18 @@ async fn a_single_flight_read_is_shared_while_the_http_worker_of_its_first_calle
     let max_age = Duration::from_secs(60);
     let asking = Arc::clone(&fresh);
     let first = runtime.clone();
+    // The read's answer comes when the test says: the read is under way
+    // when the first caller's runtime is held, however loaded the machine.
+    let (answer, answered) = tokio::sync::oneshot::channel::<()>();
     let held = Held::after_starting(async move {
-        let read = || async {
-            // A round trip's wait: the read is under way when the first
-            // caller's runtime is held.
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let read = move || async move {
+            answered.await.expect("the test answers");
             Ok::<_, anyhow::Error>(7)
         };
         asking.get(&first, max_age, read).await.expect("read").1
     })
     .await;
+    answer.send(()).expect("the read waits");
     // Another caller waits for that read, which must come and be kept.
     let (_, value) = tokio::time::timeout(
         LIMIT,
