@@ -202,6 +202,11 @@ impl Strategy {
 /// Event streams one instance serves at once, by default.
 pub const DEFAULT_MAX_EVENT_STREAMS: u32 = 10_000;
 
+/// Seconds a buyer in a waiting room's line may go without asking before
+/// the room takes them for gone, by default (the sale page asks every
+/// second or two).
+pub const DEFAULT_ROOM_ABANDON_SECS: u64 = 30;
+
 pub(crate) const DEFAULT_LOCK_TTL_MS: u64 = 2_000;
 pub(crate) const DEFAULT_LOCK_WAIT_MS: u64 = 2_000;
 pub(crate) const DEFAULT_SOLD_OUT_REFRESH_MS: u64 = 250;

@@ -68,14 +68,29 @@ pub struct RoomKeys {
     pub admitted: String,
     /// `SET`: buyers whose admission bought (it buys once).
     pub bought: String,
-    /// `HASH`: places handed out, the admissions' pace and totals.
+    /// `HASH`: places handed out, the admissions' pace and totals
+    /// (admitted, expired, abandoned).
     pub state: String,
+    /// `HASH` buyer -> when they last visited (ms, Redis' clock): one entry
+    /// per buyer in `line`, written by every visit of a buyer in line and
+    /// removed as they leave it (admitted or dropped), by
+    /// `lua/room_visit.lua`, which alone reads it, to drop the buyers who
+    /// left without a word instead of admitting them (`abandoned`). A hash,
+    /// not a sorted set: it is only ever read by buyer, and costs a third
+    /// less memory a buyer.
+    pub seen: String,
 }
 
 impl RoomKeys {
     /// Every key of the room.
-    pub fn all(&self) -> [&str; 4] {
-        [&self.line, &self.admitted, &self.bought, &self.state]
+    pub fn all(&self) -> [&str; 5] {
+        [
+            &self.line,
+            &self.admitted,
+            &self.bought,
+            &self.state,
+            &self.seen,
+        ]
     }
 }
 
@@ -100,6 +115,7 @@ impl SaleKeys {
                 admitted: format!("{base}:room:admitted"),
                 bought: format!("{base}:room:bought"),
                 state: format!("{base}:room:state"),
+                seen: format!("{base}:room:seen"),
             },
         }
     }
@@ -305,6 +321,7 @@ mod tests {
             &keys.room.admitted,
             &keys.room.bought,
             &keys.room.state,
+            &keys.room.seen,
         ];
         let (line, released) = (lock_line(&keys.lock), lock_released(&keys.lock));
         all.extend([&line, &released]);

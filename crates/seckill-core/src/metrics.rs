@@ -61,9 +61,23 @@ pub struct Metrics {
     /// sales that are live: the ended ones are forgotten.
     pub sales_in_memory: IntGauge,
     /// Buyers of the waiting rooms of sales not ended over an hour ago,
-    /// summed, by `state`: `waiting` in line, `admitted` now, and in all
-    /// `bought`, `admissions` handed out, `expired` unused; read from
-    /// Redis when scraped. The admission rate is `rate()` of `admissions`.
+    /// summed, by `state`: `waiting` in line (queued), `admitted` now (the
+    /// active: neither bought nor run out), and in all `bought`,
+    /// `admissions` handed out, `expired` (admissions run out unused),
+    /// `abandoned` (dropped from the line, gone when their turn came);
+    /// read from Redis when scraped, so every instance reports the same
+    /// room-wide figures (a dashboard takes `max`, not `sum`).
+    ///
+    /// The admission rate is the rate of `admissions`, a total: Prometheus
+    /// derives the rate over any window from a total, where a rate gauge
+    /// would be one instance's guess over a window of its own, sampled at
+    /// scrapes, missing the bursts between them. The total lives in Redis,
+    /// not in a per-process counter, because admissions are made by
+    /// whichever instance a buyer asks, and it must survive their
+    /// restarts. It is a gauge, not a counter, since it can fall (a sale
+    /// leaves the report an hour after its end; Redis wiped): take
+    /// `deriv()`, which reads a fall as a fall, not `rate()`, which would
+    /// read it as a counter's reset and add a spike.
     pub room_buyers: IntGaugeVec,
 }
 

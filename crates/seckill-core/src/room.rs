@@ -10,6 +10,12 @@
 //!
 //! The room closes when the sale sells out or ends, and opens again when
 //! a unit comes back (the script reads the sale's stock).
+//!
+//! A buyer who stops asking has left: the script notes every visit of a
+//! buyer in line, and when the turn of one not seen for the store's
+//! abandon time comes (`--room-abandon-secs`, [`Store::room_abandon`]),
+//! drops them and counts them `abandoned` instead of wasting an admission
+//! on them. [`figures`] reads what `/metrics` and the live page show.
 
 use std::sync::LazyLock;
 
@@ -91,6 +97,7 @@ pub async fn visit(
         .key(&keys.room.bought)
         .key(&keys.room.state)
         .key(&keys.stock)
+        .key(&keys.room.seen)
         .arg(buyer.as_str())
         .arg(u8::from(join))
         .arg(room.admit_per_sec)
@@ -100,6 +107,7 @@ pub async fn visit(
         .arg(sale.ends_at.map_or(0, |end| end.timestamp_millis()))
         .arg(u8::from(room.mode == RoomMode::Lottery))
         .arg(seed)
+        .arg(u64::try_from(store.room_abandon().as_millis()).unwrap_or(u64::MAX))
         .invoke_async(&mut conn)
         .await
         .context("visiting a waiting room")?;
@@ -145,8 +153,8 @@ pub async fn visit(
     })
 }
 
-/// A room's figures, as `/metrics` reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A room's figures, as `/metrics` and the live page report them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RoomFigures {
     /// Buyers in line.
     pub waiting: u64,
@@ -158,33 +166,57 @@ pub struct RoomFigures {
     pub admissions: u64,
     /// Admissions that ran out unused, in all.
     pub expired: u64,
+    /// Buyers dropped from the line because they had stopped asking
+    /// (`--room-abandon-secs`) when their turn came, in all: the room
+    /// admitted the next in their place.
+    pub abandoned: u64,
 }
 
 /// Sale's room figures, in one round trip (a snapshot: each is read at
-/// the same moment, in one pipeline).
+/// the same moment, in one `MULTI`). An admission that ran out is counted
+/// as expired at once, on this instance's clock, though the room itself
+/// sweeps it at its next visit (`lua/room_visit.lua`): a room nobody asks
+/// still shows its active truly.
 pub async fn figures(store: &Store, sale_id: i64) -> anyhow::Result<RoomFigures> {
     let keys = SaleKeys::new(store.prefix(), sale_id);
+    let now_ms = chrono::Utc::now().timestamp_millis();
     let mut conn = store.redis().await?;
-    let (waiting, admitted, bought, totals): (u64, u64, u64, (Option<u64>, Option<u64>)) =
-        redis::pipe()
-            .atomic()
-            .zcard(&keys.room.line)
-            .zcard(&keys.room.admitted)
-            .scard(&keys.room.bought)
-            .cmd("HMGET")
-            .arg(&keys.room.state)
-            .arg("admitted")
-            .arg("expired")
-            .query_async(&mut conn)
-            .await
-            .context("reading a waiting room's figures")?;
+    #[allow(clippy::type_complexity)]
+    let (waiting, active, ran_out, bought, totals): (
+        u64,
+        u64,
+        u64,
+        u64,
+        (Option<u64>, Option<u64>, Option<u64>),
+    ) = redis::pipe()
+        .atomic()
+        .zcard(&keys.room.line)
+        .zcount(&keys.room.admitted, format!("({now_ms}"), "+inf")
+        .zcount(&keys.room.admitted, "-inf", now_ms)
+        .scard(&keys.room.bought)
+        .cmd("HMGET")
+        .arg(&keys.room.state)
+        .arg("admitted")
+        .arg("expired")
+        .arg("abandoned")
+        .query_async(&mut conn)
+        .await
+        .context("reading a waiting room's figures")?;
     Ok(RoomFigures {
         waiting,
-        admitted,
+        admitted: active,
         bought,
         admissions: totals.0.unwrap_or(0),
-        expired: totals.1.unwrap_or(0),
+        expired: totals.1.unwrap_or(0) + ran_out,
+        abandoned: totals.2.unwrap_or(0),
     })
+}
+
+/// Whether sale's room is closed: sold out or ended, the rule of
+/// `lua/room_visit.lua` (a stock not loaded counts as open), on this
+/// instance's clock rather than Redis'.
+pub fn closed(sale: &Sale, stock_left: Option<i64>, now: chrono::DateTime<chrono::Utc>) -> bool {
+    stock_left.is_some_and(|left| left <= 0) || sale.ends_at.is_some_and(|end| now >= end)
 }
 
 /// Whether `buyer`'s admission to sale's room has bought already.

@@ -8,6 +8,11 @@
 //! which is slower and changes only as the worker writes, at most every
 //! [`POSTGRES_EVERY`].
 //!
+//! A sale with a waiting room adds the room's figures ([`RoomBoard`]): who
+//! waits, is admitted, bought, ran out, left; whether it is closed; and
+//! the rate it admits at, observed here from its total of admissions over
+//! the last [`RATE_WINDOW`].
+//!
 //! However many browsers watch a sale, one instance reads it once per tick:
 //! the first viewer starts a task that reads and publishes on a
 //! `tokio::sync::watch` channel, every later viewer subscribes to that
@@ -17,7 +22,7 @@
 //! A server that does not answer shows as `"status": "unavailable"` in its
 //! part of the snapshot; the task goes on and reads again at the next tick.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,9 +32,11 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::Sale;
 use crate::keys::SaleKeys;
 use crate::lock;
 use crate::queue::QueueStats;
+use crate::room::{self, RoomFigures};
 use crate::store::{OrderCounts, Store};
 use crate::tally;
 
@@ -40,6 +47,10 @@ pub(crate) const POSTGRES_EVERY: Duration = Duration::from_millis(500);
 /// How long one read may take before its server counts as unavailable for
 /// this tick (a server that hangs must not freeze the board).
 const READ_LIMIT: Duration = Duration::from_secs(1);
+/// The window a room's admission rate is observed over: long enough to
+/// hold several admissions of a slow room, short enough to show a room
+/// that stopped admitting within seconds.
+pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(5);
 
 /// One snapshot of a sale.
 #[derive(Debug, Clone, Serialize)]
@@ -51,6 +62,23 @@ pub struct Board {
     pub at_ms: i64,
     pub redis: Reading<RedisFigures>,
     pub(crate) postgres: Reading<OrderCounts>,
+    /// The waiting room's figures; `None` for a sale without a room (or
+    /// before the sale itself could be read).
+    pub room: Option<Reading<RoomBoard>>,
+}
+
+/// What the live page shows of a sale's waiting room.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoomBoard {
+    /// Waiting, active (`admitted`), bought, admissions, expired, abandoned.
+    #[serde(flatten)]
+    pub figures: RoomFigures,
+    /// Admissions per second over the last [`RATE_WINDOW`], from the
+    /// room's total as read here tick by tick; `None` until a second of
+    /// readings.
+    pub per_sec: Option<f64>,
+    /// The sale sold out or ended: the room admits nobody (`room::closed`).
+    pub closed: bool,
 }
 
 /// A server's part of a snapshot: its figures, or word that it did not
@@ -174,6 +202,9 @@ impl Inner {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut postgres = Reading::Unavailable;
         let mut postgres_read: Option<Instant> = None;
+        // The sale, for its room: read once (the catalog usually has it).
+        let mut sale: Option<Arc<Sale>> = None;
+        let mut admissions = Admissions::default();
         let mut tick = 0;
         loop {
             tokio::select! {
@@ -187,6 +218,15 @@ impl Inner {
                 _ = ticks.tick() => {}
             }
             let redis = self.read_redis(&keys).await;
+            if sale.is_none() {
+                sale = self.store.sale(sale_id).await.ok().flatten();
+            }
+            let room = match sale.as_deref() {
+                Some(sale) if sale.waiting_room.is_some() => {
+                    Some(self.read_room(sale, &redis, &mut admissions).await)
+                }
+                _ => None,
+            };
             if postgres_read.is_none_or(|at| at.elapsed() >= POSTGRES_EVERY) {
                 postgres = self.read_postgres(sale_id).await;
                 postgres_read = Some(Instant::now());
@@ -198,6 +238,7 @@ impl Inner {
                 at_ms: chrono::Utc::now().timestamp_millis(),
                 redis,
                 postgres: postgres.clone(),
+                room,
             }));
         }
         // Shutting down: dropping the map's sender and ours closes the
@@ -232,6 +273,33 @@ impl Inner {
             read_redis(&self.store, keys).await.map(Some)
         })
         .await
+    }
+
+    /// The sale's room: its figures, the rate observed, whether it is
+    /// closed (by the units left in this tick's `redis` reading).
+    async fn read_room(
+        &self,
+        sale: &Sale,
+        redis: &Reading<RedisFigures>,
+        admissions: &mut Admissions,
+    ) -> Reading<RoomBoard> {
+        self.redis_reads.fetch_add(1, Ordering::Relaxed);
+        let figures = within_limit("Redis", async {
+            room::figures(&self.store, sale.id).await.map(Some)
+        })
+        .await;
+        let Reading::Ok(figures) = figures else {
+            return Reading::Unavailable;
+        };
+        let stock = match redis {
+            Reading::Ok(redis) => redis.stock,
+            Reading::Unavailable => None,
+        };
+        Reading::Ok(RoomBoard {
+            figures,
+            per_sec: admissions.observe(Instant::now(), figures.admissions),
+            closed: room::closed(sale, stock, chrono::Utc::now()),
+        })
     }
 
     async fn read_postgres(&self, sale_id: i64) -> Reading<OrderCounts> {
@@ -269,7 +337,39 @@ impl Board {
             at_ms: 0,
             redis: Reading::Unavailable,
             postgres: Reading::Unavailable,
+            room: None,
         }
+    }
+}
+
+/// A room's total of admissions as read tick by tick, for the rate over
+/// the last [`RATE_WINDOW`]. Owned by the sale's reading task alone.
+#[derive(Debug, Default)]
+struct Admissions {
+    /// (when read, the total then), oldest first, spanning the window.
+    readings: VecDeque<(Instant, u64)>,
+}
+
+impl Admissions {
+    /// Note the total read `at`; the admissions per second since the
+    /// oldest reading within the window, once they span a second.
+    fn observe(&mut self, at: Instant, total: u64) -> Option<f64> {
+        if self.readings.back().is_some_and(|(_, last)| total < *last) {
+            // The room's keys were wiped: what came before is another room.
+            self.readings.clear();
+        }
+        self.readings.push_back((at, total));
+        // Keep the newest reading that is at least a window old, as the start.
+        while self
+            .readings
+            .get(1)
+            .is_some_and(|(read, _)| at.duration_since(*read) >= RATE_WINDOW)
+        {
+            self.readings.pop_front();
+        }
+        let (since, first) = *self.readings.front().expect("one was just pushed");
+        let span = at.duration_since(since).as_secs_f64();
+        (span >= 1.0).then(|| (total - first) as f64 / span)
     }
 }
 
@@ -339,4 +439,27 @@ async fn read_redis(store: &Store, keys: &SaleKeys) -> anyhow::Result<RedisFigur
             .map(|field| (*field, answers.get(*field).copied().unwrap_or(0)))
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_admission_rate_is_observed_over_the_last_seconds_only() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut admissions = Admissions::default();
+        assert_eq!(admissions.observe(at(0), 0), None);
+        assert_eq!(admissions.observe(at(500), 5), None, "under a second");
+        // Ten a second for ten seconds.
+        for second in 1..=10 {
+            admissions.observe(at(second * 1000), second * 10);
+        }
+        let rate = admissions.observe(at(10_100), 101).expect("a rate");
+        assert!((rate - 10.0).abs() < 0.5, "{rate}");
+        // Then none for six seconds: the window holds only those.
+        admissions.observe(at(13_000), 101);
+        assert_eq!(admissions.observe(at(16_200), 101), Some(0.0));
+    }
 }

@@ -1,9 +1,9 @@
 //! seckill's storefront: the HTTP side of one instance. Shared state, the
 //! route table and the input limits are here; the handlers are one file
-//! per page or API ([`api`] for the JSON API, `pages.rs`, `index.rs`,
-//! `live.rs` and `scoreboard.rs` for the pages, `admin.rs` for the admin
-//! pages), and [`startup`] wires an instance: pools, listener, worker,
-//! shutdown.
+//! per page or API ([`api`] for the JSON API, `room.rs` for its waiting
+//! room, `pages.rs` with `pages/waiting.rs`, `index.rs`, `live.rs` and
+//! `scoreboard.rs` for the pages, `admin.rs` for the admin pages), and
+//! [`startup`] wires an instance: pools, listener, worker, shutdown.
 //!
 //! Handlers only read and call `seckill-core`; nothing here knows how the
 //! servers were found or how the process was started.
@@ -117,6 +117,11 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .route("/", web::get().to(index::index))
         .route("/sales/{id}", web::get().to(pages::sale))
         .route("/sales/{id}/buy", web::post().to(pages::buy))
+        .route("/sales/{id}/queue", web::post().to(pages::waiting::join))
+        .route(
+            "/sales/{id}/queue/events",
+            web::get().to(pages::waiting::events),
+        )
         .route("/sales/{id}/live", web::get().to(scoreboard::page))
         .route("/orders/{id}", web::get().to(pages::order))
         .route("/orders/{id}/pay", web::post().to(pages::pay))

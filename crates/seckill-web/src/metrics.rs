@@ -55,6 +55,7 @@ pub(crate) async fn scrape(state: web::Data<AppState>) -> HttpResponse {
                 ("bought", sum.bought),
                 ("admissions", sum.admissions),
                 ("expired", sum.expired),
+                ("abandoned", sum.abandoned),
             ] {
                 metrics
                     .room_buyers
@@ -81,6 +82,7 @@ async fn room_figures(state: &AppState) -> anyhow::Result<RoomFigures> {
         sum.bought += one.bought;
         sum.admissions += one.admissions;
         sum.expired += one.expired;
+        sum.abandoned += one.abandoned;
     }
     Ok(sum)
 }

@@ -4,6 +4,9 @@
 //! (`static/sale.js`, `static/order.js`), the sale page counts down to the
 //! opening, buys without leaving the page and shows the units left falling
 //! live; the order page follows the order's status and the time left to pay.
+//! A sale's waiting room on its page is [`waiting`]'s.
+
+pub(crate) mod waiting;
 
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::header::ContentType;
@@ -14,7 +17,7 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::lookup::{SaleView, find_sale, parse_order_id, pay_order};
-use super::{AppState, limits};
+use super::{AppState, limits, room};
 use seckill_core::domain::{Order, OrderStatus, SaleStatus, UserId};
 use seckill_core::purchase::Outcome;
 
@@ -35,6 +38,15 @@ struct SalePage {
     /// When the sale closes, in ms since the epoch; 0 if it never does.
     ends_at_ms: i64,
     server_now_ms: i64,
+    /// The sale's waiting room as this buyer stands in it, if it has one.
+    room: Option<waiting::RoomPanel>,
+}
+
+impl SalePage {
+    /// Whether the Buy form waits, hidden, for the buyer's turn.
+    fn buy_hidden(&self) -> bool {
+        self.room.as_ref().is_some_and(|room| !room.admitted())
+    }
 }
 
 #[derive(Template)]
@@ -84,6 +96,9 @@ struct BoughtPage {
 #[derive(Debug, Deserialize)]
 pub(crate) struct BuyForm {
     user_id: String,
+    /// On a sale with a waiting room: the admission the page was given
+    /// (empty, or absent, until the buyer's turn).
+    admission: Option<String>,
 }
 
 pub(super) fn html(page: &impl Template) -> Result<HttpResponse, ApiError> {
@@ -108,13 +123,21 @@ pub(crate) async fn sale(
         .clone()
         .unwrap_or_else(|| format!("buyer-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
     let view = SaleView::new(&sale, left);
+    let room = match &sale.waiting_room {
+        Some(settings) => Some(waiting::panel(&state, &request, &sale, settings, &buyer).await?),
+        None => None,
+    };
     let mut response = html(&SalePage {
         open: view.status == SaleStatus::Live,
         starts_at_ms: view.starts_at.timestamp_millis(),
         ends_at_ms: view.ends_at.map_or(0, |end| end.timestamp_millis()),
         server_now_ms: chrono::Utc::now().timestamp_millis(),
         sale: view,
-        buyer: buyer.clone(),
+        // The ticket's buyer, where the room knows one.
+        buyer: room
+            .as_ref()
+            .map_or_else(|| buyer.clone(), |room| room.buyer.clone()),
+        room,
     })?;
     // Remember the buyer from the first visit, so that one browser is one
     // buyer whether it buys with the script or with the form.
@@ -147,9 +170,20 @@ pub(crate) async fn buy(
     let user = UserId::parse(&form.user_id).map_err(ApiError::invalid)?;
     limits::check(&state, &request, Some(&user)).await?;
     let sale = find_sale(&state, &path).await?;
+    // A sale with a waiting room sells only to an admitted buyer, as the
+    // API does; a refusal is a page saying why, and writes nothing.
+    if sale.waiting_room.is_some() {
+        let admission = form.admission.as_deref().filter(|a| !a.is_empty());
+        if let Err(refused) = room::admit(&state, &sale, &user, admission).await {
+            return waiting::not_admitted(&state, &sale, refused).await;
+        }
+    }
     let outcome = state.purchaser.purchase(&sale, &user).await?;
     let (won, headline, order_id) = match outcome {
         Outcome::Accepted { order_id } => {
+            if sale.waiting_room.is_some() {
+                room::spend(&state, &sale, &user).await;
+            }
             (true, "You got one!".to_owned(), Some(order_id.to_string()))
         }
         Outcome::SoldOut => (

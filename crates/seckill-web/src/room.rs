@@ -8,8 +8,15 @@
 //! buyer id, so a refresh or a second tab finds the same place. When the
 //! buyer's turn has come, the answer holds their admission. The line, the
 //! pace and the admissions are `seckill_core::room`'s.
+//!
+//! The sale page (`pages/waiting.rs`, `pages::buy`) goes through the same
+//! functions: [`enter`] to join, [`held_ticket`] and [`standing_view`] to
+//! tell a buyer where they stand, [`admit`] and [`spend`] around a
+//! purchase. There is one door, whichever way a buyer comes.
 
 use actix_web::cookie::{Cookie, SameSite};
+use std::sync::Arc;
+
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -36,29 +43,29 @@ pub(crate) struct JoinRequest {
 
 /// Where a buyer stands, as both endpoints answer it.
 #[derive(Debug, Serialize)]
-struct StandingView {
-    ticket: String,
+pub(crate) struct StandingView {
+    pub(crate) ticket: String,
     /// Place in line (1-based) while waiting; `null` otherwise.
-    position: Option<u64>,
+    pub(crate) position: Option<u64>,
     /// The buyer's number in the line: the order the room serves in, set
     /// when they joined (redrawn once by a lottery at the open).
-    number: Option<u64>,
+    pub(crate) number: Option<u64>,
     /// Buyers before this one in line.
-    ahead: u64,
+    pub(crate) ahead: u64,
     /// Seconds until this buyer's turn, at the rate the room is actually
     /// admitting (its setting until it has admitted for a second).
-    eta_secs: Option<f64>,
-    admitted: bool,
+    pub(crate) eta_secs: Option<f64>,
+    pub(crate) admitted: bool,
     /// What the purchase must carry, while admitted.
-    admission: Option<String>,
+    pub(crate) admission: Option<String>,
     /// Seconds the admission has left.
-    admission_expires_in_secs: Option<f64>,
+    pub(crate) admission_expires_in_secs: Option<f64>,
     /// This buyer's admission bought already.
-    bought: bool,
+    pub(crate) bought: bool,
     /// The sale sold out or ended: nobody more is admitted.
-    closed: bool,
+    pub(crate) closed: bool,
     /// Buyers in line.
-    waiting: u64,
+    pub(crate) waiting: u64,
 }
 
 pub(crate) async fn join(
@@ -68,17 +75,17 @@ pub(crate) async fn join(
     body: web::Json<Object<JoinRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let Object(body) = body.into_inner();
-    let buyer = UserId::parse(&body.user_id).map_err(ApiError::invalid)?;
-    // The purchase's limits: per client address and per buyer, so that a
-    // few addresses cannot fill a room with made-up buyers.
-    limits::check(&state, &request, Some(&buyer)).await?;
-    let sale = find_sale(&state, &path).await?;
-    let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
-    let standing = room::visit(&state.store, &sale, &settings, &buyer, true).await?;
-    if standing.closed && standing.place == Place::Outside {
-        return Err(ApiError::RoomClosed);
-    }
-    answer(&state, &sale, &settings, &buyer, &standing, None).await
+    let entered = enter(&state, &request, &path, &body.user_id).await?;
+    let view = standing_view(
+        &state,
+        &entered.sale,
+        &entered.settings,
+        &entered.buyer,
+        &entered.standing,
+        None,
+    )
+    .await?;
+    Ok(answer(entered.sale.id, view))
 }
 
 pub(crate) async fn status(
@@ -88,6 +95,70 @@ pub(crate) async fn status(
 ) -> Result<HttpResponse, ApiError> {
     let sale = find_sale(&state, &path).await?;
     let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
+    let held = held_ticket(&state, &request, &sale).await?;
+    let standing = room::visit(&state.store, &sale, &settings, &held.buyer, false).await?;
+    let view = standing_view(
+        &state,
+        &sale,
+        &settings,
+        &held.buyer,
+        &standing,
+        Some(held.ticket),
+    )
+    .await?;
+    Ok(answer(sale.id, view))
+}
+
+/// A buyer who joined (or was in the room already), as [`enter`] found them.
+pub(crate) struct Entered {
+    pub(crate) sale: Arc<Sale>,
+    pub(crate) settings: RoomSettings,
+    pub(crate) buyer: UserId,
+    pub(crate) standing: Standing,
+}
+
+/// Join the room of the sale `raw_sale_id` names as `user_id`: the API's
+/// join and the sale page's "Join the line" form, one way. Refused as
+/// the API answers: a bad id, a rate limit, no such sale, no room, or
+/// `room_closed` for a newcomer once the room has closed.
+pub(crate) async fn enter(
+    state: &AppState,
+    request: &HttpRequest,
+    raw_sale_id: &str,
+    user_id: &str,
+) -> Result<Entered, ApiError> {
+    let buyer = UserId::parse(user_id).map_err(ApiError::invalid)?;
+    // The purchase's limits: per client address and per buyer, so that a
+    // few addresses cannot fill a room with made-up buyers.
+    limits::check(state, request, Some(&buyer)).await?;
+    let sale = find_sale(state, raw_sale_id).await?;
+    let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
+    let standing = room::visit(&state.store, &sale, &settings, &buyer, true).await?;
+    if standing.closed && standing.place == Place::Outside {
+        return Err(ApiError::RoomClosed);
+    }
+    Ok(Entered {
+        sale,
+        settings,
+        buyer,
+        standing,
+    })
+}
+
+/// A ticket a request carried, checked: its text and the buyer it names.
+pub(crate) struct Held {
+    pub(crate) ticket: String,
+    pub(crate) buyer: UserId,
+}
+
+/// The ticket `request` carries for `sale` (its `Seckill-Ticket` header,
+/// else its cookie), checked: `invalid_ticket` with the reason if it is
+/// missing, forged, another sale's or run out.
+pub(crate) async fn held_ticket(
+    state: &AppState,
+    request: &HttpRequest,
+    sale: &Sale,
+) -> Result<Held, ApiError> {
     let ticket = request
         .headers()
         .get(TICKET_HEADER)
@@ -109,16 +180,10 @@ pub(crate) async fn status(
             Utc::now().timestamp_millis(),
         )
         .map_err(|refused| ApiError::InvalidTicket(refused.code()))?;
-    let standing = room::visit(&state.store, &sale, &settings, &pass.buyer, false).await?;
-    answer(
-        &state,
-        &sale,
-        &settings,
-        &pass.buyer,
-        &standing,
-        Some(ticket),
-    )
-    .await
+    Ok(Held {
+        ticket,
+        buyer: pass.buyer,
+    })
 }
 
 /// The purchase's door: `admission` must be this sale's, this buyer's, not
@@ -159,14 +224,16 @@ pub(crate) async fn spend(state: &AppState, sale: &Sale, buyer: &UserId) {
     }
 }
 
-async fn answer(
+/// Where `buyer` stands, as the API answers it: `held`, the ticket a
+/// status request carried, is answered back; a join is signed a new one.
+pub(crate) async fn standing_view(
     state: &AppState,
     sale: &Sale,
     settings: &RoomSettings,
     buyer: &UserId,
     standing: &Standing,
     held: Option<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<StandingView, ApiError> {
     let key = state.store.pass_key().await?;
     let (position, number, ahead) = match standing.place {
         Place::Waiting { number, ahead } => (Some(ahead + 1), Some(number), ahead),
@@ -199,8 +266,8 @@ async fn answer(
         ),
         _ => (None, None),
     };
-    let view = StandingView {
-        ticket: ticket.clone(),
+    Ok(StandingView {
+        ticket,
         position,
         number,
         ahead,
@@ -211,13 +278,24 @@ async fn answer(
         bought: standing.place == Place::Bought,
         closed: standing.closed,
         waiting: standing.waiting,
-    };
-    let cookie = Cookie::build(cookie_name(sale.id), ticket)
+    })
+}
+
+/// The API's answer: the standing, and its ticket in the cookie.
+fn answer(sale_id: i64, view: StandingView) -> HttpResponse {
+    HttpResponse::Ok()
+        .cookie(ticket_cookie(sale_id, view.ticket.clone()))
+        .json(view)
+}
+
+/// The cookie that keeps a buyer's ticket for one sale's room: sent back
+/// by the same site only (`Lax`), never read by a script.
+pub(crate) fn ticket_cookie(sale_id: i64, ticket: String) -> Cookie<'static> {
+    Cookie::build(cookie_name(sale_id), ticket)
         .path("/")
         .http_only(true)
         .same_site(SameSite::Lax)
-        .finish();
-    Ok(HttpResponse::Ok().cookie(cookie).json(view))
+        .finish()
 }
 
 fn cookie_name(sale_id: i64) -> String {

@@ -1,7 +1,8 @@
 //! The live page for the projector: `GET /sales/{id}/live` (the page,
 //! `templates/live.html` with `static/live.js`) and
 //! `GET /api/sales/{id}/live` (its server-sent events: one JSON snapshot of
-//! the sale per event, about ten a second).
+//! the sale per event, about ten a second). A sale with a waiting room
+//! gets a section for it, fed by the snapshot's `room`.
 //!
 //! The snapshots come from the instance's [`Scoreboard`](seckill_core::scoreboard),
 //! which reads a watched sale once per tick however many streams show it;
@@ -29,6 +30,8 @@ struct LivePage {
     sale_id: i64,
     name: String,
     stock_total: i32,
+    /// The sale has a waiting room: the page has a section for it.
+    room: bool,
 }
 
 /// `GET /sales/{id}/live`: the page; every figure on it comes from the stream.
@@ -41,6 +44,7 @@ pub(crate) async fn page(
         sale_id: sale.id,
         name: sale.name.clone(),
         stock_total: sale.stock_total,
+        room: sale.waiting_room.is_some(),
     })
 }
 

@@ -42,6 +42,9 @@ pub struct Settings {
     pub admin_session: Duration,
     /// Event streams served at once; one more is answered 503.
     pub max_event_streams: u32,
+    /// How long a buyer in a waiting room's line may go without asking
+    /// before the room drops them as abandoned (`seckill_core::room`).
+    pub room_abandon: Duration,
     /// Run the queue worker inside this process.
     pub run_worker: bool,
     pub purchase: PurchaseSettings,
@@ -112,7 +115,8 @@ impl Application {
             .map_err(|error| anyhow::anyhow!("SECKILL_INSTANCE_ID: {error}"))?;
 
         let store = Store::new(pg, redis, settings.redis_prefix.clone())
-            .with_durability(settings.durability);
+            .with_durability(settings.durability)
+            .with_room_abandon(settings.room_abandon);
         let shutdown = CancellationToken::new();
         let (events, events_task) =
             SaleEvents::start(&settings.redis, &settings.redis_prefix, shutdown.clone())

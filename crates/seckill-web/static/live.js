@@ -90,6 +90,19 @@
       put("in_flight", redis.queue.in_flight);
       put("dead", redis.queue.dead);
     }
+    // A sale with a waiting room: who waits, is admitted, left.
+    const room = board.room;
+    if (room && room.status === "ok") {
+      put("room-waiting", room.waiting);
+      put("room-active", room.admitted);
+      put("room-bought", room.bought);
+      put("room-expired", room.expired);
+      put("room-abandoned", room.abandoned);
+      put("room-rate", room.per_sec === null ? null : room.per_sec.toFixed(1));
+      put("room-closed", room.closed ? "closed: sold out or ended" : "open");
+    } else if (room) {
+      put("room-closed", "unavailable");
+    }
     const pg = board.postgres;
     if (pg.status === "ok") {
       put("pg-confirmed", pg.confirmed);

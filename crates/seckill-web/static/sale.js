@@ -1,8 +1,10 @@
 // The sale page, live: a countdown to the opening, the units left as they
 // fall (server-sent events, or polling where those fail), and a Buy button
-// that buys without leaving the page and says what happened in words.
+// that buys without leaving the page and says what happened in words. On a
+// sale with a waiting room, the buyer's place in line as it moves (its own
+// stream), and the Buy form once their turn comes, carrying the admission.
 // Without this script the page still works: the figures are rendered by the
-// server and the Buy button posts a form.
+// server, the forms post, and a waiting page reloads itself.
 "use strict";
 
 (function () {
@@ -24,6 +26,7 @@
   const buyer = document.getElementById("user_id");
   const outcome = document.getElementById("outcome");
   const note = document.getElementById("live-note");
+  const admission = document.getElementById("admission");
   let inFlight = false;
   let stockLeft = Number(left.textContent);
 
@@ -98,6 +101,7 @@
     not_started: "The sale has not started yet.",
     ended: "The sale has ended.",
     busy: "Too busy right now. Please try again.",
+    not_admitted: "Your turn is not good for this purchase: join the line again.",
   };
 
   function say(text, good, orderId) {
@@ -112,6 +116,16 @@
     }
   }
 
+  // What the purchase sends: the buyer, and their admission on a sale
+  // with a waiting room.
+  function purchase() {
+    const body = { user_id: buyer.value.trim() };
+    if (admission && admission.value) body.admission = admission.value;
+    return body;
+  }
+
+  const room = waitingRoom();
+
   form.addEventListener("submit", function (e) {
     e.preventDefault();
     if (inFlight) return;
@@ -121,12 +135,13 @@
     fetch("/api/sales/" + id + "/purchase", {
       method: "POST",
       headers: { "Content-Type": "application/json", Accept: "application/json" },
-      body: JSON.stringify({ user_id: buyer.value.trim() }),
+      body: JSON.stringify(purchase()),
     })
       .then(function (r) { return r.json().then(function (body) { return [r.status, body]; }); })
       .then(function ([status, body]) {
         if (status === 202) {
           say("You got one!", true, body.order_id);
+          if (room) room.bought();
         } else {
           say(words[body.error] || body.message || "Something went wrong. Please try again.", false);
         }
@@ -134,4 +149,99 @@
       .catch(function () { say("No answer from the server. Please try again.", false); })
       .finally(function () { inFlight = false; updateButton(); });
   });
+
+  // The waiting room: the page shows one of its parts (join, waiting,
+  // admitted, bought, closed) as the server rendered it, and, while there
+  // is something to follow, follows the buyer's standing by server-sent
+  // events (polling the JSON API where those fail), never reloading.
+  function waitingRoom() {
+    const section = document.getElementById("room");
+    if (!section) return null;
+    const parts = {
+      outside: ["join-form"],
+      waiting: ["room-waiting"],
+      admitted: ["room-admitted", "buy-form"],
+      bought: ["room-bought"],
+      closed: ["room-closed"],
+    };
+    const text = function (id, value) { document.getElementById(id).textContent = String(value); };
+    let admissionEnds = 0;
+
+    function show(state) {
+      section.dataset.state = state;
+      Object.keys(parts).forEach(function (name) {
+        parts[name].forEach(function (id) { document.getElementById(id).hidden = name !== state; });
+      });
+    }
+
+    function eta(secs) {
+      if (secs === null || secs === undefined) return "a moment";
+      return secs < 90 ? "about " + Math.ceil(secs) + " s" : "about " + Math.ceil(secs / 60) + " min";
+    }
+
+    // One standing, as the API's status answers it.
+    function standing(s) {
+      if (s.bought) {
+        show("bought");
+      } else if (s.closed) {
+        text("room-closed-why", now() >= endsAt ? section.dataset.whyEnded : section.dataset.whySoldOut);
+        show("closed");
+      } else if (s.admitted) {
+        admission.value = s.admission;
+        admissionEnds = now() + s.admission_expires_in_secs * 1000;
+        tickAdmission();
+        show("admitted");
+      } else if (s.position) {
+        text("room-position", s.position);
+        text("room-ahead", s.ahead);
+        text("room-count", s.waiting);
+        text("room-eta", eta(s.eta_secs));
+        show("waiting");
+      } else {
+        // Out of the room: an admission that ran out. Join again.
+        admission.value = "";
+        show("outside");
+      }
+      // Nothing more will come: bought, out, or the sale ended for good.
+      return s.bought || (!s.admitted && !s.position && !s.closed) || (s.closed && now() >= endsAt);
+    }
+
+    function tickAdmission() {
+      const secs = Math.max(0, Math.ceil((admissionEnds - now()) / 1000));
+      text("room-admission-left", secs);
+    }
+    if (section.dataset.state === "admitted") {
+      admissionEnds = now() + Number(section.dataset.admissionLeftSecs) * 1000;
+    }
+    setInterval(function () { if (section.dataset.state === "admitted") tickAdmission(); }, 250);
+
+    const interval = Number(section.dataset.intervalMs) || 1000;
+    let polling = null;
+    function pollStanding() {
+      if (polling) return;
+      polling = setInterval(function () {
+        fetch("/api/sales/" + id + "/queue", { headers: { Accept: "application/json" } })
+          .then(function (r) { return r.ok ? r.json() : null; })
+          .then(function (s) { if (s && standing(s)) clearInterval(polling); })
+          .catch(function () {});
+      }, interval);
+    }
+    if (section.dataset.follow === "true") {
+      if (window.EventSource) {
+        const events = new EventSource("/sales/" + id + "/queue/events");
+        let failures = 0;
+        events.addEventListener("standing", function (e) {
+          failures = 0;
+          if (standing(JSON.parse(e.data))) events.close();
+        });
+        events.onerror = function () {
+          failures += 1;
+          if (failures >= 3) { events.close(); pollStanding(); }
+        };
+      } else {
+        pollStanding();
+      }
+    }
+    return { bought: function () { show("bought"); } };
+  }
 })();

@@ -13,7 +13,8 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
 use seckill_core::config::{
-    DEFAULT_MAX_EVENT_STREAMS, PurchaseSettings, RateLimitSettings, ServiceArgs, WorkerSettings,
+    DEFAULT_MAX_EVENT_STREAMS, DEFAULT_ROOM_ABANDON_SECS, PurchaseSettings, RateLimitSettings,
+    ServiceArgs, WorkerSettings,
 };
 use seckill_core::domain::{RoomMode, RoomSettings, Sale, SaleStatus};
 
@@ -94,6 +95,10 @@ pub struct ServeArgs {
     /// Live sale pages (event streams) this instance serves at once, 1 to 1000000; one more is answered 503.
     #[arg(long, env = "SECKILL_MAX_EVENT_STREAMS", default_value_t = DEFAULT_MAX_EVENT_STREAMS, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_event_streams: u32,
+
+    /// Seconds a buyer in a waiting room's line may go without asking (the sale page asks every second or two) before the room takes them for gone: when their turn comes they are dropped, counted abandoned, and the next is admitted; 5 to 86400.
+    #[arg(long, env = "SECKILL_ROOM_ABANDON_SECS", default_value_t = DEFAULT_ROOM_ABANDON_SECS, value_parser = clap::value_parser!(u64).range(5..=86_400))]
+    pub room_abandon_secs: u64,
 
     #[command(flatten)]
     pub purchase: PurchaseSettings,

@@ -123,6 +123,7 @@ async fn serve(
         instance_id: args.instance_id,
         max_event_streams: args.max_event_streams,
         admin_session: std::time::Duration::from_secs(args.admin_session_secs),
+        room_abandon: std::time::Duration::from_secs(args.room_abandon_secs),
         run_worker: !args.no_worker,
         purchase: args.purchase,
         worker: args.worker,

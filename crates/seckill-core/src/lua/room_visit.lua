@@ -6,6 +6,7 @@
 -- KEYS[3]  the room's bought: SET of buyers whose admission bought
 -- KEYS[4]  the room's state: HASH (see below)
 -- KEYS[5]  the sale's stock: STRING units left (absent: not loaded)
+-- KEYS[6]  the room's seen: HASH buyer in line -> when they last visited (ms)
 -- ARGV[1]  the buyer
 -- ARGV[2]  1 to join (if not in the room yet), 0 only to ask
 -- ARGV[3]  admissions per second at most
@@ -15,11 +16,24 @@
 -- ARGV[7]  when the sale ends, ms since the epoch (0: never)
 -- ARGV[8]  1 for a lottery among those who joined before the open
 -- ARGV[9]  the lottery's seed (a positive integer below 2^31)
+-- ARGV[10] the abandon time, in ms: a buyer in line who has not visited
+--          for longer has left the line
 --
 -- The state hash: `seq` places handed out; `base` the moment (ms) from
--- which admissions not yet made have accrued; `admitted` and `expired`
--- totals; `first` the first admission's time; `drawn` once the lottery is
--- drawn.
+-- which admissions not yet made have accrued; `admitted`, `expired` and
+-- `abandoned` totals; `first` the first admission's time; `drawn` once the
+-- lottery is drawn.
+--
+-- Abandoned: every visit of a buyer in line (a join or a status ask)
+-- records when they were seen. When the room admits, a buyer at the head
+-- of the line not seen for longer than the abandon time is dropped from
+-- the line and counted `abandoned` instead, and the next one is admitted
+-- in their place: an admission handed to someone who closed the tab is
+-- wasted for everyone behind them. A buyer with no seen entry (one who
+-- joined before the room recorded it) is not judged. The work is bounded:
+-- at most DROPS_PER_VISIT (200) buyers are dropped in one call, so that a
+-- line that everyone left costs Redis a few hundred commands a visit,
+-- never the whole line at once; the next visits drop the rest.
 --
 -- Returns {standing, place-or-expiry, ahead, waiting, closed, admitted,
 -- first, now, drawn}: standing 0 not in the room, 1 waiting (then the
@@ -34,9 +48,11 @@
 -- the line, pick the next buyers, record them as admitted as separate
 -- commands, and two instances asking at once would both admit the same
 -- slots (twice the rate, past max_active) or the same buyer twice; a
--- join read-then-added would hand two tabs of one buyer two places. One
+-- join read-then-added would hand two tabs of one buyer two places; a
+-- buyer judged gone from one read of the seen hash and dropped by a later
+-- command could visit between the two and be dropped while asking. One
 -- script does all of it on one hash tag, on Redis' clock.
-local line, admitted, bought, state, stock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local line, admitted, bought, state, stock, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local buyer = ARGV[1]
 local join = ARGV[2] == '1'
 local rate = tonumber(ARGV[3])
@@ -46,6 +62,8 @@ local opens = tonumber(ARGV[6])
 local ends = tonumber(ARGV[7])
 local lottery = ARGV[8] == '1'
 local seed = tonumber(ARGV[9])
+local abandon = tonumber(ARGV[10])
+local DROPS_PER_VISIT = 200
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -61,6 +79,12 @@ if join and not closed
   and redis.call('SISMEMBER', bought, buyer) == 0 then
   local place = redis.call('HINCRBY', state, 'seq', 1)
   redis.call('ZADD', line, place, buyer)
+end
+
+-- Seen: a buyer in line who visits is still there (before admitting, so
+-- that a buyer asking now is never judged gone).
+if redis.call('ZSCORE', line, buyer) then
+  redis.call('HSET', seen, buyer, now)
 end
 
 -- The lottery: at the first visit after the open, everyone who joined
@@ -103,10 +127,26 @@ if not closed and now >= opens then
   local room = max_active - redis.call('ZCARD', admitted)
   local n = math.min(accrued, room)
   if n > 0 then
-    local next = redis.call('ZPOPMIN', line, n)
-    local count = #next / 2
-    for i = 1, #next, 2 do
-      redis.call('ZADD', admitted, now + lasts, next[i])
+    -- From the head of the line: the gone are dropped (at most
+    -- DROPS_PER_VISIT of them), the others admitted, until `n` are.
+    local count, dropped = 0, 0
+    while count < n and dropped < DROPS_PER_VISIT do
+      local head = redis.call('ZPOPMIN', line)
+      if #head == 0 then
+        break
+      end
+      local who = head[1]
+      local last = redis.call('HGET', seen, who)
+      redis.call('HDEL', seen, who)
+      if last and tonumber(last) < now - abandon then
+        dropped = dropped + 1
+      else
+        redis.call('ZADD', admitted, now + lasts, who)
+        count = count + 1
+      end
+    end
+    if dropped > 0 then
+      redis.call('HINCRBY', state, 'abandoned', dropped)
     end
     if count > 0 then
       base = base + count * 1000 / rate

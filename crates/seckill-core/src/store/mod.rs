@@ -33,7 +33,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::config::{RedisDurability, STATEMENT_TIMEOUT};
+use crate::config::{DEFAULT_ROOM_ABANDON_SECS, RedisDurability, STATEMENT_TIMEOUT};
 use crate::redis_pool::{RedisConn, RedisPool};
 use crate::urls::redact;
 
@@ -102,6 +102,10 @@ pub struct Store {
     /// What an answer waits for: the primary's write, or a replica's too
     /// (`replicas.rs`). Fixed at start.
     durability: RedisDurability,
+    /// How long a buyer in a waiting room's line may go without asking
+    /// before the room drops them as abandoned (`lua/room_visit.lua`).
+    /// Fixed at start: every visit this store makes passes it.
+    room_abandon: Duration,
     /// The key the waiting rooms' passes are signed with, read once from
     /// PostgreSQL (`room.rs`). Shared by every clone.
     pass_key: Arc<tokio::sync::OnceCell<crate::domain::PassKey>>,
@@ -118,6 +122,7 @@ impl Store {
             catalog: Arc::default(),
             runtime: tokio::runtime::Handle::current(),
             durability: RedisDurability::Local,
+            room_abandon: Duration::from_secs(DEFAULT_ROOM_ABANDON_SECS),
             pass_key: Arc::default(),
         }
     }
@@ -131,6 +136,18 @@ impl Store {
     /// What an answer waits for (`replicas.rs`).
     pub fn durability(&self) -> RedisDurability {
         self.durability
+    }
+
+    /// The same store, whose waiting rooms drop a buyer in line who has
+    /// not asked for `after` (`--room-abandon-secs`).
+    pub fn with_room_abandon(mut self, after: Duration) -> Self {
+        self.room_abandon = after;
+        self
+    }
+
+    /// How long a buyer in line may go without asking (`room.rs`).
+    pub fn room_abandon(&self) -> Duration {
+        self.room_abandon
     }
 
     /// The PostgreSQL pool.

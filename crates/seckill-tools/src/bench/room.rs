@@ -151,7 +151,12 @@ pub(super) async fn crowded_room(
 ) -> anyhow::Result<[Row; 2]> {
     let deployment = super::deployment(services, store.prefix(), Strategy::Lock, token)?;
     let mut cluster = Fleet::new(deployment);
-    let url = cluster.start_app("bench-crowded", &[]).await?;
+    // Joined once and never asked again, the crowd would be taken for gone
+    // after the default half minute and dropped as the room admits: the
+    // row measures a room that holds them all.
+    let url = cluster
+        .start_app("bench-crowded", &["--room-abandon-secs", "86400"])
+        .await?;
     let measured = async {
         let room = RoomSettings {
             mode: RoomMode::Fifo,

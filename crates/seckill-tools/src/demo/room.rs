@@ -15,8 +15,8 @@ use chrono::Utc;
 use clap::Parser;
 use seckill_loadtest::report::Verdict;
 
+use super::DemoArgs;
 use crate::crowd::{self, CrowdArgs};
-use crate::demo::DemoArgs;
 use crate::loadrun::{self, admin_token};
 use seckill_core::config::Strategy;
 use seckill_core::domain::{NewSale, RoomMode, RoomSettings};

@@ -30,17 +30,17 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// How long a page may take to show what a step expects. Generous: the
 /// test checks behaviour, never speed.
-const PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A `chromedriver` of this test's own, on a free port. Dropping it kills
 /// its whole process group, the browsers it started included.
-struct ChromeDriver {
+pub(crate) struct ChromeDriver {
     child: tokio::process::Child,
     url: String,
 }
 
 impl ChromeDriver {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         for program in [CHROMIUM, CHROMEDRIVER] {
             assert!(
                 Path::new(program).exists(),
@@ -74,7 +74,7 @@ impl ChromeDriver {
     }
 
     /// A new headless browser with a profile of its own, phone-sized.
-    async fn browser(&self, profile: &Path) -> Client {
+    pub(crate) async fn browser(&self, profile: &Path) -> Client {
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".to_owned(),
@@ -117,34 +117,34 @@ fn screenshots_dir() -> PathBuf {
     dir
 }
 
-async fn screenshot(browser: &Client, name: &str) {
+pub(crate) async fn screenshot(browser: &Client, name: &str) {
     let png = browser.screenshot().await.expect("a screenshot");
     std::fs::write(screenshots_dir().join(name), png).expect("saving a screenshot");
 }
 
 /// The text of the element with this id, or "" while there is none.
-async fn text_of(browser: &Client, id: &str) -> String {
+pub(crate) async fn text_of(browser: &Client, id: &str) -> String {
     match browser.find(Locator::Id(id)).await {
         Ok(element) => element.text().await.unwrap_or_default(),
         Err(_) => String::new(),
     }
 }
 
-async fn wait_for_text(browser: &Client, id: &str, wanted: &str) {
+pub(crate) async fn wait_for_text(browser: &Client, id: &str, wanted: &str) {
     eventually(PATIENCE, &format!("#{id} to say {wanted:?}"), || async {
         text_of(browser, id).await.contains(wanted)
     })
     .await;
 }
 
-async fn is_enabled(browser: &Client, id: &str) -> bool {
+pub(crate) async fn is_enabled(browser: &Client, id: &str) -> bool {
     match browser.find(Locator::Id(id)).await {
         Ok(element) => element.is_enabled().await.unwrap_or(false),
         Err(_) => false,
     }
 }
 
-async fn click(browser: &Client, id: &str) {
+pub(crate) async fn click(browser: &Client, id: &str) {
     browser
         .find(Locator::Id(id))
         .await

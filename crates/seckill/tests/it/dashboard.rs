@@ -6,10 +6,11 @@
 //! empty panel.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{eventually, spawn_app};
 
 /// A file of `deploy/`, from the repository's root.
 fn deploy(path: &str) -> String {
@@ -132,6 +133,73 @@ async fn every_series_the_dashboard_queries_is_one_the_app_exports() {
             "the dashboard queries {name}, which /metrics does not export:\n{scrape}"
         );
     }
+}
+
+/// The room states a dashboard expression picks of `seckill_room_buyers`
+/// (`state="x"` or `state=~"x|y"`).
+fn room_states_graphed(dashboard: &Value) -> BTreeSet<String> {
+    let mut states = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("an expr");
+            for part in expr.split("seckill_room_buyers{").skip(1) {
+                let picked = part
+                    .trim_start_matches("state=~\"")
+                    .trim_start_matches("state=\"");
+                let picked = picked.split('"').next().expect("a selector");
+                states.extend(picked.split('|').map(str::to_owned));
+            }
+        }
+    }
+    states
+}
+
+#[tokio::test]
+async fn the_room_panels_show_every_state_the_app_reports_and_the_admission_rate() {
+    let app = spawn_app().await;
+    // The registry is the test process', shared with the other tests'
+    // apps: a scrape of theirs may reset the rooms' figures during ours.
+    let reported = std::cell::RefCell::new(BTreeSet::new());
+    let every = ["waiting", "admitted", "bought", "expired", "abandoned"];
+    eventually(
+        Duration::from_secs(10),
+        "/metrics to report every room state",
+        || async {
+            let scrape = app
+                .client
+                .get(app.url("/metrics"))
+                .send()
+                .await
+                .expect("GET /metrics")
+                .text()
+                .await
+                .expect("the figures");
+            let states: BTreeSet<String> = scrape
+                .lines()
+                .filter_map(|line| line.strip_prefix("seckill_room_buyers{state=\""))
+                .filter_map(|rest| rest.split('"').next())
+                .map(str::to_owned)
+                .collect();
+            let whole = every.iter().all(|state| states.contains(*state));
+            *reported.borrow_mut() = states;
+            whole
+        },
+    )
+    .await;
+    let reported = reported.into_inner();
+    let dashboard = dashboard();
+    let graphed = room_states_graphed(&dashboard);
+    for state in &reported {
+        assert!(graphed.contains(state), "no room panel shows {state}");
+    }
+    let rate = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|panel| panel["targets"].as_array().expect("targets"))
+        .filter_map(|target| target["expr"].as_str())
+        .any(|expr| expr.contains("deriv(seckill_room_buyers{state=\"admissions\"}"));
+    assert!(rate, "no panel graphs the admission rate");
 }
 
 #[test]

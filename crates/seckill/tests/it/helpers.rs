@@ -184,6 +184,9 @@ pub struct Options {
     pub app_redis: Option<RedisAt>,
     /// What the app's `202` waits for.
     pub durability: seckill_core::config::RedisDurability,
+    /// How long a buyer in a waiting room's line may go without asking
+    /// (`--room-abandon-secs`): tests of abandonment set it short.
+    pub room_abandon: Duration,
 }
 
 impl Default for Options {
@@ -197,6 +200,7 @@ impl Default for Options {
             limits: seckill_core::config::RateLimitSettings::default(),
             app_redis: None,
             durability: seckill_core::config::RedisDurability::Local,
+            room_abandon: Duration::from_secs(seckill_core::config::DEFAULT_ROOM_ABANDON_SECS),
         }
     }
 }
@@ -216,7 +220,8 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
         .await
         .expect("Redis");
     let store = Store::new(pg.clone(), redis.clone(), scratch.prefix.clone())
-        .with_durability(options.durability);
+        .with_durability(options.durability)
+        .with_room_abandon(options.room_abandon);
     let worker = Worker::new(store.clone(), options.worker.clone());
     TestApp {
         address,
@@ -250,6 +255,7 @@ pub async fn start_instance(scratch: &Scratch, options: &Options, instance: &str
         instance_id: Some(instance.into()),
         max_event_streams: options.max_event_streams,
         admin_session: options.admin_session,
+        room_abandon: options.room_abandon,
         run_worker: false,
         purchase: options.purchase.clone(),
         worker: options.worker.clone(),

@@ -15,7 +15,7 @@ use crate::helpers::{
 };
 
 /// An open `GET /api/sales/{id}/live`, read event by event.
-struct LiveStream {
+pub(crate) struct LiveStream {
     response: reqwest::Response,
     /// Bytes received and not yet split into events.
     buffer: String,
@@ -24,7 +24,7 @@ struct LiveStream {
 }
 
 impl LiveStream {
-    async fn open(app: &TestApp, sale: i64) -> Self {
+    pub(crate) async fn open(app: &TestApp, sale: i64) -> Self {
         let response = app
             .client
             .get(app.url(&format!("/api/sales/{sale}/live")))
@@ -42,7 +42,7 @@ impl LiveStream {
 
     /// Read snapshots until one satisfies `wanted`, and return it; panic
     /// after 20 s with the last one seen.
-    async fn until(&mut self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn until(&mut self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
         let found = tokio::time::timeout(Duration::from_secs(20), async {
             loop {
                 while let Some(end) = self.buffer.find("\n\n") {

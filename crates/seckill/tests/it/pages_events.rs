@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::helpers::spawn_app;
 
 /// Read the event stream until `want` appears in it.
-async fn read_until(stream: &mut reqwest::Response, seen: &mut String, want: &str) {
+pub(crate) async fn read_until(stream: &mut reqwest::Response, seen: &mut String, want: &str) {
     let found = tokio::time::timeout(Duration::from_secs(30), async {
         while !seen.contains(want) {
             let chunk = stream

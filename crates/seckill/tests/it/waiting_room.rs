@@ -10,7 +10,7 @@ use crate::helpers::{TestApp, spawn_app};
 
 /// A sale of `stock` units with a room, opening `opens_in` seconds from
 /// now (0: at once).
-async fn sale_with_room(app: &TestApp, stock: i64, opens_in: i64, room: Value) -> i64 {
+pub(crate) async fn sale_with_room(app: &TestApp, stock: i64, opens_in: i64, room: Value) -> i64 {
     let starts_at = chrono::Utc::now() + chrono::Duration::seconds(opens_in);
     app.create_sale_with(json!({
         "name": "Roomed", "stock": stock, "price_cents": 100,
@@ -19,7 +19,7 @@ async fn sale_with_room(app: &TestApp, stock: i64, opens_in: i64, room: Value) -
     .await
 }
 
-fn fifo(admit_per_sec: u32, max_active: u32) -> Value {
+pub(crate) fn fifo(admit_per_sec: u32, max_active: u32) -> Value {
     json!({"mode": "fifo", "admit_per_sec": admit_per_sec, "max_active": max_active, "admission_secs": 60})
 }
 
@@ -32,7 +32,7 @@ async fn join(app: &TestApp, sale: i64, buyer: &str) -> reqwest::Response {
         .expect("POST queue")
 }
 
-async fn joined(app: &TestApp, sale: i64, buyer: &str) -> Value {
+pub(crate) async fn joined(app: &TestApp, sale: i64, buyer: &str) -> Value {
     let answer = join(app, sale, buyer).await;
     assert_eq!(answer.status(), 200, "{buyer} joins");
     answer.json().await.expect("a standing")
@@ -55,7 +55,7 @@ async fn all_join(app: &TestApp, sale: i64, name: &str, count: usize) -> Vec<Str
 }
 
 /// Buyers in sale's line, read from Redis.
-async fn line_length(app: &TestApp, sale: i64) -> u64 {
+pub(crate) async fn line_length(app: &TestApp, sale: i64) -> u64 {
     let mut redis = app.redis_conn().await;
     redis::cmd("ZCARD")
         .arg(&app.keys(sale).room.line)
@@ -73,7 +73,7 @@ async fn status(app: &TestApp, sale: i64, ticket: &str) -> reqwest::Response {
         .expect("GET queue")
 }
 
-async fn standing(app: &TestApp, sale: i64, ticket: &str) -> Value {
+pub(crate) async fn standing(app: &TestApp, sale: i64, ticket: &str) -> Value {
     let answer = status(app, sale, ticket).await;
     assert_eq!(answer.status(), 200);
     answer.json().await.expect("a standing")
@@ -115,7 +115,7 @@ async fn admitted_now(app: &TestApp, sale: i64, tickets: &[String]) -> u64 {
 }
 
 /// The buyer's standing once the room has admitted them (within 10 s).
-async fn admitted(app: &TestApp, sale: i64, ticket: &str) -> Value {
+pub(crate) async fn admitted(app: &TestApp, sale: i64, ticket: &str) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let now = standing(app, sale, ticket).await;
