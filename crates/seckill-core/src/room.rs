@@ -62,9 +62,10 @@ pub struct Standing {
 }
 
 impl Standing {
-    /// Seconds until this buyer's turn, at the rate actually observed (the
-    /// room's setting before there is one).
-    pub fn eta_secs(&self, room: &RoomSettings) -> Option<f64> {
+    /// Seconds until this buyer's turn: the time left to the open (ms
+    /// since the epoch), then their place at the rate actually observed
+    /// (the room's setting before there is one).
+    pub fn eta_secs(&self, room: &RoomSettings, opens_ms: i64) -> Option<f64> {
         let Place::Waiting { ahead, .. } = self.place else {
             return None;
         };
@@ -72,7 +73,8 @@ impl Standing {
             .observed_per_sec
             .unwrap_or(f64::from(room.admit_per_sec))
             .max(f64::MIN_POSITIVE);
-        Some((ahead + 1) as f64 / rate)
+        let to_open = (opens_ms - self.now_ms).max(0) as f64 / 1000.0;
+        Some(to_open + (ahead + 1) as f64 / rate)
     }
 }
 

@@ -139,6 +139,9 @@ pub(crate) fn deployment(
     .env("SECKILL_ADMIN_TOKEN", token))
 }
 
+/// The price of every sale the tools create: a phone, 999.00.
+pub(crate) const PRICE_CENTS: i64 = 99_900;
+
 /// Create a sale of `stock` units that opens now and, if `open_secs` is
 /// given, closes that many seconds later.
 pub(crate) async fn create_sale(
@@ -147,7 +150,7 @@ pub(crate) async fn create_sale(
     stock: u32,
     open_secs: Option<i64>,
 ) -> anyhow::Result<i64> {
-    let mut new = NewSale::builder(name, i64::from(stock)).price_cents(99_900);
+    let mut new = NewSale::builder(name, i64::from(stock)).price_cents(PRICE_CENTS);
     if let Some(secs) = open_secs {
         new = new.lasts(secs);
     }

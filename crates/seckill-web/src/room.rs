@@ -52,8 +52,9 @@ pub(crate) struct StandingView {
     pub(crate) number: Option<u64>,
     /// Buyers before this one in line.
     pub(crate) ahead: u64,
-    /// Seconds until this buyer's turn, at the rate the room is actually
-    /// admitting (its setting until it has admitted for a second).
+    /// Seconds until this buyer's turn: the time to the open, then their
+    /// place at the rate the room is actually admitting (its setting until
+    /// it has admitted for a second).
     pub(crate) eta_secs: Option<f64>,
     pub(crate) admitted: bool,
     /// What the purchase must carry, while admitted.
@@ -271,7 +272,7 @@ pub(crate) async fn standing_view(
         position,
         number,
         ahead,
-        eta_secs: standing.eta_secs(settings),
+        eta_secs: standing.eta_secs(settings, sale.starts_at.timestamp_millis()),
         admitted: admission.is_some(),
         admission,
         admission_expires_in_secs: expires_in,

@@ -122,6 +122,7 @@ async fn run_setting(
         format!("Crowd, room {}", setting.map_or("off", RoomMode::as_str)),
         i64::from(args.stock),
     )
+    .price_cents(loadrun::PRICE_CENTS)
     .starts_at(opens)
     .lasts(3600);
     if let Some(mode) = setting {

@@ -73,6 +73,7 @@ pub(crate) async fn demo_room(
         ),
         i64::from(args.stock),
     )
+    .price_cents(loadrun::PRICE_CENTS)
     .starts_at(Utc::now() + chrono::Duration::from_std(OPENS_IN).expect("a minute"))
     .lasts(3600)
     .waiting_room(RoomSettings {

@@ -73,6 +73,9 @@ pub(super) struct RoomPanel {
     pub(super) follow: bool,
     /// Why a closed room is closed, in words.
     pub(super) closed_why: &'static str,
+    /// The room draws lots at the open: until then a place is only the
+    /// order of arrival.
+    pub(super) lottery: bool,
 }
 
 impl RoomPanel {
@@ -182,6 +185,7 @@ pub(super) async fn panel(
         admission_secs: 0,
         follow: false,
         closed_why: closed_why(sale),
+        lottery: settings.mode == seckill_core::domain::RoomMode::Lottery,
     };
     if let Some(Held { ticket, .. }) = held {
         let view =

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{ADMIN_TOKEN, Options, Scratch, client, cluster, services, spawn_app_on};
+use crate::helpers::{
+    ADMIN_TOKEN, Options, Scratch, client, cluster, services, spawn_app, spawn_app_on,
+};
 use crate::payment::{app_with_window, make_deadlines_due, run_deadlines_until};
 use crate::waiting_room::{admitted, buy, fifo, joined, not_admitted, sale_with_room, standing};
 
@@ -168,4 +170,34 @@ async fn a_room_runs_on_a_redis_cluster() {
         .await
         .expect("POST queue");
     assert_eq!(late.status(), 409, "the room closed at the sell-out");
+}
+
+#[tokio::test]
+async fn before_the_open_the_wait_counts_the_time_to_the_open_and_a_lottery_says_it_draws() {
+    let app = spawn_app().await;
+    let lottery =
+        json!({"mode": "lottery", "admit_per_sec": 10, "max_active": 1, "admission_secs": 60});
+    let sale = sale_with_room(&app, 1, 600, lottery).await;
+    let first = joined(&app, sale, "ann").await;
+    // First in line, at 10 a second: 0.1 s once the sale is open, and
+    // the open is ten minutes away.
+    let eta = first["eta_secs"].as_f64().expect("an estimate");
+    assert!((590.0..=600.5).contains(&eta), "{first}");
+
+    let page = |sale: i64| {
+        let app = &app;
+        async move {
+            app.client
+                .get(app.url(&format!("/sales/{sale}")))
+                .send()
+                .await
+                .expect("GET the sale page")
+                .text()
+                .await
+                .expect("a page")
+        }
+    };
+    assert!(page(sale).await.contains("draws lots at the open"));
+    let fifo_sale = sale_with_room(&app, 1, 600, fifo(10, 1)).await;
+    assert!(!page(fifo_sale).await.contains("draws lots"));
 }
