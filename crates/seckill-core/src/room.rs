@@ -11,6 +11,11 @@
 //! The room closes when the sale sells out or ends, and opens again when
 //! a unit comes back (the script reads the sale's stock).
 //!
+//! An instance may also [`look`] at the whole room (a visit for nobody)
+//! and answer a buyer far back in line from that look
+//! ([`Standing::of_number`]); the web crate's `room_view.rs` does, so that
+//! a polling crowd costs Redis one visit per moment, not one per answer.
+//!
 //! A buyer who stops asking has left: the script notes every visit of a
 //! buyer in line, and when the turn of one not seen for the store's
 //! abandon time comes (`--room-abandon-secs`, [`Store::room_abandon`]),
@@ -18,6 +23,7 @@
 //! on them. [`figures`] reads what `/metrics` and the live page show.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use anyhow::Context;
 use hmac::Mac;
@@ -59,6 +65,11 @@ pub struct Standing {
     pub observed_per_sec: Option<f64>,
     /// Redis' clock at the visit, ms since the epoch.
     pub now_ms: i64,
+    /// The number of the first buyer in line; `None` when nobody waits.
+    pub head: Option<u64>,
+    /// How many buyers the lottery drew (numbers 1 to it); 0 before a
+    /// draw, and in a `fifo` room.
+    pub drawn: u64,
 }
 
 impl Standing {
@@ -76,6 +87,35 @@ impl Standing {
         let to_open = (opens_ms - self.now_ms).max(0) as f64 / 1000.0;
         Some(to_open + (ahead + 1) as f64 / rate)
     }
+
+    /// Where the buyer of `number` stands, judged from this standing (a
+    /// look at the whole room, `age` ago) without asking Redis: `Some`
+    /// only when they were in line then, far enough behind its head that
+    /// the room cannot have reached them since (at most a second's
+    /// admissions at once, then `admit_per_sec`); `None` when Redis must
+    /// be asked. Numbers in a line have no gaps (buyers leave it only at
+    /// its head), so the buyers ahead are `number - head`. A lottery's
+    /// drawn numbers (1 to `drawn`) are not judged: a ticket signed before
+    /// the draw carries the arrival number, not the drawn one.
+    ///
+    /// What is answered so is as old as the look: a room that closed, or
+    /// a head that moved on by abandoned buyers, is seen at the next look.
+    pub fn of_number(&self, number: u64, room: &RoomSettings, age: Duration) -> Option<Standing> {
+        let head = self.head?;
+        if number == 0 || (room.mode == RoomMode::Lottery && number <= self.drawn) {
+            return None;
+        }
+        let reach = (f64::from(room.admit_per_sec) * (1.0 + age.as_secs_f64())).ceil() as u64 + 1;
+        let ahead = number.checked_sub(head)?;
+        if ahead < reach {
+            return None;
+        }
+        Some(Standing {
+            place: Place::Waiting { number, ahead },
+            now_ms: self.now_ms + i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
+            ..*self
+        })
+    }
 }
 
 /// Join sale's room as `buyer` (if not in it yet), or only ask
@@ -87,20 +127,45 @@ pub async fn visit(
     buyer: &UserId,
     join: bool,
 ) -> anyhow::Result<Standing> {
+    run_visit(store, sale, room, buyer.as_str(), join, &[]).await
+}
+
+/// A look at the whole room (a visit for nobody), admitting whoever's
+/// turn has come on the way, and noting `seen` (buyers an instance
+/// answered from its last look, `web/room_view.rs`) as having asked now.
+pub async fn look(
+    store: &Store,
+    sale: &Sale,
+    room: &RoomSettings,
+    seen: &[String],
+) -> anyhow::Result<Standing> {
+    run_visit(store, sale, room, "", false, seen).await
+}
+
+/// `lua/room_visit.lua` for `buyer` ("" for nobody), and `seen`.
+async fn run_visit(
+    store: &Store,
+    sale: &Sale,
+    room: &RoomSettings,
+    buyer: &str,
+    join: bool,
+    seen: &[String],
+) -> anyhow::Result<Standing> {
     let keys = SaleKeys::new(store.prefix(), sale.id);
     let seed = match room.mode {
         RoomMode::Lottery => lottery_seed(&store.pass_key().await?, sale.id),
         RoomMode::Fifo => 0,
     };
     let mut conn = store.redis().await?;
-    let reply: [i64; 9] = VISIT
+    let mut script = VISIT.prepare_invoke();
+    script
         .key(&keys.room.line)
         .key(&keys.room.admitted)
         .key(&keys.room.bought)
         .key(&keys.room.state)
         .key(&keys.stock)
         .key(&keys.room.seen)
-        .arg(buyer.as_str())
+        .arg(buyer)
         .arg(u8::from(join))
         .arg(room.admit_per_sec)
         .arg(room.max_active)
@@ -110,6 +175,8 @@ pub async fn visit(
         .arg(u8::from(room.mode == RoomMode::Lottery))
         .arg(seed)
         .arg(u64::try_from(store.room_abandon().as_millis()).unwrap_or(u64::MAX))
+        .arg(seen);
+    let reply: [i64; 11] = script
         .invoke_async(&mut conn)
         .await
         .context("visiting a waiting room")?;
@@ -123,6 +190,8 @@ pub async fn visit(
         first,
         now_ms,
         drawn,
+        head,
+        drawn_ever,
     ] = reply;
     if drawn > 0 {
         // Logged, so that a draw can be told and checked: the same seed
@@ -152,6 +221,8 @@ pub async fn visit(
         observed_per_sec: (first > 0 && elapsed_secs >= 1.0)
             .then(|| admitted as f64 / elapsed_secs),
         now_ms,
+        head: (head > 0).then(|| count(head)),
+        drawn: count(drawn_ever),
     })
 }
 
@@ -271,4 +342,83 @@ fn lottery_seed(key: &PassKey, sale_id: i64) -> i64 {
     let n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
     // Park-Miller's generator takes a seed in 1..2^31-1.
     i64::from(n % 2_147_483_646) + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn look(head: Option<u64>, drawn: u64) -> Standing {
+        Standing {
+            place: Place::Outside,
+            waiting: 100,
+            closed: false,
+            observed_per_sec: None,
+            now_ms: 1_000,
+            head,
+            drawn,
+        }
+    }
+
+    fn room(mode: RoomMode) -> RoomSettings {
+        RoomSettings {
+            mode,
+            admit_per_sec: 10,
+            max_active: 10,
+            admission_secs: 60,
+        }
+    }
+
+    #[test]
+    fn a_buyer_is_judged_from_a_look_only_beyond_the_reach_of_the_room_since() {
+        let fifo = room(RoomMode::Fifo);
+        let at_once = Duration::ZERO;
+        // 10 a second: a second's worth at once, and one more.
+        assert_eq!(look(Some(5), 0).of_number(15, &fifo, at_once), None);
+        let far = look(Some(5), 0)
+            .of_number(16, &fifo, at_once)
+            .expect("far back");
+        assert_eq!(
+            far.place,
+            Place::Waiting {
+                number: 16,
+                ahead: 11
+            }
+        );
+        // An older look reaches further.
+        assert_eq!(
+            look(Some(5), 0).of_number(16, &fifo, Duration::from_millis(500)),
+            None
+        );
+        assert_eq!(
+            look(Some(5), 0)
+                .of_number(40, &fifo, Duration::from_millis(500))
+                .map(|s| s.now_ms),
+            Some(1_500)
+        );
+        // Before the head (gone or admitted), nobody waiting, no number.
+        assert_eq!(look(Some(50), 0).of_number(40, &fifo, at_once), None);
+        assert_eq!(look(None, 0).of_number(40, &fifo, at_once), None);
+        assert_eq!(look(Some(1), 0).of_number(0, &fifo, at_once), None);
+    }
+
+    #[test]
+    fn a_lotterys_drawn_numbers_are_asked_about_in_redis() {
+        let lottery = room(RoomMode::Lottery);
+        assert_eq!(
+            look(Some(1), 30).of_number(30, &lottery, Duration::ZERO),
+            None
+        );
+        assert!(
+            look(Some(1), 30)
+                .of_number(31, &lottery, Duration::ZERO)
+                .is_some()
+        );
+        // Before the draw, arrival numbers are the line's.
+        assert!(
+            look(Some(1), 0)
+                .of_number(30, &lottery, Duration::ZERO)
+                .is_some()
+        );
+    }
 }

@@ -191,7 +191,7 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
     }
     if wanted(BenchRows::Room) {
         eprintln!("bench: waiting room status answers against sold-out answers (wrk)");
-        rows.push(room::status_against_sold_out(args, services, &store, &token).await?);
+        rows.extend(room::status_against_sold_out(args, services, &store, &token).await?);
         eprintln!("bench: a waiting room {} buyers join", args.room_buyers);
         rows.extend(room::crowded_room(args, services, &store, &token).await?);
     }

@@ -22,6 +22,7 @@ mod lookup;
 pub mod metrics;
 mod pages;
 mod room;
+mod room_view;
 mod scoreboard;
 pub mod security;
 pub mod startup;
@@ -78,6 +79,10 @@ pub(crate) struct AppState {
     pub(crate) streams: Arc<Semaphore>,
     /// How many permits `streams` started with; fixed at start.
     pub(crate) max_streams: usize,
+    /// This instance's look at each waiting room it is asked about, so
+    /// that a crowd polling its places costs Redis one visit per room per
+    /// moment, not one per answer (`room_view.rs`).
+    pub(crate) room_views: room_view::RoomViews,
     /// Cancelled when the instance shuts down (by `startup`, on a signal):
     /// live event streams end then, so that they do not hold the graceful
     /// shutdown up.

@@ -97,7 +97,7 @@ pub(crate) async fn status(
     let sale = find_sale(&state, &path).await?;
     let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
     let held = held_ticket(&state, &request, &sale).await?;
-    let standing = room::visit(&state.store, &sale, &settings, &held.buyer, false).await?;
+    let standing = stands(&state, &sale, &settings, &held).await?;
     let view = standing_view(
         &state,
         &sale,
@@ -150,6 +150,8 @@ pub(crate) async fn enter(
 pub(crate) struct Held {
     pub(crate) ticket: String,
     pub(crate) buyer: UserId,
+    /// The buyer's number in line when the ticket was signed (0: none).
+    pub(crate) number: u64,
 }
 
 /// The ticket `request` carries for `sale` (its `Seckill-Ticket` header,
@@ -184,7 +186,23 @@ pub(crate) async fn held_ticket(
     Ok(Held {
         ticket,
         buyer: pass.buyer,
+        number: u64::try_from(pass.number).unwrap_or(0),
     })
+}
+
+/// Where the buyer of a ticket stands: from this instance's look at the
+/// room when that can tell, else from Redis (`room_view.rs`). A status
+/// request and each tick of the sale page's stream ask here.
+pub(crate) async fn stands(
+    state: &AppState,
+    sale: &Arc<Sale>,
+    settings: &RoomSettings,
+    held: &Held,
+) -> anyhow::Result<Standing> {
+    state
+        .room_views
+        .standing(&state.store, sale, settings, &held.buyer, held.number)
+        .await
 }
 
 /// The purchase's door: `admission` must be this sale's, this buyer's, not

@@ -165,6 +165,7 @@ impl Application {
             streams: Arc::new(Semaphore::new(settings.max_event_streams as usize)),
             max_streams: settings.max_event_streams as usize,
             limits: settings.limits.clone(),
+            room_views: Default::default(),
             shutdown: shutdown.clone(),
         });
         tokio::spawn(forget_ended_sales(
@@ -265,7 +266,7 @@ async fn forget_ended_sales(
         }
         let before = chrono::Utc::now() - after;
         let forgotten = state.purchaser.forget_ended(before);
-        let unwatched = state.live.forget_unwatched();
+        let unwatched = state.live.forget_unwatched() + state.room_views.forget_idle(after);
         if forgotten + unwatched > 0 {
             tracing::debug!(forgotten, unwatched, "ended and unwatched sales forgotten");
         }

@@ -18,6 +18,9 @@
 -- ARGV[9]  the lottery's seed (a positive integer below 2^31)
 -- ARGV[10] the abandon time, in ms: a buyer in line who has not visited
 --          for longer has left the line
+-- ARGV[11..] more buyers seen: those an instance answered from its own
+--          view of the room since its last visit (`web/room_view.rs`);
+--          each still in line is noted as seen now, as ARGV[1] is
 --
 -- The state hash: `seq` places handed out; `base` the moment (ms) from
 -- which admissions not yet made have accrued; `admitted`, `expired` and
@@ -36,13 +39,15 @@
 -- never the whole line at once; the next visits drop the rest.
 --
 -- Returns {standing, place-or-expiry, ahead, waiting, closed, admitted,
--- first, now, drawn}: standing 0 not in the room, 1 waiting (then the
+-- first, now, drawn, head, drawn_ever}: standing 0 not in the room, 1 waiting (then the
 -- buyer's number in the line, the order it is served in, and how many
 -- are ahead), 2 admitted (then when
 -- the admission ends), 3 bought; `waiting` the line's length; `closed` 1
 -- when the sale has sold out or ended; `admitted` and `first` for the
 -- observed rate; `drawn` the number of buyers the lottery shuffled in this
--- call (0 if it was not drawn here).
+-- call (0 if it was not drawn here); `head` the number of the first buyer
+-- in line (0: nobody waits); `drawn_ever` how many the lottery drew, in
+-- any call (their numbers are 1 to it; 0: not drawn).
 --
 -- The races this prevents: every instance advances the same room. Read
 -- the line, pick the next buyers, record them as admitted as separate
@@ -85,6 +90,11 @@ end
 -- that a buyer asking now is never judged gone).
 if redis.call('ZSCORE', line, buyer) then
   redis.call('HSET', seen, buyer, now)
+end
+for i = 11, #ARGV do
+  if redis.call('ZSCORE', line, ARGV[i]) then
+    redis.call('HSET', seen, ARGV[i], now)
+  end
 end
 
 -- The lottery: at the first visit after the open, everyone who joined
@@ -167,9 +177,13 @@ local totals = redis.call('HMGET', state, 'admitted', 'first')
 local admitted_total = tonumber(totals[1] or '0')
 local first = tonumber(totals[2] or '0')
 local closed_flag = closed and 1 or 0
+local first_in_line = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+local head = tonumber(first_in_line[2] or '0')
+local drawn_ever = tonumber(redis.call('HGET', state, 'drawn') or '0')
 
 local function answer(standing, value, ahead)
-  return {standing, value, ahead, waiting, closed_flag, admitted_total, first, now, drawn}
+  return {standing, value, ahead, waiting, closed_flag, admitted_total, first, now, drawn,
+    head, drawn_ever}
 end
 
 if redis.call('SISMEMBER', bought, buyer) == 1 then

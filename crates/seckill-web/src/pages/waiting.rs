@@ -374,7 +374,7 @@ impl Follow {
     /// The buyer's standing now, as an event; notes whether it is the last.
     async fn standing(&mut self) -> Result<Bytes, ApiError> {
         let buyer = &self.held.buyer;
-        let standing = visit(&self.state.store, &self.sale, &self.settings, buyer, false).await?;
+        let standing = room::stands(&self.state, &self.sale, &self.settings, &self.held).await?;
         let view = room::standing_view(
             &self.state,
             &self.sale,

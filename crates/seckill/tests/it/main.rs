@@ -57,6 +57,7 @@ mod refusals;
 mod room;
 mod room_figures;
 mod room_page;
+mod room_view;
 mod runtimes;
 mod sale_status;
 mod security_headers;

@@ -1,0 +1,100 @@
+//! This instance's view of each waiting room it is asked about, so that a
+//! crowd polling its places does not cost Redis a script per answer.
+//!
+//! Most of a crowd stands far behind the head of the line, and its answer
+//! changes only as the head moves. So each instance looks at a room (one
+//! visit for nobody, `room::look`) at most every [`FRESH_FOR`], and
+//! answers from that look a buyer who was in line then and so far behind
+//! that the room cannot have reached them since (`Standing::of_number`).
+//! Whoever is near their turn, admitted, or not judged (a lottery's drawn
+//! numbers) is asked about in Redis, as before.
+//!
+//! The races this keeps closed. A buyer answered from the look never
+//! asked Redis, so Redis would take them for gone (abandoned) at their
+//! turn: the buyers answered here are noted, and sent as seen with the
+//! next look, in its script, before it admits anyone. And many requests
+//! finding the look stale at once would each look again: the look is a
+//! single-flight read (`fresh.rs`), one at a time per room.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::fresh::Fresh;
+use seckill_core::domain::{RoomSettings, Sale, UserId};
+use seckill_core::room::{self, Standing};
+use seckill_core::store::Store;
+
+/// How old a look may be when a buyer is answered from it: the most a
+/// place shown can lag behind Redis.
+pub(crate) const FRESH_FOR: Duration = Duration::from_millis(200);
+
+/// The rooms this instance was asked about, by sale: a few hundred bytes
+/// each, forgotten once nobody has asked for a while ([`Self::forget_idle`]).
+#[derive(Default)]
+pub(crate) struct RoomViews {
+    rooms: Mutex<HashMap<i64, Arc<View>>>,
+}
+
+/// One room's last look, and the buyers answered from it since.
+struct View {
+    look: Fresh<Standing>,
+    /// When a buyer last asked about this room here.
+    asked: Mutex<Instant>,
+    /// Buyers answered from a look, to be sent as seen with the next one.
+    /// A std Mutex: nothing awaits while it is held.
+    seen: Mutex<HashSet<String>>,
+}
+
+impl RoomViews {
+    /// Where `buyer`, who holds the ticket of `number`, stands: from this
+    /// instance's look at the room when it can tell, else from a visit.
+    pub(crate) async fn standing(
+        &self,
+        store: &Store,
+        sale: &Arc<Sale>,
+        settings: &RoomSettings,
+        buyer: &UserId,
+        number: u64,
+    ) -> anyhow::Result<Standing> {
+        let view = self.view(sale.id);
+        *lock(&view.asked) = Instant::now();
+        let (read_at, look) = view
+            .look
+            .get(store.runtime(), FRESH_FOR, || {
+                let seen: Vec<String> = lock(&view.seen).drain().collect();
+                let (store, sale, settings) = (store.clone(), Arc::clone(sale), *settings);
+                async move { room::look(&store, &sale, &settings, &seen).await }
+            })
+            .await?;
+        if let Some(standing) = look.of_number(number, settings, read_at.elapsed()) {
+            lock(&view.seen).insert(buyer.as_str().to_owned());
+            return Ok(standing);
+        }
+        room::visit(store, sale, settings, buyer, false).await
+    }
+
+    /// Forget the rooms nobody asked about here for `idle`; how many.
+    pub(crate) fn forget_idle(&self, idle: Duration) -> usize {
+        let mut rooms = lock(&self.rooms);
+        let before = rooms.len();
+        rooms.retain(|_, view| lock(&view.asked).elapsed() < idle);
+        before - rooms.len()
+    }
+
+    fn view(&self, sale_id: i64) -> Arc<View> {
+        Arc::clone(lock(&self.rooms).entry(sale_id).or_insert_with(|| {
+            Arc::new(View {
+                look: Fresh::default(),
+                asked: Mutex::new(Instant::now()),
+                seen: Mutex::default(),
+            })
+        }))
+    }
+}
+
+/// A poisoned lock still holds a consistent map or set: nothing panics
+/// while changing one halfway.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,104 @@
+//! An instance answers the buyers far back in a waiting room's line from
+//! its own look at the room (`seckill-web/src/room_view.rs`): a crowd
+//! polling its places costs Redis one visit per moment, not one per
+//! answer; the answers are the places Redis holds; and the buyers so
+//! answered still count as asking, so the room never takes them for gone.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::{Monitor, Options, TestApp, eventually, spawn_app_with};
+use crate::waiting_room::{fifo, joined, sale_with_room, standing};
+
+/// A sale opening in ten minutes (nobody is admitted meanwhile), with
+/// `count` buyers in line; their tickets, in order.
+async fn a_long_line(app: &TestApp, count: usize) -> (i64, Vec<String>) {
+    let sale = sale_with_room(app, 1, 600, fifo(1, 1)).await;
+    let mut tickets = Vec::new();
+    for n in 0..count {
+        let standing = joined(app, sale, &format!("buyer-{n}")).await;
+        tickets.push(standing["ticket"].as_str().expect("a ticket").to_owned());
+    }
+    (sale, tickets)
+}
+
+/// Runs of the room's script (each runs one `ZRANGE` of the line) among
+/// the commands `monitor` saw.
+fn visits(commands: &[Vec<String>]) -> usize {
+    commands
+        .iter()
+        .filter(|command| {
+            command
+                .first()
+                .is_some_and(|c| c.eq_ignore_ascii_case("zrange"))
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn twenty_buyers_far_back_asking_at_once_cost_redis_one_look_and_see_their_own_places() {
+    let app = spawn_app_with(Options::default()).await;
+    let (sale, tickets) = a_long_line(&app, 40).await;
+    let far: Vec<&String> = tickets[20..].iter().collect();
+    let mut monitor = Monitor::start(app.scratch.redis_url(), &app.keys(sale).room.line).await;
+    let answers: Vec<Value> =
+        futures::future::join_all(far.iter().map(|ticket| standing(&app, sale, ticket))).await;
+    let commands = monitor.until_now().await;
+    let seen = visits(&commands);
+    for (n, answer) in answers.iter().enumerate() {
+        let place = 21 + n as u64;
+        assert_eq!(
+            (
+                answer["position"].as_u64(),
+                answer["ahead"].as_u64(),
+                answer["waiting"].as_u64()
+            ),
+            (Some(place), Some(place - 1), Some(40)),
+            "{answer}"
+        );
+    }
+    // One look, shared; a second only if the answers straddled its 200 ms.
+    assert!(
+        (1..=2).contains(&seen),
+        "{seen} runs of the script for 20 answers"
+    );
+
+    // Near the head, every answer asks Redis: the room could reach them.
+    let mut monitor = Monitor::start(app.scratch.redis_url(), &app.keys(sale).room.line).await;
+    for _ in 0..5 {
+        assert_eq!(standing(&app, sale, &tickets[1]).await["position"], 2);
+    }
+    let commands = monitor.until_now().await;
+    let runs = visits(&commands);
+    assert!(runs >= 5, "{runs} runs of the script for 5 answers");
+}
+
+#[tokio::test]
+async fn a_buyer_answered_from_the_instances_look_is_noted_as_seen_in_redis() {
+    let app = spawn_app_with(Options::default()).await;
+    let (sale, tickets) = a_long_line(&app, 30).await;
+    let last = "buyer-29";
+    let seen_at = || async {
+        let mut redis = app.redis_conn().await;
+        let at: Option<i64> = redis::cmd("HGET")
+            .arg(&app.keys(sale).room.seen)
+            .arg(last)
+            .query_async(&mut redis)
+            .await
+            .expect("HGET seen");
+        at.expect("a buyer in line has been seen")
+    };
+    let joined_at = seen_at().await;
+    // Asked, and answered from a look, the buyer is sent as seen with the
+    // next look, which the next question after 200 ms makes.
+    eventually(
+        Duration::from_secs(10),
+        "the buyer noted as seen again",
+        || async {
+            standing(&app, sale, &tickets[29]).await;
+            seen_at().await > joined_at
+        },
+    )
+    .await;
+}
