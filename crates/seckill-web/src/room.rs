@@ -86,7 +86,9 @@ pub(crate) async fn join(
         None,
     )
     .await?;
-    Ok(answer(entered.sale.id, view))
+    Ok(HttpResponse::Ok()
+        .cookie(ticket_cookie(entered.sale.id, view.ticket.clone()))
+        .json(view))
 }
 
 pub(crate) async fn status(
@@ -107,7 +109,8 @@ pub(crate) async fn status(
         Some(held.ticket),
     )
     .await?;
-    Ok(answer(sale.id, view))
+    // The ticket came with the request, unchanged: no cookie to set again.
+    Ok(HttpResponse::Ok().json(view))
 }
 
 /// A buyer who joined (or was in the room already), as [`enter`] found them.
@@ -298,13 +301,6 @@ pub(crate) async fn standing_view(
         closed: standing.closed,
         waiting: standing.waiting,
     })
-}
-
-/// The API's answer: the standing, and its ticket in the cookie.
-fn answer(sale_id: i64, view: StandingView) -> HttpResponse {
-    HttpResponse::Ok()
-        .cookie(ticket_cookie(sale_id, view.ticket.clone()))
-        .json(view)
 }
 
 /// The cookie that keeps a buyer's ticket for one sale's room: sent back
