@@ -10,9 +10,10 @@
 //! pace and the admissions are `seckill_core::room`'s.
 //!
 //! The sale page (`pages/waiting.rs`, `pages::buy`) goes through the same
-//! functions: [`enter`] to join, [`held_ticket`] and [`standing_view`] to
-//! tell a buyer where they stand, [`admit`] and [`spend`] around a
-//! purchase. There is one door, whichever way a buyer comes.
+//! functions: [`enter`] to join, [`Asking`] (or [`held_ticket`] and
+//! [`standing_view`]) to tell a buyer where they stand, [`admit`] and
+//! [`spend`] around a purchase. There is one door, whichever way a buyer
+//! comes.
 
 use actix_web::cookie::{Cookie, SameSite};
 use std::sync::Arc;
@@ -77,18 +78,9 @@ pub(crate) async fn join(
 ) -> Result<HttpResponse, ApiError> {
     let Object(body) = body.into_inner();
     let entered = enter(&state, &request, &path, &body.user_id).await?;
-    let view = standing_view(
-        &state,
-        &entered.sale,
-        &entered.settings,
-        &entered.buyer,
-        &entered.standing,
-        None,
-    )
-    .await?;
     Ok(HttpResponse::Ok()
-        .cookie(ticket_cookie(entered.sale.id, view.ticket.clone()))
-        .json(view))
+        .cookie(entered.ticket_cookie())
+        .json(entered.view))
 }
 
 pub(crate) async fn status(
@@ -96,35 +88,32 @@ pub(crate) async fn status(
     request: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = find_sale(&state, &path).await?;
-    let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
-    let held = held_ticket(&state, &request, &sale).await?;
-    let standing = stands(&state, &sale, &settings, &held).await?;
-    let view = standing_view(
-        &state,
-        &sale,
-        &settings,
-        &held.buyer,
-        &standing,
-        Some(held.ticket),
-    )
-    .await?;
+    let asking = Asking::read(&state, &request, &path).await?;
+    let (_, view) = asking.standing(&state).await?;
     // The ticket came with the request, unchanged: no cookie to set again.
     Ok(HttpResponse::Ok().json(view))
 }
 
 /// A buyer who joined (or was in the room already), as [`enter`] found them.
 pub(crate) struct Entered {
-    pub(crate) sale: Arc<Sale>,
-    pub(crate) settings: RoomSettings,
+    pub(crate) sale_id: i64,
     pub(crate) buyer: UserId,
-    pub(crate) standing: Standing,
+    /// Where they stand, with a ticket signed for them.
+    pub(crate) view: StandingView,
+}
+
+impl Entered {
+    /// The cookie that keeps the new ticket.
+    pub(crate) fn ticket_cookie(&self) -> Cookie<'static> {
+        ticket_cookie(self.sale_id, self.view.ticket.clone())
+    }
 }
 
 /// Join the room of the sale `raw_sale_id` names as `user_id`: the API's
-/// join and the sale page's "Join the line" form, one way. Refused as
-/// the API answers: a bad id, a rate limit, no such sale, no room, or
-/// `room_closed` for a newcomer once the room has closed.
+/// join and the sale page's "Join the line" form, one way, answered with
+/// the same standing and ticket. Refused as the API answers: a bad id, a
+/// rate limit, no such sale, no room, or `room_closed` for a newcomer
+/// once the room has closed.
 pub(crate) async fn enter(
     state: &AppState,
     request: &HttpRequest,
@@ -141,11 +130,11 @@ pub(crate) async fn enter(
     if standing.closed && standing.place == Place::Outside {
         return Err(ApiError::RoomClosed);
     }
+    let view = standing_view(state, &sale, &settings, &buyer, &standing, None).await?;
     Ok(Entered {
-        sale,
-        settings,
+        sale_id: sale.id,
         buyer,
-        standing,
+        view,
     })
 }
 
@@ -193,19 +182,56 @@ pub(crate) async fn held_ticket(
     })
 }
 
-/// Where the buyer of a ticket stands: from this instance's look at the
-/// room when that can tell, else from Redis (`room_view.rs`). A status
-/// request and each tick of the sale page's stream ask here.
-pub(crate) async fn stands(
-    state: &AppState,
-    sale: &Arc<Sale>,
-    settings: &RoomSettings,
-    held: &Held,
-) -> anyhow::Result<Standing> {
-    state
-        .room_views
-        .standing(&state.store, sale, settings, &held.buyer, held.number)
-        .await
+/// A buyer asking where they stand, by the ticket they hold: a status
+/// request, or the sale page's standing stream at each tick.
+pub(crate) struct Asking {
+    pub(crate) sale: Arc<Sale>,
+    settings: RoomSettings,
+    held: Held,
+}
+
+impl Asking {
+    /// The sale `raw_sale_id` names, its room, and the ticket `request`
+    /// carries for it. Refused as the API's status answers: a bad id, no
+    /// such sale, no room, or `invalid_ticket`.
+    pub(crate) async fn read(
+        state: &AppState,
+        request: &HttpRequest,
+        raw_sale_id: &str,
+    ) -> Result<Self, ApiError> {
+        let sale = find_sale(state, raw_sale_id).await?;
+        let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
+        let held = held_ticket(state, request, &sale).await?;
+        Ok(Self {
+            sale,
+            settings,
+            held,
+        })
+    }
+
+    /// Where the buyer stands now, and that as the API answers it (their
+    /// ticket answered back as it came): from this instance's look at the
+    /// room when that can tell, else from Redis (`room_view.rs`).
+    pub(crate) async fn standing(
+        &self,
+        state: &AppState,
+    ) -> Result<(Standing, StandingView), ApiError> {
+        let (sale, settings, held) = (&self.sale, &self.settings, &self.held);
+        let standing = state
+            .room_views
+            .standing(&state.store, sale, settings, &held.buyer, held.number)
+            .await?;
+        let view = standing_view(
+            state,
+            sale,
+            settings,
+            &held.buyer,
+            &standing,
+            Some(held.ticket.clone()),
+        )
+        .await?;
+        Ok((standing, view))
+    }
 }
 
 /// The purchase's door: `admission` must be this sale's, this buyer's, not

@@ -34,7 +34,7 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::live::event_stream;
 use crate::lookup::{SaleView, find_sale};
-use crate::room::{self, Held};
+use crate::room::{self, Asking, Held};
 use seckill_core::domain::{RoomSettings, Sale, UserId};
 use seckill_core::room::{Place, visit};
 
@@ -275,21 +275,11 @@ pub(crate) async fn join(
         }
         Err(other) => return Err(other),
     };
-    let sale_id = entered.sale.id;
-    let view = room::standing_view(
-        &state,
-        &entered.sale,
-        &entered.settings,
-        &entered.buyer,
-        &entered.standing,
-        None,
-    )
-    .await?;
     let mut response = HttpResponse::SeeOther()
-        .insert_header((LOCATION, format!("/sales/{sale_id}")))
+        .insert_header((LOCATION, format!("/sales/{}", entered.sale_id)))
         .finish();
     response
-        .add_cookie(&room::ticket_cookie(sale_id, view.ticket))
+        .add_cookie(&entered.ticket_cookie())
         .context("setting the ticket cookie")?;
     set_buyer_cookie(&mut response, entered.buyer.as_str())?;
     Ok(response)
@@ -301,9 +291,8 @@ struct Follow {
     /// This stream's place among the instance's open streams (shared with
     /// the other event streams), given back when it ends.
     _slot: OwnedSemaphorePermit,
-    sale: Arc<Sale>,
-    settings: RoomSettings,
-    held: Held,
+    /// Whose standing, in which sale's room.
+    asking: Asking,
     ticks: tokio::time::Interval,
     /// The last standing sent was the last there is to follow.
     done: bool,
@@ -320,9 +309,7 @@ pub(crate) async fn events(
     request: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let sale = find_sale(&state, &path).await?;
-    let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
-    let held = room::held_ticket(&state, &request, &sale).await?;
+    let asking = Asking::read(&state, &request, &path).await?;
     // A place among the instance's open streams, or 503, as for the sale
     // page's units-left stream: they share the bound.
     let slot = Arc::clone(&state.streams)
@@ -335,9 +322,7 @@ pub(crate) async fn events(
     let mut follow = Follow {
         state,
         _slot: slot,
-        sale,
-        settings,
-        held,
+        asking,
         ticks,
         done: false,
     };
@@ -373,19 +358,9 @@ impl Follow {
 
     /// The buyer's standing now, as an event; notes whether it is the last.
     async fn standing(&mut self) -> Result<Bytes, ApiError> {
-        let buyer = &self.held.buyer;
-        let standing = room::stands(&self.state, &self.sale, &self.settings, &self.held).await?;
-        let view = room::standing_view(
-            &self.state,
-            &self.sale,
-            &self.settings,
-            buyer,
-            &standing,
-            Some(self.held.ticket.clone()),
-        )
-        .await?;
-        self.done =
-            matches!(standing.place, Place::Outside | Place::Bought) || has_ended(&self.sale);
+        let (standing, view) = self.asking.standing(&self.state).await?;
+        self.done = matches!(standing.place, Place::Outside | Place::Bought)
+            || has_ended(&self.asking.sale);
         let json = serde_json::to_string(&view).context("writing a standing")?;
         Ok(Bytes::from(format!("event: standing\ndata: {json}\n\n")))
     }

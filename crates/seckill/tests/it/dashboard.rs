@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::helpers::{eventually, spawn_app};
+use crate::room_figures::room_buyers;
 
 /// A file of `deploy/`, from the repository's root.
 fn deploy(path: &str) -> String {
@@ -113,15 +114,7 @@ async fn every_series_the_dashboard_queries_is_one_the_app_exports() {
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
     assert_eq!(app.purchase(sale, "bob").await.status(), 409);
     app.drain().await;
-    let scrape = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the figures");
+    let scrape = app.get_text("/metrics").await;
     let exported: BTreeSet<&str> = scrape
         .lines()
         .filter(|line| !line.starts_with('#'))
@@ -165,20 +158,8 @@ async fn the_room_panels_show_every_state_the_app_reports_and_the_admission_rate
         Duration::from_secs(10),
         "/metrics to report every room state",
         || async {
-            let scrape = app
-                .client
-                .get(app.url("/metrics"))
-                .send()
-                .await
-                .expect("GET /metrics")
-                .text()
-                .await
-                .expect("the figures");
-            let states: BTreeSet<String> = scrape
-                .lines()
-                .filter_map(|line| line.strip_prefix("seckill_room_buyers{state=\""))
-                .filter_map(|rest| rest.split('"').next())
-                .map(str::to_owned)
+            let states: BTreeSet<String> = room_buyers(&app.get_text("/metrics").await)
+                .into_keys()
                 .collect();
             let whole = every.iter().all(|state| states.contains(*state));
             *reported.borrow_mut() = states;

@@ -8,11 +8,13 @@ use seckill_core::queue::QueueStats;
 use seckill_core::redis_pool::RedisAt;
 use seckill_core::store::Store;
 use seckill_core::worker::Worker;
-use seckill_devenv::services::{PrivatePostgres, PrivateRedis};
+use seckill_devenv::services::PrivatePostgres;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{Options, Scratch, eventually, services, spawn_app_on};
+use crate::helpers::{
+    Options, Scratch, eventually, services, spawn_app_on, spawn_app_on_private_redis,
+};
 use crate::proxy::LoseOneAnswer;
 
 #[tokio::test]
@@ -156,13 +158,7 @@ impl PostgresGate {
 
 #[tokio::test]
 async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty() {
-    let mut redis = PrivateRedis::start().await.expect("a private Redis");
-    let scratch = Scratch::on(
-        &services().await.database_url,
-        &RedisAt::Server(redis.url()),
-    )
-    .await;
-    let app = spawn_app_on(scratch, Options::default()).await;
+    let (mut redis, app) = spawn_app_on_private_redis().await;
     let sale = app.create_sale(3).await;
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
     app.drain().await;

@@ -16,7 +16,7 @@ use seckill_core::redis_pool::{RedisAt, RedisPool};
 use seckill_core::store::Store;
 use seckill_core::urls;
 use seckill_core::worker::{BatchReport, Worker};
-use seckill_devenv::services::{self, PrivateServers, Services};
+use seckill_devenv::services::{self, PrivateRedis, PrivateServers, Services};
 use seckill_web::startup::{Application, Settings};
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
@@ -29,8 +29,8 @@ mod monitor;
 pub use app::no_redirects;
 
 pub use binaries::{
-    cluster, create_sale_at, loadtest_command, seckill_command, spawn_this_test,
-    start_app_and_a_worker,
+    cluster, create_sale_at, create_sale_with_at, loadtest_command, seckill_command,
+    spawn_this_test, start_app_and_a_worker,
 };
 pub use monitor::Monitor;
 
@@ -233,6 +233,19 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
         worker_settings: options.worker,
         scratch,
     }
+}
+
+/// An app on a Redis server of the test's own (and the shared
+/// PostgreSQL), for a test that kills that server: no other test's Redis
+/// goes down with it. The server lives as long as the handle returned.
+pub async fn spawn_app_on_private_redis() -> (PrivateRedis, TestApp) {
+    let redis = PrivateRedis::start().await.expect("a private Redis");
+    let scratch = Scratch::on(
+        &services().await.database_url,
+        &RedisAt::Server(redis.url()),
+    )
+    .await;
+    (redis, spawn_app_on(scratch, Options::default()).await)
 }
 
 /// Start one more app instance on `scratch` (its database and prefix), as

@@ -4,15 +4,11 @@
 use std::time::Duration;
 
 use reqwest::header::CONTENT_TYPE;
-use seckill_core::redis_pool::RedisAt;
 use seckill_core::scoreboard::Scoreboard;
-use seckill_devenv::services::PrivateRedis;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{
-    Options, Scratch, TestApp, services, spawn_app, spawn_app_on, spawn_app_with,
-};
+use crate::helpers::{Options, TestApp, spawn_app, spawn_app_on_private_redis, spawn_app_with};
 
 /// An open `GET /api/sales/{id}/live`, read event by event.
 pub(crate) struct LiveStream {
@@ -281,13 +277,7 @@ async fn the_live_routes_answer_404_for_an_unknown_or_malformed_sale_and_503_bey
 
 #[tokio::test]
 async fn the_live_stream_outlives_a_redis_outage_and_the_tally_loses_no_counts_meanwhile() {
-    let mut redis = PrivateRedis::start().await.expect("a private Redis");
-    let scratch = Scratch::on(
-        &services().await.database_url,
-        &RedisAt::Server(redis.url()),
-    )
-    .await;
-    let app = spawn_app_on(scratch, Options::default()).await;
+    let (mut redis, app) = spawn_app_on_private_redis().await;
     // Not open yet: a purchase is answered `not_started` by the instance
     // alone, without Redis, so buyers get answers while Redis is down.
     let starts_at = chrono::Utc::now() + chrono::Duration::hours(1);

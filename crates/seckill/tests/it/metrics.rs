@@ -7,12 +7,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use seckill_core::redis_pool::RedisAt;
-use seckill_devenv::services::PrivateRedis;
-
 use crate::helpers::{
-    Options, Scratch, TestApp, client, cluster, create_sale_at, eventually, orders, services,
-    spawn_app_on,
+    Scratch, TestApp, client, cluster, create_sale_at, eventually, orders,
+    spawn_app_on_private_redis,
 };
 
 /// The sum of every sample of `name` whose labels include each of `labels`
@@ -156,13 +153,7 @@ async fn metrics_after_a_burst_count_what_the_buyers_were_told_and_postgres_hold
 /// need Redis, are left out.
 #[tokio::test]
 async fn metrics_answer_while_redis_is_down() {
-    let mut redis = PrivateRedis::start().await.expect("a private Redis");
-    let scratch = Scratch::on(
-        &services().await.database_url,
-        &RedisAt::Server(redis.url()),
-    )
-    .await;
-    let app = spawn_app_on(scratch, Options::default()).await;
+    let (mut redis, app) = spawn_app_on_private_redis().await;
     app.create_sale(3).await;
     let scrape = |app: &TestApp| {
         let url = app.url("/metrics");

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{Options, TestApp, eventually, spawn_app_with};
 use crate::live::LiveStream;
-use crate::waiting_room::buy;
+use crate::waiting_room::{buy, joined, standing, ticket};
 
 /// How long a buyer may go without asking, in these tests.
 const ABANDON: Duration = Duration::from_secs(1);
@@ -59,33 +59,14 @@ impl<'a> Room<'a> {
     async fn joined(app: &'a TestApp, sale: i64, buyers: &[&'static str]) -> Self {
         let mut tickets = BTreeMap::new();
         for buyer in buyers {
-            let answer = app
-                .client
-                .post(app.url(&format!("/api/sales/{sale}/queue")))
-                .json(&json!({ "user_id": buyer }))
-                .send()
-                .await
-                .expect("POST queue");
-            assert_eq!(answer.status(), 200, "{buyer} joins");
-            let standing: Value = answer.json().await.expect("a standing");
-            let ticket = standing["ticket"].as_str().expect("a ticket").to_owned();
-            tickets.insert(*buyer, ticket);
+            tickets.insert(*buyer, ticket(&joined(app, sale, buyer).await));
         }
         Self { app, sale, tickets }
     }
 
     /// Where `buyer` stands now. A visit: it keeps them in line.
     async fn standing(&self, buyer: &str) -> Value {
-        let answer = self
-            .app
-            .client
-            .get(self.app.url(&format!("/api/sales/{}/queue", self.sale)))
-            .header("Seckill-Ticket", &self.tickets[buyer])
-            .send()
-            .await
-            .expect("GET queue");
-        assert_eq!(answer.status(), 200);
-        answer.json().await.expect("a standing")
+        standing(self.app, self.sale, &self.tickets[buyer]).await
     }
 
     /// Ask as each of `askers` (buyers keeping their place), again and
@@ -173,7 +154,7 @@ async fn a_buyer_who_stops_asking_is_dropped_as_abandoned_and_the_next_is_admitt
 }
 
 /// The `seckill_room_buyers` lines of a scrape, by state.
-fn room_buyers(scrape: &str) -> BTreeMap<String, i64> {
+pub(crate) fn room_buyers(scrape: &str) -> BTreeMap<String, i64> {
     scrape
         .lines()
         .filter_map(|line| line.strip_prefix("seckill_room_buyers{state=\""))
@@ -222,16 +203,7 @@ async fn metrics_count_a_rooms_waiting_active_bought_expired_and_abandoned_buyer
         Duration::from_secs(10),
         "/metrics to count the room",
         || async {
-            let scrape = app
-                .client
-                .get(app.url("/metrics"))
-                .send()
-                .await
-                .expect("GET /metrics")
-                .text()
-                .await
-                .expect("the figures");
-            *last.borrow_mut() = room_buyers(&scrape);
+            *last.borrow_mut() = room_buyers(&app.get_text("/metrics").await);
             *last.borrow() == expected
         },
     )
@@ -243,26 +215,14 @@ async fn the_live_page_shows_a_rooms_figures_and_a_sale_without_a_room_shows_non
     let app = app_with_short_abandon().await;
     let plain = app.create_sale(1).await;
     let sale = room_sale(&app, 1, 0, 2, 60).await;
-    let page = |sale: i64| {
-        let app = &app;
-        async move {
-            app.client
-                .get(app.url(&format!("/sales/{sale}/live")))
-                .send()
-                .await
-                .expect("GET the live page")
-                .text()
-                .await
-                .expect("HTML")
-        }
-    };
-    let html = page(sale).await;
+    let html = app.get_text(&format!("/sales/{sale}/live")).await;
     assert!(html.contains("Waiting room"), "{html}");
     for id in ["room-waiting", "room-active", "room-bought", "room-expired"] {
         assert!(html.contains(&format!(r#"id="{id}""#)), "{id}: {html}");
     }
     assert!(html.contains(r#"id="room-abandoned""#) && html.contains(r#"id="room-rate""#));
-    assert!(!page(plain).await.contains("Waiting room"));
+    let plain_html = app.get_text(&format!("/sales/{plain}/live")).await;
+    assert!(!plain_html.contains("Waiting room"), "{plain_html}");
 
     let mut stream = LiveStream::open(&app, sale).await;
     let room = Room::joined(&app, sale, &["ann", "bob", "cid", "dan"]).await;

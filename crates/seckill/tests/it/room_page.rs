@@ -6,14 +6,13 @@
 
 use reqwest::header::{CONTENT_TYPE, LOCATION, SET_COOKIE};
 use seckill_core::queue::QueueStats;
-use seckill_core::redis_pool::RedisAt;
-use seckill_devenv::services::PrivateRedis;
 use serde_json::json;
 
-use crate::helpers::{Options, Scratch, TestApp, eventually, no_redirects, services, spawn_app};
-use crate::helpers::{spawn_app_on, spawn_app_with};
+use crate::helpers::{Options, TestApp, eventually, no_redirects, spawn_app};
+use crate::helpers::{spawn_app_on_private_redis, spawn_app_with};
 use crate::pages_events::read_until;
-use crate::waiting_room::{admitted, buy, fifo, joined, line_length, sale_with_room};
+use crate::waiting_room::{admission, admitted, buy, fifo, joined, line_length, sale_with_room};
+use crate::waiting_room::{standing, ticket};
 
 /// What a page without JavaScript reloads itself with while its buyer waits.
 const REFRESH: &str = r#"<noscript><meta http-equiv="refresh" content="1"></noscript>"#;
@@ -102,14 +101,8 @@ async fn buy_form(app: &TestApp, sale: i64, buyer: &str, admission: Option<&str>
 async fn the_buy_form_without_a_good_admission_is_403_and_writes_nothing() {
     let app = spawn_app().await;
     let sale = sale_with_room(&app, 5, 0, fifo(1_000, 10)).await;
-    let bob_ticket = joined(&app, sale, "bob").await["ticket"]
-        .as_str()
-        .expect("a ticket")
-        .to_owned();
-    let bobs = admitted(&app, sale, &bob_ticket).await["admission"]
-        .as_str()
-        .expect("an admission")
-        .to_owned();
+    let bob_ticket = ticket(&joined(&app, sale, "bob").await);
+    let bobs = admission(&admitted(&app, sale, &bob_ticket).await).to_owned();
     for (admission, says) in [
         (None, "join the line"),
         (Some(""), "join the line"),
@@ -136,7 +129,7 @@ async fn the_buy_form_without_a_good_admission_is_403_and_writes_nothing() {
     assert_eq!(status, 403, "{html}");
     assert!(html.contains("bought already"), "{html}");
     assert_eq!(app.redis_buyers(sale).await, ["bob"]);
-    let bob = crate::waiting_room::standing(&app, sale, &bob_ticket).await;
+    let bob = standing(&app, sale, &bob_ticket).await;
     assert_eq!(bob["bought"], true, "{bob}");
 }
 
@@ -204,10 +197,7 @@ async fn once_admitted_the_reload_stops_and_the_buy_form_carries_the_admission()
 async fn a_closed_room_says_so_to_a_waiting_buyer_and_to_a_newcomer() {
     let app = spawn_app().await;
     let sale = sale_with_room(&app, 1, 0, fifo(1, 1)).await;
-    let ann = joined(&app, sale, "ann").await["ticket"]
-        .as_str()
-        .expect("a ticket")
-        .to_owned();
+    let ann = ticket(&joined(&app, sale, "ann").await);
     let bob = join_by_form(&app, sale, "bob").await;
     let admission = admitted(&app, sale, &ann).await["admission"].clone();
     assert_eq!(
@@ -263,10 +253,7 @@ async fn standing_stream(app: &TestApp, sale: i64, cookie: Option<&str>) -> reqw
 async fn the_standing_stream_sends_the_apis_answer_and_says_when_the_room_closes() {
     let app = spawn_app().await;
     let sale = sale_with_room(&app, 1, 0, fifo(1, 1)).await;
-    let ann = joined(&app, sale, "ann").await["ticket"]
-        .as_str()
-        .expect("a ticket")
-        .to_owned();
+    let ann = ticket(&joined(&app, sale, "ann").await);
     let admission = admitted(&app, sale, &ann).await["admission"].clone();
     let bob = join_by_form(&app, sale, "bob").await;
     let mut stream = standing_stream(&app, sale, Some(&bob)).await;
@@ -300,13 +287,7 @@ async fn the_standing_stream_sends_the_apis_answer_and_says_when_the_room_closes
 
 #[tokio::test]
 async fn while_redis_is_down_an_open_standing_stream_says_so_and_a_new_one_is_503() {
-    let mut redis = PrivateRedis::start().await.expect("a private Redis");
-    let scratch = Scratch::on(
-        &services().await.database_url,
-        &RedisAt::Server(redis.url()),
-    )
-    .await;
-    let app = spawn_app_on(scratch, Options::default()).await;
+    let (mut redis, app) = spawn_app_on_private_redis().await;
     let sale = sale_with_room(&app, 1, 3_600, fifo(1, 1)).await;
     let ann = join_by_form(&app, sale, "ann").await;
     // The page finds the sale and the ticket's key in its caches; only

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_app};
+use crate::helpers::{TestApp, client, spawn_app};
 
 /// A sale of `stock` units with a room, opening `opens_in` seconds from
 /// now (0: at once).
@@ -23,19 +23,40 @@ pub(crate) fn fifo(admit_per_sec: u32, max_active: u32) -> Value {
     json!({"mode": "fifo", "admit_per_sec": admit_per_sec, "max_active": max_active, "admission_secs": 60})
 }
 
-async fn join(app: &TestApp, sale: i64, buyer: &str) -> reqwest::Response {
-    app.client
-        .post(app.url(&format!("/api/sales/{sale}/queue")))
+/// `POST /api/sales/{sale}/queue` as `buyer`, on the instance at `url`
+/// (a test's app, or a `seckill serve` process).
+async fn join_at(url: &str, sale: i64, buyer: &str) -> reqwest::Response {
+    client()
+        .post(format!("{url}/api/sales/{sale}/queue"))
         .json(&json!({ "user_id": buyer }))
         .send()
         .await
         .expect("POST queue")
 }
 
-pub(crate) async fn joined(app: &TestApp, sale: i64, buyer: &str) -> Value {
-    let answer = join(app, sale, buyer).await;
+pub(crate) async fn join(app: &TestApp, sale: i64, buyer: &str) -> reqwest::Response {
+    join_at(&app.address, sale, buyer).await
+}
+
+/// `buyer` joins sale's room on the instance at `url`: their standing.
+pub(crate) async fn joined_at(url: &str, sale: i64, buyer: &str) -> Value {
+    let answer = join_at(url, sale, buyer).await;
     assert_eq!(answer.status(), 200, "{buyer} joins");
     answer.json().await.expect("a standing")
+}
+
+pub(crate) async fn joined(app: &TestApp, sale: i64, buyer: &str) -> Value {
+    joined_at(&app.address, sale, buyer).await
+}
+
+/// The ticket of a standing.
+pub(crate) fn ticket(standing: &Value) -> String {
+    standing["ticket"].as_str().expect("a ticket").to_owned()
+}
+
+/// The admission of a standing.
+pub(crate) fn admission(standing: &Value) -> &str {
+    standing["admission"].as_str().expect("an admission")
 }
 
 /// `count` buyers named `{name}-0`, `{name}-1`... join in that order;
@@ -49,7 +70,7 @@ async fn all_join(app: &TestApp, sale: i64, name: &str, count: usize) -> Vec<Str
             n + 1,
             "arrival order before the open: {first}"
         );
-        tickets.push(first["ticket"].as_str().expect("a ticket").to_owned());
+        tickets.push(ticket(&first));
     }
     tickets
 }
@@ -64,23 +85,31 @@ pub(crate) async fn line_length(app: &TestApp, sale: i64) -> u64 {
         .expect("the line")
 }
 
-async fn status(app: &TestApp, sale: i64, ticket: &str) -> reqwest::Response {
-    app.client
-        .get(app.url(&format!("/api/sales/{sale}/queue")))
+/// `GET /api/sales/{sale}/queue` with `ticket`, on the instance at `url`.
+async fn status_at(url: &str, sale: i64, ticket: &str) -> reqwest::Response {
+    client()
+        .get(format!("{url}/api/sales/{sale}/queue"))
         .header("Seckill-Ticket", ticket)
         .send()
         .await
         .expect("GET queue")
 }
 
-pub(crate) async fn standing(app: &TestApp, sale: i64, ticket: &str) -> Value {
-    let answer = status(app, sale, ticket).await;
+/// Where the buyer of `ticket` stands, asked of the instance at `url`.
+pub(crate) async fn standing_at(url: &str, sale: i64, ticket: &str) -> Value {
+    let answer = status_at(url, sale, ticket).await;
     assert_eq!(answer.status(), 200);
     answer.json().await.expect("a standing")
 }
 
-pub(crate) async fn buy(
-    app: &TestApp,
+pub(crate) async fn standing(app: &TestApp, sale: i64, ticket: &str) -> Value {
+    standing_at(&app.address, sale, ticket).await
+}
+
+/// `POST /api/sales/{sale}/purchase` as `buyer`, with `admission` if
+/// given, on the instance at `url`.
+pub(crate) async fn buy_at(
+    url: &str,
     sale: i64,
     buyer: &str,
     admission: Option<&str>,
@@ -89,12 +118,21 @@ pub(crate) async fn buy(
     if let Some(admission) = admission {
         body["admission"] = json!(admission);
     }
-    app.client
-        .post(app.url(&format!("/api/sales/{sale}/purchase")))
+    client()
+        .post(format!("{url}/api/sales/{sale}/purchase"))
         .json(&body)
         .send()
         .await
         .expect("POST purchase")
+}
+
+pub(crate) async fn buy(
+    app: &TestApp,
+    sale: i64,
+    buyer: &str,
+    admission: Option<&str>,
+) -> reqwest::Response {
+    buy_at(&app.address, sale, buyer, admission).await
 }
 
 /// The refusal's `reason`, after checking it is `403 not_admitted`.
@@ -114,11 +152,12 @@ async fn admitted_now(app: &TestApp, sale: i64, tickets: &[String]) -> u64 {
     count
 }
 
-/// The buyer's standing once the room has admitted them (within 10 s).
-pub(crate) async fn admitted(app: &TestApp, sale: i64, ticket: &str) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+/// The buyer's standing on the instance at `url` once the room has
+/// admitted them (within `limit`).
+pub(crate) async fn admitted_at(url: &str, sale: i64, ticket: &str, limit: Duration) -> Value {
+    let deadline = std::time::Instant::now() + limit;
     loop {
-        let now = standing(app, sale, ticket).await;
+        let now = standing_at(url, sale, ticket).await;
         if now["admitted"] == true {
             return now;
         }
@@ -128,6 +167,11 @@ pub(crate) async fn admitted(app: &TestApp, sale: i64, ticket: &str) -> Value {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The buyer's standing once the room has admitted them (within 10 s).
+pub(crate) async fn admitted(app: &TestApp, sale: i64, ticket: &str) -> Value {
+    admitted_at(&app.address, sale, ticket, Duration::from_secs(10)).await
 }
 
 #[tokio::test]
@@ -146,7 +190,7 @@ async fn buyers_are_admitted_in_arrival_order_and_only_an_admission_buys_once() 
         // Joining again (a refresh, a second tab) keeps the place.
         let again = joined(&app, sale, buyer).await;
         assert_eq!(again["position"], n + 1, "{again}");
-        tickets.push(first["ticket"].as_str().expect("a ticket").to_owned());
+        tickets.push(ticket(&first));
     }
     // Nobody may buy without an admission, not even once the sale opens.
     assert_eq!(
@@ -156,7 +200,7 @@ async fn buyers_are_admitted_in_arrival_order_and_only_an_admission_buys_once() 
 
     // ann first; max_active 1 keeps bob waiting while ann has not bought.
     let ann = admitted(&app, sale, &tickets[0]).await;
-    let admission = ann["admission"].as_str().expect("an admission");
+    let admission = admission(&ann);
     assert!(
         ann["admission_expires_in_secs"].as_f64() > Some(50.0),
         "{ann}"
@@ -255,14 +299,8 @@ async fn the_room_admits_no_faster_than_its_rate() {
 async fn the_room_closes_at_the_sell_out_and_tells_whoever_waits() {
     let app = spawn_app().await;
     let sale = sale_with_room(&app, 1, 1, fifo(1, 1)).await;
-    let ann = joined(&app, sale, "ann").await["ticket"]
-        .as_str()
-        .expect("a ticket")
-        .to_owned();
-    let bob = joined(&app, sale, "bob").await["ticket"]
-        .as_str()
-        .expect("a ticket")
-        .to_owned();
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    let bob = ticket(&joined(&app, sale, "bob").await);
     let admission = admitted(&app, sale, &ann).await["admission"].clone();
     assert_eq!(
         buy(&app, sale, "ann", admission.as_str()).await.status(),
@@ -347,16 +385,13 @@ async fn bad_room_input_is_a_clear_4xx_and_changes_nothing() {
 
     let sale = sale_with_room(&app, 5, 0, fifo(1, 1)).await;
     let other = sale_with_room(&app, 5, 0, fifo(1, 1)).await;
-    let ticket = joined(&app, other, "ann").await["ticket"]
-        .as_str()
-        .expect("a ticket")
-        .to_owned();
+    let others = ticket(&joined(&app, other, "ann").await);
     for (ticket, reason) in [
         ("", "forged"),
         ("t1.garbage", "forged"),
-        (ticket.as_str(), "other_sale"),
+        (others.as_str(), "other_sale"),
     ] {
-        let answer = status(&app, sale, ticket).await;
+        let answer = status_at(&app.address, sale, ticket).await;
         assert_eq!(answer.status(), 400, "{ticket}");
         let body: Value = answer.json().await.expect("an error");
         assert_eq!(

@@ -7,20 +7,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ADMIN_TOKEN, Options, Scratch, client, cluster, services, spawn_app, spawn_app_on,
+    Options, Scratch, cluster, create_sale_with_at, services, spawn_app, spawn_app_on,
 };
 use crate::payment::{app_with_window, make_deadlines_due, run_deadlines_until};
-use crate::waiting_room::{admitted, buy, fifo, joined, not_admitted, sale_with_room, standing};
-
-/// The ticket of a standing.
-fn ticket(standing: &Value) -> String {
-    standing["ticket"].as_str().expect("a ticket").to_owned()
-}
-
-/// The admission of a standing.
-fn admission(standing: &Value) -> &str {
-    standing["admission"].as_str().expect("an admission")
-}
+use crate::waiting_room::{
+    admission, admitted, admitted_at, buy, buy_at, fifo, join, joined, joined_at, not_admitted,
+    sale_with_room, standing, standing_at, ticket,
+};
 
 #[tokio::test]
 async fn the_room_admits_again_when_an_unpaid_unit_comes_back() {
@@ -55,30 +48,9 @@ async fn the_room_admits_again_when_an_unpaid_unit_comes_back() {
 /// Create a sale with a room through the admin API of the process at `url`.
 async fn roomed_sale_at(url: &str, opens_in_secs: i64, room: Value) -> i64 {
     let starts_at = chrono::Utc::now() + chrono::Duration::seconds(opens_in_secs);
-    let created: Value = client()
-        .post(format!("{url}/api/sales"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"name": "Roomed", "stock": 5, "price_cents": 100,
-                      "starts_at": starts_at, "waiting_room": room}))
-        .send()
-        .await
-        .expect("POST /api/sales")
-        .json()
-        .await
-        .expect("a sale");
-    created["id"].as_i64().expect("a sale id")
-}
-
-/// `GET /api/sales/{sale}/queue` on the instance at `url`.
-async fn standing_at(url: &str, sale: i64, ticket: &str) -> Value {
-    let answer = client()
-        .get(format!("{url}/api/sales/{sale}/queue"))
-        .header("Seckill-Ticket", ticket)
-        .send()
-        .await
-        .expect("GET queue");
-    assert_eq!(answer.status(), 200);
-    answer.json().await.expect("a standing")
+    let body = json!({"name": "Roomed", "stock": 5, "price_cents": 100,
+                      "starts_at": starts_at, "waiting_room": room});
+    create_sale_with_at(url, &body).await
 }
 
 #[tokio::test]
@@ -97,15 +69,7 @@ async fn buyers_keep_their_places_when_the_instance_they_joined_on_dies() {
     let sale = roomed_sale_at(&one, 3, fifo(1, 1)).await;
     let mut tickets = Vec::new();
     for buyer in ["ann", "bob"] {
-        let joined: Value = client()
-            .post(format!("{one}/api/sales/{sale}/queue"))
-            .json(&json!({ "user_id": buyer }))
-            .send()
-            .await
-            .expect("POST queue")
-            .json()
-            .await
-            .expect("a standing");
+        let joined = joined_at(&one, sale, buyer).await;
         tickets.push((ticket(&joined), joined["number"].clone()));
     }
     processes.kill("one").await.expect("instance one killed");
@@ -121,24 +85,8 @@ async fn buyers_keep_their_places_when_the_instance_they_joined_on_dies() {
         "{ann}"
     );
     // Ann's turn comes on instance two, and her admission buys there.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let ann_in = loop {
-        let now = standing_at(&two, sale, &tickets[0].0).await;
-        if now["admitted"] == true {
-            break now;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never admitted: {now}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let bought = client()
-        .post(format!("{two}/api/sales/{sale}/purchase"))
-        .json(&json!({"user_id": "ann", "admission": admission(&ann_in)}))
-        .send()
-        .await
-        .expect("POST purchase");
+    let ann_in = admitted_at(&two, sale, &tickets[0].0, Duration::from_secs(20)).await;
+    let bought = buy_at(&two, sale, "ann", Some(admission(&ann_in))).await;
     assert_eq!(bought.status(), 202);
     processes.stop().await;
 }
@@ -163,12 +111,7 @@ async fn a_room_runs_on_a_redis_cluster() {
         let reason = not_admitted(buy(&app, sale, buyer, Some(admission(&now))).await).await;
         assert_eq!(reason, "used");
     }
-    let late = client()
-        .post(app.url(&format!("/api/sales/{sale}/queue")))
-        .json(&json!({"user_id": "cid"}))
-        .send()
-        .await
-        .expect("POST queue");
+    let late = join(&app, sale, "cid").await;
     assert_eq!(late.status(), 409, "the room closed at the sell-out");
 }
 
@@ -184,20 +127,9 @@ async fn before_the_open_the_wait_counts_the_time_to_the_open_and_a_lottery_says
     let eta = first["eta_secs"].as_f64().expect("an estimate");
     assert!((590.0..=600.5).contains(&eta), "{first}");
 
-    let page = |sale: i64| {
-        let app = &app;
-        async move {
-            app.client
-                .get(app.url(&format!("/sales/{sale}")))
-                .send()
-                .await
-                .expect("GET the sale page")
-                .text()
-                .await
-                .expect("a page")
-        }
-    };
-    assert!(page(sale).await.contains("draws lots at the open"));
+    let page = app.get_text(&format!("/sales/{sale}")).await;
+    assert!(page.contains("draws lots at the open"), "{page}");
     let fifo_sale = sale_with_room(&app, 1, 600, fifo(10, 1)).await;
-    assert!(!page(fifo_sale).await.contains("draws lots"));
+    let page = app.get_text(&format!("/sales/{fifo_sale}")).await;
+    assert!(!page.contains("draws lots"), "{page}");
 }

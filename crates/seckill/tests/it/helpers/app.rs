@@ -31,6 +31,19 @@ impl TestApp {
             .expect("a JSON body")
     }
 
+    /// GET `path` and read the body as text, whatever the status: a page,
+    /// or the figures of `/metrics`.
+    pub async fn get_text(&self, path: &str) -> String {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("a text body")
+    }
+
     /// Open the sale page's event stream and wait for its first snapshot.
     pub async fn open_event_stream(&self, sale: i64) -> reqwest::Response {
         let mut stream = self

@@ -66,10 +66,20 @@ pub fn spawn_this_test(test: &str, env: &[(&str, &str)]) -> tokio::process::Chil
 /// Create a sale of `stock` units through the admin API of the instance at
 /// `url` (a `seckill serve` process); returns its id.
 pub async fn create_sale_at(url: &str, name: &str, stock: i64) -> i64 {
+    create_sale_with_at(
+        url,
+        &serde_json::json!({"name": name, "stock": stock, "price_cents": 99_900}),
+    )
+    .await
+}
+
+/// Create the sale `body` describes (`POST /api/sales`'s body) through the
+/// admin API of the instance at `url`; returns its id.
+pub async fn create_sale_with_at(url: &str, body: &serde_json::Value) -> i64 {
     let created: serde_json::Value = client()
         .post(format!("{url}/api/sales"))
         .bearer_auth(ADMIN_TOKEN)
-        .json(&serde_json::json!({"name": name, "stock": stock, "price_cents": 99_900}))
+        .json(body)
         .send()
         .await
         .expect("POST /api/sales")
