@@ -153,7 +153,7 @@ async fn run_visit(
 ) -> anyhow::Result<Standing> {
     let keys = SaleKeys::new(store.prefix(), sale.id);
     let seed = match room.mode {
-        RoomMode::Lottery => lottery_seed(&store.pass_key().await?, sale.id),
+        RoomMode::Lottery => lottery_seed(store.pass_key().await?, sale.id),
         RoomMode::Fifo => 0,
     };
     let mut conn = store.redis().await?;

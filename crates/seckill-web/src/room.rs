@@ -252,6 +252,9 @@ pub(crate) async fn admit(
         Utc::now().timestamp_millis(),
     )
     .map_err(|refused| ApiError::NotAdmitted(refused.code()))?;
+    // Checked, then bought, as two steps: two purchases with one admission
+    // both pass here, and the purchase's own one-unit-per-buyer check (in
+    // its atomic commit) lets only one of them take a unit.
     if room::has_bought(&state.store, sale.id, buyer).await? {
         return Err(ApiError::NotAdmitted("used"));
     }

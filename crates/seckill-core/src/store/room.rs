@@ -10,7 +10,7 @@ use crate::domain::PassKey;
 impl Store {
     /// The key the rooms' tickets and admissions are signed with; read from
     /// PostgreSQL on first use, then kept for the life of the process.
-    pub async fn pass_key(&self) -> anyhow::Result<PassKey> {
+    pub async fn pass_key(&self) -> anyhow::Result<&PassKey> {
         self.pass_key
             .get_or_try_init(|| async {
                 let key: Vec<u8> = sqlx::query_scalar("SELECT room_key FROM database_identity")
@@ -20,7 +20,6 @@ impl Store {
                 anyhow::Ok(PassKey::new(key))
             })
             .await
-            .cloned()
     }
 }
 

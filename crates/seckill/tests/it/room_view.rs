@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::helpers::{Monitor, Options, TestApp, eventually, spawn_app_with};
-use crate::waiting_room::{fifo, joined, sale_with_room, standing};
+use crate::waiting_room::{fifo, joined, sale_with_room, standing, status_at};
 
 /// A sale opening in ten minutes (nobody is admitted meanwhile), with
 /// `count` buyers in line; their tickets, in order.
@@ -57,7 +57,17 @@ async fn twenty_buyers_far_back_asking_at_once_cost_redis_one_look_and_see_their
             (Some(place), Some(place - 1), Some(40)),
             "{answer}"
         );
+        // The ticket is answered back as it came.
+        assert_eq!(answer["ticket"].as_str(), Some(far[n].as_str()), "{answer}");
     }
+    // And not set again as a cookie: it is the one the request carried.
+    let again = status_at(&app.address, sale, far[0]).await;
+    assert_eq!(again.status(), 200);
+    assert!(
+        again.headers().get("set-cookie").is_none(),
+        "{:?}",
+        again.headers()
+    );
     // One look, shared; a second only if the answers straddled its 200 ms.
     assert!(
         (1..=2).contains(&seen),

@@ -86,7 +86,7 @@ pub(crate) async fn line_length(app: &TestApp, sale: i64) -> u64 {
 }
 
 /// `GET /api/sales/{sale}/queue` with `ticket`, on the instance at `url`.
-async fn status_at(url: &str, sale: i64, ticket: &str) -> reqwest::Response {
+pub(crate) async fn status_at(url: &str, sale: i64, ticket: &str) -> reqwest::Response {
     client()
         .get(format!("{url}/api/sales/{sale}/queue"))
         .header("Seckill-Ticket", ticket)
