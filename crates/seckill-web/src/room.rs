@@ -312,7 +312,7 @@ pub(crate) async fn standing_view(
     });
     let (admission, expires_in) = match standing.place {
         Place::Admitted { until_ms } => (
-            Some(room::admission(&key, sale.id, buyer, until_ms)),
+            Some(room::admission(key, sale.id, buyer, until_ms)),
             Some((until_ms - standing.now_ms).max(0) as f64 / 1000.0),
         ),
         _ => (None, None),
