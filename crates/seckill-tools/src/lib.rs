@@ -1,7 +1,7 @@
 //! seckill's tools: the commands that start a deployment of their own,
 //! drive it and report on it. None of this runs in a server.
 //!
-//! - [`loadrun`]: the load test (the `loadtest/` crate's generator and
+//! - [`loadrun`]: the load test (the `seckill-loadtest` crate's generator and
 //!   verifier) against app instances it starts, shared by the others;
 //! - `demo`: the whole show, `lock` against `naive`, side by side; with
 //!   `--waiting-room` (`demo/room.rs`), the crowd's table, then a sale with a

@@ -1,7 +1,7 @@
 //! The load test against app instances this process starts: what
 //! `seckill-loadtest` ([`load_test`]) and `seckill demo` share.
 //!
-//! The load generator itself lives in `loadtest/` (crate `seckill_loadtest`)
+//! The load generator itself lives in `crates/seckill-loadtest` (crate `seckill_loadtest`)
 //! and knows the app only over HTTP. This module adds what needs seckill's
 //! own code: connecting to the servers [`seckill_devenv::services`] found, starting
 //! app instances and a worker ([`seckill_devenv::processes`]), creating the sale, and

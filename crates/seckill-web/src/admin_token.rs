@@ -21,15 +21,13 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::AppState;
-use super::client_ip;
-use super::error::ApiError;
+use crate::error::ApiError;
 
 /// Wrong tokens from one client address before it is locked out (the
 /// attempt after them is refused, whatever its token).
-const MAX_FAILED_LOGINS: u64 = 5;
+pub(crate) const MAX_FAILED_LOGINS: u64 = 5;
 /// How long the wrong tokens of one address are counted (and a lock-out lasts).
-const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+pub(crate) const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -140,35 +138,6 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
         .collect()
-}
-
-/// Check a presented admin token, with the lock-out: a client address (as
-/// `client_ip.rs` tells it) with too many attempts is refused (`429`)
-/// before its token is even compared; every attempt is counted first, and
-/// a right token clears the count.
-pub(crate) async fn admit(
-    state: &AppState,
-    request: &HttpRequest,
-    presented: Option<&str>,
-) -> Result<(), ApiError> {
-    let client = client_ip::of(request, &state.limits.trusted_proxies)
-        .map_or_else(|| "unknown".to_owned(), |address| address.to_string());
-    // Counted before the comparison, so that guesses sent all at once are
-    // counted before any of them is compared (see lua/login_failure.lua).
-    let (attempts, left) = state
-        .store
-        .note_login_attempt(&client, FAILURE_WINDOW)
-        .await?;
-    if attempts > MAX_FAILED_LOGINS {
-        tracing::warn!(client, "admin token refused: locked out");
-        return Err(ApiError::RateLimited(left));
-    }
-    let checked = state.admin.check(presented);
-    match &checked {
-        Ok(()) => state.store.clear_login_attempts(&client).await?,
-        Err(_) => tracing::warn!(client, attempts, "wrong admin token"),
-    }
-    checked
 }
 
 #[cfg(test)]

@@ -88,9 +88,9 @@ impl From<anyhow::Error> for ApiError {
     }
 }
 
-/// Shared with every caller that waited for one failed read (`fresh.rs`):
+/// Shared with every caller that waited for one failed read (`single_flight.rs`):
 /// a server that is down stays `503` for each, anything else `500`.
-impl crate::fresh::Shared for ApiError {
+impl crate::single_flight::Shared for ApiError {
     fn share(&self) -> Self {
         match self {
             Self::Unavailable(cause) => Self::Unavailable(anyhow::anyhow!("{cause:#}")),

@@ -5,9 +5,9 @@
 use actix_web::HttpRequest;
 use anyhow::Context;
 
-use super::AppState;
-use super::client_ip;
-use super::error::ApiError;
+use crate::client_ip;
+use crate::error::ApiError;
+use crate::state::AppState;
 use seckill_core::config::RateLimit;
 use seckill_core::domain::UserId;
 use seckill_core::keys;

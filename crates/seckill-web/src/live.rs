@@ -30,17 +30,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use actix_web::HttpResponse;
 use actix_web::web::Bytes;
-use actix_web::{HttpResponse, web};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{OwnedSemaphorePermit, broadcast, watch};
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::AppState;
-use super::error::ApiError;
-use super::fresh::Fresh;
-use super::lookup::find_sale;
+use crate::single_flight::SingleFlight;
 use seckill_core::events::StockChange;
+use seckill_core::store::Store;
 
 /// How often a stream sends a snapshot read from Redis.
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
@@ -64,9 +62,9 @@ pub struct LiveSales {
 }
 
 /// What every open page of one sale shares.
-struct LiveSale {
-    /// The last snapshot read (one read at a time, see `fresh.rs`).
-    snapshot: Fresh<i64>,
+pub(crate) struct LiveSale {
+    /// The last snapshot read (one read at a time, see `single_flight.rs`).
+    snapshot: SingleFlight<i64>,
     /// The paced changes; every stream of the sale holds a receiver.
     changes: watch::Sender<Change>,
     /// The latest change not yet sent, if a window is open (a std Mutex,
@@ -76,7 +74,7 @@ struct LiveSale {
 
 /// What a sale's streams are told.
 #[derive(Debug, Clone, Copy)]
-enum Change {
+pub(crate) enum Change {
     /// The units left, as of a change heard at `heard`.
     Stock { left: i64, heard: Instant },
     /// Changes were missed: read a snapshot now.
@@ -126,11 +124,11 @@ impl LiveSales {
     /// it prevents is [`LiveSales::forget_unwatched`] dropping the entry
     /// between the two, which would leave this stream on an entry that no
     /// change reaches any more.
-    fn watch(&self, sale_id: i64) -> (Arc<LiveSale>, watch::Receiver<Change>) {
+    pub(crate) fn watch(&self, sale_id: i64) -> (Arc<LiveSale>, watch::Receiver<Change>) {
         let mut sales = self.lock();
         let sale = sales.entry(sale_id).or_insert_with(|| {
             Arc::new(LiveSale {
-                snapshot: Fresh::default(),
+                snapshot: SingleFlight::default(),
                 changes: watch::Sender::new(Change::Missed),
                 waiting: Mutex::new(None),
             })
@@ -206,8 +204,11 @@ impl LiveSale {
 
     /// The sale's units left and when they were read: from Redis, unless a
     /// read of the last [`SNAPSHOT_SHARED_FOR`] can serve.
-    async fn stock_left(&self, state: &AppState, sale_id: i64) -> anyhow::Result<(Instant, i64)> {
-        let store = &state.store;
+    pub(crate) async fn stock_left(
+        &self,
+        store: &Store,
+        sale_id: i64,
+    ) -> anyhow::Result<(Instant, i64)> {
         self.snapshot
             .get(store.runtime(), SNAPSHOT_SHARED_FOR, || {
                 let store = store.clone();
@@ -217,60 +218,10 @@ impl LiveSale {
     }
 }
 
-/// What one stream needs between events.
-struct Stream {
-    state: web::Data<AppState>,
-    /// This stream's place among the instance's open streams, given back
-    /// when the stream ends (it is dropped with it).
-    _slot: OwnedSemaphorePermit,
-    sale_id: i64,
-    /// What the sale's streams on this instance share.
-    sale: Arc<LiveSale>,
-    /// The sale's paced changes (a receiver of `sale.changes`).
-    changes: watch::Receiver<Change>,
-    snapshots: tokio::time::Interval,
-    /// When the change this stream last sent was heard: a shared snapshot
-    /// read before it is older than what the page shows, and is not sent.
-    changed_at: Option<Instant>,
-}
-
-pub(crate) async fn sale_events(
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    let sale: Arc<_> = find_sale(&state, &path).await?;
-    // A place among the instance's open streams, or 503: an unbounded
-    // number of streams would hold unbounded memory and snapshot reads.
-    let slot = Arc::clone(&state.streams)
-        .try_acquire_owned()
-        .map_err(|_| ApiError::TooManyStreams)?;
-    // Subscribe before the first snapshot is read, so that no change can
-    // fall between the two.
-    let (live, changes) = state.live.watch(sale.id);
-    // The first tick fires at once: it is the opening snapshot.
-    let snapshots = tokio::time::interval(SNAPSHOT_EVERY);
-    let stream = Stream {
-        state,
-        _slot: slot,
-        sale_id: sale.id,
-        sale: live,
-        changes,
-        snapshots,
-        changed_at: None,
-    };
-    Ok(event_stream(futures_util::stream::unfold(
-        stream,
-        |mut stream| async move {
-            let event = stream.next_event().await?;
-            Some((event, stream))
-        },
-    )))
-}
-
 /// A `text/event-stream` response that sends `events` (each a whole
 /// event, ending in a blank line) until they end. Shared with the live
 /// page's stream (`scoreboard.rs`).
-pub(super) fn event_stream(
+pub(crate) fn event_stream(
     events: impl futures_util::Stream<Item = Bytes> + 'static,
 ) -> HttpResponse {
     // The browser reconnects by itself if the stream breaks; tell it not
@@ -286,54 +237,6 @@ pub(super) fn event_stream(
         // Ask proxies such as nginx not to buffer the stream.
         .insert_header(("X-Accel-Buffering", "no"))
         .streaming(body)
-}
-
-impl Stream {
-    /// The next event to send, or `None` when the stream should end.
-    async fn next_event(&mut self) -> Option<Bytes> {
-        loop {
-            tokio::select! {
-                () = self.state.shutdown.cancelled() => return None,
-                _ = self.snapshots.tick() => {
-                    match self.sale.stock_left(&self.state, self.sale_id).await {
-                        // Older than the change last sent: a heartbeat only.
-                        Ok((read, _)) if self.changed_at.is_some_and(|changed| changed > read) => {
-                            return Some(Bytes::from_static(b": alive\n\n"));
-                        }
-                        Ok((_, left)) => return Some(stock_event(left)),
-                        // Redis is down: keep the stream open with a
-                        // comment line, and try again at the next tick.
-                        Err(_) => return Some(Bytes::from_static(b": redis unavailable\n\n")),
-                    }
-                }
-                changed = self.changes.changed() => {
-                    if changed.is_err() {
-                        // Never: the sender lives in the sale's entry,
-                        // which this stream holds.
-                        return None;
-                    }
-                    match *self.changes.borrow_and_update() {
-                        Change::Stock { left, heard } => {
-                            self.changed_at = Some(heard);
-                            return Some(stock_event(left));
-                        }
-                        // Changes were missed: send a snapshot right away.
-                        Change::Missed => {
-                            self.changed_at = None;
-                            self.snapshots.reset_immediately();
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn stock_event(stock_left: i64) -> Bytes {
-    Bytes::from(format!(
-        "event: stock\ndata: {{\"stock_left\":{}}}\n\n",
-        stock_left.max(0)
-    ))
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use uuid::Uuid;
 use seckill_core::domain::{Order, Sale, SaleStatus};
 use seckill_core::payment::{self, PayRefused};
 
-use crate::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// A sale as the API shows it.
 #[derive(Debug, Serialize)]

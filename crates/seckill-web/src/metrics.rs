@@ -10,7 +10,7 @@
 
 use actix_web::{HttpResponse, web};
 
-use super::AppState;
+use crate::state::AppState;
 use seckill_core::keys::{SaleKeys, SaleQueue};
 use seckill_core::metrics::metrics;
 use seckill_core::queue::{Queue, QueueStats};

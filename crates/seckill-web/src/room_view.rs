@@ -14,13 +14,13 @@
 //! turn: the buyers answered here are noted, and sent as seen with the
 //! next look, in its script, before it admits anyone. And many requests
 //! finding the look stale at once would each look again: the look is a
-//! single-flight read (`fresh.rs`), one at a time per room.
+//! single-flight read (`single_flight.rs`), one at a time per room.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::fresh::Fresh;
+use crate::single_flight::SingleFlight;
 use seckill_core::domain::{RoomSettings, Sale, UserId};
 use seckill_core::room::{self, Standing};
 use seckill_core::store::Store;
@@ -38,7 +38,7 @@ pub(crate) struct RoomViews {
 
 /// One room's last look, and the buyers answered from it since.
 struct View {
-    look: Fresh<Standing>,
+    look: SingleFlight<Standing>,
     /// When a buyer last asked about this room here.
     asked: Mutex<Instant>,
     /// Buyers answered from a look, to be sent as seen with the next one.
@@ -85,7 +85,7 @@ impl RoomViews {
     fn view(&self, sale_id: i64) -> Arc<View> {
         Arc::clone(lock(&self.rooms).entry(sale_id).or_insert_with(|| {
             Arc::new(View {
-                look: Fresh::default(),
+                look: SingleFlight::default(),
                 asked: Mutex::new(Instant::now()),
                 seen: Mutex::default(),
             })

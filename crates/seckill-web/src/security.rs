@@ -35,7 +35,7 @@ use actix_web::middleware::Next;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::ApiError;
+use crate::error::ApiError;
 
 /// Only this origin's scripts, styles, images and connections (the event
 /// stream); no plugins, no `<base>`, forms post only here, and no other site

@@ -16,7 +16,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::{AdminToken, AppState, LiveSales, routes, security};
+use crate::admin_token::AdminToken;
+use crate::live::LiveSales;
+use crate::state::AppState;
+use crate::{routes, security};
 use seckill_core::config::{PurchaseSettings, RateLimitSettings, RedisDurability, WorkerSettings};
 use seckill_core::events::SaleEvents;
 use seckill_core::purchase::Purchaser;
@@ -180,7 +183,7 @@ impl Application {
                     move |request, next| security::guard(request, next, instance.clone())
                 }))
                 .app_data(state.clone())
-                .configure(routes)
+                .configure(routes::routes)
         })
         .listen(listener)
         .context("starting the HTTP server")?

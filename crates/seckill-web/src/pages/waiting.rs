@@ -11,7 +11,7 @@
 //!
 //! Everything goes through the API's room code (the web crate's
 //! `room.rs`): a join here is the API's join, a purchase needs the same
-//! admission (`pages::buy` checks it with `room::admit`), and the stream
+//! admission (`pages::buy` checks it with `door::admit`), and the stream
 //! sends the API's status answer. Without JavaScript the page reloads
 //! itself every [`INTERVAL`] while its buyer waits; with it
 //! (`static/sale.js`), the page follows [`events`] instead and never
@@ -30,11 +30,11 @@ use serde::Deserialize;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::{BoughtPage, html, set_buyer_cookie};
-use crate::AppState;
+use crate::door::{self, Asking, Held};
 use crate::error::ApiError;
 use crate::live::event_stream;
 use crate::lookup::{SaleView, find_sale};
-use crate::room::{self, Asking, Held};
+use crate::state::AppState;
 use seckill_core::domain::{RoomSettings, Sale, UserId};
 use seckill_core::room::{Place, visit};
 
@@ -160,7 +160,7 @@ pub(super) async fn panel(
     settings: &RoomSettings,
     page_buyer: &str,
 ) -> Result<RoomPanel, ApiError> {
-    let held = match room::held_ticket(state, request, sale).await {
+    let held = match door::held_ticket(state, request, sale).await {
         Ok(held) => Some(held),
         // No ticket, or one that is no good here: outside, and asked to join.
         Err(ApiError::InvalidTicket(_)) => None,
@@ -189,7 +189,7 @@ pub(super) async fn panel(
     };
     if let Some(Held { ticket, .. }) = held {
         let view =
-            room::standing_view(state, sale, settings, &buyer, &standing, Some(ticket)).await?;
+            door::standing_view(state, sale, settings, &buyer, &standing, Some(ticket)).await?;
         panel.shown = match standing.place {
             Place::Bought => Shown::Bought,
             _ if standing.closed => Shown::Closed,
@@ -266,7 +266,7 @@ pub(crate) async fn join(
     path: web::Path<String>,
     form: web::Form<JoinForm>,
 ) -> Result<HttpResponse, ApiError> {
-    let entered = match room::enter(&state, &request, &path, &form.user_id).await {
+    let entered = match door::enter(&state, &request, &path, &form.user_id).await {
         Ok(entered) => entered,
         Err(ApiError::RoomClosed) => {
             let sale = find_sale(&state, &path).await?;

@@ -1,5 +1,5 @@
 //! `seckill-loadtest`: the load generator's command line. Everything it does
-//! is in `seckill_tools::loadrun::load_test` and the `loadtest/` crate.
+//! is in `seckill_tools::loadrun::load_test` and the `seckill-loadtest` crate.
 
 use std::process::ExitCode;
 

@@ -78,7 +78,7 @@ const ACCOUNTED: &[(&str, &str)] = &[
         "needs the reader's sold-out sale on port 18080; loadtest::the_closed_and_rate_scenarios_keep_the_promise_too runs the closed scenario",
     ),
     (
-        "wrk -t2 -c64 -d10s -s loadtest/bench/wrk-purchase.lua",
+        "wrk -t2 -c64 -d10s -s crates/seckill-loadtest/bench/wrk-purchase.lua",
         "needs the reader's sold-out sale on port 18080; the bench runs wrk with the same script against its own instances (bench::the_bench_measures_each_row_beside_its_target)",
     ),
     (

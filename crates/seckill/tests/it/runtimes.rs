@@ -23,7 +23,7 @@ use seckill_core::purchase::{Outcome, Purchaser};
 use seckill_core::scoreboard::{Reading, Scoreboard};
 use seckill_core::store::Store;
 use seckill_core::strategy::Shop;
-use seckill_web::fresh::Fresh;
+use seckill_web::single_flight::SingleFlight;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{eventually, spawn_app};
@@ -222,7 +222,7 @@ async fn a_live_page_gets_its_snapshots_while_the_http_worker_of_its_first_viewe
 
 #[tokio::test]
 async fn a_single_flight_read_is_shared_while_the_http_worker_of_its_first_caller_is_busy() {
-    let fresh = Arc::new(Fresh::<u32>::default());
+    let fresh = Arc::new(SingleFlight::<u32>::default());
     let runtime = tokio::runtime::Handle::current();
     let max_age = Duration::from_secs(60);
     let asking = Arc::clone(&fresh);

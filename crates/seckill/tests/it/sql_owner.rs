@@ -18,7 +18,7 @@ const ALLOWED: [(&str, &str); 2] = [
         "the bench's baseline writes a temporary copy of orders, rolled back",
     ),
     (
-        "loadtest/src/verify.rs",
+        "crates/seckill-loadtest/src/verify.rs",
         "the load test's verifier reads PostgreSQL from outside the app, by table name",
     ),
 ];
@@ -163,7 +163,7 @@ fn sql_on<'t>(literal: &str, tables: &'t BTreeSet<String>) -> Option<&'t str> {
 /// with what it names.
 fn sql_outside_the_store(root: &Path) -> BTreeSet<(String, String)> {
     let tables = app_tables();
-    let mut sources = vec![root.join("loadtest/src")];
+    let mut sources = vec![root.join("crates/seckill-loadtest/src")];
     for entry in std::fs::read_dir(root.join("crates"))
         .expect("crates/")
         .flatten()

@@ -6,6 +6,8 @@
 //! live; the order page follows the order's status and the time left to pay.
 //! A sale's waiting room on its page is [`waiting`]'s.
 
+pub(crate) mod index;
+pub(crate) mod scoreboard;
 pub(crate) mod waiting;
 
 use actix_web::cookie::{Cookie, SameSite};
@@ -15,9 +17,11 @@ use anyhow::Context;
 use askama::Template;
 use serde::Deserialize;
 
-use super::error::ApiError;
-use super::lookup::{SaleView, find_sale, parse_order_id, pay_order};
-use super::{AppState, limits, room};
+use crate::door;
+use crate::error::ApiError;
+use crate::limits;
+use crate::lookup::{SaleView, find_sale, parse_order_id, pay_order};
+use crate::state::AppState;
 use seckill_core::domain::{Order, OrderStatus, SaleStatus, UserId};
 use seckill_core::purchase::Outcome;
 
@@ -174,7 +178,7 @@ pub(crate) async fn buy(
     // API does; a refusal is a page saying why, and writes nothing.
     if sale.waiting_room.is_some() {
         let admission = form.admission.as_deref().filter(|a| !a.is_empty());
-        if let Err(refused) = room::admit(&state, &sale, &user, admission).await {
+        if let Err(refused) = door::admit(&state, &sale, &user, admission).await {
             return waiting::not_admitted(&state, &sale, refused).await;
         }
     }
@@ -182,7 +186,7 @@ pub(crate) async fn buy(
     let (won, headline, order_id) = match outcome {
         Outcome::Accepted { order_id } => {
             if sale.waiting_room.is_some() {
-                room::spend(&state, &sale, &user).await;
+                door::spend(&state, &sale, &user).await;
             }
             (true, "You got one!".to_owned(), Some(order_id.to_string()))
         }
@@ -289,23 +293,23 @@ async fn order_page(
 pub(crate) async fn static_file(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let (body, content_type) = match path.as_str() {
         "style.css" => (
-            include_str!("../static/style.css"),
+            include_str!("../../static/style.css"),
             "text/css; charset=utf-8",
         ),
         "sale.js" => (
-            include_str!("../static/sale.js"),
+            include_str!("../../static/sale.js"),
             "text/javascript; charset=utf-8",
         ),
         "order.js" => (
-            include_str!("../static/order.js"),
+            include_str!("../../static/order.js"),
             "text/javascript; charset=utf-8",
         ),
         "live.js" => (
-            include_str!("../static/live.js"),
+            include_str!("../../static/live.js"),
             "text/javascript; charset=utf-8",
         ),
         "admin.js" => (
-            include_str!("../static/admin.js"),
+            include_str!("../../static/admin.js"),
             "text/javascript; charset=utf-8",
         ),
         _ => return Err(ApiError::NotFound),

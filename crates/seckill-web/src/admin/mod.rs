@@ -24,10 +24,13 @@ use askama::Template;
 use chrono::Utc;
 use serde::Deserialize;
 
-use super::error::ApiError;
-use super::lookup::{SaleView, find_sale};
-use super::pages::html;
-use super::{AppState, admin_token, limits};
+use crate::admin_token::{FAILURE_WINDOW, MAX_FAILED_LOGINS};
+use crate::client_ip;
+use crate::error::ApiError;
+use crate::limits;
+use crate::lookup::{SaleView, find_sale};
+use crate::pages::html;
+use crate::state::AppState;
 use seckill_core::domain::{NewSale, OrderStatus, RoomMode, RoomSettings};
 use seckill_core::keys::SaleQueue;
 use seckill_core::queue::QueueStats;
@@ -265,7 +268,7 @@ pub(crate) async fn login(
     form: web::Form<LoginForm>,
 ) -> Result<HttpResponse, ApiError> {
     limits::check(&state, &request, None).await?;
-    match admin_token::admit(&state, &request, Some(&form.token)).await {
+    match admit(&state, &request, Some(&form.token)).await {
         Ok(()) => {}
         Err(ApiError::RateLimited(left)) => {
             let notice = format!(
@@ -393,4 +396,33 @@ pub(crate) async fn redrive(
     let sale = find_sale(&state, &path).await?;
     state.store.redrive(sale.id, form.queue).await?;
     Ok(see_other(&format!("/admin/sales/{}", sale.id)))
+}
+
+/// Check a presented admin token, with the lock-out: a client address (as
+/// `client_ip.rs` tells it) with too many attempts is refused (`429`)
+/// before its token is even compared; every attempt is counted first, and
+/// a right token clears the count.
+pub(crate) async fn admit(
+    state: &AppState,
+    request: &HttpRequest,
+    presented: Option<&str>,
+) -> Result<(), ApiError> {
+    let client = client_ip::of(request, &state.limits.trusted_proxies)
+        .map_or_else(|| "unknown".to_owned(), |address| address.to_string());
+    // Counted before the comparison, so that guesses sent all at once are
+    // counted before any of them is compared (see lua/login_failure.lua).
+    let (attempts, left) = state
+        .store
+        .note_login_attempt(&client, FAILURE_WINDOW)
+        .await?;
+    if attempts > MAX_FAILED_LOGINS {
+        tracing::warn!(client, "admin token refused: locked out");
+        return Err(ApiError::RateLimited(left));
+    }
+    let checked = state.admin.check(presented);
+    match &checked {
+        Ok(()) => state.store.clear_login_attempts(&client).await?,
+        Err(_) => tracing::warn!(client, attempts, "wrong admin token"),
+    }
+    checked
 }

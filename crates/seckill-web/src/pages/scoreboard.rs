@@ -17,11 +17,11 @@ use actix_web::{HttpResponse, web};
 use askama::Template;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
-use super::AppState;
-use super::error::ApiError;
-use super::live::event_stream;
-use super::lookup::find_sale;
-use super::pages::html;
+use super::html;
+use crate::error::ApiError;
+use crate::live::event_stream;
+use crate::lookup::find_sale;
+use crate::state::AppState;
 use seckill_core::scoreboard::Board;
 
 #[derive(Template)]

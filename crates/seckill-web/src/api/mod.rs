@@ -8,10 +8,17 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::body::Object;
-use super::error::ApiError;
-use super::lookup::{SaleView, find_sale, parse_order_id, pay_order};
-use super::{AdminToken, AppState, admin_token, limits, room};
+pub(crate) mod events;
+pub(crate) mod queue;
+
+use crate::admin::admit;
+use crate::admin_token::AdminToken;
+use crate::body::Object;
+use crate::door;
+use crate::error::ApiError;
+use crate::limits;
+use crate::lookup::{SaleView, find_sale, parse_order_id, pay_order};
+use crate::state::AppState;
 use seckill_core::domain::{NewSale, OrderStatus, RoomSettings, UserId};
 use seckill_core::keys;
 use seckill_core::probe::{self, RedisHealth};
@@ -58,12 +65,12 @@ pub(crate) async fn purchase(
     limits::check(&state, &request, Some(&user)).await?;
     let sale = find_sale(&state, &path).await?;
     if sale.waiting_room.is_some() {
-        room::admit(&state, &sale, &user, body.admission.as_deref()).await?;
+        door::admit(&state, &sale, &user, body.admission.as_deref()).await?;
     }
     match state.purchaser.purchase(&sale, &user).await? {
         Outcome::Accepted { order_id } => {
             if sale.waiting_room.is_some() {
-                room::spend(&state, &sale, &user).await;
+                door::spend(&state, &sale, &user).await;
             }
             Ok(HttpResponse::Accepted().json(PurchaseAccepted {
                 order_id,
@@ -94,7 +101,7 @@ pub(crate) async fn create_sale(
     request: HttpRequest,
     body: web::Json<Object<CreateSaleRequest>>,
 ) -> Result<HttpResponse, ApiError> {
-    admin_token::admit(&state, &request, AdminToken::bearer(&request)).await?;
+    admit(&state, &request, AdminToken::bearer(&request)).await?;
     let Object(body) = body.into_inner();
     let mut new = NewSale::builder(body.name, body.stock).price_cents(body.price_cents);
     if let Some(starts_at) = body.starts_at {

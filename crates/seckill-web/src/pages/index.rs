@@ -24,12 +24,10 @@ use actix_web::web::Bytes;
 use actix_web::{HttpResponse, web};
 use askama::Template;
 use chrono::Utc;
-use tokio::sync::Semaphore;
 
-use super::AppState;
-use super::error::ApiError;
-use super::fresh::Fresh;
-use super::lookup::SaleView;
+use crate::error::ApiError;
+use crate::lookup::SaleView;
+use crate::state::AppState;
 use seckill_core::domain::SaleStatus;
 
 /// How long a built first page is served before the next request builds
@@ -72,40 +70,6 @@ impl IndexQuery {
         raw.parse().ok().filter(|page| *page >= 1).ok_or_else(|| {
             ApiError::invalid(format!("page must be a whole number from 1, not {raw:?}"))
         })
-    }
-}
-
-/// The index's state on one instance.
-pub(crate) struct IndexCache {
-    /// The first page as last built, shared by every request of this
-    /// instance (one rebuild at a time, see `fresh.rs`). A sale created on
-    /// this instance drops it ([`IndexCache::forget`]): its admin expects to
-    /// see it listed.
-    first: Fresh<Bytes>,
-    /// Pages after the first are built per request; at most
-    /// [`ARCHIVE_BUILDS`] at once, the rest wait their turn. A cap on a
-    /// resource, not a guard against a race: anyone can ask for `/?page=2`
-    /// in a loop, and each build holds one of the instance's few PostgreSQL
-    /// connections, which the worker and the sale pages need too.
-    archive: Semaphore,
-}
-
-/// Pages after the first built at once per instance (see [`IndexCache`]).
-const ARCHIVE_BUILDS: usize = 2;
-
-impl Default for IndexCache {
-    fn default() -> Self {
-        Self {
-            first: Fresh::default(),
-            archive: Semaphore::new(ARCHIVE_BUILDS),
-        }
-    }
-}
-
-impl IndexCache {
-    /// Build the first page again at the next request.
-    pub(crate) fn forget(&self) {
-        self.first.forget();
     }
 }
 

@@ -1,6 +1,7 @@
-//! A sale's waiting room over HTTP: `POST /api/sales/{id}/queue` joins it,
-//! `GET /api/sales/{id}/queue` says where the buyer stands, and a purchase
-//! on a sale with a room needs the admission those answers hand out.
+//! The waiting room's door: how a buyer joins a sale's room, learns where
+//! they stand, and buys with the admission those answers hand out. The
+//! API (`api/queue.rs`) and the sale page (`pages/waiting.rs`,
+//! `pages::buy`) both go through it.
 //!
 //! A join answers a signed ticket, also set as a cookie
 //! (`seckill_ticket_<sale>`), which names the buyer: a status request
@@ -9,8 +10,7 @@
 //! buyer's turn has come, the answer holds their admission. The line, the
 //! pace and the admissions are `seckill_core::room`'s.
 //!
-//! The sale page (`pages/waiting.rs`, `pages::buy`) goes through the same
-//! functions: [`enter`] to join, [`Asking`] (or [`held_ticket`] and
+//! The functions: [`enter`] to join, [`Asking`] (or [`held_ticket`] and
 //! [`standing_view`]) to tell a buyer where they stand, [`admit`] and
 //! [`spend`] around a purchase. There is one door, whichever way a buyer
 //! comes.
@@ -18,15 +18,14 @@
 use actix_web::cookie::{Cookie, SameSite};
 use std::sync::Arc;
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::HttpRequest;
 use chrono::Utc;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::AppState;
-use super::body::Object;
-use super::error::ApiError;
-use super::limits;
-use super::lookup::find_sale;
+use crate::error::ApiError;
+use crate::limits;
+use crate::lookup::find_sale;
+use crate::state::AppState;
 use seckill_core::domain::{Pass, PassKind, RoomSettings, Sale, UserId};
 use seckill_core::room::{self, Place, Standing};
 
@@ -34,13 +33,6 @@ use seckill_core::room::{self, Place, Standing};
 pub(crate) const TICKET_HEADER: &str = "Seckill-Ticket";
 /// How long a ticket keeps a place: a day, or until the sale ends.
 const TICKET_MS: i64 = 24 * 3600 * 1000;
-
-/// `POST /api/sales/{id}/queue` body.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct JoinRequest {
-    user_id: String,
-}
 
 /// Where a buyer stands, as both endpoints answer it.
 #[derive(Debug, Serialize)]
@@ -68,30 +60,6 @@ pub(crate) struct StandingView {
     pub(crate) closed: bool,
     /// Buyers in line.
     pub(crate) waiting: u64,
-}
-
-pub(crate) async fn join(
-    state: web::Data<AppState>,
-    request: HttpRequest,
-    path: web::Path<String>,
-    body: web::Json<Object<JoinRequest>>,
-) -> Result<HttpResponse, ApiError> {
-    let Object(body) = body.into_inner();
-    let entered = enter(&state, &request, &path, &body.user_id).await?;
-    Ok(HttpResponse::Ok()
-        .cookie(entered.ticket_cookie())
-        .json(entered.view))
-}
-
-pub(crate) async fn status(
-    state: web::Data<AppState>,
-    request: HttpRequest,
-    path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    let asking = Asking::read(&state, &request, &path).await?;
-    let (_, view) = asking.standing(&state).await?;
-    // The ticket came with the request, unchanged: no cookie to set again.
-    Ok(HttpResponse::Ok().json(view))
 }
 
 /// A buyer who joined (or was in the room already), as [`enter`] found them.

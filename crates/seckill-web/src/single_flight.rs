@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The last read of a value, and when it was taken.
-pub struct Fresh<T> {
+pub struct SingleFlight<T> {
     /// The last read, taken by callers without waiting.
     last: Arc<Mutex<Last<T>>>,
     /// Held across a read, by the read's task: one read at a time.
@@ -35,7 +35,7 @@ struct Last<T> {
     /// Its failure, and when it failed, for the callers who waited for it
     /// (an error of the caller's own type, see [`Shared`]).
     failed: Option<(Instant, Box<dyn Any + Send>)>,
-    /// Raised by [`Fresh::forget`]: a read that started before keeps
+    /// Raised by [`SingleFlight::forget`]: a read that started before keeps
     /// nothing.
     generation: u64,
 }
@@ -53,7 +53,7 @@ impl Shared for anyhow::Error {
     }
 }
 
-impl<T> Default for Fresh<T> {
+impl<T> Default for SingleFlight<T> {
     fn default() -> Self {
         Self {
             last: Arc::new(Mutex::new(Last {
@@ -66,7 +66,7 @@ impl<T> Default for Fresh<T> {
     }
 }
 
-impl<T: Clone + Send + 'static> Fresh<T> {
+impl<T: Clone + Send + 'static> SingleFlight<T> {
     /// The value and when it was read: the last read if it is younger than
     /// `max_age`, otherwise the result of `read()`, run as a task on
     /// `runtime` that keeps it for the next callers. A caller that stops
@@ -179,7 +179,7 @@ mod tests {
     /// Ten callers asking for the value at once, each by `read`; their
     /// answers.
     async fn ten_callers_at_once<F>(
-        fresh: &Arc<Fresh<u32>>,
+        fresh: &Arc<SingleFlight<u32>>,
         reads: &Arc<AtomicU32>,
         read: fn(&Arc<AtomicU32>) -> F,
     ) -> Vec<anyhow::Result<(Instant, u32)>>
@@ -204,7 +204,7 @@ mod tests {
     #[tokio::test]
     async fn callers_arriving_together_share_one_read() {
         let (fresh, reads) = (
-            Arc::new(Fresh::<u32>::default()),
+            Arc::new(SingleFlight::<u32>::default()),
             Arc::new(AtomicU32::new(0)),
         );
         for answer in ten_callers_at_once(&fresh, &reads, counted).await {
@@ -215,7 +215,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_whose_caller_left_is_kept() {
-        let fresh = Fresh::<u32>::default();
+        let fresh = SingleFlight::<u32>::default();
         let reads = Arc::new(AtomicU32::new(0));
         let runtime = tokio::runtime::Handle::current();
         let leaving = tokio::time::timeout(
@@ -239,7 +239,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_fresh_value_is_taken_without_waiting_for_the_turn() {
-        let fresh = Fresh::<u32>::default();
+        let fresh = SingleFlight::<u32>::default();
         let runtime = tokio::runtime::Handle::current();
         let read = || async { Ok::<_, anyhow::Error>(7) };
         fresh.get(&runtime, AGE, read).await.expect("read");
@@ -271,7 +271,7 @@ mod tests {
     #[tokio::test]
     async fn callers_waiting_for_a_read_that_fails_share_its_failure() {
         let (fresh, reads) = (
-            Arc::new(Fresh::<u32>::default()),
+            Arc::new(SingleFlight::<u32>::default()),
             Arc::new(AtomicU32::new(0)),
         );
         let runtime = tokio::runtime::Handle::current();
@@ -297,7 +297,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_under_way_when_the_value_is_forgotten_keeps_nothing() {
-        let fresh = Arc::new(Fresh::<u32>::default());
+        let fresh = Arc::new(SingleFlight::<u32>::default());
         let reads = Arc::new(AtomicU32::new(0));
         let runtime = tokio::runtime::Handle::current();
         let under_way = {
@@ -317,7 +317,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_forgotten_value_is_read_again() {
-        let fresh = Fresh::<u32>::default();
+        let fresh = SingleFlight::<u32>::default();
         let reads = Arc::new(AtomicU32::new(0));
         let runtime = tokio::runtime::Handle::current();
         fresh
