@@ -1,146 +1,20 @@
-//! The knobs: where the servers are, and how the purchase path and the
-//! worker behave.
+//! The settings a sale needs: how the purchase path, the worker and the
+//! rate limits behave, what a `202` waits for, and each setting's range.
 //!
-//! Plain data at the bottom of the layers: the purchase path and the worker
-//! read their settings from here, and the command lines (`cli.rs`) put them
-//! together. Every flag can also be set through the environment variable
-//! named in its `--help` line (flags win over the environment). The doc
-//! comment on each field is what `seckill --help` prints, so it is written
-//! for the user.
+//! Plain data at the bottom of the layers, with their checks
+//! ([`PurchaseSettings::check`] and its siblings): the purchase path and
+//! the worker read them, the command line (`seckill-cli`'s `flags.rs`)
+//! fills them in from flags and environment variables, and tests and tools
+//! build them as values. A range is written once, here; the flags' help
+//! text is written where the flags are.
 
+use std::fmt;
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
-
-use crate::redis_pool::RedisAt;
-
-/// Where Redis and PostgreSQL are. With neither URL set, seckill uses the
-/// servers on their default local ports when they answer and otherwise
-/// starts private ones from the installed binaries.
-#[derive(Debug, Clone, Args)]
-pub struct ServiceArgs {
-    /// Redis URL, e.g. redis://127.0.0.1:6379 [default: local or private server]
-    #[arg(long, env = "SECKILL_REDIS_URL", global = true, hide_env_values = true)]
-    pub redis_url: Option<String>,
-
-    /// Redis Cluster nodes instead of one server: comma-separated URLs of some of its masters, e.g. redis://127.0.0.1:7000,redis://127.0.0.1:7001
-    #[arg(
-        long,
-        env = "SECKILL_REDIS_CLUSTER_NODES",
-        global = true,
-        hide_env_values = true,
-        conflicts_with = "redis_url"
-    )]
-    pub redis_cluster_nodes: Option<String>,
-
-    /// Redis Sentinel instead of one server: comma-separated URLs of the sentinels, e.g. redis://127.0.0.1:26379,redis://127.0.0.1:26380; the primary is the one they name for --redis-master-name
-    #[arg(
-        long,
-        env = "SECKILL_REDIS_SENTINELS",
-        global = true,
-        hide_env_values = true,
-        conflicts_with_all = ["redis_url", "redis_cluster_nodes"],
-        requires = "redis_master_name"
-    )]
-    pub redis_sentinels: Option<String>,
-
-    /// The name the sentinels watch the primary under (their `sentinel monitor <name> ...` line), e.g. mymaster
-    #[arg(long, env = "SECKILL_REDIS_MASTER_NAME", global = true)]
-    pub redis_master_name: Option<String>,
-
-    /// What a `202` waits for: `local`, the primary's own write (and its append-only file); `replica`, also `WAIT 1` for a replica to hold the writes, so that a failover cannot take the order back (unconfirmed in time: `503` with the order id)
-    #[arg(
-        long,
-        env = "SECKILL_REDIS_DURABILITY",
-        value_enum,
-        default_value_t = Durability::Local,
-        global = true
-    )]
-    pub redis_durability: Durability,
-
-    /// With `--redis-durability replica`: how long a lock pass waits for a replica to confirm its writes, in milliseconds, 1 to 60000
-    #[arg(long, env = "SECKILL_REDIS_REPLICA_WAIT_MS", default_value_t = DEFAULT_REPLICA_WAIT_MS, value_parser = clap::value_parser!(u64).range(1..=60_000), global = true)]
-    pub redis_replica_wait_ms: u64,
-
-    /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/seckill [default: local or private server]
-    #[arg(
-        long,
-        env = "SECKILL_DATABASE_URL",
-        global = true,
-        hide_env_values = true
-    )]
-    pub database_url: Option<String>,
-
-    /// Prefix of every Redis key, so several deployments (or tests) can share one Redis.
-    #[arg(
-        long,
-        env = "SECKILL_REDIS_PREFIX",
-        default_value = "seckill",
-        global = true
-    )]
-    pub redis_prefix: String,
-}
-
-impl ServiceArgs {
-    /// Where Redis is, if the user said: one server, a cluster, or a
-    /// primary under Sentinel.
-    pub fn redis(&self) -> anyhow::Result<Option<RedisAt>> {
-        if let Some(sentinels) = &self.redis_sentinels {
-            let master = self.redis_master_name.as_deref().unwrap_or_default();
-            return RedisAt::sentinel(sentinels, master).map(Some);
-        }
-        match (&self.redis_url, &self.redis_cluster_nodes) {
-            (_, Some(nodes)) => RedisAt::cluster(nodes).map(Some),
-            (Some(url), None) => Ok(Some(RedisAt::Server(url.clone()))),
-            (None, None) => Ok(None),
-        }
-    }
-
-    /// The durability settings as the environment of a child process
-    /// (the instances a tool starts answer as this one was told to).
-    pub fn durability_env(&self) -> [(&'static str, String); 2] {
-        self.redis_durability.env(self.redis_replica_wait_ms)
-    }
-
-    /// What a purchase's `202` waits for.
-    pub fn durability(&self) -> RedisDurability {
-        match self.redis_durability {
-            Durability::Local => RedisDurability::Local,
-            Durability::Replica => RedisDurability::Replica {
-                wait: Duration::from_millis(self.redis_replica_wait_ms),
-            },
-        }
-    }
-}
-
-/// The `--redis-durability` choices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Durability {
-    /// The primary's write is enough (today's behaviour; with the
-    /// append-only file, it survives a restart of that server).
-    Local,
-    /// A replica must hold the writes too (`WAIT 1`): it survives a
-    /// failover.
-    Replica,
-}
-
-impl Durability {
-    /// This setting, with the replica's wait in milliseconds, as the
-    /// environment of a child process: the variables its flags read.
-    pub fn env(self, replica_wait_ms: u64) -> [(&'static str, String); 2] {
-        let name = self
-            .to_possible_value()
-            .expect("no choice is skipped")
-            .get_name()
-            .to_owned();
-        [
-            ("SECKILL_REDIS_DURABILITY", name),
-            ("SECKILL_REDIS_REPLICA_WAIT_MS", replica_wait_ms.to_string()),
-        ]
-    }
-}
-
 pub const DEFAULT_REPLICA_WAIT_MS: u64 = 250;
+/// The range of `--redis-replica-wait-ms`.
+pub const REPLICA_WAIT_MS: RangeInclusive<u64> = 1..=60_000;
 
 /// What an answer waits for, as the purchase path and the worker use it
 /// (`replicas.rs` does the waiting).
@@ -153,23 +27,17 @@ pub enum RedisDurability {
     Replica { wait: Duration },
 }
 
-/// How a purchase decides who gets a unit (one file each in `src/strategy/`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+/// How a purchase decides who gets a unit (one file each in `src/strategy/`;
+/// [`Strategy::describe`] says what each is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
-    /// The safe path: the sale's Redis lock around check-and-decrement, writes fenced.
     Lock,
-    /// DELIBERATELY BROKEN: read stock, pause, write stock minus one, no lock. It oversells; it exists to show why the lock matters.
     Naive,
-    /// DELIBERATELY BROKEN: the article's RedisLock as written (SETNX then EXPIRE with a timestamp, the TTL<0 takeover, isLocking that assigns, unlock without owner check).
     Article,
-    /// DELIBERATELY BROKEN: the GETSET takeover lock (value = expiry time): clock skew and long pauses let two holders in.
     Getset,
-    /// No lock: the whole purchase in one Redis script. Correct, and the fastest.
     Lua,
-    /// No Redis on the decision: one conditional UPDATE and the order insert in one PostgreSQL transaction.
     Postgres,
-    /// DELIBERATELY BROKEN: DECR, then INCR back below zero (cache then compensate): a buyer's two requests can both win.
     Decr,
 }
 
@@ -197,6 +65,46 @@ impl Strategy {
             Strategy::Decr => "decr",
         }
     }
+
+    /// The strategy named `name` (as [`Strategy::as_str`] writes it).
+    pub fn from_name(name: &str) -> Option<Strategy> {
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.as_str() == name)
+    }
+
+    /// What it is, in one line: what `--help` says of each choice.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Strategy::Lock => {
+                "The safe path: the sale's Redis lock around check-and-decrement, writes fenced."
+            }
+            Strategy::Naive => {
+                "DELIBERATELY BROKEN: read stock, pause, write stock minus one, no lock. It oversells; it exists to show why the lock matters."
+            }
+            Strategy::Article => {
+                "DELIBERATELY BROKEN: the article's RedisLock as written (SETNX then EXPIRE with a timestamp, the TTL<0 takeover, isLocking that assigns, unlock without owner check)."
+            }
+            Strategy::Getset => {
+                "DELIBERATELY BROKEN: the GETSET takeover lock (value = expiry time): clock skew and long pauses let two holders in."
+            }
+            Strategy::Lua => {
+                "No lock: the whole purchase in one Redis script. Correct, and the fastest."
+            }
+            Strategy::Postgres => {
+                "No Redis on the decision: one conditional UPDATE and the order insert in one PostgreSQL transaction."
+            }
+            Strategy::Decr => {
+                "DELIBERATELY BROKEN: DECR, then INCR back below zero (cache then compensate): a buyer's two requests can both win."
+            }
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Event streams one instance serves at once, by default.
@@ -213,46 +121,36 @@ pub(crate) const DEFAULT_SOLD_OUT_REFRESH_MS: u64 = 250;
 pub const DEFAULT_NAIVE_DELAY_MS: u64 = 5;
 
 /// Knobs of the purchase path.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone)]
 pub struct PurchaseSettings {
     /// Purchase strategy: `lock` (the default), `lua` and `postgres` are safe; `naive`, `article`, `getset` and `decr` are deliberately broken, for the demo and the lab.
-    #[arg(long, env = "SECKILL_STRATEGY", value_enum, default_value_t = Strategy::Lock)]
     pub strategy: Strategy,
 
     /// Lifetime of the sale lock in milliseconds, 1 to 600000: how long a crashed holder can block others.
-    #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = DEFAULT_LOCK_TTL_MS, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub lock_ttl_ms: u64,
 
     /// How long a purchase waits for the sale lock before answering 503 busy, in milliseconds, 0 to 60000.
-    #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = DEFAULT_LOCK_WAIT_MS, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub lock_wait_ms: u64,
 
     /// How long an instance trusts its own "sold out" flag before asking Redis again, in milliseconds, 0 to 60000.
-    #[arg(long, env = "SECKILL_SOLD_OUT_REFRESH_MS", default_value_t = DEFAULT_SOLD_OUT_REFRESH_MS, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub sold_out_refresh_ms: u64,
 
     /// The `naive` strategy's pause between reading and writing the stock, in milliseconds, 0 to 10000 (widens the race).
-    #[arg(long, env = "SECKILL_NAIVE_DELAY_MS", default_value_t = DEFAULT_NAIVE_DELAY_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub naive_delay_ms: u64,
 
     /// Fault knob, for workshops: pause the lock holder inside its critical section (after the checks, before the writes) for this many milliseconds, 0 to 60000: the GC pause of the fencing argument. Past the lock's TTL, `lock` refuses the write (503 lock_lost) and `getset` oversells; `decr` pauses between taking the unit and recording the buyer (one buyer wins twice); `article` pauses between SETNX and EXPIRE too (others take its lock: it oversells).
-    #[arg(long, env = "SECKILL_HOLD_PAUSE_MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub hold_pause_ms: u64,
 
     /// Fault knob, for workshops: wait this many milliseconds before each Redis command of the hand-written locks (`article`, `getset`), 0 to 10000 (a slow network). The gap between SETNX and EXPIRE widens, and `article` may let others take a live holder's lock.
-    #[arg(long, env = "SECKILL_REDIS_DELAY_MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub redis_delay_ms: u64,
 
     /// Fault knob, for workshops: this instance's clock is this many milliseconds ahead (negative: behind), -3600000 to 3600000. `getset` judges lock expiry by it, and takes live locks: it oversells.
-    #[arg(long, env = "SECKILL_CLOCK_SKEW_MS", default_value_t = 0, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-3_600_000..=3_600_000))]
     pub clock_skew_ms: i64,
 
     /// Fault knob, for workshops: under `article`, kill the process (SIGKILL) between SETNX and EXPIRE (a crash at the worst moment): the lock is left without a TTL.
-    #[arg(long, env = "SECKILL_CRASH_AFTER_SETNX")]
     pub crash_after_setnx: bool,
 
     /// Seconds after a sale's end before an instance forgets what it keeps in memory of it (its copy of the sale, lane, sold-out flag, answer counts), 1 to 86400: the requests still on their way finish first.
-    #[arg(long, env = "SECKILL_FORGET_ENDED_AFTER_SECS", default_value_t = DEFAULT_FORGET_ENDED_AFTER_SECS, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub forget_ended_after_secs: u64,
 }
 
@@ -276,6 +174,36 @@ impl Default for PurchaseSettings {
 }
 
 impl PurchaseSettings {
+    pub const LOCK_TTL_MS: RangeInclusive<u64> = 1..=600_000;
+    pub const LOCK_WAIT_MS: RangeInclusive<u64> = 0..=60_000;
+    pub const SOLD_OUT_REFRESH_MS: RangeInclusive<u64> = 0..=60_000;
+    pub const NAIVE_DELAY_MS: RangeInclusive<u64> = 0..=10_000;
+    pub const HOLD_PAUSE_MS: RangeInclusive<u64> = 0..=60_000;
+    pub const REDIS_DELAY_MS: RangeInclusive<u64> = 0..=10_000;
+    pub const CLOCK_SKEW_MS: RangeInclusive<i64> = -3_600_000..=3_600_000;
+    pub const FORGET_ENDED_AFTER_SECS: RangeInclusive<u64> = 1..=86_400;
+
+    /// Every setting within its range (the command line refuses the rest
+    /// before; settings built as values are checked at the start).
+    pub fn check(&self) -> Result<(), InvalidSetting> {
+        within("lock_ttl_ms", self.lock_ttl_ms, Self::LOCK_TTL_MS)?;
+        within("lock_wait_ms", self.lock_wait_ms, Self::LOCK_WAIT_MS)?;
+        within(
+            "sold_out_refresh_ms",
+            self.sold_out_refresh_ms,
+            Self::SOLD_OUT_REFRESH_MS,
+        )?;
+        within("naive_delay_ms", self.naive_delay_ms, Self::NAIVE_DELAY_MS)?;
+        within("hold_pause_ms", self.hold_pause_ms, Self::HOLD_PAUSE_MS)?;
+        within("redis_delay_ms", self.redis_delay_ms, Self::REDIS_DELAY_MS)?;
+        within("clock_skew_ms", self.clock_skew_ms, Self::CLOCK_SKEW_MS)?;
+        within(
+            "forget_ended_after_secs",
+            self.forget_ended_after_secs,
+            Self::FORGET_ENDED_AFTER_SECS,
+        )
+    }
+
     pub(crate) fn lock_ttl(&self) -> Duration {
         Duration::from_millis(self.lock_ttl_ms)
     }
@@ -316,26 +244,21 @@ pub(crate) const DEFAULT_POLL_MS: u64 = 500;
 pub(crate) const DEFAULT_PAYMENT_WINDOW_SECS: u64 = 900;
 
 /// Knobs of the queue worker.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone)]
 pub struct WorkerSettings {
     /// Jobs reserved and written to PostgreSQL in one transaction, 1 to 10000.
-    #[arg(long, env = "SECKILL_BATCH_SIZE", default_value_t = DEFAULT_BATCH_SIZE, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: u32,
 
     /// How long a reserved job belongs to its worker before it is delivered again, in milliseconds, 100 to 3600000.
-    #[arg(long, env = "SECKILL_LEASE_MS", default_value_t = DEFAULT_LEASE_MS, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub lease_ms: u64,
 
     /// Deliveries of one job before it is moved to the dead-letter set, 1 to 1000.
-    #[arg(long, env = "SECKILL_MAX_ATTEMPTS", default_value_t = DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub max_attempts: u32,
 
     /// Pause between polls of an empty queue, in milliseconds, 1 to 60000 (an idle worker is also woken by every purchase).
-    #[arg(long, env = "SECKILL_POLL_MS", default_value_t = DEFAULT_POLL_MS, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub poll_ms: u64,
 
     /// Seconds a confirmed order has to be paid before it is cancelled and its unit goes back on sale, 1 to 31536000.
-    #[arg(long, env = "SECKILL_PAYMENT_WINDOW_SECS", default_value_t = DEFAULT_PAYMENT_WINDOW_SECS, value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
     pub payment_window_secs: u64,
 }
 
@@ -352,6 +275,25 @@ impl Default for WorkerSettings {
 }
 
 impl WorkerSettings {
+    pub const BATCH_SIZE: RangeInclusive<u32> = 1..=10_000;
+    pub const LEASE_MS: RangeInclusive<u64> = 100..=3_600_000;
+    pub const MAX_ATTEMPTS: RangeInclusive<u32> = 1..=1_000;
+    pub const POLL_MS: RangeInclusive<u64> = 1..=60_000;
+    pub const PAYMENT_WINDOW_SECS: RangeInclusive<u64> = 1..=31_536_000;
+
+    /// Every setting within its range.
+    pub fn check(&self) -> Result<(), InvalidSetting> {
+        within("batch_size", self.batch_size, Self::BATCH_SIZE)?;
+        within("lease_ms", self.lease_ms, Self::LEASE_MS)?;
+        within("max_attempts", self.max_attempts, Self::MAX_ATTEMPTS)?;
+        within("poll_ms", self.poll_ms, Self::POLL_MS)?;
+        within(
+            "payment_window_secs",
+            self.payment_window_secs,
+            Self::PAYMENT_WINDOW_SECS,
+        )
+    }
+
     pub(crate) fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
     }
@@ -382,22 +324,18 @@ impl WorkerSettings {
 /// Rate limits per client, across every instance (checked in Redis), and
 /// who the client is. The limits are off unless set: the load test and the
 /// demo send thousands of buyers from one address.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone)]
 pub struct RateLimitSettings {
     /// Purchases and admin logins per second from one client IP, 0 to 100000; 0 turns the limit off.
-    #[arg(long, env = "SECKILL_RATE_LIMIT_PER_IP", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub rate_limit_per_ip: u32,
 
     /// Purchases per second by one buyer id, 0 to 100000; 0 turns the limit off.
-    #[arg(long, env = "SECKILL_RATE_LIMIT_PER_BUYER", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub rate_limit_per_buyer: u32,
 
     /// Requests a client may send at once beyond its steady rate, 0 to 10000.
-    #[arg(long, env = "SECKILL_RATE_LIMIT_BURST", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub rate_limit_burst: u32,
 
     /// Proxies whose X-Forwarded-For header is believed, as comma-separated IP addresses and CIDR ranges, e.g. 127.0.0.1,10.0.0.0/8; the client IP of the per-IP limit and the admin lock-out is then the right-most address in that header that is not one of them [default: none, the TCP peer is the client]
-    #[arg(long, env = "SECKILL_TRUSTED_PROXIES", default_value = "", hide_default_value = true, value_parser = TrustedProxies::parse)]
     pub trusted_proxies: TrustedProxies,
 }
 
@@ -464,6 +402,24 @@ pub struct RateLimit {
 }
 
 impl RateLimitSettings {
+    pub const PER_SECOND: RangeInclusive<u32> = 0..=100_000;
+    pub const BURST: RangeInclusive<u32> = 0..=10_000;
+
+    /// Every setting within its range.
+    pub fn check(&self) -> Result<(), InvalidSetting> {
+        within(
+            "rate_limit_per_ip",
+            self.rate_limit_per_ip,
+            Self::PER_SECOND,
+        )?;
+        within(
+            "rate_limit_per_buyer",
+            self.rate_limit_per_buyer,
+            Self::PER_SECOND,
+        )?;
+        within("rate_limit_burst", self.rate_limit_burst, Self::BURST)
+    }
+
     /// The limit per client IP, if one is set.
     pub fn per_ip(&self) -> Option<RateLimit> {
         self.limit(self.rate_limit_per_ip)
@@ -482,16 +438,58 @@ impl RateLimitSettings {
     }
 }
 
+/// A setting outside its range.
+#[derive(Debug, thiserror::Error)]
+#[error("{name} must be from {range}, not {value}")]
+pub struct InvalidSetting {
+    name: &'static str,
+    value: String,
+    range: String,
+}
+
+fn within<T: PartialOrd + fmt::Display>(
+    name: &'static str,
+    value: T,
+    range: RangeInclusive<T>,
+) -> Result<(), InvalidSetting> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(InvalidSetting {
+        name,
+        value: value.to_string(),
+        range: format!("{} to {}", range.start(), range.end()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn every_strategy_is_named_as_on_the_command_line() {
+    fn every_strategy_is_found_by_its_name() {
         for strategy in Strategy::ALL {
-            let flag = strategy.to_possible_value().expect("not skipped");
-            assert_eq!(strategy.as_str(), flag.get_name());
+            assert_eq!(Strategy::from_name(strategy.as_str()), Some(strategy));
         }
-        assert_eq!(Strategy::ALL.len(), Strategy::value_variants().len());
+        assert_eq!(Strategy::from_name("none"), None);
+    }
+
+    #[test]
+    fn the_defaults_pass_their_own_checks_and_a_value_out_of_range_is_named() {
+        PurchaseSettings::default()
+            .check()
+            .expect("defaults are in range");
+        WorkerSettings::default()
+            .check()
+            .expect("defaults are in range");
+        RateLimitSettings::default()
+            .check()
+            .expect("defaults are in range");
+        let wrong = PurchaseSettings {
+            lock_ttl_ms: 0,
+            ..PurchaseSettings::default()
+        };
+        let refused = wrong.check().expect_err("a lock TTL of 0 is refused");
+        assert!(refused.to_string().contains("lock_ttl_ms"), "{refused}");
     }
 }

@@ -35,10 +35,10 @@ pub mod keys;
 pub mod maps;
 pub mod metrics;
 pub mod probe;
-pub mod process;
+
 pub mod redis_pool;
 pub mod replicas;
-pub mod telemetry;
+
 pub mod urls;
 // 1: the article's two tools, fixed.
 pub mod lock;

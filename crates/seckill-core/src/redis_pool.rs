@@ -101,13 +101,13 @@ impl RedisAt {
 
     /// A cluster from a comma-separated list of node URLs
     /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`).
-    pub(crate) fn cluster(list: &str) -> anyhow::Result<Self> {
+    pub fn cluster(list: &str) -> anyhow::Result<Self> {
         Ok(Self::Cluster(url_list(list, "Redis Cluster node")?))
     }
 
     /// A primary under Sentinel, from a comma-separated list of the
     /// sentinels' URLs and the name they watch it under.
-    pub(crate) fn sentinel(list: &str, master: &str) -> anyhow::Result<Self> {
+    pub fn sentinel(list: &str, master: &str) -> anyhow::Result<Self> {
         let master = master.trim();
         anyhow::ensure!(
             !master.is_empty(),

@@ -103,7 +103,7 @@ impl Deployment {
             .envs(self.env.iter().map(|(name, value)| (name, value)))
             // It stops by itself if this process dies without stopping it.
             .env(
-                seckill_core::process::PARENT_PID_ENV,
+                seckill_cli::process::PARENT_PID_ENV,
                 std::process::id().to_string(),
             )
             .stdin(Stdio::null())

@@ -66,9 +66,9 @@ use seckill_loadtest::scenario::Scenario;
 use seckill_loadtest::verify::Expect;
 
 use crate::loadrun::{self, admin_token};
+use seckill_cli::telemetry;
 use seckill_core::config::Strategy;
 use seckill_core::store::Store;
-use seckill_core::telemetry;
 use seckill_core::urls;
 use seckill_devenv::processes::{Deployment, Fleet};
 use seckill_devenv::services::{PrivateServers, Services};
@@ -114,10 +114,10 @@ pub(crate) async fn bench(
     services: &Services,
     prefix: &str,
 ) -> anyhow::Result<()> {
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     // Ctrl-C, from here on, ends the measuring, not the process: the
     // clean-up below runs.
-    let stop = seckill_core::process::stop_requested();
+    let stop = seckill_cli::process::stop_requested();
     // What the bench writes is measurement, not the user's: a database and
     // a key prefix of its own, dropped afterwards, failed run or not. (In
     // the app's database, its live "Bench drain" sales of 20,000 units were

@@ -95,11 +95,11 @@ pub(crate) async fn demo(
     if args.waiting_room {
         return room::demo_room(&args, services, prefix).await;
     }
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     let token = admin_token();
     // One listener from start to end: a Ctrl-C between the runs and the
     // wait below is not lost (see stop_requested).
-    let mut stop = pin!(seckill_core::process::stop_requested());
+    let mut stop = pin!(seckill_cli::process::stop_requested());
     // Interrupted during the runs, the runs' future is dropped, and with it
     // the clusters, whose processes are killed (a worker killed mid-batch
     // loses nothing: that is what the queue is for).

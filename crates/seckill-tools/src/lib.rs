@@ -34,7 +34,7 @@ pub mod loadrun;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use seckill_core::config::ServiceArgs;
+use seckill_cli::ServiceArgs;
 use seckill_devenv::services::{PrivateServers, Services};
 
 use crate::bench::{BenchArgs, HoldPagesArgs};

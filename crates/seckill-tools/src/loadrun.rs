@@ -15,7 +15,8 @@ use seckill_loadtest::progress::Progress;
 use seckill_loadtest::report::Verdict;
 use seckill_loadtest::{LoadArgs, Subject};
 
-use seckill_core::config::{ServiceArgs, Strategy};
+use seckill_cli::ServiceArgs;
+use seckill_core::config::Strategy;
 use seckill_devenv::processes::{Deployment, Fleet, seckill_binary};
 
 use crate::chaos::{ChaosArgs, Fault};
@@ -48,7 +49,7 @@ pub struct LoadTestCli {
     pub(crate) spawn: Option<u32>,
 
     /// Purchase strategy of the instances it starts.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = seckill_cli::flags::strategy())]
     pub(crate) strategy: Option<Strategy>,
 
     /// Units of the sale it creates.
@@ -227,7 +228,7 @@ pub(crate) fn print_paths(load: &LoadArgs) {
 
 /// `seckill-loadtest`: one run, its report on stdout. Returns the verdict.
 pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<Verdict> {
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     let store = connect(services, &cli.services.redis_prefix).await?;
     let (sale_id, stock) = match cli.sale {
         Some(id) => {
@@ -256,7 +257,7 @@ pub async fn load_test(cli: LoadTestCli, services: &Services) -> anyhow::Result<
     let progress = Progress::stderr();
     let report = tokio::select! {
         report = seckill_loadtest::load_test(&mut subject, &cli.load, "run", &progress) => report,
-        () = seckill_core::process::stop_requested() => Err(anyhow::anyhow!("interrupted")),
+        () = seckill_cli::process::stop_requested() => Err(anyhow::anyhow!("interrupted")),
     };
     if let Some(cluster) = cluster {
         cluster.stop().await;

@@ -105,6 +105,11 @@ pub struct Application {
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        // Settings built as values (tests, tools) meet the ranges the
+        // command line enforces.
+        settings.purchase.check()?;
+        settings.worker.check()?;
+        settings.limits.check()?;
         let pg = connect_postgres(&settings.database_url).await?;
         let redis = connect_redis(&settings.redis, settings.purchase.lock_wait()).await?;
         // Bind first, so that port 0 (tests) becomes a real port we can name.

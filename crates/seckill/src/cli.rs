@@ -12,10 +12,8 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use seckill_core::config::{
-    DEFAULT_MAX_EVENT_STREAMS, DEFAULT_ROOM_ABANDON_SECS, PurchaseSettings, RateLimitSettings,
-    ServiceArgs, WorkerSettings,
-};
+use seckill_cli::{LimitFlags, PurchaseFlags, ServiceArgs, WorkerFlags};
+use seckill_core::config::{DEFAULT_MAX_EVENT_STREAMS, DEFAULT_ROOM_ABANDON_SECS};
 use seckill_core::domain::{RoomMode, RoomSettings, Sale, SaleStatus};
 
 /// A flash sale that proves, under load and under faults, that 10 units are
@@ -101,19 +99,19 @@ pub struct ServeArgs {
     pub room_abandon_secs: u64,
 
     #[command(flatten)]
-    pub purchase: PurchaseSettings,
+    pub purchase: PurchaseFlags,
 
     #[command(flatten)]
-    pub worker: WorkerSettings,
+    pub worker: WorkerFlags,
 
     #[command(flatten)]
-    pub limits: RateLimitSettings,
+    pub limits: LimitFlags,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
     #[command(flatten)]
-    pub worker: WorkerSettings,
+    pub worker: WorkerFlags,
 
     /// Serve this worker's figures at `GET /metrics` on this address (an app instance serves them on its own port).
     #[arg(long, env = "SECKILL_METRICS_BIND")]
@@ -218,6 +216,7 @@ mod tests {
         let Command::Server(ServerCommand::Serve(serve)) = cli.command else {
             panic!("expected serve")
         };
+        use seckill_core::config::{PurchaseSettings, WorkerSettings};
         let (flags, defaults) = (serve.purchase, PurchaseSettings::default());
         assert_eq!(flags.lock_ttl_ms, defaults.lock_ttl_ms);
         assert_eq!(flags.lock_wait_ms, defaults.lock_wait_ms);

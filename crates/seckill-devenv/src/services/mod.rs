@@ -28,23 +28,21 @@
 //! still lives and stops the server when it does not.
 
 mod postgres_server;
+mod probes;
 mod redis_cluster;
 mod redis_sentinel;
 mod redis_server;
 mod supervise;
 
-use std::time::Duration;
-
 use anyhow::Context;
-use sqlx::Connection;
-use sqlx::postgres::PgConnection;
 
 pub use postgres_server::{PrivatePostgres, drop_database, ensure_database};
+pub use probes::postgres_answers;
+use probes::{postgres_refusal, redis_answers};
 pub use redis_cluster::PrivateRedisCluster;
 pub use redis_sentinel::PrivateRedisSentinel;
 pub use redis_server::PrivateRedis;
 
-use seckill_core::probe;
 use seckill_core::redis_pool::RedisAt;
 use seckill_core::urls::{redact, with_database};
 
@@ -55,9 +53,6 @@ pub(crate) const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_POSTGRES_SERVER: &str = "postgres://postgres@127.0.0.1:5432";
 /// The database seckill uses on a server it found or started.
 pub(crate) const DEFAULT_DATABASE: &str = "seckill";
-
-/// How long a probe waits for a local server before deciding it is not there.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 const HOW_TO_GET_SERVERS: &str = "install the packages (Debian/Ubuntu: `apt-get install redis-server postgresql`) \
      so seckill can find or start them, or run `docker compose up -d` and point \
@@ -195,77 +190,6 @@ impl Services {
         };
         tracing::info!(url = %self.redis.redacted(), origin = origin(self.redis_origin), "Redis");
         tracing::info!(url = %redact(&self.database_url), origin = origin(self.postgres_origin), "PostgreSQL");
-    }
-}
-
-/// Whether a Redis server answers PING at `url`.
-pub(crate) async fn redis_answers(url: &str) -> bool {
-    probe::within(PROBE_TIMEOUT, async {
-        let client = redis::Client::open(url)?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        probe::ping(&mut conn).await
-    })
-    .await
-}
-
-/// A plain connection to the Redis server at `url`, asked `command`,
-/// within a second (the private servers' readiness checks).
-pub(super) async fn ask<T: redis::FromRedisValue>(
-    url: &str,
-    command: &redis::Cmd,
-) -> redis::RedisResult<T> {
-    let client = redis::Client::open(url)?;
-    tokio::time::timeout(Duration::from_secs(1), async {
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        command.query_async(&mut conn).await
-    })
-    .await
-    .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
-}
-
-/// Whether the server at `url` answers `command` with text holding every
-/// one of `needles`.
-pub(super) async fn answer_says(url: &str, command: &redis::Cmd, needles: &[&str]) -> bool {
-    ask::<String>(url, command)
-        .await
-        .is_ok_and(|text| needles.iter().all(|needle| text.contains(needle)))
-}
-
-/// Whether the replica at `url` is linked to its primary and synced.
-pub(super) async fn replica_in_step(url: &str) -> bool {
-    answer_says(
-        url,
-        redis::cmd("INFO").arg("replication"),
-        &["role:slave", "master_link_status:up"],
-    )
-    .await
-}
-
-/// Whether a PostgreSQL server accepts a connection to its `postgres`
-/// database at `server_url`.
-pub async fn postgres_answers(server_url: &str) -> bool {
-    postgres_refusal(server_url).await.is_none()
-}
-
-/// Why a PostgreSQL server does not accept a connection to its `postgres`
-/// database at `server_url` (not there, a password it was not given, no
-/// answer in time); `None` when it does.
-async fn postgres_refusal(server_url: &str) -> Option<String> {
-    let url = match with_database(server_url, "postgres") {
-        Ok(url) => url,
-        Err(error) => return Some(format!("{error:#}")),
-    };
-    let connected = tokio::time::timeout(PROBE_TIMEOUT, async {
-        let conn = PgConnection::connect(&url).await?;
-        // A connection was enough: a failed goodbye does not make it down.
-        let _ = conn.close().await;
-        Ok::<_, sqlx::Error>(())
-    })
-    .await;
-    match connected {
-        Ok(Ok(())) => None,
-        Ok(Err(error)) => Some(error.to_string()),
-        Err(_) => Some(format!("no answer within {PROBE_TIMEOUT:?}")),
     }
 }
 

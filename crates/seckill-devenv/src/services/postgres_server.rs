@@ -14,7 +14,7 @@ use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 use tempfile::TempDir;
 
-use super::postgres_answers;
+use super::probes::postgres_answers;
 use super::supervise::{Supervised, find_on_path, free_port, wait_until};
 use seckill_core::urls::{redact, with_database};
 

@@ -6,9 +6,9 @@
 use anyhow::Context;
 use futures_util::future::try_join_all;
 
+use super::probes::{answer_says, replica_in_step};
 use super::redis_server::PrivateRedis;
 use super::supervise::{find_on_path, wait_until};
-use super::{answer_says, replica_in_step};
 use seckill_core::redis_pool::RedisAt;
 
 /// Nodes of our own (masters, and replicas if asked for), keeping nothing

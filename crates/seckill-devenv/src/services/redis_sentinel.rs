@@ -6,10 +6,10 @@
 use anyhow::Context;
 use futures_util::future::try_join_all;
 
+use super::probes::{ask, replica_in_step};
 pub use super::redis_server::MASTER_NAME;
 use super::redis_server::{PrivateRedis, Role};
 use super::supervise::wait_until;
-use super::{ask, replica_in_step};
 use seckill_core::redis_pool::RedisAt;
 
 /// Two data servers (one primary, one replica, each with an append-only

@@ -10,7 +10,7 @@ use anyhow::Context;
 use nix::sys::signal::Signal;
 use tempfile::TempDir;
 
-use super::redis_answers;
+use super::probes::redis_answers;
 use super::supervise::{Supervised, find_on_path, free_port, wait_until};
 
 /// The name the sentinels watch the primary under.

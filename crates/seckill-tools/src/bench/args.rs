@@ -1,7 +1,6 @@
 //! `seckill bench`'s options.
 
 use clap::Args;
-use seckill_core::config::WorkerSettings;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -44,7 +43,7 @@ pub struct BenchArgs {
 
     /// The drain's worker (its batch size above all).
     #[command(flatten)]
-    pub(crate) worker: WorkerSettings,
+    pub(crate) worker: seckill_cli::WorkerFlags,
 }
 
 /// The groups of rows `seckill bench --only` can pick.

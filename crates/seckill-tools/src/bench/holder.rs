@@ -113,7 +113,7 @@ impl Watchers {
 /// exits as soon as its input ends, opening or not: the bench closes it,
 /// or dies.
 pub(crate) async fn hold_pages(args: HoldPagesArgs) -> anyhow::Result<()> {
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     let address = host_port(&args.url)?;
     let mut input_ended = tokio::spawn(async {
         let mut input = Vec::new();

@@ -11,7 +11,8 @@ use std::time::Duration;
 use super::Row;
 use crate::bench::{BenchArgs, Bound};
 use crate::loadrun;
-use seckill_core::config::{DEFAULT_REPLICA_WAIT_MS, Durability};
+use seckill_cli::Durability;
+use seckill_core::config::DEFAULT_REPLICA_WAIT_MS;
 use seckill_core::store::Store;
 use seckill_devenv::services::{PrivateRedisSentinel, Services};
 

@@ -44,7 +44,7 @@ pub(super) async fn drain(args: &BenchArgs, store: &Store) -> anyhow::Result<[Ro
             .await
             .context("queueing the drain's jobs")?;
     }
-    let worker = Worker::new(store.clone(), args.worker.clone());
+    let worker = Worker::new(store.clone(), args.worker.settings());
     let started = Instant::now();
     let report = worker.drain(sale_id).await?;
     anyhow::ensure!(

@@ -108,7 +108,7 @@ pub struct ChaosArgs {
 
 impl ChaosArgs {
     /// The same run, whose instances answer as `given` says a `202` waits.
-    pub fn with_durability(mut self, given: &seckill_core::config::ServiceArgs) -> Self {
+    pub fn with_durability(mut self, given: &seckill_cli::ServiceArgs) -> Self {
         self.durability = given.durability_env().to_vec();
         self.replica_wait = given.redis_replica_wait_ms;
         self

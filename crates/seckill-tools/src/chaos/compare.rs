@@ -19,7 +19,7 @@
 //! nothing oversold, nobody holding two, no `500`, in either run.
 
 use anyhow::Context;
-use seckill_core::config::Durability;
+use seckill_cli::Durability;
 use seckill_loadtest::report::{Align, Table, Verdict};
 use serde::Serialize;
 

@@ -102,7 +102,7 @@ pub(crate) struct Rig {
 /// Run the chaos scenario (or, with `--compare-durability`, the failover
 /// twice); returns its verdict.
 pub async fn chaos(args: ChaosArgs) -> anyhow::Result<Verdict> {
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     if args.compare_durability {
         return compare::compare(args).await;
     }

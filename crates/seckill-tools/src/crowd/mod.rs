@@ -72,7 +72,7 @@ pub(crate) async fn crowd(
     services: &Services,
     prefix: &str,
 ) -> anyhow::Result<bool> {
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     let store = loadrun::connect(services, prefix).await?;
     let token = admin_token();
     println!(

@@ -48,7 +48,7 @@ pub(crate) async fn demo_room(
     let mut crowd_args = CrowdDefaults::parse_from(["crowd"]).crowd;
     crowd_args.stock = args.stock;
     // One listener from start to end, as in the demo's other show.
-    let mut stop = pin!(seckill_core::process::stop_requested());
+    let mut stop = pin!(seckill_cli::process::stop_requested());
     let held = tokio::select! {
         held = crowd::crowd(crowd_args, services, prefix) => held?,
         () = &mut stop => bail!("interrupted; the app instances were stopped"),

@@ -8,7 +8,7 @@ use seckill_core::config::Strategy;
 #[derive(Debug, Clone, Args)]
 pub struct LabArgs {
     /// Run only this strategy's rows.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = seckill_cli::flags::strategy())]
     pub(crate) strategy: Option<Strategy>,
 
     /// Run only the rows with this fault knob (with --strategy: one row; a pairing the lesson does not teach runs with the knob's usual values).

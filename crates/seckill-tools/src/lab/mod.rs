@@ -53,7 +53,7 @@ const A_YEAR_MS: i64 = 365 * 24 * 3600 * 1000;
 /// `seckill lab`: run the rows asked for, print the table, write it as
 /// JSON and HTML. Returns whether every row showed what it must.
 pub(crate) async fn lab(args: LabArgs, services: &Services, prefix: &str) -> anyhow::Result<bool> {
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     let token = admin_token();
     let rows = rows::select(args.strategy, args.knob);
     anyhow::ensure!(
@@ -68,7 +68,7 @@ pub(crate) async fn lab(args: LabArgs, services: &Services, prefix: &str) -> any
     // One listener for the whole lab: a Ctrl-C between two rows, or
     // between "Press Ctrl-C to stop." and the wait, is not lost (see
     // stop_requested).
-    let mut stop = pin!(seckill_core::process::stop_requested());
+    let mut stop = pin!(seckill_cli::process::stop_requested());
     let mut outcomes = Vec::new();
     let mut sales = Vec::new();
     for row in rows {

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use seckill_core::telemetry;
+use seckill_cli::telemetry;
 use seckill_devenv::services::{PrivateServers, Services};
 use seckill_tools::loadrun;
 use seckill_tools::loadrun::LoadTestCli;

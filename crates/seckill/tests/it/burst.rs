@@ -86,7 +86,7 @@ fn count_by_status(answers: &[Answer]) -> HashMap<u16, usize> {
 
 #[tokio::test]
 async fn ten_units_are_sold_exactly_ten_times_across_two_instances_under_a_burst() {
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     let scratch = Scratch::new().await;
     let (cluster, instances) = start_cluster(&scratch, &[]).await;
     let (sale, answers) = burst(&instances).await;
@@ -170,7 +170,7 @@ async fn ten_units_are_sold_exactly_ten_times_across_two_instances_under_a_burst
 
 #[tokio::test]
 async fn the_naive_strategy_oversells_under_the_same_burst_and_postgres_refuses_the_excess() {
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     let scratch = Scratch::new().await;
     let env = [
         ("SECKILL_STRATEGY", "naive"),

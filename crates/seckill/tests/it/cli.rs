@@ -222,7 +222,7 @@ async fn refusals_are_not_logged_as_errors() {
 async fn a_request_is_logged_under_the_id_its_answer_names() {
     let scratch = Scratch::new().await;
     let env = [
-        ("RUST_LOG", seckill_core::telemetry::DEFAULT_FILTER),
+        ("RUST_LOG", seckill_cli::telemetry::DEFAULT_FILTER),
         // One purchase a second per buyer, none at once beyond it.
         ("SECKILL_RATE_LIMIT_PER_BUYER", "1"),
         ("SECKILL_RATE_LIMIT_BURST", "0"),

@@ -254,7 +254,7 @@ pub async fn spawn_app_on_private_redis() -> (PrivateRedis, TestApp) {
 /// lock passes, sale reads and Redis connections run on the test's runtime
 /// (`Store::runtime`): a test that blocks its thread stalls the app.
 pub async fn start_instance(scratch: &Scratch, options: &Options, instance: &str) -> String {
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     let app = Application::build(Settings {
         redis: options
             .app_redis

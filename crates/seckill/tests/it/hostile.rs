@@ -115,7 +115,7 @@ async fn an_unknown_sale_id_is_remembered_as_missing_for_a_second() {
 #[tokio::test]
 async fn healthz_answers_within_a_second_under_hostile_load() {
     let _cores = crate::helpers::cores_alone().await;
-    seckill_core::process::raise_open_files_limit();
+    seckill_cli::process::raise_open_files_limit();
     let app = spawn_app().await;
     let sale = app.create_sale(3).await;
     let address = app.address.trim_start_matches("http://").to_owned();

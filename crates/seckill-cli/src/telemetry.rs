@@ -141,7 +141,7 @@ mod tests {
             );
         });
         assert!(
-            text.contains(r#"request{method=POST path="/buy"}: seckill_core::telemetry::tests: rate limited kind="ip" count=3"#),
+            text.contains(r#"request{method=POST path="/buy"}: seckill_cli::telemetry::tests: rate limited kind="ip" count=3"#),
             "{text}"
         );
         assert!(text.contains(r#"from the log crate answer="x""#), "{text}");

@@ -1,0 +1,14 @@
+//! What every `seckill` process shares at its edge, above the sale: the
+//! flags that say where the servers are and fill in the sale's settings
+//! ([`flags`]), the logging set-up ([`telemetry`]), and the process' own
+//! life: its open-file limit and when it should stop ([`process`]).
+//!
+//! The binary, the tools and the dev environment (which starts `seckill`
+//! processes) stand on it; the sale (`seckill-core`) and the storefront
+//! (`seckill-web`) know nothing of it: they take their settings as values.
+
+pub mod flags;
+pub mod process;
+pub mod telemetry;
+
+pub use flags::{Durability, LimitFlags, PurchaseFlags, ServiceArgs, WorkerFlags};

@@ -1,0 +1,37 @@
+//! `seckill reset`: forget every sale and order, for a storefront as new.
+
+use std::io::Write;
+
+use anyhow::Context;
+
+use crate::cli::ResetArgs;
+use seckill_core::store::{self, Store};
+use seckill_core::urls::redact;
+use seckill_devenv::services::Services;
+
+/// `seckill reset`: say what goes, ask (unless `--yes`), forget every
+/// sale and order. Anything but "yes" deletes nothing, and fails, so that
+/// a script that did not mean it stops there.
+pub(super) async fn run(services: &Services, prefix: &str, args: ResetArgs) -> anyhow::Result<()> {
+    println!(
+        "seckill reset: every sale and order in PostgreSQL ({}) and every Redis key under `{prefix}:` \
+         will be deleted. Stop every seckill process first: a running one keeps what it read.",
+        redact(&services.database_url)
+    );
+    if !args.yes {
+        print!("Type yes to delete them: ");
+        std::io::stdout().flush().context("writing to stdout")?;
+        let mut answer = String::new();
+        std::io::stdin()
+            .read_line(&mut answer)
+            .context("reading the answer")?;
+        anyhow::ensure!(answer.trim() == "yes", "not confirmed: nothing was deleted");
+    }
+    let pg = store::connect_postgres(&services.database_url).await?;
+    let redis =
+        seckill_core::redis_pool::connect_redis(&services.redis, std::time::Duration::from_secs(3))
+            .await?;
+    let (sales, orders) = Store::new(pg, redis, prefix).forget_every_sale().await?;
+    println!("deleted {sales} sales and {orders} orders, and the Redis keys under `{prefix}:`");
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! `seckill worker`'s wiring, as `seckill_web::startup` is the server's:
+//! PostgreSQL and Redis, the stop signal, the optional `/metrics` listener,
+//! the sale events that wake it, and the worker itself
+//! (`seckill_core::worker`), until SIGINT or SIGTERM.
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::WorkerArgs;
+use seckill_core::config::RedisDurability;
+use seckill_core::store::{self, Store};
+use seckill_core::worker::Worker;
+use seckill_devenv::services::Services;
+
+pub(super) async fn run(
+    services: &Services,
+    redis_prefix: String,
+    durability: RedisDurability,
+    args: WorkerArgs,
+) -> anyhow::Result<()> {
+    let worker = args.worker.settings();
+    let pg = store::connect_postgres(&services.database_url).await?;
+    let redis = seckill_core::redis_pool::connect_redis(&services.redis, worker.poll()).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on(
+        seckill_cli::process::stop_requested(),
+        shutdown.clone(),
+    ));
+    if let Some(bind) = args.metrics_bind {
+        let address = seckill_web::metrics::serve_counts(bind, shutdown.clone())
+            .with_context(|| format!("serving /metrics on {bind}"))?;
+        tracing::info!(%address, "worker figures at /metrics");
+    }
+    // Woken by every purchase's stock change, not only by its poll.
+    let (events, events_task) =
+        seckill_core::events::SaleEvents::start(&services.redis, &redis_prefix, shutdown.clone())?;
+    Worker::new(
+        Store::new(pg, redis, redis_prefix).with_durability(durability),
+        worker,
+    )
+    .run_woken(shutdown, Some(events.subscribe()))
+    .await;
+    events_task.await.context("the sale events task panicked")?;
+    Ok(())
+}
+
+/// Cancel `token` once `stop` ends (SIGINT or SIGTERM).
+async fn cancel_on(stop: impl Future<Output = ()>, token: CancellationToken) {
+    stop.await;
+    tracing::info!("stopping after the batch in progress");
+    token.cancel();
+}
