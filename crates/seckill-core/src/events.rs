@@ -101,7 +101,7 @@ impl LockReleases {
             .lock()
             .expect("the lock releases' map is never poisoned");
         by_sale.remove(&sale_id);
-        crate::maps::shrink_if_sparse(&mut by_sale);
+        crate::map_memory::shrink_if_sparse(&mut by_sale);
     }
 
     /// How many sales have an entry here.

@@ -53,13 +53,13 @@ pub struct SaleKeys {
     /// with each answer (`accepted`, `sold_out`, ...), added by each
     /// instance's tally (`tally.rs`) every 100 ms; read by the live page.
     pub answers: String,
-    /// The sale's waiting room, if it has one (`room.rs`).
+    /// The sale's waiting room, if it has one (`waiting_room.rs`).
     pub room: RoomKeys,
 }
 
 /// The keys of a sale's waiting room, under the sale's hash tag (one
 /// script, `lua/room_visit.lua`, reads the stock beside them). Written by
-/// the room's scripts only; read by `room.rs`.
+/// the room's scripts only; read by `waiting_room.rs`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoomKeys {
     /// `ZSET` buyer -> place: who waits, lowest place first in.

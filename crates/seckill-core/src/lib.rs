@@ -32,7 +32,7 @@ pub mod config;
 pub mod domain;
 pub mod failure;
 pub mod keys;
-pub mod maps;
+pub mod map_memory;
 pub mod metrics;
 pub mod probe;
 
@@ -50,8 +50,8 @@ pub mod store;
 pub mod events;
 pub mod payment;
 pub mod purchase;
-pub mod room;
 pub mod scoreboard;
 pub mod strategy;
 pub mod tally;
+pub mod waiting_room;
 pub mod worker;

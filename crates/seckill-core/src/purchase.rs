@@ -38,7 +38,7 @@ use crate::keys::SaleKeys;
 use prometheus::{Histogram, IntCounter};
 
 use crate::metrics::metrics;
-use crate::strategy::lock::Lanes;
+use crate::strategy::under_lock::Lanes;
 use crate::strategy::{Buy, Flag, Shop, article, decr, getset, lua, naive, postgres};
 use crate::tally::{self, Tally};
 
@@ -56,18 +56,18 @@ pub struct Purchaser {
     /// This strategy's figures in `/metrics`, looked up once: a label
     /// lookup takes a lock and a hash per call, which every purchase
     /// would pay.
-    figures: Figures,
+    figures: StrategyFigures,
 }
 
 /// A strategy's purchase figures, by answer (in `tally::FIELDS` order,
 /// then `error`), and its latency.
-struct Figures {
+struct StrategyFigures {
     answers: Vec<IntCounter>,
     errors: IntCounter,
     seconds: Histogram,
 }
 
-impl Figures {
+impl StrategyFigures {
     fn of(strategy: Strategy) -> Self {
         let metrics = metrics();
         let strategy = strategy.as_str();
@@ -83,7 +83,7 @@ impl Figures {
 impl Purchaser {
     pub fn new(shop: Shop) -> Self {
         Self {
-            figures: Figures::of(shop.settings.strategy),
+            figures: StrategyFigures::of(shop.settings.strategy),
             shop,
             lanes: Lanes::default(),
             tally: Arc::default(),

@@ -6,9 +6,9 @@
 //! [`RedisConn`], which is either a connection to one server (under
 //! Sentinel: to the primary the sentinels name when it is made, so a pool
 //! follows a failover as its connections to the old primary fail and are
-//! replaced; `redis_pool/trusted.rs`) or a cluster
+//! replaced; `redis_pool/recycle_check.rs`) or a cluster
 //! connection (the `redis` crate's, pooled by `deadpool` with
-//! `deadpool-redis`' managers, `redis_pool/trusted.rs`) that sends
+//! `deadpool-redis`' managers, `redis_pool/recycle_check.rs`) that sends
 //! each command to the master owning its key's slot, follows `MOVED` and
 //! `ASK` when slots move, and splits multi-key reads (`KEYS`, `DEL` of keys
 //! in several slots) across the masters.
@@ -31,7 +31,7 @@
 //! Nothing scans Redis across sales: the list of sales comes from
 //! PostgreSQL, and each sale's keys are named from its id.
 
-mod trusted;
+mod recycle_check;
 
 use std::time::Duration;
 
@@ -41,8 +41,8 @@ use deadpool_redis::Runtime;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-pub use trusted::TRUSTED_FOR;
-use trusted::Trusting;
+pub use recycle_check::TRUSTED_FOR;
+use recycle_check::Trusting;
 
 /// Redis connections per process (for a cluster, each is a connection to
 /// every node). Each purchase holds one while it waits for the sale lock,
@@ -240,7 +240,7 @@ fn url_list(list: &str, what: &str) -> anyhow::Result<Vec<String>> {
 
 /// A pool of connections to wherever the data is. Cheap to clone.
 /// deadpool-redis' connections, without its check of every connection
-/// taken (`redis_pool/trusted.rs`).
+/// taken (`redis_pool/recycle_check.rs`).
 #[derive(Clone)]
 pub enum RedisPool {
     Server(Pool<Trusting<deadpool_redis::Manager>>),

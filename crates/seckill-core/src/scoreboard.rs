@@ -36,9 +36,9 @@ use crate::domain::Sale;
 use crate::keys::SaleKeys;
 use crate::lock;
 use crate::queue::QueueStats;
-use crate::room::{self, RoomFigures};
 use crate::store::{OrderCounts, Store};
 use crate::tally;
+use crate::waiting_room::{self, RoomFigures};
 
 /// How often a watched sale is read from Redis.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
@@ -285,7 +285,7 @@ impl Inner {
     ) -> Reading<RoomBoard> {
         self.redis_reads.fetch_add(1, Ordering::Relaxed);
         let figures = within_limit("Redis", async {
-            room::figures(&self.store, sale.id).await.map(Some)
+            waiting_room::figures(&self.store, sale.id).await.map(Some)
         })
         .await;
         let Reading::Ok(figures) = figures else {
@@ -298,7 +298,7 @@ impl Inner {
         Reading::Ok(RoomBoard {
             figures,
             per_sec: admissions.observe(Instant::now(), figures.admissions),
-            closed: room::closed(sale, stock, chrono::Utc::now()),
+            closed: waiting_room::closed(sale, stock, chrono::Utc::now()),
         })
     }
 

@@ -109,7 +109,7 @@ impl Tally {
                 }
             }
         }
-        crate::maps::shrink_if_sparse(&mut sales);
+        crate::map_memory::shrink_if_sparse(&mut sales);
     }
 
     /// How many sales have counts here.

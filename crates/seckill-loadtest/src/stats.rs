@@ -80,7 +80,7 @@ impl Summary {
 
     pub fn from_run(run: &RunData, scenario: Scenario) -> Self {
         let samples = &run.samples;
-        let tally = Tally::of(samples);
+        let tally = Counted::of(samples);
         let wall = run.wall.as_secs_f64();
         Self {
             requests: samples.len() as u64,
@@ -110,7 +110,7 @@ impl Summary {
 
 /// The samples counted in one pass: by outcome, in latency histograms, in
 /// 100 ms buckets, and by the instance that answered.
-struct Tally {
+struct Counted {
     counts: BTreeMap<AnswerKind, u64>,
     histograms: BTreeMap<AnswerKind, Histogram<u64>>,
     /// Every answer's latency, whatever the outcome.
@@ -125,7 +125,7 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
 }
 
-impl Tally {
+impl Counted {
     fn of(samples: &[Sample]) -> Self {
         let mut tally = Self {
             counts: BTreeMap::new(),

@@ -29,7 +29,7 @@
 //!   confirmed in PostgreSQL (polled every millisecond): the p50;
 //! - **with wrk** (`wrk.rs`): sold-out answers against a bare actix
 //!   handler, and the index against a sale page and against itself; a
-//!   waiting room's status answers against sold-out answers (`room.rs`);
+//!   waiting room's status answers against sold-out answers (`waiting_room.rs`);
 //! - **open sale pages** (`pages.rs`): `--pages` event streams on one
 //!   instance, the Redis commands they add per second, its memory; and the
 //!   burst while they watch its sale, against the burst alone;
@@ -48,7 +48,7 @@ mod holder;
 mod lua;
 mod pages;
 mod replica;
-mod room;
+mod waiting_room;
 mod worker;
 mod wrk;
 
@@ -191,9 +191,9 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
     }
     if wanted(BenchRows::Room) {
         eprintln!("bench: waiting room status answers against sold-out answers (wrk)");
-        rows.extend(room::status_against_sold_out(args, services, &store, &token).await?);
+        rows.extend(waiting_room::status_against_sold_out(args, services, &store, &token).await?);
         eprintln!("bench: a waiting room {} buyers join", args.room_buyers);
-        rows.extend(room::crowded_room(args, services, &store, &token).await?);
+        rows.extend(waiting_room::crowded_room(args, services, &store, &token).await?);
     }
     if wanted(BenchRows::Index) {
         eprintln!("bench: the storefront index (wrk)");

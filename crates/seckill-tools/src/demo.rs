@@ -10,9 +10,9 @@
 //! With `--waiting-room`, the demo asks another question instead: who gets
 //! the units? The crowd of people and bots of `seckill crowd`, with the
 //! room off, `fifo` and `lottery`; then a sale with a lottery room stays
-//! up for the audience to join from their own browsers (`demo/room.rs`).
+//! up for the audience to join from their own browsers (`demo/waiting_room.rs`).
 
-mod room;
+mod waiting_room;
 
 use std::path::PathBuf;
 use std::pin::pin;
@@ -93,7 +93,7 @@ pub(crate) async fn demo(
     prefix: &str,
 ) -> anyhow::Result<Verdict> {
     if args.waiting_room {
-        return room::demo_room(&args, services, prefix).await;
+        return waiting_room::demo_room(&args, services, prefix).await;
     }
     seckill_cli::process::raise_open_files_limit();
     let token = admin_token();

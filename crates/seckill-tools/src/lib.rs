@@ -4,7 +4,7 @@
 //! - [`loadrun`]: the load test (the `seckill-loadtest` crate's generator and
 //!   verifier) against app instances it starts, shared by the others;
 //! - `demo`: the whole show, `lock` against `naive`, side by side; with
-//!   `--waiting-room` (`demo/room.rs`), the crowd's table, then a sale with a
+//!   `--waiting-room` (`demo/waiting_room.rs`), the crowd's table, then a sale with a
 //!   lottery room for the audience to join;
 //! - `lab`: every purchase strategy with the fault that breaks it, in one
 //!   table;

@@ -1,6 +1,6 @@
 //! What a JSON API request body may be: one object, each key once, no
 //! key the endpoint does not know ([`Object`]). Every JSON endpoint reads
-//! its body through it (`api.rs`, `room.rs`).
+//! its body through it (`api/`, `door.rs`).
 
 use serde::Deserialize;
 

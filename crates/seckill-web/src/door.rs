@@ -8,7 +8,7 @@
 //! sends it back (the cookie, or a `Seckill-Ticket` header) instead of a
 //! buyer id, so a refresh or a second tab finds the same place. When the
 //! buyer's turn has come, the answer holds their admission. The line, the
-//! pace and the admissions are `seckill_core::room`'s.
+//! pace and the admissions are `seckill_core::waiting_room`'s.
 //!
 //! The functions: [`enter`] to join, [`Asking`] (or [`held_ticket`] and
 //! [`standing_view`]) to tell a buyer where they stand, [`admit`] and
@@ -27,7 +27,7 @@ use crate::limits;
 use crate::lookup::find_sale;
 use crate::state::AppState;
 use seckill_core::domain::{Pass, PassKind, RoomSettings, Sale, UserId};
-use seckill_core::room::{self, Place, Standing};
+use seckill_core::waiting_room::{self, Place, Standing};
 
 /// The header a client without cookies sends its ticket in.
 pub(crate) const TICKET_HEADER: &str = "Seckill-Ticket";
@@ -94,7 +94,7 @@ pub(crate) async fn enter(
     limits::check(state, request, Some(&buyer)).await?;
     let sale = find_sale(state, raw_sale_id).await?;
     let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
-    let standing = room::visit(&state.store, &sale, &settings, &buyer, true).await?;
+    let standing = waiting_room::visit(&state.store, &sale, &settings, &buyer, true).await?;
     if standing.closed && standing.place == Place::Outside {
         return Err(ApiError::RoomClosed);
     }
@@ -107,7 +107,7 @@ pub(crate) async fn enter(
 }
 
 /// A ticket a request carried, checked: its text and the buyer it names.
-pub(crate) struct Held {
+pub(crate) struct HeldTicket {
     pub(crate) ticket: String,
     pub(crate) buyer: UserId,
     /// The buyer's number in line when the ticket was signed (0: none).
@@ -121,7 +121,7 @@ pub(crate) async fn held_ticket(
     state: &AppState,
     request: &HttpRequest,
     sale: &Sale,
-) -> Result<Held, ApiError> {
+) -> Result<HeldTicket, ApiError> {
     let ticket = request
         .headers()
         .get(TICKET_HEADER)
@@ -143,7 +143,7 @@ pub(crate) async fn held_ticket(
             Utc::now().timestamp_millis(),
         )
         .map_err(|refused| ApiError::InvalidTicket(refused.code()))?;
-    Ok(Held {
+    Ok(HeldTicket {
         ticket,
         buyer: pass.buyer,
         number: u64::try_from(pass.number).unwrap_or(0),
@@ -155,7 +155,7 @@ pub(crate) async fn held_ticket(
 pub(crate) struct Asking {
     pub(crate) sale: Arc<Sale>,
     settings: RoomSettings,
-    held: Held,
+    held: HeldTicket,
 }
 
 impl Asking {
@@ -223,7 +223,7 @@ pub(crate) async fn admit(
     // Checked, then bought, as two steps: two purchases with one admission
     // both pass here, and the purchase's own one-unit-per-buyer check (in
     // its atomic commit) lets only one of them take a unit.
-    if room::has_bought(&state.store, sale.id, buyer).await? {
+    if waiting_room::has_bought(&state.store, sale.id, buyer).await? {
         return Err(ApiError::NotAdmitted("used"));
     }
     Ok(())
@@ -234,7 +234,7 @@ pub(crate) async fn admit(
 /// `202`, and cannot buy a second unit anyway (one per buyer); only the
 /// place among the active is freed later, when the admission runs out.
 pub(crate) async fn spend(state: &AppState, sale: &Sale, buyer: &UserId) {
-    if let Err(error) = room::bought(&state.store, sale.id, buyer).await {
+    if let Err(error) = waiting_room::bought(&state.store, sale.id, buyer).await {
         tracing::warn!(
             sale_id = sale.id,
             error = format!("{error:#}"),
@@ -280,7 +280,7 @@ pub(crate) async fn standing_view(
     });
     let (admission, expires_in) = match standing.place {
         Place::Admitted { until_ms } => (
-            Some(room::admission(key, sale.id, buyer, until_ms)),
+            Some(waiting_room::admission(key, sale.id, buyer, until_ms)),
             Some((until_ms - standing.now_ms).max(0) as f64 / 1000.0),
         ),
         _ => (None, None),

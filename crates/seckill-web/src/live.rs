@@ -143,7 +143,7 @@ impl LiveSales {
         let mut sales = self.lock();
         let before = sales.len();
         sales.retain(|_, sale| sale.changes.receiver_count() > 0);
-        seckill_core::maps::shrink_if_sparse(&mut sales);
+        seckill_core::map_memory::shrink_if_sparse(&mut sales);
         before - sales.len()
     }
 
@@ -220,7 +220,7 @@ impl LiveSale {
 
 /// A `text/event-stream` response that sends `events` (each a whole
 /// event, ending in a blank line) until they end. Shared with the live
-/// page's stream (`scoreboard.rs`).
+/// page's stream (`pages/scoreboard.rs`).
 pub(crate) fn event_stream(
     events: impl futures_util::Stream<Item = Bytes> + 'static,
 ) -> HttpResponse {

@@ -14,7 +14,7 @@ use crate::state::AppState;
 use seckill_core::keys::{SaleKeys, SaleQueue};
 use seckill_core::metrics::metrics;
 use seckill_core::queue::{Queue, QueueStats};
-use seckill_core::room::{self, RoomFigures};
+use seckill_core::waiting_room::{self, RoomFigures};
 
 pub(crate) async fn scrape(state: web::Data<AppState>) -> HttpResponse {
     let metrics = metrics();
@@ -76,7 +76,7 @@ pub(crate) async fn scrape(state: web::Data<AppState>) -> HttpResponse {
 async fn room_figures(state: &AppState) -> anyhow::Result<RoomFigures> {
     let mut sum = RoomFigures::default();
     for sale_id in state.store.room_sale_ids().await? {
-        let one = room::figures(&state.store, sale_id).await?;
+        let one = waiting_room::figures(&state.store, sale_id).await?;
         sum.waiting += one.waiting;
         sum.admitted += one.admitted;
         sum.bought += one.bought;

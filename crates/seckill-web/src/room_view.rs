@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use crate::single_flight::SingleFlight;
 use seckill_core::domain::{RoomSettings, Sale, UserId};
-use seckill_core::room::{self, Standing};
 use seckill_core::store::Store;
+use seckill_core::waiting_room::{self, Standing};
 
 /// How old a look may be when a buyer is answered from it: the most a
 /// place shown can lag behind Redis.
@@ -64,14 +64,14 @@ impl RoomViews {
             .get(store.runtime(), FRESH_FOR, || {
                 let seen: Vec<String> = lock(&view.seen).drain().collect();
                 let (store, sale, settings) = (store.clone(), Arc::clone(sale), *settings);
-                async move { room::look(&store, &sale, &settings, &seen).await }
+                async move { waiting_room::look(&store, &sale, &settings, &seen).await }
             })
             .await?;
         if let Some(standing) = look.of_number(number, settings, read_at.elapsed()) {
             lock(&view.seen).insert(buyer.as_str().to_owned());
             return Ok(standing);
         }
-        room::visit(store, sale, settings, buyer, false).await
+        waiting_room::visit(store, sale, settings, buyer, false).await
     }
 
     /// Forget the rooms nobody asked about here for `idle`; how many.

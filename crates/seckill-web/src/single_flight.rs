@@ -1,5 +1,5 @@
 //! A value read once and served for a while: the storefront's index
-//! (`index.rs`) and each sale's snapshot for its open pages (`live.rs`).
+//! (`pages/index.rs`) and each sale's snapshot for its open pages (`live.rs`).
 //!
 //! The race it prevents is the stampede: when the value goes stale, every
 //! caller arriving at that moment would read it again (a PostgreSQL query,

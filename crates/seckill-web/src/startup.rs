@@ -46,7 +46,7 @@ pub struct Settings {
     /// Event streams served at once; one more is answered 503.
     pub max_event_streams: u32,
     /// How long a buyer in a waiting room's line may go without asking
-    /// before the room drops them as abandoned (`seckill_core::room`).
+    /// before the room drops them as abandoned (`seckill_core::waiting_room`).
     pub room_abandon: Duration,
     /// Run the queue worker inside this process.
     pub run_worker: bool,

@@ -4,12 +4,12 @@
 //! without Redis or PostgreSQL.
 
 mod order;
-mod room;
+mod room_rules;
 mod sale;
 mod text;
 mod user_id;
 
 pub use order::{Order, OrderJob, OrderStatus, RejectReason};
-pub use room::{Pass, PassKey, PassKind, PassRefused, RoomMode, RoomSettings};
+pub use room_rules::{Pass, PassKey, PassKind, PassRefused, RoomMode, RoomSettings};
 pub use sale::{InvalidSale, NewSale, NewSaleBuilder, Sale, SaleStatus, Window};
 pub use user_id::{InvalidUserId, UserId};

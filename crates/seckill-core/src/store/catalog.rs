@@ -70,7 +70,7 @@ impl Catalog {
     pub(crate) fn forget(&self, id: i64) {
         let mut cache = self.cache.write().expect("catalog lock poisoned");
         cache.remove(&id);
-        crate::maps::shrink_if_sparse(&mut cache);
+        crate::map_memory::shrink_if_sparse(&mut cache);
     }
 
     /// How many sales are cached.

@@ -20,7 +20,7 @@ pub(crate) mod catalog;
 pub(crate) mod confirm;
 pub mod load;
 pub(crate) mod orders;
-pub(crate) mod room;
+pub(crate) mod pass_key;
 pub mod sales;
 pub(crate) mod schema;
 
@@ -90,10 +90,10 @@ pub struct Store {
     /// The runtime the store was made on: in `serve`, the process' own
     /// (`main`), not one of the HTTP workers'. What many requests wait on
     /// runs here, in a task of its own: a sale's one read (`catalog.rs`),
-    /// the passes through a sale's lock (`strategy/lock/lanes.rs`), a
+    /// the passes through a sale's lock (`strategy/under_lock/lanes.rs`), a
     /// live page's reading task (`scoreboard.rs`) and the single-flight
     /// reads of the index and the sale pages (`web/fresh.rs`); the Redis pool opens its
-    /// connections on the same runtime (`redis_pool/trusted.rs`). Each HTTP worker runs
+    /// connections on the same runtime (`redis_pool/recycle_check.rs`). Each HTTP worker runs
     /// its tasks on one thread, first come first served, and in a burst the
     /// thousands of new connections of an instance are ready at once: a
     /// task woken there (by Redis' reply) would wait for all of them to be
@@ -107,7 +107,7 @@ pub struct Store {
     /// Fixed at start: every visit this store makes passes it.
     room_abandon: Duration,
     /// The key the waiting rooms' passes are signed with, read once from
-    /// PostgreSQL (`room.rs`). Shared by every clone.
+    /// PostgreSQL (`pass_key.rs`). Shared by every clone.
     pass_key: Arc<tokio::sync::OnceCell<crate::domain::PassKey>>,
 }
 
@@ -145,7 +145,7 @@ impl Store {
         self
     }
 
-    /// How long a buyer in line may go without asking (`room.rs`).
+    /// How long a buyer in line may go without asking (`waiting_room.rs`).
     pub fn room_abandon(&self) -> Duration {
         self.room_abandon
     }

@@ -26,10 +26,10 @@
 pub(crate) mod article;
 pub(crate) mod decr;
 pub(crate) mod getset;
-pub mod lock;
 pub mod lua;
 pub(crate) mod naive;
 pub(crate) mod postgres;
+pub mod under_lock;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -187,7 +187,7 @@ impl SoldOutFlags {
     pub(crate) fn clear(&self, sale_id: i64) {
         let mut seen = self.seen.lock().expect("sold-out flags poisoned");
         seen.remove(&sale_id);
-        crate::maps::shrink_if_sparse(&mut seen);
+        crate::map_memory::shrink_if_sparse(&mut seen);
     }
 }
 

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use tokio::sync::Semaphore;
 
 use super::lanes::{
-    Lane, LaneResult, Released, connect, connections_per_lane, run_lanes, samples_of,
+    Released, Runner, RunnerResult, connect, connections_per_lane, run_lanes, samples_of,
     wait_for_release,
 };
 use super::plan::{Plan, Planned};
@@ -61,8 +61,8 @@ fn check_open_files(connections: usize) -> anyhow::Result<()> {
 
 /// A burst lane: every `lanes`-th request, each on a connection of its own,
 /// all fired at the release.
-async fn burst_lane(lane: Lane) -> LaneResult {
-    let Lane {
+async fn burst_lane(lane: Runner) -> RunnerResult {
+    let Runner {
         index,
         lanes,
         plan,
@@ -81,9 +81,9 @@ async fn burst_lane(lane: Lane) -> LaneResult {
             planned,
         )));
     }
-    LaneResult {
+    RunnerResult {
         samples: samples_of(buyers).await,
-        ..LaneResult::default()
+        ..RunnerResult::default()
     }
 }
 

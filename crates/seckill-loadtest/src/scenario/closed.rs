@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::lanes::{Lane, LaneResult, connect, connections_per_lane, run_lanes, wait_for_release};
+use super::lanes::{
+    Runner, RunnerResult, connect, connections_per_lane, run_lanes, wait_for_release,
+};
 use super::plan::{Plan, Shape};
 use super::sample::{Live, RunData, Sample};
 use crate::http::{Connection, PurchaseAnswer};
@@ -41,11 +43,11 @@ pub(super) async fn run(
 /// request (shared across lanes through `taken`) as soon as its previous
 /// one is answered.
 async fn closed_lane(
-    lane: Lane,
+    lane: Runner,
     duration: Option<Duration>,
     taken: Arc<AtomicUsize>,
-) -> LaneResult {
-    let Lane {
+) -> RunnerResult {
+    let Runner {
         index,
         lanes,
         connections,
@@ -62,7 +64,7 @@ async fn closed_lane(
         }
     }
     let Some(start) = wait_for_release(released).await else {
-        return LaneResult::default();
+        return RunnerResult::default();
     };
     let mut loops = Vec::with_capacity(opened.len());
     for connection in opened {
@@ -75,7 +77,7 @@ async fn closed_lane(
             connection,
         )));
     }
-    let mut result = LaneResult::default();
+    let mut result = RunnerResult::default();
     for samples in loops {
         result.samples.extend(samples.await.unwrap_or_default());
     }

@@ -29,7 +29,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 pub(super) type Released = watch::Receiver<Option<Instant>>;
 
 /// What one lane is given to work with.
-pub(super) struct Lane {
+pub(super) struct Runner {
     /// This lane's number, from 0.
     pub index: usize,
     /// How many lanes the run has.
@@ -46,7 +46,7 @@ pub(super) struct Lane {
 
 /// What one lane sent.
 #[derive(Default)]
-pub(super) struct LaneResult {
+pub(super) struct RunnerResult {
     /// One per answered request.
     pub samples: Vec<Sample>,
     /// `rate` sends dropped for want of a free connection.
@@ -86,8 +86,8 @@ pub(super) async fn run_lanes<F, Fut>(
     lane: F,
 ) -> anyhow::Result<RunData>
 where
-    F: Fn(Lane) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = LaneResult>,
+    F: Fn(Runner) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = RunnerResult>,
 {
     let live = Arc::new(Live::default());
     let opening: usize = connections.iter().sum();
@@ -125,23 +125,23 @@ where
 }
 
 /// Start one thread per lane, each with its own single-threaded runtime;
-/// each hands back its [`LaneResult`] through the receiver returned for it.
+/// each hands back its [`RunnerResult`] through the receiver returned for it.
 fn start_lanes<F, Fut>(
     plan: &Arc<Plan>,
     live: &Arc<Live>,
     connections: &[usize],
     released: &Released,
     lane: F,
-) -> anyhow::Result<Vec<oneshot::Receiver<LaneResult>>>
+) -> anyhow::Result<Vec<oneshot::Receiver<RunnerResult>>>
 where
-    F: Fn(Lane) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = LaneResult>,
+    F: Fn(Runner) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = RunnerResult>,
 {
     let run_lane = Arc::new(lane);
     let mut results = Vec::with_capacity(connections.len());
     for (index, &opens) in connections.iter().enumerate() {
         let run_lane = Arc::clone(&run_lane);
-        let lane = Lane {
+        let lane = Runner {
             index,
             lanes: connections.len(),
             connections: opens,

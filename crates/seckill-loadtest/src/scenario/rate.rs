@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::lanes::{
-    Lane, LaneResult, connect, connections_per_lane, run_lanes, samples_of, wait_for_release,
+    Runner, RunnerResult, connect, connections_per_lane, run_lanes, samples_of, wait_for_release,
 };
 use super::plan::{Plan, Planned, Shape};
 use super::sample::{Live, RunData, Sample, micros_of};
@@ -149,10 +149,10 @@ impl Sends {
 
 /// A rate lane: arrivals `lane`, `lane + lanes`, ... each due at `k / rate`
 /// seconds after the release, sent on a pooled connection.
-async fn rate_lane(lane: Lane, rate: f64, arrivals: usize) -> LaneResult {
+async fn rate_lane(lane: Runner, rate: f64, arrivals: usize) -> RunnerResult {
     let pools = open_pools(&lane).await;
     let Some(start) = wait_for_release(lane.released).await else {
-        return LaneResult::default();
+        return RunnerResult::default();
     };
     let sends = Arc::new(Sends {
         plan: lane.plan,
@@ -172,7 +172,7 @@ async fn rate_lane(lane: Lane, rate: f64, arrivals: usize) -> LaneResult {
     }
     let samples = samples_of(started).await;
     let dropped_at = std::mem::take(&mut *sends.dropped.lock().expect("dropped sends poisoned"));
-    LaneResult {
+    RunnerResult {
         samples,
         dropped: dropped_at.len() as u64,
         dropped_at,
@@ -181,7 +181,7 @@ async fn rate_lane(lane: Lane, rate: f64, arrivals: usize) -> LaneResult {
 
 /// Open the lane's connections, spread round-robin over the targets, each
 /// into its target's pool.
-async fn open_pools(lane: &Lane) -> Vec<Pool> {
+async fn open_pools(lane: &Runner) -> Vec<Pool> {
     let targets = &lane.plan.targets;
     let pools: Vec<Pool> = targets.iter().map(|_| Pool::new()).collect();
     for c in 0..lane.connections {

@@ -106,7 +106,7 @@ pub(super) async fn watched_burst(
             if watching { &mut watched } else { &mut alone }.push(report);
         }
     }
-    let (alone, watched) = (Figures::of(&alone)?, Figures::of(&watched)?);
+    let (alone, watched) = (PageFigures::of(&alone)?, PageFigures::of(&watched)?);
     let row = |figure, alone: f64, watched: f64, pages: String| {
         let ratio = watched / alone;
         Row {
@@ -197,12 +197,12 @@ fn say(kind: &str, report: &Report) {
 }
 
 /// The medians of a few bursts' figures.
-struct Figures {
+struct PageFigures {
     last_win_ms: f64,
     p99_ms: f64,
 }
 
-impl Figures {
+impl PageFigures {
     fn of(reports: &[Report]) -> anyhow::Result<Self> {
         let last_wins = reports
             .iter()

@@ -54,7 +54,7 @@ impl Expectation {
     }
 
     /// Whether `figures` show what this expectation says; if not, why not.
-    pub(crate) fn judge(self, figures: &Figures) -> Result<(), String> {
+    pub(crate) fn judge(self, figures: &RowFigures) -> Result<(), String> {
         let fails = |why: &str| Err(why.to_owned());
         if figures.lost > 0 {
             return fails("202s missing from PostgreSQL");
@@ -97,7 +97,7 @@ impl Expectation {
 
 /// What one row measured.
 #[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct Figures {
+pub(crate) struct RowFigures {
     pub(crate) units: u64,
     /// `202` answers.
     pub(crate) accepted: u64,
@@ -138,20 +138,20 @@ pub(crate) struct Figures {
 mod tests {
     use super::*;
 
-    fn figures() -> Figures {
-        Figures {
+    fn figures() -> RowFigures {
+        RowFigures {
             units: 10,
             accepted: 10,
             confirmed: 10,
             verified: true,
-            ..Figures::default()
+            ..RowFigures::default()
         }
     }
 
     #[test]
     fn a_correct_run_holds_and_a_broken_one_does_not() {
         assert_eq!(Expectation::Holds.judge(&figures()), Ok(()));
-        let oversold = Figures {
+        let oversold = RowFigures {
             accepted: 14,
             oversold: 4,
             rejected: 4,
@@ -160,7 +160,7 @@ mod tests {
         assert!(Expectation::Holds.judge(&oversold).is_err());
         assert_eq!(Expectation::Oversells.judge(&oversold), Ok(()));
         assert!(Expectation::Oversells.judge(&figures()).is_err());
-        let lost = Figures {
+        let lost = RowFigures {
             lost: 1,
             ..oversold
         };
@@ -170,15 +170,15 @@ mod tests {
 
     #[test]
     fn the_fence_row_needs_a_refused_write_and_nothing_sold_twice() {
-        let quiet = Figures {
+        let quiet = RowFigures {
             accepted: 0,
             confirmed: 0,
             ..figures()
         };
         assert!(Expectation::Fenced.judge(&quiet).is_err());
-        let fenced = Figures { fenced: 3, ..quiet };
+        let fenced = RowFigures { fenced: 3, ..quiet };
         assert_eq!(Expectation::Fenced.judge(&fenced), Ok(()));
-        let twice = Figures {
+        let twice = RowFigures {
             oversold: 1,
             ..fenced
         };
@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn decr_must_sell_one_buyer_twice_and_leave_a_unit_unsold() {
-        let double = Figures {
+        let double = RowFigures {
             duplicate_buyers: 2,
             confirmed: 8,
             rejected: 2,
@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn a_stuck_lock_needs_the_crash_and_the_lock_without_ttl() {
-        let crashed = Figures {
+        let crashed = RowFigures {
             crashed: 1,
             lock_left_without_ttl: true,
             stuck_lock: Some("no TTL".into()),
@@ -207,7 +207,7 @@ mod tests {
             ..figures()
         };
         assert_eq!(Expectation::StuckLock.judge(&crashed), Ok(()));
-        let rescued = Figures {
+        let rescued = RowFigures {
             lock_left_without_ttl: false,
             ..crashed
         };

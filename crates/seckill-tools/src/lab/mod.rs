@@ -33,7 +33,7 @@ use seckill_loadtest::scenario::Scenario;
 
 use crate::loadrun::{self, admin_token};
 pub(crate) use args::{Knob, LabArgs};
-use expect::Figures;
+use expect::RowFigures;
 use rows::LabRow;
 use seckill_core::config::Strategy;
 use seckill_core::keys::SaleKeys;
@@ -339,7 +339,7 @@ async fn run_row(
 
 /// The figures of a row, from the load test's report and the lab's own
 /// reads.
-fn figures(report: &Report, longest_ttl_ms: i64, after: &LockAfter, crashed: u64) -> Figures {
+fn figures(report: &Report, longest_ttl_ms: i64, after: &LockAfter, crashed: u64) -> RowFigures {
     let stuck_lock = if after.without_ttl {
         Some("no TTL, left".to_owned())
     } else if longest_ttl_ms > A_YEAR_MS {
@@ -347,7 +347,7 @@ fn figures(report: &Report, longest_ttl_ms: i64, after: &LockAfter, crashed: u64
     } else {
         None
     };
-    Figures {
+    RowFigures {
         units: u64::try_from(report.config.stock).unwrap_or(0),
         accepted: report.summary.count(AnswerKind::Won),
         oversold: report.oversold_by,

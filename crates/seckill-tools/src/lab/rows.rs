@@ -5,7 +5,7 @@
 //! knob is set on the row's instances as command-line flags (`serve
 //! --hold-pause-ms 200 ...`), so each bug is made to happen by a
 //! deterministic trigger rather than by hoping for a race. The expectation
-//! is judged from the row's figures ([`Figures`]): the broken strategies
+//! is judged from the row's figures ([`RowFigures`]): the broken strategies
 //! must break the way their files say, the correct ones must hold.
 
 use serde::Serialize;

@@ -13,14 +13,14 @@ use seckill_loadtest::report::charts::{Bar, Bars, Colour, Mark};
 use seckill_loadtest::report::{Align, Table};
 use serde::Serialize;
 
-use super::expect::Figures;
+use super::expect::RowFigures;
 use super::rows::LabRow;
 
 /// One row, run and judged.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RowOutcome {
     pub(crate) row: LabRow,
-    pub(crate) figures: Figures,
+    pub(crate) figures: RowFigures,
     /// `Ok` when the row showed what it must; otherwise why not.
     pub(crate) verdict: Result<(), String>,
     /// The row's own load-test report (HTML), with its charts.
@@ -247,12 +247,12 @@ mod tests {
     fn outcome(row: LabRow, accepted: u64, verdict: Result<(), String>) -> RowOutcome {
         RowOutcome {
             row,
-            figures: Figures {
+            figures: RowFigures {
                 units: 10,
                 accepted,
                 oversold: accepted.saturating_sub(10),
                 p99_ms: 12.5,
-                ..Figures::default()
+                ..RowFigures::default()
             },
             verdict,
             report: Some(PathBuf::from("target/seckill-lab/naive.html")),
@@ -279,39 +279,39 @@ mod tests {
         let outcomes = [
             outcome(
                 "naive",
-                Figures {
+                RowFigures {
                     accepted: 697,
                     oversold: 687,
                     duplicate_buyers: 2,
                     rejected: 687,
                     sell_out_ms: Some(528.0),
-                    ..Figures::default()
+                    ..RowFigures::default()
                 },
             ),
             outcome(
                 "article+crash-after-setnx",
-                Figures {
+                RowFigures {
                     stuck_lock: Some("no TTL, left".into()),
                     lock_left_without_ttl: true,
-                    ..Figures::default()
+                    ..RowFigures::default()
                 },
             ),
             outcome(
                 "getset+hold-pause",
-                Figures {
+                RowFigures {
                     accepted: 15,
                     oversold: 5,
                     rejected: 5,
                     sell_out_ms: Some(3972.0),
-                    ..Figures::default()
+                    ..RowFigures::default()
                 },
             ),
             outcome(
                 "lock+hold-pause",
-                Figures {
+                RowFigures {
                     lock_lost: 2100,
                     fenced: 10,
-                    ..Figures::default()
+                    ..RowFigures::default()
                 },
             ),
         ];
@@ -333,7 +333,7 @@ mod tests {
             .into_iter()
             .map(|row| RowOutcome {
                 row,
-                figures: Figures {
+                figures: RowFigures {
                     accepted: 9999,
                     oversold: 9999,
                     duplicate_buyers: 9999,
@@ -342,7 +342,7 @@ mod tests {
                     fenced: 9999,
                     stuck_lock: Some("TTL 56 years".into()),
                     sell_out_ms: Some(9999.0),
-                    ..Figures::default()
+                    ..RowFigures::default()
                 },
                 verdict: Ok(()),
                 report: None,

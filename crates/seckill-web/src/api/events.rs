@@ -15,7 +15,7 @@ use crate::lookup::find_sale;
 use crate::state::AppState;
 
 /// What one stream needs between events.
-struct Stream {
+struct StockStream {
     state: web::Data<AppState>,
     /// This stream's place among the instance's open streams, given back
     /// when the stream ends (it is dropped with it).
@@ -46,7 +46,7 @@ pub(crate) async fn sale_events(
     let (live, changes) = state.live.watch(sale.id);
     // The first tick fires at once: it is the opening snapshot.
     let snapshots = tokio::time::interval(SNAPSHOT_EVERY);
-    let stream = Stream {
+    let stream = StockStream {
         state,
         _slot: slot,
         sale_id: sale.id,
@@ -64,7 +64,7 @@ pub(crate) async fn sale_events(
     )))
 }
 
-impl Stream {
+impl StockStream {
     /// The next event to send, or `None` when the stream should end.
     async fn next_event(&mut self) -> Option<Bytes> {
         loop {

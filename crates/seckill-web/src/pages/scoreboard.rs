@@ -49,7 +49,7 @@ pub(crate) async fn page(
 }
 
 /// What one stream needs between events.
-struct Stream {
+struct BoardStream {
     state: web::Data<AppState>,
     /// This stream's place among the instance's open streams, given back
     /// when the stream ends (it is dropped with it).
@@ -72,7 +72,7 @@ pub(crate) async fn stream(
     let mut boards = state.scoreboard.watch(sale.id);
     // A sale already watched has a snapshot to show now, not a tick later.
     boards.mark_changed();
-    let stream = Stream {
+    let stream = BoardStream {
         state,
         _slot: slot,
         boards,
@@ -86,7 +86,7 @@ pub(crate) async fn stream(
     )))
 }
 
-impl Stream {
+impl BoardStream {
     /// The next snapshot to send, or `None` when the stream should end.
     async fn next_event(&mut self) -> Option<Bytes> {
         loop {

@@ -10,7 +10,7 @@
 //! good ticket they are outside.
 //!
 //! Everything goes through the API's room code (the web crate's
-//! `room.rs`): a join here is the API's join, a purchase needs the same
+//! `door.rs`): a join here is the API's join, a purchase needs the same
 //! admission (`pages::buy` checks it with `door::admit`), and the stream
 //! sends the API's status answer. Without JavaScript the page reloads
 //! itself every [`INTERVAL`] while its buyer waits; with it
@@ -30,13 +30,13 @@ use serde::Deserialize;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::{BoughtPage, html, set_buyer_cookie};
-use crate::door::{self, Asking, Held};
+use crate::door::{self, Asking, HeldTicket};
 use crate::error::ApiError;
 use crate::live::event_stream;
 use crate::lookup::{SaleView, find_sale};
 use crate::state::AppState;
 use seckill_core::domain::{RoomSettings, Sale, UserId};
-use seckill_core::room::{Place, visit};
+use seckill_core::waiting_room::{Place, visit};
 
 /// How often a waiting buyer's page learns where they stand: the
 /// stream's pace, and the reload of a page without JavaScript. As often
@@ -187,7 +187,7 @@ pub(super) async fn panel(
         closed_why: closed_why(sale),
         lottery: settings.mode == seckill_core::domain::RoomMode::Lottery,
     };
-    if let Some(Held { ticket, .. }) = held {
+    if let Some(HeldTicket { ticket, .. }) = held {
         let view =
             door::standing_view(state, sale, settings, &buyer, &standing, Some(ticket)).await?;
         panel.shown = match standing.place {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use seckill_core::domain::OrderJob;
 use seckill_core::lock::RedisLock;
-use seckill_core::strategy::lock;
+use seckill_core::strategy::under_lock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
@@ -88,7 +88,7 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         sale_id: sale,
         user_id: "stale".into(),
     };
-    let written = lock::commit(&mut conn, &keys, &stale, std::slice::from_ref(&job))
+    let written = under_lock::commit(&mut conn, &keys, &stale, std::slice::from_ref(&job))
         .await
         .expect("commit");
     assert_eq!(written, None, "a stale holder's write went through");
@@ -109,7 +109,7 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         user_id: "current".into(),
     };
     assert_eq!(
-        lock::commit(&mut conn, &keys, &current, std::slice::from_ref(&job),)
+        under_lock::commit(&mut conn, &keys, &current, std::slice::from_ref(&job),)
             .await
             .expect("commit"),
         Some(0)
@@ -144,7 +144,7 @@ async fn a_commit_that_takes_the_stock_below_zero_is_reported_as_written() {
         sale_id: sale,
         user_id: "late".into(),
     };
-    let written = lock::commit(&mut conn, &keys, &holder, std::slice::from_ref(&job))
+    let written = under_lock::commit(&mut conn, &keys, &holder, std::slice::from_ref(&job))
         .await
         .expect("commit");
     assert_eq!(

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use seckill_core::room::{self, RoomFigures};
+use seckill_core::waiting_room::{self, RoomFigures};
 use serde_json::{Value, json};
 
 use crate::helpers::{Options, TestApp, eventually, spawn_app_with};
@@ -94,7 +94,7 @@ impl<'a> Room<'a> {
     }
 
     async fn figures(&self) -> RoomFigures {
-        room::figures(&self.app.store, self.sale)
+        waiting_room::figures(&self.app.store, self.sale)
             .await
             .expect("the room's figures")
     }

@@ -84,7 +84,7 @@ impl FaultRow {
 
 /// What a sample says, in the chaos run's terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Said {
+enum Told {
     Sold,
     Refused,
     Unavailable,
@@ -92,13 +92,13 @@ enum Said {
     Error,
 }
 
-fn said(sample: &Sample) -> Said {
+fn said(sample: &Sample) -> Told {
     match (sample.outcome, sample.status) {
-        (AnswerKind::Won, _) => Said::Sold,
-        (AnswerKind::Error, Some(500)) => Said::Internal,
-        (AnswerKind::Error, Some(503)) => Said::Unavailable,
-        (AnswerKind::Error, _) => Said::Error,
-        _ => Said::Refused,
+        (AnswerKind::Won, _) => Told::Sold,
+        (AnswerKind::Error, Some(500)) => Told::Internal,
+        (AnswerKind::Error, Some(503)) => Told::Unavailable,
+        (AnswerKind::Error, _) => Told::Error,
+        _ => Told::Refused,
     }
 }
 
@@ -157,7 +157,7 @@ pub(crate) fn rows(
         let recovered_after_ms = run
             .samples
             .iter()
-            .filter(|s| due(s) >= window.end && matches!(said(s), Said::Sold | Said::Refused))
+            .filter(|s| due(s) >= window.end && matches!(said(s), Told::Sold | Told::Refused))
             .map(|s| due(s) - window.end)
             .min()
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -190,7 +190,7 @@ fn failures_by_second(samples: &[&Sample], due: &impl Fn(&Sample) -> Duration) -
     for sample in samples {
         if matches!(
             said(sample),
-            Said::Error | Said::Unavailable | Said::Internal
+            Told::Error | Told::Unavailable | Told::Internal
         ) {
             *by_second.entry(due(sample).as_secs()).or_insert(0u64) += 1;
         }
@@ -205,16 +205,16 @@ fn row(
     may_fail: bool,
     recovered_after_ms: Option<u64>,
 ) -> FaultRow {
-    let count = |what: Said| samples.iter().filter(|s| said(s) == what).count() as u64;
+    let count = |what: Told| samples.iter().filter(|s| said(s) == what).count() as u64;
     let (errors, unavailable, internal) = (
-        count(Said::Error),
-        count(Said::Unavailable),
-        count(Said::Internal),
+        count(Told::Error),
+        count(Told::Unavailable),
+        count(Told::Internal),
     );
     FaultRow {
         fault: fault.to_owned(),
         requests: samples.len() as u64,
-        accepted: count(Said::Sold),
+        accepted: count(Told::Sold),
         errors,
         unavailable,
         internal,
@@ -262,8 +262,8 @@ pub(crate) fn timeline(run: &RunData, epoch: Instant, slice: Duration) -> Vec<Ti
         }
         let tick = &mut ticks[index];
         match said(sample) {
-            Said::Sold => tick.sold += 1,
-            Said::Refused => tick.refused += 1,
+            Told::Sold => tick.sold += 1,
+            Told::Refused => tick.refused += 1,
             _ => tick.failed += 1,
         }
     }

@@ -60,7 +60,7 @@ impl Lanes {
     pub(crate) fn forget(&self, sale_id: i64) {
         let mut by_sale = self.by_sale.lock().expect("lanes poisoned");
         by_sale.remove(&sale_id);
-        crate::maps::shrink_if_sparse(&mut by_sale);
+        crate::map_memory::shrink_if_sparse(&mut by_sale);
     }
 
     /// How many sales have a lane here.

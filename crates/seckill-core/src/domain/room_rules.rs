@@ -3,7 +3,7 @@
 //!
 //! A room is a door in front of a sale: buyers join a line, the room
 //! admits them at a bounded rate, and only an admitted buyer may buy. The
-//! line lives in Redis (`room.rs`, `lua/room_visit.lua`); here are the
+//! line lives in Redis (`waiting_room.rs`, `lua/room_visit.lua`); here are the
 //! settings a sale is created with and the passes:
 //!
 //! - a **ticket** keeps a buyer's place across refreshes and tabs: it

@@ -6,7 +6,7 @@
 //! `admit_per_sec` a second and never beyond `max_active` admitted at
 //! once, on Redis' clock. So the line is one for every instance, and
 //! outlives any of them. The passes a buyer is handed (a ticket, an
-//! admission) are signed here with the database's key (`domain/room.rs`).
+//! admission) are signed here with the database's key (`domain/room_rules.rs`).
 //!
 //! The room closes when the sale sells out or ends, and opens again when
 //! a unit comes back (the script reads the sale's stock).
