@@ -27,7 +27,7 @@
 // The layers inside the crate, bottom up (ARCHITECTURE.md draws them;
 // tests/it/layers.rs keeps every `use crate::` pointing down):
 // 0: the vocabulary and the knobs, no I/O of their own but probes.
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod config;
 pub mod domain;
 pub mod failure;

@@ -71,13 +71,13 @@ pub enum RedisAt {
 }
 
 /// The environment variable naming one Redis server.
-pub const SERVER_ENV: &str = "SECKILL_REDIS_URL";
+pub(crate) const SERVER_ENV: &str = "SECKILL_REDIS_URL";
 /// The environment variable naming a Redis Cluster's nodes.
-pub const CLUSTER_ENV: &str = "SECKILL_REDIS_CLUSTER_NODES";
+pub(crate) const CLUSTER_ENV: &str = "SECKILL_REDIS_CLUSTER_NODES";
 /// The environment variable naming the sentinels.
-pub const SENTINELS_ENV: &str = "SECKILL_REDIS_SENTINELS";
+pub(crate) const SENTINELS_ENV: &str = "SECKILL_REDIS_SENTINELS";
 /// The environment variable naming the primary the sentinels watch.
-pub const MASTER_NAME_ENV: &str = "SECKILL_REDIS_MASTER_NAME";
+pub(crate) const MASTER_NAME_ENV: &str = "SECKILL_REDIS_MASTER_NAME";
 /// Every environment variable that says where Redis is.
 pub const LOCATION_ENV: [&str; 4] = [SERVER_ENV, CLUSTER_ENV, SENTINELS_ENV, MASTER_NAME_ENV];
 

@@ -94,7 +94,7 @@ struct Body<'a> {
 }
 
 /// Classify a purchase answer from its status and body.
-pub fn classify(status: u16, body: &[u8]) -> Classified {
+pub(crate) fn classify(status: u16, body: &[u8]) -> Classified {
     let Ok(body) = serde_json::from_slice::<Body>(body) else {
         return Classified::error();
     };

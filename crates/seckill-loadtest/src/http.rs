@@ -177,7 +177,7 @@ impl Connection {
     /// not be opened. A caller that times its requests calls this before it
     /// starts the clock, so that a reconnect is not counted as the server's
     /// time; `purchase` calls it anyway.
-    pub async fn freshen(&mut self) -> bool {
+    pub(crate) async fn freshen(&mut self) -> bool {
         if self.idle_since.elapsed() < self.target.max_idle && !self.ended_while_idle() {
             return true;
         }

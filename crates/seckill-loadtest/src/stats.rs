@@ -13,7 +13,7 @@ use crate::answer::AnswerKind;
 use crate::scenario::{LATE_AFTER, RunData, Sample, Scenario, micros_of};
 
 /// Width of one timeline bucket.
-pub const BUCKET: Duration = Duration::from_millis(100);
+pub(crate) const BUCKET: Duration = Duration::from_millis(100);
 /// Largest latency the histograms record (longer ones are clamped to it).
 const MAX_LATENCY_US: u64 = 600_000_000;
 
@@ -78,7 +78,7 @@ impl Summary {
         self.latency.iter().find(|l| l.outcome == outcome)
     }
 
-    pub fn from_run(run: &RunData, scenario: Scenario) -> Self {
+    pub(crate) fn from_run(run: &RunData, scenario: Scenario) -> Self {
         let samples = &run.samples;
         let tally = Counted::of(samples);
         let wall = run.wall.as_secs_f64();
@@ -254,20 +254,20 @@ pub struct Resources {
 
 /// A reading of this process' CPU time, taken before a run.
 #[derive(Debug, Clone, Copy)]
-pub struct CpuClock {
+pub(crate) struct CpuClock {
     cpu: Duration,
     wall: std::time::Instant,
 }
 
 impl CpuClock {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Self {
             cpu: own_cpu_time(),
             wall: std::time::Instant::now(),
         }
     }
 
-    pub fn stop(&self) -> Resources {
+    pub(crate) fn stop(&self) -> Resources {
         let cpu = own_cpu_time().saturating_sub(self.cpu).as_secs_f64();
         let wall = self.wall.elapsed().as_secs_f64();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

@@ -32,13 +32,13 @@ pub struct RedisKeys {
 
 /// How many jobs the sale's order queue holds, read in one transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueDepth {
+pub(crate) struct QueueDepth {
     pub waiting: u64,
     pub in_flight: u64,
     pub dead: u64,
 }
 
-pub async fn queue_depth<C: ConnectionLike + Send>(
+pub(crate) async fn queue_depth<C: ConnectionLike + Send>(
     redis: &mut C,
     keys: &RedisKeys,
 ) -> redis::RedisResult<QueueDepth> {

@@ -35,7 +35,7 @@ type HmacSha256 = Hmac<Sha256>;
 const VERSION: &str = "v1";
 
 /// The admin token's digest and the session key derived from it.
-pub struct AdminToken {
+pub(crate) struct AdminToken {
     /// SHA-256 of the token; `None` while no token is configured, and the
     /// admin API and pages refuse everyone. Fixed at start.
     digest: Option<[u8; 32]>,

@@ -32,7 +32,6 @@ mod pages;
 mod routes;
 pub mod startup;
 
-pub use admin_token::AdminToken;
 pub use error::ApiError;
-pub use live::{LiveSales, PACE, SNAPSHOT_EVERY};
+pub use live::{PACE, SNAPSHOT_EVERY};
 pub use lookup::SaleView;

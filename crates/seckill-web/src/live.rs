@@ -55,7 +55,7 @@ pub const PACE: Duration = Duration::from_secs(1);
 /// once no stream watches it ([`LiveSales::forget_unwatched`]): the map is
 /// bounded by the pages open, not by every sale ever watched.
 #[derive(Default)]
-pub struct LiveSales {
+pub(crate) struct LiveSales {
     /// Sale id -> what its streams share. A std Mutex, held only to find or
     /// insert an entry, never across an await.
     sales: Mutex<HashMap<i64, Arc<LiveSale>>>,

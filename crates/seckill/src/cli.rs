@@ -20,7 +20,7 @@ use seckill_core::domain::{RoomMode, RoomSettings, Sale, SaleStatus};
 /// never sold 11 times.
 #[derive(Debug, Parser)]
 #[command(name = "seckill", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub services: ServiceArgs,
 
@@ -29,7 +29,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// The server's commands.
     #[command(flatten)]
     Server(ServerCommand),
@@ -41,7 +41,7 @@ pub enum Command {
 
 /// What runs a deployment: the app, the worker, the schema, the sales.
 #[derive(Debug, Subcommand)]
-pub enum ServerCommand {
+pub(crate) enum ServerCommand {
     /// Run the web app (and, unless --no-worker, the queue worker in-process).
     Serve(ServeArgs),
     /// Run the queue worker alone; several may run at once.
@@ -56,20 +56,20 @@ pub enum ServerCommand {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct ResetArgs {
+pub(crate) struct ResetArgs {
     /// Do not ask: delete at once.
     #[arg(long)]
     pub yes: bool,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum SaleCommand {
+pub(crate) enum SaleCommand {
     /// Create a sale and print it as JSON.
     Create(CreateSaleArgs),
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "SECKILL_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
@@ -109,7 +109,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct WorkerArgs {
+pub(crate) struct WorkerArgs {
     #[command(flatten)]
     pub worker: WorkerFlags,
 
@@ -119,7 +119,7 @@ pub struct WorkerArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct CreateSaleArgs {
+pub(crate) struct CreateSaleArgs {
     /// Name shown on the sale page.
     #[arg(long)]
     pub name: String,
@@ -152,7 +152,7 @@ pub struct CreateSaleArgs {
 
 /// `--waiting-room`'s choices (`RoomMode`'s, as flags name them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum RoomOrder {
+pub(crate) enum RoomOrder {
     /// By arrival.
     Fifo,
     /// Those who joined before the open by lot, then by arrival.
@@ -161,7 +161,7 @@ pub enum RoomOrder {
 
 impl CreateSaleArgs {
     /// The room asked for, unchecked (the sale's builder checks it).
-    pub fn room(&self) -> Option<RoomSettings> {
+    pub(crate) fn room(&self) -> Option<RoomSettings> {
         self.waiting_room.map(|order| RoomSettings {
             mode: match order {
                 RoomOrder::Fifo => RoomMode::Fifo,
@@ -177,7 +177,7 @@ impl CreateSaleArgs {
 /// What `seckill sale create` prints, as JSON: the sale as created, with all
 /// of its units left and its status.
 #[derive(Debug, Serialize)]
-pub struct CreatedSale<'a> {
+pub(crate) struct CreatedSale<'a> {
     #[serde(flatten)]
     pub sale: &'a Sale,
     pub stock_left: i64,
@@ -185,7 +185,7 @@ pub struct CreatedSale<'a> {
 }
 
 impl<'a> CreatedSale<'a> {
-    pub fn new(sale: &'a Sale, now: DateTime<Utc>) -> Self {
+    pub(crate) fn new(sale: &'a Sale, now: DateTime<Utc>) -> Self {
         let stock_left = i64::from(sale.stock_total);
         Self {
             sale,

@@ -21,7 +21,7 @@ use sha2::Sha256;
 
 use super::{InvalidSale, UserId};
 
-pub type HmacSha256 = Hmac<Sha256>;
+pub(super) type HmacSha256 = Hmac<Sha256>;
 
 /// In what order the room admits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -67,10 +67,10 @@ pub struct RoomSettings {
 }
 
 impl RoomSettings {
-    pub const MAX_ADMIT_PER_SEC: u32 = 10_000;
-    pub const MAX_ACTIVE: u32 = 1_000_000;
-    pub const MIN_ADMISSION_SECS: u32 = 10;
-    pub const MAX_ADMISSION_SECS: u32 = 3_600;
+    pub(crate) const MAX_ADMIT_PER_SEC: u32 = 10_000;
+    pub(crate) const MAX_ACTIVE: u32 = 1_000_000;
+    pub(crate) const MIN_ADMISSION_SECS: u32 = 10;
+    pub(crate) const MAX_ADMISSION_SECS: u32 = 3_600;
 
     /// The settings, if every one is within its range.
     pub fn check(self) -> Result<Self, InvalidSale> {
@@ -223,7 +223,7 @@ impl PassKey {
 
     /// A MAC of `payload` under this key, for what else must be drawn from
     /// it (a lottery's seed).
-    pub fn mac_of(&self, payload: &str) -> HmacSha256 {
+    pub(crate) fn mac_of(&self, payload: &str) -> HmacSha256 {
         self.mac(payload)
     }
 

@@ -27,7 +27,7 @@ const MISSING_MAX: usize = 10_000;
 /// The sales a process has seen, by id, the ids it found missing, and the
 /// reads of a sale in flight.
 #[derive(Debug, Default)]
-pub struct Catalog {
+pub(crate) struct Catalog {
     /// A std lock, not a tokio one: nothing awaits while it is held.
     /// Written once per sale, by the request that reads it.
     cache: RwLock<HashMap<i64, Arc<Sale>>>,
@@ -144,7 +144,8 @@ impl Catalog {
 
     /// Reads of a sale from PostgreSQL this process started: one per sale
     /// it has not seen, however many requests missed it at once.
-    pub fn reads(&self) -> u64 {
+    #[cfg(feature = "test-support")]
+    pub(crate) fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
     }
 

@@ -166,8 +166,15 @@ impl Store {
     }
 
     /// The sales this process has read ([`Store::catalog`]'s field doc).
-    pub fn catalog(&self) -> &Catalog {
+    pub(crate) fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    /// Reads of a sale from PostgreSQL this process started: what the
+    /// tests of the catalog's single flight count.
+    #[cfg(feature = "test-support")]
+    pub fn catalog_reads(&self) -> u64 {
+        self.catalog.reads()
     }
 
     /// The runtime the store's own tasks run on (see the field).

@@ -238,7 +238,10 @@ impl Store {
 
     /// The sales that have not ended, or ended less than `after` ago: the
     /// ones whose queues the worker visits on every pass.
-    pub async fn sales_in_play(&self, after: std::time::Duration) -> anyhow::Result<Vec<i64>> {
+    pub(crate) async fn sales_in_play(
+        &self,
+        after: std::time::Duration,
+    ) -> anyhow::Result<Vec<i64>> {
         sqlx::query_scalar(
             "SELECT id FROM sales WHERE ends_at IS NULL \
              OR ends_at > now() - make_interval(secs => $1) ORDER BY id",

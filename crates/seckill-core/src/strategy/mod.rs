@@ -247,7 +247,7 @@ impl Shop {
 
     /// The hold-pause knob (`--hold-pause-ms`): a pause of the holder at
     /// the worst moment, the GC pause of the fencing argument.
-    pub async fn hold_pause(&self) {
+    pub(crate) async fn hold_pause(&self) {
         pause_for(self.settings.hold_pause()).await;
     }
 

@@ -7,7 +7,7 @@ use anyhow::Context;
 use futures_util::future::try_join_all;
 
 use super::probes::{ask, replica_in_step};
-pub use super::redis_server::MASTER_NAME;
+pub(super) use super::redis_server::MASTER_NAME;
 use super::redis_server::{PrivateRedis, Role};
 use super::supervise::wait_until;
 use seckill_core::redis_pool::RedisAt;
@@ -117,7 +117,7 @@ impl PrivateRedisSentinel {
 
     /// Wait until every data server but the primary is a replica in step
     /// with it, and every sentinel can fail it over.
-    pub async fn wait_ready(&self) -> anyhow::Result<()> {
+    pub(crate) async fn wait_ready(&self) -> anyhow::Result<()> {
         let primary = self.primary().await.unwrap_or(0);
         for (index, node) in self.nodes.iter().enumerate() {
             if index != primary {

@@ -14,7 +14,7 @@ use super::probes::redis_answers;
 use super::supervise::{Supervised, find_on_path, free_port, wait_until};
 
 /// The name the sentinels watch the primary under.
-pub const MASTER_NAME: &str = "seckill";
+pub(super) const MASTER_NAME: &str = "seckill";
 
 /// How long the sentinels wait, without an answer, before they call the
 /// primary down and fail it over. Production runs 5 to 30 s; a test would

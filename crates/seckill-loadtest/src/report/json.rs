@@ -5,7 +5,7 @@
 use super::Report;
 
 impl Report {
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a report serializes")
     }
 }

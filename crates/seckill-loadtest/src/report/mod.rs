@@ -26,7 +26,7 @@ pub use table::{Align, Table};
 pub use text::{micros, side_by_side};
 
 /// Changes whenever a field of the JSON report changes meaning or goes away.
-pub const SCHEMA: &str = "seckill-loadtest/1";
+pub(crate) const SCHEMA: &str = "seckill-loadtest/1";
 
 /// How the run ended; the exit code of the load test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -51,7 +51,7 @@ impl Sample {
     }
 
     /// Latency as the buyer experiences it: from when the request was due.
-    pub fn latency_us(&self) -> u64 {
+    pub(crate) fn latency_us(&self) -> u64 {
         self.done_us.saturating_sub(self.intended_us)
     }
 }

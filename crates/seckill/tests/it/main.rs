@@ -4,6 +4,10 @@
 //! [`helpers`]), so they run in parallel and leave nothing behind. Fault
 //! tests start private servers they may stop and kill.
 
+// A test binary has no outside: `pub` in its modules marks what a helper
+// offers the tests, which `pub(crate)` everywhere would not tell apart.
+#![allow(unreachable_pub)]
+
 mod admin;
 mod admin_lockout;
 mod article_promises;

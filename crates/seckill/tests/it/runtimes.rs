@@ -129,7 +129,7 @@ async fn a_sale_is_read_while_the_http_worker_that_asked_is_busy() {
         held.release().await.expect("read").expect("found").id,
         sale_id
     );
-    assert_eq!(store.catalog().reads(), 1, "one read for both");
+    assert_eq!(store.catalog_reads(), 1, "one read for both");
 }
 
 #[tokio::test]

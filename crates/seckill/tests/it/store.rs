@@ -146,7 +146,7 @@ async fn lookups_that_miss_a_sale_at_once_read_it_from_postgres_once() {
     let mut watcher = sqlx::PgConnection::connect_with(&app.pg.connect_options())
         .await
         .expect("PostgreSQL");
-    let reads_before = app.store.catalog().reads();
+    let reads_before = app.store.catalog_reads();
     let mut blocker = app.pg.begin().await.expect("BEGIN");
     sqlx::query("LOCK TABLE sales IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *blocker)
@@ -175,7 +175,7 @@ async fn lookups_that_miss_a_sale_at_once_read_it_from_postgres_once() {
         assert_eq!(found.map(|found| found.id), Some(sale));
     }
     // And that one read answered them all.
-    assert_eq!(app.store.catalog().reads() - reads_before, 1);
+    assert_eq!(app.store.catalog_reads() - reads_before, 1);
 }
 
 /// Reads of one sale by id waiting on a lock, in this database.
