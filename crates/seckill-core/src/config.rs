@@ -466,6 +466,32 @@ fn within<T: PartialOrd + fmt::Display>(
 mod tests {
     use super::*;
 
+    /// `ALL` is written by hand beside the enum: read the enum's variants
+    /// from this file, so that a strategy added to one and not the other
+    /// fails here (the lab runs `ALL`, and the command line offers it).
+    #[test]
+    fn all_holds_every_variant_of_the_enum() {
+        let source = include_str!("config.rs");
+        let body = source
+            .split("pub enum Strategy {")
+            .nth(1)
+            .and_then(|rest| rest.split('}').next())
+            .expect("the enum Strategy in config.rs");
+        let code: String = body
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect();
+        let mut variants: Vec<&str> = code
+            .split(',')
+            .map(str::trim)
+            .filter(|variant| !variant.is_empty())
+            .collect();
+        variants.sort_unstable();
+        let mut listed: Vec<String> = Strategy::ALL.iter().map(|s| format!("{s:?}")).collect();
+        listed.sort_unstable();
+        assert_eq!(variants, listed);
+    }
+
     #[test]
     fn every_strategy_is_found_by_its_name() {
         for strategy in Strategy::ALL {
