@@ -107,9 +107,6 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// Event streams one instance serves at once, by default.
-pub const DEFAULT_MAX_EVENT_STREAMS: u32 = 10_000;
-
 /// Seconds a buyer in a waiting room's line may go without asking before
 /// the room takes them for gone, by default (the sale page asks every
 /// second or two).

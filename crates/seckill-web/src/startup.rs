@@ -29,6 +29,9 @@ use seckill_core::store::{Store, connect_postgres};
 use seckill_core::strategy::Shop;
 use seckill_core::worker::Worker;
 
+/// Event streams one instance serves at once, by default.
+pub const DEFAULT_MAX_EVENT_STREAMS: u32 = 10_000;
+
 /// Everything `seckill serve` needs.
 #[derive(Debug, Clone)]
 pub struct Settings {

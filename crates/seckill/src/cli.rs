@@ -13,8 +13,9 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
 use seckill_cli::{LimitFlags, PurchaseFlags, ServiceArgs, WorkerFlags};
-use seckill_core::config::{DEFAULT_MAX_EVENT_STREAMS, DEFAULT_ROOM_ABANDON_SECS};
+use seckill_core::config::DEFAULT_ROOM_ABANDON_SECS;
 use seckill_core::domain::{RoomMode, RoomSettings, Sale, SaleStatus};
+use seckill_web::startup::DEFAULT_MAX_EVENT_STREAMS;
 
 /// A flash sale that proves, under load and under faults, that 10 units are
 /// never sold 11 times.

@@ -195,7 +195,7 @@ impl Default for Options {
             purchase: PurchaseSettings::default(),
             worker: WorkerSettings::default(),
             admin_token: Some(ADMIN_TOKEN.to_owned()),
-            max_event_streams: seckill_core::config::DEFAULT_MAX_EVENT_STREAMS,
+            max_event_streams: seckill_web::startup::DEFAULT_MAX_EVENT_STREAMS,
             admin_session: Duration::from_secs(3_600),
             limits: seckill_core::config::RateLimitSettings::default(),
             app_redis: None,
