@@ -50,7 +50,7 @@ const ACCOUNTED: &[(&str, &str)] = &[
         "lab::the_lab_runs_every_row_as_expected_and_exits_0",
     ),
     (
-        "SECKILL_ADMIN_TOKEN=letmein cargo run --release -- serve",
+        "SECKILL_ADMIN_TOKEN=correct-horse-battery cargo run --release -- serve",
         "docs::the_storefront_walk_runs_as_written_against_serve (here), on a port of its own",
     ),
     (
@@ -209,7 +209,7 @@ fn every_command_of_the_readme_and_docs_is_run_or_says_why_not() {
 }
 
 /// docs/storefront.md's walk, as written: `serve` with the admin token
-/// `letmein` (on a port of its own, not 8080, so that tests can run side
+/// `correct-horse-battery` (on a port of its own, not 8080, so that tests can run side
 /// by side), then the curl block in bash, its address pointed at it.
 #[tokio::test]
 async fn the_storefront_walk_runs_as_written_against_serve() {
