@@ -25,6 +25,7 @@ use uuid::Uuid;
 mod app;
 mod binaries;
 mod monitor;
+pub mod source;
 
 pub use app::no_redirects;
 
