@@ -14,7 +14,9 @@
 //!
 //! This crate talks to the app only over HTTP, and to PostgreSQL and Redis
 //! only to verify. Starting app instances is the caller's business: the
-//! `seckill-loadtest` binary and `seckill demo` (in the root package) do it.
+//! `seckill-loadtest` binary and the `seckill demo` command (both of
+//! `crates/seckill`) do it, through the load-test runner of
+//! `crates/seckill-tools`.
 
 pub mod answer;
 pub mod http;

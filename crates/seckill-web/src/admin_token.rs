@@ -1,5 +1,11 @@
 //! The admin token, and the signed sessions a login opens.
 //!
+//! A token shorter than [`MIN_LEN`] characters is refused at start
+//! ([`AdminToken::parse`], the one place it is checked): the token opens
+//! the admin API to whoever knows it, and a short one is guessed. (The
+//! lock-out below slows guessing down from one address; it does not make
+//! `letmein` safe.)
+//!
 //! The token is kept only as a SHA-256 digest. Comparing digests of fixed
 //! length in constant time reveals neither the token nor its length
 //! through response timing.
@@ -29,6 +35,10 @@ pub(crate) const MAX_FAILED_LOGINS: u64 = 5;
 /// How long the wrong tokens of one address are counted (and a lock-out lasts).
 pub(crate) const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
 
+/// The fewest characters an admin token may have (16 random hex digits,
+/// `openssl rand -hex 8`, are 64 bits).
+pub(crate) const MIN_LEN: usize = 16;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// The cookie format's version, first in every value.
@@ -46,10 +56,31 @@ pub(crate) struct AdminToken {
     session_ttl: Duration,
 }
 
+/// Why a configured admin token was refused. It never holds the token:
+/// the message is printed at start, and the token is a secret even when
+/// it is refused.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "SECKILL_ADMIN_TOKEN (--admin-token) is {chars} characters long; an admin token must have \
+     at least {MIN_LEN}: anyone who guesses it is an admin (make one with `openssl rand -hex 16`)"
+)]
+pub(crate) struct TooShort {
+    /// How many characters the refused token has.
+    pub(crate) chars: usize,
+}
+
 impl AdminToken {
-    pub(crate) fn new(token: Option<&str>, session_ttl: Duration) -> Self {
+    /// The admin token as configured: `None` (or empty) leaves the admin
+    /// API and pages closed to everyone; a token shorter than [`MIN_LEN`]
+    /// characters is refused.
+    pub(crate) fn parse(token: Option<&str>, session_ttl: Duration) -> Result<Self, TooShort> {
         let token = token.filter(|t| !t.is_empty());
-        Self {
+        if let Some(chars) = token.map(|t| t.chars().count())
+            && chars < MIN_LEN
+        {
+            return Err(TooShort { chars });
+        }
+        Ok(Self {
             digest: token.map(|t| Sha256::digest(t.as_bytes()).into()),
             session_key: token.map(|t| {
                 Sha256::new()
@@ -59,7 +90,7 @@ impl AdminToken {
                     .into()
             }),
             session_ttl,
-        }
+        })
     }
 
     /// How long a session lasts.
@@ -145,13 +176,40 @@ mod tests {
     use super::*;
 
     fn token() -> AdminToken {
-        AdminToken::new(Some("secret"), Duration::from_secs(60))
+        AdminToken::parse(Some("secret-secret-secret"), Duration::from_secs(60))
+            .expect("a token long enough")
+    }
+
+    #[test]
+    fn a_token_shorter_than_16_characters_is_refused_without_being_repeated() {
+        for short in ["letmein", "change-me", "fifteen-chars-x", "ééééééééééééééé"] {
+            let refused = AdminToken::parse(Some(short), Duration::from_secs(60))
+                .err()
+                .unwrap_or_else(|| panic!("{short:?} is accepted"));
+            let said = refused.to_string();
+            assert!(said.contains("at least 16"), "{said}");
+            assert!(
+                !said.contains(short),
+                "the message repeats the token: {said}"
+            );
+        }
+        for enough in ["sixteen-chars-xx", "correct-horse-battery"] {
+            assert!(AdminToken::parse(Some(enough), Duration::from_secs(60)).is_ok());
+        }
+        // No token, or an empty one, closes the admin API instead.
+        for none in [None, Some("")] {
+            let closed = AdminToken::parse(none, Duration::from_secs(60)).expect("closed");
+            assert!(matches!(
+                closed.check(Some("")),
+                Err(ApiError::AdminDisabled)
+            ));
+        }
     }
 
     #[test]
     fn a_signed_session_verifies_until_it_expires() {
         let cookie = token().sign_session("abc", 1_000).unwrap();
-        assert!(!cookie.contains("secret"));
+        assert!(!cookie.contains("secret-secret-secret"));
         assert_eq!(token().verify_session(Some(&cookie), 999).unwrap(), "abc");
         assert!(token().verify_session(Some(&cookie), 1_000).is_err());
     }
@@ -161,12 +219,13 @@ mod tests {
         let cookie = token().sign_session("abc", 1_000).unwrap();
         let later = cookie.replace(".1000.", ".9999.");
         assert!(token().verify_session(Some(&later), 0).is_err());
-        let other = AdminToken::new(Some("other"), Duration::from_secs(60));
+        let other = AdminToken::parse(Some("other-other-other"), Duration::from_secs(60))
+            .expect("a token long enough");
         assert!(other.verify_session(Some(&cookie), 0).is_err());
         for junk in ["", "v1", "v1.abc.1000", "v1.abc.1000.zz", "secret"] {
             assert!(token().verify_session(Some(junk), 0).is_err(), "{junk:?}");
         }
-        let disabled = AdminToken::new(None, Duration::from_secs(60));
+        let disabled = AdminToken::parse(None, Duration::from_secs(60)).expect("closed");
         assert!(matches!(
             disabled.verify_session(Some(&cookie), 0),
             Err(ApiError::AdminDisabled)

@@ -113,6 +113,9 @@ impl Application {
         settings.purchase.check()?;
         settings.worker.check()?;
         settings.limits.check()?;
+        // Refused before anything is connected: a short admin token is a
+        // mistake to fix, not a server to run.
+        let admin = AdminToken::parse(settings.admin_token.as_deref(), settings.admin_session)?;
         let pg = connect_postgres(&settings.database_url).await?;
         let redis = connect_redis(&settings.redis, settings.purchase.lock_wait()).await?;
         // Bind first, so that port 0 (tests) becomes a real port we can name.
@@ -170,7 +173,7 @@ impl Application {
             purchaser,
             scoreboard: Scoreboard::new(store.clone(), shutdown.clone()),
             store,
-            admin: AdminToken::new(settings.admin_token.as_deref(), settings.admin_session),
+            admin,
             index: Default::default(),
             live: Arc::clone(&live),
             streams: Arc::new(Semaphore::new(settings.max_event_streams as usize)),

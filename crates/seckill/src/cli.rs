@@ -79,7 +79,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "SECKILL_NO_WORKER")]
     pub no_worker: bool,
 
-    /// Token for the admin API (`Authorization: Bearer ...`); admin calls are refused while unset.
+    /// Token for the admin API (`Authorization: Bearer ...`) and pages, at least 16 characters (a shorter one is refused at start); admin calls are refused while unset.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 

@@ -1,6 +1,9 @@
 -- lock_acquire.lua: take the lock if it is free and nobody else is next in
 -- line for it, in one atomic step.
 --
+-- KEYS are one lock's, under one hash tag (keys.rs: a sale's lock has the
+-- sale's, the deadline sweep's lock its own), so the script runs on one
+-- Redis Cluster master and never spans two sales:
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fencing counter of this lock (never expires, only grows)
 -- KEYS[3]  the lock's line: the one waiter next in line (keys::lock_line)

@@ -6,8 +6,9 @@
 --
 -- Returns 1 extended, 0 expired, -1 not the owner.
 --
--- The article's expire() extended whatever lock was under the name, so a holder
--- that had lost its lock could prolong the new owner's. Same compare-first
+-- The article's bug this fixes: its expire() extended whatever lock was
+-- under the name, so a holder that had lost its lock could prolong the new
+-- owner's. Same compare-first
 -- rule as release, in one atomic step.
 local current = redis.call('GET', KEYS[1])
 if not current then

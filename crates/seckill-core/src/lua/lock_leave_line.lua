@@ -8,9 +8,11 @@
 --
 -- Why: a waiter that stops waiting without the lock (it gave up, or its
 -- deadline passed) would otherwise hold the lock back from everybody else
--- until its place lapses. Compare and delete in one step, like
--- lock_release.lua: a GET and then a DEL from the client could delete the
--- place of a waiter who took it between the two.
+-- until its place lapses.
+--
+-- The race this prevents: a GET and then a DEL from the client could
+-- delete the place of a waiter who took it between the two. Compare and
+-- delete are one step, like lock_release.lua.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1

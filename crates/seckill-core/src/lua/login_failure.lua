@@ -5,7 +5,7 @@
 --
 -- Returns {attempts in the current window, milliseconds the window has left}.
 --
--- Counted BEFORE the token is compared, and cleared after a right one: a
+-- The race this prevents: counted BEFORE the token is compared, and cleared after a right one: a
 -- client firing many guesses at once cannot slip them all in while the
 -- counter still reads low (check, compare, then count would let every
 -- guess in flight through).

@@ -1,6 +1,8 @@
 -- purchase_commit.lua: the writes of a batch of purchases, fenced by the
 -- sale's lock, and the lock's release, announced.
 --
+-- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
+-- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the sale's stock          KEYS[4]  its queue's due set
 -- KEYS[2]  the sale's buyers set     KEYS[5]  its queue's jobs hash
 -- KEYS[3]  the sale's lock           KEYS[6]  the sale's fenced counter

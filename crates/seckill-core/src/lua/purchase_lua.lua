@@ -1,6 +1,8 @@
 -- purchase_lua.lua: the whole purchase in one script, no lock (the `lua`
 -- strategy).
 --
+-- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
+-- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the sale's stock          KEYS[3]  its queue's due set
 -- KEYS[2]  the sale's buyers set     KEYS[4]  its queue's jobs hash
 -- KEYS[5]  the sale's holds hash (buyer -> order id)

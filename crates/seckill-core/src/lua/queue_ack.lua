@@ -1,13 +1,17 @@
 -- queue_ack.lua: the jobs are done; forget them.
 --
+-- KEYS are one queue's, under its sale's hash tag {sale:ID} (keys.rs), so
+-- the script runs on one Redis Cluster master and never spans two sales:
 -- KEYS     due, inflight, jobs, attempts, dead (QueueKeys::all order)
 -- ARGV[2k-1], ARGV[2k]  job id, the attempt number reserve handed out (k = 1, 2, ...)
 --
 -- Returns how many jobs were acknowledged.
 --
--- An ack counts only for the attempt that holds the job now. If a worker
--- stalled past its lease and the job was delivered again, the stalled
--- worker's late ack must not remove the job from under the new attempt.
+-- The race this prevents: an ack counts only for the attempt that holds
+-- the job now. If a worker stalled past its lease and the job was
+-- delivered again, the stalled worker's late ack must not remove the job
+-- from under the new attempt; checked and removed as separate commands, a
+-- redelivery between the two would be removed all the same.
 --
 -- Five calls for the whole batch (`call_many`), not five per job.
 local inflight, jobs, attempts = KEYS[2], KEYS[3], KEYS[4]

@@ -1,6 +1,8 @@
 -- queue_dequeue.lua: take one waiting job off the queue, only if its due time
 -- is still the one the caller saw.
 --
+-- KEYS are one queue's, under its sale's hash tag {sale:ID} (keys.rs), so
+-- the script runs on one Redis Cluster master and never spans two sales:
 -- KEYS     due, inflight, jobs, attempts, dead (QueueKeys::all order)
 -- ARGV[1]  job id
 -- ARGV[2]  the due time in ms the caller read (from top or due_at)
@@ -8,7 +10,7 @@
 -- Returns 1 removed, 0 left alone: the job is not waiting (it is in flight,
 -- dead or gone), or it is waiting with another due time.
 --
--- A due time that changed means the job was put back since the caller looked
+-- The race this prevents: a due time that changed means the job was put back since the caller looked
 -- (a retry, a re-drive): the caller decided about the job as it was, and must
 -- not remove the job as it is now. The article read the score, compared it
 -- and deleted, under a queue-wide lock that every other queue operation

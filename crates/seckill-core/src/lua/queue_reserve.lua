@@ -1,11 +1,16 @@
 -- queue_reserve.lua: take due jobs for processing, under a lease.
 --
+-- KEYS are one queue's, under its sale's hash tag {sale:ID} (keys.rs), so
+-- the script runs on one Redis Cluster master and never spans two sales:
 -- KEYS     due, inflight, jobs, attempts, dead (QueueKeys::all order)
 -- ARGV[1]  how many jobs at most
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempts after which an expired job is given up on (dead-lettered)
 --
 -- Returns { reclaimed, dead_lettered, { {id, payload, attempt}, ... } }.
+--
+-- The race this prevents: two workers that read the due jobs at once would
+-- both take the same ones; reading and moving them is one step here.
 --
 -- The article's pop() read the due jobs and deleted them from the queue: a
 -- consumer that died after the pop and before it finished lost the job for

@@ -1,5 +1,7 @@
 -- queue_retry.lua: give reserved jobs back, to run again after a delay.
 --
+-- KEYS are one queue's, under its sale's hash tag {sale:ID} (keys.rs), so
+-- the script runs on one Redis Cluster master and never spans two sales:
 -- KEYS     due, inflight, jobs, attempts, dead (QueueKeys::all order)
 -- ARGV[1]  delay in milliseconds
 -- ARGV[2]  attempts after which a job is given up on (dead-lettered)
@@ -9,7 +11,10 @@
 --
 -- Returns { requeued, dead_lettered }.
 --
--- Like ack, only the attempt that holds a job may give it back.
+-- The race this prevents: like ack, only the attempt that holds a job may
+-- give it back. A stalled worker's late retry, checked and applied as
+-- separate commands, could put back a job another worker now holds, and
+-- the job would run twice at once.
 local due, inflight, attempts, dead = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local now = now_ms()
 local due_at, max_attempts, counted = now + tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'

@@ -4,5 +4,6 @@
 -- ARGV[1]  how many at most
 --
 -- Returns a flat list: id, due time (ms), id, due time, ... oldest first.
--- A script only so that "due" is judged by the Redis clock.
+-- No race to prevent: it only reads. A script only so that "due" is judged
+-- by the Redis clock.
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))

@@ -1,5 +1,7 @@
 -- room_bought.lua: a buyer's admission bought a unit; it is spent.
 --
+-- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
+-- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the room's admitted: ZSET buyer -> admission's end
 -- KEYS[2]  the room's bought: SET of buyers whose admission bought
 -- ARGV[1]  the buyer

@@ -1,6 +1,8 @@
 -- room_visit.lua: a buyer joins a sale's waiting room or asks where they
 -- stand; on the way, the room admits whoever's turn has come.
 --
+-- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
+-- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the room's line: ZSET buyer -> place (lowest first in)
 -- KEYS[2]  the room's admitted: ZSET buyer -> admission's end (ms, Redis' clock)
 -- KEYS[3]  the room's bought: SET of buyers whose admission bought

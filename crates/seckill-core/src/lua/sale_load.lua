@@ -1,6 +1,8 @@
 -- sale_load.lua: put a sale's stock and buyers into Redis, unless they are
 -- there, loaded from this database.
 --
+-- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
+-- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the sale's stock key
 -- KEYS[2]  the sale's buyers set
 -- KEYS[3]  the sale's load epoch
@@ -21,10 +23,10 @@
 --
 -- Called when a sale is created, and whenever a purchase, a deadline or
 -- a page finds the stock key missing (Redis was restarted without
--- persistence). Two instances may find it missing at the same
--- moment; because the check and the writes are one script, only the first
--- load happens and the second cannot reset a stock that purchases have
--- already decremented.
+-- persistence). The race this prevents: two instances may find it missing
+-- at the same moment; because the check and the writes are one script,
+-- only the first load happens and the second cannot reset a stock that
+-- purchases have already decremented.
 --
 -- Every load writes a new epoch, here and (in the same PostgreSQL
 -- transaction that read the figures, holding the sale's row) in

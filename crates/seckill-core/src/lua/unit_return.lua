@@ -1,5 +1,7 @@
 -- unit_return.lua: give a cancelled order's unit back, once.
 --
+-- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
+-- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the sale's stock
 -- KEYS[2]  the sale's buyers set
 -- KEYS[3]  the sale's set of orders whose unit was returned

@@ -10,13 +10,9 @@ use crate::helpers::{ADMIN_TOKEN, Options, TestApp, no_redirects, spawn_app, spa
 
 /// Post the re-drive form for `queue` of `sale`, signed in with `cookie`.
 async fn redrive(app: &TestApp, cookie: &str, sale: i64, queue: &str) -> reqwest::Response {
-    no_redirects()
-        .post(app.url(&format!("/admin/sales/{sale}/redrive")))
-        .header(COOKIE, cookie)
-        .form(&[("queue", queue)])
-        .send()
+    let path = format!("/admin/sales/{sale}/redrive");
+    app.post_admin_form(&path, cookie, &[("queue", queue)], &[])
         .await
-        .expect("POST redrive")
 }
 
 /// Park one undecodable job in the sale's order queue's dead-letter set.
@@ -84,11 +80,9 @@ async fn every_admin_page_and_form_refuses_a_visitor_without_the_admin_cookie() 
             ),
         ];
         for (path, form) in posts {
-            let mut request = no_redirects().post(app.url(&path)).form(&form);
-            if let Some(cookie) = cookie {
-                request = request.header(COOKIE, cookie);
-            }
-            let response = request.send().await.expect("POST");
+            let response = app
+                .post_admin_form(&path, cookie.as_deref().unwrap_or(""), &form, &[])
+                .await;
             assert_eq!(response.status(), 401, "POST {path} with {cookie:?}");
         }
     }
@@ -160,19 +154,16 @@ async fn an_admin_creates_a_sale_sees_its_orders_and_stock_and_redrives_dead_job
     assert_eq!(index.status(), 200);
     assert!(index.text().await.expect("HTML").contains("Create a sale"));
 
-    let created = no_redirects()
-        .post(app.url("/admin/sales"))
-        .header(COOKIE, &cookie)
-        .form(&[
-            ("name", "Workshop mug"),
-            ("stock", "4"),
-            ("price_cents", "1250"),
-            ("starts_in_secs", "0"),
-            ("duration_secs", ""),
-        ])
-        .send()
-        .await
-        .expect("POST /admin/sales");
+    let form = [
+        ("name", "Workshop mug"),
+        ("stock", "4"),
+        ("price_cents", "1250"),
+        ("starts_in_secs", "0"),
+        ("duration_secs", ""),
+    ];
+    let created = app
+        .post_admin_form("/admin/sales", &cookie, &form, &[])
+        .await;
     assert_eq!(created.status(), 303);
     let location = created.headers()[LOCATION]
         .to_str()

@@ -75,25 +75,35 @@ impl ChromeDriver {
 
     /// A new headless browser with a profile of its own, phone-sized.
     pub(crate) async fn browser(&self, profile: &Path) -> Client {
+        self.browser_sized(profile, (412, 915), &[]).await
+    }
+
+    /// A new headless browser with a profile of its own, its window
+    /// `width` by `height` pixels, with Chromium's `extra` arguments.
+    pub(crate) async fn browser_sized(
+        &self,
+        profile: &Path,
+        (width, height): (u32, u32),
+        extra: &[&str],
+    ) -> Client {
+        let mut args = vec![
+            "--headless".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-quic".to_owned(),
+            "--no-first-run".to_owned(),
+            "--disable-background-networking".to_owned(),
+            "--disable-component-update".to_owned(),
+            "--disable-sync".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            format!("--user-data-dir={}", profile.display()),
+            format!("--window-size={width},{height}"),
+        ];
+        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".to_owned(),
-            json!({
-                "binary": CHROMIUM,
-                "args": [
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-quic",
-                    "--no-first-run",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--disable-dev-shm-usage",
-                    format!("--user-data-dir={}", profile.display()),
-                    "--window-size=412,915",
-                ],
-            }),
+            json!({ "binary": CHROMIUM, "args": args }),
         );
         ClientBuilder::new(HttpConnector::new())
             .capabilities(capabilities)

@@ -147,6 +147,69 @@ async fn serve_refuses_an_instance_name_a_header_cannot_carry() {
     assert!(!errors.contains("panicked"), "{errors}");
 }
 
+/// A short admin token is guessed: `serve` refuses one shorter than 16
+/// characters at start, says so, listens on nothing, and does not repeat
+/// the token it refused. One of 16 starts (the tests' own token is 16).
+#[tokio::test]
+async fn serve_refuses_an_admin_token_shorter_than_16_characters() {
+    let scratch = Scratch::new().await;
+    for short in ["change-me", "fifteen-chars-x"] {
+        let serve = seckill_command(
+            &scratch,
+            &["serve", "--bind", "127.0.0.1:0"],
+            &[("SECKILL_ADMIN_TOKEN", short)],
+        )
+        .output();
+        // A refusal comes before anything is connected, at once; a serve
+        // still running after this long took the token (and is killed
+        // with the future).
+        let output = tokio::time::timeout(Duration::from_secs(30), serve)
+            .await
+            .unwrap_or_else(|_| panic!("serve started with the short token {short:?}"))
+            .expect("serve runs");
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{short:?} was accepted: {errors}");
+        assert!(output.stdout.is_empty(), "it printed an address");
+        assert!(
+            errors.contains("SECKILL_ADMIN_TOKEN") && errors.contains("at least 16"),
+            "{errors}"
+        );
+        assert!(!errors.contains(short), "the token is repeated: {errors}");
+        assert!(!errors.contains("panicked"), "{errors}");
+    }
+    assert_eq!(crate::helpers::ADMIN_TOKEN.chars().count(), 16);
+}
+
+/// `docker-compose.yml` publishes the app: it has no admin token of its
+/// own to fall back on, and refuses to start without one (`:?`), saying
+/// how long it must be. (Docker is not on the development machine: the
+/// file is read, not run.)
+#[test]
+fn the_compose_file_starts_the_app_only_with_an_admin_token() {
+    let compose = std::fs::read_to_string(crate::helpers::repo_root().join("docker-compose.yml"))
+        .expect("docker-compose.yml");
+    let settings: Vec<&str> = compose
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("SECKILL_ADMIN_TOKEN:"))
+        .collect();
+    assert_eq!(settings.len(), 1, "{settings:?}");
+    let value = settings[0]
+        .trim_start_matches("SECKILL_ADMIN_TOKEN:")
+        .trim();
+    assert!(
+        value.starts_with("${SECKILL_ADMIN_TOKEN:?") && value.ends_with('}'),
+        "the app's token is not required: {value}"
+    );
+    assert!(
+        value.contains("16 characters"),
+        "the refusal does not say how long: {value}"
+    );
+    assert!(
+        !value.contains(":-") && !value.contains("change-me"),
+        "a default token: {value}"
+    );
+}
 #[tokio::test]
 async fn serve_stops_cleanly_on_sigterm() {
     let scratch = Scratch::new().await;

@@ -26,14 +26,7 @@ async fn post_form(
     form: &[(&str, &str)],
     from: (&str, &str),
 ) -> reqwest::Response {
-    no_redirects()
-        .post(app.url(path))
-        .header(COOKIE, cookie)
-        .header(from.0, from.1)
-        .form(form)
-        .send()
-        .await
-        .expect("POST")
+    app.post_admin_form(path, cookie, form, &[from]).await
 }
 
 async fn refused_as_cross_site(response: reqwest::Response, what: &str) {

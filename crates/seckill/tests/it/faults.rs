@@ -8,22 +8,18 @@ use seckill_core::queue::QueueStats;
 use seckill_core::redis_pool::RedisAt;
 use seckill_core::store::Store;
 use seckill_core::worker::Worker;
-use seckill_devenv::services::PrivatePostgres;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{
-    Options, Scratch, eventually, services, spawn_app_on, spawn_app_on_private_redis,
+    Options, Scratch, eventually, spawn_app_on, spawn_app_on_private_postgres,
+    spawn_app_on_private_redis,
 };
 use crate::proxy::LoseOneAnswer;
 
 #[tokio::test]
 async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
-    let mut postgres = PrivatePostgres::start()
-        .await
-        .expect("a private PostgreSQL");
-    let scratch = Scratch::on(&postgres.url("postgres"), &services().await.redis).await;
-    let app = spawn_app_on(scratch, Options::default()).await;
+    let (mut postgres, app) = spawn_app_on_private_postgres().await;
     // The worker reaches PostgreSQL through a gate of its own, which
     // notes each time it found the server down.
     let gate = PostgresGate::start(&app.scratch.database_url).await;

@@ -16,7 +16,7 @@ use seckill_core::redis_pool::{RedisAt, RedisPool};
 use seckill_core::store::Store;
 use seckill_core::urls;
 use seckill_core::worker::{BatchReport, Worker};
-use seckill_devenv::services::{self, PrivateRedis, PrivateServers, Services};
+use seckill_devenv::services::{self, PrivatePostgres, PrivateRedis, PrivateServers, Services};
 use seckill_web::startup::{Application, Settings};
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
@@ -25,6 +25,7 @@ use uuid::Uuid;
 mod app;
 mod binaries;
 mod monitor;
+pub mod source;
 
 pub use app::no_redirects;
 
@@ -246,6 +247,16 @@ pub async fn spawn_app_on_private_redis() -> (PrivateRedis, TestApp) {
     )
     .await;
     (redis, spawn_app_on(scratch, Options::default()).await)
+}
+
+/// An app on a private PostgreSQL server that the test may stop and start
+/// (`PrivatePostgres::stop`, `restart`), and the shared Redis.
+pub async fn spawn_app_on_private_postgres() -> (PrivatePostgres, TestApp) {
+    let postgres = PrivatePostgres::start()
+        .await
+        .expect("a private PostgreSQL");
+    let scratch = Scratch::on(&postgres.url("postgres"), &services().await.redis).await;
+    (postgres, spawn_app_on(scratch, Options::default()).await)
 }
 
 /// Start one more app instance on `scratch` (its database and prefix), as

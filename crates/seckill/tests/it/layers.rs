@@ -16,9 +16,10 @@
 //! Unit tests (everything after a file's first `#[cfg(test)]`) are left out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::helpers::repo_root;
+use crate::helpers::source::{code_only, rust_files};
 
 /// A module's path inside its crate: `[]` is the crate's root, `[a, b]` is
 /// `a::b` (the file `a/b.rs` or `a/b/mod.rs`).
@@ -45,23 +46,6 @@ fn core_layers() -> BTreeMap<String, u32> {
     layers
 }
 
-/// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir)
-        .expect("reading a source folder")
-        .flatten()
-    {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            files.push(path);
-        }
-    }
-    files
-}
-
 /// The module of a file, relative to its crate's `src/`; `None` for the
 /// extra binaries of `src/bin/`, which are crate roots of their own.
 fn module_of(relative: &Path) -> Option<Module> {
@@ -80,84 +64,6 @@ fn module_of(relative: &Path) -> Option<Module> {
         path.pop();
     }
     Some(path)
-}
-
-/// The source with comments, strings and characters blanked out, so that
-/// a path written in them is not taken for a reference. A `'` opens a
-/// character (`'"'`, `'\n'`) or names a lifetime (`'a`), never a string.
-fn code_only(source: &str) -> String {
-    let chars: Vec<char> = source.chars().collect();
-    let mut out = String::with_capacity(source.len());
-    let mut i = 0;
-    while i < chars.len() {
-        let rest = &chars[i..];
-        if rest.starts_with(&['/', '/']) {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if rest.starts_with(&['/', '*']) {
-            let mut depth = 0;
-            while i < chars.len() {
-                if chars[i..].starts_with(&['/', '*']) {
-                    depth += 1;
-                    i += 2;
-                } else if chars[i..].starts_with(&['*', '/']) {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-        } else if chars[i] == 'r'
-            && (i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_'))
-            && matches!(rest.get(1), Some('"' | '#'))
-        {
-            // A raw string: r"..." or r#"..."#.
-            let hashes = rest[1..].iter().take_while(|&&c| c == '#').count();
-            if rest.get(1 + hashes) != Some(&'"') {
-                out.push(chars[i]);
-                i += 1;
-                continue;
-            }
-            i += 2 + hashes;
-            let close: Vec<char> = std::iter::once('"')
-                .chain((0..hashes).map(|_| '#'))
-                .collect();
-            while i < chars.len() && !chars[i..].starts_with(&close) {
-                i += 1;
-            }
-            i += close.len();
-            out.push_str("\"\"");
-        } else if chars[i] == '"' {
-            i += 1;
-            while i < chars.len() && chars[i] != '"' {
-                i += if chars[i] == '\\' { 2 } else { 1 };
-            }
-            i += 1;
-            out.push_str("\"\"");
-        } else if chars[i] == '\'' {
-            if rest.get(1) == Some(&'\\') {
-                i += 2;
-                while i < chars.len() && chars[i] != '\'' {
-                    i += 1;
-                }
-                i += 1;
-            } else if rest.get(2) == Some(&'\'') {
-                i += 3;
-            } else {
-                out.push('\'');
-                i += 1;
-            }
-            out.push(' ');
-        } else {
-            out.push(chars[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// The module paths a file names, each as written from the crate's root:

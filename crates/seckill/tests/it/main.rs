@@ -39,6 +39,7 @@ mod loadtest_exit;
 mod lock;
 mod lock_held;
 mod lock_wait;
+mod lua_headers;
 mod memory;
 mod metrics;
 mod pages;

@@ -7,10 +7,9 @@
 
 use std::time::Duration;
 
-use seckill_devenv::services::PrivatePostgres;
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, Scratch, eventually, services, spawn_app_on};
+use crate::helpers::{eventually, spawn_app_on_private_postgres};
 
 /// A request on its way.
 type Pending = std::pin::Pin<Box<dyn Future<Output = reqwest::Result<reqwest::Response>>>>;
@@ -51,11 +50,7 @@ async fn live_until(stream: &mut reqwest::Response, what: &str, wanted: impl Fn(
 
 #[tokio::test]
 async fn while_postgres_is_down_what_needs_it_answers_503_and_a_known_sale_goes_on_selling() {
-    let mut postgres = PrivatePostgres::start()
-        .await
-        .expect("a private PostgreSQL");
-    let scratch = Scratch::on(&postgres.url("postgres"), &services().await.redis).await;
-    let app = spawn_app_on(scratch, Options::default()).await;
+    let (mut postgres, app) = spawn_app_on_private_postgres().await;
     let sale = app.create_sale(10).await;
     let order = app.buy(sale, "ann").await;
     app.drain().await;

@@ -7,139 +7,48 @@
 //! fails, saying so, without them.
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use hyper_util::client::legacy::connect::HttpConnector;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use fantoccini::Client;
 use serde_json::{Value, json};
 
+use crate::browser::{ChromeDriver, PATIENCE, screenshot, text_of};
 use crate::helpers::{Options, Scratch, eventually, seckill_command, spawn_app_with};
 use crate::processes::{finish, text};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-const PATIENCE: Duration = Duration::from_secs(30);
 /// The projector: a common resolution of the rooms that have one.
 const WIDTH: u32 = 1024;
 const HEIGHT: u32 = 768;
 
-/// A `chromedriver` of this test's own, on a free port; dropping it kills
-/// its process group, the browsers included. (`browser.rs` has the same,
-/// phone-sized.)
-struct ChromeDriver {
-    child: tokio::process::Child,
-    url: String,
-}
-
-impl ChromeDriver {
-    async fn start() -> Self {
-        for program in [CHROMIUM, CHROMEDRIVER] {
-            assert!(
-                Path::new(program).exists(),
-                "{program} is missing: the browser tests need Debian's Chromium and ChromeDriver; \
-                 install them with `apt-get install chromium chromium-driver` (.ci/run does)"
-            );
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let child = tokio::process::Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starting chromedriver");
-        let url = format!("http://127.0.0.1:{port}");
-        let status = format!("{url}/status");
-        eventually(PATIENCE, "chromedriver to answer", || async {
-            reqwest::get(&status)
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        })
+/// A headless browser whose page is the projector's screen.
+async fn projector(driver: &ChromeDriver, profile: &Path) -> Client {
+    let browser = driver
+        .browser_sized(profile, (WIDTH, HEIGHT), &["--hide-scrollbars"])
         .await;
-        Self { child, url }
-    }
-
-    /// A headless browser whose page is the projector's screen.
-    async fn projector(&self, profile: &Path) -> Client {
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".to_owned(),
-            json!({
-                "binary": CHROMIUM,
-                "args": [
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--no-first-run",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--disable-dev-shm-usage",
-                    "--hide-scrollbars",
-                    format!("--user-data-dir={}", profile.display()),
-                    format!("--window-size={WIDTH},{HEIGHT}"),
-                ],
-            }),
-        );
-        let browser = ClientBuilder::new(HttpConnector::new())
-            .capabilities(capabilities)
-            .connect(&self.url)
-            .await
-            .expect("a Chromium session");
-        // The window's size counts the browser's own bars, even headless:
-        // grow it by them, so that the page gets the whole screen.
-        let viewport = |browser: Client| async move {
-            browser
-                .execute("return [window.innerWidth, window.innerHeight];", vec![])
-                .await
-                .expect("the viewport")
-        };
-        let inner = viewport(browser.clone()).await;
-        let bars =
-            |i: usize, of: u32| of - u32::try_from(inner[i].as_u64().expect("px")).expect("px");
+    // The window's size counts the browser's own bars, even headless:
+    // grow it by them, so that the page gets the whole screen.
+    let viewport = |browser: Client| async move {
         browser
-            .set_window_size(WIDTH + bars(0, WIDTH), HEIGHT + bars(1, HEIGHT))
+            .execute("return [window.innerWidth, window.innerHeight];", vec![])
             .await
-            .expect("a projector-sized page");
-        assert_eq!(
-            viewport(browser.clone()).await,
-            json!([WIDTH, HEIGHT]),
-            "the projector's screen"
-        );
-        browser
-    }
+            .expect("the viewport")
+    };
+    let inner = viewport(browser.clone()).await;
+    let bars = |i: usize, of: u32| of - u32::try_from(inner[i].as_u64().expect("px")).expect("px");
+    browser
+        .set_window_size(WIDTH + bars(0, WIDTH), HEIGHT + bars(1, HEIGHT))
+        .await
+        .expect("a projector-sized page");
+    assert_eq!(
+        viewport(browser.clone()).await,
+        json!([WIDTH, HEIGHT]),
+        "the projector's screen"
+    );
+    browser
 }
 
-impl Drop for ChromeDriver {
-    fn drop(&mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
-        }
-    }
-}
-
-async fn screenshot(browser: &Client, name: &str) {
-    let dir = crate::helpers::repo_root().join("target/screenshots");
-    std::fs::create_dir_all(&dir).expect("target/screenshots");
-    let png = browser.screenshot().await.expect("a screenshot");
-    std::fs::write(dir.join(name), png).expect("saving a screenshot");
-}
-
-async fn text_of(browser: &Client, id: &str) -> String {
-    match browser.find(Locator::Id(id)).await {
-        Ok(element) => element.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
-    }
-}
-
+/// Wait until the element with this id says exactly `wanted` (a figure
+/// `1` must not pass for `10`, as it would with `browser.rs`'s
+/// `wait_for_text`, which looks for words in longer text).
 async fn wait_for_text(browser: &Client, id: &str, wanted: &str) {
     eventually(PATIENCE, &format!("#{id} to say {wanted:?}"), || async {
         text_of(browser, id).await == wanted
@@ -202,7 +111,7 @@ async fn the_live_page_shows_every_figure_on_one_projector_screen_in_words_that_
     let app = spawn_app_with(Options::default()).await;
     let driver = ChromeDriver::start().await;
     let profile = tempfile::tempdir().expect("a temporary directory");
-    let projector = driver.projector(profile.path()).await;
+    let projector = projector(&driver, profile.path()).await;
     let sale = app.create_sale(10).await;
     projector
         .goto(&app.url(&format!("/sales/{sale}/live")))
@@ -275,7 +184,7 @@ async fn the_labs_page_fits_a_projector_screen_wide() {
 
     let driver = ChromeDriver::start().await;
     let profile = tempfile::tempdir().expect("a temporary directory");
-    let projector = driver.projector(profile.path()).await;
+    let projector = projector(&driver, profile.path()).await;
     projector
         .goto(&format!("file://{}", dir.path().join("lab.html").display()))
         .await

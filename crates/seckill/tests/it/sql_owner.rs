@@ -1,18 +1,31 @@
-//! One owner per table: no SQL on the app's tables outside
-//! `crates/seckill-core/src/store/` (`ARCHITECTURE.md`, "Arrows that must
-//! never exist"). The check reads the sources: every string literal of
-//! every crate that opens with a SQL statement and names a table the
-//! migrations create is SQL on that table. The exceptions
-//! `ARCHITECTURE.md` allows are listed below, each with its reason.
-//! (Tests, which set up and read their own databases, are not checked.)
+//! One owner per table: no SQL outside `crates/seckill-core/src/store/`
+//! (`ARCHITECTURE.md`, "Arrows that must never exist"). The check reads
+//! the code of every crate (comments and strings left out) for the ways
+//! into sqlx's queries: a path `sqlx::query…` or `sqlx::raw_sql` (the
+//! functions and the `query!` macros alike), a `use` that brings one of
+//! them or sqlx's `Executor` (whose `execute` takes a `&str`) into scope,
+//! a glob import of sqlx, or sqlx under another name. What the query says
+//! does not matter: SQL built with `format!` or `concat!`, or opening with
+//! a comment, is found like any other. The files outside `store/` allowed
+//! to speak SQL are listed below, each with its reason. (Tests, which set
+//! up and read their own databases, are not checked.)
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::helpers::repo_root;
+use crate::helpers::source::{code_only, rust_files};
 
-/// Files outside `store/` that may speak SQL naming the app's tables.
-const ALLOWED: [(&str, &str); 2] = [
+/// Files outside `store/` that may call sqlx's queries, and why.
+const ALLOWED: [(&str, &str); 4] = [
+    (
+        "crates/seckill-core/src/probe.rs",
+        "the health probe's `SELECT 1`: whether PostgreSQL answers, on no table",
+    ),
+    (
+        "crates/seckill-devenv/src/services/postgres_server.rs",
+        "a private server's databases, created and dropped (`CREATE DATABASE`), on no table",
+    ),
     (
         "crates/seckill-tools/src/bench/baseline.rs",
         "the bench's baseline writes a temporary copy of orders, rolled back",
@@ -23,146 +36,60 @@ const ALLOWED: [(&str, &str); 2] = [
     ),
 ];
 
-/// The statements a literal of SQL opens with.
-const STATEMENTS: [&str; 10] = [
-    "SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "CREATE", "ALTER", "DROP", "TRUNCATE", "COPY",
-];
+/// The names that lead into sqlx's queries.
+fn is_a_way_in(name: &str) -> bool {
+    name.starts_with("query") || name == "raw_sql" || name == "Executor" || name == "*"
+}
 
-/// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("a source folder").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            files.push(path);
+/// Each way into sqlx's queries in `source`, as the code names it:
+/// `sqlx::query_as`, `sqlx::{Row, query}`, `sqlx as db`.
+fn ways_into_sqlx(source: &str) -> Vec<String> {
+    let code = code_only(source);
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("sqlx") {
+        let before = code[..at].chars().next_back();
+        let rest = &code[at + "sqlx".len()..];
+        if before.is_some_and(is_word) || rest.starts_with(is_word) {
+            continue;
         }
-    }
-    files
-}
-
-/// The tables the migrations create.
-fn app_tables() -> BTreeSet<String> {
-    let dir = repo_root().join("crates/seckill-core/migrations");
-    let mut tables = BTreeSet::new();
-    for entry in std::fs::read_dir(dir).expect("the migrations").flatten() {
-        let sql = std::fs::read_to_string(entry.path()).expect("a migration");
-        for rest in sql.split("CREATE TABLE ").skip(1) {
-            let name = rest.trim_start_matches("IF NOT EXISTS ");
-            let name: String = name.chars().take_while(|c| is_word(*c)).collect();
-            tables.insert(name);
-        }
-    }
-    assert!(tables.contains("orders"), "no tables found: {tables:?}");
-    tables
-}
-
-fn is_word(c: char) -> bool {
-    c.is_alphanumeric() || c == '_'
-}
-
-/// The string literals of a Rust source, comments skipped: `"…"` with its
-/// escapes, raw strings `r#"…"#`, and not the `"` of a character
-/// literal (`'"'`).
-fn string_literals(source: &str) -> Vec<String> {
-    let chars: Vec<char> = source.chars().collect();
-    let (mut literals, mut i) = (Vec::new(), 0);
-    while i < chars.len() {
-        let rest = &chars[i..];
-        let after_word = i > 0 && is_word(chars[i - 1]);
-        if rest.starts_with(&['/', '/']) {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if rest.starts_with(&['/', '*']) {
-            let mut depth = 0;
-            while i < chars.len() {
-                if chars[i..].starts_with(&['/', '*']) {
-                    (depth, i) = (depth + 1, i + 2);
-                } else if chars[i..].starts_with(&['*', '/']) {
-                    (depth, i) = (depth - 1, i + 2);
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-        } else if chars[i] == '\'' {
-            // A character ('"', '\n', '\u{1F600}') or a lifetime ('a).
-            if rest.get(1) == Some(&'\\') {
-                i += 2;
-                while i < chars.len() && chars[i] != '\'' {
-                    i += 1;
-                }
-                i += 1;
-            } else if rest.get(2) == Some(&'\'') {
-                i += 3;
-            } else {
-                i += 1;
-            }
-        } else if chars[i] == 'r' && !after_word && matches!(rest.get(1), Some('"' | '#')) {
-            let hashes = rest[1..].iter().take_while(|&&c| c == '#').count();
-            if rest.get(1 + hashes) != Some(&'"') {
-                i += 1;
-                continue;
-            }
-            let close: Vec<char> = std::iter::once('"')
-                .chain((0..hashes).map(|_| '#'))
+        if let Some(alias) = rest.trim_start().strip_prefix("as ") {
+            let alias: String = alias
+                .trim_start()
+                .chars()
+                .take_while(|c| is_word(*c))
                 .collect();
-            let start = i + 2 + hashes;
-            i = start;
-            while i < chars.len() && !chars[i..].starts_with(&close) {
-                i += 1;
-            }
-            literals.push(chars[start..i.min(chars.len())].iter().collect());
-            i += close.len();
-        } else if chars[i] == '"' {
-            let mut literal = String::new();
-            i += 1;
-            while i < chars.len() && chars[i] != '"' {
-                if chars[i] == '\\' {
-                    i += 1;
-                }
-                if let Some(&c) = chars.get(i) {
-                    literal.push(c);
-                }
-                i += 1;
-            }
-            literals.push(literal);
-            i += 1;
+            found.push(format!("sqlx as {alias}"));
+            continue;
+        }
+        let Some(path) = rest.strip_prefix("::") else {
+            continue;
+        };
+        // The path up to where it ends: the rest of a `use` tree (groups
+        // included), or a call's path up to its arguments.
+        let end = if path.trim_start().starts_with('{') || code[..at].trim_end().ends_with("use") {
+            path.find(';').unwrap_or(path.len())
         } else {
-            i += 1;
+            path.find(|c: char| !(is_word(c) || c == ':'))
+                .unwrap_or(path.len())
+        };
+        let path = &path[..end];
+        let names = path
+            .split(|c: char| !(is_word(c) || c == '*'))
+            .filter(|name| !name.is_empty());
+        if names.clone().any(is_a_way_in) {
+            found.push(format!(
+                "sqlx::{}",
+                path.split_whitespace().collect::<Vec<_>>().join(" ")
+            ));
         }
     }
-    literals
+    found
 }
 
-/// The app's table a literal of SQL names, if it is one.
-fn sql_on<'t>(literal: &str, tables: &'t BTreeSet<String>) -> Option<&'t str> {
-    let first: String = literal
-        .trim_start()
-        .chars()
-        .take_while(|c| is_word(*c))
-        .collect();
-    if !STATEMENTS.contains(&first.to_ascii_uppercase().as_str()) {
-        return None;
-    }
-    let words: BTreeSet<String> = literal
-        .split(|c: char| !is_word(c))
-        .map(str::to_ascii_lowercase)
-        .collect();
-    tables
-        .iter()
-        .find(|t| words.contains(*t))
-        .map(String::as_str)
-}
-
-/// Every file with SQL naming one of the app's tables, outside `store/`,
-/// with what it names.
+/// Every file outside `store/` with a way into sqlx's queries, with what
+/// it is.
 fn sql_outside_the_store(root: &Path) -> BTreeSet<(String, String)> {
-    let tables = app_tables();
     let mut sources = vec![root.join("crates/seckill-loadtest/src")];
     for entry in std::fs::read_dir(root.join("crates"))
         .expect("crates/")
@@ -182,20 +109,15 @@ fn sql_outside_the_store(root: &Path) -> BTreeSet<(String, String)> {
         }
         let source = std::fs::read_to_string(&file).expect("a source file");
         let relative = file.strip_prefix(root).expect("under the root");
-        for literal in string_literals(&source) {
-            if let Some(table) = sql_on(&literal, &tables) {
-                found.insert((
-                    relative.display().to_string(),
-                    format!("{table}: {literal}"),
-                ));
-            }
+        for way in ways_into_sqlx(&source) {
+            found.insert((relative.display().to_string(), way));
         }
     }
     found
 }
 
 #[test]
-fn no_sql_on_the_apps_tables_outside_the_store() {
+fn no_sql_outside_the_store() {
     let root = repo_root().canonicalize().expect("the repository");
     let found = sql_outside_the_store(&root);
     let allowed: BTreeSet<&str> = ALLOWED.iter().map(|(file, _)| *file).collect();
@@ -205,33 +127,53 @@ fn no_sql_on_the_apps_tables_outside_the_store() {
         .collect();
     assert!(
         strays.is_empty(),
-        "SQL on the app's tables outside crates/seckill-core/src/store/: {strays:#?}"
+        "sqlx queries outside crates/seckill-core/src/store/: {strays:#?}"
     );
     // An exception that no longer applies comes off the list.
     for (file, why) in ALLOWED {
         assert!(
             found.iter().any(|(f, _)| f == file),
-            "{file} has no SQL on the app's tables any more ({why}): remove it from ALLOWED"
+            "{file} calls no sqlx query any more ({why}): remove it from ALLOWED"
         );
     }
 }
 
-/// The checker sees SQL in every kind of literal, and none in comments.
+/// The checker finds every way in, however the SQL is written, and none
+/// in comments, strings or sqlx's other names.
 #[test]
-fn the_checker_finds_sql_in_literals_and_not_in_comments() {
-    let tables: BTreeSet<String> = ["orders".to_owned(), "sales".to_owned()].into();
-    let source = r###"
-        // sqlx::query("SELECT * FROM orders")
-        /* "UPDATE sales SET sold = 0" */
-        const Q: char = '"'; let a = "DELETE FROM orders WHERE id = $1";
-        let b = r#"
-            SELECT sold FROM sales"#;
-        let c = "a conditional UPDATE on orders, in words";
-        let d = "SELECT 1";
-    "###;
-    let found: Vec<&str> = string_literals(source)
-        .iter()
-        .filter_map(|literal| sql_on(literal, &tables))
-        .collect();
-    assert_eq!(found, ["orders", "sales"]);
+fn the_checker_finds_every_way_into_sqlx_and_nothing_else() {
+    let found = |source: &str| ways_into_sqlx(source);
+    for source in [
+        r#"sqlx::query(&format!("DELETE FROM {T}")).execute(pool)"#,
+        r#"sqlx::query(concat!("DELETE ", "FROM orders"))"#,
+        "sqlx::query(\"-- why\\nDELETE FROM orders\")",
+        r#"sqlx::query_as::<_, (i64,)>("SELECT 1")"#,
+        r#"sqlx::query_scalar!("SELECT sold FROM sales")"#,
+        r#"sqlx::raw_sql("TRUNCATE orders")"#,
+        "use sqlx::{PgPool, query};",
+        "use sqlx::{\n    postgres::PgRow,\n    query_as,\n};",
+        "use sqlx::Executor as _;",
+        "use sqlx::prelude::*;",
+        "use sqlx as db;",
+    ] {
+        assert_eq!(
+            found(source).len(),
+            1,
+            "not found in {source:?}: {:?}",
+            found(source)
+        );
+    }
+    for source in [
+        r#"// sqlx::query("DELETE FROM orders")"#,
+        r#"/* sqlx::query("x") */ let s = "sqlx::query(x)";"#,
+        "fn f(e: &sqlx::Error) -> bool { matches!(e, sqlx::Error::PoolTimedOut) }",
+        "use sqlx::PgPool;\nuse sqlx::Row;\nuse sqlx::postgres::PgConnection;",
+        "let mysqlx::query = 1; my_sqlx::query();",
+    ] {
+        assert!(
+            found(source).is_empty(),
+            "found in {source:?}: {:?}",
+            found(source)
+        );
+    }
 }

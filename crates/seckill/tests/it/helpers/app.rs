@@ -281,6 +281,29 @@ pub fn no_redirects() -> reqwest::Client {
 }
 
 impl TestApp {
+    /// Post an admin page's `form` to `path`, signed in with `cookie` (the
+    /// `name=value` [`TestApp::log_in`] returns; `""` sends no cookie), with the
+    /// `headers` a browser would add; redirects are shown, not followed.
+    pub async fn post_admin_form(
+        &self,
+        path: &str,
+        cookie: &str,
+        form: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut request = no_redirects().post(self.url(path)).form(form);
+        if !cookie.is_empty() {
+            request = request.header(reqwest::header::COOKIE, cookie);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("POST {path}: {error}"))
+    }
+
     /// Log in through the admin form; returns the `name=value` of the
     /// admin cookie.
     pub async fn log_in(&self) -> String {

@@ -3,7 +3,8 @@
 //! and given one a moment later, a worker's pass that looked at an empty
 //! queue. Redis hands over every command it runs, in order, the commands
 //! of scripts included, so nothing falls between two reads. (The lab's
-//! lock watch, `seckill-tools/src/lab/watch.rs`, reads it the same way.)
+//! lock watch, `seckill-tools/src/lab/watch.rs`, reads it the same way:
+//! both take its lines apart with `seckill_devenv::monitor`.)
 //!
 //! The feed carries every client's commands, the other tests' too: only
 //! the lines that contain the test's needle (one of its own keys) are kept.
@@ -11,6 +12,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use seckill_devenv::monitor::{arguments, is_echo_of};
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -79,38 +81,10 @@ impl Monitor {
         let mut seen = Vec::new();
         loop {
             let command = self.next(Duration::from_secs(30)).await;
-            if matches!(&command[..], [echo, marker] if echo == "ECHO" && *marker == self.marker) {
+            if is_echo_of(&command, &self.marker) {
                 return seen;
             }
             seen.push(command);
         }
     }
-}
-
-/// The command and arguments of one `MONITOR` line, unquoted:
-/// `1700000000.123456 [0 127.0.0.1:50312] "SET" "k" "v" "PX" "300"` gives
-/// `["SET", "k", "v", "PX", "300"]`. Redis quotes each one, escaping `"`
-/// and `\` with a backslash (and other bytes as `\n`, `\xHH`..., which the
-/// tests' keys and values never hold: they are kept as written).
-fn arguments(line: &str) -> Vec<String> {
-    let Some((_, quoted)) = line.split_once("] ") else {
-        return Vec::new();
-    };
-    let mut args = Vec::new();
-    let mut chars = quoted.chars();
-    while let Some(c) = chars.next() {
-        if c != '"' {
-            continue;
-        }
-        let mut arg = String::new();
-        while let Some(c) = chars.next() {
-            match c {
-                '"' => break,
-                '\\' => arg.extend(chars.next()),
-                other => arg.push(other),
-            }
-        }
-        args.push(arg);
-    }
-    args
 }
