@@ -70,6 +70,9 @@ pub(crate) fn transient_redis(error: &redis::RedisError) -> bool {
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_timeout()
+        // A cluster node the client has no connection to now (it failed,
+        // and the client reconnects it on the next request).
+        || error.kind() == redis::ErrorKind::ClusterConnectionNotFound
         || refused_for_now(error)
 }
 

@@ -152,8 +152,12 @@ async fn work(
     args: WorkerArgs,
 ) -> anyhow::Result<()> {
     let pg = store::connect_postgres(&services.database_url).await?;
-    let redis =
-        seckill_core::redis_pool::connect_redis(&services.redis, args.worker.poll()).await?;
+    let redis = seckill_core::redis_pool::connect_redis_with(
+        &services.redis,
+        args.worker.poll(),
+        seckill_core::redis_pool::RedisTimeouts::for_durability(durability),
+    )
+    .await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on(
         seckill_core::process::stop_requested(),

@@ -15,8 +15,8 @@ use seckill_devenv::services::PrivateRedisCluster;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{
-    Scratch, cluster, create_sale_at, eventually, loadtest_command, services,
-    start_app_and_a_worker,
+    Options, Scratch, TestApp, cluster, create_sale_at, eventually, loadtest_command, services,
+    spawn_app_on, start_app_and_a_worker,
 };
 use crate::processes::{finish, orders_by_status, read_json, text};
 
@@ -249,4 +249,104 @@ async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
         },
     )
     .await;
+}
+
+/// The bound within which every request is answered, whatever a shard
+/// does: a purchase that meets a node that does not answer spends a few
+/// response timeouts (500 ms each; `redis_pool/timeouts.rs`) and is told
+/// `503` with `Retry-After`.
+const ANSWERED_WITHIN: Duration = Duration::from_secs(2);
+
+/// What a buyer was told, and when.
+#[derive(Debug)]
+struct Told {
+    status: u16,
+    retry_after: bool,
+    body: serde_json::Value,
+    took: Duration,
+}
+
+/// One purchase, given up on (a test failure) past twice the bound.
+async fn buy(app: &TestApp, sale: i64, buyer: &str) -> Told {
+    let started = std::time::Instant::now();
+    let response = tokio::time::timeout(ANSWERED_WITHIN * 2, app.purchase(sale, buyer))
+        .await
+        .unwrap_or_else(|_| {
+            panic!("{buyer} got no answer from sale {sale} in {ANSWERED_WITHIN:?} * 2")
+        });
+    let took = started.elapsed();
+    let (status, retry_after) = (
+        response.status().as_u16(),
+        response.headers().contains_key("retry-after"),
+    );
+    let body = response.json().await.unwrap_or_default();
+    Told {
+        status,
+        retry_after,
+        body,
+        took,
+    }
+}
+
+/// Sales created on `app` until one lives on each master of `redis`:
+/// master URL to sale.
+async fn a_sale_per_master(redis: &PrivateRedisCluster, app: &TestApp) -> BTreeMap<String, i64> {
+    let mut by_master = BTreeMap::new();
+    for _ in 0..64 {
+        let sale = app.create_sale(100).await;
+        let master = redis
+            .master_of(&app.keys(sale).stock)
+            .await
+            .expect("the sale's master");
+        by_master.entry(master).or_insert(sale);
+        if by_master.len() == redis.urls().len() {
+            return by_master;
+        }
+    }
+    panic!("64 sales and still a master without one: {by_master:?}");
+}
+
+/// The first row of the table: one shard's primary stopped
+/// (SIGSTOP). The buyers of a sale on another shard are sold to as ever;
+/// the buyer of the stopped shard's sale is told `503` with `Retry-After`;
+/// nobody waits past the bound. (Before the cluster connections had a
+/// response timeout, both waited for as long as the node was stopped.)
+#[tokio::test]
+async fn a_stalled_shard_stops_only_its_own_sales_and_every_buyer_is_answered_in_time() {
+    let (redis, scratch) = three_masters().await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sales = a_sale_per_master(&redis, &app).await;
+    // Every sale sells before the stall (the connections are made).
+    for sale in sales.values() {
+        assert_eq!(buy(&app, *sale, "early").await.status, 202);
+    }
+    let (stalled_master, stalled_sale) = sales.iter().next().expect("a sale");
+    let stalled = redis.node(stalled_master).expect("the master's node");
+
+    stalled.pause();
+    let healthy = sales
+        .values()
+        .filter(|sale| *sale != stalled_sale)
+        .flat_map(|sale| (0..6).map(move |n| (*sale, format!("buyer-{n}"))));
+    let app = &app;
+    let buying = healthy
+        .clone()
+        .map(|(sale, buyer)| async move { buy(app, sale, &buyer).await });
+    let (told, stopped) = tokio::join!(
+        futures::future::join_all(buying),
+        buy(app, *stalled_sale, "stalled-buyer"),
+    );
+    stalled.resume();
+
+    for ((sale, buyer), told) in healthy.zip(&told) {
+        assert_eq!(told.status, 202, "{buyer} of sale {sale}: {told:?}");
+        assert!(
+            told.took < ANSWERED_WITHIN,
+            "{buyer} of sale {sale}: {told:?}"
+        );
+    }
+    assert_eq!(stopped.status, 503, "{stopped:?}");
+    assert_eq!(stopped.body["error"], "unavailable", "{stopped:?}");
+    assert!(stopped.retry_after, "{stopped:?}");
+    assert!(stopped.took < ANSWERED_WITHIN, "{stopped:?}");
 }

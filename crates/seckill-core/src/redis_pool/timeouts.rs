@@ -1,0 +1,218 @@
+//! How long seckill waits for Redis: one policy for one server, Sentinel
+//! and a cluster, and the two connection managers that apply it where
+//! deadpool-redis' own managers cannot.
+//!
+//! What the clients do by themselves (redis 1.8, deadpool-redis 0.23, read
+//! in their sources):
+//!
+//! - A connection to one server (`Client::get_multiplexed_async_connection`)
+//!   gives up connecting after 1 s and waiting for a reply after 500 ms
+//!   (`DEFAULT_CONNECTION_TIMEOUT`, `DEFAULT_RESPONSE_TIMEOUT` in
+//!   `redis/src/client.rs`). So does Sentinel's
+//!   (`SentinelClient::get_async_connection` uses the same defaults).
+//! - A cluster connection (`ClusterClientBuilder`) connects within 1 s but
+//!   waits for a reply **forever** unless given a response timeout: a node
+//!   stopped by its host (SIGSTOP) held every request sent to it until it
+//!   came back. deadpool-redis' cluster `Manager::new` takes no builder, so
+//!   [`ClusterManager`] builds its own client.
+//! - A response timeout cuts a `WAIT` short: a `WAIT 1 800` sent with the
+//!   500 ms default ends as a client error at 500 ms, before Redis' own
+//!   answer. So the response timeout here follows from the replica wait
+//!   ([`RedisTimeouts::for_durability`]).
+//! - deadpool-redis checks a cluster connection with a `PING`, which the
+//!   cluster client sends to **every** primary (`RouteBy::AllPrimaries`):
+//!   one stalled shard failed every check and so every connection of the
+//!   pool. And it makes each pooled connection a cluster connection of its
+//!   own, which connects to every node and asks for the slot map: while one
+//!   node is stalled, each new one took two seconds, and the pool made them
+//!   just when a stall had it hand out more. [`ClusterManager`] makes one
+//!   cluster connection and hands out clones of it (it is multiplexed: one
+//!   connection per node, shared by every caller, as the crate intends),
+//!   and checks nothing of the nodes: the cluster client replaces a node's
+//!   connection itself after a failure on it.
+//!
+//! What it bounds: a request that meets a node that does not answer is
+//! told `503` with `Retry-After` one response timeout after each round
+//! trip it sends there, and a purchase sends a few (the lock, its commit);
+//! `tests/it/cluster.rs` holds every buyer to 2 s while one shard's
+//! primary is stopped. Waiting for the sale lock (`--lock-wait-ms`) comes
+//! on top: it is a wait for other buyers, not for a server.
+
+use std::time::Duration;
+
+use deadpool::managed::{self, Metrics, RecycleResult};
+use redis::aio::MultiplexedConnection;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{AsyncConnectionConfig, RedisError};
+
+use crate::config::RedisDurability;
+
+/// How long any Redis connection waits, whatever the topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisTimeouts {
+    /// To open a connection (a cluster: to each node).
+    pub connect: Duration,
+    /// For each reply. Past it the command fails as a timeout, which the
+    /// purchase treats as a lost answer and the API as `503`.
+    pub response: Duration,
+}
+
+impl RedisTimeouts {
+    /// The redis crate's own defaults for one server, now for all three.
+    pub const DEFAULT: Self = Self {
+        connect: Duration::from_secs(1),
+        response: Duration::from_millis(500),
+    };
+
+    /// What the reply to a `WAIT` may take beyond its own timeout: the
+    /// round trip and the server's turn to answer.
+    const WAIT_MARGIN: Duration = Duration::from_millis(500);
+
+    /// The timeouts for `durability`: under `replica`, the response
+    /// timeout is the replica wait plus [`Self::WAIT_MARGIN`] (at least the
+    /// default), so that a `WAIT` is answered by Redis, never cut short by
+    /// its own client.
+    pub fn for_durability(durability: RedisDurability) -> Self {
+        match durability {
+            RedisDurability::Local => Self::DEFAULT,
+            RedisDurability::Replica { wait, .. } => Self {
+                response: Self::DEFAULT.response.max(wait + Self::WAIT_MARGIN),
+                ..Self::DEFAULT
+            },
+        }
+    }
+
+    /// As the redis crate takes them for one server or Sentinel.
+    pub(crate) fn config(&self) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect))
+            .set_response_timeout(Some(self.response))
+    }
+}
+
+impl Default for RedisTimeouts {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Handles on one cluster connection with [`RedisTimeouts`] (see the
+/// module's notes for why each choice).
+pub struct ClusterManager {
+    client: ClusterClient,
+    /// The cluster connection every handle is a clone of, once made. A
+    /// tokio Mutex, held across the connect (an await): the race it
+    /// prevents is a burst that finds none made and makes one each.
+    shared: tokio::sync::Mutex<Option<ClusterConnection>>,
+}
+
+impl ClusterManager {
+    pub(crate) fn new(nodes: &[String], timeouts: RedisTimeouts) -> redis::RedisResult<Self> {
+        let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+            .connection_timeout(timeouts.connect)
+            .response_timeout(timeouts.response)
+            .build()?;
+        Ok(Self {
+            client,
+            shared: tokio::sync::Mutex::default(),
+        })
+    }
+}
+
+impl managed::Manager for ClusterManager {
+    type Type = ClusterConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<ClusterConnection, RedisError> {
+        let mut shared = self.shared.lock().await;
+        if let Some(conn) = &*shared {
+            return Ok(conn.clone());
+        }
+        let conn = self.client.get_async_connection().await?;
+        *shared = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Nothing to check: a `PING` would go to every primary (module
+    /// notes), and the client reconnects a failed node by itself.
+    async fn recycle(&self, _: &mut ClusterConnection, _: &Metrics) -> RecycleResult<RedisError> {
+        Ok(())
+    }
+}
+
+/// Connections to the primary the sentinels name, with [`RedisTimeouts`]
+/// (deadpool-redis' Sentinel manager takes no connection settings).
+pub struct SentinelManager {
+    /// A tokio Mutex: the client asks the sentinels, an await, while held
+    /// (it remembers which sentinel answered last).
+    client: tokio::sync::Mutex<SentinelClient>,
+    config: AsyncConnectionConfig,
+}
+
+impl SentinelManager {
+    pub(crate) fn new(
+        sentinels: &[String],
+        master: &str,
+        timeouts: RedisTimeouts,
+    ) -> redis::RedisResult<Self> {
+        let client = SentinelClient::build(
+            sentinels.iter().map(String::as_str).collect(),
+            master.to_owned(),
+            None,
+            SentinelServerType::Master,
+        )?;
+        Ok(Self {
+            client: tokio::sync::Mutex::new(client),
+            config: timeouts.config(),
+        })
+    }
+}
+
+impl managed::Manager for SentinelManager {
+    type Type = MultiplexedConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
+        let mut client = self.client.lock().await;
+        client.get_async_connection_with_config(&self.config).await
+    }
+
+    /// A `PING` on the primary's connection, as deadpool-redis checks.
+    async fn recycle(
+        &self,
+        conn: &mut MultiplexedConnection,
+        _: &Metrics,
+    ) -> RecycleResult<RedisError> {
+        let _: String = redis::cmd("PING").query_async(conn).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_is_never_cut_short_by_its_own_client() {
+        assert_eq!(
+            RedisTimeouts::for_durability(RedisDurability::Local),
+            RedisTimeouts::DEFAULT
+        );
+        let short = RedisDurability::Replica {
+            wait: Duration::from_millis(250),
+        };
+        assert_eq!(
+            RedisTimeouts::for_durability(short).response,
+            Duration::from_millis(750)
+        );
+        let long = RedisDurability::Replica {
+            wait: Duration::from_secs(2),
+        };
+        assert_eq!(
+            RedisTimeouts::for_durability(long).response,
+            Duration::from_millis(2_500)
+        );
+    }
+}
