@@ -18,8 +18,8 @@
 //! pipeline that touches one sale touches one slot, on one master, and stays
 //! atomic. Two things cannot stay that way, and have one way each here:
 //!
-//! - A pipeline over keys of **different** sales (or of keys with no sale,
-//!   such as a pending order's index entry) would be refused by a cluster
+//! - A pipeline over keys of **different** sales (the answer counts of
+//!   several sales, flushed together) would be refused by a cluster
 //!   (`CROSSSLOT`). [`RedisConn::send_apart`] sends such independent writes
 //!   as one pipeline to a single server and as concurrent commands to a
 //!   cluster.

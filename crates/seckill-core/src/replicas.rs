@@ -16,6 +16,16 @@
 //! PostgreSQL, so that PostgreSQL never holds an order a failover could
 //! take out of Redis.
 //!
+//! Where it goes: to the primary of the sale's slot only. A cluster client
+//! sends a bare `WAIT` to every primary and answers the smallest count
+//! (redis 1.8: `RouteBy::AllPrimaries`, `AggregateOp::Min`), so one
+//! stalled shard, or one shard without a live replica, failed the wait of
+//! every sale. Here it goes in a pipeline behind a read of one of the
+//! sale's keys, and a cluster client sends a pipeline whole to the node of
+//! its first key (`route_for_pipeline`): the sale's primary, whose
+//! connection made the pass's writes. On one server or under Sentinel the
+//! read costs nothing more than the round trip the `WAIT` makes anyway.
+//!
 //! What it does not give: `WAIT` does not make Redis strongly consistent (a
 //! replica that acknowledged can still lose the election to one that did
 //! not, when there are several; Redis documents this). With one replica,
@@ -28,17 +38,23 @@ use redis::aio::ConnectionLike;
 
 use crate::config::RedisDurability;
 
-/// Whether the writes this connection sent so far are held as `durability`
-/// asks: always for `Local`; for `Replica`, when at least one replica
-/// acknowledged them within its wait.
+/// Whether the writes this connection sent so far to the primary of
+/// `sale_key`'s slot (any key of the sale) are held as `durability` asks:
+/// always for `Local`; for `Replica`, when at least one replica of that
+/// primary acknowledged them within its wait.
 pub async fn confirmed<C: ConnectionLike + Send>(
     conn: &mut C,
     durability: RedisDurability,
+    sale_key: &str,
 ) -> redis::RedisResult<bool> {
     let RedisDurability::Replica { wait } = durability else {
         return Ok(true);
     };
-    let replicas: i64 = redis::cmd("WAIT")
+    // The read only names the slot; its answer is ignored.
+    let (replicas,): (i64,) = redis::pipe()
+        .exists(sale_key)
+        .ignore()
+        .cmd("WAIT")
         .arg(1)
         .arg(millis(wait))
         .query_async(conn)

@@ -134,7 +134,6 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     let inside = locked_section(shop, &mut conn, &keys, sale_id, users, read, &guard).await;
     let Inside {
         mut outcomes,
-        noted,
         released,
         sold_out,
     } = match inside {
@@ -147,17 +146,13 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     if !released {
         release(&mut conn, guard).await;
     }
-    // Out of the lock: note the new orders' sale for lookups.
-    if !noted.is_empty() {
-        shop.note_pending(&mut conn, &noted).await;
-    }
     // With `--redis-durability replica`, nobody is answered before a
     // replica holds what this pass read and wrote (one `WAIT` for the
     // whole pass, on the connection that took the lock and committed).
     // The race it closes: the primary dies after the commit, before
     // replicating it; the promoted replica sells the same units again, and
     // the buyers told `202` (or "sold out") here are taken back.
-    if !super::replicated(&mut conn, shop.store.durability()).await {
+    if !super::replicated(&mut conn, shop.store.durability(), &keys).await {
         for outcome in &mut outcomes {
             *outcome = outcome.unconfirmed();
         }
@@ -173,8 +168,6 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
 struct Inside {
     /// One per buyer, in order.
     outcomes: Vec<Outcome>,
-    /// Orders taken whose sale still has to be noted for lookups.
-    noted: Vec<OrderJob>,
     /// Whether the lock is no longer ours to release (the commit released
     /// it, or it was lost).
     released: bool,
@@ -212,7 +205,6 @@ async fn locked_section<C: ConnectionLike + Send>(
     if jobs.is_empty() {
         return Ok(Inside {
             outcomes,
-            noted: Vec::new(),
             released: false,
             sold_out: sold_out_before,
         });
@@ -225,7 +217,6 @@ async fn locked_section<C: ConnectionLike + Send>(
     match commit(conn, keys, guard, &jobs).await {
         Ok(Some(left)) => Ok(Inside {
             outcomes,
-            noted: jobs,
             released: true,
             sold_out: left <= 0,
         }),
@@ -246,7 +237,6 @@ async fn locked_section<C: ConnectionLike + Send>(
             }
             Ok(Inside {
                 outcomes,
-                noted: Vec::new(),
                 released: true,
                 sold_out: sold_out_before,
             })
@@ -265,7 +255,6 @@ async fn locked_section<C: ConnectionLike + Send>(
             shop.after_a_lost_answer(&jobs, error).await?;
             Ok(Inside {
                 outcomes,
-                noted: Vec::new(),
                 released: true,
                 sold_out: false,
             })

@@ -54,12 +54,11 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
                 if left <= 0 {
                     shop.sold_out.set(sale_id);
                 }
-                shop.note_pending(conn, std::slice::from_ref(&job)).await;
                 // With `--redis-durability replica`: the script was this
                 // connection's last write, so one `WAIT` covers it (see
                 // `replicas.rs`); unconfirmed, no `202` a failover could
                 // take back.
-                if !super::replicated(conn, shop.store.durability()).await {
+                if !super::replicated(conn, shop.store.durability(), keys).await {
                     return Ok(Outcome::Unconfirmed {
                         order_id: Some(job.order_id),
                     });

@@ -115,13 +115,14 @@ pub(crate) fn decide(already_bought: bool, stock_left: i64) -> Decision {
     }
 }
 
-/// Whether a replica confirmed this connection's writes as `durability`
-/// asks. A failed `WAIT` confirms nothing.
+/// Whether a replica confirmed this connection's writes to the sale of
+/// `keys` as `durability` asks. A failed `WAIT` confirms nothing.
 pub(crate) async fn replicated<C: ConnectionLike + Send>(
     conn: &mut C,
     durability: crate::config::RedisDurability,
+    keys: &SaleKeys,
 ) -> bool {
-    match crate::replicas::confirmed(conn, durability).await {
+    match crate::replicas::confirmed(conn, durability, &keys.stock).await {
         Ok(confirmed) => {
             if !confirmed {
                 crate::metrics::metrics().unreplicated_passes.inc();
@@ -313,22 +314,9 @@ impl Shop {
         store::sales::snapshot(self.store.pg(), conn, self.store.prefix(), sale_id, buyers).await
     }
 
-    /// Note the accepted orders' sale for lookups. The orders are taken
-    /// whatever this does: a failure is logged, and an order is found once
-    /// the worker has written it (a few milliseconds).
-    pub(crate) async fn note_pending(&self, conn: &mut RedisConn, jobs: &[OrderJob]) {
-        if let Err(error) = self.store.note_pending(conn, jobs).await {
-            tracing::warn!(
-                orders = jobs.len(),
-                error = format!("{error:#}"),
-                "could not note pending orders' sale"
-            );
-        }
-    }
-
     /// A commit's answer was lost with its connection. Look its order up
     /// (the sale's queue, then PostgreSQL) on a fresh connection: `Ok` if it
-    /// was taken (and then noted as pending); the commit's error if it was
+    /// was taken; the commit's error if it was
     /// not found or Redis still cannot be asked (the API answers `503`, and
     /// the buyer may look the order id up later). A commit is one script,
     /// so one order of it tells for all.
@@ -346,9 +334,6 @@ impl Shop {
         loop {
             match tokio::time::timeout_at(deadline, self.was_taken(job)).await {
                 Ok(Ok(true)) => {
-                    if let Ok(mut conn) = self.store.redis().await {
-                        self.note_pending(&mut conn, jobs).await;
-                    }
                     tracing::warn!(order_id = %job.order_id, "commit answer lost, but the order was taken");
                     return Ok(());
                 }
@@ -406,7 +391,7 @@ pub(crate) async fn take_unguarded(
 
 /// Steps 3 to 5 with no check: DECR the stock (unless the caller did:
 /// `decremented` is then the units left it got), add the buyer, publish
-/// the units left, queue the order, note it for lookups. Separate commands
+/// the units left, queue the order. Separate commands
 /// on purpose, as the articles' callers write them: only the broken
 /// strategies use this, and what guards it (or fails to) is theirs.
 pub(crate) async fn record_take(
@@ -442,7 +427,6 @@ pub(crate) async fn record_take(
     if left <= 0 {
         shop.sold_out.set(sale_id);
     }
-    shop.note_pending(conn, std::slice::from_ref(&job)).await;
     Ok(Outcome::Accepted {
         order_id: job.order_id,
     })

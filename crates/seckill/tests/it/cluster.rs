@@ -193,7 +193,9 @@ async fn a_stock_change_published_on_one_master_reaches_an_instance_subscribed_o
 
 /// A Redis Cluster with a replica per master (`--cluster-replicas 1`) and
 /// `--redis-durability replica`: a `202` once a replica holds the writes;
-/// with the replicas frozen, `503 unconfirmed` with the order id.
+/// with the sale's shard's replica frozen, and only that one (a `WAIT`
+/// sent to the wrong shard must not pass), `503 unconfirmed` with the
+/// order id.
 #[tokio::test]
 async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
     let _cores = crate::helpers::cores_alone().await;
@@ -229,9 +231,16 @@ async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
     )
     .await;
 
-    redis.pause_replicas();
+    let master = redis
+        .master_of(&app.keys(sale).stock)
+        .await
+        .expect("the sale's master");
+    let replicas = redis.replicas_of(&master).await;
+    assert_eq!(replicas.len(), 1, "{replicas:?}");
+    let replica = redis.node(&replicas[0]).expect("the replica's node");
+    replica.pause();
     let response = app.purchase(sale, "bob").await;
-    redis.resume_replicas();
+    replica.resume();
     assert_eq!(response.status(), 503);
     let body: serde_json::Value = response.json().await.expect("JSON");
     assert_eq!(body["error"], "unconfirmed", "{body}");
@@ -349,4 +358,78 @@ async fn a_stalled_shard_stops_only_its_own_sales_and_every_buyer_is_answered_in
     assert_eq!(stopped.body["error"], "unavailable", "{stopped:?}");
     assert!(stopped.retry_after, "{stopped:?}");
     assert!(stopped.took < ANSWERED_WITHIN, "{stopped:?}");
+}
+
+/// A cluster of three shards, each a primary and one replica, and an app
+/// whose `202` waits for the sale's replica (300 ms at most).
+async fn three_shards_with_replicas(
+    strategy: seckill_core::config::Strategy,
+) -> (PrivateRedisCluster, TestApp) {
+    let redis = PrivateRedisCluster::start_with_replicas(3, 1)
+        .await
+        .expect("a private cluster of 3 masters and 3 replicas");
+    let scratch = Scratch::on(&services().await.database_url, &redis.at()).await;
+    let mut options = Options {
+        durability: seckill_core::config::RedisDurability::Replica {
+            wait: Duration::from_millis(300),
+        },
+        ..Options::default()
+    };
+    options.purchase.strategy = strategy;
+    (redis, spawn_app_on(scratch, options).await)
+}
+
+/// A `202` for a new buyer of `sale`, once its replica is in step (a
+/// cluster just started may still be in its first sync).
+async fn sells(app: &TestApp, sale: i64) {
+    let mut n = 0;
+    eventually(Duration::from_secs(10), "a 202 once in step", || {
+        n += 1;
+        let buyer = format!("early-{n}");
+        async move { app.purchase(sale, &buyer).await.status() == 202 }
+    })
+    .await;
+}
+
+/// A sale touches only its own shard, its `WAIT` included. With one
+/// shard's replica stopped, that shard's buyers are told `503 unconfirmed`
+/// and another shard's are sold to; with a third shard's primary stopped,
+/// the same. (Before, the `WAIT` went to every primary and took the
+/// smallest count, and each order's lookup entry went to any shard: one
+/// shard's trouble refused every sale's buyers.)
+#[tokio::test]
+async fn a_shard_without_a_live_replica_or_with_a_stalled_primary_stops_only_its_own_sales() {
+    let _cores = crate::helpers::cores_alone().await;
+    let (redis, app) = three_shards_with_replicas(seckill_core::config::Strategy::Lock).await;
+    let sales = a_sale_per_master(&redis, &app).await;
+    for sale in sales.values() {
+        sells(&app, *sale).await;
+    }
+    let shards: Vec<(&String, i64)> = sales.iter().map(|(master, sale)| (master, *sale)).collect();
+    let [(replicaless, sale_a), (_, sale_b), (stalled, sale_c)] = shards[..] else {
+        panic!("three shards: {shards:?}");
+    };
+
+    let replicas = redis.replicas_of(replicaless).await;
+    assert!(!replicas.is_empty(), "{replicaless} has no replica");
+    let nodes: Vec<_> = replicas
+        .iter()
+        .map(|url| redis.node(url).expect("a replica's node"))
+        .collect();
+    nodes.iter().for_each(|node| node.pause());
+    let (on_a, on_b) = tokio::join!(buy(&app, sale_a, "ann"), buy(&app, sale_b, "bob"));
+    nodes.iter().for_each(|node| node.resume());
+    assert_eq!(on_a.status, 503, "{on_a:?}");
+    assert_eq!(on_a.body["error"], "unconfirmed", "{on_a:?}");
+    assert!(on_a.body["order_id"].is_string(), "{on_a:?}");
+    assert_eq!(on_b.status, 202, "the other shard's buyer: {on_b:?}");
+
+    let primary = redis.node(stalled).expect("the stalled primary's node");
+    primary.pause();
+    let (on_b, on_c) = tokio::join!(buy(&app, sale_b, "cy"), buy(&app, sale_c, "dee"));
+    primary.resume();
+    assert_eq!(on_b.status, 202, "the healthy shard's buyer: {on_b:?}");
+    assert!(on_b.took < ANSWERED_WITHIN, "{on_b:?}");
+    assert_eq!(on_c.status, 503, "the stalled shard's buyer: {on_c:?}");
+    assert!(on_c.retry_after, "{on_c:?}");
 }
