@@ -375,11 +375,45 @@ fn one_pipeline(commands: Vec<Cmd>) -> Pipeline {
     pipe
 }
 
+/// How often a command answered `MOVED` is sent again, and the pause
+/// before each try (times the try's number).
+const MOVED_TRIES: u32 = 3;
+const MOVED_PAUSE: Duration = Duration::from_millis(20);
+
+/// Whether the cluster answered that the command's slot lives on another
+/// node (`MOVED`), for a command or any command of a transaction: nothing
+/// of it ran.
+fn moved(error: &redis::RedisError) -> bool {
+    let is_moved = |kind| kind == redis::ErrorKind::Server(redis::ServerErrorKind::Moved);
+    is_moved(error.kind())
+        || error.clone().into_server_errors().is_some_and(|errors| {
+            errors
+                .iter()
+                .any(|(_, error)| error.kind() == Some(redis::ServerErrorKind::Moved))
+        })
+}
+
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Server(conn) => (**conn).req_packed_command(cmd),
-            Self::Cluster(conn) => (**conn).req_packed_command(cmd),
+            // The one re-send kept from the cluster client's own, which are
+            // off (`redis_pool/timeouts.rs`): a `MOVED` answer ran nothing,
+            // and the client refreshes its slot map on it, so the command
+            // is sent again, a few times, once the map may be new. Never a
+            // command whose answer was lost: that one may have run.
+            Self::Cluster(conn) => Box::pin(async move {
+                let mut tries = 0;
+                loop {
+                    match (**conn).req_packed_command(cmd).await {
+                        Err(error) if moved(&error) && tries < MOVED_TRIES => {
+                            tries += 1;
+                            tokio::time::sleep(MOVED_PAUSE * tries).await;
+                        }
+                        outcome => return outcome,
+                    }
+                }
+            }),
             Self::Sentinel(conn) => (**conn).req_packed_command(cmd),
         }
     }
@@ -392,7 +426,19 @@ impl ConnectionLike for RedisConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Server(conn) => (**conn).req_packed_commands(pipeline, offset, count),
-            Self::Cluster(conn) => (**conn).req_packed_commands(pipeline, offset, count),
+            // As for one command, above.
+            Self::Cluster(conn) => Box::pin(async move {
+                let mut tries = 0;
+                loop {
+                    match (**conn).req_packed_commands(pipeline, offset, count).await {
+                        Err(error) if moved(&error) && tries < MOVED_TRIES => {
+                            tries += 1;
+                            tokio::time::sleep(MOVED_PAUSE * tries).await;
+                        }
+                        outcome => return outcome,
+                    }
+                }
+            }),
             Self::Sentinel(conn) => (**conn).req_packed_commands(pipeline, offset, count),
         }
     }

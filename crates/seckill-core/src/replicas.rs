@@ -35,6 +35,9 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use redis::{
+    ErrorKind, FromRedisValue, RedisResult, Script, ScriptInvocation, ServerErrorKind, Value,
+};
 
 use crate::config::RedisDurability;
 
@@ -60,6 +63,70 @@ pub async fn confirmed<C: ConnectionLike + Send>(
         .query_async(conn)
         .await?;
     Ok(replicas >= 1)
+}
+
+/// Run a script and, under `replica`, a `WAIT` behind it, as one pipeline
+/// on one connection: the script's answer, and whether a replica of its
+/// primary acknowledged its writes (always `true` under `local`).
+///
+/// The race it closes: a `WAIT` sent on its own after the script can go out
+/// on another connection than the script's (the cluster client replaces a
+/// node's connection after a failure), and a `WAIT` on a connection that
+/// wrote nothing answers at once with every replica: a `202` with nothing
+/// behind it. In one pipeline both go out on one connection, to the
+/// primary of the script's first key (a cluster client sends a pipeline
+/// whole there), and when that connection fails neither answer comes back:
+/// the caller's lost-answer path runs. A script the node does not know (a
+/// replica just promoted has no script cache) is loaded in the same
+/// pipeline, on that node, where a `SCRIPT LOAD` alone would go to every
+/// primary.
+pub(crate) async fn run_and_confirm<C, T>(
+    conn: &mut C,
+    script: &Script,
+    invocation: &ScriptInvocation<'_>,
+    durability: RedisDurability,
+) -> RedisResult<(T, bool)>
+where
+    C: ConnectionLike + Send,
+    T: FromRedisValue,
+{
+    let mut load = false;
+    loop {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        if load {
+            pipe.load_script(script).ignore();
+        }
+        pipe.invoke_script(invocation);
+        if let RedisDurability::Replica { wait } = durability {
+            pipe.cmd("WAIT").arg(1).arg(millis(wait));
+        }
+        let answers: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
+        let mut answers = answers.into_iter();
+        let ran = match answers.next() {
+            Some(Err(error))
+                if !load && error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                load = true;
+                continue;
+            }
+            Some(ran) => ran?,
+            None => {
+                return Err(redis::RedisError::from(std::io::Error::other(
+                    "no answer to the script",
+                )));
+            }
+        };
+        // A `WAIT` that failed confirms nothing; the script's answer stands.
+        let confirmed = match answers.next() {
+            None => true,
+            Some(count) => count
+                .ok()
+                .and_then(|count| i64::from_redis_value(count).ok())
+                .is_some_and(|count| count >= 1),
+        };
+        return Ok((T::from_redis_value(ran)?, confirmed));
+    }
 }
 
 /// `WAIT`'s timeout: milliseconds, at least 1 (0 would wait forever).

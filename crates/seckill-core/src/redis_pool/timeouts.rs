@@ -19,6 +19,23 @@
 //!   500 ms default ends as a client error at 500 ms, before Redis' own
 //!   answer. So the response timeout here follows from the replica wait
 //!   ([`RedisTimeouts::for_durability`]).
+//! - The cluster client **re-sends a command** after most failures, up to
+//!   16 times (`RetryParams::default` in `redis/src/cluster_handling/
+//!   client.rs`): on a dropped connection it reconnects and sends it again
+//!   (`RetryMethod::Reconnect`), after a reply that timed out at once
+//!   (`RetryImmediately`). For a write that is wrong: a purchase script
+//!   whose answer was lost may have run, and run again it answers "lock
+//!   lost" or "already purchased" to the buyer who just won; a `WAIT`
+//!   re-sent on a fresh connection covers no write at all and answers at
+//!   once with every replica, a `202` with nothing behind it.
+//!   [`ClusterManager`] turns the retries off (`retries(0)`), so a lost
+//!   answer reaches the caller as it does from one server, and the
+//!   purchase's lost-answer path runs (`strategy/mod.rs`). One server's and
+//!   Sentinel's connections never re-send. The price: a `MOVED` or `ASK`
+//!   (a slot that moved, a failover) is not followed within the request
+//!   either; the client still refreshes its slot map, the buyer is told
+//!   `503` with `Retry-After` (`failure.rs`), and the next request goes to
+//!   the right node.
 //! - deadpool-redis checks a cluster connection with a `PING`, which the
 //!   cluster client sends to **every** primary (`RouteBy::AllPrimaries`):
 //!   one stalled shard failed every check and so every connection of the
@@ -113,6 +130,9 @@ impl ClusterManager {
         let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
             .connection_timeout(timeouts.connect)
             .response_timeout(timeouts.response)
+            // No command is re-sent behind the caller's back: a lost
+            // answer is the caller's to judge (module notes).
+            .retries(0)
             .build()?;
         Ok(Self {
             client,

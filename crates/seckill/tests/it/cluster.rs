@@ -277,12 +277,15 @@ struct Told {
 
 /// One purchase, given up on (a test failure) past twice the bound.
 async fn buy(app: &TestApp, sale: i64, buyer: &str) -> Told {
+    buy_within(app, sale, buyer, ANSWERED_WITHIN * 2).await
+}
+
+/// One purchase, given up on (a test failure) past `limit`.
+async fn buy_within(app: &TestApp, sale: i64, buyer: &str, limit: Duration) -> Told {
     let started = std::time::Instant::now();
-    let response = tokio::time::timeout(ANSWERED_WITHIN * 2, app.purchase(sale, buyer))
+    let response = tokio::time::timeout(limit, app.purchase(sale, buyer))
         .await
-        .unwrap_or_else(|_| {
-            panic!("{buyer} got no answer from sale {sale} in {ANSWERED_WITHIN:?} * 2")
-        });
+        .unwrap_or_else(|_| panic!("{buyer} got no answer from sale {sale} in {limit:?}"));
     let took = started.elapsed();
     let (status, retry_after) = (
         response.status().as_u16(),
@@ -432,4 +435,121 @@ async fn a_shard_without_a_live_replica_or_with_a_stalled_primary_stops_only_its
     assert!(on_b.took < ANSWERED_WITHIN, "{on_b:?}");
     assert_eq!(on_c.status, 503, "the stalled shard's buyer: {on_c:?}");
     assert!(on_c.retry_after, "{on_c:?}");
+}
+
+/// How long a buyer may wait while the sale's primary drops every
+/// connection: a commit in doubt makes sure a late one cannot land (up to
+/// the lock's TTL, 2 s) and looks for its order (up to 3 s), and the
+/// buyers queued behind it on the instance wait for it.
+const IN_DOUBT_WITHIN: Duration = Duration::from_secs(15);
+
+/// The second row of the table: the sale's replica stopped while
+/// its primary drops every client connection every few milliseconds
+/// (`CLIENT KILL TYPE normal`), under `replica`, with `strategy`. Nothing
+/// can be confirmed, so nobody is told `202`; nobody is told `500`; and
+/// every order that reaches PostgreSQL was told to its buyer, `202` or
+/// `503` with its id. (Before, the cluster client re-sent what a dropped
+/// connection lost: a `WAIT` on a fresh connection answered at once with
+/// the stopped replica, a `202` with nothing behind it; a commit ran twice
+/// and its buyer heard `lock_lost`, or `409`, for an order that was taken.)
+async fn a_dropped_connection_is_in_doubt_never_a_second_try(
+    strategy: seckill_core::config::Strategy,
+) {
+    let _cores = crate::helpers::cores_alone().await;
+    let (redis, app) = three_shards_with_replicas(strategy).await;
+    let sale = app.create_sale(1_000).await;
+    sells(&app, sale).await;
+    let master = redis
+        .master_of(&app.keys(sale).stock)
+        .await
+        .expect("the sale's master");
+    let replicas = redis.replicas_of(&master).await;
+    let replicas: Vec<_> = replicas
+        .iter()
+        .map(|url| redis.node(url).expect("a replica's node"))
+        .collect();
+
+    replicas.iter().for_each(|replica| replica.pause());
+    let killing = CancellationToken::new();
+    let killer = tokio::spawn({
+        let (killing, master) = (killing.clone(), master.clone());
+        async move {
+            let client = redis::Client::open(master.as_str()).expect("a node URL");
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("the primary answers");
+            let mut kills = 0u32;
+            while !killing.is_cancelled() {
+                // Every connection but this one (SKIPME is the default).
+                let killed: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg("normal")
+                    .query_async(&mut conn)
+                    .await;
+                kills += u32::from(killed.is_ok_and(|n| n > 0));
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            kills
+        }
+    });
+    // Eighty buyers at once: many scripts in flight when a connection
+    // drops (`lua`), a pass's commit among them (`lock`).
+    let app = &app;
+    let told = futures::future::join_all((0..80).map(|n| async move {
+        let buyer = format!("buyer-{n}");
+        let told = buy_within(app, sale, &buyer, IN_DOUBT_WITHIN).await;
+        (buyer, told)
+    }))
+    .await;
+    killing.cancel();
+    let kills = killer.await.expect("the killer stops");
+    replicas.iter().for_each(|replica| replica.resume());
+    assert!(kills > 0, "no connection was dropped");
+
+    let mut statuses = BTreeMap::<u16, u32>::new();
+    let mut told_ids = BTreeSet::new();
+    for (buyer, told) in &told {
+        *statuses.entry(told.status).or_default() += 1;
+        assert_ne!(
+            told.status, 202,
+            "{buyer} told 202 with no replica: {told:?}"
+        );
+        assert_ne!(told.status, 500, "{buyer}: {told:?}");
+        if let Some(id) = told.body["order_id"].as_str() {
+            told_ids.insert(id.to_owned());
+        }
+    }
+    let slowest = told.iter().map(|(_, told)| told.took).max();
+    eprintln!("{strategy:?}: {statuses:?}, {kills} kills, slowest answer {slowest:?}");
+
+    // Once the replica is back, the worker confirms what was taken.
+    // (A pass may be given back while the replica catches up.)
+    eventually(Duration::from_secs(20), "the queue drained", || async {
+        let _ = app.worker.run_once().await;
+        let stats = app.queue_stats(sale).await;
+        stats.waiting == 0 && stats.in_flight == 0
+    })
+    .await;
+    let orders = crate::helpers::orders(&app.pg, sale).await;
+    for (order_id, buyer, status) in &orders {
+        if buyer.starts_with("early-") {
+            continue;
+        }
+        assert!(
+            told_ids.contains(&order_id.to_string()),
+            "{buyer}'s order {order_id} ({status}) was never told to its buyer"
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_lock_a_dropped_connection_is_in_doubt_never_a_second_try() {
+    a_dropped_connection_is_in_doubt_never_a_second_try(seckill_core::config::Strategy::Lock).await;
+}
+
+#[tokio::test]
+async fn with_lua_a_dropped_connection_is_in_doubt_never_a_second_try() {
+    a_dropped_connection_is_in_doubt_never_a_second_try(seckill_core::config::Strategy::Lua).await;
 }
