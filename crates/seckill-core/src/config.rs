@@ -62,6 +62,10 @@ pub struct ServiceArgs {
     #[arg(long, env = "SECKILL_REDIS_REPLICA_WAIT_MS", default_value_t = DEFAULT_REPLICA_WAIT_MS, value_parser = clap::value_parser!(u64).range(1..=60_000), global = true)]
     pub redis_replica_wait_ms: u64,
 
+    /// With `--redis-durability replica`: how many replicas of the sale's primary must hold a purchase's writes before its `202` (`WAIT <n>`), 1 to 16. One survives the loss of the primary when the replica that has the writes is promoted; with n replicas and `WAIT n`, any promotion keeps them, but one replica down stops every purchase (see docs/operations.md)
+    #[arg(long, env = "SECKILL_REDIS_WAIT_REPLICAS", default_value_t = DEFAULT_WAIT_REPLICAS, value_parser = clap::value_parser!(u32).range(1..=16), global = true)]
+    pub redis_wait_replicas: u32,
+
     /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/seckill [default: local or private server]
     #[arg(
         long,
@@ -98,8 +102,16 @@ impl ServiceArgs {
 
     /// The durability settings as the environment of a child process
     /// (the instances a tool starts answer as this one was told to).
-    pub fn durability_env(&self) -> [(&'static str, String); 2] {
-        self.redis_durability.env(self.redis_replica_wait_ms)
+    pub fn durability_env(&self) -> [(&'static str, String); 3] {
+        let [durability, wait] = self.redis_durability.env(self.redis_replica_wait_ms);
+        [
+            durability,
+            wait,
+            (
+                "SECKILL_REDIS_WAIT_REPLICAS",
+                self.redis_wait_replicas.to_string(),
+            ),
+        ]
     }
 
     /// What a purchase's `202` waits for.
@@ -108,6 +120,7 @@ impl ServiceArgs {
             Durability::Local => RedisDurability::Local,
             Durability::Replica => RedisDurability::Replica {
                 wait: Duration::from_millis(self.redis_replica_wait_ms),
+                replicas: self.redis_wait_replicas,
             },
         }
     }
@@ -141,6 +154,8 @@ impl Durability {
 }
 
 pub const DEFAULT_REPLICA_WAIT_MS: u64 = 250;
+/// `--redis-wait-replicas`: one replica's acknowledgement makes a `202`.
+pub const DEFAULT_WAIT_REPLICAS: u32 = 1;
 
 /// What an answer waits for, as the purchase path and the worker use it
 /// (`replicas.rs` does the waiting).
@@ -149,8 +164,9 @@ pub enum RedisDurability {
     /// Answer once the primary has the writes.
     #[default]
     Local,
-    /// Answer once a replica has them too, waiting at most `wait`.
-    Replica { wait: Duration },
+    /// Answer once `replicas` replicas have them too, waiting at most
+    /// `wait`.
+    Replica { wait: Duration, replicas: u32 },
 }
 
 /// How a purchase decides who gets a unit (one file each in `src/strategy/`).

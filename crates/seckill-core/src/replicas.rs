@@ -26,11 +26,18 @@
 //! connection made the pass's writes. On one server or under Sentinel the
 //! read costs nothing more than the round trip the `WAIT` makes anyway.
 //!
+//! How many replicas (`--redis-wait-replicas`, `WAIT <n>`, 1 by default):
+//! what each choice survives is in docs/operations.md. In short: with one
+//! replica and `WAIT 1`, a failover leaves a primary with no replica, and
+//! every purchase is refused until one is back; with two and `WAIT 1`, the
+//! shop sells on after a failover, and Sentinel (or the cluster) promotes
+//! the replica with the most data, which has every acknowledged write
+//! unless that replica is the one lost; with two and `WAIT 2`, any
+//! promotion keeps them, but one replica down refuses every purchase.
+//!
 //! What it does not give: `WAIT` does not make Redis strongly consistent (a
 //! replica that acknowledged can still lose the election to one that did
-//! not, when there are several; Redis documents this). With one replica,
-//! or sentinels that promote the most up-to-date one, it closes the window
-//! a failover opens.
+//! not; Redis documents this).
 
 use std::time::Duration;
 
@@ -43,31 +50,31 @@ use crate::config::RedisDurability;
 
 /// Whether the writes this connection sent so far to the primary of
 /// `sale_key`'s slot (any key of the sale) are held as `durability` asks:
-/// always for `Local`; for `Replica`, when at least one replica of that
-/// primary acknowledged them within its wait.
+/// always for `Local`; for `Replica`, when as many replicas of that
+/// primary as it names acknowledged them within its wait.
 pub async fn confirmed<C: ConnectionLike + Send>(
     conn: &mut C,
     durability: RedisDurability,
     sale_key: &str,
 ) -> redis::RedisResult<bool> {
-    let RedisDurability::Replica { wait } = durability else {
+    let RedisDurability::Replica { wait, replicas } = durability else {
         return Ok(true);
     };
     // The read only names the slot; its answer is ignored.
-    let (replicas,): (i64,) = redis::pipe()
+    let (acknowledged,): (i64,) = redis::pipe()
         .exists(sale_key)
         .ignore()
         .cmd("WAIT")
-        .arg(1)
+        .arg(replicas)
         .arg(millis(wait))
         .query_async(conn)
         .await?;
-    Ok(replicas >= 1)
+    Ok(acknowledged >= i64::from(replicas))
 }
 
 /// Run a script and, under `replica`, a `WAIT` behind it, as one pipeline
-/// on one connection: the script's answer, and whether a replica of its
-/// primary acknowledged its writes (always `true` under `local`).
+/// on one connection: the script's answer, and whether enough replicas of
+/// its primary acknowledged its writes (always `true` under `local`).
 ///
 /// The race it closes: a `WAIT` sent on its own after the script can go out
 /// on another connection than the script's (the cluster client replaces a
@@ -90,6 +97,10 @@ where
     C: ConnectionLike + Send,
     T: FromRedisValue,
 {
+    let needed = match durability {
+        RedisDurability::Local => 0,
+        RedisDurability::Replica { replicas, .. } => i64::from(replicas),
+    };
     let mut load = false;
     loop {
         let mut pipe = redis::pipe();
@@ -98,8 +109,8 @@ where
             pipe.load_script(script).ignore();
         }
         pipe.invoke_script(invocation);
-        if let RedisDurability::Replica { wait } = durability {
-            pipe.cmd("WAIT").arg(1).arg(millis(wait));
+        if let RedisDurability::Replica { wait, replicas } = durability {
+            pipe.cmd("WAIT").arg(replicas).arg(millis(wait));
         }
         let answers: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
         let mut answers = answers.into_iter();
@@ -123,7 +134,7 @@ where
             Some(count) => count
                 .ok()
                 .and_then(|count| i64::from_redis_value(count).ok())
-                .is_some_and(|count| count >= 1),
+                .is_some_and(|count| count >= needed),
         };
         return Ok((T::from_redis_value(ran)?, confirmed));
     }

@@ -222,6 +222,7 @@ mod tests {
         );
         let short = RedisDurability::Replica {
             wait: Duration::from_millis(250),
+            replicas: 1,
         };
         assert_eq!(
             RedisTimeouts::for_durability(short).response,
@@ -229,6 +230,7 @@ mod tests {
         );
         let long = RedisDurability::Replica {
             wait: Duration::from_secs(2),
+            replicas: 2,
         };
         assert_eq!(
             RedisTimeouts::for_durability(long).response,

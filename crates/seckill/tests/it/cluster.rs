@@ -208,6 +208,7 @@ async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
         crate::helpers::Options {
             durability: seckill_core::config::RedisDurability::Replica {
                 wait: Duration::from_millis(300),
+                replicas: 1,
             },
             ..Default::default()
         },
@@ -375,6 +376,7 @@ async fn three_shards_with_replicas(
     let mut options = Options {
         durability: seckill_core::config::RedisDurability::Replica {
             wait: Duration::from_millis(300),
+            replicas: 1,
         },
         ..Options::default()
     };
@@ -552,4 +554,42 @@ async fn with_lock_a_dropped_connection_is_in_doubt_never_a_second_try() {
 #[tokio::test]
 async fn with_lua_a_dropped_connection_is_in_doubt_never_a_second_try() {
     a_dropped_connection_is_in_doubt_never_a_second_try(seckill_core::config::Strategy::Lua).await;
+}
+
+/// `--redis-wait-replicas 2` on shards with two replicas each: one of the
+/// sale's replicas stopped is enough to refuse a `202` (`503 unconfirmed`
+/// with the order id); with both in step, a `202`. (Before, `WAIT 1` was
+/// sent whatever the setting, and one replica sufficed.)
+#[tokio::test]
+async fn a_202_waits_for_as_many_replicas_as_it_is_told() {
+    let _cores = crate::helpers::cores_alone().await;
+    let redis = PrivateRedisCluster::start_with_replicas(3, 2)
+        .await
+        .expect("a private cluster of 3 masters with 2 replicas each");
+    let scratch = Scratch::on(&services().await.database_url, &redis.at()).await;
+    let options = Options {
+        durability: seckill_core::config::RedisDurability::Replica {
+            wait: Duration::from_millis(300),
+            replicas: 2,
+        },
+        ..Options::default()
+    };
+    let app = spawn_app_on(scratch, options).await;
+    let sale = app.create_sale(50).await;
+    sells(&app, sale).await;
+
+    let master = redis
+        .master_of(&app.keys(sale).stock)
+        .await
+        .expect("the sale's master");
+    let replicas = redis.replicas_of(&master).await;
+    assert_eq!(replicas.len(), 2, "{replicas:?}");
+    let one = redis.node(&replicas[0]).expect("a replica's node");
+    one.pause();
+    let told = buy(&app, sale, "ann").await;
+    one.resume();
+    assert_eq!(told.status, 503, "{told:?}");
+    assert_eq!(told.body["error"], "unconfirmed", "{told:?}");
+    assert!(told.body["order_id"].is_string(), "{told:?}");
+    sells(&app, sale).await;
 }
