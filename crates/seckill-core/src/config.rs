@@ -169,6 +169,17 @@ pub enum RedisDurability {
     Replica { wait: Duration, replicas: u32 },
 }
 
+impl RedisDurability {
+    /// The Redis timeouts this setting needs: a `WAIT` is never cut short
+    /// by its own client (`redis_pool/timeouts.rs`).
+    pub fn timeouts(self) -> crate::redis_pool::RedisTimeouts {
+        crate::redis_pool::RedisTimeouts::for_replica_wait(match self {
+            Self::Local => None,
+            Self::Replica { wait, .. } => Some(wait),
+        })
+    }
+}
+
 /// How a purchase decides who gets a unit (one file each in `src/strategy/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

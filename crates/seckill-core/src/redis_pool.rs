@@ -459,7 +459,7 @@ pub async fn connect_redis(at: &RedisAt, wait: Duration) -> anyhow::Result<Redis
 }
 
 /// The same, with `timeouts` (the purchase's and the worker's pools take
-/// them from `--redis-durability`: [`RedisTimeouts::for_durability`]).
+/// them from `--redis-durability`: `RedisDurability::timeouts`).
 pub async fn connect_redis_with(
     at: &RedisAt,
     wait: Duration,

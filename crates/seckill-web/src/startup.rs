@@ -105,7 +105,7 @@ impl Application {
         let pg = connect_postgres(&settings.database_url).await?;
         // One timeout policy for every topology, long enough for the
         // replica wait (`redis_pool/timeouts.rs`).
-        let timeouts = RedisTimeouts::for_durability(settings.durability);
+        let timeouts: RedisTimeouts = settings.durability.timeouts();
         let redis =
             connect_redis_with(&settings.redis, settings.purchase.lock_wait(), timeouts).await?;
         // Bind first, so that port 0 (tests) becomes a real port we can name.

@@ -155,7 +155,7 @@ async fn work(
     let redis = seckill_core::redis_pool::connect_redis_with(
         &services.redis,
         args.worker.poll(),
-        seckill_core::redis_pool::RedisTimeouts::for_durability(durability),
+        durability.timeouts(),
     )
     .await?;
     let shutdown = CancellationToken::new();

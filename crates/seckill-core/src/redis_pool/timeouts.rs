@@ -18,7 +18,7 @@
 //! - A response timeout cuts a `WAIT` short: a `WAIT 1 800` sent with the
 //!   500 ms default ends as a client error at 500 ms, before Redis' own
 //!   answer. So the response timeout here follows from the replica wait
-//!   ([`RedisTimeouts::for_durability`]).
+//!   ([`RedisTimeouts::for_replica_wait`]).
 //! - The cluster client **re-sends a command** after most failures, up to
 //!   16 times (`RetryParams::default` in `redis/src/cluster_handling/
 //!   client.rs`): on a dropped connection it reconnects and sends it again
@@ -52,8 +52,10 @@
 //! told `503` with `Retry-After` one response timeout after each round
 //! trip it sends there, and a purchase sends a few (the lock, its commit);
 //! `tests/it/cluster.rs` holds every buyer to 2 s while one shard's
-//! primary is stopped. Waiting for the sale lock (`--lock-wait-ms`) comes
-//! on top: it is a wait for other buyers, not for a server.
+//! primary is stopped. Not bounded by it: waiting for the sale lock
+//! (`--lock-wait-ms`), a wait for other buyers; and a commit whose answer
+//! was lost, which makes sure it cannot land late and looks for its order
+//! before it answers (`strategy/lock.rs`: seconds, not minutes).
 
 use std::time::Duration;
 
@@ -63,8 +65,6 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{AsyncConnectionConfig, RedisError};
-
-use crate::config::RedisDurability;
 
 /// How long any Redis connection waits, whatever the topology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,14 +87,15 @@ impl RedisTimeouts {
     /// round trip and the server's turn to answer.
     const WAIT_MARGIN: Duration = Duration::from_millis(500);
 
-    /// The timeouts for `durability`: under `replica`, the response
-    /// timeout is the replica wait plus [`Self::WAIT_MARGIN`] (at least the
-    /// default), so that a `WAIT` is answered by Redis, never cut short by
-    /// its own client.
-    pub fn for_durability(durability: RedisDurability) -> Self {
-        match durability {
-            RedisDurability::Local => Self::DEFAULT,
-            RedisDurability::Replica { wait, .. } => Self {
+    /// The timeouts for a `WAIT` of at most `wait` (`None`: no `WAIT`,
+    /// `--redis-durability local`): the response timeout is the wait plus
+    /// [`Self::WAIT_MARGIN`] (at least the default), so that a `WAIT` is
+    /// answered by Redis, never cut short by its own client.
+    /// `RedisDurability::timeouts` gives them for a durability setting.
+    pub fn for_replica_wait(wait: Option<Duration>) -> Self {
+        match wait {
+            None => Self::DEFAULT,
+            Some(wait) => Self {
                 response: Self::DEFAULT.response.max(wait + Self::WAIT_MARGIN),
                 ..Self::DEFAULT
             },
@@ -217,23 +218,17 @@ mod tests {
     #[test]
     fn a_wait_is_never_cut_short_by_its_own_client() {
         assert_eq!(
-            RedisTimeouts::for_durability(RedisDurability::Local),
+            RedisTimeouts::for_replica_wait(None),
             RedisTimeouts::DEFAULT
         );
-        let short = RedisDurability::Replica {
-            wait: Duration::from_millis(250),
-            replicas: 1,
-        };
+        let short = Some(Duration::from_millis(250));
         assert_eq!(
-            RedisTimeouts::for_durability(short).response,
+            RedisTimeouts::for_replica_wait(short).response,
             Duration::from_millis(750)
         );
-        let long = RedisDurability::Replica {
-            wait: Duration::from_secs(2),
-            replicas: 2,
-        };
+        let long = Some(Duration::from_secs(2));
         assert_eq!(
-            RedisTimeouts::for_durability(long).response,
+            RedisTimeouts::for_replica_wait(long).response,
             Duration::from_millis(2_500)
         );
     }
