@@ -64,15 +64,21 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
                 // found taken, under `local`, is final; any other is in
                 // doubt and told `503` with its id, never an error
                 // without it.
+                // (Under `replica` the `WAIT` was lost too: whatever a
+                // look finds, the answer is the same, so none is made.)
                 Err(error) if failure::answer_lost(&error) => {
+                    let in_doubt = Outcome::Unconfirmed {
+                        order_id: Some(job.order_id),
+                    };
+                    if durability != RedisDurability::Local {
+                        return Ok(in_doubt);
+                    }
                     let looked = shop.after_a_lost_answer(std::slice::from_ref(&job)).await;
-                    return Ok(match (looked, durability) {
-                        (Looked::Taken, RedisDurability::Local) => Outcome::Accepted {
+                    return Ok(match looked {
+                        Looked::Taken => Outcome::Accepted {
                             order_id: job.order_id,
                         },
-                        _ => Outcome::Unconfirmed {
-                            order_id: Some(job.order_id),
-                        },
+                        Looked::NotTaken | Looked::Unknown => in_doubt,
                     });
                 }
                 Err(error) => return Err(error).context("running the purchase script"),
