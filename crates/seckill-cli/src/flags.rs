@@ -16,8 +16,8 @@ use clap::{Args, ValueEnum};
 
 use seckill_core::config::{
     DEFAULT_FORGET_ENDED_AFTER_SECS, DEFAULT_NAIVE_DELAY_MS, DEFAULT_REPLICA_WAIT_MS,
-    PurchaseSettings, REPLICA_WAIT_MS, RateLimitSettings, RedisDurability, Strategy,
-    TrustedProxies, WorkerSettings,
+    DEFAULT_WAIT_REPLICAS, PurchaseSettings, REPLICA_WAIT_MS, RateLimitSettings, RedisDurability,
+    Strategy, TrustedProxies, WAIT_REPLICAS, WorkerSettings,
 };
 use seckill_core::redis_pool::RedisAt;
 
@@ -70,6 +70,10 @@ pub struct ServiceArgs {
     #[arg(long, env = "SECKILL_REDIS_REPLICA_WAIT_MS", default_value_t = DEFAULT_REPLICA_WAIT_MS, value_parser = clap::value_parser!(u64).range(REPLICA_WAIT_MS), global = true)]
     pub redis_replica_wait_ms: u64,
 
+    /// With `--redis-durability replica`: how many replicas of the sale's primary must hold a purchase's writes before its `202` (`WAIT <n>`), 1 to 16. One survives the loss of the primary when the replica that has the writes is promoted; with n replicas and `WAIT n`, any promotion keeps them, but one replica down stops every purchase (see docs/operations.md)
+    #[arg(long, env = "SECKILL_REDIS_WAIT_REPLICAS", default_value_t = DEFAULT_WAIT_REPLICAS, value_parser = clap::value_parser!(u32).range(wide(WAIT_REPLICAS)), global = true)]
+    pub redis_wait_replicas: u32,
+
     /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/seckill [default: local or private server]
     #[arg(
         long,
@@ -106,8 +110,16 @@ impl ServiceArgs {
 
     /// The durability settings as the environment of a child process
     /// (the instances a tool starts answer as this one was told to).
-    pub fn durability_env(&self) -> [(&'static str, String); 2] {
-        self.redis_durability.env(self.redis_replica_wait_ms)
+    pub fn durability_env(&self) -> [(&'static str, String); 3] {
+        let [durability, wait] = self.redis_durability.env(self.redis_replica_wait_ms);
+        [
+            durability,
+            wait,
+            (
+                "SECKILL_REDIS_WAIT_REPLICAS",
+                self.redis_wait_replicas.to_string(),
+            ),
+        ]
     }
 
     /// What a purchase's `202` waits for.
@@ -116,6 +128,7 @@ impl ServiceArgs {
             Durability::Local => RedisDurability::Local,
             Durability::Replica => RedisDurability::Replica {
                 wait: Duration::from_millis(self.redis_replica_wait_ms),
+                replicas: self.redis_wait_replicas,
             },
         }
     }

@@ -15,6 +15,10 @@ use std::time::Duration;
 pub const DEFAULT_REPLICA_WAIT_MS: u64 = 250;
 /// The range of `--redis-replica-wait-ms`.
 pub const REPLICA_WAIT_MS: RangeInclusive<u64> = 1..=60_000;
+/// `--redis-wait-replicas`: one replica's acknowledgement makes a `202`.
+pub const DEFAULT_WAIT_REPLICAS: u32 = 1;
+/// The range of `--redis-wait-replicas`.
+pub const WAIT_REPLICAS: RangeInclusive<u32> = 1..=16;
 
 /// What an answer waits for, as the purchase path and the worker use it
 /// (`replicas.rs` does the waiting).
@@ -23,8 +27,20 @@ pub enum RedisDurability {
     /// Answer once the primary has the writes.
     #[default]
     Local,
-    /// Answer once a replica has them too, waiting at most `wait`.
-    Replica { wait: Duration },
+    /// Answer once `replicas` replicas have them too, waiting at most
+    /// `wait`.
+    Replica { wait: Duration, replicas: u32 },
+}
+
+impl RedisDurability {
+    /// The Redis timeouts this setting needs: a `WAIT` is never cut short
+    /// by its own client (`redis_pool/timeouts.rs`).
+    pub fn timeouts(self) -> crate::redis_pool::RedisTimeouts {
+        crate::redis_pool::RedisTimeouts::for_replica_wait(match self {
+            Self::Local => None,
+            Self::Replica { wait, .. } => Some(wait),
+        })
+    }
 }
 
 /// How a purchase decides who gets a unit (one file each in `src/strategy/`;

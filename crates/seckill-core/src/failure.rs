@@ -48,8 +48,11 @@ pub(crate) fn transient_postgres(error: &sqlx::Error) -> bool {
 /// is gone (`MASTERDOWN`), a cluster without a slot's master
 /// (`CLUSTERDOWN`, `TRYAGAIN`), a failed RDB save (`MISCONF`), too few
 /// replicas for `min-replicas-to-write` (`NOREPLICAS`), a script running
-/// too long (`BUSY`), a dataset still loading (`LOADING`).
-const REFUSALS: [&str; 9] = [
+/// too long (`BUSY`), a dataset still loading (`LOADING`), a slot that
+/// moved to another cluster node (`MOVED`, `ASK`: the cluster client
+/// refreshes its map but, its retries off, does not re-send the command;
+/// `redis_pool/timeouts.rs`).
+const REFUSALS: [&str; 11] = [
     "OOM",
     "READONLY",
     "MASTERDOWN",
@@ -59,6 +62,8 @@ const REFUSALS: [&str; 9] = [
     "NOREPLICAS",
     "BUSY",
     "LOADING",
+    "MOVED",
+    "ASK",
 ];
 
 /// Whether a Redis failure is the server's state rather than the
@@ -70,7 +75,18 @@ pub(crate) fn transient_redis(error: &redis::RedisError) -> bool {
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_timeout()
+        // A cluster node the client has no connection to now (it failed,
+        // and the client reconnects it on the next request).
+        || error.kind() == redis::ErrorKind::ClusterConnectionNotFound
         || refused_for_now(error)
+}
+
+/// Whether a command may have run though its answer never came: its
+/// connection failed, or the reply timed out, after it was sent. A refused
+/// connection sent nothing, and an error reply is an answer.
+pub(crate) fn answer_lost(error: &redis::RedisError) -> bool {
+    (error.is_io_error() || error.is_connection_dropped() || error.is_timeout())
+        && !error.is_connection_refusal()
 }
 
 /// Whether Redis answered, refusing the work for now ([`REFUSALS`]).

@@ -4,8 +4,11 @@
 //! payment deadlines), share the hash tag `{sale:ID}`. Redis Cluster places keys with the same tag in the
 //! same slot, so every script that touches one sale (the lock, the purchase
 //! commit, the queue) runs on one master, atomically, when seckill runs on
-//! a cluster (`redis_pool.rs`). The keys of no sale (a pending order's sale,
-//! rate limits, admin sessions) are each read and written alone.
+//! a cluster (`redis_pool.rs`). A purchase writes only its sale's keys, so
+//! it touches only its sale's shard: a pending order is found from its id,
+//! which names its sale (`domain::order_id_for`), on that sale's queue. The
+//! keys of no sale (rate limits, admin sessions) are each read and written
+//! alone.
 //!
 //! Every key starts with a prefix (`seckill` by default) so that tests, each
 //! with a prefix of its own, can share one Redis server without seeing each
@@ -119,13 +122,6 @@ impl SaleKeys {
             },
         }
     }
-}
-
-/// `STRING` with a TTL: the sale of an order still pending on a queue, so
-/// that looking an order up costs one read instead of one per sale. Not a
-/// sale's key (the order id is all a caller has), so no sale's hash tag.
-pub(crate) fn order_sale(prefix: &str, order_id: &uuid::Uuid) -> String {
-    format!("{prefix}:order:{order_id}:sale")
 }
 
 /// `STRING` with a TTL: the rate limiter's state for one client (`kind`

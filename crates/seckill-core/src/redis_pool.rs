@@ -18,8 +18,8 @@
 //! pipeline that touches one sale touches one slot, on one master, and stays
 //! atomic. Two things cannot stay that way, and have one way each here:
 //!
-//! - A pipeline over keys of **different** sales (or of keys with no sale,
-//!   such as a pending order's index entry) would be refused by a cluster
+//! - A pipeline over keys of **different** sales (the answer counts of
+//!   several sales, flushed together) would be refused by a cluster
 //!   (`CROSSSLOT`). [`RedisConn::send_apart`] sends such independent writes
 //!   as one pipeline to a single server and as concurrent commands to a
 //!   cluster.
@@ -32,6 +32,7 @@
 //! PostgreSQL, and each sale's keys are named from its id.
 
 mod recycle_check;
+mod timeouts;
 
 use std::time::Duration;
 
@@ -43,9 +44,10 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 pub use recycle_check::TRUSTED_FOR;
 use recycle_check::Trusting;
+pub use timeouts::{ClusterManager, RedisTimeouts, SentinelManager};
 
-/// Redis connections per process (for a cluster, each is a connection to
-/// every node). Each purchase holds one while it waits for the sale lock,
+/// Redis connections per process (for a cluster, handles on one
+/// multiplexed cluster connection: `redis_pool/timeouts.rs`). Each purchase holds one while it waits for the sale lock,
 /// so this bounds how many purchases wait at once; the rest queue for a
 /// connection (up to the lock wait, then 503 busy).
 pub(crate) const POOL_SIZE: usize = 64;
@@ -244,22 +246,35 @@ fn url_list(list: &str, what: &str) -> anyhow::Result<Vec<String>> {
 #[derive(Clone)]
 pub enum RedisPool {
     Server(Pool<Trusting<deadpool_redis::Manager>>),
-    Cluster(Pool<Trusting<deadpool_redis::cluster::Manager>>),
-    Sentinel(Pool<Trusting<deadpool_redis::sentinel::Manager>>),
+    Cluster(Pool<Trusting<ClusterManager>>),
+    Sentinel(Pool<Trusting<SentinelManager>>),
 }
 
 impl RedisPool {
-    /// A pool for `at`; `wait` bounds how long a caller queues for a
-    /// connection. Connects lazily, on the current runtime whoever asks
-    /// (`trusted.rs`; panics outside a runtime): see
-    /// `redis_pool::connect_redis` for the check at start-up.
+    /// A pool for `at` with the default [`RedisTimeouts`]; `wait` bounds
+    /// how long a caller queues for a connection. Connects lazily, on the
+    /// current runtime whoever asks (`recycle_check.rs`; panics outside a
+    /// runtime): see `redis_pool::connect_redis` for the check at start-up.
     pub fn new(at: &RedisAt, wait: Duration) -> anyhow::Result<Self> {
+        Self::with_timeouts(at, wait, RedisTimeouts::DEFAULT)
+    }
+
+    /// The same, with `timeouts` on every connection, whatever the
+    /// topology (`redis_pool/timeouts.rs`).
+    pub fn with_timeouts(
+        at: &RedisAt,
+        wait: Duration,
+        timeouts: RedisTimeouts,
+    ) -> anyhow::Result<Self> {
+        // Making a connection is bounded by its connect and first reply
+        // (Sentinel: the sentinels' answer, then the primary's), checking
+        // one by its reply: neither waits longer than the connection would.
         let config = PoolConfig {
             max_size: POOL_SIZE,
             timeouts: Timeouts {
                 wait: Some(wait),
-                create: Some(Duration::from_secs(3)),
-                recycle: Some(Duration::from_secs(3)),
+                create: Some(timeouts.connect * 2 + timeouts.response),
+                recycle: Some(timeouts.response),
             },
             ..PoolConfig::default()
         };
@@ -275,30 +290,19 @@ impl RedisPool {
         let place = at.node_urls().join(",");
         Ok(match at {
             RedisAt::Server(url) => Self::Server(pool(
-                Trusting::new(deadpool_redis::Manager::new(url.as_str())?, &place),
-                config,
-            )?),
-            RedisAt::Cluster(nodes) => Self::Cluster(pool(
                 Trusting::new(
-                    deadpool_redis::cluster::Manager::new(
-                        nodes.iter().map(String::as_str).collect(),
-                        false,
-                    )?,
+                    deadpool_redis::Manager::new_with_config(url.as_str(), timeouts.config())?,
                     &place,
                 ),
                 config,
             )?),
+            RedisAt::Cluster(nodes) => Self::Cluster(pool(
+                Trusting::new(ClusterManager::new(nodes, timeouts)?, &place),
+                config,
+            )?),
             RedisAt::Sentinel { sentinels, master } => Self::Sentinel(pool(
-                Trusting::new(
-                    deadpool_redis::sentinel::Manager::new(
-                        sentinels.iter().map(String::as_str).collect(),
-                        master.clone(),
-                        None,
-                        deadpool_redis::sentinel::SentinelServerType::Master,
-                    )?,
-                    &place,
-                )
-                .primary_only(),
+                Trusting::new(SentinelManager::new(sentinels, master, timeouts)?, &place)
+                    .primary_only(),
                 config,
             )?),
         })
@@ -334,8 +338,8 @@ impl RedisPool {
 /// One pooled connection, to a server or to a cluster.
 pub enum RedisConn {
     Server(Object<Trusting<deadpool_redis::Manager>>),
-    Cluster(Object<Trusting<deadpool_redis::cluster::Manager>>),
-    Sentinel(Object<Trusting<deadpool_redis::sentinel::Manager>>),
+    Cluster(Object<Trusting<ClusterManager>>),
+    Sentinel(Object<Trusting<SentinelManager>>),
 }
 
 impl RedisConn {
@@ -371,11 +375,45 @@ fn one_pipeline(commands: Vec<Cmd>) -> Pipeline {
     pipe
 }
 
+/// How often a command answered `MOVED` is sent again, and the pause
+/// before each try (times the try's number).
+const MOVED_TRIES: u32 = 3;
+const MOVED_PAUSE: Duration = Duration::from_millis(20);
+
+/// Whether the cluster answered that the command's slot lives on another
+/// node (`MOVED`), for a command or any command of a transaction: nothing
+/// of it ran.
+fn moved(error: &redis::RedisError) -> bool {
+    let is_moved = |kind| kind == redis::ErrorKind::Server(redis::ServerErrorKind::Moved);
+    is_moved(error.kind())
+        || error.clone().into_server_errors().is_some_and(|errors| {
+            errors
+                .iter()
+                .any(|(_, error)| error.kind() == Some(redis::ServerErrorKind::Moved))
+        })
+}
+
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Server(conn) => (**conn).req_packed_command(cmd),
-            Self::Cluster(conn) => (**conn).req_packed_command(cmd),
+            // The one re-send kept from the cluster client's own, which are
+            // off (`redis_pool/timeouts.rs`): a `MOVED` answer ran nothing,
+            // and the client refreshes its slot map on it, so the command
+            // is sent again, a few times, once the map may be new. Never a
+            // command whose answer was lost: that one may have run.
+            Self::Cluster(conn) => Box::pin(async move {
+                let mut tries = 0;
+                loop {
+                    match (**conn).req_packed_command(cmd).await {
+                        Err(error) if moved(&error) && tries < MOVED_TRIES => {
+                            tries += 1;
+                            tokio::time::sleep(MOVED_PAUSE * tries).await;
+                        }
+                        outcome => return outcome,
+                    }
+                }
+            }),
             Self::Sentinel(conn) => (**conn).req_packed_command(cmd),
         }
     }
@@ -388,7 +426,19 @@ impl ConnectionLike for RedisConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Server(conn) => (**conn).req_packed_commands(pipeline, offset, count),
-            Self::Cluster(conn) => (**conn).req_packed_commands(pipeline, offset, count),
+            // As for one command, above.
+            Self::Cluster(conn) => Box::pin(async move {
+                let mut tries = 0;
+                loop {
+                    match (**conn).req_packed_commands(pipeline, offset, count).await {
+                        Err(error) if moved(&error) && tries < MOVED_TRIES => {
+                            tries += 1;
+                            tokio::time::sleep(MOVED_PAUSE * tries).await;
+                        }
+                        outcome => return outcome,
+                    }
+                }
+            }),
             Self::Sentinel(conn) => (**conn).req_packed_commands(pipeline, offset, count),
         }
     }
@@ -402,10 +452,20 @@ impl ConnectionLike for RedisConn {
     }
 }
 
-/// A pool of Redis connections to wherever the data is; `wait` bounds how
-/// long a caller queues for one.
+/// A pool of Redis connections to wherever the data is, with the default
+/// [`RedisTimeouts`]; `wait` bounds how long a caller queues for one.
 pub async fn connect_redis(at: &RedisAt, wait: Duration) -> anyhow::Result<RedisPool> {
-    let pool = RedisPool::new(at, wait).context("building the Redis pool")?;
+    connect_redis_with(at, wait, RedisTimeouts::DEFAULT).await
+}
+
+/// The same, with `timeouts` (the purchase's and the worker's pools take
+/// them from `--redis-durability`: `RedisDurability::timeouts`).
+pub async fn connect_redis_with(
+    at: &RedisAt,
+    wait: Duration,
+    timeouts: RedisTimeouts,
+) -> anyhow::Result<RedisPool> {
+    let pool = RedisPool::with_timeouts(at, wait, timeouts).context("building the Redis pool")?;
     // Fail at start-up, not on the first request, when Redis is unreachable.
     let mut conn = pool
         .get()

@@ -23,7 +23,7 @@ use crate::{routes, security};
 use seckill_core::config::{PurchaseSettings, RateLimitSettings, RedisDurability, WorkerSettings};
 use seckill_core::events::SaleEvents;
 use seckill_core::purchase::Purchaser;
-use seckill_core::redis_pool::{RedisAt, connect_redis};
+use seckill_core::redis_pool::{RedisAt, RedisTimeouts, connect_redis_with};
 use seckill_core::scoreboard::Scoreboard;
 use seckill_core::store::{Store, connect_postgres};
 use seckill_core::strategy::Shop;
@@ -117,7 +117,11 @@ impl Application {
         // mistake to fix, not a server to run.
         let admin = AdminToken::parse(settings.admin_token.as_deref(), settings.admin_session)?;
         let pg = connect_postgres(&settings.database_url).await?;
-        let redis = connect_redis(&settings.redis, settings.purchase.lock_wait()).await?;
+        // One timeout policy for every topology, long enough for the
+        // replica wait (`redis_pool/timeouts.rs`).
+        let timeouts: RedisTimeouts = settings.durability.timeouts();
+        let redis =
+            connect_redis_with(&settings.redis, settings.purchase.lock_wait(), timeouts).await?;
         // Bind first, so that port 0 (tests) becomes a real port we can name.
         let listener = bind(settings.bind)?;
         let address = listener.local_addr().context("reading the bound address")?;
@@ -141,7 +145,8 @@ impl Application {
         // from reaching PostgreSQL, nor a slow batch starve the handlers.
         let worker = if settings.run_worker {
             let pg = connect_postgres(&settings.database_url).await?;
-            let redis = connect_redis(&settings.redis, settings.worker.poll()).await?;
+            let redis =
+                connect_redis_with(&settings.redis, settings.worker.poll(), timeouts).await?;
             let worker = Worker::new(
                 Store::new(pg, redis, settings.redis_prefix.clone())
                     .with_durability(settings.durability),

@@ -30,14 +30,9 @@ use redis::aio::ConnectionLike;
 use uuid::Uuid;
 
 use super::Store;
-use crate::domain::{Order, OrderJob, OrderStatus, RejectReason};
-use crate::keys::{self, SaleKeys};
+use crate::domain::{Order, OrderJob, OrderStatus, RejectReason, sale_of};
+use crate::keys::SaleKeys;
 use crate::queue::Queue;
-use crate::redis_pool::RedisConn;
-
-/// How long a pending order's sale is remembered: far longer than an order
-/// waits on its queue.
-const PENDING_INDEX_SECS: u64 = 24 * 3600;
 
 /// How a payment ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,44 +262,14 @@ impl Store {
         self.stored_order(order_id).await
     }
 
-    /// Remember which sale each just-accepted order belongs to, for
-    /// [`Store::find_order`] while the order is pending. One round trip to
-    /// one server; the keys have no sale's hash tag, so a cluster gets them
-    /// [`RedisConn::send_apart`].
-    pub(crate) async fn note_pending(
-        &self,
-        conn: &mut RedisConn,
-        jobs: &[OrderJob],
-    ) -> anyhow::Result<()> {
-        let notes = jobs
-            .iter()
-            .map(|job| {
-                let mut set = redis::cmd("SET");
-                set.arg(keys::order_sale(&self.prefix, &job.order_id))
-                    .arg(job.sale_id)
-                    .arg("EX")
-                    .arg(PENDING_INDEX_SECS);
-                set
-            })
-            .collect();
-        conn.send_apart(notes)
-            .await
-            .context("remembering pending orders' sale")
-    }
-
-    /// An order still on its sale's queue: one read for its sale, one for
-    /// the job. An order whose sale was not noted (its instance died right
-    /// after the commit) is found once the worker has written it.
+    /// An order still on its sale's queue, the sale read from the order's
+    /// id (`domain::order_id_for`): one read, on the sale's shard. An id
+    /// that names no sale is found once the worker has written it.
     async fn queued_order(&self, order_id: Uuid) -> anyhow::Result<Option<OrderJob>> {
-        let mut conn = self.redis().await?;
-        let sale_id: Option<i64> = redis::cmd("GET")
-            .arg(keys::order_sale(&self.prefix, &order_id))
-            .query_async(&mut conn)
-            .await
-            .context("looking up a pending order's sale")?;
-        let Some(sale_id) = sale_id else {
+        let Some(sale_id) = sale_of(&order_id) else {
             return Ok(None);
         };
+        let mut conn = self.redis().await?;
         self.queued_on(&mut conn, sale_id, order_id).await
     }
 

@@ -16,11 +16,14 @@ use std::sync::LazyLock;
 use anyhow::Context;
 use redis::Script;
 
-use super::{Buy, Outcome};
+use super::{Buy, Looked, Outcome};
+use crate::config::RedisDurability;
 use crate::domain::OrderJob;
+use crate::failure;
 use crate::payment;
 use crate::queue::queue_script;
 use crate::redis_pool::RedisConn;
+use crate::replicas;
 use crate::store;
 
 static PURCHASE: LazyLock<Script> = queue_script!("lua/purchase_lua.lua");
@@ -31,12 +34,17 @@ pub fn script() -> &'static Script {
     &PURCHASE
 }
 
-/// One purchase, in one script.
+/// One purchase, in one script, with its `WAIT` under `replica` in the
+/// same round trip (`replicas::run_and_confirm`), whatever it answers: a
+/// "sold out" or an "already purchased" read from data a failover could
+/// take back is not final either.
 pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
+    let durability = shop.store.durability();
     let job = OrderJob::new(sale_id, user);
     for _ in 0..2 {
-        let (status, left): (String, i64) = PURCHASE
+        let mut script = PURCHASE.prepare_invoke();
+        script
             .key(&keys.stock)
             .key(&keys.buyers)
             .key(&keys.queue.due)
@@ -45,40 +53,57 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
             .arg(user.as_str())
             .arg(job.order_id.to_string())
             .arg(job.to_payload())
-            .arg(&keys.events)
-            .invoke_async(conn)
-            .await
-            .context("running the purchase script")?;
-        match status.as_str() {
-            "taken" => {
-                if left <= 0 {
-                    shop.sold_out.set(sale_id);
-                }
-                shop.note_pending(conn, std::slice::from_ref(&job)).await;
-                // With `--redis-durability replica`: the script was this
-                // connection's last write, so one `WAIT` covers it (see
-                // `replicas.rs`); unconfirmed, no `202` a failover could
-                // take back.
-                if !super::replicated(conn, shop.store.durability()).await {
-                    return Ok(Outcome::Unconfirmed {
+            .arg(&keys.events);
+        let ((status, left), confirmed): ((String, i64), bool) =
+            match replicas::run_and_confirm(conn, &PURCHASE, &script, durability).await {
+                Ok(answer) => answer,
+                // The script may have run, its answer lost with the
+                // connection. There is no lock, so no fence to close: a
+                // script not found now may still land (sent to a stalled
+                // server, it runs when the server goes on). Only an order
+                // found taken, under `local`, is final; any other is in
+                // doubt and told `503` with its id, never an error
+                // without it.
+                // (Under `replica` the `WAIT` was lost too: whatever a
+                // look finds, the answer is the same, so none is made.)
+                Err(error) if failure::answer_lost(&error) => {
+                    let in_doubt = Outcome::Unconfirmed {
                         order_id: Some(job.order_id),
+                    };
+                    if durability != RedisDurability::Local {
+                        return Ok(in_doubt);
+                    }
+                    let looked = shop.after_a_lost_answer(std::slice::from_ref(&job)).await;
+                    return Ok(match looked {
+                        Looked::Taken => Outcome::Accepted {
+                            order_id: job.order_id,
+                        },
+                        Looked::NotTaken | Looked::Unknown => in_doubt,
                     });
                 }
-                return Ok(Outcome::Accepted {
-                    order_id: job.order_id,
-                });
-            }
-            "already_purchased" => return Ok(Outcome::AlreadyPurchased),
-            "sold_out" => {
-                shop.sold_out.set(sale_id);
-                return Ok(Outcome::SoldOut);
-            }
+                Err(error) => return Err(error).context("running the purchase script"),
+            };
+        let outcome = match status.as_str() {
+            "taken" => Outcome::Accepted {
+                order_id: job.order_id,
+            },
+            "already_purchased" => Outcome::AlreadyPurchased,
+            "sold_out" => Outcome::SoldOut,
             "not_loaded" => {
                 store::load::load_into_redis(shop.store.pg(), conn, shop.store.prefix(), sale_id)
                     .await?;
+                continue;
             }
             other => return Err(payment::unexpected_answer("purchase_lua.lua", other).into()),
+        };
+        // Unconfirmed, no answer a failover could take back.
+        if !super::replicated(conn, durability, keys, Some(confirmed)).await {
+            return Ok(outcome.unconfirmed());
         }
+        if outcome == Outcome::SoldOut || (status == "taken" && left <= 0) {
+            shop.sold_out.set(sale_id);
+        }
+        return Ok(outcome);
     }
     anyhow::bail!("sale {sale_id} is not in Redis even after loading it")
 }

@@ -115,13 +115,21 @@ pub(crate) fn decide(already_bought: bool, stock_left: i64) -> Decision {
     }
 }
 
-/// Whether a replica confirmed this connection's writes as `durability`
-/// asks. A failed `WAIT` confirms nothing.
+/// Whether a replica confirmed this connection's writes to the sale of
+/// `keys` as `durability` asks: what the `WAIT` sent with the pass's
+/// commit said (`said`), or else a `WAIT` sent now. A failed `WAIT`
+/// confirms nothing.
 pub(crate) async fn replicated<C: ConnectionLike + Send>(
     conn: &mut C,
     durability: crate::config::RedisDurability,
+    keys: &SaleKeys,
+    said: Option<bool>,
 ) -> bool {
-    match crate::replicas::confirmed(conn, durability).await {
+    let confirmed = match said {
+        Some(said) => Ok(said),
+        None => crate::replicas::confirmed(conn, durability, &keys.stock).await,
+    };
+    match confirmed {
         Ok(confirmed) => {
             if !confirmed {
                 crate::metrics::metrics().unreplicated_passes.inc();
@@ -205,6 +213,17 @@ impl<'a> Buy<'a> {
     pub(crate) fn parts(self) -> (&'a Shop, &'a SaleKeys, i64, &'a UserId) {
         (self.shop, self.keys, self.sale_id, self.user)
     }
+}
+
+/// What a look for an order whose commit answer was lost found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Looked {
+    /// On its sale's queue, or in PostgreSQL: the commit went through.
+    Taken,
+    /// Redis and PostgreSQL answered, and neither has it.
+    NotTaken,
+    /// Redis or PostgreSQL could not be asked in time: in doubt.
+    Unknown,
 }
 
 /// What every strategy works with: one per instance, shared by all its
@@ -313,32 +332,17 @@ impl Shop {
         store::sales::snapshot(self.store.pg(), conn, self.store.prefix(), sale_id, buyers).await
     }
 
-    /// Note the accepted orders' sale for lookups. The orders are taken
-    /// whatever this does: a failure is logged, and an order is found once
-    /// the worker has written it (a few milliseconds).
-    pub(crate) async fn note_pending(&self, conn: &mut RedisConn, jobs: &[OrderJob]) {
-        if let Err(error) = self.store.note_pending(conn, jobs).await {
-            tracing::warn!(
-                orders = jobs.len(),
-                error = format!("{error:#}"),
-                "could not note pending orders' sale"
-            );
-        }
-    }
-
     /// A commit's answer was lost with its connection. Look its order up
-    /// (the sale's queue, then PostgreSQL) on a fresh connection: `Ok` if it
-    /// was taken (and then noted as pending); the commit's error if it was
-    /// not found or Redis still cannot be asked (the API answers `503`, and
-    /// the buyer may look the order id up later). A commit is one script,
-    /// so one order of it tells for all.
-    pub(crate) async fn after_a_lost_answer(
-        &self,
-        jobs: &[OrderJob],
-        error: redis::RedisError,
-    ) -> anyhow::Result<()> {
+    /// (the sale's queue, then PostgreSQL) on a fresh connection, asking
+    /// again while neither can be asked, for [`LOOKUP_LIMIT`] at most. A
+    /// commit is one script, so one order of it tells for all. What the
+    /// buyer is told of each answer is the caller's: only a `Taken` order,
+    /// or a `NotTaken` one whose late commit cannot land, is final; an
+    /// order in doubt is told `503` with its id, never an error without it
+    /// (`GET /api/orders/{id}` tells later what became of it).
+    pub(crate) async fn after_a_lost_answer(&self, jobs: &[OrderJob]) -> Looked {
         let Some(job) = jobs.first() else {
-            return Ok(());
+            return Looked::NotTaken;
         };
         // Redis may be on its way back (the connection broke because it was
         // restarting): ask again until it answers or the limit passes.
@@ -346,26 +350,19 @@ impl Shop {
         loop {
             match tokio::time::timeout_at(deadline, self.was_taken(job)).await {
                 Ok(Ok(true)) => {
-                    if let Ok(mut conn) = self.store.redis().await {
-                        self.note_pending(&mut conn, jobs).await;
-                    }
                     tracing::warn!(order_id = %job.order_id, "commit answer lost, but the order was taken");
-                    return Ok(());
+                    return Looked::Taken;
                 }
-                // Redis and PostgreSQL answered, and neither has it.
-                Ok(Ok(false)) => break,
+                Ok(Ok(false)) => return Looked::NotTaken,
                 Ok(Err(_)) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(LOOKUP_RETRY).await;
                 }
-                Ok(Err(_)) | Err(_) => break,
+                Ok(Err(_)) | Err(_) => {
+                    tracing::warn!(order_id = %job.order_id, "commit answer lost, and the order could not be looked up");
+                    return Looked::Unknown;
+                }
             }
         }
-        Err(error).with_context(|| {
-            format!(
-                "committing a purchase: the answer was lost; order {} was not found",
-                job.order_id
-            )
-        })
     }
 
     /// Whether the order of `job` is on its sale's queue or in PostgreSQL.
@@ -406,7 +403,7 @@ pub(crate) async fn take_unguarded(
 
 /// Steps 3 to 5 with no check: DECR the stock (unless the caller did:
 /// `decremented` is then the units left it got), add the buyer, publish
-/// the units left, queue the order, note it for lookups. Separate commands
+/// the units left, queue the order. Separate commands
 /// on purpose, as the articles' callers write them: only the broken
 /// strategies use this, and what guards it (or fails to) is theirs.
 pub(crate) async fn record_take(
@@ -442,7 +439,6 @@ pub(crate) async fn record_take(
     if left <= 0 {
         shop.sold_out.set(sale_id);
     }
-    shop.note_pending(conn, std::slice::from_ref(&job)).await;
     Ok(Outcome::Accepted {
         order_id: job.order_id,
     })

@@ -51,7 +51,6 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
         .enqueue(conn, &[(id.as_str(), payload.as_str())], Duration::ZERO)
         .await
         .context("queueing the naive purchase")?;
-    shop.note_pending(conn, std::slice::from_ref(&job)).await;
     Ok(Outcome::Accepted {
         order_id: job.order_id,
     })

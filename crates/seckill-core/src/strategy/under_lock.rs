@@ -29,7 +29,8 @@ use anyhow::Context;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
-use super::{Decision, Flag, Outcome, Shop, decide};
+use super::{Decision, Flag, Looked, Outcome, Shop, decide};
+use crate::config::RedisDurability;
 use crate::domain::{OrderJob, UserId};
 use crate::failure;
 use crate::keys::SaleKeys;
@@ -37,6 +38,7 @@ use crate::lock::{Acquire, LockGuard, RedisLock, Release};
 use crate::metrics::metrics;
 use crate::payment;
 use crate::queue::queue_script;
+use crate::replicas;
 use crate::store::Snapshot;
 use crate::store::sales::{self, SnapshotRead};
 
@@ -53,6 +55,20 @@ pub async fn commit<C: ConnectionLike + Send>(
     guard: &LockGuard,
     jobs: &[OrderJob],
 ) -> redis::RedisResult<Option<i64>> {
+    let (written, _) = commit_and_confirm(conn, keys, guard, jobs, RedisDurability::Local).await?;
+    Ok(written)
+}
+
+/// [`commit`], and under `replica` a `WAIT` on the same connection in the
+/// same round trip (`replicas::run_and_confirm`): also whether a replica
+/// holds what this pass read and wrote.
+async fn commit_and_confirm<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &SaleKeys,
+    guard: &LockGuard,
+    jobs: &[OrderJob],
+    durability: RedisDurability,
+) -> redis::RedisResult<(Option<i64>, bool)> {
     let mut script = COMMIT.prepare_invoke();
     script
         .key(&keys.stock)
@@ -71,10 +87,11 @@ pub async fn commit<C: ConnectionLike + Send>(
             .arg(job.order_id.to_string())
             .arg(job.to_payload());
     }
-    let (status, left): (String, i64) = script.invoke_async(conn).await?;
+    let ((status, left), confirmed): ((String, i64), bool) =
+        replicas::run_and_confirm(conn, &COMMIT, &script, durability).await?;
     match status.as_str() {
-        "committed" => Ok(Some(left)),
-        "lock_lost" => Ok(None),
+        "committed" => Ok((Some(left), confirmed)),
+        "lock_lost" => Ok((None, confirmed)),
         other => Err(payment::unexpected_answer("purchase_commit.lua", other)),
     }
 }
@@ -134,9 +151,9 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     let inside = locked_section(shop, &mut conn, &keys, sale_id, users, read, &guard).await;
     let Inside {
         mut outcomes,
-        noted,
         released,
         sold_out,
+        confirmed,
     } = match inside {
         Ok(inside) => inside,
         Err(error) => {
@@ -147,17 +164,14 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
     if !released {
         release(&mut conn, guard).await;
     }
-    // Out of the lock: note the new orders' sale for lookups.
-    if !noted.is_empty() {
-        shop.note_pending(&mut conn, &noted).await;
-    }
     // With `--redis-durability replica`, nobody is answered before a
     // replica holds what this pass read and wrote (one `WAIT` for the
-    // whole pass, on the connection that took the lock and committed).
-    // The race it closes: the primary dies after the commit, before
-    // replicating it; the promoted replica sells the same units again, and
-    // the buyers told `202` (or "sold out") here are taken back.
-    if !super::replicated(&mut conn, shop.store.durability()).await {
+    // whole pass, sent with the commit when there was one, on the
+    // connection that took the lock). The race it closes: the primary
+    // dies after the commit, before replicating it; the promoted replica
+    // sells the same units again, and the buyers told `202` (or "sold
+    // out") here are taken back.
+    if !super::replicated(&mut conn, shop.store.durability(), &keys, confirmed).await {
         for outcome in &mut outcomes {
             *outcome = outcome.unconfirmed();
         }
@@ -173,14 +187,16 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
 struct Inside {
     /// One per buyer, in order.
     outcomes: Vec<Outcome>,
-    /// Orders taken whose sale still has to be noted for lookups.
-    noted: Vec<OrderJob>,
     /// Whether the lock is no longer ours to release (the commit released
     /// it, or it was lost).
     released: bool,
     /// Whether the sale is sold out once what this pass read and wrote
     /// holds: the instance's flag is set only then (in `pass`).
     sold_out: bool,
+    /// Whether a replica holds what the pass wrote, when the commit's own
+    /// `WAIT` (or a lost answer) said; `None`: the pass wrote nothing, and
+    /// `pass` asks.
+    confirmed: Option<bool>,
 }
 
 /// Steps 1 to 5 for a batch, run while holding the lock; `read` is what the
@@ -212,9 +228,9 @@ async fn locked_section<C: ConnectionLike + Send>(
     if jobs.is_empty() {
         return Ok(Inside {
             outcomes,
-            noted: Vec::new(),
             released: false,
             sold_out: sold_out_before,
+            confirmed: None,
         });
     }
 
@@ -222,14 +238,15 @@ async fn locked_section<C: ConnectionLike + Send>(
     shop.hold_pause().await;
     // Steps 3 to 5 in one fenced script, which releases the lock too:
     // written only if we still hold the lock.
-    match commit(conn, keys, guard, &jobs).await {
-        Ok(Some(left)) => Ok(Inside {
+    let durability = shop.store.durability();
+    match commit_and_confirm(conn, keys, guard, &jobs, durability).await {
+        Ok((Some(left), confirmed)) => Ok(Inside {
             outcomes,
-            noted: jobs,
             released: true,
             sold_out: left <= 0,
+            confirmed: Some(confirmed),
         }),
-        Ok(None) => {
+        Ok((None, confirmed)) => {
             tracing::warn!(
                 fence = guard.fence(),
                 buyers = jobs.len(),
@@ -246,9 +263,9 @@ async fn locked_section<C: ConnectionLike + Send>(
             }
             Ok(Inside {
                 outcomes,
-                noted: Vec::new(),
                 released: true,
                 sold_out: sold_out_before,
+                confirmed: Some(confirmed),
             })
         }
         // The connection broke before the answer came back: the script may
@@ -262,12 +279,27 @@ async fn locked_section<C: ConnectionLike + Send>(
             // takes the unit. Once the lock is not ours, it can only be
             // refused by the fence; so make sure of that first.
             close_the_fence(shop, guard).await;
-            shop.after_a_lost_answer(&jobs, error).await?;
+            // The commit's `WAIT`, if any, was lost with it: a taken
+            // order is final only under `local`, and one that could not be
+            // looked up is in doubt. Both are told `503` with their order
+            // ids (`confirmed: Some(false)`), never an error without them.
+            let confirmed = match shop.after_a_lost_answer(&jobs).await {
+                Looked::Taken => durability == RedisDurability::Local,
+                Looked::Unknown => false,
+                Looked::NotTaken => {
+                    return Err(error).with_context(|| {
+                        format!(
+                            "committing purchases: the answer was lost, and none of the {} orders was taken",
+                            jobs.len()
+                        )
+                    });
+                }
+            };
             Ok(Inside {
                 outcomes,
-                noted: Vec::new(),
                 released: true,
                 sold_out: false,
+                confirmed: Some(confirmed),
             })
         }
         Err(error) => Err(error).context("committing purchases"),

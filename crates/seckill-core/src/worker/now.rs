@@ -21,13 +21,30 @@ impl Now {
         }
     }
 
-    /// Whether it is due (and, if so, note that it is being done).
+    /// Whether it is due. It stays due until [`Now::done`]: a pass that
+    /// failed half-way is due again on the next ask, not `every` later.
     pub(super) fn due(&self) -> bool {
-        let mut last = self.last.lock().expect("a worker's clock poisoned");
-        let due = last.is_none_or(|at| at.elapsed() >= self.every);
-        if due {
-            *last = Some(Instant::now());
-        }
-        due
+        let last = self.last.lock().expect("a worker's clock poisoned");
+        last.is_none_or(|at| at.elapsed() >= self.every)
+    }
+
+    /// Note that it was done, from `started` (when the caller asked).
+    pub(super) fn done(&self, started: Instant) {
+        *self.last.lock().expect("a worker's clock poisoned") = Some(started);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_due_stays_due_until_it_is_done() {
+        let now = Now::every(Duration::from_secs(600));
+        assert!(now.due());
+        // A pass that failed half-way did not do it: due again.
+        assert!(now.due());
+        now.done(Instant::now());
+        assert!(!now.due());
     }
 }

@@ -171,8 +171,10 @@ impl Worker {
     pub(crate) async fn pass(&self) -> anyhow::Result<(BatchReport, Vec<i64>)> {
         let mut total = BatchReport::default();
         let mut busy = Vec::new();
+        let started = std::time::Instant::now();
         if self.sweep.due() {
             total.swept = self.sweep().await?;
+            self.sweep.done(started);
         }
         // A sale that ended has work only until its last deadline (one
         // payment window after its end) and whatever an outage delayed:
@@ -182,25 +184,53 @@ impl Worker {
         // bench's `ended` rows). A full pass, on a worker's first and every
         // ten minutes, visits every sale, so nothing left on an old sale's
         // queue is stranded.
-        let sales = if self.full_pass.due() {
+        let full = self.full_pass.due();
+        let sales = if full {
             self.store.sale_ids().await?
         } else {
             self.store
                 .sales_in_play(self.settings.payment_window() + IN_PLAY_AFTER_WINDOW)
                 .await?
         };
+        // One sale's failure (its shard down, its replica not confirming)
+        // stops neither the other sales of this pass nor the next full
+        // pass: the others are visited, and a full pass counts as done
+        // only when every sale was. The first failure is the pass's; the
+        // others are logged.
+        let mut failed: Option<anyhow::Error> = None;
         for sale_id in sales {
-            let orders = self.try_process_batch(sale_id).await?;
-            let deadlines = self.try_process_deadlines(sale_id).await?;
-            if orders.reserved + deadlines.reserved > 0 {
-                busy.push(sale_id);
+            let visited = async {
+                let orders = self.try_process_batch(sale_id).await?;
+                let deadlines = self.try_process_deadlines(sale_id).await?;
+                anyhow::Ok((orders, deadlines))
+            };
+            match visited.await {
+                Ok((orders, deadlines)) => {
+                    if orders.reserved + deadlines.reserved > 0 {
+                        busy.push(sale_id);
+                    }
+                    total.add(orders);
+                    total.add(deadlines);
+                }
+                Err(error) if failed.is_some() => {
+                    tracing::warn!(
+                        sale_id,
+                        error = format!("{error:#}"),
+                        "a sale's batch failed"
+                    );
+                }
+                Err(error) => failed = Some(error.context(format!("sale {sale_id}"))),
             }
-            total.add(orders);
-            total.add(deadlines);
         }
         // Confirmed and rejected are counted per batch, above: the loop
         // woken by a purchase writes batches without this pass.
         metrics().orders("cancelled", total.cancelled);
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        if full {
+            self.full_pass.done(started);
+        }
         Ok((total, busy))
     }
 }

@@ -85,6 +85,37 @@ impl PrivateRedisCluster {
         self.replicas.iter().for_each(PrivateRedis::resume);
     }
 
+    /// The node (master or replica) at `url`, to stop, freeze or resume
+    /// one shard's servers only.
+    pub fn node(&self, url: &str) -> Option<&PrivateRedis> {
+        self.masters
+            .iter()
+            .chain(&self.replicas)
+            .find(|node| node.url() == url)
+    }
+
+    /// The URLs of the replicas of the master at `master` (a URL of
+    /// [`Self::urls`]), as each replica says (`INFO replication`).
+    pub async fn replicas_of(&self, master: &str) -> Vec<String> {
+        let Some(port) = self.node(master).map(PrivateRedis::port) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for replica in &self.replicas {
+            let url = replica.url();
+            if answer_says(
+                &url,
+                redis::cmd("INFO").arg("replication"),
+                &[&format!("master_port:{port}\r\n")],
+            )
+            .await
+            {
+                found.push(url);
+            }
+        }
+        found
+    }
+
     /// Every master's URL.
     pub fn urls(&self) -> Vec<String> {
         self.masters.iter().map(PrivateRedis::url).collect()

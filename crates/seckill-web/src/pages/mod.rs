@@ -216,7 +216,21 @@ pub(crate) async fn buy(
             order_id.map(|id| id.to_string()),
         ),
     };
-    let left = state.store.stock_left(sale.id).await?;
+    // The units left are a courtesy, read after the purchase was decided:
+    // the answer never depends on it. The race it closes: Redis fails
+    // between the win and this read, and the buyer sees an error page
+    // instead of "You got one!" and the order id (and a retry would say
+    // "You already have one"). Unread, the page shows the sale's total.
+    let left = match state.store.stock_left(sale.id).await {
+        Ok(left) => left,
+        Err(error) => {
+            tracing::warn!(
+                error = format!("{error:#}"),
+                "units left unread after a purchase"
+            );
+            i64::from(sale.stock_total)
+        }
+    };
     let page = BoughtPage {
         sale: SaleView::new(&sale, left),
         won,

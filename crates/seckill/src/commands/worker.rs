@@ -20,7 +20,12 @@ pub(super) async fn run(
 ) -> anyhow::Result<()> {
     let worker = args.worker.settings();
     let pg = store::connect_postgres(&services.database_url).await?;
-    let redis = seckill_core::redis_pool::connect_redis(&services.redis, worker.poll()).await?;
+    let redis = seckill_core::redis_pool::connect_redis_with(
+        &services.redis,
+        worker.poll(),
+        durability.timeouts(),
+    )
+    .await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on(
         seckill_cli::process::stop_requested(),

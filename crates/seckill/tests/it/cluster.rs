@@ -15,8 +15,8 @@ use seckill_devenv::services::PrivateRedisCluster;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{
-    Scratch, cluster, create_sale_at, eventually, loadtest_command, services,
-    start_app_and_a_worker,
+    Options, Scratch, TestApp, cluster, create_sale_at, eventually, loadtest_command, services,
+    spawn_app_on, start_app_and_a_worker,
 };
 use crate::processes::{finish, orders_by_status, read_json, text};
 
@@ -193,7 +193,9 @@ async fn a_stock_change_published_on_one_master_reaches_an_instance_subscribed_o
 
 /// A Redis Cluster with a replica per master (`--cluster-replicas 1`) and
 /// `--redis-durability replica`: a `202` once a replica holds the writes;
-/// with the replicas frozen, `503 unconfirmed` with the order id.
+/// with the sale's shard's replica frozen, and only that one (a `WAIT`
+/// sent to the wrong shard must not pass), `503 unconfirmed` with the
+/// order id.
 #[tokio::test]
 async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
     let _cores = crate::helpers::cores_alone().await;
@@ -206,6 +208,7 @@ async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
         crate::helpers::Options {
             durability: seckill_core::config::RedisDurability::Replica {
                 wait: Duration::from_millis(300),
+                replicas: 1,
             },
             ..Default::default()
         },
@@ -229,9 +232,16 @@ async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
     )
     .await;
 
-    redis.pause_replicas();
+    let master = redis
+        .master_of(&app.keys(sale).stock)
+        .await
+        .expect("the sale's master");
+    let replicas = redis.replicas_of(&master).await;
+    assert_eq!(replicas.len(), 1, "{replicas:?}");
+    let replica = redis.node(&replicas[0]).expect("the replica's node");
+    replica.pause();
     let response = app.purchase(sale, "bob").await;
-    redis.resume_replicas();
+    replica.resume();
     assert_eq!(response.status(), 503);
     let body: serde_json::Value = response.json().await.expect("JSON");
     assert_eq!(body["error"], "unconfirmed", "{body}");
@@ -249,4 +259,337 @@ async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
         },
     )
     .await;
+}
+
+/// The bound within which every request is answered, whatever a shard
+/// does: a purchase that meets a node that does not answer spends a few
+/// response timeouts (500 ms each; `redis_pool/timeouts.rs`) and is told
+/// `503` with `Retry-After`.
+const ANSWERED_WITHIN: Duration = Duration::from_secs(2);
+
+/// What a buyer was told, and when.
+#[derive(Debug)]
+struct Told {
+    status: u16,
+    retry_after: bool,
+    body: serde_json::Value,
+    took: Duration,
+}
+
+/// One purchase, given up on (a test failure) past twice the bound.
+async fn buy(app: &TestApp, sale: i64, buyer: &str) -> Told {
+    buy_within(app, sale, buyer, ANSWERED_WITHIN * 2).await
+}
+
+/// One purchase, given up on (a test failure) past `limit`.
+async fn buy_within(app: &TestApp, sale: i64, buyer: &str, limit: Duration) -> Told {
+    let started = std::time::Instant::now();
+    let response = tokio::time::timeout(limit, app.purchase(sale, buyer))
+        .await
+        .unwrap_or_else(|_| panic!("{buyer} got no answer from sale {sale} in {limit:?}"));
+    let took = started.elapsed();
+    let (status, retry_after) = (
+        response.status().as_u16(),
+        response.headers().contains_key("retry-after"),
+    );
+    let body = response.json().await.unwrap_or_default();
+    Told {
+        status,
+        retry_after,
+        body,
+        took,
+    }
+}
+
+/// Sales created on `app` until one lives on each master of `redis`:
+/// master URL to sale.
+async fn a_sale_per_master(redis: &PrivateRedisCluster, app: &TestApp) -> BTreeMap<String, i64> {
+    let mut by_master = BTreeMap::new();
+    for _ in 0..64 {
+        let sale = app.create_sale(100).await;
+        let master = redis
+            .master_of(&app.keys(sale).stock)
+            .await
+            .expect("the sale's master");
+        by_master.entry(master).or_insert(sale);
+        if by_master.len() == redis.urls().len() {
+            return by_master;
+        }
+    }
+    panic!("64 sales and still a master without one: {by_master:?}");
+}
+
+/// The first row of the table: one shard's primary stopped
+/// (SIGSTOP). The buyers of a sale on another shard are sold to as ever;
+/// the buyer of the stopped shard's sale is told `503` with `Retry-After`;
+/// nobody waits past the bound. (Before the cluster connections had a
+/// response timeout, both waited for as long as the node was stopped.)
+#[tokio::test]
+async fn a_stalled_shard_stops_only_its_own_sales_and_every_buyer_is_answered_in_time() {
+    let (redis, scratch) = three_masters().await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sales = a_sale_per_master(&redis, &app).await;
+    // Every sale sells before the stall (the connections are made).
+    for sale in sales.values() {
+        assert_eq!(buy(&app, *sale, "early").await.status, 202);
+    }
+    let (stalled_master, stalled_sale) = sales.iter().next().expect("a sale");
+    let stalled = redis.node(stalled_master).expect("the master's node");
+
+    stalled.pause();
+    let healthy = sales
+        .values()
+        .filter(|sale| *sale != stalled_sale)
+        .flat_map(|sale| (0..6).map(move |n| (*sale, format!("buyer-{n}"))));
+    let app = &app;
+    let buying = healthy
+        .clone()
+        .map(|(sale, buyer)| async move { buy(app, sale, &buyer).await });
+    let (told, stopped) = tokio::join!(
+        futures::future::join_all(buying),
+        buy(app, *stalled_sale, "stalled-buyer"),
+    );
+    stalled.resume();
+
+    for ((sale, buyer), told) in healthy.zip(&told) {
+        assert_eq!(told.status, 202, "{buyer} of sale {sale}: {told:?}");
+        assert!(
+            told.took < ANSWERED_WITHIN,
+            "{buyer} of sale {sale}: {told:?}"
+        );
+    }
+    assert_eq!(stopped.status, 503, "{stopped:?}");
+    assert_eq!(stopped.body["error"], "unavailable", "{stopped:?}");
+    assert!(stopped.retry_after, "{stopped:?}");
+    assert!(stopped.took < ANSWERED_WITHIN, "{stopped:?}");
+}
+
+/// A cluster of three shards, each a primary and one replica, and an app
+/// whose `202` waits for the sale's replica (300 ms at most).
+async fn three_shards_with_replicas(
+    strategy: seckill_core::config::Strategy,
+) -> (PrivateRedisCluster, TestApp) {
+    let redis = PrivateRedisCluster::start_with_replicas(3, 1)
+        .await
+        .expect("a private cluster of 3 masters and 3 replicas");
+    let scratch = Scratch::on(&services().await.database_url, &redis.at()).await;
+    let mut options = Options {
+        durability: seckill_core::config::RedisDurability::Replica {
+            wait: Duration::from_millis(300),
+            replicas: 1,
+        },
+        ..Options::default()
+    };
+    options.purchase.strategy = strategy;
+    (redis, spawn_app_on(scratch, options).await)
+}
+
+/// A `202` for a new buyer of `sale`, once its replica is in step (a
+/// cluster just started may still be in its first sync).
+async fn sells(app: &TestApp, sale: i64) {
+    let mut n = 0;
+    eventually(Duration::from_secs(10), "a 202 once in step", || {
+        n += 1;
+        let buyer = format!("early-{n}");
+        async move { app.purchase(sale, &buyer).await.status() == 202 }
+    })
+    .await;
+}
+
+/// A sale touches only its own shard, its `WAIT` included. With one
+/// shard's replica stopped, that shard's buyers are told `503 unconfirmed`
+/// and another shard's are sold to; with a third shard's primary stopped,
+/// the same. (Before, the `WAIT` went to every primary and took the
+/// smallest count, and each order's lookup entry went to any shard: one
+/// shard's trouble refused every sale's buyers.)
+#[tokio::test]
+async fn a_shard_without_a_live_replica_or_with_a_stalled_primary_stops_only_its_own_sales() {
+    let _cores = crate::helpers::cores_alone().await;
+    let (redis, app) = three_shards_with_replicas(seckill_core::config::Strategy::Lock).await;
+    let sales = a_sale_per_master(&redis, &app).await;
+    for sale in sales.values() {
+        sells(&app, *sale).await;
+    }
+    let shards: Vec<(&String, i64)> = sales.iter().map(|(master, sale)| (master, *sale)).collect();
+    let [(replicaless, sale_a), (_, sale_b), (stalled, sale_c)] = shards[..] else {
+        panic!("three shards: {shards:?}");
+    };
+
+    let replicas = redis.replicas_of(replicaless).await;
+    assert!(!replicas.is_empty(), "{replicaless} has no replica");
+    let nodes: Vec<_> = replicas
+        .iter()
+        .map(|url| redis.node(url).expect("a replica's node"))
+        .collect();
+    nodes.iter().for_each(|node| node.pause());
+    let (on_a, on_b) = tokio::join!(buy(&app, sale_a, "ann"), buy(&app, sale_b, "bob"));
+    nodes.iter().for_each(|node| node.resume());
+    assert_eq!(on_a.status, 503, "{on_a:?}");
+    assert_eq!(on_a.body["error"], "unconfirmed", "{on_a:?}");
+    assert!(on_a.body["order_id"].is_string(), "{on_a:?}");
+    assert_eq!(on_b.status, 202, "the other shard's buyer: {on_b:?}");
+
+    let primary = redis.node(stalled).expect("the stalled primary's node");
+    primary.pause();
+    let (on_b, on_c) = tokio::join!(buy(&app, sale_b, "cy"), buy(&app, sale_c, "dee"));
+    primary.resume();
+    assert_eq!(on_b.status, 202, "the healthy shard's buyer: {on_b:?}");
+    assert!(on_b.took < ANSWERED_WITHIN, "{on_b:?}");
+    assert_eq!(on_c.status, 503, "the stalled shard's buyer: {on_c:?}");
+    assert!(on_c.retry_after, "{on_c:?}");
+}
+
+/// How long a buyer may wait while the sale's primary drops every
+/// connection: a commit in doubt makes sure a late one cannot land (up to
+/// the lock's TTL, 2 s) and looks for its order (up to 3 s), and the
+/// buyers queued behind it on the instance wait for it.
+const IN_DOUBT_WITHIN: Duration = Duration::from_secs(15);
+
+/// The second row of the table: the sale's replica stopped while
+/// its primary drops every client connection every few milliseconds
+/// (`CLIENT KILL TYPE normal`), under `replica`, with `strategy`. Nothing
+/// can be confirmed, so nobody is told `202`; nobody is told `500`; and
+/// every order that reaches PostgreSQL was told to its buyer, `202` or
+/// `503` with its id. (Before, the cluster client re-sent what a dropped
+/// connection lost: a `WAIT` on a fresh connection answered at once with
+/// the stopped replica, a `202` with nothing behind it; a commit ran twice
+/// and its buyer heard `lock_lost`, or `409`, for an order that was taken.)
+async fn a_dropped_connection_is_in_doubt_never_a_second_try(
+    strategy: seckill_core::config::Strategy,
+) {
+    let _cores = crate::helpers::cores_alone().await;
+    let (redis, app) = three_shards_with_replicas(strategy).await;
+    let sale = app.create_sale(1_000).await;
+    sells(&app, sale).await;
+    let master = redis
+        .master_of(&app.keys(sale).stock)
+        .await
+        .expect("the sale's master");
+    let replicas = redis.replicas_of(&master).await;
+    let replicas: Vec<_> = replicas
+        .iter()
+        .map(|url| redis.node(url).expect("a replica's node"))
+        .collect();
+
+    replicas.iter().for_each(|replica| replica.pause());
+    let killing = CancellationToken::new();
+    let killer = tokio::spawn({
+        let (killing, master) = (killing.clone(), master.clone());
+        async move {
+            let client = redis::Client::open(master.as_str()).expect("a node URL");
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("the primary answers");
+            let mut kills = 0u32;
+            while !killing.is_cancelled() {
+                // Every connection but this one (SKIPME is the default).
+                let killed: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg("normal")
+                    .query_async(&mut conn)
+                    .await;
+                kills += u32::from(killed.is_ok_and(|n| n > 0));
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            kills
+        }
+    });
+    // Eighty buyers at once: many scripts in flight when a connection
+    // drops (`lua`), a pass's commit among them (`lock`).
+    let app = &app;
+    let told = futures::future::join_all((0..80).map(|n| async move {
+        let buyer = format!("buyer-{n}");
+        let told = buy_within(app, sale, &buyer, IN_DOUBT_WITHIN).await;
+        (buyer, told)
+    }))
+    .await;
+    killing.cancel();
+    let kills = killer.await.expect("the killer stops");
+    replicas.iter().for_each(|replica| replica.resume());
+    assert!(kills > 0, "no connection was dropped");
+
+    let mut statuses = BTreeMap::<u16, u32>::new();
+    let mut told_ids = BTreeSet::new();
+    for (buyer, told) in &told {
+        *statuses.entry(told.status).or_default() += 1;
+        assert_ne!(
+            told.status, 202,
+            "{buyer} told 202 with no replica: {told:?}"
+        );
+        assert_ne!(told.status, 500, "{buyer}: {told:?}");
+        if let Some(id) = told.body["order_id"].as_str() {
+            told_ids.insert(id.to_owned());
+        }
+    }
+    let slowest = told.iter().map(|(_, told)| told.took).max();
+    eprintln!("{strategy:?}: {statuses:?}, {kills} kills, slowest answer {slowest:?}");
+
+    // Once the replica is back, the worker confirms what was taken.
+    // (A pass may be given back while the replica catches up.)
+    eventually(Duration::from_secs(20), "the queue drained", || async {
+        let _ = app.worker.run_once().await;
+        let stats = app.queue_stats(sale).await;
+        stats.waiting == 0 && stats.in_flight == 0
+    })
+    .await;
+    let orders = crate::helpers::orders(&app.pg, sale).await;
+    for (order_id, buyer, status) in &orders {
+        if buyer.starts_with("early-") {
+            continue;
+        }
+        assert!(
+            told_ids.contains(&order_id.to_string()),
+            "{buyer}'s order {order_id} ({status}) was never told to its buyer"
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_lock_a_dropped_connection_is_in_doubt_never_a_second_try() {
+    a_dropped_connection_is_in_doubt_never_a_second_try(seckill_core::config::Strategy::Lock).await;
+}
+
+#[tokio::test]
+async fn with_lua_a_dropped_connection_is_in_doubt_never_a_second_try() {
+    a_dropped_connection_is_in_doubt_never_a_second_try(seckill_core::config::Strategy::Lua).await;
+}
+
+/// `--redis-wait-replicas 2` on shards with two replicas each: one of the
+/// sale's replicas stopped is enough to refuse a `202` (`503 unconfirmed`
+/// with the order id); with both in step, a `202`. (Before, `WAIT 1` was
+/// sent whatever the setting, and one replica sufficed.)
+#[tokio::test]
+async fn a_202_waits_for_as_many_replicas_as_it_is_told() {
+    let _cores = crate::helpers::cores_alone().await;
+    let redis = PrivateRedisCluster::start_with_replicas(3, 2)
+        .await
+        .expect("a private cluster of 3 masters with 2 replicas each");
+    let scratch = Scratch::on(&services().await.database_url, &redis.at()).await;
+    let options = Options {
+        durability: seckill_core::config::RedisDurability::Replica {
+            wait: Duration::from_millis(300),
+            replicas: 2,
+        },
+        ..Options::default()
+    };
+    let app = spawn_app_on(scratch, options).await;
+    let sale = app.create_sale(50).await;
+    sells(&app, sale).await;
+
+    let master = redis
+        .master_of(&app.keys(sale).stock)
+        .await
+        .expect("the sale's master");
+    let replicas = redis.replicas_of(&master).await;
+    assert_eq!(replicas.len(), 2, "{replicas:?}");
+    let one = redis.node(&replicas[0]).expect("a replica's node");
+    one.pause();
+    let told = buy(&app, sale, "ann").await;
+    one.resume();
+    assert_eq!(told.status, 503, "{told:?}");
+    assert_eq!(told.body["error"], "unconfirmed", "{told:?}");
+    assert!(told.body["order_id"].is_string(), "{told:?}");
+    sells(&app, sale).await;
 }

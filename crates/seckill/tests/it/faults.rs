@@ -404,3 +404,40 @@ async fn a_load_still_on_its_way_after_a_commit_writes_nothing() {
         "ann bought twice"
     );
 }
+
+/// The form's purchase was won, and Redis failed on the read of the units
+/// left that the page shows after it (its answer lost). The buyer still
+/// sees "You got one!" and the order id: a won purchase's answer never
+/// depends on a read after it. (Before, the error replaced the page.)
+#[tokio::test]
+async fn a_won_form_purchase_is_shown_though_the_read_after_it_fails() {
+    let scratch = Scratch::new().await;
+    let (upstream, _) = commit_on_its_way(&scratch);
+    // The `lua` purchase is one `EVALSHA`; the page's read is a plain
+    // `GET` of the stock key: lose the first such request's answer.
+    // The sale is the scratch database's first: id 1.
+    let stock = seckill_core::keys::SaleKeys::new(&scratch.prefix, 1).stock;
+    let needle = format!("$3\r\nGET\r\n${}\r\n{stock}", stock.len());
+    let proxy = LoseOneAnswer::start(upstream, vec![needle.into_bytes()]).await;
+    let mut options = Options {
+        app_redis: Some(RedisAt::Server(proxy.url.clone())),
+        ..Options::default()
+    };
+    options.purchase.strategy = seckill_core::config::Strategy::Lua;
+    let app = spawn_app_on(scratch, options).await;
+    let sale = app.create_sale(5).await;
+    assert_eq!(sale, 1, "the needle names sale 1's stock");
+
+    let page = app
+        .client
+        .post(app.url(&format!("/sales/{sale}/buy")))
+        .form(&[("user_id", "ann")])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(proxy.answers_lost(), 1, "the read's answer was not lost");
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.expect("a page");
+    assert!(html.contains("You got one!"), "{html}");
+    assert_eq!(app.redis_buyers(sale).await, ["ann"]);
+}

@@ -1,5 +1,5 @@
 //! The Redis pool's check of the connections it hands out
-//! (`src/redis_pool/trusted.rs`): skipped for a connection that answered
+//! (`src/redis_pool/recycle_check.rs`): skipped for a connection that answered
 //! just now, made for one idle longer and for every one that answered
 //! before a connection to the same server, in any pool, was found closed;
 //! a closed one is never handed out again.

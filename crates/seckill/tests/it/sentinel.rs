@@ -40,6 +40,7 @@ async fn app_on_sentinels_with(options: Options) -> (PrivateRedisSentinel, TestA
 
 const REPLICA: RedisDurability = RedisDurability::Replica {
     wait: Duration::from_millis(300),
+    replicas: 1,
 };
 
 /// A purchase's status and body.

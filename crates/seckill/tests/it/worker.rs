@@ -202,3 +202,30 @@ async fn a_worker_process_killed_mid_batch_and_restarted_confirms_every_order_ex
     assert!(orders.iter().all(|(_, _, status)| status == "confirmed"));
     assert_eq!(app.sold(sale).await as usize, ORDERS);
 }
+
+/// One sale the worker cannot serve (its queue's key holds a string, so
+/// every reserve is refused `WRONGTYPE`) stops neither the other sales of
+/// the pass nor the report of its failure: a later sale's order is
+/// confirmed in the same pass. (Before, the first sale's error ended the
+/// pass; under `replica` one sale's unconfirmed wait held back every other
+/// sale's orders until the next pass.)
+#[tokio::test]
+async fn one_sale_that_fails_does_not_stop_the_other_sales_of_a_pass() {
+    let app = spawn_app().await;
+    let broken = app.create_sale(5).await;
+    let sale = app.create_sale(5).await;
+    assert!(broken < sale, "the pass visits sales in id order");
+    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
+    let () = redis::cmd("SET")
+        .arg(&app.keys(broken).queue.due)
+        .arg("not a queue")
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("SET");
+
+    let pass = app.worker.run_once().await;
+    assert!(pass.is_err(), "the broken sale's failure is reported");
+    let orders = app.orders(sale).await;
+    assert_eq!(orders.len(), 1, "{orders:?}");
+    assert_eq!(orders[0].2, "confirmed", "{orders:?}");
+}
