@@ -67,10 +67,15 @@ pub struct Standing {
     pub now_ms: i64,
     /// The number of the first buyer in line; `None` when nobody waits.
     pub head: Option<u64>,
-    /// How many buyers the lottery drew (numbers 1 to it); 0 before a
-    /// draw, and in a `fifo` room.
+    /// How many buyers the lottery drew (those who joined before the
+    /// open, their numbers below [`LOTTERY_LATE`]); 0 in a `fifo` room.
     pub drawn: u64,
 }
+
+/// A lottery's places: those drawn at a join before the open are below
+/// this (`lua/room_visit.lua`), a later joiner's is this plus their
+/// arrival number.
+pub const LOTTERY_LATE: u64 = 1 << 44;
 
 impl Standing {
     /// Seconds until this buyer's turn: the time left to the open (ms
@@ -93,16 +98,16 @@ impl Standing {
     /// only when they were in line then, far enough behind its head that
     /// the room cannot have reached them since (at most a second's
     /// admissions at once, then `admit_per_sec`); `None` when Redis must
-    /// be asked. Numbers in a line have no gaps (buyers leave it only at
-    /// its head), so the buyers ahead are `number - head`. A lottery's
-    /// drawn numbers (1 to `drawn`) are not judged: a ticket signed before
-    /// the draw carries the arrival number, not the drawn one.
+    /// be asked. Numbers by arrival have no gaps (buyers leave the line
+    /// only at its head), so the buyers ahead are `number - head`. A
+    /// lottery's drawn numbers (below [`LOTTERY_LATE`]) have gaps, so
+    /// nobody is judged while a drawn buyer is still at the head.
     ///
     /// What is answered so is as old as the look: a room that closed, or
     /// a head that moved on by abandoned buyers, is seen at the next look.
     pub fn of_number(&self, number: u64, room: &RoomSettings, age: Duration) -> Option<Standing> {
         let head = self.head?;
-        if number == 0 || (room.mode == RoomMode::Lottery && number <= self.drawn) {
+        if number == 0 || (room.mode == RoomMode::Lottery && head <= LOTTERY_LATE) {
             return None;
         }
         let reach = (f64::from(room.admit_per_sec) * (1.0 + age.as_secs_f64())).ceil() as u64 + 1;
@@ -189,17 +194,19 @@ async fn run_visit(
         admitted,
         first,
         now_ms,
-        drawn,
+        told,
         head,
-        drawn_ever,
+        drawn,
     ] = reply;
-    if drawn > 0 {
-        // Logged, so that a draw can be told and checked: the same seed
-        // and the same line give the same order (`lua/room_visit.lua`).
+    if told > 0 {
+        // Logged once, at the open, so that the draw can be checked: each
+        // drawn place is 1 + the first 40 bits of SHA1("{seed}:{buyer}")
+        // (`lua/room_visit.lua`). Not before: a seed known before the open
+        // would let a bot pick ids that draw well.
         tracing::info!(
             sale_id = sale.id,
             seed,
-            drawn,
+            drawn = told,
             "waiting room: lottery drawn"
         );
     }
@@ -222,7 +229,7 @@ async fn run_visit(
             .then(|| admitted as f64 / elapsed_secs),
         now_ms,
         head: (head > 0).then(|| count(head)),
-        drawn: count(drawn_ever),
+        drawn: count(drawn),
     })
 }
 
@@ -403,22 +410,27 @@ mod tests {
     }
 
     #[test]
-    fn a_lotterys_drawn_numbers_are_asked_about_in_redis() {
+    fn a_lotterys_buyers_are_asked_about_in_redis_while_a_drawn_one_leads() {
         let lottery = room(RoomMode::Lottery);
+        let drawn_head = look(Some(12_345), 30);
         assert_eq!(
-            look(Some(1), 30).of_number(30, &lottery, Duration::ZERO),
+            drawn_head.of_number(999_999, &lottery, Duration::ZERO),
             None
         );
-        assert!(
-            look(Some(1), 30)
-                .of_number(31, &lottery, Duration::ZERO)
-                .is_some()
+        assert_eq!(
+            drawn_head.of_number(LOTTERY_LATE + 40, &lottery, Duration::ZERO),
+            None
         );
-        // Before the draw, arrival numbers are the line's.
-        assert!(
-            look(Some(1), 0)
-                .of_number(30, &lottery, Duration::ZERO)
-                .is_some()
+        // Once the drawn are through, later joiners queue by arrival.
+        let late_head = look(Some(LOTTERY_LATE + 1), 30);
+        assert_eq!(
+            late_head
+                .of_number(LOTTERY_LATE + 40, &lottery, Duration::ZERO)
+                .map(|s| s.place),
+            Some(Place::Waiting {
+                number: LOTTERY_LATE + 40,
+                ahead: 39
+            })
         );
     }
 }

@@ -41,7 +41,7 @@ pub(crate) struct StandingView {
     /// Place in line (1-based) while waiting; `null` otherwise.
     pub(crate) position: Option<u64>,
     /// The buyer's number in the line: the order the room serves in, set
-    /// when they joined (redrawn once by a lottery at the open).
+    /// when they joined (in a lottery, drawn at a join before the open).
     pub(crate) number: Option<u64>,
     /// Buyers before this one in line.
     pub(crate) ahead: u64,

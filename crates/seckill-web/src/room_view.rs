@@ -6,8 +6,9 @@
 //! visit for nobody, `room::look`) at most every [`FRESH_FOR`], and
 //! answers from that look a buyer who was in line then and so far behind
 //! that the room cannot have reached them since (`Standing::of_number`).
-//! Whoever is near their turn, admitted, or not judged (a lottery's drawn
-//! numbers) is asked about in Redis, as before.
+//! Whoever is near their turn, admitted, or not judged (in a lottery
+//! whose drawn buyers still lead the line) is asked about in Redis, as
+//! before.
 //!
 //! The races this keeps closed. A buyer answered from the look never
 //! asked Redis, so Redis would take them for gone (abandoned) at their
