@@ -195,6 +195,13 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
         eprintln!("bench: a waiting room {} buyers join", args.room_buyers);
         rows.extend(waiting_room::crowded_room(args, services, &store, &token).await?);
     }
+    if wanted(BenchRows::RoomScripts) {
+        eprintln!(
+            "bench: a lottery room of {} buyers: Redis' slowest command",
+            args.room_buyers
+        );
+        rows.push(waiting_room::slowest_command(args, &store).await?);
+    }
     if wanted(BenchRows::Index) {
         eprintln!("bench: the storefront index (wrk)");
         rows.extend(wrk::index(args, services, &store, &token).await?);
