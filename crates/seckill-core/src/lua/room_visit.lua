@@ -20,7 +20,10 @@
 -- ARGV[9]  the lottery's seed (a positive integer below 2^31)
 -- ARGV[10] the abandon time, in ms: a buyer in line who has not visited
 --          for longer has left the line
--- ARGV[11..] more buyers seen: those an instance answered from its own
+-- ARGV[11] the room's grace, in ms: every key of the room expires this
+--          long after the sale ends (ARGV[7]; never, for a sale without an
+--          end)
+-- ARGV[12..] more buyers seen: those an instance answered from its own
 --          view of the room since its last visit (`web/room_view.rs`);
 --          each still in line is noted as seen now, as ARGV[1] is
 --
@@ -87,6 +90,7 @@ local opens = tonumber(ARGV[6])
 local ends = tonumber(ARGV[7])
 local lottery = ARGV[8] == '1'
 local abandon = tonumber(ARGV[10])
+local grace = tonumber(ARGV[11])
 local DROPS_PER_VISIT = 200
 local ADMITS_PER_VISIT = 1000
 local EXPIRES_PER_VISIT = 1000
@@ -122,7 +126,7 @@ end
 if redis.call('ZSCORE', line, buyer) then
   redis.call('HSET', seen, buyer, now)
 end
-for i = 11, #ARGV do
+for i = 12, #ARGV do
   if redis.call('ZSCORE', line, ARGV[i]) then
     redis.call('HSET', seen, ARGV[i], now)
   end
@@ -189,6 +193,22 @@ if not closed and now >= opens then
     base = now
   end
   redis.call('HSET', state, 'base', tostring(base))
+end
+
+-- Rooms end: each key of the room expires `grace` after the sale's end,
+-- set once per key (again only if the end moved), so that a room costs
+-- nothing once its buyers can no longer use it. Checked after the writes
+-- above, which may have made a key.
+if ends > 0 then
+  local at = ends + grace
+  for _, key in ipairs({line, admitted, bought, state, seen}) do
+    local ttl = redis.call('PTTL', key)
+    if ttl == -1 or math.abs(now + ttl - at) > 1000 then
+      if ttl ~= -2 then
+        redis.call('PEXPIREAT', key, at)
+      end
+    end
+  end
 end
 
 local waiting = redis.call('ZCARD', line)

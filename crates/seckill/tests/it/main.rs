@@ -60,6 +60,7 @@ mod queue_dead;
 mod queue_dequeue;
 mod refusals;
 mod room;
+mod room_ends;
 mod room_figures;
 mod room_page;
 mod room_view;
