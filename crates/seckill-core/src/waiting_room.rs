@@ -78,6 +78,9 @@ pub struct Standing {
     /// How many buyers the lottery drew (those who joined before the
     /// open, their numbers below [`LOTTERY_LATE`]); 0 in a `fifo` room.
     pub drawn: u64,
+    /// This visit's join was refused: the line holds the room's
+    /// `max_line` buyers.
+    pub line_full: bool,
 }
 
 /// A lottery's places: those drawn at a join before the open are below
@@ -189,8 +192,9 @@ async fn run_visit(
         .arg(seed)
         .arg(u64::try_from(store.room_abandon().as_millis()).unwrap_or(u64::MAX))
         .arg(ROOM_GRACE.as_millis() as u64)
+        .arg(room.max_line.unwrap_or(0))
         .arg(seen);
-    let reply: [i64; 11] = script
+    let reply: [i64; 12] = script
         .invoke_async(&mut conn)
         .await
         .context("visiting a waiting room")?;
@@ -206,6 +210,7 @@ async fn run_visit(
         told,
         head,
         drawn,
+        full,
     ] = reply;
     if told > 0 {
         // Logged once, at the open, so that the draw can be checked: each
@@ -239,6 +244,7 @@ async fn run_visit(
         now_ms,
         head: (head > 0).then(|| count(head)),
         drawn: count(drawn),
+        line_full: full == 1,
     })
 }
 
@@ -374,6 +380,7 @@ mod tests {
             now_ms: 1_000,
             head,
             drawn,
+            line_full: false,
         }
     }
 
@@ -383,6 +390,7 @@ mod tests {
             admit_per_sec: 10,
             max_active: 10,
             admission_secs: 60,
+            max_line: None,
         }
     }
 

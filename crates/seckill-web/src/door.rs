@@ -89,14 +89,19 @@ pub(crate) async fn enter(
     user_id: &str,
 ) -> Result<Entered, ApiError> {
     let buyer = UserId::parse(user_id).map_err(ApiError::invalid)?;
-    // The purchase's limits: per client address and per buyer, so that a
-    // few addresses cannot fill a room with made-up buyers.
+    // The join limit per client address (on unless turned off), so that
+    // a few addresses cannot fill a room with made-up buyers; and the
+    // purchase's limits, when set.
+    limits::check_join(state, request).await?;
     limits::check(state, request, Some(&buyer)).await?;
     let sale = find_sale(state, raw_sale_id).await?;
     let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
     let standing = waiting_room::visit(&state.store, &sale, &settings, &buyer, true).await?;
     if standing.closed && standing.place == Place::Outside {
         return Err(ApiError::RoomClosed);
+    }
+    if standing.line_full && standing.place == Place::Outside {
+        return Err(ApiError::LineFull);
     }
     let view = standing_view(state, &sale, &settings, &buyer, &standing, None).await?;
     Ok(Entered {

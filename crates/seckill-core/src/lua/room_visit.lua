@@ -23,7 +23,8 @@
 -- ARGV[11] the room's grace, in ms: every key of the room expires this
 --          long after the sale ends (ARGV[7]; never, for a sale without an
 --          end)
--- ARGV[12..] more buyers seen: those an instance answered from its own
+-- ARGV[12] buyers in line at most (0: no cap): a join beyond it is refused
+-- ARGV[13..] more buyers seen: those an instance answered from its own
 --          view of the room since its last visit (`web/room_view.rs`);
 --          each still in line is noted as seen now, as ARGV[1] is
 --
@@ -58,7 +59,7 @@
 -- never the whole line at once; the next visits drop the rest.
 --
 -- Returns {standing, place-or-expiry, ahead, waiting, closed, admitted,
--- first, now, told, head, drawn}: standing 0 not in the room, 1 waiting
+-- first, now, told, head, drawn, full}: standing 0 not in the room, 1 waiting
 -- (then the buyer's number in the line, the order it is served in, and
 -- how many are ahead), 2 admitted (then when the admission ends), 3
 -- bought; `waiting` the line's length; `closed` 1 when the sale has sold
@@ -66,7 +67,8 @@
 -- number the lottery drew, in the one call that is the first after the
 -- open (0 in every other: the caller logs the seed once); `head` the
 -- number of the first buyer in line (0: nobody waits); `drawn` how many
--- the lottery drew so far (0 in a `fifo` room).
+-- the lottery drew so far (0 in a `fifo` room); `full` 1 when this call's
+-- join was refused because the line holds `max_line` buyers.
 --
 -- Every step is bounded, whatever the line's length: O(log n) sorted-set
 -- commands, at most ADMITS_PER_VISIT admissions, DROPS_PER_VISIT drops
@@ -91,6 +93,7 @@ local ends = tonumber(ARGV[7])
 local lottery = ARGV[8] == '1'
 local abandon = tonumber(ARGV[10])
 local grace = tonumber(ARGV[11])
+local max_line = tonumber(ARGV[12])
 local DROPS_PER_VISIT = 200
 local ADMITS_PER_VISIT = 1000
 local EXPIRES_PER_VISIT = 1000
@@ -103,8 +106,17 @@ local left = tonumber(redis.call('GET', stock) or '1')
 local closed = (ends > 0 and now >= ends) or left <= 0
 
 -- Joining: once per buyer, whatever the tabs and refreshes. A buyer who
--- bought, or is admitted, keeps that standing.
+-- bought, or is admitted, keeps that standing. A full line takes nobody
+-- new (`full`), checked in the same step as the join, so that two joins
+-- at once cannot both take the last place.
+local full = 0
 if join and not closed
+  and not redis.call('ZSCORE', line, buyer)
+  and not redis.call('ZSCORE', admitted, buyer)
+  and redis.call('SISMEMBER', bought, buyer) == 0
+  and max_line > 0 and redis.call('ZCARD', line) >= max_line then
+  full = 1
+elseif join and not closed
   and not redis.call('ZSCORE', line, buyer)
   and not redis.call('ZSCORE', admitted, buyer)
   and redis.call('SISMEMBER', bought, buyer) == 0 then
@@ -126,7 +138,7 @@ end
 if redis.call('ZSCORE', line, buyer) then
   redis.call('HSET', seen, buyer, now)
 end
-for i = 12, #ARGV do
+for i = 13, #ARGV do
   if redis.call('ZSCORE', line, ARGV[i]) then
     redis.call('HSET', seen, ARGV[i], now)
   end
@@ -222,7 +234,7 @@ local drawn = tonumber(redis.call('HGET', state, 'drawn') or '0')
 
 local function answer(standing, value, ahead)
   return {standing, value, ahead, waiting, closed_flag, admitted_total, first, now, told,
-    head, drawn}
+    head, drawn, full}
 end
 
 if redis.call('SISMEMBER', bought, buyer) == 1 then

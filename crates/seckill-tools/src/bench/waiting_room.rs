@@ -149,6 +149,7 @@ async fn waiting_tickets(store: &Store, url: &str) -> anyhow::Result<(i64, Strin
         admit_per_sec: 1,
         max_active: 1,
         admission_secs: 3600,
+        max_line: None,
     };
     let new = NewSale::builder("Bench room", 1_000)
         .lasts(3600)
@@ -205,6 +206,7 @@ pub(super) async fn crowded_room(
             admit_per_sec: BIG_RATE,
             max_active: 1_000_000,
             admission_secs: 3600,
+            max_line: None,
         };
         // Open from the start: the room admits at its pace while the
         // crowd joins, as a real one would (a few thousand of the
@@ -335,6 +337,7 @@ pub(super) async fn slowest_command(args: &BenchArgs, store: &Store) -> anyhow::
         admit_per_sec: 10_000,
         max_active: 1_000_000,
         admission_secs: 3600,
+        max_line: None,
     };
     let new = NewSale::builder("Bench lottery room", 1_000_000)
         .starts_in(3600)

@@ -62,6 +62,7 @@ mod refusals;
 mod room;
 mod room_ends;
 mod room_figures;
+mod room_limits;
 mod room_page;
 mod room_view;
 mod runtimes;

@@ -17,6 +17,7 @@ async fn metrics_count_the_buyers_waiting_admitted_and_bought_in_the_rooms() {
         admit_per_sec: 1_000,
         max_active: 1,
         admission_secs: 60,
+        max_line: None,
     };
     let new = seckill_core::domain::NewSale::builder("Roomed", 5)
         .waiting_room(room)
