@@ -477,24 +477,40 @@ impl SlowLog {
             }),
             _ => false,
         };
-        let slow: Vec<u64> = entries
+        let command = |args: &redis::Value| match args {
+            redis::Value::Array(args) => args
+                .iter()
+                .take(4)
+                .map(|arg| match arg {
+                    redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    _ => String::new(),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => String::new(),
+        };
+        let mut slow: Vec<(u64, String)> = entries
             .iter()
             .filter_map(|entry| match entry {
                 redis::Value::Array(fields) if fields.len() >= 4 && ours(&fields[3]) => {
                     match fields[2] {
-                        redis::Value::Int(micros) => u64::try_from(micros).ok(),
+                        redis::Value::Int(micros) => u64::try_from(micros)
+                            .ok()
+                            .map(|micros| (micros, command(&fields[3]))),
                         _ => None,
                     }
                 }
                 _ => None,
             })
             .collect();
+        slow.sort_unstable_by_key(|entry| std::cmp::Reverse(entry.0));
         tracing::info!(
             logged = slow.len(),
             at_least_micros = SLOW_MICROS,
+            slowest = ?slow.iter().take(5).collect::<Vec<_>>(),
             "this run's commands in Redis' slow log"
         );
-        Ok(slow.into_iter().max())
+        Ok(slow.first().map(|(micros, _)| *micros))
     }
 
     async fn restore(&self, conn: &mut impl redis::aio::ConnectionLike) -> anyhow::Result<()> {
