@@ -42,6 +42,14 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Whether this strategy checks and spends a waiting room's admission
+    /// in its own commit, one atomic step with the take (`lock`'s
+    /// `purchase_commit.lua`, `lua`'s `purchase_lua.lua`). The others
+    /// leave it to the storefront's door: checked before, spent after.
+    pub fn spends_admissions(self) -> bool {
+        matches!(self, Self::Lock | Self::Lua)
+    }
+
     /// Every strategy, in the order the lab runs them.
     pub const ALL: [Strategy; 7] = [
         Strategy::Naive,

@@ -33,6 +33,7 @@ pub fn script() -> &'static Script {
 
 /// One purchase, in one script.
 pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
+    let roomed = buy.roomed;
     let (shop, keys, sale_id, user) = buy.parts();
     let job = OrderJob::new(sale_id, user);
     for _ in 0..2 {
@@ -42,10 +43,14 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
             .key(&keys.queue.due)
             .key(&keys.queue.jobs)
             .key(&keys.holds)
+            .key(&keys.room.admitted)
+            .key(&keys.room.bought)
+            .key(&keys.room.state)
             .arg(user.as_str())
             .arg(job.order_id.to_string())
             .arg(job.to_payload())
             .arg(&keys.events)
+            .arg(u8::from(roomed))
             .invoke_async(conn)
             .await
             .context("running the purchase script")?;

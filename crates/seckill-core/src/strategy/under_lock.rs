@@ -46,13 +46,38 @@ static COMMIT: LazyLock<Script> = queue_script!("lua/purchase_commit.lua");
 /// buyers and queue the orders, only if `guard` still holds the lock; then
 /// release it in the same step, announced to the waiters.
 /// `Ok(Some(units left))` when it wrote, `Ok(None)` when the lock was lost
-/// and nothing was written.
+/// and nothing was written. For a sale without a waiting room; see
+/// [`commit_spending`].
 pub async fn commit<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
     guard: &LockGuard,
     jobs: &[OrderJob],
 ) -> redis::RedisResult<Option<i64>> {
+    let committed = commit_spending(conn, keys, guard, false, jobs).await?;
+    Ok(committed.map(|committed| committed.left))
+}
+
+/// What a commit that wrote did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// Units left after it.
+    pub left: i64,
+    /// The orders (indexes into `jobs`) it refused because their buyer's
+    /// waiting-room admission had bought already: nothing of them written.
+    pub spent: Vec<usize>,
+}
+
+/// [`commit`], and when `roomed` (the sale has a waiting room) each
+/// buyer's admission checked and spent in the same step
+/// (`lua/purchase_commit.lua`): an admission buys once, whatever dies when.
+pub async fn commit_spending<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &SaleKeys,
+    guard: &LockGuard,
+    roomed: bool,
+    jobs: &[OrderJob],
+) -> redis::RedisResult<Option<Committed>> {
     let mut script = COMMIT.prepare_invoke();
     script
         .key(&keys.stock)
@@ -62,18 +87,22 @@ pub async fn commit<C: ConnectionLike + Send>(
         .key(&keys.queue.jobs)
         .key(&keys.fenced)
         .key(&keys.holds)
+        .key(&keys.room.admitted)
+        .key(&keys.room.bought)
+        .key(&keys.room.state)
         .arg(guard.value())
         .arg(&keys.events)
-        .arg(guard.released_channel());
+        .arg(guard.released_channel())
+        .arg(u8::from(roomed));
     for job in jobs {
         script
             .arg(job.user_id.as_str())
             .arg(job.order_id.to_string())
             .arg(job.to_payload());
     }
-    let (status, left): (String, i64) = script.invoke_async(conn).await?;
+    let (status, left, spent): (String, i64, Vec<usize>) = script.invoke_async(conn).await?;
     match status.as_str() {
-        "committed" => Ok(Some(left)),
+        "committed" => Ok(Some(Committed { left, spent })),
         "lock_lost" => Ok(None),
         other => Err(payment::unexpected_answer("purchase_commit.lua", other)),
     }
@@ -85,7 +114,12 @@ pub(crate) use lanes::Lanes;
 
 /// Take the lock, run the five steps for `users`, release. One outcome per
 /// user, in order.
-async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Vec<Outcome>> {
+async fn pass(
+    shop: &Shop,
+    sale_id: i64,
+    roomed: bool,
+    users: &[&UserId],
+) -> anyhow::Result<Vec<Outcome>> {
     let everyone = |outcome| Ok(vec![outcome; users.len()]);
     let keys = SaleKeys::new(shop.store.prefix(), sale_id);
     // The pool's wait timeout bounds how long a pass queues for a
@@ -131,7 +165,7 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
 
     // Inside the lock. Whatever happens here, the lock is released: by the
     // commit, or below.
-    let inside = locked_section(shop, &mut conn, &keys, sale_id, users, read, &guard).await;
+    let inside = locked_section(shop, &mut conn, &keys, sale_id, roomed, users, read, &guard).await;
     let Inside {
         mut outcomes,
         noted,
@@ -185,11 +219,13 @@ struct Inside {
 
 /// Steps 1 to 5 for a batch, run while holding the lock; `read` is what the
 /// attempt that took it read (steps 1 and 2).
+#[allow(clippy::too_many_arguments)]
 async fn locked_section<C: ConnectionLike + Send>(
     shop: &Shop,
     conn: &mut C,
     keys: &SaleKeys,
     sale_id: i64,
+    roomed: bool,
     users: &[&UserId],
     read: Option<SnapshotRead>,
     guard: &LockGuard,
@@ -222,13 +258,16 @@ async fn locked_section<C: ConnectionLike + Send>(
     shop.hold_pause().await;
     // Steps 3 to 5 in one fenced script, which releases the lock too:
     // written only if we still hold the lock.
-    match commit(conn, keys, guard, &jobs).await {
-        Ok(Some(left)) => Ok(Inside {
-            outcomes,
-            noted: jobs,
-            released: true,
-            sold_out: left <= 0,
-        }),
+    match commit_spending(conn, keys, guard, roomed, &jobs).await {
+        Ok(Some(Committed { left, spent })) => {
+            let noted = refuse_spent(&mut outcomes, &on_commit, jobs, &spent);
+            Ok(Inside {
+                outcomes,
+                noted,
+                released: true,
+                sold_out: left <= 0,
+            })
+        }
         Ok(None) => {
             tracing::warn!(
                 fence = guard.fence(),
@@ -272,6 +311,44 @@ async fn locked_section<C: ConnectionLike + Send>(
         }
         Err(error) => Err(error).context("committing purchases"),
     }
+}
+
+/// The commit refused the orders `spent` (their buyers' admissions had
+/// bought already): each such buyer is told so (already purchased: in a
+/// room, a buyer buys once), and the buyers refused as sold out only
+/// because a refused order was counted before them are told to retry
+/// (busy), since its unit is still there. The orders written, returned.
+fn refuse_spent(
+    outcomes: &mut [Outcome],
+    on_commit: &[bool],
+    jobs: Vec<OrderJob>,
+    spent: &[usize],
+) -> Vec<OrderJob> {
+    if spent.is_empty() {
+        return jobs;
+    }
+    let mut written = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.into_iter().enumerate() {
+        if !spent.contains(&index) {
+            written.push(job);
+            continue;
+        }
+        for outcome in outcomes.iter_mut() {
+            if *outcome
+                == (Outcome::Accepted {
+                    order_id: job.order_id,
+                })
+            {
+                *outcome = Outcome::AlreadyPurchased;
+            }
+        }
+    }
+    for (outcome, on_commit) in outcomes.iter_mut().zip(on_commit) {
+        if *on_commit && *outcome == Outcome::SoldOut {
+            *outcome = Outcome::Busy;
+        }
+    }
+    written
 }
 
 /// Make sure `guard` no longer holds the lock: release it if it still

@@ -60,6 +60,7 @@ mod queue_dead;
 mod queue_dequeue;
 mod refusals;
 mod room;
+mod room_door;
 mod room_ends;
 mod room_figures;
 mod room_limits;
