@@ -462,3 +462,60 @@ async fn a_lottery_draws_each_place_at_the_join_so_the_open_passes_over_nobody()
     assert!(number > seckill_core::waiting_room::LOTTERY_LATE, "{late}");
     assert_eq!(after.last().map(|(who, _)| who.as_str()), Some("late"));
 }
+
+#[tokio::test]
+async fn a_visit_drops_at_most_200_gone_buyers_and_a_dropped_one_rejoins_at_the_back() {
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        room_abandon: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await;
+    let sale = sale_with_room(&app, 10, 4, fifo(1_000, 1)).await;
+    let mut redis = app.redis_conn().await;
+    let keys = app.keys(sale);
+    // 250 join before the open and never ask again.
+    for n in 0..250 {
+        joined(&app, sale, &format!("gone-{n}")).await;
+    }
+    let opens = tokio::time::Instant::now() + Duration::from_secs(5);
+    tokio::time::sleep_until(opens).await;
+    // The first visit after the open: the head is gone, and so are the
+    // next 199; that many and no more are dropped in this one visit.
+    let late = joined(&app, sale, "late").await;
+    let abandoned: i64 = redis::cmd("HGET")
+        .arg(&keys.room.state)
+        .arg("abandoned")
+        .query_async(&mut redis)
+        .await
+        .expect("the room's state");
+    assert_eq!(abandoned, 200, "{late}");
+    assert_eq!(line_length(&app, sale).await, 51);
+    // A dropped buyer who asks again joins at the back, behind late.
+    let again = joined(&app, sale, "gone-0").await;
+    assert!(
+        again["number"].as_u64() > late["number"].as_u64(),
+        "{again} {late}"
+    );
+    let waiting = again["waiting"].as_u64().expect("waiting");
+    assert_eq!(again["ahead"].as_u64(), Some(waiting - 1), "{again}");
+}
+
+#[tokio::test]
+async fn a_ticket_of_a_room_redis_lost_answers_position_null() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 10, 60, fifo(1, 1)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    // Redis loses the room (a flush, a failover that lost it).
+    let mut redis = app.redis_conn().await;
+    for key in app.keys(sale).room.all() {
+        let () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut redis)
+            .await
+            .expect("DEL");
+    }
+    let now = standing(&app, sale, &ann).await;
+    assert_eq!(now["position"], Value::Null, "{now}");
+    assert_eq!(now["admitted"], false, "{now}");
+    assert_eq!(now["waiting"], 0, "{now}");
+}
