@@ -83,6 +83,12 @@ impl RoomViews {
         before - rooms.len()
     }
 
+    /// How many rooms this instance keeps a view of (`/metrics`'
+    /// `seckill_sales_in_memory` counts them).
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.rooms).len()
+    }
+
     fn view(&self, sale_id: i64) -> Arc<View> {
         Arc::clone(lock(&self.rooms).entry(sale_id).or_insert_with(|| {
             Arc::new(View {
