@@ -276,8 +276,10 @@ impl WorkerFlags {
 }
 
 /// The rate limits' flags (`seckill_core::config::RateLimitSettings`).
-/// The limits are off unless set: the load test and the demo send
-/// thousands of buyers from one address.
+/// The purchase limits are off unless set: the load test and the demo
+/// send thousands of buyers from one address. The join limit is on unless
+/// turned off (`--room-joins-per-ip 0`): the tools that send a crowd from
+/// one address say so.
 #[derive(Debug, Clone, Args)]
 pub struct LimitFlags {
     /// Purchases and admin logins per second from one client IP, 0 to 100000; 0 turns the limit off.
@@ -287,6 +289,10 @@ pub struct LimitFlags {
     /// Purchases per second by one buyer id, 0 to 100000; 0 turns the limit off.
     #[arg(long, env = "SECKILL_RATE_LIMIT_PER_BUYER", default_value_t = 0, value_parser = clap::value_parser!(u32).range(wide(RateLimitSettings::PER_SECOND)))]
     pub rate_limit_per_buyer: u32,
+
+    /// Waiting-room joins per second from one client IP, 0 to 100000; 0 turns the limit off (the demo, the crowd and the load test do: their buyers share one address).
+    #[arg(long, env = "SECKILL_ROOM_JOINS_PER_IP", default_value_t = RateLimitSettings::default().room_joins_per_ip, value_parser = clap::value_parser!(u32).range(wide(RateLimitSettings::PER_SECOND)))]
+    pub room_joins_per_ip: u32,
 
     /// Requests a client may send at once beyond its steady rate, 0 to 10000.
     #[arg(long, env = "SECKILL_RATE_LIMIT_BURST", default_value_t = RateLimitSettings::default().rate_limit_burst, value_parser = clap::value_parser!(u32).range(wide(RateLimitSettings::BURST)))]
@@ -304,6 +310,7 @@ impl LimitFlags {
             rate_limit_per_ip: self.rate_limit_per_ip,
             rate_limit_per_buyer: self.rate_limit_per_buyer,
             rate_limit_burst: self.rate_limit_burst,
+            room_joins_per_ip: self.room_joins_per_ip,
             trusted_proxies: self.trusted_proxies.clone(),
         }
     }

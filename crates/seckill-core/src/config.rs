@@ -58,6 +58,14 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Whether this strategy checks and spends a waiting room's admission
+    /// in its own commit, one atomic step with the take (`lock`'s
+    /// `purchase_commit.lua`, `lua`'s `purchase_lua.lua`). The others
+    /// leave it to the storefront's door: checked before, spent after.
+    pub fn spends_admissions(self) -> bool {
+        matches!(self, Self::Lock | Self::Lua)
+    }
+
     /// Every strategy, in the order the lab runs them.
     pub const ALL: [Strategy; 7] = [
         Strategy::Naive,
@@ -335,8 +343,10 @@ impl WorkerSettings {
 }
 
 /// Rate limits per client, across every instance (checked in Redis), and
-/// who the client is. The limits are off unless set: the load test and the
-/// demo send thousands of buyers from one address.
+/// who the client is. The purchase limits are off unless set: the load
+/// test and the demo send thousands of buyers from one address. The join
+/// limit is on unless turned off: without it one client could fill a
+/// waiting room with made-up buyer ids (see docs/storefront.md).
 #[derive(Debug, Clone)]
 pub struct RateLimitSettings {
     /// Purchases and admin logins per second from one client IP, 0 to 100000; 0 turns the limit off.
@@ -348,9 +358,17 @@ pub struct RateLimitSettings {
     /// Requests a client may send at once beyond its steady rate, 0 to 10000.
     pub rate_limit_burst: u32,
 
+    /// Waiting-room joins per second from one client IP, 0 to 100000; 0 turns the limit off.
+    pub room_joins_per_ip: u32,
+
     /// Proxies whose X-Forwarded-For header is believed, as comma-separated IP addresses and CIDR ranges, e.g. 127.0.0.1,10.0.0.0/8; the client IP of the per-IP limit and the admin lock-out is then the right-most address in that header that is not one of them [default: none, the TCP peer is the client]
     pub trusted_proxies: TrustedProxies,
 }
+
+/// Waiting-room joins per second from one client address, by default: a
+/// household or an office joins a few buyers, not hundreds (with the
+/// burst, 10 at once, then 2 a second).
+pub const DEFAULT_ROOM_JOINS_PER_IP: u32 = 2;
 
 impl Default for RateLimitSettings {
     fn default() -> Self {
@@ -358,6 +376,7 @@ impl Default for RateLimitSettings {
             rate_limit_per_ip: 0,
             rate_limit_per_buyer: 0,
             rate_limit_burst: 10,
+            room_joins_per_ip: DEFAULT_ROOM_JOINS_PER_IP,
             trusted_proxies: TrustedProxies::default(),
         }
     }
@@ -430,7 +449,17 @@ impl RateLimitSettings {
             self.rate_limit_per_buyer,
             Self::PER_SECOND,
         )?;
+        within(
+            "room_joins_per_ip",
+            self.room_joins_per_ip,
+            Self::PER_SECOND,
+        )?;
         within("rate_limit_burst", self.rate_limit_burst, Self::BURST)
+    }
+
+    /// The limit on waiting-room joins per client IP, if one is set.
+    pub fn room_joins_per_ip(&self) -> Option<RateLimit> {
+        self.limit(self.room_joins_per_ip)
     }
 
     /// The limit per client IP, if one is set.

@@ -129,6 +129,12 @@ impl Purchaser {
         self.shop.settings.strategy
     }
 
+    /// Whether this instance's strategy checks and spends a waiting room's
+    /// admission in its own commit ([`Strategy::spends_admissions`]).
+    pub fn spends_admissions(&self) -> bool {
+        self.strategy().spends_admissions()
+    }
+
     /// Try to buy one unit of `sale` for `user`, and count the answer.
     pub async fn purchase(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
         let started = std::time::Instant::now();
@@ -179,7 +185,8 @@ impl Purchaser {
     async fn contend(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
         let strategy = self.strategy();
         if strategy == Strategy::Lock {
-            return self.lanes.purchase(&self.shop, sale.id, user).await;
+            let roomed = sale.waiting_room.is_some();
+            return self.lanes.purchase(&self.shop, sale.id, roomed, user).await;
         }
         let keys = SaleKeys::new(self.shop.store.prefix(), sale.id);
         // The pool's wait timeout bounds how long a request queues for a
@@ -197,6 +204,7 @@ impl Purchaser {
             keys: &keys,
             sale_id: sale.id,
             user,
+            roomed: sale.waiting_room.is_some(),
         };
         let conn = &mut conn;
         match strategy {

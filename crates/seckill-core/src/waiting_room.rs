@@ -9,7 +9,9 @@
 //! admission) are signed here with the database's key (`domain/room_rules.rs`).
 //!
 //! The room closes when the sale sells out or ends, and opens again when
-//! a unit comes back (the script reads the sale's stock).
+//! a unit comes back (the script reads the sale's stock). Its keys go
+//! [`ROOM_GRACE`] after the sale ends: each is given that expiry by the
+//! scripts that write it, so no pass over ended sales is needed.
 //!
 //! An instance may also [`look`] at the whole room (a visit for nobody)
 //! and answer a buyer far back in line from that look
@@ -36,6 +38,12 @@ use crate::store::Store;
 static VISIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/room_visit.lua")));
 static BOUGHT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/room_bought.lua")));
+
+/// How long a room's keys outlive its sale's end: an hour in which its
+/// figures (`/metrics`, the live page) and a late buyer's "closed" are
+/// still told. Tickets and admissions are worth nothing after the end (a
+/// purchase is refused as ended), so nothing a buyer holds needs more.
+pub const ROOM_GRACE: Duration = Duration::from_secs(3600);
 
 /// Where a buyer stands in a room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,10 +75,18 @@ pub struct Standing {
     pub now_ms: i64,
     /// The number of the first buyer in line; `None` when nobody waits.
     pub head: Option<u64>,
-    /// How many buyers the lottery drew (numbers 1 to it); 0 before a
-    /// draw, and in a `fifo` room.
+    /// How many buyers the lottery drew (those who joined before the
+    /// open, their numbers below [`LOTTERY_LATE`]); 0 in a `fifo` room.
     pub drawn: u64,
+    /// This visit's join was refused: the line holds the room's
+    /// `max_line` buyers.
+    pub line_full: bool,
 }
+
+/// A lottery's places: those drawn at a join before the open are below
+/// this (`lua/room_visit.lua`), a later joiner's is this plus their
+/// arrival number.
+pub const LOTTERY_LATE: u64 = 1 << 44;
 
 impl Standing {
     /// Seconds until this buyer's turn: the time left to the open (ms
@@ -93,16 +109,16 @@ impl Standing {
     /// only when they were in line then, far enough behind its head that
     /// the room cannot have reached them since (at most a second's
     /// admissions at once, then `admit_per_sec`); `None` when Redis must
-    /// be asked. Numbers in a line have no gaps (buyers leave it only at
-    /// its head), so the buyers ahead are `number - head`. A lottery's
-    /// drawn numbers (1 to `drawn`) are not judged: a ticket signed before
-    /// the draw carries the arrival number, not the drawn one.
+    /// be asked. Numbers by arrival have no gaps (buyers leave the line
+    /// only at its head), so the buyers ahead are `number - head`. A
+    /// lottery's drawn numbers (below [`LOTTERY_LATE`]) have gaps, so
+    /// nobody is judged while a drawn buyer is still at the head.
     ///
     /// What is answered so is as old as the look: a room that closed, or
     /// a head that moved on by abandoned buyers, is seen at the next look.
     pub fn of_number(&self, number: u64, room: &RoomSettings, age: Duration) -> Option<Standing> {
         let head = self.head?;
-        if number == 0 || (room.mode == RoomMode::Lottery && number <= self.drawn) {
+        if number == 0 || (room.mode == RoomMode::Lottery && head <= LOTTERY_LATE) {
             return None;
         }
         let reach = (f64::from(room.admit_per_sec) * (1.0 + age.as_secs_f64())).ceil() as u64 + 1;
@@ -175,8 +191,10 @@ async fn run_visit(
         .arg(u8::from(room.mode == RoomMode::Lottery))
         .arg(seed)
         .arg(u64::try_from(store.room_abandon().as_millis()).unwrap_or(u64::MAX))
+        .arg(ROOM_GRACE.as_millis() as u64)
+        .arg(room.max_line.unwrap_or(0))
         .arg(seen);
-    let reply: [i64; 11] = script
+    let reply: [i64; 12] = script
         .invoke_async(&mut conn)
         .await
         .context("visiting a waiting room")?;
@@ -189,17 +207,20 @@ async fn run_visit(
         admitted,
         first,
         now_ms,
-        drawn,
+        told,
         head,
-        drawn_ever,
+        drawn,
+        full,
     ] = reply;
-    if drawn > 0 {
-        // Logged, so that a draw can be told and checked: the same seed
-        // and the same line give the same order (`lua/room_visit.lua`).
+    if told > 0 {
+        // Logged once, at the open, so that the draw can be checked: each
+        // drawn place is 1 + the first 40 bits of SHA1("{seed}:{buyer}")
+        // (`lua/room_visit.lua`). Not before: a seed known before the open
+        // would let a bot pick ids that draw well.
         tracing::info!(
             sale_id = sale.id,
             seed,
-            drawn,
+            drawn = told,
             "waiting room: lottery drawn"
         );
     }
@@ -222,7 +243,8 @@ async fn run_visit(
             .then(|| admitted as f64 / elapsed_secs),
         now_ms,
         head: (head > 0).then(|| count(head)),
-        drawn: count(drawn_ever),
+        drawn: count(drawn),
+        line_full: full == 1,
     })
 }
 
@@ -312,6 +334,7 @@ pub async fn bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Resu
     let _: i64 = BOUGHT
         .key(&keys.room.admitted)
         .key(&keys.room.bought)
+        .key(&keys.room.state)
         .arg(buyer.as_str())
         .invoke_async(&mut conn)
         .await
@@ -357,6 +380,7 @@ mod tests {
             now_ms: 1_000,
             head,
             drawn,
+            line_full: false,
         }
     }
 
@@ -366,6 +390,7 @@ mod tests {
             admit_per_sec: 10,
             max_active: 10,
             admission_secs: 60,
+            max_line: None,
         }
     }
 
@@ -403,22 +428,27 @@ mod tests {
     }
 
     #[test]
-    fn a_lotterys_drawn_numbers_are_asked_about_in_redis() {
+    fn a_lotterys_buyers_are_asked_about_in_redis_while_a_drawn_one_leads() {
         let lottery = room(RoomMode::Lottery);
+        let drawn_head = look(Some(12_345), 30);
         assert_eq!(
-            look(Some(1), 30).of_number(30, &lottery, Duration::ZERO),
+            drawn_head.of_number(999_999, &lottery, Duration::ZERO),
             None
         );
-        assert!(
-            look(Some(1), 30)
-                .of_number(31, &lottery, Duration::ZERO)
-                .is_some()
+        assert_eq!(
+            drawn_head.of_number(LOTTERY_LATE + 40, &lottery, Duration::ZERO),
+            None
         );
-        // Before the draw, arrival numbers are the line's.
-        assert!(
-            look(Some(1), 0)
-                .of_number(30, &lottery, Duration::ZERO)
-                .is_some()
+        // Once the drawn are through, later joiners queue by arrival.
+        let late_head = look(Some(LOTTERY_LATE + 1), 30);
+        assert_eq!(
+            late_head
+                .of_number(LOTTERY_LATE + 40, &lottery, Duration::ZERO)
+                .map(|s| s.place),
+            Some(Place::Waiting {
+                number: LOTTERY_LATE + 40,
+                ahead: 39
+            })
         );
     }
 }

@@ -213,10 +213,13 @@ async fn one_run(
 ) -> anyhow::Result<(Report, Fleet, i64)> {
     let progress = Progress::stderr();
     let starting = progress.phase("start", None);
-    let deployment = loadrun::deployment(services, store.prefix(), strategy, token)?.env(
-        "SECKILL_PAYMENT_WINDOW_SECS",
-        args.payment_window_secs.to_string(),
-    );
+    // The join limit off: the demo's crowd comes from this one address.
+    let deployment = loadrun::deployment(services, store.prefix(), strategy, token)?
+        .env(
+            "SECKILL_PAYMENT_WINDOW_SECS",
+            args.payment_window_secs.to_string(),
+        )
+        .env("SECKILL_ROOM_JOINS_PER_IP", "0");
     let cluster = Fleet::start(deployment, label, args.instances).await?;
     starting.finish(&format!(
         "{} `{label}` instances ({}) and a worker",

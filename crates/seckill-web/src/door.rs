@@ -13,7 +13,12 @@
 //! The functions: [`enter`] to join, [`Asking`] (or [`held_ticket`] and
 //! [`standing_view`]) to tell a buyer where they stand, [`admit`] and
 //! [`spend`] around a purchase. There is one door, whichever way a buyer
-//! comes.
+//! comes. With `lock` and `lua` (the correct strategies) the door's
+//! Redis half is in the purchase's own commit: the admission's spent
+//! check and mark are one atomic step with the take
+//! (`lua/purchase_commit.lua`, `lua/purchase_lua.lua`), so a roomed
+//! purchase costs no round trip more than another; [`admit`] then only
+//! checks the signature, and [`spend`] does nothing.
 
 use actix_web::cookie::{Cookie, SameSite};
 use std::sync::Arc;
@@ -41,7 +46,7 @@ pub(crate) struct StandingView {
     /// Place in line (1-based) while waiting; `null` otherwise.
     pub(crate) position: Option<u64>,
     /// The buyer's number in the line: the order the room serves in, set
-    /// when they joined (redrawn once by a lottery at the open).
+    /// when they joined (in a lottery, drawn at a join before the open).
     pub(crate) number: Option<u64>,
     /// Buyers before this one in line.
     pub(crate) ahead: u64,
@@ -89,14 +94,19 @@ pub(crate) async fn enter(
     user_id: &str,
 ) -> Result<Entered, ApiError> {
     let buyer = UserId::parse(user_id).map_err(ApiError::invalid)?;
-    // The purchase's limits: per client address and per buyer, so that a
-    // few addresses cannot fill a room with made-up buyers.
+    // The join limit per client address (on unless turned off), so that
+    // a few addresses cannot fill a room with made-up buyers; and the
+    // purchase's limits, when set.
+    limits::check_join(state, request).await?;
     limits::check(state, request, Some(&buyer)).await?;
     let sale = find_sale(state, raw_sale_id).await?;
     let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
     let standing = waiting_room::visit(&state.store, &sale, &settings, &buyer, true).await?;
     if standing.closed && standing.place == Place::Outside {
         return Err(ApiError::RoomClosed);
+    }
+    if standing.line_full && standing.place == Place::Outside {
+        return Err(ApiError::LineFull);
     }
     let view = standing_view(state, &sale, &settings, &buyer, &standing, None).await?;
     Ok(Entered {
@@ -220,10 +230,13 @@ pub(crate) async fn admit(
         Utc::now().timestamp_millis(),
     )
     .map_err(|refused| ApiError::NotAdmitted(refused.code()))?;
-    // Checked, then bought, as two steps: two purchases with one admission
-    // both pass here, and the purchase's own one-unit-per-buyer check (in
-    // its atomic commit) lets only one of them take a unit.
-    if waiting_room::has_bought(&state.store, sale.id, buyer).await? {
+    // Spent or not: in the purchase's commit, with `lock` and `lua`. With
+    // the other strategies, checked here, then bought, as two steps: two
+    // purchases with one admission both pass here, and the purchase's own
+    // one-unit-per-buyer check lets only one of them take a unit.
+    if !state.purchaser.spends_admissions()
+        && waiting_room::has_bought(&state.store, sale.id, buyer).await?
+    {
         return Err(ApiError::NotAdmitted("used"));
     }
     Ok(())
@@ -234,6 +247,9 @@ pub(crate) async fn admit(
 /// `202`, and cannot buy a second unit anyway (one per buyer); only the
 /// place among the active is freed later, when the admission runs out.
 pub(crate) async fn spend(state: &AppState, sale: &Sale, buyer: &UserId) {
+    if state.purchaser.spends_admissions() {
+        return; // spent in the purchase's commit
+    }
     if let Err(error) = waiting_room::bought(&state.store, sale.id, buyer).await {
         tracing::warn!(
             sale_id = sale.id,

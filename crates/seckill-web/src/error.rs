@@ -64,6 +64,8 @@ pub enum ApiError {
     NoWaitingRoom,
     #[error("the waiting room is closed: the sale has sold out or ended")]
     RoomClosed,
+    #[error("the waiting room's line is full; try again later")]
+    LineFull,
     #[error("too many requests from this client; slow down")]
     RateLimited(std::time::Duration),
     #[error("the request's headers are larger than 16 KiB")]
@@ -129,6 +131,7 @@ impl ApiError {
             Self::InvalidTicket(_) => "invalid_ticket",
             Self::NoWaitingRoom => "no_waiting_room",
             Self::RoomClosed => "room_closed",
+            Self::LineFull => "line_full",
             Self::RateLimited(_) => "rate_limited",
             Self::HeadersTooLarge => "headers_too_large",
             Self::TooManyStreams => "too_many_streams",
@@ -153,7 +156,8 @@ impl ResponseError for ApiError {
             | Self::PaymentWindowClosed
             | Self::OrderPending
             | Self::OrderRejected
-            | Self::RoomClosed => StatusCode::CONFLICT,
+            | Self::RoomClosed
+            | Self::LineFull => StatusCode::CONFLICT,
             Self::CrossSite => StatusCode::FORBIDDEN,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,

@@ -33,6 +33,18 @@ pub(crate) async fn check(
     Ok(())
 }
 
+/// `Err(RateLimited)` if the request's client IP went over its limit on
+/// waiting-room joins (on by default: each join adds a buyer to a line in
+/// Redis, so one address must not add them without end).
+pub(crate) async fn check_join(state: &AppState, request: &HttpRequest) -> Result<(), ApiError> {
+    if let Some(limit) = state.limits.room_joins_per_ip()
+        && let Some(address) = client_ip::of(request, &state.limits.trusted_proxies)
+    {
+        one(state, limit, "join-ip", &address.to_string()).await?;
+    }
+    Ok(())
+}
+
 async fn one(state: &AppState, limit: RateLimit, kind: &str, client: &str) -> Result<(), ApiError> {
     let mut conn = state.store.redis().await?;
     let key = keys::rate_limit(state.store.prefix(), kind, client);

@@ -22,7 +22,7 @@ pub(crate) async fn scrape(state: web::Data<AppState>) -> HttpResponse {
         .max_streams
         .saturating_sub(state.streams.available_permits());
     metrics.event_streams.set(open as i64);
-    let in_memory = state.purchaser.sales_in_memory() + state.live.len();
+    let in_memory = state.purchaser.sales_in_memory() + state.live.len() + state.room_views.len();
     metrics
         .sales_in_memory
         .set(i64::try_from(in_memory).unwrap_or(i64::MAX));

@@ -6,8 +6,9 @@
 //! visit for nobody, `room::look`) at most every [`FRESH_FOR`], and
 //! answers from that look a buyer who was in line then and so far behind
 //! that the room cannot have reached them since (`Standing::of_number`).
-//! Whoever is near their turn, admitted, or not judged (a lottery's drawn
-//! numbers) is asked about in Redis, as before.
+//! Whoever is near their turn, admitted, or not judged (in a lottery
+//! whose drawn buyers still lead the line) is asked about in Redis, as
+//! before.
 //!
 //! The races this keeps closed. A buyer answered from the look never
 //! asked Redis, so Redis would take them for gone (abandoned) at their
@@ -80,6 +81,12 @@ impl RoomViews {
         let before = rooms.len();
         rooms.retain(|_, view| lock(&view.asked).elapsed() < idle);
         before - rooms.len()
+    }
+
+    /// How many rooms this instance keeps a view of (`/metrics`'
+    /// `seckill_sales_in_memory` counts them).
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.rooms).len()
     }
 
     fn view(&self, sale_id: i64) -> Arc<View> {

@@ -171,6 +171,7 @@ impl CreateSaleArgs {
             admit_per_sec: self.admit_per_sec,
             max_active: self.max_active,
             admission_secs: self.admission_secs,
+            max_line: None,
         })
     }
 }

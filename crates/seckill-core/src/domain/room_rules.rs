@@ -64,6 +64,10 @@ pub struct RoomSettings {
     pub max_active: u32,
     /// How long an admission lasts, in seconds.
     pub admission_secs: u32,
+    /// Buyers in line, at most: a join past it is refused (`409
+    /// line_full`). `None`: no cap but the join limit per address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_line: Option<u32>,
 }
 
 impl RoomSettings {
@@ -71,6 +75,7 @@ impl RoomSettings {
     pub(crate) const MAX_ACTIVE: u32 = 1_000_000;
     pub(crate) const MIN_ADMISSION_SECS: u32 = 10;
     pub(crate) const MAX_ADMISSION_SECS: u32 = 3_600;
+    pub(crate) const MAX_LINE: u32 = 10_000_000;
 
     /// The settings, if every one is within its range.
     pub fn check(self) -> Result<Self, InvalidSale> {
@@ -82,6 +87,12 @@ impl RoomSettings {
         }
         if !(Self::MIN_ADMISSION_SECS..=Self::MAX_ADMISSION_SECS).contains(&self.admission_secs) {
             return Err(InvalidSale::RoomAdmission);
+        }
+        if self
+            .max_line
+            .is_some_and(|cap| !(1..=Self::MAX_LINE).contains(&cap))
+        {
+            return Err(InvalidSale::RoomLine);
         }
         Ok(self)
     }
@@ -303,6 +314,7 @@ mod tests {
             admit_per_sec: 50,
             max_active: 100,
             admission_secs: 60,
+            max_line: Some(1_000),
         };
         assert_eq!(good.check(), Ok(good));
         let with = |f: fn(&mut RoomSettings)| {
@@ -323,6 +335,14 @@ mod tests {
         assert_eq!(
             with(|s| s.admission_secs = 3_601),
             Err(InvalidSale::RoomAdmission)
+        );
+        assert_eq!(with(|s| s.max_line = Some(0)), Err(InvalidSale::RoomLine));
+        assert_eq!(
+            with(|s| s.max_line = None),
+            Ok(RoomSettings {
+                max_line: None,
+                ..good
+            })
         );
     }
 }

@@ -42,6 +42,9 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Sale {
                 admit_per_sec: number("room_admit_per_sec")?,
                 max_active: number("room_max_active")?,
                 admission_secs: number("room_admission_secs")?,
+                max_line: row
+                    .try_get::<Option<i32>, _>("room_max_line")?
+                    .and_then(|cap| u32::try_from(cap).ok()),
             }),
         };
         Ok(Self {
@@ -156,6 +159,8 @@ pub enum InvalidSale {
     RoomActive,
     #[error("waiting_room.admission_secs must be between {min} and {max}", min = RoomSettings::MIN_ADMISSION_SECS, max = RoomSettings::MAX_ADMISSION_SECS)]
     RoomAdmission,
+    #[error("waiting_room.max_line must be between 1 and {max}", max = RoomSettings::MAX_LINE)]
+    RoomLine,
 }
 
 /// When a sale opens, as the caller said it.

@@ -7,18 +7,24 @@
 -- KEYS[2]  the sale's buyers set     KEYS[5]  its queue's jobs hash
 -- KEYS[3]  the sale's lock           KEYS[6]  the sale's fenced counter
 -- KEYS[7]  the sale's holds hash (buyer -> order id)
+-- KEYS[8]  the room's admitted       KEYS[9]  the room's bought
+-- KEYS[10] the room's state (keys.rs: RoomKeys; untouched unless ARGV[4])
 -- ARGV[1]  the lock value this caller got from lock_acquire.lua
 --          ("token:holder:nonce")
 -- ARGV[2]  the sale's events channel (pub/sub, not a key): the new units
 --          left are published on it, for the live sale pages
 -- ARGV[3]  the channel (not a key) the lock's release is announced on
 --          (keys::lock_released; see lock_release.lua)
--- ARGV[4..] one triple per order: the buyer's user id, the order id (also
+-- ARGV[4]  '1' when the sale has a waiting room: each buyer's admission is
+--          checked and spent here, in the same step as the take
+-- ARGV[5..] one triple per order: the buyer's user id, the order id (also
 --          the queue job id), the order job's payload
 --
--- Returns {'committed', units left after these sales} when it wrote, or
--- {'lock_lost', 0} if the caller no longer holds the lock (nothing was
--- written but the fenced counter, which counts such refusals). A pair, not
+-- Returns {'committed', units left after these sales, spent} when it
+-- wrote, `spent` the orders (0-based) refused because their buyer's
+-- admission had bought already; or {'lock_lost', 0, {}} if the caller no
+-- longer holds the lock (nothing was written but the fenced counter,
+-- which counts such refusals). A pair and a list, not
 -- one number: DECRBY can return any number, including a negative one
 -- (Redis already out of step, say after the `naive` strategy ran on the
 -- same sale), so no number could stand for "lock lost" without turning
@@ -43,19 +49,45 @@
 -- alone that would work, and be faster. The lock is the article's lesson and
 -- the general tool: it is what you need when the decision involves more than
 -- one script can see. The fence here is what makes a lock with a TTL safe.
+--
+-- The waiting room's door is here too: an admission buys once. Checked
+-- before the purchase and marked spent after it, as two steps, an
+-- instance that died between the take and the mark left the admission
+-- unspent, and once the unpaid order was cancelled (its buyer no longer
+-- holding a unit) the same admission bought again. Here the check, the
+-- take and the mark are one step.
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then
   redis.call('INCR', KEYS[6])
-  return {'lock_lost', 0}
+  return {'lock_lost', 0, {}}
 end
-local orders = (#ARGV - 3) / 3
-local left = redis.call('DECRBY', KEYS[1], orders)
+local roomed = ARGV[4] == '1'
+local taking, spent = {}, {}
+for i = 5, #ARGV, 3 do
+  if roomed and redis.call('SISMEMBER', KEYS[9], ARGV[i]) == 1 then
+    spent[#spent + 1] = (i - 5) / 3
+  else
+    taking[#taking + 1] = i
+  end
+end
+local left = redis.call('DECRBY', KEYS[1], #taking)
 local now = now_ms()
-for i = 4, #ARGV, 3 do
+for _, i in ipairs(taking) do
   redis.call('SADD', KEYS[2], ARGV[i])
   redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
   push(KEYS[4], KEYS[5], ARGV[i + 1], ARGV[i + 2], now)
+  if roomed then
+    redis.call('ZREM', KEYS[8], ARGV[i])
+    redis.call('SADD', KEYS[9], ARGV[i])
+  end
+end
+if roomed and #taking > 0 then
+  -- The bought set ends with its room (room_visit.lua sets the state's).
+  local ttl = redis.call('PTTL', KEYS[10])
+  if ttl > 0 and redis.call('PTTL', KEYS[9]) == -1 then
+    redis.call('PEXPIRE', KEYS[9], ttl)
+  end
 end
 redis.call('PUBLISH', ARGV[2], left)
 redis.call('DEL', KEYS[3])
 redis.call('PUBLISH', ARGV[3], 'released')
-return {'committed', left}
+return {'committed', left, spent}

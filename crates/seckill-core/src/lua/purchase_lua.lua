@@ -6,12 +6,17 @@
 -- KEYS[1]  the sale's stock          KEYS[3]  its queue's due set
 -- KEYS[2]  the sale's buyers set     KEYS[4]  its queue's jobs hash
 -- KEYS[5]  the sale's holds hash (buyer -> order id)
+-- KEYS[6]  the room's admitted       KEYS[7]  the room's bought
+-- KEYS[8]  the room's state (keys.rs: RoomKeys; untouched unless ARGV[5])
 -- ARGV[1]  the buyer's user id
 -- ARGV[2]  the order id (also the queue job id)
 -- ARGV[3]  the order job's payload
 -- ARGV[4]  the sale's events channel (pub/sub, not a key)
+-- ARGV[5]  '1' when the sale has a waiting room: the buyer's admission is
+--          checked and spent here, in the same step as the take
 --
--- Returns {'taken', units left}, {'already_purchased', 0}, {'sold_out', 0},
+-- Returns {'taken', units left}, {'already_purchased', 0} (for a roomed
+-- sale, also when the buyer's admission bought already), {'sold_out', 0},
 -- or {'not_loaded', 0} if the sale is not in Redis (the caller loads it
 -- from PostgreSQL and calls again).
 --
@@ -22,11 +27,16 @@
 -- That is all the lock was for: when everything the decision needs is in
 -- one Redis (one hash slot), a script is the lock, without the waiting,
 -- the TTL or the fence. The lock is the general tool for when the decision
--- needs more than one script can see.
+-- needs more than one script can see. The waiting room's door is one
+-- more check here: an admission that bought is spent in this step, so it
+-- can never buy again, whatever dies when (an unpaid order cancelled
+-- takes the buyer out of the buyers set, not out of the room's bought).
+local roomed = ARGV[5] == '1'
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_loaded', 0}
 end
-if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1
+  or (roomed and redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1) then
   return {'already_purchased', 0}
 end
 if tonumber(redis.call('GET', KEYS[1])) <= 0 then
@@ -36,5 +46,13 @@ local left = redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
 push(KEYS[3], KEYS[4], ARGV[2], ARGV[3], now_ms())
+if roomed then
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  redis.call('SADD', KEYS[7], ARGV[1])
+  local ttl = redis.call('PTTL', KEYS[8])
+  if ttl > 0 and redis.call('PTTL', KEYS[7]) == -1 then
+    redis.call('PEXPIRE', KEYS[7], ttl)
+  end
+end
 redis.call('PUBLISH', ARGV[4], left)
 return {'taken', left}

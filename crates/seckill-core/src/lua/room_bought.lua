@@ -4,6 +4,8 @@
 -- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the room's admitted: ZSET buyer -> admission's end
 -- KEYS[2]  the room's bought: SET of buyers whose admission bought
+-- KEYS[3]  the room's state: HASH, whose expiry (set by room_visit.lua
+--          from the sale's end) the bought set is given when it is made
 -- ARGV[1]  the buyer
 --
 -- The race this prevents: remove the buyer from the admitted, then mark
@@ -14,4 +16,9 @@
 -- moves the buyer from one to the other at once, freeing their place
 -- among the active for the next in line.
 redis.call('ZREM', KEYS[1], ARGV[1])
-return redis.call('SADD', KEYS[2], ARGV[1])
+local added = redis.call('SADD', KEYS[2], ARGV[1])
+local ttl = redis.call('PTTL', KEYS[3])
+if ttl > 0 and redis.call('PTTL', KEYS[2]) == -1 then
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+return added

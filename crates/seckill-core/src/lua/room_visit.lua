@@ -20,14 +20,32 @@
 -- ARGV[9]  the lottery's seed (a positive integer below 2^31)
 -- ARGV[10] the abandon time, in ms: a buyer in line who has not visited
 --          for longer has left the line
--- ARGV[11..] more buyers seen: those an instance answered from its own
+-- ARGV[11] the room's grace, in ms: every key of the room expires this
+--          long after the sale ends (ARGV[7]; never, for a sale without an
+--          end)
+-- ARGV[12] buyers in line at most (0: no cap): a join beyond it is refused
+-- ARGV[13..] more buyers seen: those an instance answered from its own
 --          view of the room since its last visit (`web/room_view.rs`);
 --          each still in line is noted as seen now, as ARGV[1] is
 --
--- The state hash: `seq` places handed out; `base` the moment (ms) from
--- which admissions not yet made have accrued; `admitted`, `expired` and
--- `abandoned` totals; `first` the first admission's time; `drawn` once the
--- lottery is drawn.
+-- The state hash: `seq` places handed out by arrival; `base` the moment
+-- (ms) from which admissions not yet made have accrued; `admitted`,
+-- `expired` and `abandoned` totals; `first` the first admission's time;
+-- `drawn` how many the lottery drew (those who joined before the open);
+-- `told` once the first visit after the open has told the draw's seed.
+--
+-- Places (the line's scores, a buyer's number): in a `fifo` room, the
+-- arrival order, 1, 2, 3... In a lottery, a buyer who joins before the
+-- open is drawn a place at once, from the seed and the buyer alone:
+-- 1 + the first 40 bits of SHA1(seed .. ':' .. buyer), below LATE (2^44).
+-- So the draw is reproducible and checkable by anyone told the seed (it is
+-- logged at the open, and secret before it: nobody can pick ids that draw
+-- well), and it costs one hash at the join, never a pass over the line. A
+-- buyer who joins after the open gets LATE + their arrival number, behind
+-- every drawn one. Two buyers who draw the same place (about one pair in
+-- a million joiners) are served in the order of their ids, as a sorted
+-- set orders equal scores: the same every time. Places are written with
+-- string.format, so that none is rounded on its way to Redis.
 --
 -- Abandoned: every visit of a buyer in line (a join or a status ask)
 -- records when they were seen. When the room admits, a buyer at the head
@@ -41,15 +59,20 @@
 -- never the whole line at once; the next visits drop the rest.
 --
 -- Returns {standing, place-or-expiry, ahead, waiting, closed, admitted,
--- first, now, drawn, head, drawn_ever}: standing 0 not in the room, 1 waiting (then the
--- buyer's number in the line, the order it is served in, and how many
--- are ahead), 2 admitted (then when
--- the admission ends), 3 bought; `waiting` the line's length; `closed` 1
--- when the sale has sold out or ended; `admitted` and `first` for the
--- observed rate; `drawn` the number of buyers the lottery shuffled in this
--- call (0 if it was not drawn here); `head` the number of the first buyer
--- in line (0: nobody waits); `drawn_ever` how many the lottery drew, in
--- any call (their numbers are 1 to it; 0: not drawn).
+-- first, now, told, head, drawn, full}: standing 0 not in the room, 1 waiting
+-- (then the buyer's number in the line, the order it is served in, and
+-- how many are ahead), 2 admitted (then when the admission ends), 3
+-- bought; `waiting` the line's length; `closed` 1 when the sale has sold
+-- out or ended; `admitted` and `first` for the observed rate; `told` the
+-- number the lottery drew, in the one call that is the first after the
+-- open (0 in every other: the caller logs the seed once); `head` the
+-- number of the first buyer in line (0: nobody waits); `drawn` how many
+-- the lottery drew so far (0 in a `fifo` room); `full` 1 when this call's
+-- join was refused because the line holds `max_line` buyers.
+--
+-- Every step is bounded, whatever the line's length: O(log n) sorted-set
+-- commands, at most ADMITS_PER_VISIT admissions, DROPS_PER_VISIT drops
+-- and EXPIRES_PER_VISIT expiries a call. A visit never reads the line.
 --
 -- The races this prevents: every instance advances the same room. Read
 -- the line, pick the next buyers, record them as admitted as separate
@@ -68,9 +91,13 @@ local lasts = tonumber(ARGV[5])
 local opens = tonumber(ARGV[6])
 local ends = tonumber(ARGV[7])
 local lottery = ARGV[8] == '1'
-local seed = tonumber(ARGV[9])
 local abandon = tonumber(ARGV[10])
+local grace = tonumber(ARGV[11])
+local max_line = tonumber(ARGV[12])
 local DROPS_PER_VISIT = 200
+local ADMITS_PER_VISIT = 1000
+local EXPIRES_PER_VISIT = 1000
+local LATE = 17592186044416 -- 2^44: a lottery's drawn places are below
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -79,13 +106,31 @@ local left = tonumber(redis.call('GET', stock) or '1')
 local closed = (ends > 0 and now >= ends) or left <= 0
 
 -- Joining: once per buyer, whatever the tabs and refreshes. A buyer who
--- bought, or is admitted, keeps that standing.
+-- bought, or is admitted, keeps that standing. A full line takes nobody
+-- new (`full`), checked in the same step as the join, so that two joins
+-- at once cannot both take the last place.
+local full = 0
 if join and not closed
   and not redis.call('ZSCORE', line, buyer)
   and not redis.call('ZSCORE', admitted, buyer)
+  and redis.call('SISMEMBER', bought, buyer) == 0
+  and max_line > 0 and redis.call('ZCARD', line) >= max_line then
+  full = 1
+elseif join and not closed
+  and not redis.call('ZSCORE', line, buyer)
+  and not redis.call('ZSCORE', admitted, buyer)
   and redis.call('SISMEMBER', bought, buyer) == 0 then
-  local place = redis.call('HINCRBY', state, 'seq', 1)
-  redis.call('ZADD', line, place, buyer)
+  local place
+  if lottery and now < opens then
+    place = tonumber(string.sub(redis.sha1hex(ARGV[9] .. ':' .. buyer), 1, 10), 16) + 1
+    redis.call('HINCRBY', state, 'drawn', 1)
+  else
+    place = redis.call('HINCRBY', state, 'seq', 1)
+    if lottery then
+      place = LATE + place
+    end
+  end
+  redis.call('ZADD', line, string.format('%.0f', place), buyer)
 end
 
 -- Seen: a buyer in line who visits is still there (before admitting, so
@@ -93,37 +138,25 @@ end
 if redis.call('ZSCORE', line, buyer) then
   redis.call('HSET', seen, buyer, now)
 end
-for i = 11, #ARGV do
+for i = 13, #ARGV do
   if redis.call('ZSCORE', line, ARGV[i]) then
     redis.call('HSET', seen, ARGV[i], now)
   end
 end
 
--- The lottery: at the first visit after the open, everyone who joined
--- before it gets a place drawn at random (a seeded shuffle, so that the
--- draw can be told and checked); later joiners queue behind them by
--- arrival (their places are above the drawn ones).
-local drawn = 0
-if lottery and now >= opens and redis.call('HGET', state, 'drawn') == false then
-  local early = redis.call('ZRANGE', line, 0, -1)
-  local n = #early
-  local x = seed
-  for i = n, 2, -1 do
-    -- A Park-Miller generator: the same seed, the same draw.
-    x = (x * 48271) % 2147483647
-    local j = (x % i) + 1
-    early[i], early[j] = early[j], early[i]
-  end
-  for i = 1, n do
-    redis.call('ZADD', line, i, early[i])
-  end
-  redis.call('HSET', state, 'drawn', n)
-  drawn = n
+-- The lottery was drawn as its buyers joined; the first visit after the
+-- open says so once, for the caller to log the seed.
+local told = 0
+if lottery and now >= opens and redis.call('HSETNX', state, 'told', now) == 1 then
+  told = tonumber(redis.call('HGET', state, 'drawn') or '0')
 end
 
 -- Admissions run out; what did not buy in time is counted as expired.
-local expired = redis.call('ZREMRANGEBYSCORE', admitted, '-inf', now)
+-- (At most EXPIRES_PER_VISIT at once; the next visits sweep the rest.)
+local ran_out = redis.call('ZRANGE', admitted, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRES_PER_VISIT)
+local expired = #ran_out
 if expired > 0 then
+  redis.call('ZREM', admitted, unpack(ran_out))
   redis.call('HINCRBY', state, 'expired', expired)
 end
 
@@ -137,7 +170,7 @@ if not closed and now >= opens then
   end
   local accrued = math.floor((now - base) * rate / 1000)
   local room = max_active - redis.call('ZCARD', admitted)
-  local n = math.min(accrued, room)
+  local n = math.min(accrued, room, ADMITS_PER_VISIT)
   if n > 0 then
     -- From the head of the line: the gone are dropped (at most
     -- DROPS_PER_VISIT of them), the others admitted, until `n` are.
@@ -174,6 +207,22 @@ if not closed and now >= opens then
   redis.call('HSET', state, 'base', tostring(base))
 end
 
+-- Rooms end: each key of the room expires `grace` after the sale's end,
+-- set once per key (again only if the end moved), so that a room costs
+-- nothing once its buyers can no longer use it. Checked after the writes
+-- above, which may have made a key.
+if ends > 0 then
+  local at = ends + grace
+  for _, key in ipairs({line, admitted, bought, state, seen}) do
+    local ttl = redis.call('PTTL', key)
+    if ttl == -1 or math.abs(now + ttl - at) > 1000 then
+      if ttl ~= -2 then
+        redis.call('PEXPIREAT', key, at)
+      end
+    end
+  end
+end
+
 local waiting = redis.call('ZCARD', line)
 local totals = redis.call('HMGET', state, 'admitted', 'first')
 local admitted_total = tonumber(totals[1] or '0')
@@ -181,11 +230,11 @@ local first = tonumber(totals[2] or '0')
 local closed_flag = closed and 1 or 0
 local first_in_line = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
 local head = tonumber(first_in_line[2] or '0')
-local drawn_ever = tonumber(redis.call('HGET', state, 'drawn') or '0')
+local drawn = tonumber(redis.call('HGET', state, 'drawn') or '0')
 
 local function answer(standing, value, ahead)
-  return {standing, value, ahead, waiting, closed_flag, admitted_total, first, now, drawn,
-    head, drawn_ever}
+  return {standing, value, ahead, waiting, closed_flag, admitted_total, first, now, told,
+    head, drawn, full}
 end
 
 if redis.call('SISMEMBER', bought, buyer) == 1 then

@@ -24,7 +24,7 @@ use crate::domain::{NewSale, Sale, UserId};
 use crate::keys::SaleKeys;
 
 pub const SALE_COLUMNS: &str = "id, name, price_cents, stock_total, starts_at, ends_at, \
-     room_mode, room_admit_per_sec, room_max_active, room_admission_secs";
+     room_mode, room_admit_per_sec, room_max_active, room_admission_secs, room_max_line";
 
 /// What Redis says of a sale, for some buyers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,8 +117,9 @@ impl Store {
         let mut conn = self.redis().await?;
         let sale: Sale = sqlx::query_as(&format!(
             "INSERT INTO sales (name, price_cents, stock_total, starts_at, ends_at, \
-                                room_mode, room_admit_per_sec, room_max_active, room_admission_secs)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {SALE_COLUMNS}"
+                                room_mode, room_admit_per_sec, room_max_active, room_admission_secs, \
+                                room_max_line)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {SALE_COLUMNS}"
         ))
         .bind(&new.name)
         .bind(new.price_cents)
@@ -129,6 +130,11 @@ impl Store {
         .bind(new.waiting_room.map(|room| room.admit_per_sec as i32))
         .bind(new.waiting_room.map(|room| room.max_active as i32))
         .bind(new.waiting_room.map(|room| room.admission_secs as i32))
+        .bind(
+            new.waiting_room
+                .and_then(|room| room.max_line)
+                .map(|cap| cap as i32),
+        )
         .fetch_one(&self.pg)
         .await
         .context("inserting a sale")?;

@@ -39,6 +39,7 @@ pub fn script() -> &'static Script {
 /// "sold out" or an "already purchased" read from data a failover could
 /// take back is not final either.
 pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
+    let roomed = buy.roomed;
     let (shop, keys, sale_id, user) = buy.parts();
     let durability = shop.store.durability();
     let job = OrderJob::new(sale_id, user);
@@ -50,10 +51,14 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
             .key(&keys.queue.due)
             .key(&keys.queue.jobs)
             .key(&keys.holds)
+            .key(&keys.room.admitted)
+            .key(&keys.room.bought)
+            .key(&keys.room.state)
             .arg(user.as_str())
             .arg(job.order_id.to_string())
             .arg(job.to_payload())
-            .arg(&keys.events);
+            .arg(&keys.events)
+            .arg(u8::from(roomed));
         let ((status, left), confirmed): ((String, i64), bool) =
             match replicas::run_and_confirm(conn, &PURCHASE, &script, durability).await {
                 Ok(answer) => answer,

@@ -206,6 +206,10 @@ pub(crate) struct Buy<'a> {
     pub(crate) keys: &'a SaleKeys,
     pub(crate) sale_id: i64,
     pub(crate) user: &'a UserId,
+    /// The sale has a waiting room: a strategy that spends admissions
+    /// ([`crate::config::Strategy::spends_admissions`]) checks and spends
+    /// the buyer's in its commit.
+    pub(crate) roomed: bool,
 }
 
 impl<'a> Buy<'a> {

@@ -48,27 +48,54 @@ static COMMIT: LazyLock<Script> = queue_script!("lua/purchase_commit.lua");
 /// buyers and queue the orders, only if `guard` still holds the lock; then
 /// release it in the same step, announced to the waiters.
 /// `Ok(Some(units left))` when it wrote, `Ok(None)` when the lock was lost
-/// and nothing was written.
+/// and nothing was written. For a sale without a waiting room; see
+/// [`commit_spending`].
 pub async fn commit<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
     guard: &LockGuard,
     jobs: &[OrderJob],
 ) -> redis::RedisResult<Option<i64>> {
-    let (written, _) = commit_and_confirm(conn, keys, guard, jobs, RedisDurability::Local).await?;
-    Ok(written)
+    let committed = commit_spending(conn, keys, guard, false, jobs).await?;
+    Ok(committed.map(|committed| committed.left))
 }
 
-/// [`commit`], and under `replica` a `WAIT` on the same connection in the
-/// same round trip (`replicas::run_and_confirm`): also whether a replica
-/// holds what this pass read and wrote.
+/// What a commit that wrote did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// Units left after it.
+    pub left: i64,
+    /// The orders (indexes into `jobs`) it refused because their buyer's
+    /// waiting-room admission had bought already: nothing of them written.
+    pub spent: Vec<usize>,
+}
+
+/// [`commit`], and when `roomed` (the sale has a waiting room) each
+/// buyer's admission checked and spent in the same step
+/// (`lua/purchase_commit.lua`): an admission buys once, whatever dies when.
+pub async fn commit_spending<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &SaleKeys,
+    guard: &LockGuard,
+    roomed: bool,
+    jobs: &[OrderJob],
+) -> redis::RedisResult<Option<Committed>> {
+    let (committed, _) =
+        commit_and_confirm(conn, keys, guard, roomed, jobs, RedisDurability::Local).await?;
+    Ok(committed)
+}
+
+/// [`commit_spending`], and under `replica` a `WAIT` on the same
+/// connection in the same round trip (`replicas::run_and_confirm`): also
+/// whether a replica holds what this pass read and wrote.
 async fn commit_and_confirm<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
     guard: &LockGuard,
+    roomed: bool,
     jobs: &[OrderJob],
     durability: RedisDurability,
-) -> redis::RedisResult<(Option<i64>, bool)> {
+) -> redis::RedisResult<(Option<Committed>, bool)> {
     let mut script = COMMIT.prepare_invoke();
     script
         .key(&keys.stock)
@@ -78,19 +105,23 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
         .key(&keys.queue.jobs)
         .key(&keys.fenced)
         .key(&keys.holds)
+        .key(&keys.room.admitted)
+        .key(&keys.room.bought)
+        .key(&keys.room.state)
         .arg(guard.value())
         .arg(&keys.events)
-        .arg(guard.released_channel());
+        .arg(guard.released_channel())
+        .arg(u8::from(roomed));
     for job in jobs {
         script
             .arg(job.user_id.as_str())
             .arg(job.order_id.to_string())
             .arg(job.to_payload());
     }
-    let ((status, left), confirmed): ((String, i64), bool) =
+    let ((status, left, spent), confirmed): ((String, i64, Vec<usize>), bool) =
         replicas::run_and_confirm(conn, &COMMIT, &script, durability).await?;
     match status.as_str() {
-        "committed" => Ok((Some(left), confirmed)),
+        "committed" => Ok((Some(Committed { left, spent }), confirmed)),
         "lock_lost" => Ok((None, confirmed)),
         other => Err(payment::unexpected_answer("purchase_commit.lua", other)),
     }
@@ -102,7 +133,12 @@ pub(crate) use lanes::Lanes;
 
 /// Take the lock, run the five steps for `users`, release. One outcome per
 /// user, in order.
-async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Vec<Outcome>> {
+async fn pass(
+    shop: &Shop,
+    sale_id: i64,
+    roomed: bool,
+    users: &[&UserId],
+) -> anyhow::Result<Vec<Outcome>> {
     let everyone = |outcome| Ok(vec![outcome; users.len()]);
     let keys = SaleKeys::new(shop.store.prefix(), sale_id);
     // The pool's wait timeout bounds how long a pass queues for a
@@ -148,7 +184,7 @@ async fn pass(shop: &Shop, sale_id: i64, users: &[&UserId]) -> anyhow::Result<Ve
 
     // Inside the lock. Whatever happens here, the lock is released: by the
     // commit, or below.
-    let inside = locked_section(shop, &mut conn, &keys, sale_id, users, read, &guard).await;
+    let inside = locked_section(shop, &mut conn, &keys, sale_id, roomed, users, read, &guard).await;
     let Inside {
         mut outcomes,
         released,
@@ -201,11 +237,13 @@ struct Inside {
 
 /// Steps 1 to 5 for a batch, run while holding the lock; `read` is what the
 /// attempt that took it read (steps 1 and 2).
+#[allow(clippy::too_many_arguments)]
 async fn locked_section<C: ConnectionLike + Send>(
     shop: &Shop,
     conn: &mut C,
     keys: &SaleKeys,
     sale_id: i64,
+    roomed: bool,
     users: &[&UserId],
     read: Option<SnapshotRead>,
     guard: &LockGuard,
@@ -239,13 +277,16 @@ async fn locked_section<C: ConnectionLike + Send>(
     // Steps 3 to 5 in one fenced script, which releases the lock too:
     // written only if we still hold the lock.
     let durability = shop.store.durability();
-    match commit_and_confirm(conn, keys, guard, &jobs, durability).await {
-        Ok((Some(left), confirmed)) => Ok(Inside {
-            outcomes,
-            released: true,
-            sold_out: left <= 0,
-            confirmed: Some(confirmed),
-        }),
+    match commit_and_confirm(conn, keys, guard, roomed, &jobs, durability).await {
+        Ok((Some(Committed { left, spent }), confirmed)) => {
+            refuse_spent(&mut outcomes, &on_commit, &jobs, &spent);
+            Ok(Inside {
+                outcomes,
+                released: true,
+                sold_out: left <= 0,
+                confirmed: Some(confirmed),
+            })
+        }
         Ok((None, confirmed)) => {
             tracing::warn!(
                 fence = guard.fence(),
@@ -376,6 +417,36 @@ fn decide_batch(
         })
         .unzip();
     (outcomes, jobs, on_commit)
+}
+
+/// The commit refused the orders `spent` (their buyers' admissions had
+/// bought already): each such buyer is told so (already purchased: in a
+/// room, a buyer buys once), and the buyers refused as sold out only
+/// because a refused order was counted before them are told to retry
+/// (busy), since its unit is still there.
+fn refuse_spent(outcomes: &mut [Outcome], on_commit: &[bool], jobs: &[OrderJob], spent: &[usize]) {
+    if spent.is_empty() {
+        return;
+    }
+    for (index, job) in jobs.iter().enumerate() {
+        if !spent.contains(&index) {
+            continue;
+        }
+        for outcome in outcomes.iter_mut() {
+            if *outcome
+                == (Outcome::Accepted {
+                    order_id: job.order_id,
+                })
+            {
+                *outcome = Outcome::AlreadyPurchased;
+            }
+        }
+    }
+    for (outcome, on_commit) in outcomes.iter_mut().zip(on_commit) {
+        if *on_commit && *outcome == Outcome::SoldOut {
+            *outcome = Outcome::Busy;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -66,6 +66,10 @@ pub(crate) enum BenchRows {
     SoldOut,
     /// A waiting room's status answers against sold-out answers (wrk).
     Room,
+    /// A lottery room of --room-buyers joined before the open, then
+    /// opened: Redis' slowest command while they join, at the open and
+    /// while it admits (SLOWLOG).
+    RoomScripts,
     /// The storefront index against a sale page, and with 1,000 sales (wrk).
     Index,
     /// Open sale pages: Redis commands/s they add, memory, and the burst

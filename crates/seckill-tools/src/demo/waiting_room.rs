@@ -60,10 +60,13 @@ pub(crate) async fn demo_room(
     }
     let store = loadrun::connect(services, prefix).await?;
     let token = admin_token();
-    let deployment = loadrun::deployment(services, prefix, Strategy::Lock, &token)?.env(
-        "SECKILL_PAYMENT_WINDOW_SECS",
-        args.payment_window_secs.to_string(),
-    );
+    // The join limit off: the demo's audience joins from this one address.
+    let deployment = loadrun::deployment(services, prefix, Strategy::Lock, &token)?
+        .env(
+            "SECKILL_PAYMENT_WINDOW_SECS",
+            args.payment_window_secs.to_string(),
+        )
+        .env("SECKILL_ROOM_JOINS_PER_IP", "0");
     let fleet = Fleet::start(deployment, "room", 1).await?;
     let (admit_per_sec, admission_secs) = AUDIENCE_ROOM;
     let sale = NewSale::builder(
@@ -81,6 +84,7 @@ pub(crate) async fn demo_room(
         admit_per_sec,
         max_active: args.stock,
         admission_secs,
+        max_line: None,
     })
     .build(Utc::now())
     .context("the audience's sale")?;

@@ -152,6 +152,7 @@ impl NewSaleForm {
             admit_per_sec: number(&self.admit_per_sec, "admit_per_sec")?,
             max_active: number(&self.max_active, "max_active")?,
             admission_secs: number(&self.admission_secs, "admission_secs")?,
+            max_line: None,
         }))
     }
 }

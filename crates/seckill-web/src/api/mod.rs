@@ -77,6 +77,10 @@ pub(crate) async fn purchase(
                 status: OrderStatus::Pending,
             }))
         }
+        // In a room a buyer buys once: their admission is spent.
+        Outcome::AlreadyPurchased if sale.waiting_room.is_some() => {
+            Err(ApiError::NotAdmitted("used"))
+        }
         Outcome::SoldOut => Err(ApiError::SoldOut),
         Outcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
         Outcome::NotStarted => Err(ApiError::NotStarted),

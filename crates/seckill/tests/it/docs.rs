@@ -82,6 +82,8 @@ const ACCOUNTED: &[(&[&str], &str)] = &[
             "seckill bench --only sold-out",
             "seckill bench --only burst --memory-buyers 10000",
             "seckill bench --only room --room-buyers 100000",
+            "seckill bench --only room-scripts --room-buyers N",
+            "cargo run --release -- bench --only room-scripts --room-buyers 1000000",
             "target/debug/seckill bench --only replica --secs 5",
         ],
         "bench::the_bench_measures_each_row_beside_its_target runs every row, on shorter settings; bench::the_bench_measures_only_the_rows_asked_for runs `--only`",

@@ -107,6 +107,41 @@ async fn a_serving_instance_forgets_an_ended_sale_by_itself() {
         .expect("a stream");
     crate::helpers::read_first_snapshot(&mut events).await;
     drop(events);
+    // A room asked about here (its view: `room_view.rs`), of a sale that
+    // ends too: forgotten once nobody has asked for a while.
+    let room = seckill_core::domain::RoomSettings {
+        mode: seckill_core::domain::RoomMode::Fifo,
+        admit_per_sec: 1,
+        max_active: 1,
+        admission_secs: 60,
+        max_line: None,
+    };
+    let roomed = seckill_core::domain::NewSale::builder("Roomed, ends soon", 5)
+        .starts_at(ends - chrono::Duration::seconds(1))
+        .ends_at(ends)
+        .waiting_room(room)
+        .build(chrono::Utc::now())
+        .expect("a sale");
+    let roomed = store.create_sale(&roomed).await.expect("created").id;
+    let joined: serde_json::Value = http
+        .post(format!("{url}/api/sales/{roomed}/queue"))
+        .json(&json!({"user_id": "bob"}))
+        .send()
+        .await
+        .expect("a join")
+        .json()
+        .await
+        .expect("a standing");
+    let asked = http
+        .get(format!("{url}/api/sales/{roomed}/queue"))
+        .header(
+            "Seckill-Ticket",
+            joined["ticket"].as_str().expect("a ticket"),
+        )
+        .send()
+        .await
+        .expect("a status");
+    assert_eq!(asked.status(), 200);
     let kept = || async {
         let scrape = http
             .get(format!("{url}/metrics"))
@@ -123,7 +158,10 @@ async fn a_serving_instance_forgets_an_ended_sale_by_itself() {
             .expect("the gauge")
     };
     let before = kept().await;
-    assert!(before >= 3, "the sale's copy, lane and counts: {before}");
+    assert!(
+        before >= 5,
+        "the sales' copies, the lane and counts, the room's view: {before}"
+    );
     eventually(
         Duration::from_secs(20),
         "the ended sale forgotten",

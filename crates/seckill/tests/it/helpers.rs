@@ -198,7 +198,12 @@ impl Default for Options {
             admin_token: Some(ADMIN_TOKEN.to_owned()),
             max_event_streams: seckill_web::startup::DEFAULT_MAX_EVENT_STREAMS,
             admin_session: Duration::from_secs(3_600),
-            limits: seckill_core::config::RateLimitSettings::default(),
+            // The join limit off: every test's buyers come from 127.0.0.1
+            // (`room_limits.rs` tests it on, as `seckill serve` starts).
+            limits: seckill_core::config::RateLimitSettings {
+                room_joins_per_ip: 0,
+                ..Default::default()
+            },
             app_redis: None,
             durability: seckill_core::config::RedisDurability::Local,
             room_abandon: Duration::from_secs(seckill_core::config::DEFAULT_ROOM_ABANDON_SECS),

@@ -323,7 +323,10 @@ async fn a_lottery_draws_the_order_of_those_who_came_before_the_open() {
     let room =
         json!({"mode": "lottery", "admit_per_sec": 1, "max_active": 1, "admission_secs": 60});
     let sale = sale_with_room(&app, 10, 2, room).await;
-    let tickets = all_join(&app, sale, "early", 12).await;
+    let mut tickets = Vec::new();
+    for n in 0..12 {
+        tickets.push(ticket(&joined(&app, sale, &format!("early-{n}")).await));
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
     // After the open: every early buyer has a drawn place (the admitted
     // first), 1 to 12 once each; and the draw is not the arrival order.
@@ -408,4 +411,111 @@ async fn bad_room_input_is_a_clear_4xx_and_changes_nothing() {
     assert_eq!(missing.status(), 400);
     // Nothing of sale's room was written by any of it.
     assert_eq!(line_length(&app, sale).await, 0);
+}
+
+/// Sale's line as Redis holds it: each buyer and their place, in order.
+async fn line_places(app: &TestApp, sale: i64) -> Vec<(String, u64)> {
+    let mut redis = app.redis_conn().await;
+    redis::cmd("ZRANGE")
+        .arg(&app.keys(sale).room.line)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut redis)
+        .await
+        .expect("the line")
+}
+
+#[tokio::test]
+async fn a_lottery_draws_each_place_at_the_join_so_the_open_passes_over_nobody() {
+    let app = spawn_app().await;
+    let room =
+        json!({"mode": "lottery", "admit_per_sec": 1, "max_active": 1, "admission_secs": 60});
+    let sale = sale_with_room(&app, 10, 2, room).await;
+    let arrival: Vec<String> = (0..12).map(|n| format!("early-{n}")).collect();
+    for buyer in &arrival {
+        joined(&app, sale, buyer).await;
+    }
+    // Drawn as they joined: before the open the line is already in the
+    // draw's order, not the arrival's.
+    let before = line_places(&app, sale).await;
+    let order: Vec<&str> = before.iter().map(|(who, _)| who.as_str()).collect();
+    assert_eq!(order.len(), 12);
+    assert_ne!(
+        order, arrival,
+        "the line is in arrival order before the open"
+    );
+    // After the open, every early buyer still in line keeps the place
+    // they drew: the open rewrote nothing (a draw at the open would be
+    // one script over the whole line).
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let late = joined(&app, sale, "late").await;
+    let after = line_places(&app, sale).await;
+    for (who, place) in &after {
+        if who.starts_with("early") {
+            let drawn = before.iter().find(|(b, _)| b == who).expect("drawn");
+            assert_eq!(*place, drawn.1, "{who}'s place changed at the open");
+        }
+    }
+    // A latecomer queues behind every drawn buyer, by arrival.
+    let number = late["number"].as_u64().expect("a number");
+    assert!(number > seckill_core::waiting_room::LOTTERY_LATE, "{late}");
+    assert_eq!(after.last().map(|(who, _)| who.as_str()), Some("late"));
+}
+
+#[tokio::test]
+async fn a_visit_drops_at_most_200_gone_buyers_and_a_dropped_one_rejoins_at_the_back() {
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        room_abandon: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await;
+    let sale = sale_with_room(&app, 10, 4, fifo(1_000, 1)).await;
+    let mut redis = app.redis_conn().await;
+    let keys = app.keys(sale);
+    // 250 join before the open and never ask again.
+    for n in 0..250 {
+        joined(&app, sale, &format!("gone-{n}")).await;
+    }
+    let opens = tokio::time::Instant::now() + Duration::from_secs(5);
+    tokio::time::sleep_until(opens).await;
+    // The first visit after the open: the head is gone, and so are the
+    // next 199; that many and no more are dropped in this one visit.
+    let late = joined(&app, sale, "late").await;
+    let abandoned: i64 = redis::cmd("HGET")
+        .arg(&keys.room.state)
+        .arg("abandoned")
+        .query_async(&mut redis)
+        .await
+        .expect("the room's state");
+    assert_eq!(abandoned, 200, "{late}");
+    assert_eq!(line_length(&app, sale).await, 51);
+    // A dropped buyer who asks again joins at the back, behind late.
+    let again = joined(&app, sale, "gone-0").await;
+    assert!(
+        again["number"].as_u64() > late["number"].as_u64(),
+        "{again} {late}"
+    );
+    let waiting = again["waiting"].as_u64().expect("waiting");
+    assert_eq!(again["ahead"].as_u64(), Some(waiting - 1), "{again}");
+}
+
+#[tokio::test]
+async fn a_ticket_of_a_room_redis_lost_answers_position_null() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 10, 60, fifo(1, 1)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    // Redis loses the room (a flush, a failover that lost it).
+    let mut redis = app.redis_conn().await;
+    for key in app.keys(sale).room.all() {
+        let () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut redis)
+            .await
+            .expect("DEL");
+    }
+    let now = standing(&app, sale, &ann).await;
+    assert_eq!(now["position"], Value::Null, "{now}");
+    assert_eq!(now["admitted"], false, "{now}");
+    assert_eq!(now["waiting"], 0, "{now}");
 }

@@ -73,6 +73,7 @@ impl Lanes {
         &self,
         shop: &Shop,
         sale_id: i64,
+        roomed: bool,
         user: &UserId,
     ) -> anyhow::Result<Outcome> {
         let lane = self.lane(sale_id);
@@ -91,7 +92,7 @@ impl Lanes {
             // and the task takes the next batch itself, so that no request
             // has to be served between two passes.
             let runtime = &shop.store.runtime();
-            runtime.spawn(drain(shop.clone(), Arc::clone(&lane), sale_id));
+            runtime.spawn(drain(shop.clone(), Arc::clone(&lane), sale_id, roomed));
         }
         answered.await.unwrap_or_else(|_| Err(no_answer()))
     }
@@ -108,8 +109,13 @@ impl Lanes {
 
 /// Take the lane's buyers through the sale's lock, a pass of up to
 /// [`MAX_BATCH`] at a time, oldest first, until nobody is waiting.
-async fn drain(shop: Shop, lane: Arc<Lane>, sale_id: i64) {
-    drain_with(&lane, |batch| through_the_lock(&shop, sale_id, batch)).await;
+/// `roomed`: the sale has a waiting room (the same for every buyer of a
+/// lane, which is one sale's).
+async fn drain(shop: Shop, lane: Arc<Lane>, sale_id: i64, roomed: bool) {
+    drain_with(&lane, |batch| {
+        through_the_lock(&shop, sale_id, roomed, batch)
+    })
+    .await;
 }
 
 /// [`drain`], each pass run by `pass`. A pass that panics loses its own
@@ -177,7 +183,7 @@ fn no_answer() -> anyhow::Error {
 }
 
 /// One pass: take `batch` through the sale's lock and answer each buyer.
-async fn through_the_lock(shop: &Shop, sale_id: i64, batch: Vec<Waiter>) {
+async fn through_the_lock(shop: &Shop, sale_id: i64, roomed: bool, batch: Vec<Waiter>) {
     // Buyers whose request is gone (the client hung up) buy nothing.
     let batch: Vec<Waiter> = batch
         .into_iter()
@@ -187,7 +193,7 @@ async fn through_the_lock(shop: &Shop, sale_id: i64, batch: Vec<Waiter>) {
         return;
     }
     let users: Vec<&UserId> = batch.iter().map(|waiter| &waiter.user).collect();
-    match pass(shop, sale_id, &users).await {
+    match pass(shop, sale_id, roomed, &users).await {
         Ok(outcomes) => {
             for (waiter, outcome) in batch.into_iter().zip(outcomes) {
                 let _ = waiter.answer.send(Ok(outcome));

@@ -1,0 +1,86 @@
+//! The waiting room's door is one atomic step: with `lock` and `lua`, an
+//! admission's spent check and mark are in the purchase's own commit, so
+//! an admission buys once whatever dies when; and a roomed purchase sends
+//! Redis no command more than another.
+
+use std::time::Duration;
+
+use seckill_core::config::{PurchaseSettings, Strategy};
+use seckill_core::domain::UserId;
+use seckill_core::events::LockReleases;
+use seckill_core::purchase::{Outcome, Purchaser};
+use seckill_core::strategy::Shop;
+
+use crate::payment::{app_with_window, make_deadlines_due, run_deadlines_until};
+use crate::waiting_room::{admitted, fifo, joined, sale_with_room, ticket};
+
+/// An admitted buyer buys with `strategy` through the purchase alone, as
+/// an instance that died after its commit, before any step of the door
+/// after it, leaves things; the order goes unpaid and its unit comes
+/// back. The same buyer (the same admission) buys nothing more.
+async fn an_admission_buys_once_though_the_instance_dies_after_the_commit(strategy: Strategy) {
+    let app = app_with_window(600, 100).await;
+    let sale = sale_with_room(&app, 1, 0, fifo(10, 10)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    admitted(&app, sale, &ann).await;
+    let instance = |name: &str| {
+        Purchaser::new(Shop::new(
+            app.store.clone(),
+            PurchaseSettings {
+                strategy,
+                ..Default::default()
+            },
+            name,
+            Duration::from_secs(600),
+            LockReleases::default(),
+        ))
+    };
+    let purchaser = instance("dies");
+    let stored = app.store.sale(sale).await.expect("read").expect("a sale");
+    let buyer = UserId::parse("ann").expect("a buyer");
+    let Outcome::Accepted { order_id } = purchaser
+        .purchase(&stored, &buyer)
+        .await
+        .expect("a purchase")
+    else {
+        panic!("ann's purchase was refused");
+    };
+    // Spent in the commit itself: ann is among the bought, not the admitted.
+    let keys = app.keys(sale);
+    let mut redis = app.redis_conn().await;
+    let (spent, still_admitted): (bool, Option<f64>) = redis::pipe()
+        .sismember(&keys.room.bought, "ann")
+        .zscore(&keys.room.admitted, "ann")
+        .query_async(&mut redis)
+        .await
+        .expect("the room");
+    assert_eq!((spent, still_admitted), (true, None), "{strategy:?}");
+
+    // Ann does not pay: her unit comes back, and she holds none.
+    app.drain().await;
+    make_deadlines_due(&app, sale, &[order_id]).await;
+    run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
+    assert!(app.redis_buyers(sale).await.is_empty());
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+    // Her admission is spent: it buys nothing more, on another instance
+    // (the first knows the sale sold out a moment ago).
+    assert_eq!(
+        instance("another")
+            .purchase(&stored, &buyer)
+            .await
+            .expect("an answer"),
+        Outcome::AlreadyPurchased,
+        "{strategy:?}"
+    );
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+}
+
+#[tokio::test]
+async fn with_lock_an_admission_is_spent_in_the_purchase_commit() {
+    an_admission_buys_once_though_the_instance_dies_after_the_commit(Strategy::Lock).await;
+}
+
+#[tokio::test]
+async fn with_lua_an_admission_is_spent_in_the_purchase_script() {
+    an_admission_buys_once_though_the_instance_dies_after_the_commit(Strategy::Lua).await;
+}
