@@ -1,9 +1,9 @@
 //! Every route, in one table: the top of the crate. Handlers live in
 //! [`crate::api`] (JSON), [`crate::pages`] (HTML) and [`crate::admin`].
 
-use actix_web::web;
+use actix_web::{HttpResponse, web};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 use crate::state::MAX_JSON_BYTES;
 use crate::{admin, api, metrics, pages};
 
@@ -13,13 +13,15 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .app_data(
             web::FormConfig::default()
                 .limit(MAX_JSON_BYTES)
+                // Only pages post forms: a malformed one is answered as a page.
                 .error_handler(|error, _request| {
-                    ApiError::invalid(format!("malformed form: {error}")).into()
+                    PageError::from(ApiError::invalid(format!("malformed form: {error}"))).into()
                 }),
         )
         .app_data(
+            // Only pages read a query string (`/?page=`, `/admin?before=`).
             web::QueryConfig::default().error_handler(|error, _request| {
-                ApiError::invalid(format!("malformed query: {error}")).into()
+                PageError::from(ApiError::invalid(format!("malformed query: {error}"))).into()
             }),
         )
         // First: actix tries the routes in this order, running the regex
@@ -61,9 +63,17 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .route("/admin/sales/{id}", web::get().to(admin::sale))
         .route("/admin/sales/{id}/redrive", web::post().to(admin::redrive))
         .route("/static/{file}", web::get().to(pages::static_file))
-        .default_service(web::to(|| async {
-            Err::<actix_web::HttpResponse, _>(ApiError::NotFound)
-        }));
+        .default_service(web::to(not_found));
+}
+
+/// A path no route matches: JSON under `/api/`, where programs ask, and
+/// a page elsewhere, where people do.
+async fn not_found(request: actix_web::HttpRequest) -> Result<HttpResponse, actix_web::Error> {
+    Err(if request.path().starts_with("/api/") {
+        ApiError::NotFound.into()
+    } else {
+        PageError::from(ApiError::NotFound).into()
+    })
 }
 
 /// JSON bodies: small, any content type (curl users forget it), and every

@@ -26,7 +26,7 @@ use serde::Deserialize;
 
 use crate::admin_token::{FAILURE_WINDOW, MAX_FAILED_LOGINS};
 use crate::client_ip;
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 use crate::limits;
 use crate::lookup::{SaleView, find_sale};
 use crate::pages::html;
@@ -226,11 +226,11 @@ pub(crate) async fn index(
     state: web::Data<AppState>,
     request: HttpRequest,
     query: web::Query<AdminQuery>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     if let Some(page) = login_unless_signed_in(&state, &request).await? {
         return Ok(page);
     }
-    admin_page(&state, query.before, None, StatusCode::OK).await
+    Ok(admin_page(&state, query.before, None, StatusCode::OK).await?)
 }
 
 /// A page of sales older than `before` (the newest with `None`), their
@@ -266,7 +266,7 @@ pub(crate) async fn login(
     state: web::Data<AppState>,
     request: HttpRequest,
     form: web::Form<LoginForm>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     limits::check(&state, &request, None).await?;
     match admit(&state, &request, Some(&form.token)).await {
         Ok(()) => {}
@@ -283,9 +283,12 @@ pub(crate) async fn login(
             return Ok(response);
         }
         Err(refused @ (ApiError::Unauthorized | ApiError::AdminDisabled)) => {
-            return login_page(Some(refused.to_string()), StatusCode::UNAUTHORIZED);
+            return Ok(login_page(
+                Some(refused.to_string()),
+                StatusCode::UNAUTHORIZED,
+            )?);
         }
-        Err(other) => return Err(other),
+        Err(other) => return Err(other.into()),
     }
     let ttl = state.admin.session_ttl();
     let id = uuid::Uuid::new_v4().simple().to_string();
@@ -304,7 +307,7 @@ pub(crate) async fn login(
 pub(crate) async fn logout(
     state: web::Data<AppState>,
     request: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     if let Ok(id) = session(&state, &request).await {
         state.store.close_session(&id).await?;
     }
@@ -322,7 +325,7 @@ pub(crate) async fn create_sale(
     state: web::Data<AppState>,
     request: HttpRequest,
     form: web::Form<NewSaleForm>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     authenticate(&state, &request).await?;
     let mut new = NewSale::builder(form.name.as_str(), form.stock)
         .price_cents(form.price_cents)
@@ -333,7 +336,7 @@ pub(crate) async fn create_sale(
             Ok(secs) => new = new.lasts(secs),
             Err(_) => {
                 let notice = "duration must be a whole number of seconds, or empty".to_owned();
-                return admin_page(&state, None, Some(notice), StatusCode::BAD_REQUEST).await;
+                return Ok(admin_page(&state, None, Some(notice), StatusCode::BAD_REQUEST).await?);
             }
         },
     }
@@ -341,19 +344,19 @@ pub(crate) async fn create_sale(
         Ok(None) => {}
         Ok(Some(room)) => new = new.waiting_room(room),
         Err(notice) => {
-            return admin_page(&state, None, Some(notice), StatusCode::BAD_REQUEST).await;
+            return Ok(admin_page(&state, None, Some(notice), StatusCode::BAD_REQUEST).await?);
         }
     }
     let new = match new.build(Utc::now()) {
         Ok(new) => new,
         Err(invalid) => {
-            return admin_page(
+            return Ok(admin_page(
                 &state,
                 None,
                 Some(invalid.to_string()),
                 StatusCode::BAD_REQUEST,
             )
-            .await;
+            .await?);
         }
     };
     let sale = state.store.create_sale(&new).await?;
@@ -366,13 +369,13 @@ pub(crate) async fn sale(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     if let Some(page) = login_unless_signed_in(&state, &request).await? {
         return Ok(page);
     }
     let sale = find_sale(&state, &path).await?;
     let inside = state.store.sale_inside(sale.id, ORDERS_SHOWN).await?;
-    html(&AdminSalePage {
+    Ok(html(&AdminSalePage {
         sale: SaleView::new(&sale, inside.redis_stock.unwrap_or(0)),
         redis_stock: inside.redis_stock,
         pg_left: i64::from(sale.stock_total - inside.sold),
@@ -382,7 +385,7 @@ pub(crate) async fn sale(
             ("orders", "Orders", inside.order_queue),
             ("deadlines", "Payment deadlines", inside.deadline_queue),
         ],
-    })
+    })?)
 }
 
 /// `POST /admin/sales/{id}/redrive`: put a queue's dead-lettered jobs back.
@@ -391,7 +394,7 @@ pub(crate) async fn redrive(
     request: HttpRequest,
     path: web::Path<String>,
     form: web::Form<RedriveForm>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     authenticate(&state, &request).await?;
     let sale = find_sale(&state, &path).await?;
     state.store.redrive(sale.id, form.queue).await?;

@@ -25,7 +25,7 @@ use actix_web::{HttpResponse, web};
 use askama::Template;
 use chrono::Utc;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 use crate::lookup::SaleView;
 use crate::state::AppState;
 use seckill_core::domain::SaleStatus;
@@ -76,7 +76,7 @@ impl IndexQuery {
 pub(crate) async fn index(
     state: web::Data<AppState>,
     query: web::Query<IndexQuery>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     let page = query.page()?;
     let body = if page == 1 {
         // Called only when the page is rebuilt: the task gets a handle of

@@ -20,7 +20,7 @@ const WIDTH: u32 = 1024;
 const HEIGHT: u32 = 768;
 
 /// A headless browser whose page is the projector's screen.
-async fn projector(driver: &ChromeDriver, profile: &Path) -> Client {
+pub(crate) async fn projector(driver: &ChromeDriver, profile: &Path) -> Client {
     let browser = driver
         .browser_sized(profile, (WIDTH, HEIGHT), &["--hide-scrollbars"])
         .await;
