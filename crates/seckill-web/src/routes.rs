@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 
 use crate::error::{ApiError, PageError};
 use crate::state::MAX_JSON_BYTES;
-use crate::{admin, api, metrics, pages};
+use crate::{admin, api, body, metrics, pages};
 
 /// Every route, in one table.
 pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
@@ -15,13 +15,31 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .limit(MAX_JSON_BYTES)
                 // Only pages post forms: a malformed one is answered as a page.
                 .error_handler(|error, _request| {
-                    PageError::from(ApiError::invalid(format!("malformed form: {error}"))).into()
+                    let message = match &error {
+                        actix_web::error::UrlencodedError::Parse(error) => {
+                            body::reworded(&error.to_string())
+                        }
+                        actix_web::error::UrlencodedError::Overflow { limit, .. } => {
+                            format!("the form is larger than {limit} bytes")
+                        }
+                        actix_web::error::UrlencodedError::ContentType => {
+                            "the form must be sent as application/x-www-form-urlencoded".to_owned()
+                        }
+                        other => format!("the form could not be read: {other}"),
+                    };
+                    PageError::from(ApiError::InvalidRequest(message)).into()
                 }),
         )
         .app_data(
             // Only pages read a query string (`/?page=`, `/admin?before=`).
             web::QueryConfig::default().error_handler(|error, _request| {
-                PageError::from(ApiError::invalid(format!("malformed query: {error}"))).into()
+                let message = match &error {
+                    actix_web::error::QueryPayloadError::Deserialize(error) => {
+                        body::reworded(&error.to_string())
+                    }
+                    other => format!("the query could not be read: {other}"),
+                };
+                PageError::from(ApiError::InvalidRequest(message)).into()
             }),
         )
         // First: actix tries the routes in this order, running the regex
@@ -77,7 +95,8 @@ async fn not_found(request: actix_web::HttpRequest) -> Result<HttpResponse, acti
 }
 
 /// JSON bodies: small, any content type (curl users forget it), and every
-/// parse failure answered as `400 invalid_request` with the parser's reason.
+/// parse failure answered as `400 invalid_request` with the reason in our
+/// words (`body.rs`).
 fn json_config() -> web::JsonConfig {
     web::JsonConfig::default()
         .limit(MAX_JSON_BYTES)
@@ -88,12 +107,11 @@ fn json_config() -> web::JsonConfig {
                 | actix_web::error::JsonPayloadError::OverflowKnownLength { limit, .. } => {
                     format!("request body is larger than {limit} bytes")
                 }
-                // Well-formed JSON that is not the request: a wrong type,
-                // a missing, unknown or repeated field, not an object.
-                actix_web::error::JsonPayloadError::Deserialize(error) if error.is_data() => {
-                    format!("invalid request body: {error}")
-                }
-                other => format!("malformed JSON body: {other}"),
+                // Empty, not JSON, or well-formed JSON that is not the
+                // request: a wrong type, a missing, unknown or repeated
+                // field, not an object.
+                actix_web::error::JsonPayloadError::Deserialize(error) => body::json_error(error),
+                other => format!("the body could not be read: {other}"),
             };
             ApiError::InvalidRequest(message).into()
         })

@@ -420,7 +420,7 @@ async fn pages_answer_their_errors_as_pages_with_the_status_kept_and_the_api_as_
             format!("/sales/{sale}/buy"),
             "nobody=1",
             400,
-            "user_id",
+            "user_id is missing",
         ),
         (
             "POST",
