@@ -223,11 +223,7 @@ async fn one_run(
         args.instances,
         cluster.urls().join(", ")
     ));
-    // The time in the name: the storefront lists every demo's sales.
-    let name = format!(
-        "Demo {}: phone, {label} strategy",
-        chrono::Local::now().format("%b %-d %H:%M")
-    );
+    let name = sale_name(chrono::Local::now(), label);
     let sale_id = loadrun::create_sale(store, &name, args.stock, Some(DEMO_SALE_OPEN_SECS)).await?;
     if args.wait_for_enter && strategy == Strategy::Lock {
         println!(
@@ -282,4 +278,32 @@ async fn enter_pressed() {
         let _ = pressed.send(());
     });
     let _ = enter.await;
+}
+
+/// The demo sale's name. The time in it, to the second, tells the demos on
+/// the storefront apart: two started in the same minute get two names
+/// (two started in the same second share one; their ids differ).
+fn sale_name(at: chrono::DateTime<chrono::Local>, label: &str) -> String {
+    format!(
+        "Demo {}: phone, {label} strategy",
+        at.format("%b %-d %H:%M:%S")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::sale_name;
+
+    #[test]
+    fn two_demos_started_in_the_same_minute_get_two_names() {
+        let first = chrono::Local
+            .with_ymd_and_hms(2026, 11, 27, 10, 5, 3)
+            .single()
+            .expect("a local time");
+        let second = first + chrono::Duration::seconds(40);
+        assert_ne!(sale_name(first, "lock"), sale_name(second, "lock"));
+        assert!(sale_name(first, "lock").starts_with("Demo Nov 27 10:05:03"));
+    }
 }

@@ -64,18 +64,15 @@ struct OrderPage {
 }
 
 impl OrderPage {
-    /// The order's status in words.
+    /// What the order's status means, after "Status: confirmed." on the
+    /// page (`static/order.js` has the same words).
     fn headline(&self) -> &'static str {
         match self.order.status {
-            OrderStatus::Pending => {
-                "Pending: your unit is reserved, and the order is being recorded."
-            }
-            OrderStatus::Confirmed => "Confirmed: the unit is yours once you pay.",
-            OrderStatus::Paid => "Paid. The unit is yours.",
-            OrderStatus::Cancelled => {
-                "Cancelled: the payment window closed, and the unit went back on sale."
-            }
-            OrderStatus::Rejected => "Rejected: this order holds no unit.",
+            OrderStatus::Pending => "Your unit is reserved, and the order is being recorded.",
+            OrderStatus::Confirmed => "The unit is yours once you pay.",
+            OrderStatus::Paid => "The unit is yours.",
+            OrderStatus::Cancelled => "The payment window closed, and the unit went back on sale.",
+            OrderStatus::Rejected => "This order holds no unit.",
         }
     }
 

@@ -144,6 +144,8 @@ async fn the_sale_page_renders_its_figures_and_gives_a_new_browser_a_buyer_cooki
         r#"<span id="sold">1</span> sold"#,
         r#"<script src="/static/sale.js" defer></script>"#,
         r#"<label for="user_id">"#,
+        // The price with its currency.
+        r#"<p class="price">$999.00</p>"#,
     ] {
         assert!(html.contains(expected), "{expected} missing from {html}");
     }
@@ -208,6 +210,13 @@ async fn the_order_page_follows_the_order_from_pending_to_paid_with_the_pay_form
         "{html}"
     );
     assert!(html.contains("seconds left to pay."), "{html}");
+    // One sentence, the status said once.
+    assert!(
+        html.contains(
+            r#"Status: <strong id="status">confirmed</strong>. <span id="headline">The unit is yours once you pay.</span>"#
+        ),
+        "{html}"
+    );
     assert!(
         html.contains(&format!(r#"action="/orders/{order}/pay""#)),
         "{html}"
