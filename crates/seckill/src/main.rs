@@ -8,8 +8,6 @@ mod commands;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use cli::{Cli, Command};
 use seckill_cli::telemetry;
 
@@ -20,7 +18,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     telemetry::init();
     let command = match cli.command {
         Command::Server(command) => command,

@@ -403,3 +403,109 @@ async fn a_watched_sale(client: &reqwest::Client, address: &str) -> (String, req
     crate::helpers::read_first_snapshot(&mut stream).await;
     (events, stream)
 }
+
+/// `seckill <args>`'s help as it prints it, with no SECKILL_ variable set.
+fn help(args: &[&str]) -> String {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+    for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("SECKILL_")) {
+        command.env_remove(name);
+    }
+    // One set, to show its value is not printed.
+    command.env("SECKILL_REDIS_MASTER_NAME", "secret-name");
+    let output = command.args(args).output().expect("seckill runs");
+    assert!(output.status.success(), "{args:?}: {output:?}");
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+/// The help can be scanned: a command's own options first, the shared
+/// Redis and PostgreSQL options under their own heading after them, only
+/// those the command uses, and every environment note in one style.
+#[test]
+fn the_help_groups_the_shared_flags_and_shows_each_command_what_it_uses() {
+    const HEADING: &str = "Where Redis and PostgreSQL are:";
+    for (args, own, shown, hidden) in [
+        (
+            &["sale", "create", "-h"][..],
+            &["--name", "--stock"][..],
+            &["--database-url", "--redis-url", "--redis-prefix"][..],
+            &["--redis-durability", "--redis-replica-wait-ms"][..],
+        ),
+        (
+            &["migrate", "--help"],
+            &["--help"],
+            &["--database-url"],
+            &[
+                "--redis-url",
+                "--redis-cluster-nodes",
+                "--redis-sentinels",
+                "--redis-master-name",
+                "--redis-durability",
+                "--redis-prefix",
+            ],
+        ),
+        (
+            &["reset", "-h"],
+            &["--yes"],
+            &["--database-url", "--redis-url"],
+            &["--redis-durability"],
+        ),
+        (
+            &["serve", "--help"],
+            &["--bind", "--strategy"],
+            &[
+                "--redis-durability",
+                "--redis-master-name",
+                "--database-url",
+            ],
+            &[],
+        ),
+    ] {
+        let text = help(args);
+        let heading = text
+            .find(HEADING)
+            .unwrap_or_else(|| panic!("{args:?}: no heading {HEADING:?}: {text}"));
+        for flag in own {
+            let at = text
+                .find(flag)
+                .unwrap_or_else(|| panic!("{args:?}: {flag}"));
+            assert!(at < heading, "{args:?}: {flag} under the shared heading");
+        }
+        for flag in shown {
+            let at = text
+                .find(flag)
+                .unwrap_or_else(|| panic!("{args:?}: {flag}: {text}"));
+            assert!(at > heading, "{args:?}: {flag} above the shared heading");
+        }
+        for flag in hidden {
+            assert!(!text.contains(flag), "{args:?} shows {flag}: {text}");
+        }
+        // One style, `[env: SECKILL_X]`: never the `=value` form.
+        assert!(text.contains("[env: SECKILL_"), "{args:?}: {text}");
+        assert!(!text.contains("=]"), "{args:?}: {text}");
+        assert!(!text.contains("secret-name"), "{args:?}: {text}");
+    }
+}
+
+/// Every line of help says something: `chaos -h` describes
+/// `--compare-durability`, and `reset`'s description is whole.
+#[test]
+fn the_help_describes_every_option_and_ends_its_sentences() {
+    let chaos = help(&["chaos", "-h"]);
+    let line = chaos
+        .lines()
+        .position(|line| line.trim_start().starts_with("--compare-durability"))
+        .expect("--compare-durability listed");
+    let described = chaos.lines().nth(line).expect("the line").len()
+        > "      --compare-durability".len() + 2
+        || chaos
+            .lines()
+            .nth(line + 1)
+            .is_some_and(|next| !next.trim_start().starts_with('-') && !next.trim().is_empty());
+    assert!(described, "{chaos}");
+    let reset = help(&["reset", "--help"]);
+    let about = reset.lines().next().expect("a description");
+    assert!(
+        about.ends_with("refuses while a seckill process runs"),
+        "{about}"
+    );
+}
