@@ -5,9 +5,10 @@
 //! Only the interface lives here: each flag's name, environment variable,
 //! default and help text. The settings themselves, their ranges and their
 //! checks are the core's, so a setting built as a value (a test, a tool)
-//! meets the same ranges as one typed on the command line. Every flag can
-//! also be set through the environment variable named in its `--help`
-//! line (flags win over the environment).
+//! meets the same ranges as one typed on the command line. Every flag here
+//! can also be set through the environment variable named in its `--help`
+//! line (flags win over the environment); the tools' own options are
+//! flags only (docs/storefront.md says which).
 
 use std::time::Duration;
 

@@ -509,3 +509,71 @@ fn the_help_describes_every_option_and_ends_its_sentences() {
         "{about}"
     );
 }
+
+/// Each option of `seckill <args> --help`, and whether its help names an
+/// environment variable.
+fn options_and_env(args: &[&str]) -> Vec<(String, bool)> {
+    let text = help(args);
+    let mut options: Vec<(String, bool)> = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let name = trimmed
+            .strip_prefix("-h, ")
+            .or_else(|| trimmed.strip_prefix("-V, "))
+            .unwrap_or(trimmed);
+        if (2..=6).contains(&indent) && name.starts_with("--") {
+            let flag = name.split([' ', '=']).next().unwrap_or(name).to_owned();
+            options.push((flag, false));
+        } else if line.contains("[env: ")
+            && let Some(last) = options.last_mut()
+        {
+            last.1 = true;
+        }
+    }
+    options
+        .into_iter()
+        .filter(|(flag, _)| flag != "--help" && flag != "--version")
+        .collect()
+}
+
+/// docs/storefront.md says which options the environment can set: every
+/// one of `serve` and `worker`, and the shared ones; the options of
+/// `sale create`, `reset` and the tools are flags only.
+#[test]
+fn the_environment_sets_the_options_the_docs_say_it_does() {
+    let storefront =
+        std::fs::read_to_string(crate::helpers::repo_root().join("docs/storefront.md"))
+            .expect("docs/storefront.md");
+    assert!(
+        storefront.contains("The options of `serve` and `worker`, and the shared ones")
+            && !storefront.contains("Every flag can also be set from the environment"),
+        "docs/storefront.md no longer says which options the environment sets"
+    );
+    let shared: Vec<String> = options_and_env(&["serve", "--help"])
+        .into_iter()
+        .map(|(flag, _)| flag)
+        .filter(|flag| flag.starts_with("--redis-") || flag == "--database-url")
+        .collect();
+    assert!(shared.len() >= 8, "{shared:?}");
+    for args in [&["serve", "--help"][..], &["worker", "--help"]] {
+        for (flag, env) in options_and_env(args) {
+            assert!(env, "{args:?}: {flag} has no environment variable");
+        }
+    }
+    for args in [
+        &["sale", "create", "--help"][..],
+        &["reset", "--help"],
+        &["demo", "--help"],
+        &["lab", "--help"],
+        &["chaos", "--help"],
+    ] {
+        for (flag, env) in options_and_env(args) {
+            assert_eq!(
+                env,
+                shared.contains(&flag),
+                "{args:?}: {flag}: only the shared options have a variable"
+            );
+        }
+    }
+}
