@@ -577,3 +577,46 @@ fn the_environment_sets_the_options_the_docs_say_it_does() {
         }
     }
 }
+
+/// `seckill reset --yes` refuses while a `seckill serve` runs on its
+/// database and prefix, names it, and deletes nothing; once it is
+/// stopped, the reset goes through.
+#[tokio::test]
+async fn reset_refuses_while_a_server_runs_on_its_database() {
+    let scratch = Scratch::new().await;
+    let (server, address) = serve(&scratch, &[], &[]).await;
+    let id = crate::helpers::create_sale_at(&address, "Lamp", 2).await;
+    let reset = || async {
+        seckill_command(&scratch, &["reset", "--yes"], &[])
+            .output()
+            .await
+            .expect("reset runs")
+    };
+    let refused = reset().await;
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "{said}");
+    let pid = server.id().expect("running");
+    assert!(
+        said.contains(&format!("pid {pid}: seckill serve")) && said.contains("nothing was deleted"),
+        "{said}"
+    );
+    let pg = scratch.pg().await;
+    let sales: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
+        .fetch_one(&pg)
+        .await
+        .expect("count");
+    assert_eq!(sales, 1, "sale {id} is still there");
+
+    stop(server).await;
+    let done = reset().await;
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let sales: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
+        .fetch_one(&pg)
+        .await
+        .expect("count");
+    assert_eq!(sales, 0);
+}
