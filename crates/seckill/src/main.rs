@@ -23,7 +23,11 @@ async fn main() -> ExitCode {
     let command = match cli.command {
         Command::Server(command) => command,
         #[cfg(feature = "tools")]
-        Command::Tool(tool) => return tool.run(&cli.services, &cli.services.redis_prefix).await,
+        Command::Tool(tool) => {
+            // The tools draw progress bars: a log line is printed above them.
+            telemetry::send_logs_through(Some(Box::new(seckill_loadtest::progress::print_above)));
+            return tool.run(&cli.services, &cli.services.redis_prefix).await;
+        }
     };
     match commands::run(cli.services, command).await {
         Ok(()) => ExitCode::SUCCESS,
