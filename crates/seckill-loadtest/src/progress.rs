@@ -142,7 +142,18 @@ impl Phase {
     /// End the phase with a one-line summary.
     pub fn finish(&self, summary: &str) {
         match &self.bar {
-            Some(bar) => bar.finish_with_message(summary.to_owned()),
+            Some(bar) => {
+                // The bar let go, and its summary printed above the live
+                // ones as a line of its own: a log line printed later comes
+                // after it, in the order things happened.
+                bar.finish_and_clear();
+                BARS.remove(bar);
+                let _ = BARS.println(format!(
+                    "{:>8}: {summary} ({:.1} s)",
+                    self.name,
+                    self.started.elapsed().as_secs_f64()
+                ));
+            }
             None => eprintln!(
                 "{:>8}: done in {:.2?}: {summary}",
                 self.name,
