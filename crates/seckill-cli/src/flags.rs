@@ -5,9 +5,10 @@
 //! Only the interface lives here: each flag's name, environment variable,
 //! default and help text. The settings themselves, their ranges and their
 //! checks are the core's, so a setting built as a value (a test, a tool)
-//! meets the same ranges as one typed on the command line. Every flag can
-//! also be set through the environment variable named in its `--help`
-//! line (flags win over the environment).
+//! meets the same ranges as one typed on the command line. Every flag here
+//! can also be set through the environment variable named in its `--help`
+//! line (flags win over the environment); the tools' own options are
+//! flags only (docs/storefront.md says which).
 
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use seckill_core::redis_pool::RedisAt;
 /// servers on their default local ports when they answer and otherwise
 /// starts private ones from the installed binaries.
 #[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Where Redis and PostgreSQL are (every command)")]
+#[command(next_help_heading = "Where Redis and PostgreSQL are")]
 pub struct ServiceArgs {
     /// Redis URL, e.g. redis://127.0.0.1:6379 [default: local or private server]
     #[arg(long, env = "SECKILL_REDIS_URL", global = true, hide_env_values = true)]
@@ -131,6 +132,57 @@ impl ServiceArgs {
                 replicas: self.redis_wait_replicas,
             },
         }
+    }
+}
+
+/// The shared flags that say where Redis is and what its keys are called:
+/// a command that uses PostgreSQL only (`migrate`) hides them ([`tidy_help`]).
+pub const REDIS_FLAGS: &[&str] = &[
+    "redis_url",
+    "redis_cluster_nodes",
+    "redis_sentinels",
+    "redis_master_name",
+    "redis_durability",
+    "redis_replica_wait_ms",
+    "redis_prefix",
+];
+
+/// The shared flags that say what a purchase's `202` waits for: a command
+/// that answers no purchase (`sale create`, `reset`) hides them.
+pub const DURABILITY_FLAGS: &[&str] = &["redis_durability", "redis_replica_wait_ms"];
+
+/// A command line's help made to be scanned: every environment note in
+/// one style, `[env: SECKILL_…]` (without the value it has now, which
+/// may be a secret), and under each subcommand named by `path`, the shared
+/// flags it does not use hidden from its help (they are still accepted:
+/// a deployment sets them all in the environment, and one script passes
+/// the same flags to every command).
+pub fn tidy_help(command: clap::Command, unused: &[(&[&str], &[&str])]) -> clap::Command {
+    let mut command = one_env_style(command);
+    for (path, ids) in unused {
+        // A subcommand that has an argument of a shared flag's name is not
+        // given the shared one: it gets a hidden copy here, which reads the
+        // same flag and environment variable.
+        let hidden: Vec<clap::Arg> = command
+            .get_arguments()
+            .filter(|arg| ids.contains(&arg.get_id().as_str()))
+            .map(|arg| arg.clone().global(false).hide(true))
+            .collect();
+        command = add_in(command, path, hidden);
+    }
+    command
+}
+
+fn one_env_style(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| arg.hide_env_values(true))
+        .mut_subcommands(one_env_style)
+}
+
+fn add_in(command: clap::Command, path: &[&str], args: Vec<clap::Arg>) -> clap::Command {
+    match path.split_first() {
+        None => command.args(args),
+        Some((name, rest)) => command.mut_subcommand(*name, |sub| add_in(sub, rest, args)),
     }
 }
 

@@ -11,4 +11,7 @@ pub mod flags;
 pub mod process;
 pub mod telemetry;
 
-pub use flags::{Durability, LimitFlags, PurchaseFlags, ServiceArgs, WorkerFlags};
+pub use flags::{
+    DURABILITY_FLAGS, Durability, LimitFlags, PurchaseFlags, REDIS_FLAGS, ServiceArgs, WorkerFlags,
+    tidy_help,
+};

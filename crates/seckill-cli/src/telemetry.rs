@@ -18,13 +18,44 @@ use tracing_subscriber::fmt::format::Writer;
 /// its instances with it, as users do.
 pub const DEFAULT_FILTER: &str = "info,sqlx=warn,actix_server=warn";
 
+/// Where log lines go instead of straight to stderr: set by a tool that
+/// draws progress bars there, so that each line is printed above the bars
+/// rather than glued to one ([`send_logs_through`]).
+type Sink = Box<dyn Fn(&[u8]) + Send + Sync>;
+static SINK: std::sync::RwLock<Option<Sink>> = std::sync::RwLock::new(None);
+
+/// Send every log line through `sink` from now on (`None`: straight to
+/// stderr again). A tool with live progress bars sets one that prints
+/// above them (`seckill_loadtest::progress::print_above`).
+pub fn send_logs_through(sink: Option<Sink>) {
+    *SINK.write().expect("the log sink lock") = sink;
+}
+
+/// The log's writer: one `write` per event (the formatter hands over each
+/// line whole), to the sink if one is set, else to stderr.
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        match SINK.read().expect("the log sink lock").as_ref() {
+            Some(sink) => sink(line),
+            None => std::io::stderr().write_all(line)?,
+        }
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 pub fn init() {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     // Ignore the error of a second init (tests call it more than once).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
         .with_ansi(std::io::stderr().is_terminal())
         .fmt_fields(PlainFields)
         .try_init();
@@ -212,5 +243,25 @@ mod tests {
         fn make_writer(&'a self) -> Self::Writer {
             self.clone()
         }
+    }
+}
+
+#[cfg(test)]
+mod sink_tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::{LogWriter, send_logs_through};
+
+    #[test]
+    fn a_log_line_goes_through_the_sink_while_one_is_set() {
+        let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let into = Arc::clone(&seen);
+        send_logs_through(Some(Box::new(move |line: &[u8]| {
+            into.lock().expect("lock").extend_from_slice(line);
+        })));
+        LogWriter.write_all(b"INFO sale loaded\n").expect("written");
+        send_logs_through(None);
+        assert_eq!(seen.lock().expect("lock").as_slice(), b"INFO sale loaded\n");
     }
 }

@@ -8,7 +8,10 @@
 //!   commands (the lab's lock watch and the tests read the feed).
 //! - [`processes`]: start, signal, kill and stop `seckill` processes by
 //!   name, the way an operator would run a deployment.
+//! - [`running`]: the `seckill` servers running on this machine on one
+//!   database and prefix (`seckill reset` refuses while one runs).
 
 pub mod monitor;
 pub mod processes;
+pub mod running;
 pub mod services;

@@ -3,18 +3,36 @@
 //!
 //! On a terminal each phase is a live indicatif bar; anywhere else (CI, a
 //! pipe, a log file) each phase prints plain lines: when it starts, its
-//! counts about once a second, and how it ended.
+//! counts about once a second, and how it ended. The bars are drawn
+//! together ([`BARS`]), and whatever else writes to the terminal meanwhile
+//! (the log) goes through [`print_above`], which clears them, prints, and
+//! draws them again below: a line is never glued to a bar.
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::Write;
+use std::sync::LazyLock;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::answer::AnswerKind;
 
 /// How often plain mode repeats a phase's counts.
 const PLAIN_EVERY: Duration = Duration::from_secs(1);
+
+/// Every live bar of the process, drawn on stderr as one block.
+static BARS: LazyLock<MultiProgress> =
+    LazyLock::new(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+
+/// Print `text` (whole lines) on stderr above the live bars, which are
+/// drawn again below it; with none, simply print it.
+pub fn print_above(text: &[u8]) {
+    BARS.suspend(|| {
+        let _ = std::io::stderr().write_all(text);
+    });
+}
 
 /// Where progress goes. Cheap to clone.
 #[derive(Clone)]
@@ -33,12 +51,10 @@ impl Progress {
     /// Start a phase; `total` gives it a bar, otherwise a spinner.
     pub fn phase(&self, name: &str, total: Option<u64>) -> Phase {
         let bar = self.live.then(|| {
-            let bar = match total {
-                Some(total) => {
-                    ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
-                }
-                None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
-            };
+            let bar = BARS.add(ProgressBar::with_draw_target(
+                total,
+                ProgressDrawTarget::hidden(),
+            ));
             let template = if total.is_some() {
                 "{prefix:>8.bold} [{bar:30.cyan/blue}] {pos}/{len} {msg}"
             } else {
@@ -110,7 +126,7 @@ impl Phase {
                 bar.set_position(total);
                 bar.set_message(text);
             }
-            None if self.plain_due() => eprintln!("{:>8}: {total} answers: {text}", self.name),
+            None if self.plain_due() => eprintln!("{}", answers_line(&self.name, total, &text)),
             None => {}
         }
     }
@@ -126,12 +142,48 @@ impl Phase {
     /// End the phase with a one-line summary.
     pub fn finish(&self, summary: &str) {
         match &self.bar {
-            Some(bar) => bar.finish_with_message(summary.to_owned()),
+            Some(bar) => {
+                // The bar let go, and its summary printed above the live
+                // ones as a line of its own: a log line printed later comes
+                // after it, in the order things happened.
+                bar.finish_and_clear();
+                BARS.remove(bar);
+                let _ = BARS.println(format!(
+                    "{:>8}: {summary} ({:.1} s)",
+                    self.name,
+                    self.started.elapsed().as_secs_f64()
+                ));
+            }
             None => eprintln!(
                 "{:>8}: done in {:.2?}: {summary}",
                 self.name,
                 self.started.elapsed()
             ),
         }
+    }
+}
+
+/// Plain mode's line of answers so far: `release: 12 answers: accepted 3,
+/// sold_out 9`, or `release: no answers yet` (never a colon with nothing
+/// after it).
+fn answers_line(name: &str, total: u64, by_outcome: &str) -> String {
+    if total == 0 {
+        format!("{name:>8}: no answers yet")
+    } else {
+        format!("{name:>8}: {total} answers: {by_outcome}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answers_line;
+
+    #[test]
+    fn a_line_of_answers_never_ends_in_a_colon_with_nothing_after_it() {
+        assert_eq!(answers_line("release", 0, ""), " release: no answers yet");
+        assert_eq!(
+            answers_line("release", 3, "accepted 3"),
+            " release: 3 answers: accepted 3"
+        );
     }
 }

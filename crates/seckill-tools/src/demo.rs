@@ -134,10 +134,11 @@ pub(crate) async fn demo(
         }
         println!(
             "\
-             Buy from a terminal: curl -s -X POST {url}/api/sales/{sale_id}/purchase -d '{{\"user_id\": \"ann\"}}'\n\
+             Buy from a terminal: {}\n\
              The winners' orders are cancelled {secs} s after they were confirmed unless paid\n\
              (nobody pays them here): watch the units come back on sale.\n\
              Press Ctrl-C to stop.",
+            curl_purchase(url, sale_id),
             secs = args.payment_window_secs
         );
         stop.await;
@@ -226,11 +227,7 @@ async fn one_run(
         args.instances,
         cluster.urls().join(", ")
     ));
-    // The time in the name: the storefront lists every demo's sales.
-    let name = format!(
-        "Demo {}: phone, {label} strategy",
-        chrono::Local::now().format("%b %-d %H:%M")
-    );
+    let name = sale_name(chrono::Local::now(), label);
     let sale_id = loadrun::create_sale(store, &name, args.stock, Some(DEMO_SALE_OPEN_SECS)).await?;
     if args.wait_for_enter && strategy == Strategy::Lock {
         println!(
@@ -285,4 +282,51 @@ async fn enter_pressed() {
         let _ = pressed.send(());
     });
     let _ = enter.await;
+}
+
+/// The purchase the demo offers to run by hand. `-w '\n'` ends the
+/// answer with a newline: the JSON has none, and the prompt would follow it
+/// on the same line.
+fn curl_purchase(url: &str, sale_id: i64) -> String {
+    format!(
+        "curl -s -w '\\n' -X POST {url}/api/sales/{sale_id}/purchase -d '{{\"user_id\": \"ann\"}}'"
+    )
+}
+
+/// The demo sale's name. The time in it, to the second, tells the demos on
+/// the storefront apart: two started in the same minute get two names
+/// (two started in the same second share one; their ids differ).
+fn sale_name(at: chrono::DateTime<chrono::Local>, label: &str) -> String {
+    format!(
+        "Demo {}: phone, {label} strategy",
+        at.format("%b %-d %H:%M:%S")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::{curl_purchase, sale_name};
+
+    #[test]
+    fn the_printed_curl_ends_its_answer_with_a_newline() {
+        let curl = curl_purchase("http://127.0.0.1:8080", 7);
+        assert!(curl.starts_with("curl -s -w '\\n' -X POST"), "{curl}");
+        assert!(
+            curl.ends_with(r#"/api/sales/7/purchase -d '{"user_id": "ann"}'"#),
+            "{curl}"
+        );
+    }
+
+    #[test]
+    fn two_demos_started_in_the_same_minute_get_two_names() {
+        let first = chrono::Local
+            .with_ymd_and_hms(2026, 11, 27, 10, 5, 3)
+            .single()
+            .expect("a local time");
+        let second = first + chrono::Duration::seconds(40);
+        assert_ne!(sale_name(first, "lock"), sale_name(second, "lock"));
+        assert!(sale_name(first, "lock").starts_with("Demo Nov 27 10:05:03"));
+    }
 }

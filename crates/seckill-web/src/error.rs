@@ -10,8 +10,9 @@
 //! as a generic 500; the `X-Request-Id` response header links the two.
 
 use actix_web::http::StatusCode;
+use actix_web::http::header::ContentType;
 use actix_web::http::header::{self, HeaderValue};
-use actix_web::{HttpResponse, ResponseError};
+use actix_web::{HttpResponse, HttpResponseBuilder, ResponseError};
 
 use seckill_core::failure;
 
@@ -171,7 +172,35 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let message: &dyn std::fmt::Display = match self {
+        let message = self.message();
+        // Named here as a ready header value: `json` would make one from
+        // its `mime` constant, checked byte by byte, at every answer.
+        self.response()
+            .insert_header((
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ))
+            .json(ErrorBody {
+                error: self.code(),
+                message,
+                order_id: match self {
+                    Self::Unconfirmed(order_id) => *order_id,
+                    _ => None,
+                },
+                reason: match self {
+                    Self::NotAdmitted(reason) | Self::InvalidTicket(reason) => Some(reason),
+                    _ => None,
+                },
+            })
+    }
+}
+
+impl ApiError {
+    /// What the client reads: the error's own words, but for an internal
+    /// failure, which is logged here with its cause chain and told only
+    /// generically. Logs a server that is down, too.
+    fn message(&self) -> &dyn std::fmt::Display {
+        match self {
             Self::Unavailable(cause) => {
                 tracing::warn!(error = format!("{cause:#}"), "a server is unavailable");
                 self
@@ -181,7 +210,12 @@ impl ResponseError for ApiError {
                 &"Something went wrong on our side. Quote the X-Request-Id header when reporting it."
             }
             other => other,
-        };
+        }
+    }
+
+    /// The response's status and headers, the same for the API's JSON
+    /// and a page's HTML: when to try again, how to authenticate.
+    fn response(&self) -> HttpResponseBuilder {
         let mut response = HttpResponse::build(self.status_code());
         match self {
             Self::Busy | Self::LockLost | Self::Unconfirmed(_) | Self::Unavailable(_) => {
@@ -201,25 +235,135 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        // Named here as a ready header value: `json` would make one from
-        // its `mime` constant, checked byte by byte, at every answer.
-        response.insert_header((
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        ));
-        response.json(ErrorBody {
-            error: self.code(),
-            message,
-            order_id: match self {
-                Self::Unconfirmed(order_id) => *order_id,
-                _ => None,
-            },
-            reason: match self {
-                Self::NotAdmitted(reason) | Self::InvalidTicket(reason) => Some(reason),
-                _ => None,
-            },
-        })
+        response
     }
+
+    /// A page's heading for this error: what happened, in a few words.
+    fn heading(&self) -> &'static str {
+        match self {
+            Self::SaleNotFound => "No such sale",
+            Self::OrderNotFound => "No such order",
+            Self::NotFound => "No such page",
+            Self::InvalidRequest(_) | Self::InvalidTicket(_) => "That did not work",
+            Self::SoldOut => "Sold out",
+            Self::AlreadyPurchased => "You already have one",
+            Self::NotStarted => "Not open yet",
+            Self::Ended => "The sale has ended",
+            Self::RateLimited(_) => "Too many requests",
+            Self::Internal(_) => "Something went wrong",
+            _ => match self.status_code() {
+                StatusCode::SERVICE_UNAVAILABLE => "Please try again in a moment",
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => "Not allowed",
+                _ => "That did not work",
+            },
+        }
+    }
+}
+
+/// An error on a page asked for as a page (`pages/`, `admin/`, a form
+/// posted without JavaScript): the same status, headers and words as the
+/// API's [`ApiError`], in the storefront's layout with a link back, never
+/// raw JSON. A page handler returns `Result<_, PageError>`, and `?` turns
+/// every `ApiError` into one; the route table's extractors do the same for
+/// a malformed form or query on a page.
+#[derive(Debug)]
+pub(crate) struct PageError {
+    error: ApiError,
+    /// Where the link back goes, and what it says.
+    back: (String, &'static str),
+}
+
+impl PageError {
+    /// The error, with a link back to `href` (such as the sale a refused
+    /// form was posted from) instead of the list of sales.
+    pub(crate) fn back_to(error: ApiError, href: String, label: &'static str) -> Self {
+        Self {
+            error,
+            back: (href, label),
+        }
+    }
+}
+
+impl From<ApiError> for PageError {
+    fn from(error: ApiError) -> Self {
+        Self::back_to(error, "/".to_owned(), "Back to the sales")
+    }
+}
+
+impl From<anyhow::Error> for PageError {
+    fn from(error: anyhow::Error) -> Self {
+        ApiError::from(error).into()
+    }
+}
+
+impl std::fmt::Display for PageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+#[derive(askama::Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    heading: &'static str,
+    message: String,
+    code: &'static str,
+    back: &'a str,
+    back_label: &'static str,
+}
+
+impl ResponseError for PageError {
+    fn status_code(&self) -> StatusCode {
+        self.error.status_code()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let message = match &self.error {
+            ApiError::SaleNotFound => {
+                "There is no sale at this address: the link may be mistyped, or the sale never existed."
+                    .to_owned()
+            }
+            ApiError::OrderNotFound => {
+                "There is no order at this address: check the link you were given when you bought."
+                    .to_owned()
+            }
+            ApiError::NotFound => "There is nothing at this address.".to_owned(),
+            other => sentence(&other.message().to_string()),
+        };
+        let page = ErrorPage {
+            heading: self.error.heading(),
+            message,
+            code: self.error.code(),
+            back: &self.back.0,
+            back_label: self.back.1,
+        };
+        let mut response = self.error.response();
+        match askama::Template::render(&page) {
+            Ok(body) => response.content_type(ContentType::html()).body(body),
+            Err(error) => {
+                tracing::error!(error = %error, "rendering an error page");
+                response
+                    .content_type(ContentType::plaintext())
+                    .body(page.message)
+            }
+        }
+    }
+}
+
+/// A message as a sentence: a capital first letter (but for a field's
+/// name, such as `user_id`, which is written as the form names it), a
+/// full stop at the end.
+fn sentence(message: &str) -> String {
+    let first_word = message.split(' ').next().unwrap_or_default();
+    let mut chars = message.chars();
+    let mut text: String = match chars.next() {
+        Some(first) if !first_word.contains('_') => first.to_uppercase().chain(chars).collect(),
+        _ => message.to_owned(),
+    };
+    if !text.ends_with(['.', '!', '?']) {
+        text.push('.');
+    }
+    text
 }
 
 /// An error's body, `{"error": "<code>", "message": "..."}`, written

@@ -12,6 +12,9 @@ use seckill_core::payment::{self, PayRefused};
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// The currency every price is in, as the pages write it.
+const CURRENCY: &str = "$";
+
 /// A sale as the API shows it.
 #[derive(Debug, Serialize)]
 pub struct SaleView {
@@ -28,9 +31,15 @@ pub struct SaleView {
 }
 
 impl SaleView {
-    /// The price for people: 99900 -> "999.00".
+    /// The price for people, with its currency: 99900 -> "$999.00".
+    /// Every sale is priced in cents of one currency, the storefront's
+    /// (a real shop would keep the currency with the price).
     pub(crate) fn price(&self) -> String {
-        format!("{}.{:02}", self.price_cents / 100, self.price_cents % 100)
+        format!(
+            "{CURRENCY}{}.{:02}",
+            self.price_cents / 100,
+            self.price_cents % 100
+        )
     }
 
     /// Units taken so far (pending, confirmed or paid).

@@ -1,11 +1,11 @@
 //! Every route, in one table: the top of the crate. Handlers live in
 //! [`crate::api`] (JSON), [`crate::pages`] (HTML) and [`crate::admin`].
 
-use actix_web::web;
+use actix_web::{HttpResponse, web};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 use crate::state::MAX_JSON_BYTES;
-use crate::{admin, api, metrics, pages};
+use crate::{admin, api, body, metrics, pages};
 
 /// Every route, in one table.
 pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
@@ -13,13 +13,33 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .app_data(
             web::FormConfig::default()
                 .limit(MAX_JSON_BYTES)
+                // Only pages post forms: a malformed one is answered as a page.
                 .error_handler(|error, _request| {
-                    ApiError::invalid(format!("malformed form: {error}")).into()
+                    let message = match &error {
+                        actix_web::error::UrlencodedError::Parse(error) => {
+                            body::reworded(&error.to_string())
+                        }
+                        actix_web::error::UrlencodedError::Overflow { limit, .. } => {
+                            format!("the form is larger than {limit} bytes")
+                        }
+                        actix_web::error::UrlencodedError::ContentType => {
+                            "the form must be sent as application/x-www-form-urlencoded".to_owned()
+                        }
+                        other => format!("the form could not be read: {other}"),
+                    };
+                    PageError::from(ApiError::InvalidRequest(message)).into()
                 }),
         )
         .app_data(
+            // Only pages read a query string (`/?page=`, `/admin?before=`).
             web::QueryConfig::default().error_handler(|error, _request| {
-                ApiError::invalid(format!("malformed query: {error}")).into()
+                let message = match &error {
+                    actix_web::error::QueryPayloadError::Deserialize(error) => {
+                        body::reworded(&error.to_string())
+                    }
+                    other => format!("the query could not be read: {other}"),
+                };
+                PageError::from(ApiError::InvalidRequest(message)).into()
             }),
         )
         // First: actix tries the routes in this order, running the regex
@@ -61,13 +81,22 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .route("/admin/sales/{id}", web::get().to(admin::sale))
         .route("/admin/sales/{id}/redrive", web::post().to(admin::redrive))
         .route("/static/{file}", web::get().to(pages::static_file))
-        .default_service(web::to(|| async {
-            Err::<actix_web::HttpResponse, _>(ApiError::NotFound)
-        }));
+        .default_service(web::to(not_found));
+}
+
+/// A path no route matches: JSON under `/api/`, where programs ask, and
+/// a page elsewhere, where people do.
+async fn not_found(request: actix_web::HttpRequest) -> Result<HttpResponse, actix_web::Error> {
+    Err(if request.path().starts_with("/api/") {
+        ApiError::NotFound.into()
+    } else {
+        PageError::from(ApiError::NotFound).into()
+    })
 }
 
 /// JSON bodies: small, any content type (curl users forget it), and every
-/// parse failure answered as `400 invalid_request` with the parser's reason.
+/// parse failure answered as `400 invalid_request` with the reason in our
+/// words (`body.rs`).
 fn json_config() -> web::JsonConfig {
     web::JsonConfig::default()
         .limit(MAX_JSON_BYTES)
@@ -78,12 +107,11 @@ fn json_config() -> web::JsonConfig {
                 | actix_web::error::JsonPayloadError::OverflowKnownLength { limit, .. } => {
                     format!("request body is larger than {limit} bytes")
                 }
-                // Well-formed JSON that is not the request: a wrong type,
-                // a missing, unknown or repeated field, not an object.
-                actix_web::error::JsonPayloadError::Deserialize(error) if error.is_data() => {
-                    format!("invalid request body: {error}")
-                }
-                other => format!("malformed JSON body: {other}"),
+                // Empty, not JSON, or well-formed JSON that is not the
+                // request: a wrong type, a missing, unknown or repeated
+                // field, not an object.
+                actix_web::error::JsonPayloadError::Deserialize(error) => body::json_error(error),
+                other => format!("the body could not be read: {other}"),
             };
             ApiError::InvalidRequest(message).into()
         })

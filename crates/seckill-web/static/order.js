@@ -22,11 +22,11 @@
   const outcome = document.getElementById("pay-outcome");
 
   const words = {
-    pending: "Pending: your unit is reserved, and the order is being recorded.",
-    confirmed: "Confirmed: the unit is yours once you pay.",
-    paid: "Paid. The unit is yours.",
-    cancelled: "Cancelled: the payment window closed, and the unit went back on sale.",
-    rejected: "Rejected: this order holds no unit.",
+    pending: "Your unit is reserved, and the order is being recorded.",
+    confirmed: "The unit is yours once you pay.",
+    paid: "The unit is yours.",
+    cancelled: "The payment window closed, and the unit went back on sale.",
+    rejected: "This order holds no unit.",
   };
   const final = ["paid", "cancelled", "rejected"];
 

@@ -9,10 +9,12 @@
 use std::net::SocketAddr;
 
 use chrono::{DateTime, Utc};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Serialize;
 
-use seckill_cli::{LimitFlags, PurchaseFlags, ServiceArgs, WorkerFlags};
+use seckill_cli::{
+    DURABILITY_FLAGS, LimitFlags, PurchaseFlags, REDIS_FLAGS, ServiceArgs, WorkerFlags, tidy_help,
+};
 use seckill_core::config::DEFAULT_ROOM_ABANDON_SECS;
 use seckill_core::domain::{RoomMode, RoomSettings, Sale, SaleStatus};
 use seckill_web::startup::DEFAULT_MAX_EVENT_STREAMS;
@@ -27,6 +29,22 @@ pub(crate) struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The command line, parsed; `--help` shows each command only the
+    /// shared flags it uses, under their own heading.
+    pub(crate) fn parse_args() -> Self {
+        let command = tidy_help(
+            Self::command(),
+            &[
+                (&["migrate"], REDIS_FLAGS),
+                (&["sale", "create"], DURABILITY_FLAGS),
+                (&["reset"], DURABILITY_FLAGS),
+            ],
+        );
+        Self::from_arg_matches(&command.get_matches()).unwrap_or_else(|error| error.exit())
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -52,7 +70,7 @@ pub(crate) enum ServerCommand {
     /// Manage sales.
     #[command(subcommand)]
     Sale(SaleCommand),
-    /// Forget every sale and order (PostgreSQL's, and every Redis key under the prefix), for a storefront as new: before a workshop. Asks first; stop every seckill process before.
+    /// Forget every sale and order (PostgreSQL's, and every Redis key under the prefix), for a storefront as new before a workshop. Asks first, and refuses while a seckill process runs.
     Reset(ResetArgs),
 }
 

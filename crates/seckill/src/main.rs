@@ -8,8 +8,6 @@ mod commands;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use cli::{Cli, Command};
 use seckill_cli::telemetry;
 
@@ -20,12 +18,16 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     telemetry::init();
     let command = match cli.command {
         Command::Server(command) => command,
         #[cfg(feature = "tools")]
-        Command::Tool(tool) => return tool.run(&cli.services, &cli.services.redis_prefix).await,
+        Command::Tool(tool) => {
+            // The tools draw progress bars: a log line is printed above them.
+            telemetry::send_logs_through(Some(Box::new(seckill_loadtest::progress::print_above)));
+            return tool.run(&cli.services, &cli.services.redis_prefix).await;
+        }
     };
     match commands::run(cli.services, command).await {
         Ok(()) => ExitCode::SUCCESS,

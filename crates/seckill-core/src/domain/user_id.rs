@@ -21,7 +21,7 @@ pub enum InvalidUserId {
 pub struct UserId(String);
 
 impl UserId {
-    pub(crate) const MAX_CHARS: usize = 64;
+    pub const MAX_CHARS: usize = 64;
 
     pub fn parse(raw: &str) -> Result<Self, InvalidUserId> {
         let raw = raw.trim();

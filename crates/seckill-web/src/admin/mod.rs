@@ -26,12 +26,12 @@ use serde::Deserialize;
 
 use crate::admin_token::{FAILURE_WINDOW, MAX_FAILED_LOGINS};
 use crate::client_ip;
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 use crate::limits;
 use crate::lookup::{SaleView, find_sale};
 use crate::pages::html;
 use crate::state::AppState;
-use seckill_core::domain::{NewSale, OrderStatus, RoomMode, RoomSettings};
+use seckill_core::domain::{InvalidSale, NewSale, OrderStatus, RoomMode, RoomSettings};
 use seckill_core::keys::SaleQueue;
 use seckill_core::queue::QueueStats;
 use seckill_core::store::OrderRow;
@@ -51,9 +51,21 @@ struct LoginPage {
 #[template(path = "admin.html")]
 struct AdminPage {
     sales: Vec<SaleView>,
-    notice: Option<String>,
+    /// The create-a-sale form: what the admin typed, when it was refused.
+    form: NewSaleForm,
+    /// Why the form was refused, and the field it marks.
+    refused: Option<Refused>,
     /// The link to the next page of older sales, when there are more.
     older: Option<i64>,
+}
+
+impl AdminPage {
+    /// Whether the form marks the field `name` as the one at fault.
+    fn marks(&self, name: &str) -> bool {
+        self.refused
+            .as_ref()
+            .is_some_and(|refused| refused.field == name)
+    }
 }
 
 /// Sales on one page of `/admin`.
@@ -108,50 +120,114 @@ pub(crate) struct LoginForm {
     token: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// The create-a-sale form as typed: every field a string, so that a
+/// value that is not a number comes back to the admin as typed, with the
+/// field marked, instead of a parse error that loses the form.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
 pub(crate) struct NewSaleForm {
     name: String,
-    stock: i64,
-    price_cents: i64,
+    stock: String,
+    price_cents: String,
     /// Seconds from now until the sale opens.
-    starts_in_secs: i64,
+    starts_in_secs: String,
     /// Seconds the sale stays open; empty for no end.
-    duration_secs: Option<String>,
-    /// `fifo` or `lottery` for a waiting room; empty or absent for none.
-    #[serde(default)]
-    waiting_room: Option<String>,
+    duration_secs: String,
+    /// `fifo` or `lottery` for a waiting room; empty or `none` for none.
+    waiting_room: String,
     /// The room's settings; read only with a room.
-    #[serde(default)]
-    admit_per_sec: Option<String>,
-    #[serde(default)]
-    max_active: Option<String>,
-    #[serde(default)]
-    admission_secs: Option<String>,
+    admit_per_sec: String,
+    max_active: String,
+    admission_secs: String,
+}
+
+/// What the form shows before anything is typed.
+impl Default for NewSaleForm {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            stock: "10".to_owned(),
+            price_cents: "99900".to_owned(),
+            starts_in_secs: "30".to_owned(),
+            duration_secs: String::new(),
+            waiting_room: String::new(),
+            admit_per_sec: "50".to_owned(),
+            max_active: "100".to_owned(),
+            admission_secs: "120".to_owned(),
+        }
+    }
+}
+
+/// Why the form was refused: the message, and the field (its `name`) at
+/// fault, which the page marks.
+struct Refused {
+    field: &'static str,
+    message: String,
 }
 
 impl NewSaleForm {
-    /// The room the form asks for: `Ok(None)` for none, `Err` with what
-    /// the admin reads when a field is not a number or the mode unknown
+    /// The field `name`, as a whole number, or why not.
+    fn number<T: std::str::FromStr>(raw: &str, name: &'static str) -> Result<T, Refused> {
+        raw.trim().parse().map_err(|_| Refused {
+            field: name,
+            message: format!("{name} must be a whole number, not {raw:?}"),
+        })
+    }
+
+    /// The sale the form asks for, or why not, naming the field at fault
     /// (the ranges are the sale builder's to check).
-    fn room(&self) -> Result<Option<RoomSettings>, String> {
-        let mode = match self.waiting_room.as_deref().map(str::trim) {
-            None | Some("") | Some("none") => return Ok(None),
-            Some(raw) => {
-                RoomMode::parse(raw).ok_or_else(|| format!("unknown waiting room {raw:?}"))?
-            }
+    fn sale(&self) -> Result<NewSale, Refused> {
+        let mut new = NewSale::builder(self.name.as_str(), Self::number(&self.stock, "stock")?)
+            .price_cents(Self::number(&self.price_cents, "price_cents")?)
+            .starts_in(Self::number(&self.starts_in_secs, "starts_in_secs")?);
+        if !self.duration_secs.trim().is_empty() {
+            new = new.lasts(Self::number(&self.duration_secs, "duration_secs")?);
+        }
+        if let Some(room) = self.room()? {
+            new = new.waiting_room(room);
+        }
+        new.build(Utc::now()).map_err(|invalid| Refused {
+            field: match invalid {
+                InvalidSale::EmptyName
+                | InvalidSale::NameTooLong
+                | InvalidSale::ControlCharacter => "name",
+                InvalidSale::Stock => "stock",
+                InvalidSale::Price => "price_cents",
+                InvalidSale::StartsTooLate => "starts_in_secs",
+                InvalidSale::Duration
+                | InvalidSale::EndsBeforeStart
+                | InvalidSale::EndsInThePast => "duration_secs",
+                InvalidSale::RoomRate => "admit_per_sec",
+                InvalidSale::RoomActive => "max_active",
+                InvalidSale::RoomAdmission => "admission_secs",
+                // The form sets no `max_line`: this cannot come from it.
+                InvalidSale::RoomLine => "waiting_room",
+            },
+            message: invalid.to_string(),
+        })
+    }
+
+    /// The room the form asks for: `Ok(None)` for none.
+    fn room(&self) -> Result<Option<RoomSettings>, Refused> {
+        let mode = match self.waiting_room.trim() {
+            "" | "none" => return Ok(None),
+            raw => RoomMode::parse(raw).ok_or_else(|| Refused {
+                field: "waiting_room",
+                message: format!("unknown waiting room {raw:?}"),
+            })?,
         };
-        let number = |field: &Option<String>, name: &str| -> Result<u32, String> {
-            field
-                .as_deref()
-                .map(str::trim)
-                .and_then(|raw| raw.parse().ok())
-                .ok_or_else(|| format!("waiting_room.{name} must be a whole number"))
+        // Named as the API and the sale builder name them.
+        let setting = |raw: &str, name: &'static str| {
+            Self::number(raw, name).map_err(|refused| Refused {
+                message: format!("waiting_room.{}", refused.message),
+                ..refused
+            })
         };
         Ok(Some(RoomSettings {
             mode,
-            admit_per_sec: number(&self.admit_per_sec, "admit_per_sec")?,
-            max_active: number(&self.max_active, "max_active")?,
-            admission_secs: number(&self.admission_secs, "admission_secs")?,
+            admit_per_sec: setting(&self.admit_per_sec, "admit_per_sec")?,
+            max_active: setting(&self.max_active, "max_active")?,
+            admission_secs: setting(&self.admission_secs, "admission_secs")?,
             max_line: None,
         }))
     }
@@ -227,11 +303,11 @@ pub(crate) async fn index(
     state: web::Data<AppState>,
     request: HttpRequest,
     query: web::Query<AdminQuery>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     if let Some(page) = login_unless_signed_in(&state, &request).await? {
         return Ok(page);
     }
-    admin_page(&state, query.before, None, StatusCode::OK).await
+    Ok(admin_page(&state, query.before, NewSaleForm::default(), None).await?)
 }
 
 /// A page of sales older than `before` (the newest with `None`), their
@@ -239,9 +315,14 @@ pub(crate) async fn index(
 async fn admin_page(
     state: &AppState,
     before: Option<i64>,
-    notice: Option<String>,
-    status: StatusCode,
+    form: NewSaleForm,
+    refused: Option<Refused>,
 ) -> Result<HttpResponse, ApiError> {
+    let status = if refused.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
     let listed = state.store.sales(before, ADMIN_PAGE).await?;
     let ids: Vec<i64> = listed.iter().map(|sale| sale.id).collect();
     let left = state.store.stocks_left(&ids).await?;
@@ -255,7 +336,8 @@ async fn admin_page(
         .flatten();
     let mut response = html(&AdminPage {
         sales,
-        notice,
+        form,
+        refused,
         older,
     })?;
     *response.status_mut() = status;
@@ -267,7 +349,7 @@ pub(crate) async fn login(
     state: web::Data<AppState>,
     request: HttpRequest,
     form: web::Form<LoginForm>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     limits::check(&state, &request, None).await?;
     match admit(&state, &request, Some(&form.token)).await {
         Ok(()) => {}
@@ -284,9 +366,12 @@ pub(crate) async fn login(
             return Ok(response);
         }
         Err(refused @ (ApiError::Unauthorized | ApiError::AdminDisabled)) => {
-            return login_page(Some(refused.to_string()), StatusCode::UNAUTHORIZED);
+            return Ok(login_page(
+                Some(refused.to_string()),
+                StatusCode::UNAUTHORIZED,
+            )?);
         }
-        Err(other) => return Err(other),
+        Err(other) => return Err(other.into()),
     }
     let ttl = state.admin.session_ttl();
     let id = uuid::Uuid::new_v4().simple().to_string();
@@ -305,7 +390,7 @@ pub(crate) async fn login(
 pub(crate) async fn logout(
     state: web::Data<AppState>,
     request: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     if let Ok(id) = session(&state, &request).await {
         state.store.close_session(&id).await?;
     }
@@ -323,39 +408,13 @@ pub(crate) async fn create_sale(
     state: web::Data<AppState>,
     request: HttpRequest,
     form: web::Form<NewSaleForm>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     authenticate(&state, &request).await?;
-    let mut new = NewSale::builder(form.name.as_str(), form.stock)
-        .price_cents(form.price_cents)
-        .starts_in(form.starts_in_secs);
-    match form.duration_secs.as_deref().map(str::trim) {
-        None | Some("") => {}
-        Some(raw) => match raw.parse::<i64>() {
-            Ok(secs) => new = new.lasts(secs),
-            Err(_) => {
-                let notice = "duration must be a whole number of seconds, or empty".to_owned();
-                return admin_page(&state, None, Some(notice), StatusCode::BAD_REQUEST).await;
-            }
-        },
-    }
-    match form.room() {
-        Ok(None) => {}
-        Ok(Some(room)) => new = new.waiting_room(room),
-        Err(notice) => {
-            return admin_page(&state, None, Some(notice), StatusCode::BAD_REQUEST).await;
-        }
-    }
-    let new = match new.build(Utc::now()) {
+    let form = form.into_inner();
+    let new = match form.sale() {
         Ok(new) => new,
-        Err(invalid) => {
-            return admin_page(
-                &state,
-                None,
-                Some(invalid.to_string()),
-                StatusCode::BAD_REQUEST,
-            )
-            .await;
-        }
+        // The page again, with what was typed and the field marked.
+        Err(refused) => return Ok(admin_page(&state, None, form, Some(refused)).await?),
     };
     let sale = state.store.create_sale(&new).await?;
     state.index.forget();
@@ -367,13 +426,13 @@ pub(crate) async fn sale(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     if let Some(page) = login_unless_signed_in(&state, &request).await? {
         return Ok(page);
     }
     let sale = find_sale(&state, &path).await?;
     let inside = state.store.sale_inside(sale.id, ORDERS_SHOWN).await?;
-    html(&AdminSalePage {
+    Ok(html(&AdminSalePage {
         sale: SaleView::new(&sale, inside.redis_stock.unwrap_or(0)),
         redis_stock: inside.redis_stock,
         pg_left: i64::from(sale.stock_total - inside.sold),
@@ -383,7 +442,7 @@ pub(crate) async fn sale(
             ("orders", "Orders", inside.order_queue),
             ("deadlines", "Payment deadlines", inside.deadline_queue),
         ],
-    })
+    })?)
 }
 
 /// `POST /admin/sales/{id}/redrive`: put a queue's dead-lettered jobs back.
@@ -392,7 +451,7 @@ pub(crate) async fn redrive(
     request: HttpRequest,
     path: web::Path<String>,
     form: web::Form<RedriveForm>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     authenticate(&state, &request).await?;
     let sale = find_sale(&state, &path).await?;
     state.store.redrive(sale.id, form.queue).await?;

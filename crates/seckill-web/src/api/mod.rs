@@ -13,7 +13,7 @@ pub(crate) mod queue;
 
 use crate::admin::admit;
 use crate::admin_token::AdminToken;
-use crate::body::Object;
+use crate::body::{Object, field};
 use crate::door;
 use crate::error::ApiError;
 use crate::limits;
@@ -31,8 +31,10 @@ const HEALTH_PROBE_LIMIT: Duration = Duration::from_secs(1);
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PurchaseRequest {
+    #[serde(deserialize_with = "field::user_id")]
     user_id: String,
     /// On a sale with a waiting room: the admission it gave this buyer.
+    #[serde(default, deserialize_with = "field::admission")]
     admission: Option<String>,
 }
 
@@ -46,10 +48,15 @@ struct PurchaseAccepted {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CreateSaleRequest {
+    #[serde(deserialize_with = "field::name")]
     name: String,
+    #[serde(deserialize_with = "field::stock")]
     stock: i64,
+    #[serde(deserialize_with = "field::price_cents")]
     price_cents: i64,
+    #[serde(default, deserialize_with = "field::starts_at")]
     starts_at: Option<DateTime<Utc>>,
+    #[serde(default, deserialize_with = "field::ends_at")]
     ends_at: Option<DateTime<Utc>>,
     waiting_room: Option<RoomSettings>,
 }

@@ -1,5 +1,5 @@
-//! The storefront's index (`GET /?page=N`): the sales, live first, with
-//! their units left.
+//! The storefront's index (`GET /?page=N`): the sales, live first, then
+//! upcoming, sold out and ended, with their units left.
 //!
 //! A page is built from one PostgreSQL query (its sales) and one Redis
 //! read (`MGET` of their stocks); the first page is then kept for
@@ -25,7 +25,7 @@ use actix_web::{HttpResponse, web};
 use askama::Template;
 use chrono::Utc;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 use crate::lookup::SaleView;
 use crate::state::AppState;
 use seckill_core::domain::SaleStatus;
@@ -76,7 +76,7 @@ impl IndexQuery {
 pub(crate) async fn index(
     state: web::Data<AppState>,
     query: web::Query<IndexQuery>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     let page = query.page()?;
     let body = if page == 1 {
         // Called only when the page is rebuilt: the task gets a handle of
@@ -122,24 +122,29 @@ async fn build(state: &AppState, page: u32) -> Result<String, ApiError> {
     }
     let ids: Vec<i64> = listed.sales.iter().map(|sale| sale.id).collect();
     let left = state.store.stocks_left(&ids).await?;
-    // The rows come in the sections' order (`sales_page`); the status of
-    // each, taken at the same `now`, says where a section ends.
-    let mut sections: Vec<Section> = Vec::new();
+    // PostgreSQL gives the rows live first, then upcoming, then ended
+    // (`sales_page`); a sale sold out in its window is in the first part,
+    // but only Redis' stock, read at the same `now`, tells it from a live
+    // one: it is listed under its own heading, after what can still be
+    // bought. Within a heading, the rows keep their order.
+    let mut sections: Vec<Section> = ["Live now", "Upcoming", "Sold out", "Ended"]
+        .into_iter()
+        .map(|title| Section {
+            title,
+            sales: Vec::new(),
+        })
+        .collect();
     for (sale, left) in listed.sales.iter().zip(left) {
         let view = SaleView::new_at(sale, left, now);
-        let title = match view.status {
-            SaleStatus::Live | SaleStatus::SoldOut => "Live now",
-            SaleStatus::Upcoming => "Upcoming",
-            SaleStatus::Ended => "Ended",
+        let section = match view.status {
+            SaleStatus::Live => 0,
+            SaleStatus::Upcoming => 1,
+            SaleStatus::SoldOut => 2,
+            SaleStatus::Ended => 3,
         };
-        match sections.last_mut() {
-            Some(section) if section.title == title => section.sales.push(view),
-            _ => sections.push(Section {
-                title,
-                sales: vec![view],
-            }),
-        }
+        sections[section].sales.push(view);
     }
+    sections.retain(|section| !section.sales.is_empty());
     let pages = u64::try_from(listed.total)
         .unwrap_or(0)
         .div_ceil(u64::from(PER_PAGE));

@@ -18,7 +18,7 @@ use askama::Template;
 use serde::Deserialize;
 
 use crate::door;
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 use crate::limits;
 use crate::lookup::{SaleView, find_sale, parse_order_id, pay_order};
 use crate::state::AppState;
@@ -64,18 +64,15 @@ struct OrderPage {
 }
 
 impl OrderPage {
-    /// The order's status in words.
+    /// What the order's status means, after "Status: confirmed." on the
+    /// page (`static/order.js` has the same words).
     fn headline(&self) -> &'static str {
         match self.order.status {
-            OrderStatus::Pending => {
-                "Pending: your unit is reserved, and the order is being recorded."
-            }
-            OrderStatus::Confirmed => "Confirmed: the unit is yours once you pay.",
-            OrderStatus::Paid => "Paid. The unit is yours.",
-            OrderStatus::Cancelled => {
-                "Cancelled: the payment window closed, and the unit went back on sale."
-            }
-            OrderStatus::Rejected => "Rejected: this order holds no unit.",
+            OrderStatus::Pending => "Your unit is reserved, and the order is being recorded.",
+            OrderStatus::Confirmed => "The unit is yours once you pay.",
+            OrderStatus::Paid => "The unit is yours.",
+            OrderStatus::Cancelled => "The payment window closed, and the unit went back on sale.",
+            OrderStatus::Rejected => "This order holds no unit.",
         }
     }
 
@@ -116,7 +113,7 @@ pub(crate) async fn sale(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     let sale = find_sale(&state, &path).await?;
     let left = state.store.stock_left(sale.id).await?;
     let known = request
@@ -165,21 +162,42 @@ fn set_buyer_cookie(response: &mut HttpResponse, buyer: &str) -> Result<(), ApiE
     Ok(())
 }
 
+/// `POST /sales/{id}/buy`, the Buy button without JavaScript: the outcome
+/// as a page; a refusal (a bad buyer id, too many tries, a server down) as
+/// an error page with a link back to the sale.
 pub(crate) async fn buy(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
     form: web::Form<BuyForm>,
+) -> Result<HttpResponse, PageError> {
+    bought(&state, &request, &path, &form)
+        .await
+        .map_err(|error| match error {
+            ApiError::SaleNotFound => error.into(),
+            error => PageError::back_to(
+                error,
+                format!("/sales/{}", path.as_str()),
+                "Back to the sale",
+            ),
+        })
+}
+
+async fn bought(
+    state: &AppState,
+    request: &HttpRequest,
+    path: &str,
+    form: &BuyForm,
 ) -> Result<HttpResponse, ApiError> {
     let user = UserId::parse(&form.user_id).map_err(ApiError::invalid)?;
-    limits::check(&state, &request, Some(&user)).await?;
-    let sale = find_sale(&state, &path).await?;
+    limits::check(state, request, Some(&user)).await?;
+    let sale = find_sale(state, path).await?;
     // A sale with a waiting room sells only to an admitted buyer, as the
     // API does; a refusal is a page saying why, and writes nothing.
     if sale.waiting_room.is_some() {
         let admission = form.admission.as_deref().filter(|a| !a.is_empty());
-        if let Err(refused) = door::admit(&state, &sale, &user, admission).await {
-            return waiting::not_admitted(&state, &sale, refused).await;
+        if let Err(refused) = door::admit(state, &sale, &user, admission).await {
+            return waiting::not_admitted(state, &sale, refused).await;
         }
     }
     let outcome = state.purchaser.purchase(&sale, &user).await?;
@@ -191,7 +209,7 @@ pub(crate) async fn buy(
     let (won, headline, order_id) = match outcome {
         Outcome::Accepted { order_id } => {
             if sale.waiting_room.is_some() {
-                door::spend(&state, &sale, &user).await;
+                door::spend(state, &sale, &user).await;
             }
             (true, "You got one!".to_owned(), Some(order_id.to_string()))
         }
@@ -250,13 +268,13 @@ pub(crate) async fn buy(
 pub(crate) async fn order(
     state: web::Data<AppState>,
     path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     let order = state
         .store
         .find_order(parse_order_id(&path)?)
         .await?
         .ok_or(ApiError::OrderNotFound)?;
-    html(&order_page(&state, order, None).await?)
+    Ok(html(&order_page(&state, order, None).await?)?)
 }
 
 /// `POST /orders/{id}/pay`, the form behind the Pay button: pay, then show
@@ -265,7 +283,7 @@ pub(crate) async fn order(
 pub(crate) async fn pay(
     state: web::Data<AppState>,
     path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     let order_id = parse_order_id(&path)?;
     match pay_order(&state, order_id).await {
         Ok(_) => Ok(HttpResponse::SeeOther()
@@ -286,7 +304,7 @@ pub(crate) async fn pay(
             *response.status_mut() = actix_web::http::StatusCode::CONFLICT;
             Ok(response)
         }
-        Err(other) => Err(other),
+        Err(other) => Err(other.into()),
     }
 }
 
@@ -309,7 +327,7 @@ async fn order_page(
 }
 
 /// The few static files, compiled into the binary so it runs from anywhere.
-pub(crate) async fn static_file(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn static_file(path: web::Path<String>) -> Result<HttpResponse, PageError> {
     let (body, content_type) = match path.as_str() {
         "style.css" => (
             include_str!("../../static/style.css"),
@@ -331,7 +349,7 @@ pub(crate) async fn static_file(path: web::Path<String>) -> Result<HttpResponse,
             include_str!("../../static/admin.js"),
             "text/javascript; charset=utf-8",
         ),
-        _ => return Err(ApiError::NotFound),
+        _ => return Err(ApiError::NotFound.into()),
     };
     Ok(HttpResponse::Ok()
         .content_type(content_type)

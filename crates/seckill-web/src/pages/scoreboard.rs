@@ -18,7 +18,7 @@ use askama::Template;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::html;
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 use crate::live::event_stream;
 use crate::lookup::find_sale;
 use crate::state::AppState;
@@ -38,14 +38,14 @@ struct LivePage {
 pub(crate) async fn page(
     state: web::Data<AppState>,
     path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
     let sale = find_sale(&state, &path).await?;
-    html(&LivePage {
+    Ok(html(&LivePage {
         sale_id: sale.id,
         name: sale.name.clone(),
         stock_total: sale.stock_total,
         room: sale.waiting_room.is_some(),
-    })
+    })?)
 }
 
 /// What one stream needs between events.

@@ -13,6 +13,8 @@ use seckill_tools::loadrun::LoadTestCli;
 async fn main() -> ExitCode {
     let cli = LoadTestCli::parse();
     telemetry::init();
+    // Its progress bars: a log line is printed above them.
+    telemetry::send_logs_through(Some(Box::new(seckill_loadtest::progress::print_above)));
     // --faults: the chaos scenario, on servers of its own.
     if let Some(chaos) = cli.chaos() {
         return match seckill_tools::chaos::chaos(chaos).await {

@@ -45,7 +45,9 @@ pub(crate) async fn run(given: ServiceArgs, command: ServerCommand) -> anyhow::R
         ServerCommand::Sale(SaleCommand::Create(args)) => {
             sale::create(&services, &prefix, args).await
         }
-        ServerCommand::Reset(args) => reset::run(&services, &prefix, args).await,
+        ServerCommand::Reset(args) => {
+            reset::run(&services, given.database_url.as_deref(), &prefix, args).await
+        }
     }
 }
 

@@ -9,13 +9,34 @@ use seckill_core::store::{self, Store};
 use seckill_core::urls::redact;
 use seckill_devenv::services::Services;
 
-/// `seckill reset`: say what goes, ask (unless `--yes`), forget every
-/// sale and order. Anything but "yes" deletes nothing, and fails, so that
-/// a script that did not mean it stops there.
-pub(super) async fn run(services: &Services, prefix: &str, args: ResetArgs) -> anyhow::Result<()> {
+/// `seckill reset`: refuse while a `seckill serve` or `worker` runs on
+/// this database and prefix (`given_database` is the URL it was told, if
+/// any: a process told the same is on the same deployment); say what
+/// goes, ask (unless `--yes`), forget every sale and order. Anything but
+/// "yes" deletes nothing, and fails, so that a script that did not mean it
+/// stops there.
+pub(super) async fn run(
+    services: &Services,
+    given_database: Option<&str>,
+    prefix: &str,
+    args: ResetArgs,
+) -> anyhow::Result<()> {
+    let running = seckill_devenv::running::servers_on(given_database, prefix);
+    if !running.is_empty() {
+        let list: Vec<String> = running
+            .iter()
+            .map(|process| format!("  pid {}: seckill {}", process.pid, process.command))
+            .collect();
+        anyhow::bail!(
+            "{} seckill process(es) run on this database and prefix `{prefix}`, and would keep \
+             what they read of the sales:\n{}\nstop them first (Ctrl-C, or kill PID); nothing was deleted",
+            running.len(),
+            list.join("\n")
+        );
+    }
     println!(
         "seckill reset: every sale and order in PostgreSQL ({}) and every Redis key under `{prefix}:` \
-         will be deleted. Stop every seckill process first: a running one keeps what it read.",
+         will be deleted. No seckill server runs on them here.",
         redact(&services.database_url)
     );
     if !args.yes {

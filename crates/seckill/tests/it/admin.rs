@@ -207,8 +207,11 @@ async fn an_admin_creates_a_sale_sees_its_orders_and_stock_and_redrives_dead_job
     // A queue the sale does not have: a clear 400, nothing re-driven.
     let unknown = redrive(&app, &cookie, sale, "everything").await;
     assert_eq!(unknown.status(), 400);
-    let error: serde_json::Value = unknown.json().await.expect("a JSON error");
-    assert_eq!(error["error"], "invalid_request");
+    let refused = unknown.text().await.expect("a page");
+    assert!(
+        refused.contains(r#"data-error="invalid_request""#),
+        "{refused}"
+    );
     assert_eq!(app.queue_stats(sale).await.dead, 1);
 
     let redrive = redrive(&app, &cookie, sale, "orders").await;
@@ -393,4 +396,65 @@ async fn the_admin_page_lists_sales_a_page_at_a_time() {
     let second = page(older).await;
     assert_eq!(listed(&second), ids[..5].to_vec(), "the 5 oldest");
     assert!(!second.contains("Older sales"), "a link past the last page");
+}
+
+/// A refused create-a-sale form comes back as typed, the field at fault
+/// marked and the reason above the form, which is the page's first part.
+#[tokio::test]
+async fn a_refused_sale_form_keeps_what_was_typed_and_marks_the_field() {
+    let app = spawn_app().await;
+    let cookie = app.log_in().await;
+    for (stock, price, field, reason) in [
+        ("0", "1250", "stock", "stock must be between 1 and"),
+        ("three", "1250", "stock", "stock must be a whole number"),
+        (
+            "3",
+            "-5",
+            "price_cents",
+            "price_cents must be between 0 and",
+        ),
+    ] {
+        let form = [
+            ("name", "Kettle <blue>"),
+            ("stock", stock),
+            ("price_cents", price),
+            ("starts_in_secs", "45"),
+            ("duration_secs", "600"),
+            ("waiting_room", "lottery"),
+            ("admit_per_sec", "7"),
+            ("max_active", "8"),
+            ("admission_secs", "90"),
+        ];
+        let refused = app
+            .post_admin_form("/admin/sales", &cookie, &form, &[])
+            .await;
+        assert_eq!(refused.status(), 400, "{field}");
+        let page = refused.text().await.expect("HTML");
+        for (name, value) in form {
+            if name == "waiting_room" {
+                assert!(
+                    page.contains(r#"<option value="lottery" selected>"#),
+                    "{page}"
+                );
+                continue;
+            }
+            let escaped = value.replace('<', "&#60;").replace('>', "&#62;");
+            assert!(
+                page.contains(&format!(r#"name="{name}" value="{escaped}""#)),
+                "{name} lost its {value:?}: {page}"
+            );
+        }
+        let marked = format!(r#"id="{field}" name="{field}""#);
+        let input = page
+            .lines()
+            .find(|line| line.contains(&marked))
+            .expect("the field");
+        assert!(input.contains(r#"aria-invalid="true""#), "{input}");
+        assert_eq!(page.matches(r#"aria-invalid="true""#).count(), 1, "{page}");
+        assert!(page.contains(reason), "{reason}: {page}");
+        let form_at = page.find(r#"id="create-form""#).expect("the form");
+        let sales_at = page.find("<h2>Sales</h2>").expect("the sales");
+        assert!(form_at < sales_at, "the form comes first: {page}");
+    }
+    assert_eq!(app.sale_count().await, 0);
 }

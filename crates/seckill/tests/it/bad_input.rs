@@ -12,18 +12,22 @@ async fn malformed_purchases_are_answered_400_and_nothing_is_written() {
     let oversized_body = json!({"user_id": "ann", "padding": "x".repeat(8 * 1024)}).to_string();
     // What the body is, the body, and a part of the reason the answer gives.
     let cases: Vec<(&str, String, &str)> = vec![
-        ("empty body", String::new(), "malformed JSON body"),
-        ("not JSON", "{not json".into(), "malformed JSON body"),
+        (
+            "empty body",
+            String::new(),
+            "the body is empty: it must be a JSON object",
+        ),
+        (
+            "not JSON",
+            "{not json".into(),
+            "the body is not valid JSON (line 1, column 2)",
+        ),
         (
             "a JSON array",
             "[\"ann\"]".into(),
-            "invalid request body: invalid type: sequence, expected a JSON object",
+            "the body must be a JSON object, not an array",
         ),
-        (
-            "missing user_id",
-            "{}".into(),
-            "invalid request body: missing field `user_id`",
-        ),
+        ("missing user_id", "{}".into(), "user_id is missing"),
         (
             "empty user_id",
             json!({"user_id": ""}).to_string(),
@@ -57,22 +61,32 @@ async fn malformed_purchases_are_answered_400_and_nothing_is_written() {
         (
             "a key given twice",
             r#"{"user_id": "ann", "user_id": "bob"}"#.into(),
-            "invalid request body: duplicate field `user_id`",
+            "user_id is given twice",
         ),
         (
             "user_id of the wrong type",
             json!({"user_id": 42}).to_string(),
-            "invalid request body: invalid type: integer",
+            "user_id must be a string of 1 to 64 characters",
         ),
         (
             "user_id null",
             json!({"user_id": null}).to_string(),
-            "invalid request body: invalid type: null",
+            "user_id must be a string of 1 to 64 characters",
+        ),
+        (
+            "user_id a number too large for an integer",
+            "{\"user_id\": 12345678901234567890123}".into(),
+            "user_id must be a string of 1 to 64 characters",
+        ),
+        (
+            "admission of the wrong type",
+            json!({"user_id": "ann", "admission": 7}).to_string(),
+            "admission must be the string the waiting room gave",
         ),
         (
             "an unknown field",
             json!({"user_id": "ann", "quantity": 5}).to_string(),
-            "invalid request body: unknown field `quantity`",
+            "quantity is not a field this request takes",
         ),
         (
             "a body over the size limit",
@@ -94,6 +108,16 @@ async fn malformed_purchases_are_answered_400_and_nothing_is_written() {
         assert_eq!(error["error"], "invalid_request", "{what}");
         let message = error["message"].as_str().unwrap_or_default();
         assert!(message.contains(reason), "{what}: {message:?}");
+        // In our words: none of the parser's.
+        for theirs in [
+            "invalid type",
+            "expected",
+            "EOF",
+            "deserialize",
+            " at line ",
+        ] {
+            assert!(!message.contains(theirs), "{what}: {message:?}");
+        }
     }
     assert_eq!(app.redis_stock(sale).await, Some(10));
     assert!(app.redis_buyers(sale).await.is_empty());
@@ -153,4 +177,47 @@ async fn a_buyer_id_with_spaces_around_it_is_the_same_buyer_through_the_api_and_
     let page = by_form.text().await.expect("HTML");
     assert!(page.contains("You already have one of these."), "{page}");
     assert_eq!(app.redis_buyers(sale).await, ["ann"]);
+}
+
+/// A sale created with a value of the wrong type is told what the field
+/// must be, in our words, with the stable code.
+#[tokio::test]
+async fn a_sale_of_the_wrong_types_is_refused_in_our_words() {
+    let app = spawn_app().await;
+    for (body, reason) in [
+        (
+            json!({"name": 5, "stock": 1, "price_cents": 1}),
+            "name must be a string",
+        ),
+        (
+            json!({"name": "Lamp", "stock": "ten", "price_cents": 1}),
+            "stock must be a whole number of units",
+        ),
+        (
+            json!({"name": "Lamp", "stock": 1, "price_cents": 9.99}),
+            "price_cents must be a whole number of cents",
+        ),
+        (
+            json!({"name": "Lamp", "stock": 1, "price_cents": 1, "starts_at": "noon"}),
+            "starts_at must be a time such as",
+        ),
+        (json!({"stock": 1, "price_cents": 1}), "name is missing"),
+    ] {
+        let response = app.post_sale(&body).send().await.expect("POST");
+        assert_eq!(response.status(), 400, "{body}");
+        let error: Value = response.json().await.expect("a JSON error");
+        assert_eq!(error["error"], "invalid_request", "{body}");
+        assert_eq!(error["message"], reason_in(&error, reason), "{body}");
+    }
+    assert_eq!(app.sale_count().await, 0);
+}
+
+/// The message when it holds `reason`, so that a mismatch shows it whole.
+fn reason_in(error: &Value, reason: &str) -> Value {
+    let message = error["message"].as_str().unwrap_or_default();
+    if message.contains(reason) {
+        error["message"].clone()
+    } else {
+        json!(reason)
+    }
 }

@@ -403,3 +403,220 @@ async fn a_watched_sale(client: &reqwest::Client, address: &str) -> (String, req
     crate::helpers::read_first_snapshot(&mut stream).await;
     (events, stream)
 }
+
+/// `seckill <args>`'s help as it prints it, with no SECKILL_ variable set.
+fn help(args: &[&str]) -> String {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"));
+    for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("SECKILL_")) {
+        command.env_remove(name);
+    }
+    // One set, to show its value is not printed.
+    command.env("SECKILL_REDIS_MASTER_NAME", "secret-name");
+    let output = command.args(args).output().expect("seckill runs");
+    assert!(output.status.success(), "{args:?}: {output:?}");
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+/// The help can be scanned: a command's own options first, the shared
+/// Redis and PostgreSQL options under their own heading after them, only
+/// those the command uses, and every environment note in one style.
+#[test]
+fn the_help_groups_the_shared_flags_and_shows_each_command_what_it_uses() {
+    const HEADING: &str = "Where Redis and PostgreSQL are:";
+    for (args, own, shown, hidden) in [
+        (
+            &["sale", "create", "-h"][..],
+            &["--name", "--stock"][..],
+            &["--database-url", "--redis-url", "--redis-prefix"][..],
+            &["--redis-durability", "--redis-replica-wait-ms"][..],
+        ),
+        (
+            &["migrate", "--help"],
+            &["--help"],
+            &["--database-url"],
+            &[
+                "--redis-url",
+                "--redis-cluster-nodes",
+                "--redis-sentinels",
+                "--redis-master-name",
+                "--redis-durability",
+                "--redis-prefix",
+            ],
+        ),
+        (
+            &["reset", "-h"],
+            &["--yes"],
+            &["--database-url", "--redis-url"],
+            &["--redis-durability"],
+        ),
+        (
+            &["serve", "--help"],
+            &["--bind", "--strategy"],
+            &[
+                "--redis-durability",
+                "--redis-master-name",
+                "--database-url",
+            ],
+            &[],
+        ),
+    ] {
+        let text = help(args);
+        let heading = text
+            .find(HEADING)
+            .unwrap_or_else(|| panic!("{args:?}: no heading {HEADING:?}: {text}"));
+        for flag in own {
+            let at = text
+                .find(flag)
+                .unwrap_or_else(|| panic!("{args:?}: {flag}"));
+            assert!(at < heading, "{args:?}: {flag} under the shared heading");
+        }
+        for flag in shown {
+            let at = text
+                .find(flag)
+                .unwrap_or_else(|| panic!("{args:?}: {flag}: {text}"));
+            assert!(at > heading, "{args:?}: {flag} above the shared heading");
+        }
+        for flag in hidden {
+            assert!(!text.contains(flag), "{args:?} shows {flag}: {text}");
+        }
+        // One style, `[env: SECKILL_X]`: never the `=value` form.
+        assert!(text.contains("[env: SECKILL_"), "{args:?}: {text}");
+        assert!(!text.contains("=]"), "{args:?}: {text}");
+        assert!(!text.contains("secret-name"), "{args:?}: {text}");
+    }
+}
+
+/// Every line of help says something: `chaos -h` describes
+/// `--compare-durability`, and `reset`'s description is whole.
+#[test]
+fn the_help_describes_every_option_and_ends_its_sentences() {
+    let chaos = help(&["chaos", "-h"]);
+    let line = chaos
+        .lines()
+        .position(|line| line.trim_start().starts_with("--compare-durability"))
+        .expect("--compare-durability listed");
+    let described = chaos.lines().nth(line).expect("the line").len()
+        > "      --compare-durability".len() + 2
+        || chaos
+            .lines()
+            .nth(line + 1)
+            .is_some_and(|next| !next.trim_start().starts_with('-') && !next.trim().is_empty());
+    assert!(described, "{chaos}");
+    let reset = help(&["reset", "--help"]);
+    let about = reset.lines().next().expect("a description");
+    assert!(
+        about.ends_with("refuses while a seckill process runs"),
+        "{about}"
+    );
+}
+
+/// Each option of `seckill <args> --help`, and whether its help names an
+/// environment variable.
+fn options_and_env(args: &[&str]) -> Vec<(String, bool)> {
+    let text = help(args);
+    let mut options: Vec<(String, bool)> = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let name = trimmed
+            .strip_prefix("-h, ")
+            .or_else(|| trimmed.strip_prefix("-V, "))
+            .unwrap_or(trimmed);
+        if (2..=6).contains(&indent) && name.starts_with("--") {
+            let flag = name.split([' ', '=']).next().unwrap_or(name).to_owned();
+            options.push((flag, false));
+        } else if line.contains("[env: ")
+            && let Some(last) = options.last_mut()
+        {
+            last.1 = true;
+        }
+    }
+    options
+        .into_iter()
+        .filter(|(flag, _)| flag != "--help" && flag != "--version")
+        .collect()
+}
+
+/// docs/storefront.md says which options the environment can set: every
+/// one of `serve` and `worker`, and the shared ones; the options of
+/// `sale create`, `reset` and the tools are flags only.
+#[test]
+fn the_environment_sets_the_options_the_docs_say_it_does() {
+    let storefront =
+        std::fs::read_to_string(crate::helpers::repo_root().join("docs/storefront.md"))
+            .expect("docs/storefront.md");
+    assert!(
+        storefront.contains("The options of `serve` and `worker`, and the shared ones")
+            && !storefront.contains("Every flag can also be set from the environment"),
+        "docs/storefront.md no longer says which options the environment sets"
+    );
+    let shared: Vec<String> = options_and_env(&["serve", "--help"])
+        .into_iter()
+        .map(|(flag, _)| flag)
+        .filter(|flag| flag.starts_with("--redis-") || flag == "--database-url")
+        .collect();
+    assert!(shared.len() >= 8, "{shared:?}");
+    for args in [&["serve", "--help"][..], &["worker", "--help"]] {
+        for (flag, env) in options_and_env(args) {
+            assert!(env, "{args:?}: {flag} has no environment variable");
+        }
+    }
+    for args in [
+        &["sale", "create", "--help"][..],
+        &["reset", "--help"],
+        &["demo", "--help"],
+        &["lab", "--help"],
+        &["chaos", "--help"],
+    ] {
+        for (flag, env) in options_and_env(args) {
+            assert_eq!(
+                env,
+                shared.contains(&flag),
+                "{args:?}: {flag}: only the shared options have a variable"
+            );
+        }
+    }
+}
+
+/// `seckill reset --yes` refuses while a `seckill serve` runs on its
+/// database and prefix, names it, and deletes nothing; once it is
+/// stopped, the reset goes through.
+#[tokio::test]
+async fn reset_refuses_while_a_server_runs_on_its_database() {
+    let scratch = Scratch::new().await;
+    let (server, address) = serve(&scratch, &[], &[]).await;
+    let id = crate::helpers::create_sale_at(&address, "Lamp", 2).await;
+    let reset = || async {
+        seckill_command(&scratch, &["reset", "--yes"], &[])
+            .output()
+            .await
+            .expect("reset runs")
+    };
+    let refused = reset().await;
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "{said}");
+    let pid = server.id().expect("running");
+    assert!(
+        said.contains(&format!("pid {pid}: seckill serve")) && said.contains("nothing was deleted"),
+        "{said}"
+    );
+    let pg = scratch.pg().await;
+    let sales: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
+        .fetch_one(&pg)
+        .await
+        .expect("count");
+    assert_eq!(sales, 1, "sale {id} is still there");
+
+    stop(server).await;
+    let done = reset().await;
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let sales: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
+        .fetch_one(&pg)
+        .await
+        .expect("count");
+    assert_eq!(sales, 0);
+}

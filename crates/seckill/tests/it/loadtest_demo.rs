@@ -128,22 +128,20 @@ async fn the_demo_keeps_serving_the_sale_page_until_interrupted() {
     let body = response.text().await.expect("the page");
     assert!(body.contains("the race, live"), "{body}");
 
-    // The purchase printed to try, as curl sends it: the demo sold its
-    // ten units, so it is answered 409 sold_out (a malformed URL or body
-    // would be a 404 or a 400).
-    let (url, body) = buy
-        .strip_prefix("curl -s -X POST ")
-        .and_then(|rest| rest.split_once(" -d '"))
-        .expect("a curl POST with a body");
-    let response = crate::helpers::client()
-        .post(url)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(body.strip_suffix('\'').expect("a quoted body").to_owned())
-        .send()
+    // The purchase printed to try, run as a person pastes it into a
+    // shell: the demo sold its ten units, so it is answered 409 sold_out
+    // (a malformed URL or body would be a 404 or a 400), and the answer
+    // ends with a newline, so that the prompt starts a line of its own.
+    assert!(buy.starts_with("curl "), "{buy}");
+    let ran = tokio::process::Command::new("sh")
+        .args(["-c", &buy])
+        .output()
         .await
-        .expect("POST the purchase");
-    assert_eq!(response.status(), 409);
-    let answer: serde_json::Value = response.json().await.expect("JSON");
+        .expect("sh runs the printed curl");
+    let printed = String::from_utf8(ran.stdout).expect("UTF-8");
+    assert!(ran.status.success(), "{buy}: {printed}");
+    assert!(printed.ends_with("}\n"), "{buy} printed {printed:?}");
+    let answer: serde_json::Value = serde_json::from_str(printed.trim()).expect("JSON");
     assert_eq!(answer["error"], "sold_out");
 
     assert_eq!(interrupt(demo).await, Some(0));

@@ -14,6 +14,7 @@ mod article_promises;
 mod bad_input;
 mod bench;
 mod browser;
+mod browser_pages;
 mod browser_room;
 mod burst;
 mod chaos;

@@ -144,6 +144,8 @@ async fn the_sale_page_renders_its_figures_and_gives_a_new_browser_a_buyer_cooki
         r#"<span id="sold">1</span> sold"#,
         r#"<script src="/static/sale.js" defer></script>"#,
         r#"<label for="user_id">"#,
+        // The price with its currency.
+        r#"<p class="price">$999.00</p>"#,
     ] {
         assert!(html.contains(expected), "{expected} missing from {html}");
     }
@@ -208,6 +210,13 @@ async fn the_order_page_follows_the_order_from_pending_to_paid_with_the_pay_form
         "{html}"
     );
     assert!(html.contains("seconds left to pay."), "{html}");
+    // One sentence, the status said once.
+    assert!(
+        html.contains(
+            r#"Status: <strong id="status">confirmed</strong>. <span id="headline">The unit is yours once you pay.</span>"#
+        ),
+        "{html}"
+    );
     assert!(
         html.contains(&format!(r#"action="/orders/{order}/pay""#)),
         "{html}"
@@ -316,7 +325,8 @@ async fn the_index_pages_through_every_sale_live_ones_first() {
         let (status, body) = get_html(&app, bad).await;
         assert_eq!(status, 400, "{bad}: {body}");
         assert!(
-            body.contains("invalid_request") && body.contains("page"),
+            body.contains(r#"data-error="invalid_request""#)
+                && body.to_lowercase().contains("page"),
             "{bad}: {body}"
         );
     }
@@ -370,5 +380,116 @@ async fn pages_after_the_first_are_built_two_at_a_time() {
     for request in requests {
         let response = request.await.expect("a task").expect("GET /?page=2");
         assert_eq!(response.status(), 200);
+    }
+}
+
+/// A page asked for as a page never answers raw JSON: a missing sale or
+/// order, a page past the last, a malformed query and a refused buy form
+/// get the storefront's layout, the message in words and a link back,
+/// with the status the API gives the same mistake; the API keeps its JSON.
+#[tokio::test]
+async fn pages_answer_their_errors_as_pages_with_the_status_kept_and_the_api_as_json() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(2).await;
+    let cases = [
+        ("GET", "/sales/999999".to_owned(), "", 404, "No such sale"),
+        ("GET", "/sales/abc".to_owned(), "", 404, "No such sale"),
+        (
+            "GET",
+            "/orders/garbage".to_owned(),
+            "",
+            404,
+            "No such order",
+        ),
+        ("GET", "/?page=99".to_owned(), "", 404, "No such page"),
+        (
+            "GET",
+            "/?page=abc".to_owned(),
+            "",
+            400,
+            "must be a whole number",
+        ),
+        ("GET", "/no/such/page".to_owned(), "", 404, "No such page"),
+        (
+            "GET",
+            "/sales/999999/live".to_owned(),
+            "",
+            404,
+            "No such sale",
+        ),
+        (
+            "POST",
+            format!("/sales/{sale}/buy"),
+            "user_id=+++",
+            400,
+            "must not be empty",
+        ),
+        (
+            "POST",
+            format!("/sales/{sale}/buy"),
+            "nobody=1",
+            400,
+            "user_id is missing",
+        ),
+        (
+            "POST",
+            "/sales/999999/buy".to_owned(),
+            "user_id=ann",
+            404,
+            "No such sale",
+        ),
+    ];
+    for (method, path, form, status, words) in cases {
+        let request = match method {
+            "GET" => app.client.get(app.url(&path)),
+            _ => app
+                .client
+                .post(app.url(&path))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("origin", app.address.clone())
+                .body(form),
+        };
+        let response = request.send().await.expect("a request");
+        assert_eq!(response.status().as_u16(), status, "{method} {path}");
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .expect("ASCII")
+            .to_owned();
+        let body = response.text().await.expect("a body");
+        assert!(
+            content_type.starts_with("text/html"),
+            "{method} {path}: {content_type}: {body}"
+        );
+        assert!(
+            body.contains("<h1") && body.contains(words) && body.contains("id=\"back\""),
+            "{method} {path}: {body}"
+        );
+        assert!(!body.contains("\"error\":"), "{method} {path}: {body}");
+    }
+    // The buy form, refused, links back to its sale.
+    let (_, refused) = {
+        let response = app
+            .client
+            .post(app.url(&format!("/sales/{sale}/buy")))
+            .header("origin", app.address.clone())
+            .form(&[("user_id", " ")])
+            .send()
+            .await
+            .expect("POST");
+        (response.status(), response.text().await.expect("a body"))
+    };
+    assert!(
+        refused.contains(&format!("href=\"/sales/{sale}\"")),
+        "{refused}"
+    );
+    for (path, code) in [
+        ("/api/sales/999999", "sale_not_found"),
+        ("/api/orders/garbage", "order_not_found"),
+        ("/api/nope", "not_found"),
+    ] {
+        let response = app.client.get(app.url(path)).send().await.expect("GET");
+        assert_eq!(response.status(), 404, "{path}");
+        let error: serde_json::Value = response.json().await.expect("JSON");
+        assert_eq!(error["error"], code, "{path}");
     }
 }

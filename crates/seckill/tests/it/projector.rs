@@ -20,7 +20,7 @@ const WIDTH: u32 = 1024;
 const HEIGHT: u32 = 768;
 
 /// A headless browser whose page is the projector's screen.
-async fn projector(driver: &ChromeDriver, profile: &Path) -> Client {
+pub(crate) async fn projector(driver: &ChromeDriver, profile: &Path) -> Client {
     let browser = driver
         .browser_sized(profile, (WIDTH, HEIGHT), &["--hide-scrollbars"])
         .await;
@@ -158,9 +158,9 @@ async fn the_live_page_shows_every_figure_on_one_projector_screen_in_words_that_
 }
 
 /// The lab's page on the projector: its table no wider than the screen,
-/// its figures and each row's lesson at a readable size. Three rows of
-/// `article` (the widest row name, a lock of 56 years and one left with
-/// no TTL), on few buyers.
+/// its figures and each row's lesson at a readable size. Every row, as the
+/// workshop runs it (the widest row name, a lock of 56 years, one left
+/// with no TTL, four-digit latencies), on few buyers.
 #[tokio::test]
 async fn the_labs_page_fits_a_projector_screen_wide() {
     let scratch = Scratch::new().await;
@@ -170,8 +170,6 @@ async fn the_labs_page_fits_a_projector_screen_wide() {
         &[
             "lab",
             "--exit",
-            "--strategy",
-            "article",
             "--users",
             "200",
             "--report-dir",
@@ -202,6 +200,6 @@ async fn the_labs_page_fits_a_projector_screen_wide() {
         assert!(px >= 15.0, "too small to read: {cell}");
     }
     let (lessons, _) = layout(&projector, "tr.lesson td").await;
-    assert_eq!(lessons.len(), 3, "a lesson under each row");
+    assert!(lessons.len() >= 12, "a lesson under each row: {lessons:?}");
     projector.close().await.expect("close the browser");
 }

@@ -128,8 +128,9 @@ async fn the_index_lists_live_sales_then_upcoming_then_ended() {
         })
         .collect();
     let expected: Vec<(String, Vec<i64>)> = vec![
-        ("Live now".into(), vec![sold_out, live]),
+        ("Live now".into(), vec![live]),
         ("Upcoming".into(), vec![upcoming]),
+        ("Sold out".into(), vec![sold_out]),
         ("Ended".into(), vec![ended]),
     ];
     assert_eq!(sections, expected, "{html}");
