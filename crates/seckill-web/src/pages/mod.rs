@@ -204,7 +204,7 @@ async fn bought(
     // In a room a buyer buys once: already purchased is their admission
     // spent (checked in the purchase's own commit), as the API says it.
     if sale.waiting_room.is_some() && outcome == Outcome::AlreadyPurchased {
-        return waiting::not_admitted(&state, &sale, ApiError::NotAdmitted("used")).await;
+        return waiting::not_admitted(state, &sale, ApiError::NotAdmitted("used")).await;
     }
     let (won, headline, order_id) = match outcome {
         Outcome::Accepted { order_id } => {
