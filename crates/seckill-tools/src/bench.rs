@@ -48,6 +48,7 @@ mod holder;
 mod lua;
 mod pages;
 mod replica;
+mod room_scripts;
 mod waiting_room;
 mod worker;
 mod wrk;
@@ -202,7 +203,7 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
             "bench: a lottery room of {} buyers: Redis' slowest command",
             args.room_buyers
         );
-        rows.push(waiting_room::slowest_command(args, &store).await?);
+        rows.push(room_scripts::slowest_command(args, &store).await?);
     }
     if wanted(BenchRows::Index) {
         eprintln!("bench: the storefront index (wrk)");

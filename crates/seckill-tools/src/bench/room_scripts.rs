@@ -1,0 +1,216 @@
+//! A lottery room's slowest Redis command while it fills, opens and
+//! admits (`seckill bench --only room-scripts`): no step of a room may
+//! pass over the whole line, at any size.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+use futures_util::{StreamExt, TryStreamExt};
+
+use super::{Bound, Row};
+use crate::bench::BenchArgs;
+use seckill_core::domain::{NewSale, RoomMode, RoomSettings, Sale, UserId};
+use seckill_core::store::Store;
+use seckill_core::waiting_room;
+
+/// Visits in flight while the lottery room fills: run straight on Redis,
+/// as an instance runs them, so that the room fills at Redis' pace rather
+/// than HTTP's.
+const VISITS_IN_FLIGHT: usize = 128;
+/// How long the opened lottery room is watched admitting.
+const OPEN_WATCH: Duration = Duration::from_secs(3);
+/// Commands at least this slow are logged while the row runs (µs).
+const SLOW_MICROS: u64 = 1_000;
+
+/// A lottery room of `--room-buyers` who all join before the open, then
+/// opened and admitting at 10,000 a second: Redis' slowest command in
+/// each phase, from its `SLOWLOG` (this run's commands only). A script
+/// that passed over the line at the open would show here as one command
+/// of hundreds of milliseconds.
+pub(super) async fn slowest_command(args: &BenchArgs, store: &Store) -> anyhow::Result<Row> {
+    let room = RoomSettings {
+        mode: RoomMode::Lottery,
+        admit_per_sec: 10_000,
+        max_active: 1_000_000,
+        admission_secs: 3600,
+        max_line: None,
+    };
+    let new = NewSale::builder("Bench lottery room", 1_000_000)
+        .starts_in(3600)
+        .lasts(3600)
+        .waiting_room(room)
+        .build(Utc::now())
+        .context("the bench's lottery room")?;
+    let sale = store.create_sale(&new).await?;
+    let mut conn = store.redis().await?;
+    let log = SlowLog::start(&mut conn).await?;
+    let measured = async {
+        let joining = Instant::now();
+        futures_util::stream::iter(0..args.room_buyers)
+            .map(|n| {
+                let sale = &sale;
+                async move {
+                    let buyer = UserId::parse(&format!("waiting-{n}"))
+                        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                    waiting_room::visit(store, sale, &room, &buyer, true).await
+                }
+            })
+            .buffer_unordered(VISITS_IN_FLIGHT)
+            .try_collect::<Vec<_>>()
+            .await?;
+        let joined_in = joining.elapsed();
+        let joins = log.slowest(&mut conn, store.prefix()).await?;
+        // The open: the same sale, its open moved to now (the script takes
+        // the open as an argument, so the room opens at the next visit).
+        let opened = Sale {
+            starts_at: Utc::now(),
+            ..sale.clone()
+        };
+        let first = UserId::parse("waiting-0").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let watching = Instant::now();
+        while watching.elapsed() < OPEN_WATCH {
+            waiting_room::look(store, &opened, &room, &[]).await?;
+            waiting_room::visit(store, &opened, &room, &first, false).await?;
+        }
+        let figures = waiting_room::figures(store, sale.id).await?;
+        let open = log.slowest(&mut conn, store.prefix()).await?;
+        anyhow::Ok((joined_in, joins, open, figures.admissions))
+    }
+    .await;
+    log.restore(&mut conn).await?;
+    let (joined_in, joins, open, admissions) = measured?;
+    let limit = Bound::AtMost(5.0);
+    let shown = |slowest: Option<u64>| match slowest {
+        Some(micros) => format!("{} ms", limit.shown(micros as f64 / 1000.0, 1)),
+        None => format!("< {} ms", SLOW_MICROS / 1000),
+    };
+    let worst = joins.max(open).map_or(0.0, |micros| micros as f64 / 1000.0);
+    Ok(Row {
+        figure: "a lottery room of --room-buyers: Redis' slowest command (SLOWLOG)",
+        measured: format!(
+            "{} joined in {:.0} s: join {}, open and admitting {} ({admissions} admitted in {} s)",
+            args.room_buyers,
+            joined_in.as_secs_f64(),
+            shown(joins),
+            shown(open),
+            OPEN_WATCH.as_secs()
+        ),
+        target: "<= 5 ms",
+        met: Some(limit.met(worst)),
+    })
+}
+
+/// Redis' slow log, set to keep every command of [`SLOW_MICROS`] or more
+/// while a row runs, and put back as it was after.
+struct SlowLog {
+    /// `slowlog-log-slower-than` and `slowlog-max-len` as they were.
+    before: (String, String),
+}
+
+impl SlowLog {
+    async fn start(conn: &mut impl redis::aio::ConnectionLike) -> anyhow::Result<Self> {
+        let get = async |conn: &mut _, name: &str| -> anyhow::Result<String> {
+            let (_, value): (String, String) = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(name)
+                .query_async(conn)
+                .await
+                .with_context(|| format!("reading Redis' {name}"))?;
+            Ok(value)
+        };
+        let before = (
+            get(conn, "slowlog-log-slower-than").await?,
+            get(conn, "slowlog-max-len").await?,
+        );
+        let log = Self { before };
+        log.set(conn, &SLOW_MICROS.to_string(), "10000").await?;
+        redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query_async::<()>(conn)
+            .await?;
+        Ok(log)
+    }
+
+    async fn set(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        slower_than: &str,
+        max_len: &str,
+    ) -> anyhow::Result<()> {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(slower_than)
+            .arg("slowlog-max-len")
+            .arg(max_len)
+            .query_async::<()>(conn)
+            .await
+            .context("setting Redis' slow log")
+    }
+
+    /// The slowest command logged since the last call that names a key
+    /// under `prefix` (other clients share the server), in µs; `None`
+    /// when none was as slow as [`SLOW_MICROS`]. The log is emptied.
+    async fn slowest(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+        prefix: &str,
+    ) -> anyhow::Result<Option<u64>> {
+        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(conn)
+            .await
+            .context("reading Redis' slow log")?;
+        redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query_async::<()>(conn)
+            .await?;
+        let ours = |args: &redis::Value| match args {
+            redis::Value::Array(args) => args.iter().any(|arg| {
+                matches!(arg, redis::Value::BulkString(bytes)
+                    if String::from_utf8_lossy(bytes).contains(prefix))
+            }),
+            _ => false,
+        };
+        let command = |args: &redis::Value| match args {
+            redis::Value::Array(args) => args
+                .iter()
+                .take(4)
+                .map(|arg| match arg {
+                    redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    _ => String::new(),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => String::new(),
+        };
+        let mut slow: Vec<(u64, String)> = entries
+            .iter()
+            .filter_map(|entry| match entry {
+                redis::Value::Array(fields) if fields.len() >= 4 && ours(&fields[3]) => {
+                    match fields[2] {
+                        redis::Value::Int(micros) => u64::try_from(micros)
+                            .ok()
+                            .map(|micros| (micros, command(&fields[3]))),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .collect();
+        slow.sort_unstable_by_key(|entry| std::cmp::Reverse(entry.0));
+        tracing::info!(
+            logged = slow.len(),
+            at_least_micros = SLOW_MICROS,
+            slowest = ?slow.iter().take(5).collect::<Vec<_>>(),
+            "this run's commands in Redis' slow log"
+        );
+        Ok(slow.first().map(|(micros, _)| *micros))
+    }
+
+    async fn restore(&self, conn: &mut impl redis::aio::ConnectionLike) -> anyhow::Result<()> {
+        self.set(conn, &self.before.0, &self.before.1).await
+    }
+}
