@@ -144,12 +144,17 @@ pub const REDIS_FLAGS: &[&str] = &[
     "redis_master_name",
     "redis_durability",
     "redis_replica_wait_ms",
+    "redis_wait_replicas",
     "redis_prefix",
 ];
 
 /// The shared flags that say what a purchase's `202` waits for: a command
 /// that answers no purchase (`sale create`, `reset`) hides them.
-pub const DURABILITY_FLAGS: &[&str] = &["redis_durability", "redis_replica_wait_ms"];
+pub const DURABILITY_FLAGS: &[&str] = &[
+    "redis_durability",
+    "redis_replica_wait_ms",
+    "redis_wait_replicas",
+];
 
 /// A command line's help made to be scanned: every environment note in
 /// one style, `[env: SECKILL_…]` (without the value it has now, which

@@ -428,7 +428,11 @@ fn the_help_groups_the_shared_flags_and_shows_each_command_what_it_uses() {
             &["sale", "create", "-h"][..],
             &["--name", "--stock"][..],
             &["--database-url", "--redis-url", "--redis-prefix"][..],
-            &["--redis-durability", "--redis-replica-wait-ms"][..],
+            &[
+                "--redis-durability",
+                "--redis-replica-wait-ms",
+                "--redis-wait-replicas",
+            ][..],
         ),
         (
             &["migrate", "--help"],
@@ -440,6 +444,7 @@ fn the_help_groups_the_shared_flags_and_shows_each_command_what_it_uses() {
                 "--redis-sentinels",
                 "--redis-master-name",
                 "--redis-durability",
+                "--redis-wait-replicas",
                 "--redis-prefix",
             ],
         ),
@@ -447,7 +452,7 @@ fn the_help_groups_the_shared_flags_and_shows_each_command_what_it_uses() {
             &["reset", "-h"],
             &["--yes"],
             &["--database-url", "--redis-url"],
-            &["--redis-durability"],
+            &["--redis-durability", "--redis-wait-replicas"],
         ),
         (
             &["serve", "--help"],
