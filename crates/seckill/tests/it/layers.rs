@@ -383,3 +383,13 @@ fn the_checker_sees_every_way_of_naming_a_module_and_skips_comments_and_strings(
         "{found:?}"
     );
 }
+
+/// The map stays a map: layers, owners, invariants and arrows, in at most
+/// 2,000 words (`wc -w`); the file lists belong in docs/code-tour.md.
+#[test]
+fn architecture_md_stays_within_2000_words() {
+    let map = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md"))
+        .expect("reading ARCHITECTURE.md");
+    let words = map.split_whitespace().count();
+    assert!(words <= 2_000, "ARCHITECTURE.md has {words} words");
+}
