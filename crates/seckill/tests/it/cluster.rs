@@ -36,13 +36,32 @@ async fn a_sale_on_each_master(
     scratch: &Scratch,
     url: &str,
 ) -> BTreeMap<String, i64> {
+    one_sale_per_master(
+        redis,
+        |n| async move { create_sale_at(url, &format!("Sale {n}"), 10).await },
+        |sale| SaleKeys::new(&scratch.prefix, sale).stock,
+    )
+    .await
+}
+
+/// Sales made by `create` (given a count) until one lives on each master
+/// of `redis`, placed by their stock key (`stock_of`): master URL to sale.
+async fn one_sale_per_master<Made>(
+    redis: &PrivateRedisCluster,
+    mut create: impl FnMut(usize) -> Made,
+    stock_of: impl Fn(i64) -> String,
+) -> BTreeMap<String, i64>
+where
+    Made: Future<Output = i64>,
+{
     let mut by_master = BTreeMap::new();
     for n in 0..64 {
-        let sale = create_sale_at(url, &format!("Sale {n}"), 10).await;
-        let stock = SaleKeys::new(&scratch.prefix, sale).stock;
-        by_master
-            .entry(redis.master_of(&stock).await.expect("the sale's master"))
-            .or_insert(sale);
+        let sale = create(n).await;
+        let master = redis
+            .master_of(&stock_of(sale))
+            .await
+            .expect("the sale's master");
+        by_master.entry(master).or_insert(sale);
         if by_master.len() == redis.urls().len() {
             return by_master;
         }
@@ -304,19 +323,7 @@ async fn buy_within(app: &TestApp, sale: i64, buyer: &str, limit: Duration) -> T
 /// Sales created on `app` until one lives on each master of `redis`:
 /// master URL to sale.
 async fn a_sale_per_master(redis: &PrivateRedisCluster, app: &TestApp) -> BTreeMap<String, i64> {
-    let mut by_master = BTreeMap::new();
-    for _ in 0..64 {
-        let sale = app.create_sale(100).await;
-        let master = redis
-            .master_of(&app.keys(sale).stock)
-            .await
-            .expect("the sale's master");
-        by_master.entry(master).or_insert(sale);
-        if by_master.len() == redis.urls().len() {
-            return by_master;
-        }
-    }
-    panic!("64 sales and still a master without one: {by_master:?}");
+    one_sale_per_master(redis, |_| app.create_sale(100), |sale| app.keys(sale).stock).await
 }
 
 /// The first row of the table: one shard's primary stopped

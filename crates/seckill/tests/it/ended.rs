@@ -123,15 +123,7 @@ async fn a_serving_instance_forgets_an_ended_sale_by_itself() {
         .build(chrono::Utc::now())
         .expect("a sale");
     let roomed = store.create_sale(&roomed).await.expect("created").id;
-    let joined: serde_json::Value = http
-        .post(format!("{url}/api/sales/{roomed}/queue"))
-        .json(&json!({"user_id": "bob"}))
-        .send()
-        .await
-        .expect("a join")
-        .json()
-        .await
-        .expect("a standing");
+    let joined = crate::waiting_room::joined_at(&url, roomed, "bob").await;
     let asked = http
         .get(format!("{url}/api/sales/{roomed}/queue"))
         .header(

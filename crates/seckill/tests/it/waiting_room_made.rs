@@ -29,16 +29,7 @@ async fn metrics_count_the_buyers_waiting_admitted_and_bought_in_the_rooms() {
     let http = crate::helpers::client();
     let mut tickets = Vec::new();
     for buyer in ["ann", "bob", "cid", "dee"] {
-        let answer: Value = http
-            .post(format!("{url}/api/sales/{sale}/queue"))
-            .json(&json!({ "user_id": buyer }))
-            .send()
-            .await
-            .expect("a join")
-            .json()
-            .await
-            .expect("a standing");
-        tickets.push(answer);
+        tickets.push(crate::waiting_room::joined_at(&url, sale, buyer).await);
     }
     // ann was admitted at her join (max_active 1); she buys.
     let admission = tickets[0]["admission"]
