@@ -231,7 +231,6 @@ const ACCOUNTED: &[(&[&str], &str)] = &[
     ),
     (
         &[
-            "SECKILL_ADMIN_TOKEN=$(openssl rand -hex 16) docker compose up -d",
             "docker compose up -d",
             "docker compose up -d redis postgres",
             "docker compose --profile monitoring up -d",
