@@ -14,7 +14,7 @@ use std::time::Duration;
 
 mod limits;
 
-pub use limits::{DEFAULT_ROOM_JOINS_PER_IP, RateLimit, RateLimitSettings, TrustedProxies};
+pub use limits::{RateLimit, RateLimitSettings, TrustedProxies};
 
 pub const DEFAULT_REPLICA_WAIT_MS: u64 = 250;
 /// The range of `--redis-replica-wait-ms`.
