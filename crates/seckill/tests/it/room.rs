@@ -31,6 +31,25 @@ async fn reset_deletes_every_sale_order_and_key_only_when_told_yes() {
     let sale = app.create_sale(10).await;
     app.buy(sale, "ann").await;
     app.drain().await;
+    // The running instance counts its answers in memory and adds them to
+    // Redis every 100 ms; wait for that, or its flush could land after
+    // the reset and write the answers hash again.
+    let answers = format!("{}:{{sale:{sale}}}:answers", app.scratch.prefix);
+    crate::helpers::eventually(
+        std::time::Duration::from_secs(10),
+        "the answer to ann counted in Redis",
+        || async {
+            let mut conn = app.redis_conn().await;
+            let accepted: Option<u64> = redis::cmd("HGET")
+                .arg(&answers)
+                .arg("accepted")
+                .query_async(&mut conn)
+                .await
+                .expect("HGET");
+            accepted == Some(1)
+        },
+    )
+    .await;
     assert!(!keys_under_prefix(&app).await.is_empty());
 
     // Anything but "yes" deletes nothing, and says so.
