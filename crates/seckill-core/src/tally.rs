@@ -49,7 +49,7 @@ pub(crate) fn slot(outcome: &Outcome) -> usize {
     match outcome {
         Outcome::Accepted { .. } => 0,
         Outcome::SoldOut => 1,
-        Outcome::AlreadyPurchased => 2,
+        Outcome::AlreadyPurchased { .. } => 2,
         Outcome::NotStarted => 3,
         Outcome::Ended => 4,
         Outcome::Busy => 5,
@@ -227,7 +227,7 @@ mod tests {
                 order_id: uuid::Uuid::nil(),
             },
             Outcome::SoldOut,
-            Outcome::AlreadyPurchased,
+            Outcome::AlreadyPurchased { order_id: None },
             Outcome::NotStarted,
             Outcome::Ended,
             Outcome::Busy,
@@ -238,7 +238,7 @@ mod tests {
         assert_eq!(slots.len(), FIELDS.len());
         assert_eq!(FIELDS[slot(&Outcome::LockLost)], "lock_lost");
         assert_eq!(
-            FIELDS[slot(&Outcome::AlreadyPurchased)],
+            FIELDS[slot(&Outcome::AlreadyPurchased { order_id: None })],
             "already_purchased"
         );
     }

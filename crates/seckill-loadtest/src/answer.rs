@@ -68,7 +68,7 @@ impl AnswerKind {
 
 /// An answer's kind, and the order id when the buyer won (or, on a `503
 /// unconfirmed`, the order no replica confirmed in time: it may yet go
-/// through).
+/// through; on a `409 already_purchased`, the order the buyer holds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Classified {
     pub outcome: AnswerKind,
@@ -106,7 +106,14 @@ pub(crate) fn classify(status: u16, body: &[u8]) -> Classified {
             };
         }
         (409, Some("sold_out")) => AnswerKind::SoldOut,
-        (409, Some("already_purchased")) => AnswerKind::Duplicate,
+        // The order the buyer holds, when the server names it: a buyer
+        // whose `202` was lost on its way learns it from a retry.
+        (409, Some("already_purchased")) => {
+            return Classified {
+                outcome: AnswerKind::Duplicate,
+                order_id: body.order_id,
+            };
+        }
         (409, Some("not_started")) => AnswerKind::NotStarted,
         (409, Some("ended")) => AnswerKind::Ended,
         // `lock_lost`: the buyer's lock ran out before its commit and the
@@ -145,6 +152,17 @@ mod tests {
         );
         assert_eq!(won.outcome, AnswerKind::Won);
         assert_eq!(won.order_id, Some(id));
+    }
+
+    #[test]
+    fn an_already_purchased_answer_keeps_the_order_it_names() {
+        let id = Uuid::new_v4();
+        let again = classify(
+            409,
+            format!(r#"{{"error":"already_purchased","order_id":"{id}"}}"#).as_bytes(),
+        );
+        assert_eq!(again.outcome, AnswerKind::Duplicate);
+        assert_eq!(again.order_id, Some(id));
     }
 
     #[test]

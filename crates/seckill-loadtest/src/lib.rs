@@ -26,6 +26,7 @@ pub mod scenario;
 pub mod stats;
 pub mod verify;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -186,6 +187,7 @@ pub async fn load_test<R: ConnectionLike + Send>(
             confirmed: findings.confirmed,
             rejected: findings.rejected,
             lost: findings.lost,
+            recovered: facts.recovered.len() as u64,
         },
         invariants: findings.checks,
         problems,
@@ -230,21 +232,31 @@ fn run_facts<R>(
         .collect();
     asked.sort_unstable();
     asked.dedup();
+    let won: Vec<(String, Uuid)> = run
+        .samples
+        .iter()
+        .filter(|s| s.outcome == AnswerKind::Won)
+        .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id)))
+        .collect();
+    // A buyer told no `202` whose retry's `409` named the order they
+    // hold: the `202` was lost on its way, and the retry told them.
+    let winners: BTreeSet<&str> = won.iter().map(|(user, _)| user.as_str()).collect();
+    let mut recovered: Vec<(String, Uuid)> = run
+        .samples
+        .iter()
+        .filter(|s| s.outcome == AnswerKind::Duplicate)
+        .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id)))
+        .filter(|(user, _)| !winners.contains(user.as_str()))
+        .collect();
+    recovered.sort_unstable();
+    recovered.dedup();
     RunFacts {
         sale_id: subject.sale_id,
         stock: subject.stock,
         // This run's user ids carry its tag: none of them bought before.
         distinct_buyers: before.len() + asked.len(),
-        accepted: before
-            .iter()
-            .cloned()
-            .chain(
-                run.samples
-                    .iter()
-                    .filter(|s| s.outcome == AnswerKind::Won)
-                    .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id))),
-            )
-            .collect(),
+        accepted: before.iter().cloned().chain(won).collect(),
+        recovered,
     }
 }
 

@@ -32,8 +32,13 @@ pub enum ApiError {
     NotFound,
     #[error("the sale is sold out")]
     SoldOut,
-    #[error("this buyer already has a unit of this sale")]
-    AlreadyPurchased,
+    /// With the order the buyer's unit belongs to, where the purchase path
+    /// knows it: a buyer whose `202` was lost on its way asks again and
+    /// learns the order they won.
+    #[error(
+        "this buyer already has a unit of this sale; with an order_id, it is the order that holds it"
+    )]
+    AlreadyPurchased(Option<uuid::Uuid>),
     #[error("the sale has not started yet")]
     NotStarted,
     #[error("the sale has ended")]
@@ -118,7 +123,7 @@ impl ApiError {
             Self::OrderNotFound => "order_not_found",
             Self::NotFound => "not_found",
             Self::SoldOut => "sold_out",
-            Self::AlreadyPurchased => "already_purchased",
+            Self::AlreadyPurchased(_) => "already_purchased",
             Self::NotStarted => "not_started",
             Self::Ended => "ended",
             Self::Busy => "busy",
@@ -151,7 +156,7 @@ impl ResponseError for ApiError {
             Self::Unauthorized | Self::AdminDisabled => StatusCode::UNAUTHORIZED,
             Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
             Self::SoldOut
-            | Self::AlreadyPurchased
+            | Self::AlreadyPurchased(_)
             | Self::NotStarted
             | Self::Ended
             | Self::PaymentWindowClosed
@@ -184,7 +189,7 @@ impl ResponseError for ApiError {
                 error: self.code(),
                 message,
                 order_id: match self {
-                    Self::Unconfirmed(order_id) => *order_id,
+                    Self::Unconfirmed(order_id) | Self::AlreadyPurchased(order_id) => *order_id,
                     _ => None,
                 },
                 reason: match self {
@@ -246,7 +251,7 @@ impl ApiError {
             Self::NotFound => "No such page",
             Self::InvalidRequest(_) | Self::InvalidTicket(_) => "That did not work",
             Self::SoldOut => "Sold out",
-            Self::AlreadyPurchased => "You already have one",
+            Self::AlreadyPurchased(_) => "You already have one",
             Self::NotStarted => "Not open yet",
             Self::Ended => "The sale has ended",
             Self::RateLimited(_) => "Too many requests",

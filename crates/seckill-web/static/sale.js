@@ -143,7 +143,9 @@
           say("You got one!", true, body.order_id);
           if (room) room.bought();
         } else {
-          say(words[body.error] || body.message || "Something went wrong. Please try again.", false);
+          // A refusal may name the buyer's order (already purchased: a
+          // retry whose first answer was lost; unconfirmed): link to it.
+          say(words[body.error] || body.message || "Something went wrong. Please try again.", false, body.order_id);
         }
       })
       .catch(function () { say("No answer from the server. Please try again.", false); })

@@ -15,10 +15,14 @@
 -- ARGV[5]  '1' when the sale has a waiting room: the buyer's admission is
 --          checked and spent here, in the same step as the take
 --
--- Returns {'taken', units left}, {'already_purchased', 0} (for a roomed
--- sale, also when the buyer's admission bought already), {'sold_out', 0},
--- or {'not_loaded', 0} if the sale is not in Redis (the caller loads it
--- from PostgreSQL and calls again).
+-- Returns {status, units left, order id}: {'taken', left, false},
+-- {'already_purchased', 0, the order the buyer's unit belongs to} (false
+-- when the holds hash names none; for a roomed sale, also when the
+-- buyer's admission bought already), {'sold_out', 0, false}, or
+-- {'not_loaded', 0, false} if the sale is not in Redis (the caller loads
+-- it from PostgreSQL and calls again). The order id of a refusal is read
+-- in the same step as the refusal: a buyer who asks again because their
+-- `202` was lost on its way learns the order they won.
 --
 -- The race this prevents is the oversell itself: the checks (has this
 -- buyer bought? is a unit left?) and the writes (take the unit, record the
@@ -33,14 +37,14 @@
 -- takes the buyer out of the buyers set, not out of the room's bought).
 local roomed = ARGV[5] == '1'
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'not_loaded', 0}
+  return {'not_loaded', 0, false}
 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1
   or (roomed and redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1) then
-  return {'already_purchased', 0}
+  return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
 end
 if tonumber(redis.call('GET', KEYS[1])) <= 0 then
-  return {'sold_out', 0}
+  return {'sold_out', 0, false}
 end
 local left = redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])
@@ -55,4 +59,4 @@ if roomed then
   end
 end
 redis.call('PUBLISH', ARGV[4], left)
-return {'taken', left}
+return {'taken', left, false}

@@ -17,6 +17,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use sqlx::PgPool;
+use uuid::Uuid;
 
 use super::Store;
 use super::load::{begin_load, load_into_redis};
@@ -33,38 +34,53 @@ pub struct Snapshot {
     pub stock_left: i64,
     /// For each buyer asked about, in order, whether they hold a unit.
     pub holding: Vec<bool>,
+    /// For each buyer asked about, in order, the order their unit belongs
+    /// to, where the sale's holds hash names one (the safe paths write it
+    /// with the buyer): what a buyer who asks again is told, so that a
+    /// `202` lost on its way can be found again.
+    pub orders: Vec<Option<Uuid>>,
 }
 
 /// What [`snapshot_reads`] answers: the units left (`None` when Redis does
-/// not hold the sale), and whether each buyer holds a unit.
-pub(crate) type SnapshotRead = (Option<i64>, Vec<bool>);
+/// not hold the sale), whether each buyer holds a unit, and the order id
+/// the holds hash keeps for each.
+pub(crate) type SnapshotRead = (Option<i64>, Vec<bool>, Vec<Option<String>>);
 
 impl Snapshot {
     /// The snapshot in a [`snapshot_reads`]' answer, `None` when Redis does
     /// not hold the sale (it must be loaded: [`snapshot`] does).
-    pub(crate) fn from_read((left, holding): SnapshotRead) -> Option<Self> {
+    pub(crate) fn from_read((left, holding, orders): SnapshotRead) -> Option<Self> {
         left.map(|stock_left| Self {
             stock_left,
             holding,
+            orders: orders
+                .iter()
+                .map(|id| id.as_deref().and_then(|id| Uuid::parse_str(id).ok()))
+                .collect(),
         })
+    }
+
+    /// A snapshot of the units left alone, with no buyer asked about.
+    fn of_stock(left: Option<i64>) -> SnapshotRead {
+        (left, Vec::new(), Vec::new())
     }
 }
 
 /// Steps 1 and 2 for some buyers (at least one), as commands for the
-/// caller to send: the units left and which of `buyers` hold one. The lock
-/// strategy sends them with its attempt at the sale lock.
+/// caller to send: the units left, which of `buyers` hold one, and the
+/// order each holds. The lock strategy sends them with its attempt at the
+/// sale lock.
 pub(crate) fn snapshot_reads(keys: &SaleKeys, buyers: &[&UserId]) -> redis::Pipeline {
+    let buyers: Vec<&str> = buyers.iter().map(|buyer| buyer.as_str()).collect();
     let mut reads = redis::pipe();
     reads
         .get(&keys.stock)
         .cmd("SMISMEMBER")
         .arg(&keys.buyers)
-        .arg(
-            buyers
-                .iter()
-                .map(|buyer| buyer.as_str())
-                .collect::<Vec<_>>(),
-        );
+        .arg(&buyers)
+        .cmd("HMGET")
+        .arg(&keys.holds)
+        .arg(&buyers);
     reads
 }
 
@@ -342,7 +358,7 @@ pub async fn snapshot<C: ConnectionLike + Send>(
                 .arg(&keys.stock)
                 .query_async(conn)
                 .await
-                .map(|left| (left, Vec::new()))
+                .map(Snapshot::of_stock)
         } else {
             snapshot_reads(&keys, buyers).query_async(conn).await
         }

@@ -26,7 +26,9 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
     // Loads the sale if Redis lost it, and checks the buyer.
     let snapshot = shop.read_sale(conn, sale_id, &[user]).await?;
     if snapshot.holding[0] {
-        return Ok(Outcome::AlreadyPurchased);
+        return Ok(Outcome::AlreadyPurchased {
+            order_id: snapshot.orders[0],
+        });
     }
     let left: i64 = redis::cmd("DECR")
         .arg(&keys.stock)

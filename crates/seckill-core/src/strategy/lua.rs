@@ -59,7 +59,7 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
             .arg(job.to_payload())
             .arg(&keys.events)
             .arg(u8::from(roomed));
-        let ((status, left), confirmed): ((String, i64), bool) =
+        let ((status, left, held), confirmed): ((String, i64, Option<String>), bool) =
             match replicas::run_and_confirm(conn, &PURCHASE, &script, durability).await {
                 Ok(answer) => answer,
                 // The script may have run, its answer lost with the
@@ -92,7 +92,9 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
             "taken" => Outcome::Accepted {
                 order_id: job.order_id,
             },
-            "already_purchased" => Outcome::AlreadyPurchased,
+            "already_purchased" => Outcome::AlreadyPurchased {
+                order_id: held.and_then(|id| uuid::Uuid::parse_str(&id).ok()),
+            },
             "sold_out" => Outcome::SoldOut,
             "not_loaded" => {
                 store::load::load_into_redis(shop.store.pg(), conn, shop.store.prefix(), sale_id)

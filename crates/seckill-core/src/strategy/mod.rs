@@ -62,7 +62,14 @@ pub enum Outcome {
         order_id: Uuid,
     },
     SoldOut,
-    AlreadyPurchased,
+    /// The buyer holds a unit of this sale already. `order_id` is the
+    /// order it belongs to, where the strategy keeps one (`lock` and `lua`
+    /// do): a buyer whose `202` was lost on its way (a client that timed
+    /// out, a phone that lost its connection) and who asks again learns
+    /// the order they won, instead of a refusal that names nothing.
+    AlreadyPurchased {
+        order_id: Option<Uuid>,
+    },
     NotStarted,
     Ended,
     /// The lock could not be had in time; the client may retry.
@@ -89,7 +96,7 @@ impl Outcome {
             Self::Accepted { order_id } => Self::Unconfirmed {
                 order_id: Some(*order_id),
             },
-            Self::SoldOut | Self::AlreadyPurchased => Self::Unconfirmed { order_id: None },
+            Self::SoldOut | Self::AlreadyPurchased { .. } => Self::Unconfirmed { order_id: None },
             other => *other,
         }
     }
@@ -395,7 +402,11 @@ pub(crate) async fn take_unguarded(
     let snapshot = shop.read_sale(conn, sale_id, &[user]).await?;
     match decide(snapshot.holding[0], snapshot.stock_left) {
         Decision::Take => {}
-        Decision::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased),
+        Decision::AlreadyPurchased => {
+            return Ok(Outcome::AlreadyPurchased {
+                order_id: snapshot.orders[0],
+            });
+        }
         Decision::SoldOut => {
             shop.sold_out.set(sale_id);
             return Ok(Outcome::SoldOut);

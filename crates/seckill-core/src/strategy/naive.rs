@@ -27,7 +27,11 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
     let stock_left = snapshot.stock_left;
     match decide(snapshot.holding[0], stock_left) {
         Decision::Take => {}
-        Decision::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased),
+        Decision::AlreadyPurchased => {
+            return Ok(Outcome::AlreadyPurchased {
+                order_id: snapshot.orders[0],
+            });
+        }
         Decision::SoldOut => {
             shop.sold_out.set(sale_id);
             return Ok(Outcome::SoldOut);

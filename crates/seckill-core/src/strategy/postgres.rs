@@ -45,7 +45,7 @@ pub(crate) async fn purchase<C: ConnectionLike + Send>(
             shop.sold_out.set(sale_id);
             return Ok(Outcome::SoldOut);
         }
-        Taken::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased),
+        Taken::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased { order_id: None }),
         // Confirmed at once: this strategy has no worker to count it.
         Taken::Confirmed => crate::metrics::metrics().orders("confirmed", 1),
     }

@@ -22,12 +22,13 @@
 //! between instances; the lane only saves each instance from contending
 //! with itself. (Databases call this group commit.)
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use anyhow::Context;
 use redis::Script;
 use redis::aio::ConnectionLike;
+use uuid::Uuid;
 
 use super::{Decision, Flag, Looked, Outcome, Shop, decide};
 use crate::config::RedisDurability;
@@ -395,23 +396,32 @@ fn decide_batch(
     snapshot: &Snapshot,
 ) -> (Vec<Outcome>, Vec<OrderJob>, Vec<bool>) {
     let mut left = snapshot.stock_left;
-    let mut taken_here: HashSet<&str> = HashSet::new();
+    // The buyers this pass takes a unit for, and the order of each: a
+    // buyer's second request in the pass is told that order.
+    let mut taken_here: HashMap<&str, Uuid> = HashMap::new();
     let mut jobs = Vec::new();
     let (outcomes, on_commit) = users
         .iter()
-        .zip(&snapshot.holding)
-        .map(|(user, holds)| {
-            let taken_by_this_pass = !*holds && taken_here.contains(user.as_str());
+        .zip(snapshot.holding.iter().zip(&snapshot.orders))
+        .map(|(user, (holds, held_order))| {
+            let taken_by_this_pass = !*holds && taken_here.contains_key(user.as_str());
             match decide(*holds || taken_by_this_pass, left) {
                 Decision::Take => {
                     left -= 1;
-                    taken_here.insert(user.as_str());
                     let job = OrderJob::new(sale_id, user);
                     let order_id = job.order_id;
+                    taken_here.insert(user.as_str(), order_id);
                     jobs.push(job);
                     (Outcome::Accepted { order_id }, true)
                 }
-                Decision::AlreadyPurchased => (Outcome::AlreadyPurchased, taken_by_this_pass),
+                Decision::AlreadyPurchased => {
+                    let order_id = if taken_by_this_pass {
+                        taken_here.get(user.as_str()).copied()
+                    } else {
+                        *held_order
+                    };
+                    (Outcome::AlreadyPurchased { order_id }, taken_by_this_pass)
+                }
                 Decision::SoldOut => (Outcome::SoldOut, snapshot.stock_left > 0),
             }
         })
@@ -432,13 +442,16 @@ fn refuse_spent(outcomes: &mut [Outcome], on_commit: &[bool], jobs: &[OrderJob],
         if !spent.contains(&index) {
             continue;
         }
+        // The refused order was never taken: neither its buyer's winning
+        // request nor a second request of theirs in this pass may name it.
         for outcome in outcomes.iter_mut() {
-            if *outcome
-                == (Outcome::Accepted {
-                    order_id: job.order_id,
-                })
-            {
-                *outcome = Outcome::AlreadyPurchased;
+            let names_it = match outcome {
+                Outcome::Accepted { order_id } => *order_id == job.order_id,
+                Outcome::AlreadyPurchased { order_id } => *order_id == Some(job.order_id),
+                _ => false,
+            };
+            if names_it {
+                *outcome = Outcome::AlreadyPurchased { order_id: None };
             }
         }
     }

@@ -111,6 +111,10 @@ pub struct StoredOrders {
     pub rejected: u64,
     /// `202`s whose order PostgreSQL does not hold at all.
     pub lost: u64,
+    /// Buyers none of whose requests got a `202`, but whose `409
+    /// already_purchased` named the order they hold: a `202` lost on its
+    /// way (a timeout, a dropped connection) and recovered by a retry.
+    pub recovered: u64,
 }
 
 /// Everything about one run.

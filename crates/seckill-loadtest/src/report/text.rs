@@ -149,6 +149,13 @@ impl Report {
             },
             self.stored.rejected
         );
+        if self.stored.recovered > 0 {
+            let _ = writeln!(
+                out,
+                "{} winners learned their order from a retry's 409 (their 202 was lost on its way)",
+                self.stored.recovered
+            );
+        }
     }
 
     /// Every check: pass or FAIL, what was expected, what was found.

@@ -84,12 +84,13 @@ pub(crate) async fn purchase(
                 status: OrderStatus::Pending,
             }))
         }
-        // In a room a buyer buys once: their admission is spent.
-        Outcome::AlreadyPurchased if sale.waiting_room.is_some() => {
+        // In a room a buyer buys once: an admission that bought and holds
+        // no unit now (its order was cancelled unpaid) is spent.
+        Outcome::AlreadyPurchased { order_id: None } if sale.waiting_room.is_some() => {
             Err(ApiError::NotAdmitted("used"))
         }
         Outcome::SoldOut => Err(ApiError::SoldOut),
-        Outcome::AlreadyPurchased => Err(ApiError::AlreadyPurchased),
+        Outcome::AlreadyPurchased { order_id } => Err(ApiError::AlreadyPurchased(order_id)),
         Outcome::NotStarted => Err(ApiError::NotStarted),
         Outcome::Ended => Err(ApiError::Ended),
         Outcome::Busy => Err(ApiError::Busy),

@@ -201,9 +201,10 @@ async fn bought(
         }
     }
     let outcome = state.purchaser.purchase(&sale, &user).await?;
-    // In a room a buyer buys once: already purchased is their admission
-    // spent (checked in the purchase's own commit), as the API says it.
-    if sale.waiting_room.is_some() && outcome == Outcome::AlreadyPurchased {
+    // In a room a buyer buys once: already purchased, with no unit held,
+    // is their admission spent (checked in the purchase's own commit), as
+    // the API says it.
+    if sale.waiting_room.is_some() && outcome == (Outcome::AlreadyPurchased { order_id: None }) {
         return waiting::not_admitted(state, &sale, ApiError::NotAdmitted("used")).await;
     }
     let (won, headline, order_id) = match outcome {
@@ -218,7 +219,13 @@ async fn bought(
             "Sold out. Every unit has been taken.".to_owned(),
             None,
         ),
-        Outcome::AlreadyPurchased => (false, "You already have one of these.".to_owned(), None),
+        // The order their unit belongs to, where known: a buyer whose
+        // first answer was lost on its way finds the order they won.
+        Outcome::AlreadyPurchased { order_id } => (
+            false,
+            "You already have one of these.".to_owned(),
+            order_id.map(|id| id.to_string()),
+        ),
         Outcome::NotStarted => (false, "The sale has not started yet.".to_owned(), None),
         Outcome::Ended => (false, "The sale has ended.".to_owned(), None),
         Outcome::Busy => (

@@ -620,8 +620,11 @@ async fn the_storefront_walk_runs_as_written_against_serve() {
         lines[1].contains(r#""status":"pending"}"#) && lines[1].ends_with(" 202"),
         "{stdout}"
     );
+    let order = lines[1].split('"').nth(3).expect("the order id");
     assert!(
-        lines[2].contains(r#"{"error":"already_purchased""#) && lines[2].ends_with(" 409"),
+        lines[2].contains(r#"{"error":"already_purchased""#)
+            && lines[2].contains(&format!(r#""order_id":"{order}""#))
+            && lines[2].ends_with(" 409"),
         "{stdout}"
     );
     assert!(lines[3].contains(r#""user_id":"ann""#), "{stdout}");

@@ -56,6 +56,7 @@ mod proxies;
 mod proxy;
 mod purchase;
 mod purchase_lock;
+mod purchase_retry;
 mod queue;
 mod queue_dead;
 mod queue_dequeue;

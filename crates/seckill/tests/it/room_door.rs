@@ -69,7 +69,7 @@ async fn an_admission_buys_once_though_the_instance_dies_after_the_commit(strate
             .purchase(&stored, &buyer)
             .await
             .expect("an answer"),
-        Outcome::AlreadyPurchased,
+        Outcome::AlreadyPurchased { order_id: None },
         "{strategy:?}"
     );
     assert_eq!(app.redis_stock(sale).await, Some(1));

@@ -112,7 +112,7 @@ async fn reset_sale_in_redis_puts_back_postgres_figures() {
 async fn a_snapshot_of_a_sale_redis_lost_loads_it_first() {
     let app = spawn_app().await;
     let sale = app.create_sale(3).await;
-    app.buy(sale, "ann").await;
+    let anns = app.buy(sale, "ann").await;
     app.drain().await;
     app.wipe_sale_from_redis(sale).await;
     let mut conn = app.redis_conn().await;
@@ -125,7 +125,8 @@ async fn a_snapshot_of_a_sale_redis_lost_loads_it_first() {
         snapshot,
         Snapshot {
             stock_left: 2,
-            holding: vec![true, false]
+            holding: vec![true, false],
+            orders: vec![Some(anns), None],
         }
     );
     assert_eq!(app.store.stock_left(sale).await.expect("stock"), 2);

@@ -78,6 +78,7 @@ impl World {
                 stock: 5,
                 distinct_buyers: 100,
                 accepted,
+                recovered: Vec::new(),
             },
         }
     }
@@ -133,6 +134,30 @@ async fn a_confirmed_order_without_a_202_fails() {
     let mut world = World::new(3).await;
     world.facts.accepted.pop();
     let failures = world.failures(Expect::NoOversell).await;
+    assert!(
+        failures
+            .contains(&"confirmed orders are exactly the 202s (nothing lost, nothing invented)"),
+        "{failures:?}"
+    );
+}
+
+/// A winner whose `202` was lost and whose retry's `409` named the order
+/// was told as surely: the run passes. A named order that is not the
+/// buyer's confirmed one fails, as a wrong `202` would.
+#[tokio::test]
+async fn a_winner_told_by_a_retrys_409_counts_as_told_and_must_be_right() {
+    let mut world = World::new(5).await;
+    let told_late = world.facts.accepted.pop().expect("a winner");
+    world.facts.recovered.push(told_late.clone());
+    let verdict = world.verify(Expect::NoOversell).await;
+    assert!(verdict.passed(), "{:#?}", verdict.checks);
+
+    world.facts.recovered = vec![(told_late.0, Uuid::now_v7())];
+    let failures = world.failures(Expect::NoOversell).await;
+    assert!(
+        failures.contains(&"accepted orders missing from PostgreSQL"),
+        "{failures:?}"
+    );
     assert!(
         failures
             .contains(&"confirmed orders are exactly the 202s (nothing lost, nothing invented)"),

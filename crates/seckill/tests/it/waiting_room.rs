@@ -222,10 +222,18 @@ async fn buyers_are_admitted_in_arrival_order_and_only_an_admission_buys_once() 
         not_admitted(buy(&app, sale, "ann", Some("a1.forged")).await).await,
         "forged"
     );
-    assert_eq!(buy(&app, sale, "ann", Some(admission)).await.status(), 202);
+    let bought = buy(&app, sale, "ann", Some(admission)).await;
+    assert_eq!(bought.status(), 202);
+    let order: Value = bought.json().await.expect("an order");
+    // Again with the same admission (her answer lost on its way): no
+    // second unit, and the answer names the order she holds.
+    let again = buy(&app, sale, "ann", Some(admission)).await;
+    assert_eq!(again.status(), 409);
+    let again: Value = again.json().await.expect("an error");
     assert_eq!(
-        not_admitted(buy(&app, sale, "ann", Some(admission)).await).await,
-        "used"
+        (&again["error"], &again["order_id"]),
+        (&json!("already_purchased"), &order["order_id"]),
+        "{again}"
     );
     assert_eq!(standing(&app, sale, &tickets[0]).await["bought"], true);
     // Her place among the active goes to bob, then cid waits behind him.

@@ -13,7 +13,7 @@ fn kinds(outcomes: &[Outcome]) -> Vec<&'static str> {
         .map(|outcome| match outcome {
             Outcome::Accepted { .. } => "won",
             Outcome::SoldOut => "sold out",
-            Outcome::AlreadyPurchased => "already",
+            Outcome::AlreadyPurchased { .. } => "already",
             _ => "other",
         })
         .collect()
@@ -26,6 +26,7 @@ fn a_batch_is_decided_in_arrival_order_against_the_units_left() {
     let snapshot = Snapshot {
         stock_left: 2,
         holding: vec![false, true, false, false],
+        orders: vec![None; 4],
     };
     let (outcomes, jobs, on_commit) = decide_batch(7, &refs, &snapshot);
     assert_eq!(kinds(&outcomes), ["won", "already", "won", "sold out"]);
@@ -44,6 +45,7 @@ fn a_buyer_twice_in_one_batch_takes_one_unit() {
     let snapshot = Snapshot {
         stock_left: 5,
         holding: vec![false, false, false],
+        orders: vec![None; 3],
     };
     let (outcomes, jobs, on_commit) = decide_batch(1, &refs, &snapshot);
     assert_eq!(kinds(&outcomes), ["won", "already", "won"]);
@@ -58,6 +60,7 @@ fn a_buyer_refused_for_want_of_stock_is_not_counted_as_holding() {
     let snapshot = Snapshot {
         stock_left: 1,
         holding: vec![false, false, false],
+        orders: vec![None; 3],
     };
     let (outcomes, _, _) = decide_batch(1, &refs, &snapshot);
     assert_eq!(kinds(&outcomes), ["won", "sold out", "sold out"]);
@@ -70,9 +73,57 @@ fn a_sale_sold_out_before_the_pass_does_not_rest_on_its_commit() {
     let snapshot = Snapshot {
         stock_left: 0,
         holding: vec![false, true],
+        orders: vec![None; 2],
     };
     let (outcomes, jobs, on_commit) = decide_batch(1, &refs, &snapshot);
     assert_eq!(kinds(&outcomes), ["sold out", "already"]);
     assert!(jobs.is_empty());
     assert_eq!(on_commit, [false, false]);
+}
+
+/// What each `already purchased` answer names as the buyer's order.
+fn named_orders(outcomes: &[Outcome]) -> Vec<Option<Uuid>> {
+    outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            Outcome::AlreadyPurchased { order_id } => Some(*order_id),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_buyer_who_asks_again_is_told_the_order_they_hold() {
+    let buyers = users(&["ann", "bob", "bob"]);
+    let refs: Vec<&UserId> = buyers.iter().collect();
+    let anns = Uuid::new_v4();
+    let snapshot = Snapshot {
+        stock_left: 5,
+        holding: vec![true, false, false],
+        orders: vec![Some(anns), None, None],
+    };
+    let (outcomes, jobs, _) = decide_batch(1, &refs, &snapshot);
+    assert_eq!(kinds(&outcomes), ["already", "won", "already"]);
+    // ann's from Redis; bob's second request is told the order his
+    // first request takes in this pass.
+    assert_eq!(
+        named_orders(&outcomes),
+        [Some(anns), Some(jobs[0].order_id)]
+    );
+}
+
+#[test]
+fn an_order_the_room_refused_is_named_to_nobody() {
+    let buyers = users(&["ann", "ann"]);
+    let refs: Vec<&UserId> = buyers.iter().collect();
+    let snapshot = Snapshot {
+        stock_left: 5,
+        holding: vec![false, false],
+        orders: vec![None; 2],
+    };
+    let (mut outcomes, jobs, on_commit) = decide_batch(1, &refs, &snapshot);
+    // ann's admission had bought already: the commit refused her order.
+    refuse_spent(&mut outcomes, &on_commit, &jobs, &[0]);
+    assert_eq!(kinds(&outcomes), ["already", "already"]);
+    assert_eq!(named_orders(&outcomes), [None, None]);
 }
