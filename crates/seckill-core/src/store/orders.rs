@@ -98,15 +98,26 @@ pub struct OrderCounts {
 
 impl Store {
     /// Time left until the payment deadline of each of these orders that is
-    /// confirmed, on PostgreSQL's clock (zero once it has passed).
+    /// confirmed, on PostgreSQL's clock (zero once it has passed), and zero
+    /// for each that is cancelled.
+    ///
+    /// Why the cancelled ones: a failover can lose both a cancellation's
+    /// unit return in Redis and the ack of the order's job, written before
+    /// it. The order job comes again and finds its order cancelled; with
+    /// no deadline queued, nothing would ever give the unit back, and the
+    /// sale would stay one unit short for good. The deadline, due at once,
+    /// makes sure: its return is made once per order (`lua/unit_return.lua`),
+    /// so a unit that did come back is not given back twice.
     pub(crate) async fn payment_deadlines(
         &self,
         order_ids: &[Uuid],
     ) -> anyhow::Result<HashMap<Uuid, Duration>> {
         let due: Vec<(Uuid, i64)> = sqlx::query_as(
-            "SELECT id, GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
+            "SELECT id, CASE WHEN status = 'cancelled' THEN 0
+                        ELSE GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint) END
                FROM orders
-              WHERE id = ANY($1) AND status = 'confirmed' AND pay_by IS NOT NULL",
+              WHERE id = ANY($1)
+                AND (status = 'cancelled' OR (status = 'confirmed' AND pay_by IS NOT NULL))",
         )
         .bind(order_ids)
         .fetch_all(&self.pg)

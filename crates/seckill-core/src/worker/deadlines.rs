@@ -48,7 +48,9 @@ impl Worker {
     /// time the write and commit took), unless Redis' clock is behind
     /// PostgreSQL's, and then a job that comes early waits again for the
     /// time left (see `try_process_deadlines`). Only a redelivered order's
-    /// deadline is read from PostgreSQL.
+    /// deadline is read from PostgreSQL; a redelivered order found
+    /// cancelled gets one due at once, which makes sure its unit came
+    /// back (`Store::payment_deadlines` says why).
     pub(super) async fn schedule_deadlines(
         &self,
         conn: &mut RedisConn,

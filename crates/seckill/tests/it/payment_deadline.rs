@@ -149,6 +149,65 @@ async fn an_order_redelivered_after_its_commit_still_gets_its_payment_deadline()
     assert_eq!(early.reserved, 0);
 }
 
+/// A failover can lose, with the last writes before it, a cancellation's
+/// unit return and the ack of the order's job. The job comes again, finds
+/// its order cancelled, and makes sure the unit came back: once, however
+/// often the job comes.
+#[tokio::test]
+async fn an_order_job_redelivered_after_its_cancellation_makes_sure_the_unit_came_back_once() {
+    let app = app_with_window(600, 100).await;
+    let sale = app.create_sale(1).await;
+    let ann = app.buy(sale, "ann").await;
+    // A worker commits the order and its ack is lost.
+    let taken = app.reserve_as_a_dying_worker(app.keys(sale).queue).await;
+    app.commit_as_a_dying_worker(&taken).await;
+    // The window closes and the order is cancelled in PostgreSQL; the
+    // unit's return in Redis is lost with the failover.
+    close_windows_in(&app, &[ann], Duration::ZERO).await;
+    assert_eq!(
+        app.store.cancel_unpaid(ann).await.expect("cancel"),
+        Deadline::Cancelled
+    );
+    assert_eq!(app.redis_stock(sale).await, Some(0), "the return was lost");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    // The order job again: its order is cancelled, and a deadline due
+    // at once gives the unit back (the drain runs it).
+    app.drain().await;
+    eventually(
+        Duration::from_secs(20),
+        "the unit back in Redis",
+        || async {
+            app.worker.try_process_deadlines(sale).await.expect("step");
+            app.redis_stock(sale).await == Some(1)
+        },
+    )
+    .await;
+    assert!(app.redis_buyers(sale).await.is_empty());
+
+    // The order's job once more: nothing more comes back.
+    let job = deadline_job(&app, ann).await;
+    Queue::new(app.keys(sale).queue)
+        .enqueue(
+            &mut app.redis_conn().await,
+            &[(&ann.to_string(), &job.to_payload())],
+            Duration::ZERO,
+        )
+        .await
+        .expect("enqueue");
+    app.drain().await;
+    for _ in 0..3 {
+        app.worker.try_process_deadlines(sale).await.expect("step");
+    }
+    assert_eq!(app.deadline_stats(sale).await, QueueStats::default());
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(1),
+        "one unit back, not two"
+    );
+    assert_eq!(app.sold(sale).await, 0);
+}
+
 /// A unit given back to a sale whose Redis stock is below zero (oversold
 /// by the `naive` strategy) is a unit given back, not "sale not loaded".
 #[tokio::test]
