@@ -64,7 +64,7 @@ async fn layout(browser: &Client, selector: &str) -> (Vec<Value>, f64) {
         .execute(
             "const boxes = Array.from(document.querySelectorAll(arguments[0])).map(function (e) {
                const r = e.getBoundingClientRect();
-               return { text: e.textContent.trim().slice(0, 40), left: r.left, right: r.right,
+               return { id: e.id, text: e.textContent.trim().slice(0, 40), left: r.left, right: r.right,
                         top: r.top, bottom: r.bottom,
                         px: parseFloat(getComputedStyle(e).fontSize) };
              });
@@ -155,6 +155,61 @@ async fn the_live_page_shows_every_figure_on_one_projector_screen_in_words_that_
         .expect("SET the lock");
     wait_for_text(&projector, "pttl", "in 56 years").await;
     projector.close().await.expect("close the browser");
+}
+
+/// A sale with a waiting room on the projector: the room's counters on
+/// the first screen, each figure under its own name (the names were left,
+/// the figures right: Active's figure read as Bought's).
+#[tokio::test]
+async fn the_live_pages_room_counters_sit_under_their_names_on_the_projector() {
+    let app = spawn_app_with(Options::default()).await;
+    let driver = ChromeDriver::start().await;
+    let profile = tempfile::tempdir().expect("a temporary directory");
+    let projector = projector(&driver, profile.path()).await;
+    let sale =
+        crate::waiting_room::sale_with_room(&app, 10, 0, crate::waiting_room::fifo(10, 4)).await;
+    for buyer in ["ann", "bob"] {
+        crate::waiting_room::joined(&app, sale, buyer).await;
+    }
+    projector
+        .goto(&app.url(&format!("/sales/{sale}/live")))
+        .await
+        .expect("open the live page");
+    wait_for_text(&projector, "connection", "Live").await;
+    wait_for_text(&projector, "room-closed", "open").await;
+    screenshot(&projector, "projector-room.png").await;
+    assert_on_screen(&projector, "#room .counters td", 24.0).await;
+    assert_on_screen(&projector, "#room .counters th", 16.0).await;
+    let (names, _) = layout(&projector, "#room .counters th").await;
+    let (figures, _) = layout(&projector, "#room .counters td").await;
+    assert_eq!(names.len(), figures.len());
+    let middle = |found: &Value| {
+        (found["left"].as_f64().expect("px") + found["right"].as_f64().expect("px")) / 2.0
+    };
+    for (name, figure) in names.iter().zip(&figures) {
+        let text_middle = text_centre(&projector, &figure["id"]).await;
+        assert!(
+            (text_middle - middle(name)).abs() < 8.0,
+            "{figure} is not under {name}: its text's middle at {text_middle} px"
+        );
+    }
+    projector.close().await.expect("close the browser");
+}
+
+/// The middle of the text (not the box) of the element with this id.
+async fn text_centre(browser: &Client, id: &Value) -> f64 {
+    browser
+        .execute(
+            "const range = document.createRange();
+             range.selectNodeContents(document.getElementById(arguments[0]));
+             const r = range.getBoundingClientRect();
+             return (r.left + r.right) / 2;",
+            vec![id.clone()],
+        )
+        .await
+        .expect("where the text is")
+        .as_f64()
+        .expect("px")
 }
 
 /// The lab's page on the projector: its table no wider than the screen,
