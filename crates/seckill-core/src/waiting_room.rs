@@ -81,6 +81,13 @@ pub struct Standing {
     /// This visit's join was refused: the line holds the room's
     /// `max_line` buyers.
     pub line_full: bool,
+    /// Admitted buyers who have neither bought nor run out: the room
+    /// admits nobody more while they are `max_active`.
+    pub active: u64,
+    /// When the first of the active buyers' admissions runs out (ms since
+    /// the epoch, Redis' clock); `None` with nobody active. While the
+    /// room is full, the latest moment a place opens.
+    pub next_free_ms: Option<i64>,
 }
 
 /// A lottery's places: those drawn at a join before the open are below
@@ -92,6 +99,11 @@ impl Standing {
     /// Seconds until this buyer's turn: the time left to the open (ms
     /// since the epoch), then their place at the rate actually observed
     /// (the room's setting before there is one).
+    ///
+    /// While the room is full of admitted buyers who have not bought, the
+    /// line moves only when one buys or runs out: the wait starts from the
+    /// first place to open at the latest ([`Self::full_for_secs`]), not
+    /// from now, so that it does not shrink while nothing moves.
     pub fn eta_secs(&self, room: &RoomSettings, opens_ms: i64) -> Option<f64> {
         let Place::Waiting { ahead, .. } = self.place else {
             return None;
@@ -101,7 +113,19 @@ impl Standing {
             .unwrap_or(f64::from(room.admit_per_sec))
             .max(f64::MIN_POSITIVE);
         let to_open = (opens_ms - self.now_ms).max(0) as f64 / 1000.0;
-        Some(to_open + (ahead + 1) as f64 / rate)
+        let to_free = self.full_for_secs(room).unwrap_or(0.0);
+        Some(to_open.max(to_free) + (ahead + 1) as f64 / rate)
+    }
+
+    /// While every place among the active is taken (`max_active` admitted
+    /// buyers who have neither bought nor run out): the seconds until the
+    /// first of their admissions runs out, the latest a place opens (one
+    /// opens sooner when one of them buys). `None` while the room has a
+    /// free place.
+    pub fn full_for_secs(&self, room: &RoomSettings) -> Option<f64> {
+        let next_free = self.next_free_ms?;
+        (self.active >= u64::from(room.max_active))
+            .then(|| (next_free - self.now_ms).max(0) as f64 / 1000.0)
     }
 
     /// Where the buyer of `number` stands, judged from this standing (a
@@ -194,7 +218,7 @@ async fn run_visit(
         .arg(ROOM_GRACE.as_millis() as u64)
         .arg(room.max_line.unwrap_or(0))
         .arg(seen);
-    let reply: [i64; 12] = script
+    let reply: [i64; 14] = script
         .invoke_async(&mut conn)
         .await
         .context("visiting a waiting room")?;
@@ -211,6 +235,8 @@ async fn run_visit(
         head,
         drawn,
         full,
+        active,
+        next_free,
     ] = reply;
     if told > 0 {
         // Logged once, at the open, so that the draw can be checked: each
@@ -245,6 +271,8 @@ async fn run_visit(
         head: (head > 0).then(|| count(head)),
         drawn: count(drawn),
         line_full: full == 1,
+        active: count(active),
+        next_free_ms: (next_free > 0).then_some(next_free),
     })
 }
 
@@ -381,7 +409,32 @@ mod tests {
             head,
             drawn,
             line_full: false,
+            active: 0,
+            next_free_ms: None,
         }
+    }
+
+    #[test]
+    fn a_room_full_of_admitted_buyers_says_until_when_and_the_wait_counts_it() {
+        let fifo = room(RoomMode::Fifo);
+        let mut waiting = Standing {
+            place: Place::Waiting {
+                number: 4,
+                ahead: 3,
+            },
+            active: 9,
+            next_free_ms: Some(53_000),
+            ..look(Some(1), 0)
+        };
+        // A place free: 4 admissions at 10 a second.
+        assert_eq!(waiting.full_for_secs(&fifo), None);
+        assert_eq!(waiting.eta_secs(&fifo, 0), Some(0.4));
+        // All 10 taken: nothing moves before the first turn runs out, 52 s
+        // from now, at the latest.
+        waiting.active = 10;
+        assert_eq!(waiting.full_for_secs(&fifo), Some(52.0));
+        let eta = waiting.eta_secs(&fifo, 0).expect("waiting");
+        assert!((eta - 52.4).abs() < 1e-9, "{eta}");
     }
 
     fn room(mode: RoomMode) -> RoomSettings {

@@ -65,6 +65,14 @@ pub(crate) struct StandingView {
     pub(crate) closed: bool,
     /// Buyers in line.
     pub(crate) waiting: u64,
+    /// Admitted buyers who may buy now (they have neither bought nor run
+    /// out), and how many the room lets be at once.
+    pub(crate) active: u64,
+    pub(crate) max_active: u32,
+    /// While all `max_active` places are taken and this buyer waits: the
+    /// seconds until the first of those turns runs out, the latest a place
+    /// opens (sooner, when one of them buys). `null` otherwise.
+    pub(crate) full_for_secs: Option<f64>,
 }
 
 /// A buyer who joined (or was in the room already), as [`enter`] found them.
@@ -313,6 +321,12 @@ pub(crate) async fn standing_view(
         bought: standing.place == Place::Bought,
         closed: standing.closed,
         waiting: standing.waiting,
+        active: standing.active,
+        max_active: settings.max_active,
+        full_for_secs: match standing.place {
+            Place::Waiting { .. } => standing.full_for_secs(settings),
+            _ => None,
+        },
     })
 }
 

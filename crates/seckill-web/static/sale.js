@@ -51,7 +51,13 @@
       const parts = h > 0 ? [h + " h", m + " min", r + " s"] : m > 0 ? [m + " min", r + " s"] : [r + " s"];
       countdown.textContent = "Opens in " + parts.join(" ") + ".";
       countdown.dataset.state = "waiting";
-    } else if (now() >= endsAt) {
+      updateButton();
+      return;
+    }
+    // Open: a lottery's places no longer move back as others join.
+    const moves = document.getElementById("room-lottery-moves");
+    if (moves) moves.hidden = true;
+    if (now() >= endsAt) {
       countdown.textContent = "The sale has ended.";
       countdown.dataset.state = "ended";
     } else {
@@ -181,6 +187,15 @@
       return secs < 90 ? "about " + Math.ceil(secs) + " s" : "about " + Math.ceil(secs / 60) + " min";
     }
 
+    // Why the line does not move while admitted buyers fill the room: the
+    // page's own words (`RoomPanel::full_note`); "" while a place is free.
+    function fullNote(active, secs) {
+      if (secs === null || secs === undefined) return "";
+      return active + (active === 1 ? " buyer" : " buyers") +
+        " may buy now, as many as the room lets in at once: the next place opens when one of them buys" +
+        " or their turn runs out, at the latest in " + Math.ceil(secs) + " s.";
+    }
+
     // One standing, as the API's status answers it.
     function standing(s) {
       if (s.bought) {
@@ -198,6 +213,9 @@
         text("room-ahead", s.ahead);
         text("room-count", s.waiting);
         text("room-eta", eta(s.eta_secs));
+        const full = document.getElementById("room-full");
+        full.textContent = fullNote(s.active, s.full_for_secs);
+        full.hidden = full.textContent === "";
         show("waiting");
       } else {
         // Out of the room: an admission that ran out. Join again.

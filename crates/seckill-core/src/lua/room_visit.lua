@@ -59,7 +59,8 @@
 -- never the whole line at once; the next visits drop the rest.
 --
 -- Returns {standing, place-or-expiry, ahead, waiting, closed, admitted,
--- first, now, told, head, drawn, full}: standing 0 not in the room, 1 waiting
+-- first, now, told, head, drawn, full, active, next_free}: standing 0 not
+-- in the room, 1 waiting
 -- (then the buyer's number in the line, the order it is served in, and
 -- how many are ahead), 2 admitted (then when the admission ends), 3
 -- bought; `waiting` the line's length; `closed` 1 when the sale has sold
@@ -68,7 +69,10 @@
 -- open (0 in every other: the caller logs the seed once); `head` the
 -- number of the first buyer in line (0: nobody waits); `drawn` how many
 -- the lottery drew so far (0 in a `fifo` room); `full` 1 when this call's
--- join was refused because the line holds `max_line` buyers.
+-- join was refused because the line holds `max_line` buyers; `active` the
+-- admitted buyers who have neither bought nor run out, and `next_free`
+-- when the first of their admissions runs out (ms; 0 with none): while
+-- `active` is `max_active`, the latest moment a place opens.
 --
 -- Every step is bounded, whatever the line's length: O(log n) sorted-set
 -- commands, at most ADMITS_PER_VISIT admissions, DROPS_PER_VISIT drops
@@ -231,10 +235,13 @@ local closed_flag = closed and 1 or 0
 local first_in_line = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
 local head = tonumber(first_in_line[2] or '0')
 local drawn = tonumber(redis.call('HGET', state, 'drawn') or '0')
+local active = redis.call('ZCARD', admitted)
+local soonest = redis.call('ZRANGE', admitted, 0, 0, 'WITHSCORES')
+local next_free = tonumber(soonest[2] or '0')
 
 local function answer(standing, value, ahead)
   return {standing, value, ahead, waiting, closed_flag, admitted_total, first, now, told,
-    head, drawn, full}
+    head, drawn, full, active, next_free}
 end
 
 if redis.call('SISMEMBER', bought, buyer) == 1 then

@@ -31,7 +31,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::{BoughtPage, html, set_buyer_cookie};
 use crate::door::{self, Asking, HeldTicket};
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 use crate::live::event_stream;
 use crate::lookup::{SaleView, find_sale};
 use crate::state::AppState;
@@ -73,9 +73,15 @@ pub(super) struct RoomPanel {
     pub(super) follow: bool,
     /// Why a closed room is closed, in words.
     pub(super) closed_why: &'static str,
-    /// The room draws lots at the open: until then a place is only the
-    /// order of arrival.
+    /// The room draws lots among those who join before the open.
     pub(super) lottery: bool,
+    /// The sale has opened (a lottery's places no longer move back as
+    /// others join).
+    pub(super) open: bool,
+    /// Admitted buyers who may buy now, while they fill the room and this
+    /// buyer waits: with the seconds until the first of their turns runs
+    /// out (`door::StandingView::full_for_secs`).
+    full: Option<(u64, f64)>,
 }
 
 impl RoomPanel {
@@ -121,6 +127,21 @@ impl RoomPanel {
     }
     pub(super) fn why_sold_out(&self) -> &'static str {
         WHY_SOLD_OUT
+    }
+
+    /// Why the line does not move, while the room is full of admitted
+    /// buyers who have not bought; empty otherwise. `sale.js` writes the
+    /// same words (`fullNote`) as the page follows the standing.
+    pub(super) fn full_note(&self) -> String {
+        let Some((active, secs)) = self.full else {
+            return String::new();
+        };
+        let buyers = if active == 1 { "buyer" } else { "buyers" };
+        format!(
+            "{active} {buyers} may buy now, as many as the room lets in at once: the next place \
+             opens when one of them buys or their turn runs out, at the latest in {} s.",
+            secs.ceil()
+        )
     }
 
     /// The estimated wait, for people.
@@ -186,6 +207,8 @@ pub(super) async fn panel(
         follow: false,
         closed_why: closed_why(sale),
         lottery: settings.mode == seckill_core::domain::RoomMode::Lottery,
+        open: sale.starts_at <= Utc::now(),
+        full: None,
     };
     if let Some(HeldTicket { ticket, .. }) = held {
         let view =
@@ -200,6 +223,7 @@ pub(super) async fn panel(
         panel.position = view.position.unwrap_or(0);
         panel.ahead = view.ahead;
         panel.eta_secs = view.eta_secs;
+        panel.full = view.full_for_secs.map(|secs| (view.active, secs));
         panel.admission = view.admission.unwrap_or_default();
         panel.admission_secs = view
             .admission_expires_in_secs
@@ -259,21 +283,33 @@ pub(crate) struct JoinForm {
 /// `POST /sales/{id}/queue`: join the line as the API's join does, keep
 /// the ticket in its cookie and go back to the sale page (a redirect, so
 /// that reloading does not post again). A closed room is a page saying
-/// so, `409`; other refusals are the API's.
+/// so, `409`; every other refusal (a full line, too many joins, a bad
+/// buyer id, a server down) is the API's status and words as a page, with
+/// a link back to the sale: never raw JSON.
 pub(crate) async fn join(
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
     form: web::Form<JoinForm>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, PageError> {
+    let back = |error: ApiError| match error {
+        ApiError::SaleNotFound => PageError::from(error),
+        error => PageError::back_to(
+            error,
+            format!("/sales/{}", path.as_str()),
+            "Back to the sale",
+        ),
+    };
     let entered = match door::enter(&state, &request, &path, &form.user_id).await {
         Ok(entered) => entered,
         Err(ApiError::RoomClosed) => {
-            let sale = find_sale(&state, &path).await?;
+            let sale = find_sale(&state, &path).await.map_err(back)?;
             let headline = format!("The room is closed: {}", closed_why(&sale));
-            return refusal(&state, &sale, StatusCode::CONFLICT, headline).await;
+            return refusal(&state, &sale, StatusCode::CONFLICT, headline)
+                .await
+                .map_err(back);
         }
-        Err(other) => return Err(other),
+        Err(other) => return Err(back(other)),
     };
     let mut response = HttpResponse::SeeOther()
         .insert_header((LOCATION, format!("/sales/{}", entered.sale_id)))

@@ -105,3 +105,79 @@ async fn a_browser_waits_its_turn_watching_its_place_fall_buys_and_a_latecomer_f
         .await
         .expect("close the latecomer's browser");
 }
+
+/// Where the element of `id` ends, from the top of the screen (px).
+async fn bottom_of(browser: &Client, id: &str) -> f64 {
+    browser
+        .execute(
+            "return document.getElementById(arguments[0]).getBoundingClientRect().bottom;",
+            vec![json!(id)],
+        )
+        .await
+        .expect("where the element is")
+        .as_f64()
+        .expect("px")
+}
+
+/// What a screen of 1024 by 768 shows of a page under the browser's own
+/// bars (tabs, address, bookmarks: about 110 px of a common desktop
+/// browser), in px from the page's top.
+const FIRST_SCREEN: f64 = 650.0;
+
+/// A buyer at 1024 by 768 behind a room full of admitted buyers who do
+/// not buy: the place and why the line waits are on the first screen;
+/// once admitted, so is the Buy button (it was 659 px down, under the
+/// room's explanations), and the buyer id can no longer be changed (a
+/// turn is one buyer's).
+#[tokio::test]
+async fn at_1024_by_768_the_place_the_reason_and_the_buy_button_are_on_the_first_screen() {
+    let app = spawn_app().await;
+    let driver = ChromeDriver::start().await;
+    let profile = tempfile::tempdir().expect("a temporary directory");
+    let buyer = crate::projector::projector(&driver, profile.path()).await;
+    // One buyer may buy at a time, for 10 s: the holder's turn, then ours.
+    let room =
+        json!({"mode": "fifo", "admit_per_sec": 1000, "max_active": 1, "admission_secs": 10});
+    let sale = sale_with_room(&app, 1, 0, room).await;
+    let holder = crate::waiting_room::ticket(&joined(&app, sale, "holder").await);
+    crate::waiting_room::admitted(&app, sale, &holder).await;
+
+    buyer
+        .goto(&app.url(&format!("/sales/{sale}")))
+        .await
+        .expect("open the sale page");
+    click(&buyer, "join").await;
+    wait_for_text(&buyer, "room-position", "1").await;
+    wait_for_text(&buyer, "room-full", "1 buyer may buy now").await;
+    screenshot(&buyer, "room-full-1024.png").await;
+    for id in ["room-position", "room-full"] {
+        let bottom = bottom_of(&buyer, id).await;
+        assert!(
+            bottom <= FIRST_SCREEN,
+            "#{id} ends {bottom} px down, below the first screen"
+        );
+    }
+
+    wait_for_text(&buyer, "room-admitted", "Your turn has come").await;
+    screenshot(&buyer, "room-admitted-1024.png").await;
+    let bottom = bottom_of(&buyer, "buy").await;
+    assert!(
+        bottom <= FIRST_SCREEN,
+        "the Buy button ends {bottom} px down, below the first screen"
+    );
+    let readonly = buyer
+        .execute(
+            "return document.getElementById('user_id').readOnly;",
+            vec![],
+        )
+        .await
+        .expect("the buyer id's field");
+    assert_eq!(
+        readonly,
+        json!(true),
+        "the buyer id can be changed after the admission"
+    );
+    click(&buyer, "buy").await;
+    wait_for_text(&buyer, "outcome", "You got one!").await;
+    buyer.close().await.expect("close the browser");
+}

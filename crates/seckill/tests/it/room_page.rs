@@ -335,3 +335,95 @@ async fn a_standing_stream_beyond_the_instances_cap_is_refused() {
     let body: serde_json::Value = refused.json().await.expect("an error");
     assert_eq!(body["error"], "too_many_streams");
 }
+
+/// A room full of admitted buyers who have not bought: the line does not
+/// move, and the page says why and until when at the latest, in words; the
+/// estimate counts it, where it used to shrink while nothing moved.
+#[tokio::test]
+async fn a_room_full_of_admitted_buyers_says_why_the_line_waits_and_until_when() {
+    let app = spawn_app().await;
+    // One buyer at a time may buy; the holder's turn lasts 60 s.
+    let sale = sale_with_room(&app, 5, 0, fifo(1_000, 1)).await;
+    let holder = ticket(&joined(&app, sale, "holder").await);
+    admitted(&app, sale, &holder).await;
+    let ann = join_by_form(&app, sale, "ann").await;
+
+    let html = page(&app, sale, Some(&ann)).await;
+    assert!(shown(&html, "room-waiting"), "{html}");
+    assert_eq!(text_of(&html, "room-position"), "1");
+    assert!(shown(&html, "room-full"), "nothing says why: {html}");
+    let note = text_of(&html, "room-full");
+    assert!(
+        note.starts_with("1 buyer may buy now, as many as the room lets in at once")
+            && note.contains("when one of them buys or their turn runs out"),
+        "{note}"
+    );
+    let latest: f64 = note
+        .rsplit_once("at the latest in ")
+        .and_then(|(_, rest)| rest.strip_suffix(" s."))
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or_else(|| panic!("no time in {note}"));
+    assert!((50.0..=60.0).contains(&latest), "{note}");
+    // The wait counts the holder's turn, not only ann's place.
+    let eta = text_of(&html, "room-eta");
+    let eta_secs: f64 = eta
+        .strip_prefix("about ")
+        .and_then(|rest| rest.strip_suffix(" s"))
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or_else(|| panic!("not a wait in seconds: {eta}"));
+    assert!(
+        eta_secs >= latest,
+        "{eta} though nothing moves for {latest} s"
+    );
+
+    // The API says the same.
+    let ticket_value = ann.split_once('=').expect("name=value").1;
+    let view = standing(&app, sale, ticket_value).await;
+    assert_eq!(
+        (view["active"].as_u64(), view["max_active"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let full_for = view["full_for_secs"].as_f64().expect("full for");
+    assert!((50.0..=60.0).contains(&full_for), "{view}");
+    assert!(view["eta_secs"].as_f64() >= Some(full_for), "{view}");
+
+    // The holder buys: the place goes to ann, and the note with it.
+    let holder_now = standing(&app, sale, &holder).await;
+    assert_eq!(
+        buy(&app, sale, "holder", Some(admission(&holder_now)))
+            .await
+            .status(),
+        202
+    );
+    eventually(std::time::Duration::from_secs(10), "ann's turn", || async {
+        shown(&page(&app, sale, Some(&ann)).await, "room-admitted")
+    })
+    .await;
+    assert!(!shown(&page(&app, sale, Some(&ann)).await, "room-full"));
+}
+
+/// The "Join the line" form refused: a page in the site's layout, with
+/// the API's status and a link back to the sale; never raw JSON.
+#[tokio::test]
+async fn the_join_form_answers_its_refusals_as_pages() {
+    let app = spawn_app().await;
+    let room = json!({"mode": "fifo", "admit_per_sec": 1, "max_active": 1,
+                      "admission_secs": 60, "max_line": 1});
+    let sale = sale_with_room(&app, 5, 3_600, room).await;
+    joined(&app, sale, "first").await;
+    for (buyer, status) in [("ann", 409), ("", 400), (&*"x".repeat(65), 400)] {
+        let refused = join_form(&app, sale, buyer).await;
+        assert_eq!(refused.status(), status, "{buyer:?}");
+        let kind = refused.headers()[CONTENT_TYPE]
+            .to_str()
+            .expect("ASCII")
+            .to_owned();
+        let html = refused.text().await.expect("a page");
+        assert!(kind.starts_with("text/html"), "{buyer:?}: {kind} {html}");
+        assert!(
+            html.contains(&format!(r#"href="/sales/{sale}""#)) && html.contains("Back to the sale"),
+            "{buyer:?}: {html}"
+        );
+        assert!(!html.trim_start().starts_with('{'), "{html}");
+    }
+}

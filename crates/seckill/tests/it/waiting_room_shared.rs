@@ -131,7 +131,11 @@ async fn before_the_open_the_wait_counts_the_time_to_the_open_and_a_lottery_says
     assert!((590.0..=600.5).contains(&eta), "{first}");
 
     let page = app.get_text(&format!("/sales/{sale}")).await;
-    assert!(page.contains("draws lots at the open"), "{page}");
+    assert!(page.contains("draws lots"), "{page}");
+    assert!(
+        page.contains("Until the open, your place can move back"),
+        "{page}"
+    );
     let fifo_sale = sale_with_room(&app, 1, 600, fifo(10, 1)).await;
     let page = app.get_text(&format!("/sales/{fifo_sale}")).await;
     assert!(!page.contains("draws lots"), "{page}");
