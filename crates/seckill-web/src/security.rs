@@ -35,7 +35,7 @@ use actix_web::middleware::Next;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, PageError};
 
 /// Only this origin's scripts, styles, images and connections (the event
 /// stream); no plugins, no `<base>`, forms post only here, and no other site
@@ -127,11 +127,16 @@ pub(crate) async fn guard(
     let span = request_span(&request, id);
     let mut response = async move {
         match refusal(&request) {
-            Some(refused) => Ok::<_, actix_web::Error>(
-                request
-                    .into_response(HttpResponse::from_error(refused))
-                    .map_into_right_body(),
-            ),
+            // A page's form refused is answered as a page, in the site's
+            // layout; the API keeps its JSON.
+            Some(refused) => Ok::<_, actix_web::Error>({
+                let answer = if request.path().starts_with("/api/") {
+                    HttpResponse::from_error(refused)
+                } else {
+                    HttpResponse::from_error(PageError::from(refused))
+                };
+                request.into_response(answer).map_into_right_body()
+            }),
             None => Ok(next.call(request).await?.map_into_left_body()),
         }
     }
