@@ -414,6 +414,28 @@ mod tests {
         }
     }
 
+    /// storefront.md: after the open, the wait is the place at the rate
+    /// the room actually admitted at; before a second of admissions, at
+    /// its setting; before the open, the time to the open comes first.
+    #[test]
+    fn the_wait_runs_at_the_rate_actually_admitted() {
+        let fifo = room(RoomMode::Fifo);
+        let mut waiting = Standing {
+            place: Place::Waiting {
+                number: 20,
+                ahead: 19,
+            },
+            ..look(Some(1), 0)
+        };
+        // The setting: 10 a second, 20 admissions to go.
+        assert_eq!(waiting.eta_secs(&fifo, 0), Some(2.0));
+        // Abandoned buyers, a slow crowd: the room admits 4 a second.
+        waiting.observed_per_sec = Some(4.0);
+        assert_eq!(waiting.eta_secs(&fifo, 0), Some(5.0));
+        // The open 30 s away (now_ms is 1,000).
+        assert_eq!(waiting.eta_secs(&fifo, 31_000), Some(35.0));
+    }
+
     #[test]
     fn a_room_full_of_admitted_buyers_says_until_when_and_the_wait_counts_it() {
         let fifo = room(RoomMode::Fifo);

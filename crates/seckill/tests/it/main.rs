@@ -63,6 +63,7 @@ mod queue_dequeue;
 mod refusals;
 mod room;
 mod room_door;
+mod room_draw;
 mod room_ends;
 mod room_figures;
 mod room_limits;
