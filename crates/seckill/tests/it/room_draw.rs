@@ -90,7 +90,7 @@ async fn the_seed_is_logged_at_the_open_and_every_drawn_place_follows_from_it() 
 
     // Anyone told the seed draws the same places (SHA1 from Redis' own
     // `redis.sha1hex`, as the script that drew them).
-    let mut conn = crate::helpers::redis_at(&scratch.redis_url()).await;
+    let mut conn = crate::helpers::redis_at(scratch.redis_url()).await;
     for (buyer, number, _) in &drawn {
         let digest: String = redis::cmd("EVAL")
             .arg("return redis.sha1hex(ARGV[1])")
