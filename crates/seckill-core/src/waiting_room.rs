@@ -33,6 +33,7 @@ use redis::Script;
 
 use crate::domain::{Pass, PassKey, PassKind, RoomMode, RoomSettings, Sale, UserId};
 use crate::keys::SaleKeys;
+use crate::replicas;
 use crate::store::Store;
 
 static VISIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/room_visit.lua")));
@@ -88,6 +89,12 @@ pub struct Standing {
     /// the epoch, Redis' clock); `None` with nobody active. While the
     /// room is full, the latest moment a place opens.
     pub next_free_ms: Option<i64>,
+    /// Whether the visit's writes (a join, admissions, a buyer seen) are
+    /// held as `--redis-durability` asks: always under `local`; under
+    /// `replica`, once a replica acknowledged them. An answer on writes a
+    /// failover could take back (a place that vanishes, an admission
+    /// Redis forgets) is not to be given: the web crate answers `503`.
+    pub confirmed: bool,
 }
 
 /// A lottery's places: those drawn at a join before the open are below
@@ -218,10 +225,13 @@ async fn run_visit(
         .arg(ROOM_GRACE.as_millis() as u64)
         .arg(room.max_line.unwrap_or(0))
         .arg(seen);
-    let reply: [i64; 14] = script
-        .invoke_async(&mut conn)
-        .await
-        .context("visiting a waiting room")?;
+    // Under `replica`, a `WAIT` rides behind the script, on its
+    // connection (`replicas.rs`): a join or an admission is told only once
+    // a replica holds it.
+    let (reply, confirmed): ([i64; 14], bool) =
+        replicas::run_and_confirm(&mut conn, &VISIT, &script, store.durability())
+            .await
+            .context("visiting a waiting room")?;
     let [
         standing,
         value,
@@ -273,6 +283,7 @@ async fn run_visit(
         line_full: full == 1,
         active: count(active),
         next_free_ms: (next_free > 0).then_some(next_free),
+        confirmed,
     })
 }
 
@@ -411,6 +422,7 @@ mod tests {
             line_full: false,
             active: 0,
             next_free_ms: None,
+            confirmed: true,
         }
     }
 

@@ -277,6 +277,11 @@ pub(crate) async fn standing_view(
     standing: &Standing,
     held: Option<String>,
 ) -> Result<StandingView, ApiError> {
+    // Under `replica`: no place, ticket or admission is told on writes a
+    // failover could take back.
+    if !standing.confirmed {
+        return Err(ApiError::RoomUnconfirmed);
+    }
     let key = state.store.pass_key().await?;
     let (position, number, ahead) = match standing.place {
         Place::Waiting { number, ahead } => (Some(ahead + 1), Some(number), ahead),

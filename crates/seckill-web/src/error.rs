@@ -52,6 +52,13 @@ pub enum ApiError {
          with an order_id, GET /api/orders/{{order_id}} tells what became of it; without, try again"
     )]
     Unconfirmed(Option<uuid::Uuid>),
+    /// With `--redis-durability replica`: the waiting room's answer (a
+    /// join, a place, an admission) rests on writes no replica confirmed in
+    /// time, which a failover could take back.
+    #[error(
+        "no Redis replica confirmed the waiting room's answer in time, so it is not final; ask again in a moment"
+    )]
+    RoomUnconfirmed,
     #[error("the payment window of this order has closed; the order is cancelled or about to be")]
     PaymentWindowClosed,
     #[error("this order is not confirmed yet; pay once it is confirmed")]
@@ -128,7 +135,7 @@ impl ApiError {
             Self::Ended => "ended",
             Self::Busy => "busy",
             Self::LockLost => "lock_lost",
-            Self::Unconfirmed(_) => "unconfirmed",
+            Self::Unconfirmed(_) | Self::RoomUnconfirmed => "unconfirmed",
             Self::PaymentWindowClosed => "payment_window_closed",
             Self::OrderPending => "order_pending",
             Self::OrderRejected => "order_rejected",
@@ -170,6 +177,7 @@ impl ResponseError for ApiError {
             Self::Busy
             | Self::LockLost
             | Self::Unconfirmed(_)
+            | Self::RoomUnconfirmed
             | Self::Unavailable(_)
             | Self::TooManyStreams => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -223,7 +231,11 @@ impl ApiError {
     fn response(&self) -> HttpResponseBuilder {
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            Self::Busy | Self::LockLost | Self::Unconfirmed(_) | Self::Unavailable(_) => {
+            Self::Busy
+            | Self::LockLost
+            | Self::Unconfirmed(_)
+            | Self::RoomUnconfirmed
+            | Self::Unavailable(_) => {
                 response.insert_header((header::RETRY_AFTER, HeaderValue::from_static("1")));
             }
             Self::TooManyStreams => {

@@ -68,6 +68,11 @@ impl RoomViews {
                 async move { waiting_room::look(&store, &sale, &settings, &seen).await }
             })
             .await?;
+        // A look no replica confirmed (under `replica`) answers nobody:
+        // the buyer's own visit says whether Redis' word holds.
+        if !look.confirmed {
+            return waiting_room::visit(store, sale, settings, buyer, false).await;
+        }
         if let Some(standing) = look.of_number(number, settings, read_at.elapsed()) {
             lock(&view.seen).insert(buyer.as_str().to_owned());
             return Ok(standing);

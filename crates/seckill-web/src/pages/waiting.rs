@@ -195,6 +195,9 @@ pub(super) async fn panel(
     // many wait, are the room's to say. (It admits whoever's turn came,
     // as any visit does.)
     let standing = visit(&state.store, sale, settings, &buyer, false).await?;
+    if !standing.confirmed {
+        return Err(ApiError::RoomUnconfirmed);
+    }
     let mut panel = RoomPanel {
         shown: Shown::Outside,
         buyer: buyer.as_str().to_owned(),

@@ -396,3 +396,45 @@ async fn an_unconfirmed_pass_is_counted_its_order_reads_pending_and_its_sold_out
         "{body}"
     );
 }
+
+/// Under `replica`, the waiting room tells a join, a place and an
+/// admission only once a replica holds them: with the replica stopped, a
+/// join is `503 unconfirmed` and a waiting buyer's status hands out no
+/// place and no admission; once it is back, the same join keeps one place
+/// and the admission comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_durability_the_room_tells_nothing_a_failover_could_take_back() {
+    use crate::waiting_room::{admitted, fifo, join, joined, sale_with_room, status_at, ticket};
+
+    let _alone = cores_alone().await;
+    let (sentinels, app) = app_on_sentinels(REPLICA).await;
+    // Opens in 3 s: bob joins while the replica is up, and waits.
+    let sale = sale_with_room(&app, 5, 3, fifo(1_000, 10)).await;
+    let bob = ticket(&joined(&app, sale, "bob").await);
+    let primary = sentinels.primary().await.expect("a primary");
+
+    sentinels.pause(1 - primary);
+    let refused = join(&app, sale, "ann").await;
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(body["error"], "unconfirmed", "{body}");
+    // After the open, bob's turn is taken in Redis, but not told.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let asked = status_at(&app.address, sale, &bob).await;
+    assert_eq!(
+        asked.status(),
+        503,
+        "an admission no replica holds was told"
+    );
+
+    sentinels.resume(1 - primary);
+    linked_as_replica(&sentinels, 1 - primary).await;
+    let ann = joined(&app, sale, "ann").await;
+    assert!(
+        ann["position"].is_number() || ann["admitted"] == true,
+        "{ann}"
+    );
+    let bobs = admitted(&app, sale, &bob).await;
+    assert!(bobs["admission"].is_string(), "{bobs}");
+}
