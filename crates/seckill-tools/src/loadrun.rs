@@ -94,6 +94,8 @@ impl LoadTestCli {
                     .as_ref()
                     .and_then(|path| path.parent())
                     .map_or_else(|| PathBuf::from("target/seckill-chaos"), PathBuf::from),
+                // A cluster fault among `--faults` implies one.
+                cluster: false,
                 compare_durability: false,
                 durability: Vec::new(),
                 replica_wait: seckill_core::config::DEFAULT_REPLICA_WAIT_MS,

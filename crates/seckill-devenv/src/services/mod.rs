@@ -39,7 +39,7 @@ use anyhow::Context;
 pub use postgres_server::{PrivatePostgres, drop_database, ensure_database};
 pub use probes::postgres_answers;
 use probes::{postgres_refusal, redis_answers};
-pub use redis_cluster::PrivateRedisCluster;
+pub use redis_cluster::{DroppingClients, PrivateRedisCluster, drop_clients};
 pub use redis_sentinel::PrivateRedisSentinel;
 pub use redis_server::PrivateRedis;
 

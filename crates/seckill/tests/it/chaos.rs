@@ -186,7 +186,7 @@ async fn a_run_without_the_wipe_lets_no_202_be_lost() {
 }
 
 /// The command's stdout, once it is seen to have exited 0.
-fn exited_0(output: &std::process::Output) -> String {
+pub(crate) fn exited_0(output: &std::process::Output) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert_eq!(
         output.status.code(),
@@ -198,14 +198,17 @@ fn exited_0(output: &std::process::Output) -> String {
 }
 
 /// The chaos run's JSON report in `dir`.
-fn report(dir: &std::path::Path) -> Value {
+pub(crate) fn report(dir: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("chaos.json")).expect("the JSON report"))
         .expect("JSON")
 }
 
 /// `seckill chaos <args> --report-dir <a temp dir>`, within `limit`;
 /// returns its output, its JSON report and its HTML page.
-async fn chaos_run(args: &[&str], limit: Duration) -> (std::process::Output, Value, String) {
+pub(crate) async fn chaos_run(
+    args: &[&str],
+    limit: Duration,
+) -> (std::process::Output, Value, String) {
     let scratch = Scratch::new().await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let dir_arg = dir.path().to_str().expect("a UTF-8 path");

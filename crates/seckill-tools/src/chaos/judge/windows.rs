@@ -111,6 +111,9 @@ fn may_fail(fault: Fault) -> bool {
         // The servers buyers talk to stay up: a worker is not in the
         // request's path, and the flood is beside the load, not over it.
         Fault::WorkerKill | Fault::Flood => false,
+        // Another shard's trouble: the sale's shard serves on, and its
+        // buyers must not notice (a sale touches only its own shard).
+        Fault::OtherShardStall => false,
         // An instance, a server behind them, or the lock holder is gone
         // for a while.
         Fault::AppKill
@@ -118,7 +121,10 @@ fn may_fail(fault: Fault) -> bool {
         | Fault::PostgresDown
         | Fault::RedisKill
         | Fault::RedisWipe
-        | Fault::RedisFailover => true,
+        | Fault::RedisFailover
+        | Fault::ClusterFailover
+        | Fault::ConnectionDrops
+        | Fault::SaleShardStall => true,
     }
 }
 
