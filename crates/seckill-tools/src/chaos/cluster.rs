@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use seckill_devenv::services::{PrivateRedisCluster, drop_clients};
+use seckill_devenv::services::{PrivateRedisCluster, cut_replicas_off, drop_clients};
 
 use super::faults::CUT_OFF;
 use super::{Rig, RigRedis};
@@ -66,20 +66,10 @@ impl Rig {
             }
         };
         paused(cluster, true);
-        let cut = async {
-            let client = redis::Client::open(primary.as_str())?;
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("replica")
-                .query_async::<()>(&mut conn)
-                .await
-        }
-        .await;
+        let cut = cut_replicas_off(&primary).await;
         if let Err(error) = cut {
             paused(cluster, false);
-            return Err(error).context("cutting the replicas off");
+            return Err(error);
         }
         tokio::time::sleep(CUT_OFF).await;
         let killed = Instant::now();

@@ -18,7 +18,7 @@ use super::{Rig, RigRedis};
 use crate::chaos::Fault;
 use seckill_core::lock;
 use seckill_core::redis_pool::RedisConn;
-use seckill_devenv::services::PrivateRedis;
+use seckill_devenv::services::{PrivateRedis, cut_replicas_off};
 
 /// How long the lock-holder pause keeps trying to catch app-2 holding the
 /// lock before its commit.
@@ -330,20 +330,10 @@ impl Rig {
         let primary = sentinels.primary().await?;
         let replica = 1 - primary;
         sentinels.pause(replica);
-        let cut = async {
-            let client = redis::Client::open(sentinels.node_url(primary))?;
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("replica")
-                .query_async::<()>(&mut conn)
-                .await
-        }
-        .await;
+        let cut = cut_replicas_off(&sentinels.node_url(primary)).await;
         if let Err(error) = cut {
             sentinels.resume(replica);
-            return Err(error).context("cutting the replica off");
+            return Err(error);
         }
         tokio::time::sleep(CUT_OFF).await;
         let killed = Instant::now();

@@ -9,9 +9,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-
-use crate::chaos::{chaos_run, exited_0};
+use crate::chaos::{chaos_run, check_of, exited_0, row_of};
 
 #[tokio::test]
 async fn on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202() {
@@ -42,12 +40,8 @@ async fn on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202() {
     let stdout = exited_0(&output);
     assert!(stdout.contains("verdict: PASS"), "{stdout}");
 
-    let rows = report["rows"].as_array().expect("rows");
     for fault in ["cluster-failover", "sale-shard-stall"] {
-        let row = rows
-            .iter()
-            .find(|row| row["fault"] == fault)
-            .unwrap_or_else(|| panic!("no row for {fault}: {stdout}"));
+        let row = row_of(&report, fault);
         assert!(
             row["requests"].as_u64() > Some(0),
             "{fault} saw no load: {row}"
@@ -61,15 +55,6 @@ async fn on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202() {
         let note = window["note"].as_str().unwrap_or_default();
         assert!(note.contains("the cluster promoted"), "{note}");
     }
-    let check = |name: &str| -> Value {
-        report["checks"]
-            .as_array()
-            .expect("checks")
-            .iter()
-            .find(|check| check["name"] == name)
-            .unwrap_or_else(|| panic!("no check {name:?}: {stdout}"))
-            .clone()
-    };
     for name in [
         "lost 202s (no Redis wipe in this run)",
         "requests with no answer",
@@ -79,7 +64,7 @@ async fn on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202() {
         "Redis buyers = PostgreSQL buyers",
         "answers 500 internal",
     ] {
-        assert_eq!(check(name)["ok"], true, "{name}: {stdout}");
+        assert_eq!(check_of(&report, name)["ok"], true, "{name}: {stdout}");
     }
     assert!(report["summary"]["accepted"].as_u64() > Some(0), "{stdout}");
 }
