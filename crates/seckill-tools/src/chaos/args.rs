@@ -27,11 +27,11 @@ pub(crate) enum Fault {
     RedisFailover,
     /// Not in the default run; on a cluster (--cluster). The sale's shard's replicas cut off, its primary killed with SIGKILL while orders flow; the cluster promotes a replica; the old primary back as a replica.
     ClusterFailover,
-    /// Not in the default run; on a cluster. Another shard's primary (none of the sale's keys) stopped with SIGSTOP past the node timeout, until the cluster promotes its replica, then resumed: the sale must sell on as if nothing happened.
+    /// Not in the default run; on a cluster. Another shard's primary (none of the sale's keys) stopped with SIGSTOP past the node timeout (the cluster promotes its replica) and past the answer bound, then resumed: the sale must sell on as if nothing happened.
     OtherShardStall,
     /// Not in the default run; on a cluster. The sale's shard's replicas stopped while its primary drops every client connection every 3 ms (CLIENT KILL TYPE normal), for 2 s.
     ConnectionDrops,
-    /// Not in the default run; on a cluster. The sale's shard's primary stopped with SIGSTOP past the node timeout, until the cluster promotes a replica, then resumed.
+    /// Not in the default run; on a cluster. The sale's shard's primary stopped with SIGSTOP past the node timeout (the cluster promotes a replica) and past the answer bound, then resumed.
     SaleShardStall,
 }
 

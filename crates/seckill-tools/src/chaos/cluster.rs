@@ -25,6 +25,12 @@ pub(super) const NODE_TIMEOUT: Duration = Duration::from_millis(1_500);
 pub(super) const DROPS_FOR: Duration = Duration::from_secs(2);
 /// How often the sale's primary drops its client connections meanwhile.
 const DROP_EVERY: Duration = Duration::from_millis(3);
+/// How long a stalled primary stays stopped at least: past the bound every
+/// request must be answered within, so that a request that waits for the
+/// node instead of giving up on it (a connection without a response
+/// timeout) is seen. Most stalls are failed over well before.
+pub(super) const STALL_FOR: Duration =
+    super::judge::ANSWER_BOUND.saturating_add(Duration::from_secs(1));
 
 impl Rig {
     /// The cluster of a `--cluster` run.
@@ -149,8 +155,8 @@ impl Rig {
 }
 
 /// Stop `primary` (SIGSTOP), wait until the cluster serves `slot` from
-/// another node, resume it, and wait until the cluster is whole: what
-/// happened, in words.
+/// another node and [`STALL_FOR`] has passed, resume it, and wait until
+/// the cluster is whole: what happened, in words.
 async fn stall_until_failed_over(
     cluster: &PrivateRedisCluster,
     primary: &str,
@@ -162,13 +168,16 @@ async fn stall_until_failed_over(
     let stopped = Instant::now();
     node.pause();
     let promoted = cluster.wait_for_failover(primary, slot).await;
+    let promoted_in = stopped.elapsed();
+    tokio::time::sleep(STALL_FOR.saturating_sub(promoted_in)).await;
     // Resumed whatever the wait's outcome: never left stopped.
     node.resume();
     let promoted = promoted?;
     let stalled_for = stopped.elapsed();
     cluster.wait_whole().await?;
     Ok(format!(
-        "stopped with SIGSTOP for {:.1} s, until the cluster promoted {promoted}; resumed, back as a replica",
-        stalled_for.as_secs_f64()
+        "stopped with SIGSTOP for {:.1} s; the cluster promoted {promoted} {:.1} s in; resumed, back as a replica",
+        stalled_for.as_secs_f64(),
+        promoted_in.as_secs_f64()
     ))
 }

@@ -234,9 +234,11 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
         // The cut-off, the kill, the cluster's promotion (the node timeout,
         // then the election), the old primary back as a replica in step.
         Fault::ClusterFailover => Duration::from_secs(6),
-        // Stopped until the cluster promotes a replica, then resumed and
-        // back in step as a replica.
-        Fault::OtherShardStall | Fault::SaleShardStall => Duration::from_secs(5),
+        // Stopped past the answer bound (the cluster promotes a replica
+        // meanwhile), then resumed and back in step as a replica.
+        Fault::OtherShardStall | Fault::SaleShardStall => {
+            cluster::STALL_FOR + Duration::from_secs(1)
+        }
         Fault::ConnectionDrops => cluster::DROPS_FOR + Duration::from_secs(1),
         // Waiting for units on sale (a sold-out sale has no holder with
         // anything to write; unpaid units come back within the payment

@@ -2,8 +2,9 @@
 //! a primary and two replicas, two instances with `--redis-durability
 //! replica`, a few seconds of load, and two of the cluster's faults: the
 //! sale's primary killed after its replicas fell behind (a failover), and
-//! the sale's primary stopped past the node timeout (a stall that ends in
-//! a failover too). Every `202` must survive both, every request be
+//! the sale's primary stopped past the node timeout and past the answer
+//! bound (a stall that ends in a failover too, and catches a request that
+//! waits for a stopped node). Every `202` must survive both, every request be
 //! answered within the bound, and every order in PostgreSQL have been
 //! told to its buyer.
 
@@ -32,7 +33,7 @@ async fn on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202() {
             "--rate",
             "100",
             "--duration-secs",
-            "16",
+            "22",
         ],
         Duration::from_secs(150),
     )
