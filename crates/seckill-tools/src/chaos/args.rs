@@ -95,9 +95,9 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 1_500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) rate: u32,
 
-    /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 29 s).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=3_600))]
-    pub(crate) duration_secs: u64,
+    /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 29 s; the cluster's four, about 33 s) [default: 30; with --cluster, 45].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=3_600))]
+    pub(crate) duration_secs: Option<u64>,
 
     /// Inject only this fault (repeat for several) [default: every fault].
     #[arg(long = "fault", value_enum)]
@@ -146,6 +146,12 @@ impl ChaosArgs {
         self.durability = given.durability_env().to_vec();
         self.replica_wait = given.redis_replica_wait_ms;
         self
+    }
+
+    /// Seconds of load: as given, or the default of the run's kind.
+    pub(crate) fn duration_secs(&self) -> u64 {
+        self.duration_secs
+            .unwrap_or(if self.on_cluster() { 45 } else { 30 })
     }
 
     /// Whether the run is on a cluster: asked for, or implied by a fault.

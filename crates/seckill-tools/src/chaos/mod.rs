@@ -150,7 +150,7 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
         args.users,
         args.stock,
         args.rate,
-        args.duration_secs,
+        args.duration_secs(),
         rig.redis.describe(),
         args.durability_name(),
         faults
@@ -167,7 +167,7 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     let shape = Shape {
         scenario: Scenario::Rate,
         rate: f64::from(args.rate),
-        duration: Some(Duration::from_secs(args.duration_secs)),
+        duration: Some(Duration::from_secs(args.duration_secs())),
         connections: CONNECTIONS,
     };
     let epoch = Instant::now();
@@ -194,7 +194,7 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
         users: args.users,
         stock: args.stock,
         rate: args.rate,
-        duration_secs: args.duration_secs,
+        duration_secs: args.duration_secs(),
         seed: args.seed,
         windows,
         rows,
@@ -253,12 +253,12 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
 /// shared out, so every fault falls while purchases are being sent.
 fn gap(faults: &[Fault], args: &ChaosArgs) -> anyhow::Result<Duration> {
     let busy: Duration = faults.iter().map(|f| length(*f, args)).sum();
-    let run = Duration::from_secs(args.duration_secs);
+    let run = Duration::from_secs(args.duration_secs());
     let slots = u32::try_from(faults.len() + 1).unwrap_or(u32::MAX);
     anyhow::ensure!(
         run > busy + Duration::from_secs(u64::from(slots)),
         "--duration-secs {} is too short for these faults: they take about {} s, and need a second between each and at the ends: more than {} s in all",
-        args.duration_secs,
+        args.duration_secs(),
         busy.as_secs_f64().ceil(),
         busy.as_secs() + u64::from(slots)
     );
@@ -452,7 +452,10 @@ mod tests {
         assert_eq!(faults, Fault::CLUSTER.to_vec());
         assert!(args(&["--fault", "sale-shard-stall"]).on_cluster());
         assert!(!args(&["--fault", "redis-failover"]).on_cluster());
-        assert!(gap(&Fault::CLUSTER, &args(&["--cluster"])).is_ok());
+        assert!(
+            gap(&Fault::CLUSTER, &args(&["--cluster"])).is_ok(),
+            "the defaults fit"
+        );
     }
 
     #[test]
