@@ -184,8 +184,15 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     // On a cluster, every request is answered, and in time: no fault there
     // takes an instance away.
     let strict = on_cluster && !windows.iter().any(|window| window.fault == Fault::AppKill);
-    let (checks, lost, summary) =
+    let (mut checks, lost, summary) =
         judge::checks(&rig, &plan, &run, wipe_ran.then_some(&wiped), strict).await?;
+    if args.durability_name() == "replica"
+        && windows
+            .iter()
+            .any(|window| window.fault == Fault::ConnectionDrops)
+    {
+        checks.push(judge::unreplicated_202s(&run, epoch, &windows)?);
+    }
     let rows = judge::rows(&run, epoch, &windows, &lost)?;
     let verdict = verdict(&run, &rows, &checks);
     let report = ChaosReport {

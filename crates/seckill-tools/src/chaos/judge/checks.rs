@@ -24,7 +24,7 @@ pub(crate) struct ChaosCheck {
 }
 
 impl ChaosCheck {
-    fn equal(name: &'static str, expected: impl ToString, found: impl ToString) -> Self {
+    pub(crate) fn equal(name: &'static str, expected: impl ToString, found: impl ToString) -> Self {
         let (expected, found) = (expected.to_string(), found.to_string());
         let ok = expected == found;
         Self {

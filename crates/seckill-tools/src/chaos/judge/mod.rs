@@ -14,4 +14,4 @@ mod checks;
 mod windows;
 
 pub(super) use checks::{ANSWER_BOUND, ChaosCheck, Summary, checks};
-pub(super) use windows::{BETWEEN, FaultRow, Tick, rows, timeline};
+pub(super) use windows::{BETWEEN, FaultRow, Tick, rows, timeline, unreplicated_202s};
