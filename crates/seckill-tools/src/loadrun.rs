@@ -84,7 +84,7 @@ impl LoadTestCli {
                 users: self.load.users,
                 stock: self.stock,
                 rate: self.load.rate.round().clamp(1.0, 100_000.0) as u32,
-                duration_secs: self.load.duration.map_or(30, |secs| secs.ceil() as u64),
+                duration_secs: self.load.duration.map(|secs| secs.ceil() as u64),
                 faults,
                 seed: self.seed,
                 postgres_down_secs: 10,
@@ -94,6 +94,8 @@ impl LoadTestCli {
                     .as_ref()
                     .and_then(|path| path.parent())
                     .map_or_else(|| PathBuf::from("target/seckill-chaos"), PathBuf::from),
+                // A cluster fault among `--faults` implies one.
+                cluster: false,
                 compare_durability: false,
                 durability: Vec::new(),
                 replica_wait: seckill_core::config::DEFAULT_REPLICA_WAIT_MS,

@@ -19,7 +19,7 @@
 //! [`PrivatePostgres`] directly, because they need servers they may stop.
 //!
 //! The files: this one decides; `redis_server.rs` and `postgres_server.rs` start private
-//! servers, `redis_cluster.rs` a private Redis Cluster (for the tests and the bench), `redis_sentinel.rs` a private primary, replica and sentinels (for the failover tests and chaos); `supervise.rs` keeps a started server from outliving us. Reading and
+//! servers, `redis_cluster.rs` a private Redis Cluster (for the tests and the bench), `redis_sentinel.rs` a private primary, replica and sentinels (for the failover tests and chaos), `redis_faults.rs` what a fault does to a node's connections; `supervise.rs` keeps a started server from outliving us. Reading and
 //! rewriting the URLs (and hiding their passwords) is `seckill_core::urls`.
 //!
 //! A process that is killed (`kill -9`, a crashed test) cannot run its
@@ -30,6 +30,7 @@
 mod postgres_server;
 mod probes;
 mod redis_cluster;
+mod redis_faults;
 mod redis_sentinel;
 mod redis_server;
 mod supervise;
@@ -40,6 +41,7 @@ pub use postgres_server::{PrivatePostgres, drop_database, ensure_database};
 pub use probes::postgres_answers;
 use probes::{postgres_refusal, redis_answers};
 pub use redis_cluster::PrivateRedisCluster;
+pub use redis_faults::{DroppingClients, cut_replicas_off, drop_clients};
 pub use redis_sentinel::PrivateRedisSentinel;
 pub use redis_server::PrivateRedis;
 

@@ -54,8 +54,9 @@ pub(super) enum Role {
     /// A stand-alone server (or a primary under Sentinel).
     Alone,
     /// A node of a private cluster (`redis_cluster.rs`), with its cluster
-    /// bus on this port.
-    ClusterNode { bus: u16 },
+    /// bus on port `bus`, calling a node that has not answered for
+    /// `node_timeout` failing (and, if a master, failing it over).
+    ClusterNode { bus: u16, node_timeout: Duration },
     /// A replica of the server on this port (`redis_sentinel.rs`). Started
     /// again after a kill, it is started plain: the sentinels tell it whom
     /// to follow.
@@ -78,10 +79,12 @@ impl PrivateRedis {
     }
 
     /// Start an empty node of a Redis Cluster (`--cluster-enabled yes`),
-    /// with its bus on a second free port; it serves no slot until
-    /// `redis-cli --cluster create` gives it some.
-    pub(super) async fn start_cluster_node() -> anyhow::Result<Self> {
-        Self::start_as(false, Role::ClusterNode { bus: free_port()? }).await
+    /// with its bus on a second free port and `--cluster-node-timeout
+    /// node_timeout`; it serves no slot until `redis-cli --cluster create`
+    /// gives it some.
+    pub(super) async fn start_cluster_node(node_timeout: Duration) -> anyhow::Result<Self> {
+        let bus = free_port()?;
+        Self::start_as(false, Role::ClusterNode { bus, node_timeout }).await
     }
 
     /// Start a server as `role`, with an append-only file when `durable`.
@@ -195,7 +198,7 @@ impl PrivateRedis {
             ])
             .args(["--appendfsync", "always"]);
         match self.role {
-            Role::ClusterNode { bus } => {
+            Role::ClusterNode { bus, node_timeout } => {
                 command.args([
                     "--cluster-enabled",
                     "yes",
@@ -203,7 +206,15 @@ impl PrivateRedis {
                     &bus.to_string(),
                 ]);
                 command.args(["--cluster-config-file", "nodes.conf"]);
-                command.args(["--cluster-node-timeout", "5000"]);
+                command.args([
+                    "--cluster-node-timeout",
+                    &node_timeout.as_millis().to_string(),
+                ]);
+                // A shard whose master failed serves nothing until a
+                // replica takes over; the other shards serve on (Redis'
+                // default, `yes`, has every node refuse every command
+                // meanwhile: one shard's trouble would stop every sale).
+                command.args(["--cluster-require-full-coverage", "no"]);
             }
             Role::ReplicaOf(primary) => {
                 command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);

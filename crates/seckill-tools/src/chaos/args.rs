@@ -25,6 +25,14 @@ pub(crate) enum Fault {
     Flood,
     /// Not in the default run. Redis as a primary and a replica under three sentinels: the replica cut off, the primary killed with SIGKILL while orders flow, the replica promoted; the apps follow it without a restart. Keeps the promise with --redis-durability replica; with local, counts the 202s it takes back. Not with redis-kill or redis-wipe.
     RedisFailover,
+    /// Not in the default run; on a cluster (--cluster). The sale's shard's replicas cut off, its primary killed with SIGKILL while orders flow; the cluster promotes a replica; the old primary back as a replica.
+    ClusterFailover,
+    /// Not in the default run; on a cluster. Another shard's primary (none of the sale's keys) stopped with SIGSTOP past the node timeout (the cluster promotes its replica) and past the answer bound, then resumed: the sale must sell on as if nothing happened.
+    OtherShardStall,
+    /// Not in the default run; on a cluster. The sale's shard's replicas stopped while its primary drops every client connection every 3 ms (CLIENT KILL TYPE normal), for 2 s.
+    ConnectionDrops,
+    /// Not in the default run; on a cluster. The sale's shard's primary stopped with SIGSTOP past the node timeout (the cluster promotes a replica) and past the answer bound, then resumed.
+    SaleShardStall,
 }
 
 impl Fault {
@@ -40,6 +48,19 @@ impl Fault {
         Fault::Flood,
     ];
 
+    /// The faults of a run on a cluster (`--cluster` asks for them all).
+    pub(crate) const CLUSTER: [Fault; 4] = [
+        Fault::ClusterFailover,
+        Fault::OtherShardStall,
+        Fault::ConnectionDrops,
+        Fault::SaleShardStall,
+    ];
+
+    /// Whether the fault needs one Redis server (it kills or wipes it).
+    pub(crate) fn needs_one_redis(self) -> bool {
+        matches!(self, Fault::RedisKill | Fault::RedisWipe)
+    }
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Fault::WorkerKill => "worker-kill",
@@ -50,6 +71,10 @@ impl Fault {
             Fault::RedisWipe => "redis-wipe",
             Fault::Flood => "flood",
             Fault::RedisFailover => "redis-failover",
+            Fault::ClusterFailover => "cluster-failover",
+            Fault::OtherShardStall => "other-shard-stall",
+            Fault::ConnectionDrops => "connection-drops",
+            Fault::SaleShardStall => "sale-shard-stall",
         }
     }
 }
@@ -70,9 +95,9 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 1_500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) rate: u32,
 
-    /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 29 s).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=3_600))]
-    pub(crate) duration_secs: u64,
+    /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 29 s; the cluster's four, about 33 s) [default: 30; with --cluster, 45].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=3_600))]
+    pub(crate) duration_secs: Option<u64>,
 
     /// Inject only this fault (repeat for several) [default: every fault].
     #[arg(long = "fault", value_enum)]
@@ -86,9 +111,18 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub(crate) postgres_down_secs: u64,
 
-    /// Run the redis-failover fault twice, the same way, with
-    /// --redis-durability local and then replica, and put the two side by
-    /// side in one table (each run's reports go to a folder named after it).
+    /// Run on a private Redis Cluster of 3 primaries with 2 replicas each
+    /// (node timeout 1.5 s) instead of one Redis; with no --fault, inject
+    /// the cluster's faults (cluster-failover, other-shard-stall,
+    /// connection-drops, sale-shard-stall). A cluster fault asked for by
+    /// name implies it.
+    #[arg(long)]
+    pub(crate) cluster: bool,
+
+    /// Run the redis-failover fault (with --cluster, the cluster's faults)
+    /// twice, the same way, with --redis-durability local and then replica,
+    /// and put the two side by side in one table (each run's reports go to
+    /// a folder named after it).
     #[arg(long, conflicts_with = "faults")]
     pub(crate) compare_durability: bool,
 
@@ -112,6 +146,17 @@ impl ChaosArgs {
         self.durability = given.durability_env().to_vec();
         self.replica_wait = given.redis_replica_wait_ms;
         self
+    }
+
+    /// Seconds of load: as given, or the default of the run's kind.
+    pub(crate) fn duration_secs(&self) -> u64 {
+        self.duration_secs
+            .unwrap_or(if self.on_cluster() { 45 } else { 30 })
+    }
+
+    /// Whether the run is on a cluster: asked for, or implied by a fault.
+    pub(crate) fn on_cluster(&self) -> bool {
+        self.cluster || self.faults.iter().any(|f| Fault::CLUSTER.contains(f))
     }
 
     /// The durability the instances run with, by name.

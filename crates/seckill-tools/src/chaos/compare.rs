@@ -1,12 +1,13 @@
 //! `seckill chaos --compare-durability`: the lesson of a replicated Redis
 //! in one table.
 //!
-//! The same failover runs twice, with the same seed, load and schedule:
-//! first with `--redis-durability local`, where a `202` waits for the
-//! primary alone, then with `replica`, where it waits until a replica
-//! holds the pass's writes (`WAIT 1`). Replication is asynchronous, so
-//! what the primary wrote while its replica was cut off dies with it:
-//! under `local` those buyers were told `202` all the same, and the
+//! The same failover (with `--cluster`, the cluster's faults) runs twice,
+//! with the same seed, load and schedule: first with `--redis-durability
+//! local`, where a `202` waits for the primary alone, then with
+//! `replica`, where it waits until a replica holds the pass's writes
+//! (`WAIT 1`). Replication is asynchronous, so what the primary wrote
+//! while its replica was cut off dies with it: under `local` those buyers
+//! were told `202` all the same, and the
 //! promoted replica has their units on sale again and has forgotten that
 //! they bought. Under `replica` they were told `503 unconfirmed` instead,
 //! and nothing they were promised is lost.
@@ -83,7 +84,11 @@ pub(super) async fn compare(args: ChaosArgs) -> anyhow::Result<Verdict> {
             "replica"
         };
         let run_args = ChaosArgs {
-            faults: vec![Fault::RedisFailover],
+            faults: if args.cluster {
+                Fault::CLUSTER.to_vec()
+            } else {
+                vec![Fault::RedisFailover]
+            },
             compare_durability: false,
             report_dir: args.report_dir.join(name),
             durability: env.to_vec(),
@@ -108,7 +113,7 @@ pub(super) async fn compare(args: ChaosArgs) -> anyhow::Result<Verdict> {
             summary: report.summary,
         });
     }
-    println!("{}", table(&sides, args.seed));
+    println!("{}", table(&sides, args.seed, args.cluster));
     let held = sides.iter().all(Side::as_expected);
     println!(
         "verdict: {}",
@@ -130,7 +135,7 @@ pub(super) async fn compare(args: ChaosArgs) -> anyhow::Result<Verdict> {
 }
 
 /// The two runs side by side, narrow enough for a projector.
-fn table(sides: &[Side], seed: u64) -> String {
+fn table(sides: &[Side], seed: u64, cluster: bool) -> String {
     let mut table = [
         ("durability", Align::Left, 10),
         ("202", Align::Right, 5),
@@ -159,10 +164,15 @@ fn table(sides: &[Side], seed: u64) -> String {
         ]);
     }
     format!(
-        "\n== the same failover (seed {seed}): local against replica ==\n{table}\
+        "\n== the same {} (seed {seed}): local against replica ==\n{table}\
          503 in doubt: orders named by a 503 unconfirmed (the buyer looks them up)\n\
          sold again: units PostgreSQL counts as sold that Redis has on sale again\n\
-         forgotten: buyers in PostgreSQL whom Redis would let buy a second time"
+         forgotten: buyers in PostgreSQL whom Redis would let buy a second time",
+        if cluster {
+            "faults on a cluster"
+        } else {
+            "failover"
+        }
     )
 }
 
@@ -202,6 +212,7 @@ mod tests {
                 side("replica", &[]),
             ],
             1,
+            false,
         );
         let local = text
             .lines()

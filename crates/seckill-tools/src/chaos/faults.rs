@@ -18,7 +18,7 @@ use super::{Rig, RigRedis};
 use crate::chaos::Fault;
 use seckill_core::lock;
 use seckill_core::redis_pool::RedisConn;
-use seckill_devenv::services::PrivateRedis;
+use seckill_devenv::services::{PrivateRedis, cut_replicas_off};
 
 /// How long the lock-holder pause keeps trying to catch app-2 holding the
 /// lock before its commit.
@@ -29,7 +29,7 @@ const RESUMED_WITHIN: Duration = Duration::from_secs(1);
 /// How long a stopped process's last requests take to reach Redis and run.
 const SETTLE: Duration = Duration::from_millis(10);
 /// How long the failover's primary takes orders its replica never gets.
-const CUT_OFF: Duration = Duration::from_millis(500);
+pub(super) const CUT_OFF: Duration = Duration::from_millis(500);
 
 /// When a fault was in force.
 #[derive(Debug, Clone, Serialize)]
@@ -106,6 +106,10 @@ impl Rig {
             }
             Fault::Flood => self.flood(Duration::from_secs(2)).await?,
             Fault::RedisFailover => self.fail_over().await?,
+            Fault::ClusterFailover => self.fail_the_sale_over().await?,
+            Fault::OtherShardStall => self.stall_another_shard().await?,
+            Fault::ConnectionDrops => self.drop_connections().await?,
+            Fault::SaleShardStall => self.stall_the_sale_shard().await?,
         };
         let end = epoch.elapsed();
         eprintln!("chaos: {} done: {note}", fault.as_str());
@@ -304,8 +308,8 @@ impl Rig {
     fn one_redis(&mut self) -> anyhow::Result<&mut PrivateRedis> {
         match &mut self.redis {
             RigRedis::One(redis) => Ok(redis),
-            RigRedis::Replicated(_) => {
-                anyhow::bail!("this fault needs one Redis, not a primary and a replica")
+            RigRedis::Replicated(_) | RigRedis::Cluster(_) => {
+                anyhow::bail!("this fault needs one Redis, not a replicated one")
             }
         }
     }
@@ -326,20 +330,10 @@ impl Rig {
         let primary = sentinels.primary().await?;
         let replica = 1 - primary;
         sentinels.pause(replica);
-        let cut = async {
-            let client = redis::Client::open(sentinels.node_url(primary))?;
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("replica")
-                .query_async::<()>(&mut conn)
-                .await
-        }
-        .await;
+        let cut = cut_replicas_off(&sentinels.node_url(primary)).await;
         if let Err(error) = cut {
             sentinels.resume(replica);
-            return Err(error).context("cutting the replica off");
+            return Err(error);
         }
         tokio::time::sleep(CUT_OFF).await;
         let killed = Instant::now();

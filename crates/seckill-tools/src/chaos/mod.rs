@@ -16,6 +16,7 @@
 //! 2 the run could not be trusted (the generator could not keep the rate).
 
 mod args;
+mod cluster;
 mod compare;
 mod faults;
 mod html;
@@ -38,7 +39,9 @@ use seckill_core::redis_pool::RedisAt;
 use seckill_core::store::Store;
 use seckill_core::urls::with_database;
 use seckill_devenv::processes::{Deployment, Fleet, seckill_binary};
-use seckill_devenv::services::{PrivatePostgres, PrivateRedis, PrivateRedisSentinel};
+use seckill_devenv::services::{
+    PrivatePostgres, PrivateRedis, PrivateRedisCluster, PrivateRedisSentinel,
+};
 
 pub use self::args::ChaosArgs;
 pub(crate) use self::args::Fault;
@@ -77,10 +80,24 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 const MAX_DROPPED_SHARE: f64 = 0.01;
 
 /// The Redis of the deployment: one durable server, or (for
-/// `redis-failover`) a primary and a replica under three sentinels.
+/// `redis-failover`) a primary and a replica under three sentinels, or
+/// (`--cluster`) a cluster of three shards, each a primary and two
+/// replicas.
 pub(crate) enum RigRedis {
     One(PrivateRedis),
     Replicated(PrivateRedisSentinel),
+    Cluster(PrivateRedisCluster),
+}
+
+impl RigRedis {
+    /// What it is, in words, for the run's first line.
+    fn describe(&self) -> &'static str {
+        match self {
+            RigRedis::One(_) => "one Redis",
+            RigRedis::Replicated(_) => "a primary, a replica and three sentinels",
+            RigRedis::Cluster(_) => "a Redis Cluster of 3 primaries with 2 replicas each",
+        }
+    }
 }
 
 /// The deployment under test, and the sale.
@@ -116,26 +133,25 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     let faults = schedule(&args);
     let gap = gap(&faults, &args)?;
     let replicated = faults.contains(&Fault::RedisFailover);
+    let on_cluster = args.on_cluster();
     anyhow::ensure!(
-        !replicated
-            || !faults
-                .iter()
-                .any(|f| matches!(f, Fault::RedisKill | Fault::RedisWipe)),
-        "redis-failover runs on a primary with a replica; redis-kill and redis-wipe on one server: \
+        !(replicated && on_cluster),
+        "redis-failover runs on a primary with a replica under Sentinel, the cluster's faults on a \
+         cluster: ask for them in separate runs"
+    );
+    anyhow::ensure!(
+        !(replicated || on_cluster) || !faults.iter().any(|f| f.needs_one_redis()),
+        "redis-kill and redis-wipe run on one server, not on a replicated Redis: \
          ask for them in separate runs"
     );
-    let mut rig = Rig::start(&args, replicated).await?;
+    let mut rig = Rig::start(&args, replicated, on_cluster).await?;
     eprintln!(
         "chaos: {} buyers, {} units, {} purchases/s for {} s, on {} with --redis-durability {}; faults in order: {}",
         args.users,
         args.stock,
         args.rate,
-        args.duration_secs,
-        if replicated {
-            "a primary, a replica and three sentinels"
-        } else {
-            "one Redis"
-        },
+        args.duration_secs(),
+        rig.redis.describe(),
         args.durability_name(),
         faults
             .iter()
@@ -151,7 +167,7 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     let shape = Shape {
         scenario: Scenario::Rate,
         rate: f64::from(args.rate),
-        duration: Some(Duration::from_secs(args.duration_secs)),
+        duration: Some(Duration::from_secs(args.duration_secs())),
         connections: CONNECTIONS,
     };
     let epoch = Instant::now();
@@ -165,8 +181,18 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     let wipe_ran = windows
         .iter()
         .any(|window| window.fault == Fault::RedisWipe);
-    let (checks, lost, summary) =
-        judge::checks(&rig, &plan, &run, wipe_ran.then_some(&wiped)).await?;
+    // On a cluster, every request is answered, and in time: no fault there
+    // takes an instance away.
+    let strict = on_cluster && !windows.iter().any(|window| window.fault == Fault::AppKill);
+    let (mut checks, lost, summary) =
+        judge::checks(&rig, &plan, &run, wipe_ran.then_some(&wiped), strict).await?;
+    if args.durability_name() == "replica"
+        && windows
+            .iter()
+            .any(|window| window.fault == Fault::ConnectionDrops)
+    {
+        checks.push(judge::unreplicated_202s(&run, epoch, &windows)?);
+    }
     let rows = judge::rows(&run, epoch, &windows, &lost)?;
     let verdict = verdict(&run, &rows, &checks);
     let report = ChaosReport {
@@ -175,7 +201,7 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
         users: args.users,
         stock: args.stock,
         rate: args.rate,
-        duration_secs: args.duration_secs,
+        duration_secs: args.duration_secs(),
         seed: args.seed,
         windows,
         rows,
@@ -212,6 +238,15 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
         // 3 s: 2 s without an answer, then the election), the old primary
         // back as a replica.
         Fault::RedisFailover => Duration::from_secs(6),
+        // The cut-off, the kill, the cluster's promotion (the node timeout,
+        // then the election), the old primary back as a replica in step.
+        Fault::ClusterFailover => Duration::from_secs(6),
+        // Stopped past the answer bound (the cluster promotes a replica
+        // meanwhile), then resumed and back in step as a replica.
+        Fault::OtherShardStall | Fault::SaleShardStall => {
+            cluster::STALL_FOR + Duration::from_secs(1)
+        }
+        Fault::ConnectionDrops => cluster::DROPS_FOR + Duration::from_secs(1),
         // Waiting for units on sale (a sold-out sale has no holder with
         // anything to write; unpaid units come back within the payment
         // window), then stopped until its lock runs out, and the refusal
@@ -225,12 +260,12 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
 /// shared out, so every fault falls while purchases are being sent.
 fn gap(faults: &[Fault], args: &ChaosArgs) -> anyhow::Result<Duration> {
     let busy: Duration = faults.iter().map(|f| length(*f, args)).sum();
-    let run = Duration::from_secs(args.duration_secs);
+    let run = Duration::from_secs(args.duration_secs());
     let slots = u32::try_from(faults.len() + 1).unwrap_or(u32::MAX);
     anyhow::ensure!(
         run > busy + Duration::from_secs(u64::from(slots)),
         "--duration-secs {} is too short for these faults: they take about {} s, and need a second between each and at the ends: more than {} s in all",
-        args.duration_secs,
+        args.duration_secs(),
         busy.as_secs_f64().ceil(),
         busy.as_secs() + u64::from(slots)
     );
@@ -239,7 +274,9 @@ fn gap(faults: &[Fault], args: &ChaosArgs) -> anyhow::Result<Duration> {
 
 /// The faults to inject, in the order the seed gives.
 fn schedule(args: &ChaosArgs) -> Vec<Fault> {
-    let mut faults: Vec<Fault> = if args.faults.is_empty() {
+    let mut faults: Vec<Fault> = if args.faults.is_empty() && args.cluster {
+        Fault::CLUSTER.to_vec()
+    } else if args.faults.is_empty() {
         Fault::ALL.to_vec()
     } else {
         let mut chosen = args.faults.clone();
@@ -270,8 +307,14 @@ fn verdict(run: &RunData, rows: &[FaultRow], checks: &[ChaosCheck]) -> Verdict {
 
 impl Rig {
     /// Start the servers, the processes and the sale.
-    async fn start(args: &ChaosArgs, replicated: bool) -> anyhow::Result<Self> {
-        let redis = if replicated {
+    async fn start(args: &ChaosArgs, replicated: bool, on_cluster: bool) -> anyhow::Result<Self> {
+        let redis = if on_cluster {
+            RigRedis::Cluster(
+                PrivateRedisCluster::start_with(3, 2, cluster::NODE_TIMEOUT)
+                    .await
+                    .context("a private cluster of 3 primaries with 2 replicas each")?,
+            )
+        } else if replicated {
             RigRedis::Replicated(PrivateRedisSentinel::start().await?)
         } else {
             RigRedis::One(PrivateRedis::start_durable().await?)
@@ -284,6 +327,7 @@ impl Rig {
         let at = match &redis {
             RigRedis::One(redis) => RedisAt::Server(redis.url()),
             RigRedis::Replicated(sentinels) => sentinels.at(),
+            RigRedis::Cluster(cluster) => cluster.at(),
         };
         let pool = seckill_core::redis_pool::connect_redis(&at, Duration::from_secs(5)).await?;
         let store = Store::new(pg, pool, prefix);
@@ -344,30 +388,38 @@ impl Rig {
 
     /// Wait until the sale's order queue and deadline queue are empty
     /// (every order written, every unpaid one cancelled), at most
-    /// [`DRAIN_LIMIT`].
+    /// [`DRAIN_LIMIT`]. A read that fails is tried again: after a
+    /// cluster's failover, the first may meet a connection to the old
+    /// primary, and the client learns the new map from that failure.
     async fn drain(&self) -> anyhow::Result<()> {
         let deadline = Instant::now() + DRAIN_LIMIT;
         loop {
-            let mut conn = self.store.redis().await?;
-            let (due, inflight, deadlines, held): (u64, u64, u64, u64) = redis::pipe()
-                .zcard(&self.keys.queue.due)
-                .zcard(&self.keys.queue.inflight)
-                .zcard(&self.keys.deadlines.due)
-                .zcard(&self.keys.deadlines.inflight)
-                .query_async(&mut conn)
-                .await
-                .context("reading the queues")?;
-            let left = due + inflight + deadlines + held;
-            if left == 0 {
+            let left = self.queued().await;
+            if let Ok((0, 0, 0)) = left {
                 return Ok(());
             }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "the queues did not drain within {DRAIN_LIMIT:?}: {due} orders waiting, {inflight} in flight, {} deadlines",
-                deadlines + held
-            );
+            if Instant::now() >= deadline {
+                let (due, inflight, deadlines) = left?;
+                anyhow::bail!(
+                    "the queues did not drain within {DRAIN_LIMIT:?}: {due} orders waiting, {inflight} in flight, {deadlines} deadlines"
+                );
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Orders waiting, orders in flight, and deadlines (waiting or held).
+    async fn queued(&self) -> anyhow::Result<(u64, u64, u64)> {
+        let mut conn = self.store.redis().await?;
+        let (due, inflight, deadlines, held): (u64, u64, u64, u64) = redis::pipe()
+            .zcard(&self.keys.queue.due)
+            .zcard(&self.keys.queue.inflight)
+            .zcard(&self.keys.deadlines.due)
+            .zcard(&self.keys.deadlines.inflight)
+            .query_async(&mut conn)
+            .await
+            .context("reading the queues")?;
+        Ok((due, inflight, deadlines + held))
     }
 }
 
@@ -398,6 +450,19 @@ mod tests {
         assert_eq!(sorted, Fault::ALL.to_vec());
         let chosen = schedule(&args(&["--fault", "flood", "--fault", "flood"]));
         assert_eq!(chosen, [Fault::Flood]);
+    }
+
+    #[test]
+    fn a_cluster_run_injects_the_cluster_faults_and_a_cluster_fault_implies_one() {
+        let mut faults = schedule(&args(&["--cluster"]));
+        faults.sort();
+        assert_eq!(faults, Fault::CLUSTER.to_vec());
+        assert!(args(&["--fault", "sale-shard-stall"]).on_cluster());
+        assert!(!args(&["--fault", "redis-failover"]).on_cluster());
+        assert!(
+            gap(&Fault::CLUSTER, &args(&["--cluster"])).is_ok(),
+            "the defaults fit"
+        );
     }
 
     #[test]

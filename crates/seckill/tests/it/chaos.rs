@@ -34,7 +34,6 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
     let stdout = exited_0(&output);
     assert!(stdout.contains("verdict: PASS"), "{stdout}");
 
-    let rows = report["rows"].as_array().expect("rows");
     for fault in [
         "worker-kill",
         "app-kill",
@@ -44,10 +43,7 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
         "redis-wipe",
         "flood",
     ] {
-        let row = rows
-            .iter()
-            .find(|row| row["fault"] == fault)
-            .unwrap_or_else(|| panic!("no row for {fault}: {stdout}"));
+        let row = row_of(&report, fault);
         assert!(
             row["requests"].as_u64() > Some(0),
             "{fault} saw no load: {row}"
@@ -57,23 +53,16 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
     }
     // The wipe's losses are exactly accounted for: every 202 whose order
     // was waiting on the queue, and no order that was not on it.
-    let checks = report["checks"].as_array().expect("checks");
     for name in [
         "202s waiting on the queue at the Redis wipe that were lost",
         "lost 202s that were not on the queue at the wipe",
+        // The paused holder's write reached the fence, and the fence refused it.
+        "writes of the paused lock holder the fence refused",
     ] {
-        let check = checks
-            .iter()
-            .find(|c| c["name"] == name)
-            .unwrap_or_else(|| panic!("no check {name}: {stdout}"));
+        let check = check_of(&report, name);
         assert_eq!(check["ok"], true, "{check}");
     }
-    // The paused holder's write reached the fence, and the fence refused it.
-    let fence = checks
-        .iter()
-        .find(|c| c["name"] == "writes of the paused lock holder the fence refused")
-        .expect("the fence check");
-    assert_eq!(fence["ok"], true, "{fence}");
+    let checks = report["checks"].as_array().expect("checks");
     assert!(checks.iter().all(|c| c["ok"] == true), "{stdout}");
     // The page: the timeline, each window shaded and named, the table.
     assert!(page.contains("<svg"), "no chart");
@@ -186,7 +175,7 @@ async fn a_run_without_the_wipe_lets_no_202_be_lost() {
 }
 
 /// The command's stdout, once it is seen to have exited 0.
-fn exited_0(output: &std::process::Output) -> String {
+pub(crate) fn exited_0(output: &std::process::Output) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert_eq!(
         output.status.code(),
@@ -197,15 +186,38 @@ fn exited_0(output: &std::process::Output) -> String {
     stdout
 }
 
+/// The row of `fault` in a chaos run's JSON report.
+pub(crate) fn row_of<'a>(report: &'a Value, fault: &str) -> &'a Value {
+    report["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|row| row["fault"] == fault)
+        .unwrap_or_else(|| panic!("no row for {fault}: {report}"))
+}
+
+/// The check named `name` in a chaos run's JSON report.
+pub(crate) fn check_of<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|check| check["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name:?}: {report}"))
+}
+
 /// The chaos run's JSON report in `dir`.
-fn report(dir: &std::path::Path) -> Value {
+pub(crate) fn report(dir: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("chaos.json")).expect("the JSON report"))
         .expect("JSON")
 }
 
 /// `seckill chaos <args> --report-dir <a temp dir>`, within `limit`;
 /// returns its output, its JSON report and its HTML page.
-async fn chaos_run(args: &[&str], limit: Duration) -> (std::process::Output, Value, String) {
+pub(crate) async fn chaos_run(
+    args: &[&str],
+    limit: Duration,
+) -> (std::process::Output, Value, String) {
     let scratch = Scratch::new().await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let dir_arg = dir.path().to_str().expect("a UTF-8 path");

@@ -479,30 +479,7 @@ async fn a_dropped_connection_is_in_doubt_never_a_second_try(
         .collect();
 
     replicas.iter().for_each(|replica| replica.pause());
-    let killing = CancellationToken::new();
-    let killer = tokio::spawn({
-        let (killing, master) = (killing.clone(), master.clone());
-        async move {
-            let client = redis::Client::open(master.as_str()).expect("a node URL");
-            let mut conn = client
-                .get_multiplexed_async_connection()
-                .await
-                .expect("the primary answers");
-            let mut kills = 0u32;
-            while !killing.is_cancelled() {
-                // Every connection but this one (SKIPME is the default).
-                let killed: redis::RedisResult<i64> = redis::cmd("CLIENT")
-                    .arg("KILL")
-                    .arg("TYPE")
-                    .arg("normal")
-                    .query_async(&mut conn)
-                    .await;
-                kills += u32::from(killed.is_ok_and(|n| n > 0));
-                tokio::time::sleep(Duration::from_millis(3)).await;
-            }
-            kills
-        }
-    });
+    let dropping = seckill_devenv::services::drop_clients(&master, Duration::from_millis(3));
     // Eighty buyers at once: many scripts in flight when a connection
     // drops (`lua`), a pass's commit among them (`lock`).
     let app = &app;
@@ -512,8 +489,7 @@ async fn a_dropped_connection_is_in_doubt_never_a_second_try(
         (buyer, told)
     }))
     .await;
-    killing.cancel();
-    let kills = killer.await.expect("the killer stops");
+    let kills = dropping.stop().await.expect("the connection dropper");
     replicas.iter().for_each(|replica| replica.resume());
     assert!(kills > 0, "no connection was dropped");
 

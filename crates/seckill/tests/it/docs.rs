@@ -124,8 +124,18 @@ const ACCOUNTED: &[(&[&str], &str)] = &[
             "cargo run --release -- chaos --fault redis-failover --redis-durability replica --duration-secs 15 --rate 500 --users 9000 --stock 8000",
             "cargo run --release -- chaos --fault redis-failover --redis-durability local --duration-secs 15 --rate 500 --users 9000 --stock 8000",
             "seckill chaos --fault redis-failover",
+            "seckill chaos --compare-durability",
         ],
         "not run as written (a failover run on sentinels each): --compare-durability makes these two runs one after the other, the durability set by its environment variable rather than this flag, and chaos::a_failover_takes_back_202s_under_local_durability_and_none_under_replica runs that, shorter",
+    ),
+    (
+        &[
+            "cargo run --release -- chaos --cluster --compare-durability --duration-secs 45 --rate 300 --users 15000 --stock 8000",
+            "target/debug/seckill chaos --cluster --compare-durability --duration-secs 45 --rate 300 --users 15000 --stock 8000",
+            "seckill chaos --cluster --compare-durability",
+            "seckill chaos --cluster",
+        ],
+        "not run as written (two runs of a minute each on nine Redis nodes): chaos_cluster::on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202 runs two of its four faults under replica, shorter",
     ),
     (
         &["seckill-loadtest --faults [NAME ...] --users N --stock N --rate R --duration SECS"],

@@ -18,6 +18,7 @@ mod browser_pages;
 mod browser_room;
 mod burst;
 mod chaos;
+mod chaos_cluster;
 mod cli;
 mod cluster;
 mod cross_site;

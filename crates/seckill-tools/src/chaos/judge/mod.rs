@@ -13,5 +13,5 @@
 mod checks;
 mod windows;
 
-pub(super) use checks::{ChaosCheck, Summary, checks};
-pub(super) use windows::{BETWEEN, FaultRow, Tick, rows, timeline};
+pub(super) use checks::{ANSWER_BOUND, ChaosCheck, Summary, checks};
+pub(super) use windows::{BETWEEN, FaultRow, Tick, rows, timeline, unreplicated_202s};

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use crate::chaos::Fault;
 use crate::chaos::faults::FaultWindow;
+use crate::chaos::judge::ChaosCheck;
 
 /// The name of the row for the time between faults.
 pub(crate) const BETWEEN: &str = "(between faults)";
@@ -111,6 +112,9 @@ fn may_fail(fault: Fault) -> bool {
         // The servers buyers talk to stay up: a worker is not in the
         // request's path, and the flood is beside the load, not over it.
         Fault::WorkerKill | Fault::Flood => false,
+        // Another shard's trouble: the sale's shard serves on, and its
+        // buyers must not notice (a sale touches only its own shard).
+        Fault::OtherShardStall => false,
         // An instance, a server behind them, or the lock holder is gone
         // for a while.
         Fault::AppKill
@@ -118,7 +122,10 @@ fn may_fail(fault: Fault) -> bool {
         | Fault::PostgresDown
         | Fault::RedisKill
         | Fault::RedisWipe
-        | Fault::RedisFailover => true,
+        | Fault::RedisFailover
+        | Fault::ClusterFailover
+        | Fault::ConnectionDrops
+        | Fault::SaleShardStall => true,
     }
 }
 
@@ -197,6 +204,44 @@ pub(crate) fn rows(
     between_row.dropped = dropped_due(None);
     rows.push(between_row);
     Ok(rows)
+}
+
+/// How long a `202` may come after the sale's replicas were stopped: a
+/// pass whose `WAIT` was answered just before (the replica wait, 250 ms,
+/// and a margin for the instance to send its answer).
+const REPLICAS_STOPPED_SETTLE: Duration = Duration::from_millis(500);
+
+/// `202`s sent and answered while the sale's replicas were stopped
+/// (`connection-drops`, from [`REPLICAS_STOPPED_SETTLE`] after its start
+/// to its end): under `--redis-durability replica` no replica can have
+/// confirmed their writes, so there must be none.
+pub(crate) fn unreplicated_202s(
+    run: &RunData,
+    epoch: Instant,
+    windows: &[FaultWindow],
+) -> anyhow::Result<ChaosCheck> {
+    let started = run.started.context("the load never started")?;
+    let offset = started.saturating_duration_since(epoch);
+    let at = |us: u64| offset + Duration::from_micros(us);
+    let found = windows
+        .iter()
+        .filter(|w| w.fault == Fault::ConnectionDrops)
+        .map(|w| {
+            run.samples
+                .iter()
+                .filter(|s| said(s) == Told::Sold)
+                .filter(|s| {
+                    at(s.sent_us) >= w.start + REPLICAS_STOPPED_SETTLE && at(s.done_us) <= w.end
+                })
+                .count()
+        })
+        .sum::<usize>();
+    Ok(ChaosCheck {
+        name: "202s sent and answered while the sale's replicas were stopped",
+        expected: "0".to_owned(),
+        found: found.to_string(),
+        ok: found == 0,
+    })
 }
 
 /// Failed requests (no answer, 503, 500) by the whole second they fell due in.
