@@ -64,7 +64,7 @@ async fn on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202() {
         "requests with no answer",
         "answers later than the bound",
         "202s sent and answered while the sale's replicas were stopped",
-        "orders in PostgreSQL not told to their buyer (a 202, or a 503 with its id)",
+        "orders in PostgreSQL not told to their buyer (a 202, or a 503 or 409 naming it)",
         "Redis stock = units - sold",
         "Redis buyers = PostgreSQL buyers",
         "answers 500 internal",

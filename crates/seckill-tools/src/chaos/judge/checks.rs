@@ -100,8 +100,9 @@ fn promised(
         .filter(|s| s.outcome == AnswerKind::Won)
         .filter_map(|s| s.order_id)
         .collect();
-    // Orders a `503 unconfirmed` named: no replica had confirmed them, so
-    // a failover may have taken them, or not.
+    // Orders a `503 unconfirmed` named (no replica had confirmed them, so
+    // a failover may have taken them, or not), and those a retry's `409
+    // already_purchased` named: their buyers were told of them too.
     let unconfirmed = run
         .samples
         .iter()
@@ -234,7 +235,7 @@ pub(crate) async fn checks(
     checks.extend([
         ChaosCheck::equal(
             if strict {
-                "orders in PostgreSQL not told to their buyer (a 202, or a 503 with its id)"
+                "orders in PostgreSQL not told to their buyer (a 202, or a 503 or 409 naming it)"
             } else {
                 "orders nobody was told about (other than unanswered buyers and 503 unconfirmed)"
             },
