@@ -215,6 +215,14 @@ impl PrivateRedis {
                 // default, `yes`, has every node refuse every command
                 // meanwhile: one shard's trouble would stop every sale).
                 command.args(["--cluster-require-full-coverage", "no"]);
+                // Each replica stays with its shard. Redis would otherwise
+                // move one from a shard with two to a shard left with none
+                // (after a failover whose replicas were cut off): the
+                // sale's shard then had three replicas, and a fault that
+                // stopped "the sale's replicas", found before the move,
+                // left one running (chaos.md, the 202s given with the
+                // replicas stopped).
+                command.args(["--cluster-allow-replica-migration", "no"]);
             }
             Role::ReplicaOf(primary) => {
                 command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
