@@ -218,10 +218,9 @@ impl PrivateRedis {
                 // Each replica stays with its shard. Redis would otherwise
                 // move one from a shard with two to a shard left with none
                 // (after a failover whose replicas were cut off): the
-                // sale's shard then had three replicas, and a fault that
-                // stopped "the sale's replicas", found before the move,
-                // left one running (chaos.md, the 202s given with the
-                // replicas stopped).
+                // sale's shard could then have three replicas, and a fault
+                // that stopped "the sale's replicas", found before the
+                // move, would leave one running.
                 command.args(["--cluster-allow-replica-migration", "no"]);
             }
             Role::ReplicaOf(primary) => {
