@@ -43,6 +43,7 @@ mod args;
 mod baseline;
 mod burst;
 mod cluster;
+mod compare;
 mod ended;
 mod holder;
 mod lua;
@@ -67,6 +68,7 @@ use seckill_loadtest::scenario::Scenario;
 use seckill_loadtest::verify::Expect;
 
 use crate::loadrun::{self, admin_token};
+use compare::{Figure, SavedRun};
 use seckill_cli::telemetry;
 use seckill_core::config::Strategy;
 use seckill_core::store::Store;
@@ -99,6 +101,9 @@ struct Row {
     target: &'static str,
     /// `None`: not measured, or no target to meet.
     met: Option<bool>,
+    /// The figure as a number, for `--json` and `--compare`; `None` where
+    /// the row was not measured or has no one figure.
+    value: Option<Figure>,
 }
 
 /// What this run's database and key prefix are named after: its pid, and a
@@ -117,6 +122,9 @@ pub(crate) async fn bench(
     services: &Services,
     prefix: &str,
 ) -> anyhow::Result<()> {
+    // The earlier run first: a file that cannot be compared is said at
+    // once, not after minutes of measuring.
+    let earlier = args.compare.as_deref().map(SavedRun::read).transpose()?;
     seckill_cli::process::raise_open_files_limit();
     // Ctrl-C, from here on, ends the measuring, not the process: the
     // clean-up below runs.
@@ -143,7 +151,11 @@ pub(crate) async fn bench(
     let cleaned = clean_up(&own, &prefix).await;
     match measured {
         Ok(rows) => {
-            println!("{}", table(&rows));
+            let moved = earlier.map(|earlier| compare::compare_rows(&rows, &earlier));
+            println!("{}", table(&rows, moved.as_deref()));
+            if let Some(path) = &args.json {
+                SavedRun::of(&rows, compare::this_commit()).write(path)?;
+            }
             cleaned
         }
         // The run's error is the one returned; the clean-up's is not lost.
@@ -264,6 +276,7 @@ async fn accepted_per_second(
             measured: format!("{}/s", target.shown(per_second, 0)),
             target: ">= 8,000",
             met: Some(target.met(per_second)),
+            value: Figure::higher(per_second),
         });
     }
     // Measured after the run, so that the two never share the cores.
@@ -281,6 +294,7 @@ async fn accepted_per_second(
         },
         target: ">= 80%",
         met: percent.map(|percent| target.met(percent)),
+        value: percent.and_then(Figure::higher),
     })
 }
 
@@ -362,21 +376,31 @@ impl Bound {
 }
 
 /// The table for the terminal: each figure, what was measured, whether
-/// its target was met, and the target.
-fn table(rows: &[Row]) -> String {
+/// its target was met, and the target; with `--compare`, how each figure
+/// moved since the earlier run (`moved`, one per row).
+fn table(rows: &[Row], moved: Option<&[compare::Moved]>) -> String {
     // `met` five wide, as docs/bench.md shows it, though "yes" takes three.
     let mut table = Table::new()
         .left("figure")
         .left("measured")
         .column("met", Align::Left, 5)
         .left("target");
-    for row in rows {
+    if moved.is_some() {
+        table = table.left("since the earlier run");
+    }
+    for (i, row) in rows.iter().enumerate() {
         let met = match row.met {
             Some(true) => "yes",
             Some(false) => "NO",
             None => "-",
         };
-        table.row([row.figure, &row.measured, met, row.target]);
+        match moved {
+            Some(moved) => {
+                let since = moved[i].shown();
+                table.row([row.figure, &row.measured, met, row.target, &since]);
+            }
+            None => table.row([row.figure, &row.measured, met, row.target]),
+        }
     }
     table.to_string()
 }
@@ -409,8 +433,9 @@ mod tests {
             measured: "2.8 ms".into(),
             target: "<= 5 ms",
             met: Some(true),
+            value: None,
         }];
-        let table = table(&rows);
+        let table = table(&rows, None);
         let lines: Vec<&str> = table.lines().collect();
         // `met` keeps five characters, as docs/bench.md shows it.
         assert_eq!(lines[0], "figure  measured  met    target", "{table}");

@@ -132,9 +132,20 @@ impl Store {
         );
         let mut tx = self.pg.begin_with(begin).await?;
         // The load's fence: the sale's row, locked until the commit, so no
-        // load can read between this check and the writes.
+        // load can read between this check and the writes. `FOR KEY SHARE`,
+        // the weakest row lock, is enough and lets the batches of one sale
+        // write side by side: a load takes the row `FOR UPDATE`
+        // (`store/load.rs`), which waits for every batch holding it and
+        // holds off every batch that comes after; two batches' locks do not
+        // conflict, nor does a batch's raising of `sold` (its UPDATE takes
+        // the row's `FOR NO KEY UPDATE`), which is where the batches take
+        // turns, the later one adding to the row the earlier committed.
+        // (The epoch repair, `Store::record_load_epoch`, is not held off,
+        // and needs not be: it only compares and sets PostgreSQL's record,
+        // and a batch that passed this fence found it equal to Redis'
+        // epoch, which only a load, held off, can change.)
         let recorded: Option<String> =
-            sqlx::query_scalar("SELECT load_epoch FROM sales WHERE id = $1 FOR UPDATE")
+            sqlx::query_scalar("SELECT load_epoch FROM sales WHERE id = $1 FOR KEY SHARE")
                 .bind(sale_id)
                 .fetch_one(&mut *tx)
                 .await?;

@@ -125,15 +125,16 @@ impl Worker {
     }
 
     /// Write a sale's order queue until it is empty, [`BATCHES_IN_FLIGHT`]
-    /// batches at a time: while one commits in PostgreSQL, the others
-    /// queue their payment deadlines, ack, and reserve the next batch in
-    /// Redis, or wait for the sale's row. What they write together.
+    /// batches at a time: while one writes in PostgreSQL, the others write
+    /// too, or queue their payment deadlines, ack, and reserve the next
+    /// batch in Redis.
     ///
     /// Several batches of one sale at once are safe: the queue leases each
-    /// job to one reserve, so no order is in two; and each transaction
-    /// starts by locking the sale's row (`Store::confirm_orders`), so their
-    /// writes to `orders` and `sold` take turns in PostgreSQL instead of
-    /// racing (the same as several workers on one sale).
+    /// job to one reserve, so no order is in two; each transaction starts
+    /// by taking the sale's row with a share lock that holds loads off
+    /// (`Store::confirm_orders`), and their raises of `sold` take turns on
+    /// the row's update lock, each re-checked against the stock on the row
+    /// the one before committed (the same as several workers on one sale).
     pub async fn drain(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
         let lane = || async {
             let mut total = BatchReport::default();

@@ -22,6 +22,19 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) drain_orders: u32,
 
+    /// Orders the worker drains in the drain's second run, a long queue.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) drain_orders_large: u32,
+
+    /// Write this run's figures to FILE (JSON), for a later `--compare`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<std::path::PathBuf>,
+
+    /// Mark each figure that moved past its noise (docs/bench.md) since
+    /// the run FILE holds (written by `--json`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) compare: Option<std::path::PathBuf>,
+
     /// Sale pages (event streams) held open on one instance.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) pages: u32,

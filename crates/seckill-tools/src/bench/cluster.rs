@@ -11,6 +11,7 @@ use anyhow::Context;
 use seckill_loadtest::progress::Progress;
 
 use super::Row;
+use super::compare::Figure;
 use crate::bench::BenchArgs;
 use crate::loadrun;
 use seckill_core::config::Strategy;
@@ -60,6 +61,7 @@ pub(super) async fn spread_over_masters(
         measured: format!("{spread:.0}/s vs {one:.0}/s ({:.2}x)", spread / one),
         target: "measured, no target (one machine's cores)",
         met: None,
+        value: Figure::either(spread / one),
     })
 }
 

@@ -22,6 +22,7 @@ use seckill_loadtest::progress::Progress;
 use serde_json::json;
 
 use super::Row;
+use super::compare::Figure;
 use crate::bench::{BenchArgs, Bound};
 use crate::loadrun;
 use seckill_core::config::Strategy;
@@ -74,6 +75,7 @@ pub(super) async fn ended_sales(
             ),
             target: "<= 1.25x",
             met: Some(memory.met(memory_ratio)),
+            value: Figure::lower(memory_ratio),
         },
         Row {
             figure: "accepted purchases/s on a live sale after ended sales: --ended-sales vs 10",
@@ -85,6 +87,7 @@ pub(super) async fn ended_sales(
             ),
             target: ">= 0.85x",
             met: Some(speed.met(speed_ratio)),
+            value: Figure::higher(speed_ratio),
         },
     ])
 }

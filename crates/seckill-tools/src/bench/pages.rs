@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::Context;
 use seckill_loadtest::report::Report;
 
+use super::compare::Figure;
 use super::holder::Watchers;
 use super::{Bound, Row};
 use crate::bench::BenchArgs;
@@ -72,6 +73,7 @@ pub(super) async fn open_pages(
         ),
         target: "independent of the pages (a read per page would be pages/5 per s); < 256 MiB",
         met: Some(independent.met(extra) && small.met(mib)),
+        value: None,
     })
 }
 
@@ -117,6 +119,7 @@ pub(super) async fn watched_burst(
             ),
             target: "unchanged: <= 1.25x the burst alone",
             met: Some(UNCHANGED.met(ratio)),
+            value: Figure::lower(ratio),
         }
     };
     Ok([

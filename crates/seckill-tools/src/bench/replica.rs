@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::Row;
+use super::compare::Figure;
 use crate::bench::{BenchArgs, Bound};
 use crate::loadrun;
 use seckill_cli::Durability;
@@ -70,5 +71,6 @@ pub(super) async fn replica_against_local(
         ),
         target: ">= 0.7x",
         met: Some(target.met(ratio)),
+        value: Figure::higher(ratio),
     })
 }

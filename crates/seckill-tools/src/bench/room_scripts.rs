@@ -8,6 +8,7 @@ use anyhow::Context;
 use chrono::Utc;
 use futures_util::{StreamExt, TryStreamExt};
 
+use super::compare::Figure;
 use super::{Bound, Row};
 use crate::bench::BenchArgs;
 use seckill_core::domain::{NewSale, RoomMode, RoomSettings, Sale, UserId};
@@ -98,6 +99,7 @@ pub(super) async fn slowest_command(args: &BenchArgs, store: &Store) -> anyhow::
         ),
         target: "<= 5 ms",
         met: Some(limit.met(worst)),
+        value: Figure::lower(worst),
     })
 }
 

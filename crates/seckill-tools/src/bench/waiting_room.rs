@@ -23,6 +23,7 @@ use chrono::Utc;
 use futures_util::{StreamExt, TryStreamExt};
 use serde_json::json;
 
+use super::compare::Figure;
 use super::wrk::{self, ROUNDS};
 use super::{Bound, Row};
 use crate::bench::BenchArgs;
@@ -75,6 +76,7 @@ pub(super) async fn status_against_sold_out(
             ),
             target: TARGET,
             met: Some(target.met(ratio)),
+            value: Figure::higher(ratio),
         },
         Row {
             figure: NEAR_FIGURE,
@@ -84,6 +86,7 @@ pub(super) async fn status_against_sold_out(
             ),
             target: NEAR_TARGET,
             met: None,
+            value: Figure::either(near_status / near_sold_out),
         },
     ])
 }
@@ -266,12 +269,14 @@ pub(super) async fn crowded_room(
             ),
             target: "instance < 128 MiB",
             met: Some(small.met(mib(resident))),
+            value: Figure::lower(mib(resident)),
         },
         Row {
             figure: "the same room's admissions/s against its admit_per_sec (100)",
             measured: format!("{rate:.1}/s ({}% off)", near.shown(off_by, 1)),
             target: "within 5%",
             met: Some(near.met(off_by)),
+            value: Figure::lower(off_by),
         },
     ])
 }

@@ -14,6 +14,7 @@ use std::path::Path;
 use actix_web::{App, HttpResponse, HttpServer, ResponseError, web};
 use anyhow::Context;
 
+use super::compare::Figure;
 use super::{Bound, Row};
 use crate::bench::BenchArgs;
 use crate::loadrun;
@@ -85,6 +86,7 @@ pub(super) async fn sold_out(
         ),
         target: ">= 0.90",
         met: Some(target.met(ratio)),
+        value: Figure::higher(ratio),
     })
 }
 
@@ -134,12 +136,14 @@ pub(super) async fn index(
             ),
             target: ">= 50%",
             met: Some(cheap.met(percent)),
+            value: Figure::higher(percent),
         },
         Row {
             figure: second,
             measured: format!("{}% ({thousand:.0}/s)", level.shown(flat, 0)),
             target: ">= 90% (flat)",
             met: Some(level.met(flat)),
+            value: Figure::higher(flat),
         },
     ])
 }
@@ -255,6 +259,7 @@ pub(super) fn not_installed(figure: &'static str, target: &'static str) -> Row {
         measured: "wrk is not installed (apt-get install wrk)".into(),
         target,
         met: None,
+        value: None,
     }
 }
 

@@ -89,6 +89,13 @@ const ACCOUNTED: &[(&[&str], &str)] = &[
         "bench::the_bench_measures_each_row_beside_its_target runs every row, on shorter settings; bench::the_bench_measures_only_the_rows_asked_for runs `--only`",
     ),
     (
+        &[
+            "cargo run --release -- bench --json before.json",
+            "cargo run --release -- bench --compare before.json",
+        ],
+        "bench::the_bench_compares_only_with_a_run_it_can_read runs --json, then --compare with the run it wrote, and with a missing and a garbled file",
+    ),
+    (
         &["seckill bench --help", "seckill <command> --help"],
         "not run: clap prints the flags from the definitions the commands parse; docs::the_load_tests_help_runs_as_written runs one such help",
     ),
