@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use seckill_core::config::WorkerSettings;
 use seckill_core::domain::OrderJob;
+use seckill_core::keys::QueueKeys;
 use seckill_core::payment::{self, UnitReturn};
 use seckill_core::queue::{Queue, QueueStats};
 use seckill_core::store::Deadline;
@@ -37,8 +38,14 @@ async fn deadline_job(app: &TestApp, order: Uuid) -> OrderJob {
 
 /// Put `order`'s deadline on the queue again, due now: a duplicate delivery.
 async fn enqueue_deadline_again(app: &TestApp, sale: i64, order: Uuid) -> u64 {
+    enqueue_again(app, app.keys(sale).deadlines, order).await
+}
+
+/// Put `order`'s job on `queue` again, due now, as a redelivery brings it
+/// (an order's job and its deadline's carry the same payload).
+async fn enqueue_again(app: &TestApp, queue: QueueKeys, order: Uuid) -> u64 {
     let job = deadline_job(app, order).await;
-    Queue::new(app.keys(sale).deadlines)
+    Queue::new(queue)
         .enqueue(
             &mut app.redis_conn().await,
             &[(&order.to_string(), &job.to_payload())],
@@ -186,15 +193,7 @@ async fn an_order_job_redelivered_after_its_cancellation_makes_sure_the_unit_cam
     assert!(app.redis_buyers(sale).await.is_empty());
 
     // The order's job once more: nothing more comes back.
-    let job = deadline_job(&app, ann).await;
-    Queue::new(app.keys(sale).queue)
-        .enqueue(
-            &mut app.redis_conn().await,
-            &[(&ann.to_string(), &job.to_payload())],
-            Duration::ZERO,
-        )
-        .await
-        .expect("enqueue");
+    enqueue_again(&app, app.keys(sale).queue, ann).await;
     app.drain().await;
     for _ in 0..3 {
         app.worker.try_process_deadlines(sale).await.expect("step");
