@@ -4,9 +4,11 @@
 //! none is found). `seckill reset` refuses while one runs, since a running
 //! process keeps what it read of the sales it would delete.
 //!
-//! A process is on the same deployment when it was told the same
-//! PostgreSQL URL and key prefix, by flag or environment variable, as
-//! the caller was (or neither was). A process on another machine, or in a
+//! A process is on the same deployment when it was told the same key
+//! prefix and the same PostgreSQL URL, by flag or environment variable, as
+//! the caller was told or found (or neither was told one): the demo and the
+//! lab tell their processes the URL they found, where `seckill reset`
+//! finds it again. A process on another machine, or in a
 //! container whose processes this one cannot see, is not found: a real
 //! system would keep a record in the servers themselves.
 
@@ -20,8 +22,10 @@ pub struct Running {
 }
 
 /// The `seckill serve` and `seckill worker` processes, other than this
-/// one, told `database_url` (`None`: not told one) and `prefix`.
-pub fn servers_on(database_url: Option<&str>, prefix: &str) -> Vec<Running> {
+/// one, on the caller's deployment: `given`, the database URL the caller
+/// was told (`None`: none), `found`, the one it uses (told, or found on
+/// this machine), and `prefix`.
+pub fn servers_on(given: Option<&str>, found: &str, prefix: &str) -> Vec<Running> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -48,12 +52,19 @@ pub fn servers_on(database_url: Option<&str>, prefix: &str) -> Vec<Running> {
             let its_database = told(&args, &env, "--database-url", "SECKILL_DATABASE_URL");
             let its_prefix = told(&args, &env, "--redis-prefix", "SECKILL_REDIS_PREFIX")
                 .unwrap_or_else(|| "seckill".to_owned());
-            (its_database.as_deref() == database_url && its_prefix == prefix)
+            (its_prefix == prefix && same_database(its_database.as_deref(), given, found))
                 .then_some(Running { pid, command })
         })
         .collect();
     found.sort_by_key(|running| running.pid);
     found
+}
+
+/// Whether a process told `its` (`None`: none) uses the caller's
+/// database: told the same as the caller, told the one the caller found,
+/// or, like the caller, told none (both find the same local server).
+fn same_database(its: Option<&str>, given: Option<&str>, found: &str) -> bool {
+    its == given || its == Some(found)
 }
 
 fn nul_separated(raw: &[u8]) -> Vec<String> {
@@ -85,7 +96,24 @@ fn told(args: &[String], env: &[String], flag: &str, var: &str) -> Option<String
 
 #[cfg(test)]
 mod tests {
-    use super::told;
+    use super::{same_database, told};
+
+    /// The demo's processes are told the URL the demo found; `reset`, told
+    /// nothing, finds the same one: the same database (the walk found
+    /// `reset` blind to a running demo).
+    #[test]
+    fn a_process_told_the_url_the_caller_found_is_on_its_database() {
+        let local = "postgres://postgres@127.0.0.1:5432/seckill";
+        assert!(same_database(Some(local), None, local));
+        assert!(same_database(None, None, local));
+        assert!(same_database(Some(local), Some(local), local));
+        assert!(!same_database(
+            Some("postgres://postgres@127.0.0.1:5432/other"),
+            None,
+            local
+        ));
+        assert!(!same_database(None, Some(local), local));
+    }
 
     #[test]
     fn a_flag_wins_over_the_environment() {

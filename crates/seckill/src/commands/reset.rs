@@ -11,7 +11,8 @@ use seckill_devenv::services::Services;
 
 /// `seckill reset`: refuse while a `seckill serve` or `worker` runs on
 /// this database and prefix (`given_database` is the URL it was told, if
-/// any: a process told the same is on the same deployment); say what
+/// any; a process told the same, or told the one `services` found, is on
+/// the same deployment); say what
 /// goes, ask (unless `--yes`), forget every sale and order. Anything but
 /// "yes" deletes nothing, and fails, so that a script that did not mean it
 /// stops there.
@@ -21,16 +22,20 @@ pub(super) async fn run(
     prefix: &str,
     args: ResetArgs,
 ) -> anyhow::Result<()> {
-    let running = seckill_devenv::running::servers_on(given_database, prefix);
+    let running =
+        seckill_devenv::running::servers_on(given_database, &services.database_url, prefix);
     if !running.is_empty() {
         let list: Vec<String> = running
             .iter()
             .map(|process| format!("  pid {}: seckill {}", process.pid, process.command))
             .collect();
+        let processes = match running.len() {
+            1 => "1 seckill process runs".to_owned(),
+            n => format!("{n} seckill processes run"),
+        };
         anyhow::bail!(
-            "{} seckill process(es) run on this database and prefix `{prefix}`, and would keep \
+            "{processes} on this database and prefix `{prefix}`, and would keep \
              what they read of the sales:\n{}\nstop them first (Ctrl-C, or kill PID); nothing was deleted",
-            running.len(),
             list.join("\n")
         );
     }
