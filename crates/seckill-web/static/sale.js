@@ -192,7 +192,8 @@
     function fullNote(active, secs) {
       if (secs === null || secs === undefined) return "";
       return active + (active === 1 ? " buyer" : " buyers") +
-        " may buy now, as many as the room lets in at once: the next place opens when one of them buys" +
+        " may buy now, as many as the room lets in at once: the next place opens when " +
+        (active === 1 ? "they buy" : "one of them buys") +
         " or their turn runs out, at the latest in " + Math.ceil(secs) + " s.";
     }
 

@@ -136,10 +136,14 @@ impl RoomPanel {
         let Some((active, secs)) = self.full else {
             return String::new();
         };
-        let buyers = if active == 1 { "buyer" } else { "buyers" };
+        let (buyers, one_of_them) = if active == 1 {
+            ("buyer", "they buy or their")
+        } else {
+            ("buyers", "one of them buys or their")
+        };
         format!(
             "{active} {buyers} may buy now, as many as the room lets in at once: the next place \
-             opens when one of them buys or their turn runs out, at the latest in {} s.",
+             opens when {one_of_them} turn runs out, at the latest in {} s.",
             secs.ceil()
         )
     }

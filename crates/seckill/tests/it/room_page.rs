@@ -355,7 +355,7 @@ async fn a_room_full_of_admitted_buyers_says_why_the_line_waits_and_until_when()
     let note = text_of(&html, "room-full");
     assert!(
         note.starts_with("1 buyer may buy now, as many as the room lets in at once")
-            && note.contains("when one of them buys or their turn runs out"),
+            && note.contains("when they buy or their turn runs out"),
         "{note}"
     );
     let latest: f64 = note
