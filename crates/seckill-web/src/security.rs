@@ -127,13 +127,13 @@ pub(crate) async fn guard(
     let span = request_span(&request, id);
     let mut response = async move {
         match refusal(&request) {
-            // A page's form refused is answered as a page, in the site's
-            // layout; the API keeps its JSON.
+            // A cross-site form post is refused as a page, in the site's
+            // layout (a form is posted from a page; the API's paths are
+            // never refused so); any other refusal as the API answers.
             Some(refused) => Ok::<_, actix_web::Error>({
-                let answer = if request.path().starts_with("/api/") {
-                    HttpResponse::from_error(refused)
-                } else {
-                    HttpResponse::from_error(PageError::from(refused))
+                let answer = match refused {
+                    ApiError::CrossSite => HttpResponse::from_error(PageError::from(refused)),
+                    refused => HttpResponse::from_error(refused),
                 };
                 request.into_response(answer).map_into_right_body()
             }),
