@@ -154,6 +154,18 @@ async fn a_refused_admin_form_keeps_what_was_typed_at_1024_by_768() {
         "the form starts {top} px down: not in the top half of the first screen"
     );
     screenshot(&browser, "admin-form.png").await;
+    // Its Create button too, under a browser's own bars (about 110 px of
+    // the 768): a newcomer found it below the fold.
+    let create = browser
+        .execute(
+            "return document.getElementById('create').getBoundingClientRect().bottom;",
+            vec![],
+        )
+        .await
+        .expect("where the button is")
+        .as_f64()
+        .expect("px");
+    assert!(create <= 650.0, "the Create button ends {create} px down");
 
     type_into(&browser, "name", "Blue kettle").await;
     type_into(&browser, "stock", "0").await;
