@@ -52,7 +52,7 @@ impl Row {
             bots_share_early: (room && !early.is_empty()).then(|| {
                 early.iter().filter(|s| s.is(Kind::Bot)).count() as f64 / early.len() as f64
             }),
-            inversions: room.then(|| inversions(stories, open)),
+            inversions: setting.map(|mode| inversions(stories, open, mode)),
             eta_error: room.then(|| eta_error(stories)).flatten(),
             bot_answers: bot_answers(stories),
             kept,
@@ -61,18 +61,26 @@ impl Row {
 }
 
 /// Pairs admitted out of their order of joining: `(both joined after the
-/// open, all)`. The order of joining is the number the server gave each
-/// join. Two admissions within a millisecond are one batch, in no order.
-fn inversions(stories: &[Story], open: f64) -> (usize, usize) {
-    let mut admitted: Vec<(u64, f64, bool)> = stories
+/// open, all)`. In a `fifo` room the order of joining is the number the
+/// server gave each join, its arrival order. In a lottery that number is
+/// the drawn place, the order the room serves in, so the order of joining
+/// is when each join was answered (two answered within a millisecond are
+/// one batch, in no order): the lottery's shuffle shows among all, and none
+/// after the open. Two admissions within a millisecond are one batch too.
+fn inversions(stories: &[Story], open: f64, mode: RoomMode) -> (usize, usize) {
+    let (joined, tie): (fn(&Story) -> Option<f64>, f64) = match mode {
+        RoomMode::Fifo => (|s| s.place.map(|place| place as f64), 0.0),
+        RoomMode::Lottery => (|s| s.arrived, 0.001),
+    };
+    let mut admitted: Vec<(f64, f64, bool)> = stories
         .iter()
-        .filter_map(|s| Some((s.place?, s.admitted?, s.arrived? >= open)))
+        .filter_map(|s| Some((joined(s)?, s.admitted?, s.arrived? >= open)))
         .collect();
-    admitted.sort_by_key(|a| a.0);
+    admitted.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (mut after_open, mut all) = (0, 0);
     for (i, a) in admitted.iter().enumerate() {
         for b in &admitted[i + 1..] {
-            if a.1 > b.1 + 0.001 {
+            if b.0 > a.0 + tie && a.1 > b.1 + 0.001 {
                 all += 1;
                 if a.2 && b.2 {
                     after_open += 1;

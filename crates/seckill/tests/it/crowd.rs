@@ -1,6 +1,7 @@
 //! `seckill crowd`: people against bots, with the waiting room off, fifo
-//! and lottery; every run keeps the promise, and fifo admits in the order
-//! buyers joined once the sale is open.
+//! and lottery; every run keeps the promise, fifo admits everyone in the
+//! order they joined, and the lottery shuffles those who joined before the
+//! open.
 
 use crate::helpers::{Scratch, seckill_command};
 use crate::processes::{finish, text};
@@ -16,8 +17,11 @@ async fn the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_or
         "6",
         "--bot-addresses",
         "2",
+        // Units for the buyers who join after the open too: at 6, the
+        // early joiners took every place and every unit, and a room that
+        // shuffled its later joiners passed.
         "--stock",
-        "6",
+        "30",
         "--admit-per-sec",
         "5",
     ];
@@ -46,10 +50,22 @@ async fn the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_or
                 .and_then(|n| n.parse().ok())
                 .expect("won/units")
         };
-        assert_eq!(won(&cells[1]) + won(&cells[2]), 6, "{cells:?}");
+        assert_eq!(won(&cells[1]) + won(&cells[2]), 30, "{cells:?}");
     }
-    // Inversions "after the open (all)": none after the open under fifo.
+    // Inversions, after the open (and among all): none at all under fifo;
+    // the lottery's shuffle among all, and none after the open, where it
+    // serves in arrival order too.
     let fifo = row("fifo");
-    assert_eq!(fifo[5], "0", "{fifo:?}");
+    assert_eq!(
+        (fifo[5].as_str(), fifo[6].as_str()),
+        ("0", "(0)"),
+        "{fifo:?}"
+    );
+    let lottery = row("lottery");
+    assert_eq!(lottery[5], "0", "{lottery:?}");
+    assert_ne!(
+        lottery[6], "(0)",
+        "the lottery kept arrival order: {lottery:?}"
+    );
     assert!(stdout.contains("verdict: PASS"), "{stdout}");
 }
