@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use seckill_core::domain::RoomMode;
+use seckill_core::waiting_room::LOTTERY_LATE;
 use seckill_loadtest::report::{Align, Table};
 
 use super::CrowdArgs;
@@ -61,26 +62,36 @@ impl Row {
 }
 
 /// Pairs admitted out of their order of joining: `(both joined after the
-/// open, all)`. In a `fifo` room the order of joining is the number the
-/// server gave each join, its arrival order. In a lottery that number is
-/// the drawn place, the order the room serves in, so the order of joining
-/// is when each join was answered (two answered within a millisecond are
-/// one batch, in no order): the lottery's shuffle shows among all, and none
-/// after the open. Two admissions within a millisecond are one batch too.
+/// open, all)`. The order of joining is the number the server gave each
+/// join (its arrival order), but for a lottery's drawn places (those who
+/// joined before the open, numbered below `LOTTERY_LATE`): those are
+/// ordered by when each join was answered, and two answered within a
+/// millisecond of each other are one batch, in no order. So the lottery's
+/// shuffle shows among all, and none after the open, where it serves in
+/// arrival order. Two admissions within a millisecond are one batch too.
 fn inversions(stories: &[Story], open: f64, mode: RoomMode) -> (usize, usize) {
-    let (joined, tie): (fn(&Story) -> Option<f64>, f64) = match mode {
-        RoomMode::Fifo => (|s| s.place.map(|place| place as f64), 0.0),
-        RoomMode::Lottery => (|s| s.arrived, 0.001),
+    // (drawn, then when answered or the number), and whether it is a time.
+    let joined = |s: &Story| -> Option<(u8, f64)> {
+        let place = s.place?;
+        Some(match mode {
+            RoomMode::Lottery if place < LOTTERY_LATE => (0, s.arrived?),
+            _ => (1, place as f64),
+        })
     };
-    let mut admitted: Vec<(f64, f64, bool)> = stories
+    let mut admitted: Vec<((u8, f64), f64, bool)> = stories
         .iter()
         .filter_map(|s| Some((joined(s)?, s.admitted?, s.arrived? >= open)))
         .collect();
-    admitted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    admitted.sort_by(|a, b| a.0.0.cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
+    let before = |a: (u8, f64), b: (u8, f64)| match (a.0, b.0) {
+        (0, 0) => b.1 > a.1 + 0.001,
+        (x, y) if x == y => b.1 > a.1,
+        (x, y) => x < y,
+    };
     let (mut after_open, mut all) = (0, 0);
     for (i, a) in admitted.iter().enumerate() {
         for b in &admitted[i + 1..] {
-            if b.0 > a.0 + tie && a.1 > b.1 + 0.001 {
+            if before(a.0, b.0) && a.1 > b.1 + 0.001 {
                 all += 1;
                 if a.2 && b.2 {
                     after_open += 1;
