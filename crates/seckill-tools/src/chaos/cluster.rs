@@ -131,7 +131,15 @@ impl Rig {
     /// The sale's replicas stopped (SIGSTOP) while its primary drops every
     /// client connection every [`DROP_EVERY`], for [`DROPS_FOR`]: nothing
     /// can be confirmed, and every answer in flight is lost on the way.
-    pub(super) async fn drop_connections(&mut self) -> anyhow::Result<String> {
+    /// Returns what happened, in words, and when (since `epoch`) the
+    /// replicas were stopped and resumed: the fault's window for the judge.
+    /// Not the call's own start and end: finding the shard's nodes first
+    /// can put the stop well after the call on a busy machine, and a `WAIT`
+    /// sent before the resume may be answered, rightly, just after it.
+    pub(super) async fn drop_connections(
+        &mut self,
+        epoch: Instant,
+    ) -> anyhow::Result<(String, Duration, Duration)> {
         let (_, primary) = self.sale_shard().await?;
         let cluster = self.cluster()?;
         let replicas = cluster.replicas_of(&primary).await;
@@ -140,17 +148,20 @@ impl Rig {
             .filter_map(|url| cluster.node(url))
             .collect();
         nodes.iter().for_each(|node| node.pause());
+        let stopped = epoch.elapsed();
         let dropping = drop_clients(&primary, DROP_EVERY);
         tokio::time::sleep(DROPS_FOR).await;
         let kills = dropping.stop().await;
+        let resumed = epoch.elapsed();
         nodes.iter().for_each(|node| node.resume());
         let kills = kills?;
         cluster.wait_whole().await?;
-        Ok(format!(
+        let note = format!(
             "the sale's {} replicas stopped while its primary dropped its clients for {DROPS_FOR:?} \
              ({kills} kills dropped connections)",
             replicas.len()
-        ))
+        );
+        Ok((note, stopped, resumed))
     }
 }
 

@@ -75,7 +75,9 @@ impl Rig {
         epoch: Instant,
     ) -> anyhow::Result<(FaultWindow, Wiped)> {
         eprintln!("chaos: {} ...", fault.as_str());
-        let start = epoch.elapsed();
+        let mut start = epoch.elapsed();
+        // Where the fault's own moments are not the call's (below).
+        let mut ends = None;
         let mut wiped = Wiped::default();
         let note = match fault {
             Fault::WorkerKill => self.kill_workers().await?,
@@ -108,10 +110,14 @@ impl Rig {
             Fault::RedisFailover => self.fail_over().await?,
             Fault::ClusterFailover => self.fail_the_sale_over().await?,
             Fault::OtherShardStall => self.stall_another_shard().await?,
-            Fault::ConnectionDrops => self.drop_connections().await?,
+            Fault::ConnectionDrops => {
+                let (note, stopped, resumed) = self.drop_connections(epoch).await?;
+                (start, ends) = (stopped, Some(resumed));
+                note
+            }
             Fault::SaleShardStall => self.stall_the_sale_shard().await?,
         };
-        let end = epoch.elapsed();
+        let end = ends.unwrap_or_else(|| epoch.elapsed());
         eprintln!("chaos: {} done: {note}", fault.as_str());
         let window = FaultWindow {
             fault,

@@ -29,16 +29,15 @@ async fn on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202() {
             "connection-drops",
             "--redis-durability",
             "replica",
-            // 100 a second. At 300 it also catches a client that re-sends
-            // what a dropped connection lost, but inside the full suite it
-            // once found 202s with the sale's replicas stopped that are
-            // not explained yet (docs/chaos.md).
+            // 300 a second: enough commits and waits in flight that a
+            // client re-sending what a dropped connection lost is caught
+            // (at 100 a second, a client with its retries on passed).
             "--users",
-            "1200",
+            "10000",
             "--stock",
-            "1000",
+            "6000",
             "--rate",
-            "100",
+            "300",
             "--duration-secs",
             "27",
         ],
