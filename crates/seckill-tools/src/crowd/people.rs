@@ -39,6 +39,11 @@ pub(crate) struct Story {
     /// When the room admitted them, on the server's word (the answer's
     /// `admission_expires_in_secs`, taken back from the admission's length).
     pub(crate) admitted: Option<f64>,
+    /// When the room admitted them on Redis' clock (ms since the epoch),
+    /// exact: the end written in their admission, less its length. Buyers
+    /// admitted in one visit share it. What orders admissions, where the
+    /// answer's arrival here, late by a loaded machine's whims, would not.
+    pub(crate) admitted_ms: Option<i64>,
     /// The wait the room predicted at the first status after the open:
     /// `(when asked, eta_secs)`.
     pub(crate) predicted: Option<(f64, f64)>,
@@ -160,6 +165,7 @@ impl Story {
             arrived: None,
             place: None,
             admitted: None,
+            admitted_ms: None,
             predicted: None,
             won: false,
             answers: Vec::new(),
@@ -208,6 +214,13 @@ async fn wait_in_room(
                 .unwrap_or(0.0);
             let lasts = run.room.unwrap_or(0.0);
             story.admitted = Some(run.secs(now) - (lasts - left).max(0.0));
+            // An admission is `kind.sale.buyer.number.expires_ms.signature`
+            // (`domain/room_rules.rs`).
+            story.admitted_ms = admission
+                .split('.')
+                .nth(4)
+                .and_then(|expires| expires.parse::<i64>().ok())
+                .map(|expires| expires - (lasts * 1000.0) as i64);
             if story.kind == Kind::Bot {
                 run.stolen
                     .lock()

@@ -68,7 +68,8 @@ impl Row {
 /// ordered by when each join was answered, and two answered within a
 /// millisecond of each other are one batch, in no order. So the lottery's
 /// shuffle shows among all, and none after the open, where it serves in
-/// arrival order. Two admissions within a millisecond are one batch too.
+/// arrival order. Admissions are ordered by the moment Redis made them
+/// (`Story::admitted_ms`); those of one visit are one batch, in no order.
 fn inversions(stories: &[Story], open: f64, mode: RoomMode) -> (usize, usize) {
     // (drawn, then when answered or the number), and whether it is a time.
     let joined = |s: &Story| -> Option<(u8, f64)> {
@@ -78,9 +79,9 @@ fn inversions(stories: &[Story], open: f64, mode: RoomMode) -> (usize, usize) {
             _ => (1, place as f64),
         })
     };
-    let mut admitted: Vec<((u8, f64), f64, bool)> = stories
+    let mut admitted: Vec<((u8, f64), i64, bool)> = stories
         .iter()
-        .filter_map(|s| Some((joined(s)?, s.admitted?, s.arrived? >= open)))
+        .filter_map(|s| Some((joined(s)?, s.admitted_ms?, s.arrived? >= open)))
         .collect();
     admitted.sort_by(|a, b| a.0.0.cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
     let before = |a: (u8, f64), b: (u8, f64)| match (a.0, b.0) {
@@ -91,7 +92,7 @@ fn inversions(stories: &[Story], open: f64, mode: RoomMode) -> (usize, usize) {
     let (mut after_open, mut all) = (0, 0);
     for (i, a) in admitted.iter().enumerate() {
         for b in &admitted[i + 1..] {
-            if before(a.0, b.0) && a.1 > b.1 + 0.001 {
+            if before(a.0, b.0) && a.1 > b.1 {
                 all += 1;
                 if a.2 && b.2 {
                     after_open += 1;
