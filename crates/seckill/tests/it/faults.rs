@@ -428,13 +428,7 @@ async fn a_won_form_purchase_is_shown_though_the_read_after_it_fails() {
     let sale = app.create_sale(5).await;
     assert_eq!(sale, 1, "the needle names sale 1's stock");
 
-    let page = app
-        .client
-        .post(app.url(&format!("/sales/{sale}/buy")))
-        .form(&[("user_id", "ann")])
-        .send()
-        .await
-        .expect("POST");
+    let page = app.buy_by_form(sale, "ann").await;
     assert_eq!(proxy.answers_lost(), 1, "the read's answer was not lost");
     assert_eq!(page.status(), 200);
     let html = page.text().await.expect("a page");

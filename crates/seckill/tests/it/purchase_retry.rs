@@ -66,12 +66,8 @@ async fn a_retry_of_a_won_purchase_names_its_order(strategy: Strategy) {
 
     // The form without JavaScript links to the order.
     let page = app
-        .client
-        .post(app.url(&format!("/sales/{sale}/buy")))
-        .form(&[("user_id", "ann")])
-        .send()
+        .buy_by_form(sale, "ann")
         .await
-        .expect("POST buy")
         .text()
         .await
         .expect("a page");

@@ -88,6 +88,16 @@ impl TestApp {
             .expect("POST purchase")
     }
 
+    /// The sale page's Buy form, posted without JavaScript as `user`.
+    pub async fn buy_by_form(&self, sale_id: i64, user: &str) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/sales/{sale_id}/buy")))
+            .form(&[("user_id", user)])
+            .send()
+            .await
+            .expect("POST the Buy form")
+    }
+
     /// Run worker batches until the queues are empty.
     pub async fn drain(&self) -> BatchReport {
         drain(&self.worker).await
