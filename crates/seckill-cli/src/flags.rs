@@ -339,15 +339,15 @@ impl WorkerFlags {
 /// one address say so.
 #[derive(Debug, Clone, Args)]
 pub struct LimitFlags {
-    /// Purchases and admin logins per second from one client IP, 0 to 100000; 0 turns the limit off.
+    /// Purchases per second from one client IP on one sale, and admin logins from one IP, 0 to 100000; 0 turns the limit off.
     #[arg(long, env = "SECKILL_RATE_LIMIT_PER_IP", default_value_t = 0, value_parser = clap::value_parser!(u32).range(wide(RateLimitSettings::PER_SECOND)))]
     pub rate_limit_per_ip: u32,
 
-    /// Purchases per second by one buyer id, 0 to 100000; 0 turns the limit off.
+    /// Purchases per second by one buyer id on one sale, 0 to 100000; 0 turns the limit off.
     #[arg(long, env = "SECKILL_RATE_LIMIT_PER_BUYER", default_value_t = 0, value_parser = clap::value_parser!(u32).range(wide(RateLimitSettings::PER_SECOND)))]
     pub rate_limit_per_buyer: u32,
 
-    /// Waiting-room joins per second from one client IP, 0 to 100000; 0 turns the limit off (the demo, the crowd and the load test do: their buyers share one address).
+    /// Waiting-room joins per second from one client IP on one sale, 0 to 100000; 0 turns the limit off (the demo, the crowd and the load test do: their buyers share one address).
     #[arg(long, env = "SECKILL_ROOM_JOINS_PER_IP", default_value_t = RateLimitSettings::default().room_joins_per_ip, value_parser = clap::value_parser!(u32).range(wide(RateLimitSettings::PER_SECOND)))]
     pub room_joins_per_ip: u32,
 

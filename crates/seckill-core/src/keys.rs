@@ -4,11 +4,11 @@
 //! payment deadlines), share the hash tag `{sale:ID}`. Redis Cluster places keys with the same tag in the
 //! same slot, so every script that touches one sale (the lock, the purchase
 //! commit, the queue) runs on one master, atomically, when seckill runs on
-//! a cluster (`redis_pool.rs`). A purchase writes only its sale's keys, so
-//! it touches only its sale's shard: a pending order is found from its id,
-//! which names its sale (`domain::order_id_for`), on that sale's queue. The
-//! keys of no sale (rate limits, admin sessions) are each read and written
-//! alone.
+//! a cluster (`redis_pool.rs`). A purchase touches only its sale's keys, so
+//! only its sale's shard: a pending order is found from its id, which
+//! names its sale (`domain::order_id_for`), on that sale's queue, and the
+//! buyer's rate limits count on that sale. The keys of no sale (an admin
+//! login's rate limit, admin sessions) are each read and written alone.
 //!
 //! Every key starts with a prefix (`seckill` by default) so that tests, each
 //! with a prefix of its own, can share one Redis server without seeing each
@@ -127,9 +127,15 @@ impl SaleKeys {
 }
 
 /// `STRING` with a TTL: the rate limiter's state for one client (`kind`
-/// is `ip` or `buyer`).
-pub fn rate_limit(prefix: &str, kind: &str, client: &str) -> String {
-    format!("{prefix}:rate:{kind}:{client}")
+/// is `ip`, `buyer` or `join-ip`), on one sale or, for what belongs to no
+/// sale (an admin login), on none. A sale's limits carry its hash tag, so
+/// on a cluster its buyers' requests touch only the sale's shard: a
+/// limit's key elsewhere would make another shard's stall stop them.
+pub fn rate_limit(prefix: &str, sale_id: Option<i64>, kind: &str, client: &str) -> String {
+    match sale_id {
+        Some(sale_id) => format!("{prefix}:{{sale:{sale_id}}}:rate:{kind}:{client}"),
+        None => format!("{prefix}:rate:{kind}:{client}"),
+    }
 }
 
 /// `STRING` with a TTL: an open admin session, until it expires or its

@@ -12,16 +12,16 @@ use super::{InvalidSetting, within};
 /// waiting room with made-up buyer ids (see docs/storefront.md).
 #[derive(Debug, Clone)]
 pub struct RateLimitSettings {
-    /// Purchases and admin logins per second from one client IP, 0 to 100000; 0 turns the limit off.
+    /// Purchases per second from one client IP on one sale, and admin logins from one IP, 0 to 100000; 0 turns the limit off.
     pub rate_limit_per_ip: u32,
 
-    /// Purchases per second by one buyer id, 0 to 100000; 0 turns the limit off.
+    /// Purchases per second by one buyer id on one sale, 0 to 100000; 0 turns the limit off.
     pub rate_limit_per_buyer: u32,
 
     /// Requests a client may send at once beyond its steady rate, 0 to 10000.
     pub rate_limit_burst: u32,
 
-    /// Waiting-room joins per second from one client IP, 0 to 100000; 0 turns the limit off.
+    /// Waiting-room joins per second from one client IP on one sale, 0 to 100000; 0 turns the limit off.
     pub room_joins_per_ip: u32,
 
     /// Proxies whose X-Forwarded-For header is believed, as comma-separated IP addresses and CIDR ranges, e.g. 127.0.0.1,10.0.0.0/8; the client IP of the per-IP limit and the admin lock-out is then the right-most address in that header that is not one of them [default: none, the TCP peer is the client]

@@ -350,7 +350,7 @@ pub(crate) async fn login(
     request: HttpRequest,
     form: web::Form<LoginForm>,
 ) -> Result<HttpResponse, PageError> {
-    limits::check(&state, &request, None).await?;
+    limits::check(&state, &request, limits::On::Shop).await?;
     match admit(&state, &request, Some(&form.token)).await {
         Ok(()) => {}
         Err(ApiError::RateLimited(left)) => {

@@ -69,8 +69,12 @@ pub(crate) async fn purchase(
 ) -> Result<HttpResponse, ApiError> {
     let Object(body) = body.into_inner();
     let user = UserId::parse(&body.user_id).map_err(ApiError::invalid)?;
-    limits::check(&state, &request, Some(&user)).await?;
     let sale = find_sale(&state, &path).await?;
+    let on = limits::On::Sale {
+        sale_id: sale.id,
+        buyer: &user,
+    };
+    limits::check(&state, &request, on).await?;
     if sale.waiting_room.is_some() {
         door::admit(&state, &sale, &user, body.admission.as_deref()).await?;
     }

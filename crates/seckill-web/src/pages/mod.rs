@@ -190,8 +190,12 @@ async fn bought(
     form: &BuyForm,
 ) -> Result<HttpResponse, ApiError> {
     let user = UserId::parse(&form.user_id).map_err(ApiError::invalid)?;
-    limits::check(state, request, Some(&user)).await?;
     let sale = find_sale(state, path).await?;
+    let on = limits::On::Sale {
+        sale_id: sale.id,
+        buyer: &user,
+    };
+    limits::check(state, request, on).await?;
     // A sale with a waiting room sells only to an admitted buyer, as the
     // API does; a refusal is a page saying why, and writes nothing.
     if sale.waiting_room.is_some() {

@@ -18,6 +18,7 @@ use crate::helpers::{
     Options, Scratch, TestApp, cluster, create_sale_at, eventually, loadtest_command, services,
     spawn_app_on, start_app_and_a_worker,
 };
+
 use crate::processes::{finish, orders_by_status, read_json, text};
 
 /// The masters, started and joined; a scratch database and prefix on them.
@@ -331,10 +332,23 @@ async fn a_sale_per_master(redis: &PrivateRedisCluster, app: &TestApp) -> BTreeM
 /// the buyer of the stopped shard's sale is told `503` with `Retry-After`;
 /// nobody waits past the bound. (Before the cluster connections had a
 /// response timeout, both waited for as long as the node was stopped.)
+/// The purchase limits are on, per address and per buyer: their counts
+/// live on the sale's shard. (Before, each buyer's count lived on any
+/// shard, so a healthy sale's buyers whose count was on the stalled one
+/// were told `503`.)
 #[tokio::test]
 async fn a_stalled_shard_stops_only_its_own_sales_and_every_buyer_is_answered_in_time() {
     let (redis, scratch) = three_masters().await;
-    let app = spawn_app_on(scratch, Options::default()).await;
+    let limits = seckill_core::config::RateLimitSettings {
+        rate_limit_per_ip: 10_000,
+        rate_limit_per_buyer: 100,
+        ..Default::default()
+    };
+    let options = Options {
+        limits,
+        ..Options::default()
+    };
+    let app = spawn_app_on(scratch, options).await;
     let sales = a_sale_per_master(&redis, &app).await;
     // Every sale sells before the stall (the connections are made).
     for sale in sales.values() {
@@ -347,7 +361,7 @@ async fn a_stalled_shard_stops_only_its_own_sales_and_every_buyer_is_answered_in
     let healthy = sales
         .values()
         .filter(|sale| *sale != stalled_sale)
-        .flat_map(|sale| (0..6).map(move |n| (*sale, format!("buyer-{n}"))));
+        .flat_map(|sale| (0..10).map(move |n| (*sale, format!("buyer-{sale}-{n}"))));
     let app = &app;
     let buying = healthy
         .clone()
@@ -372,24 +386,25 @@ async fn a_stalled_shard_stops_only_its_own_sales_and_every_buyer_is_answered_in
 }
 
 /// A cluster of three shards, each a primary and one replica, and an app
-/// whose `202` waits for the sale's replica (300 ms at most).
+/// whose `202` waits for the sale's replica (`wait` at most).
 async fn three_shards_with_replicas(
     strategy: seckill_core::config::Strategy,
+    wait: Duration,
 ) -> (PrivateRedisCluster, TestApp) {
     let redis = PrivateRedisCluster::start_with_replicas(3, 1)
         .await
         .expect("a private cluster of 3 masters and 3 replicas");
     let scratch = Scratch::on(&services().await.database_url, &redis.at()).await;
     let mut options = Options {
-        durability: seckill_core::config::RedisDurability::Replica {
-            wait: Duration::from_millis(300),
-            replicas: 1,
-        },
+        durability: seckill_core::config::RedisDurability::Replica { wait, replicas: 1 },
         ..Options::default()
     };
     options.purchase.strategy = strategy;
     (redis, spawn_app_on(scratch, options).await)
 }
+
+/// How long the tests' `202` waits for a replica.
+const WAIT: Duration = Duration::from_millis(300);
 
 /// A `202` for a new buyer of `sale`, once its replica is in step (a
 /// cluster just started may still be in its first sync).
@@ -412,7 +427,7 @@ async fn sells(app: &TestApp, sale: i64) {
 #[tokio::test]
 async fn a_shard_without_a_live_replica_or_with_a_stalled_primary_stops_only_its_own_sales() {
     let _cores = crate::helpers::cores_alone().await;
-    let (redis, app) = three_shards_with_replicas(seckill_core::config::Strategy::Lock).await;
+    let (redis, app) = three_shards_with_replicas(seckill_core::config::Strategy::Lock, WAIT).await;
     let sales = a_sale_per_master(&redis, &app).await;
     for sale in sales.values() {
         sells(&app, *sale).await;
@@ -465,7 +480,7 @@ async fn a_dropped_connection_is_in_doubt_never_a_second_try(
     strategy: seckill_core::config::Strategy,
 ) {
     let _cores = crate::helpers::cores_alone().await;
-    let (redis, app) = three_shards_with_replicas(strategy).await;
+    let (redis, app) = three_shards_with_replicas(strategy, WAIT).await;
     let sale = app.create_sale(1_000).await;
     sells(&app, sale).await;
     let master = redis

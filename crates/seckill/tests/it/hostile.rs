@@ -178,7 +178,7 @@ fn limited(per_ip: u32, per_buyer: u32, burst: u32) -> Options {
 async fn forget_rate_limits(app: &TestApp) {
     let mut conn = app.redis_conn().await;
     let counts: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:rate:*", app.scratch.prefix))
+        .arg(format!("{}:*rate:*", app.scratch.prefix))
         .query_async(&mut conn)
         .await
         .expect("KEYS");
