@@ -132,7 +132,9 @@ impl ClusterManager {
             .connection_timeout(timeouts.connect)
             .response_timeout(timeouts.response)
             // No command is re-sent behind the caller's back: a lost
-            // answer is the caller's to judge (module notes).
+            // answer is the caller's to judge (module notes). With the
+            // crate's 16 retries, `cluster.rs`'s `..._a_commit_whose_answer_
+            // was_lost_is_never_sent_again` sees the commit run twice.
             .retries(0)
             .build()?;
         Ok(Self {

@@ -15,8 +15,8 @@ use seckill_devenv::services::PrivateRedisCluster;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{
-    Options, Scratch, TestApp, cluster, create_sale_at, eventually, loadtest_command, services,
-    spawn_app_on, start_app_and_a_worker,
+    Monitor, Options, Scratch, TestApp, cluster, create_sale_at, eventually, loadtest_command,
+    services, spawn_app_on, start_app_and_a_worker,
 };
 
 use crate::processes::{finish, orders_by_status, read_json, text};
@@ -552,6 +552,113 @@ async fn with_lock_a_dropped_connection_is_in_doubt_never_a_second_try() {
 #[tokio::test]
 async fn with_lua_a_dropped_connection_is_in_doubt_never_a_second_try() {
     a_dropped_connection_is_in_doubt_never_a_second_try(seckill_core::config::Strategy::Lua).await;
+}
+
+/// A purchase whose commit ran but whose answer the connection lost, made
+/// certain: the sale's replica is stopped, so the commit's `WAIT` holds
+/// its connection after the commit ran, and exactly that connection is
+/// dropped (`CLIENT KILL ID`) while it waits. The buyer is told `503`
+/// naming the order the commit took, PostgreSQL ends with that order, and
+/// Redis ran the commit once. (With the cluster client's own retries,
+/// `retries(16)` in `redis_pool/timeouts.rs`, it re-sent the commit and
+/// its `WAIT` on a new connection: the commit ran twice, and its second run
+/// told the winner `409 already_purchased` under `lua` and `lock_lost`
+/// under `lock`.)
+async fn a_commit_whose_answer_was_lost_is_never_sent_again(
+    strategy: seckill_core::config::Strategy,
+) {
+    let _cores = crate::helpers::cores_alone().await;
+    let (redis, app) = three_shards_with_replicas(strategy, Duration::from_secs(3)).await;
+    let sale = app.create_sale(10).await;
+    sells(&app, sale).await;
+    let master = redis
+        .master_of(&app.keys(sale).stock)
+        .await
+        .expect("the sale's master");
+    let replicas: Vec<_> = (redis.replicas_of(&master).await.iter())
+        .map(|url| redis.node(url).expect("a replica's node"))
+        .collect();
+    let buyer = format!("lost-answer-{}", uuid::Uuid::new_v4().simple());
+    let mut monitor = Monitor::start(&master, &buyer).await;
+
+    replicas.iter().for_each(|replica| replica.pause());
+    let drop_it = async {
+        let dropped = drop_the_connection_in_wait(&master).await;
+        replicas.iter().for_each(|replica| replica.resume());
+        dropped
+    };
+    let (told, dropped) = tokio::join!(buy_within(&app, sale, &buyer, IN_DOUBT_WITHIN), drop_it);
+    assert!(dropped, "no connection was seen waiting for the replica");
+
+    let commits: Vec<_> = (monitor.until_now().await.into_iter())
+        .filter(|command| command[0].eq_ignore_ascii_case("evalsha"))
+        .collect();
+    assert_eq!(
+        commits.len(),
+        1,
+        "the commit ran more than once, and {buyer} was told {told:?}: {commits:?}"
+    );
+    assert_eq!(told.status, 503, "{buyer}: {told:?}");
+    assert!(told.retry_after, "{told:?}");
+    let order_id = told.body["order_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{buyer} was not told the order taken: {told:?}"))
+        .to_owned();
+
+    eventually(Duration::from_secs(20), "the queue drained", || async {
+        let _ = app.worker.run_once().await;
+        let stats = app.queue_stats(sale).await;
+        stats.waiting == 0 && stats.in_flight == 0
+    })
+    .await;
+    let orders = crate::helpers::orders(&app.pg, sale).await;
+    let theirs: Vec<_> = orders.iter().filter(|(_, who, _)| *who == buyer).collect();
+    assert_eq!(theirs.len(), 1, "{buyer}'s orders: {orders:?}");
+    assert_eq!(
+        theirs[0].0.to_string(),
+        order_id,
+        "{buyer} was told another order"
+    );
+}
+
+/// Finds the client of `master` blocked in `WAIT` within 5 s and drops
+/// its connection; whether one was found.
+async fn drop_the_connection_in_wait(master: &str) -> bool {
+    let mut conn = crate::helpers::redis_at(master).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut conn)
+            .await
+            .expect("CLIENT LIST");
+        let waiting = clients
+            .lines()
+            .filter(|line| line.contains(" cmd=wait "))
+            .find_map(|line| line.strip_prefix("id=")?.split(' ').next());
+        if let Some(id) = waiting {
+            let _: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(id)
+                .query_async(&mut conn)
+                .await
+                .expect("CLIENT KILL ID");
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn with_lock_a_commit_whose_answer_was_lost_is_never_sent_again() {
+    a_commit_whose_answer_was_lost_is_never_sent_again(seckill_core::config::Strategy::Lock).await;
+}
+
+#[tokio::test]
+async fn with_lua_a_commit_whose_answer_was_lost_is_never_sent_again() {
+    a_commit_whose_answer_was_lost_is_never_sent_again(seckill_core::config::Strategy::Lua).await;
 }
 
 /// `--redis-wait-replicas 2` on shards with two replicas each: one of the
