@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::single_flight::SingleFlight;
+use crate::single_flight::{Shared, SingleFlight};
 use seckill_core::domain::{RoomSettings, Sale, UserId};
 use seckill_core::store::Store;
 use seckill_core::waiting_room::{self, Standing};
@@ -49,7 +49,9 @@ struct View {
 
 impl RoomViews {
     /// Where `buyer`, who holds the ticket of `number`, stands: from this
-    /// instance's look at the room when it can tell, else from a visit.
+    /// instance's look at the room when it can tell, else from a visit. A
+    /// standing not `confirmed` may be the room's look, not the buyer's:
+    /// nothing but that it is unconfirmed is to be told of it.
     pub(crate) async fn standing(
         &self,
         store: &Store,
@@ -60,19 +62,35 @@ impl RoomViews {
     ) -> anyhow::Result<Standing> {
         let view = self.view(sale.id);
         *lock(&view.asked) = Instant::now();
-        let (read_at, look) = view
+        let looked = view
             .look
             .get(store.runtime(), FRESH_FOR, || {
                 let seen: Vec<String> = lock(&view.seen).drain().collect();
                 let (store, sale, settings) = (store.clone(), Arc::clone(sale), *settings);
-                async move { waiting_room::look(&store, &sale, &settings, &seen).await }
+                async move {
+                    match waiting_room::look(&store, &sale, &settings, &seen).await {
+                        Ok(look) if !look.confirmed => Err(Looked::Unconfirmed(look)),
+                        Ok(look) => Ok(look),
+                        Err(error) => Err(Looked::Failed(error)),
+                    }
+                }
             })
-            .await?;
-        // A look no replica confirmed (under `replica`) answers nobody:
-        // the buyer's own visit says whether Redis' word holds.
-        if !look.confirmed {
-            return waiting_room::visit(store, sale, settings, buyer, false).await;
-        }
+            .await;
+        let (read_at, look) = match looked {
+            Ok(fresh) => fresh,
+            // A look no replica confirmed (under `replica`): its shard's
+            // replicas do not answer, so a visit of the buyer's own would
+            // wait for them in vain too. Everyone who asked while it ran is
+            // told `503 unconfirmed` from it at once, and nobody later: it
+            // is a failure, not a look kept for 200 ms (`single_flight.rs`
+            // shares a failure only with those who waited on it), so the
+            // first question after the replica is back looks again. (The
+            // race this closes: a look kept unconfirmed told buyers `503`
+            // for 200 ms after the replica had come back; one ignored sent
+            // every buyer to a visit and a `WAIT` of their own.)
+            Err(Looked::Unconfirmed(look)) => return Ok(look),
+            Err(Looked::Failed(error)) => return Err(error),
+        };
         if let Some(standing) = look.of_number(number, settings, read_at.elapsed()) {
             lock(&view.seen).insert(buyer.as_str().to_owned());
             return Ok(standing);
@@ -102,6 +120,29 @@ impl RoomViews {
                 seen: Mutex::default(),
             })
         }))
+    }
+}
+
+/// A look that tells nobody where they stand: one no replica confirmed
+/// (`Standing::confirmed` false, answered `503 unconfirmed` by the
+/// caller), or one that failed.
+enum Looked {
+    Unconfirmed(Standing),
+    Failed(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Looked {
+    fn from(error: anyhow::Error) -> Self {
+        Self::Failed(error)
+    }
+}
+
+impl Shared for Looked {
+    fn share(&self) -> Self {
+        match self {
+            Self::Unconfirmed(look) => Self::Unconfirmed(*look),
+            Self::Failed(error) => Self::Failed(error.share()),
+        }
     }
 }
 

@@ -18,8 +18,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::helpers::{
-    Options, Scratch, TestApp, client, cluster, cores_alone, create_sale_at, eventually, redis_at,
-    services, spawn_app_on,
+    Monitor, Options, Scratch, TestApp, client, cluster, cores_alone, create_sale_at, eventually,
+    redis_at, services, spawn_app_on,
 };
 
 /// An app whose Redis is a fresh primary, replica and sentinels.
@@ -437,4 +437,55 @@ async fn with_replica_durability_the_room_tells_nothing_a_failover_could_take_ba
     );
     let bobs = admitted(&app, sale, &bob).await;
     assert!(bobs["admission"].is_string(), "{bobs}");
+}
+
+/// Under `replica`, while the replica is stopped, a crowd far back in line
+/// asking where it stands is told `503 unconfirmed` from one look at the
+/// room, not from a visit and a `WAIT` each; once the replica's link is
+/// back, the crowd is answered. (Before, every buyer's question fell back
+/// to a visit of its own when the look was unconfirmed: 30 questions, 31
+/// runs of `room_visit.lua`, 31 `WAIT`s.)
+#[tokio::test]
+async fn with_replica_durability_an_unconfirmed_look_answers_the_crowd_at_once() {
+    use crate::waiting_room::{fifo, joined, sale_with_room, status_at, ticket};
+
+    let _alone = cores_alone().await;
+    let (sentinels, app) = app_on_sentinels(REPLICA).await;
+    // Opens in an hour, admitting 1 a second: everyone waits, and a buyer
+    // 3 or more behind the head is answered from the instance's look.
+    let sale = sale_with_room(&app, 5, 3600, fifo(1, 1)).await;
+    let mut tickets = Vec::new();
+    for n in 0..34 {
+        tickets.push(ticket(&joined(&app, sale, &format!("buyer-{n}")).await));
+    }
+    let far_back = &tickets[4..];
+    let ask_all = || {
+        futures::future::join_all(
+            (far_back.iter()).map(|ticket| status_at(&app.address, sale, ticket)),
+        )
+    };
+    let primary = sentinels.primary().await.expect("a primary");
+    let mut monitor = Monitor::start(&sentinels.node_url(primary), &app.keys(sale).room.line).await;
+
+    sentinels.pause(1 - primary);
+    let told = ask_all().await;
+    let visits = (monitor.until_now().await.iter())
+        .filter(|command| command[0].eq_ignore_ascii_case("evalsha"))
+        .count();
+    sentinels.resume(1 - primary);
+    for answer in told {
+        assert_eq!(answer.status(), 503);
+        let body: Value = answer.json().await.expect("JSON");
+        assert_eq!(body["error"], "unconfirmed", "{body}");
+    }
+    assert!(
+        visits <= 5,
+        "{visits} runs of room_visit.lua for {} questions",
+        far_back.len()
+    );
+
+    linked_as_replica(&sentinels, 1 - primary).await;
+    for answer in ask_all().await {
+        assert_eq!(answer.status(), 200, "once the replica is back");
+    }
 }
