@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::loadrun::{self, admin_token};
 use people::{Kind, Run, Story};
-use seckill_core::config::Strategy;
+use seckill_core::config::{RateLimitSettings, Strategy};
 use seckill_core::domain::{NewSale, OrderStatus, RoomMode, RoomSettings};
 use seckill_core::store::Store;
 use seckill_devenv::processes::Fleet;
@@ -51,6 +51,10 @@ pub struct CrowdArgs {
     /// Seed of the people's arrival times: the same seed, the same crowd.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
+    /// The server's waiting-room joins per second from one address (the
+    /// burst is 10), as `serve --room-joins-per-ip` takes it; 0 turns the limit off.
+    #[arg(long, default_value_t = RateLimitSettings::default().room_joins_per_ip, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub(crate) room_joins_per_ip: u32,
 }
 
 /// From the start of a run to the open: the bots' head start.
@@ -75,8 +79,12 @@ pub(crate) async fn crowd(
     seckill_cli::process::raise_open_files_limit();
     let store = loadrun::connect(services, prefix).await?;
     let token = admin_token();
+    let join_limit = match args.room_joins_per_ip {
+        0 => "off".to_owned(),
+        per_sec => format!("{per_sec}/s an address, {} at once", PER_ADDRESS.1),
+    };
     println!(
-        "seckill crowd: {} people and {} bots (on {} addresses) for {} units; the room admits {}/s",
+        "seckill crowd: {} people and {} bots (on {} addresses) for {} units; the room admits {}/s; joins limited: {join_limit}",
         args.humans, args.bots, args.bot_addresses, args.stock, args.admit_per_sec
     );
     let mut rows = Vec::new();
@@ -84,11 +92,13 @@ pub(crate) async fn crowd(
         let deployment = loadrun::deployment(services, prefix, Strategy::Lock, &token)?
             .env("SECKILL_RATE_LIMIT_PER_IP", PER_ADDRESS.0)
             .env("SECKILL_RATE_LIMIT_BURST", PER_ADDRESS.1)
-            // The join limit off: every person here joins from this one
-            // address (127.0.0.1), which the limit would take for one
-            // household; the per-address purchase limit above stands for
-            // it, on the bots' addresses.
-            .env("SECKILL_ROOM_JOINS_PER_IP", "0");
+            // The join limit as a shop runs it (on by default): every
+            // person joins from an address of their own, the bots from
+            // theirs (`people.rs`), so it counts what it counts in a shop.
+            .env(
+                "SECKILL_ROOM_JOINS_PER_IP",
+                args.room_joins_per_ip.to_string(),
+            );
         let fleet = Fleet::start(deployment, "crowd", 1).await?;
         let outcome = async {
             let url = fleet.url("crowd-1")?;

@@ -181,16 +181,30 @@ async fn wait_in_room(
     story: &mut Story,
     poll: Duration,
 ) {
-    let joined = http
-        .post(format!("{}/api/sales/{}/queue", run.url, run.sale))
-        .json(&json!({ "user_id": id }))
-        .send()
-        .await;
-    let Some((code, body)) = read(joined).await else {
-        story.answers.push("error".into());
-        return;
+    // A join refused by the limit per address (`429`) is sent again once
+    // its `Retry-After` has passed, as a browser's page or a bot would.
+    let (code, body) = loop {
+        let joined = http
+            .post(format!("{}/api/sales/{}/queue", run.url, run.sale))
+            .json(&json!({ "user_id": id }))
+            .send()
+            .await;
+        let retry_after = joined.as_ref().ok().and_then(retry_after);
+        let Some((code, body)) = read(joined).await else {
+            story.answers.push("error".into());
+            return;
+        };
+        story.answers.push(format!("join {code}"));
+        match retry_after {
+            Some(wait) if code == "429" && Instant::now() + wait < run.until => {
+                tokio::time::sleep(wait).await;
+            }
+            _ => break (code, body),
+        }
     };
-    story.answers.push(format!("join {code}"));
+    if code != "200" {
+        return;
+    }
     story.arrived = Some(run.secs(Instant::now()));
     story.place = body["number"].as_u64();
     let Some(ticket) = body["ticket"].as_str().map(str::to_owned) else {
@@ -300,6 +314,12 @@ async fn purchase(
 }
 
 /// An answer's status code and JSON body; `None` if there was none.
+/// An answer's `Retry-After`, in whole seconds as the server writes it.
+fn retry_after(answer: &reqwest::Response) -> Option<Duration> {
+    let secs = answer.headers().get("retry-after")?.to_str().ok()?;
+    secs.parse().ok().map(Duration::from_secs)
+}
+
 async fn read(sent: reqwest::Result<reqwest::Response>) -> Option<(String, Value)> {
     let answer = sent.ok()?;
     let code = answer.status().as_u16().to_string();

@@ -1,7 +1,8 @@
 //! `seckill crowd`: people against bots, with the waiting room off, fifo
 //! and lottery; every run keeps the promise, fifo admits everyone in the
-//! order they joined, and the lottery shuffles those who joined before the
-//! open.
+//! order they joined, the lottery shuffles those who joined before the
+//! open, and the join limit per address, on as in a shop, holds back the
+//! bots that share one.
 
 use crate::helpers::{Scratch, seckill_command};
 use crate::processes::{finish, text};
@@ -13,10 +14,13 @@ async fn the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_or
         "crowd",
         "--humans",
         "30",
+        // 14 bots on one address: the join limit (on, as in a shop: 10
+        // at once, then 2 a second) refuses 4 of their joins, which they
+        // send again after the Retry-After.
         "--bots",
-        "6",
+        "14",
         "--bot-addresses",
-        "2",
+        "1",
         // Units for the buyers who join after the open too: at 6, the
         // early joiners took every place and every unit, and a room that
         // shuffled its later joiners passed.
@@ -67,5 +71,20 @@ async fn the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_or
         lottery[6], "(0)",
         "the lottery kept arrival order: {lottery:?}"
     );
+    assert!(
+        stdout.contains("joins limited: 2/s an address, 10 at once"),
+        "{stdout}"
+    );
+    for room in ["fifo", "lottery"] {
+        let told = stdout
+            .lines()
+            .find(|line| line.starts_with(&format!("bots were told, room {room}:")))
+            .unwrap_or_else(|| panic!("no bots' answers for {room}: {stdout}"));
+        assert!(
+            told.contains("join 429"),
+            "the join limit refused no bot: {told}"
+        );
+        assert!(told.contains("join 200 x14"), "a bot never joined: {told}");
+    }
     assert!(stdout.contains("verdict: PASS"), "{stdout}");
 }
