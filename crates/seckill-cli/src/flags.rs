@@ -136,7 +136,8 @@ impl ServiceArgs {
 }
 
 /// The shared flags that say where Redis is and what its keys are called:
-/// a command that uses PostgreSQL only (`migrate`) hides them ([`tidy_help`]).
+/// a command that uses PostgreSQL only (`migrate`) hides them
+/// ([`tidy_help`](crate::help::tidy_help)).
 pub const REDIS_FLAGS: &[&str] = &[
     "redis_url",
     "redis_cluster_nodes",
@@ -155,41 +156,6 @@ pub const DURABILITY_FLAGS: &[&str] = &[
     "redis_replica_wait_ms",
     "redis_wait_replicas",
 ];
-
-/// A command line's help made to be scanned: every environment note in
-/// one style, `[env: SECKILL_…]` (without the value it has now, which
-/// may be a secret), and under each subcommand named by `path`, the shared
-/// flags it does not use hidden from its help (they are still accepted:
-/// a deployment sets them all in the environment, and one script passes
-/// the same flags to every command).
-pub fn tidy_help(command: clap::Command, unused: &[(&[&str], &[&str])]) -> clap::Command {
-    let mut command = one_env_style(command);
-    for (path, ids) in unused {
-        // A subcommand that has an argument of a shared flag's name is not
-        // given the shared one: it gets a hidden copy here, which reads the
-        // same flag and environment variable.
-        let hidden: Vec<clap::Arg> = command
-            .get_arguments()
-            .filter(|arg| ids.contains(&arg.get_id().as_str()))
-            .map(|arg| arg.clone().global(false).hide(true))
-            .collect();
-        command = add_in(command, path, hidden);
-    }
-    command
-}
-
-fn one_env_style(command: clap::Command) -> clap::Command {
-    command
-        .mut_args(|arg| arg.hide_env_values(true))
-        .mut_subcommands(one_env_style)
-}
-
-fn add_in(command: clap::Command, path: &[&str], args: Vec<clap::Arg>) -> clap::Command {
-    match path.split_first() {
-        None => command.args(args),
-        Some((name, rest)) => command.mut_subcommand(*name, |sub| add_in(sub, rest, args)),
-    }
-}
 
 /// The `--redis-durability` choices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -236,7 +202,7 @@ pub fn strategy() -> impl TypedValueParser<Value = Strategy> {
 /// The purchase path's flags (`seckill_core::config::PurchaseSettings`).
 #[derive(Debug, Clone, Args)]
 pub struct PurchaseFlags {
-    /// Purchase strategy: `lock` (the default), `lua` and `postgres` are safe; `naive`, `article`, `getset` and `decr` are deliberately broken, for the demo and the lab.
+    /// Purchase strategy: `lock`, `lua` and `postgres` are safe; `naive`, `article`, `getset` and `decr` are deliberately broken, for the demo and the lab.
     #[arg(long, env = "SECKILL_STRATEGY", value_parser = strategy(), default_value = "lock")]
     pub strategy: Strategy,
 

@@ -62,7 +62,7 @@ pub struct LoadTestCli {
 
     /// Run the chaos scenario instead (as `seckill chaos`): a private
     /// deployment, a rate load of --users, --stock, --rate and --duration
-    /// [default 30 s], and these faults injected one after another (give
+    /// (30 s unless given), and these faults injected one after another (give
     /// the option with no name for every fault).
     #[arg(long, value_enum, num_args = 0.., value_name = "FAULT", conflicts_with_all = ["targets", "spawn", "strategy", "sale"])]
     pub(crate) faults: Option<Vec<Fault>>,

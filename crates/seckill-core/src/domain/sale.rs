@@ -132,35 +132,71 @@ pub struct NewSale {
     pub(crate) waiting_room: Option<RoomSettings>,
 }
 
-/// Why a sale request was refused; the message is what the user reads.
+/// Why a sale request was refused; the message is what the user reads,
+/// naming the field as the JSON API and the command line name it ("stock
+/// must be between 1 and 1000000"). A form that labels its fields in its
+/// own words writes its label before [`rule`](Self::rule) instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidSale {
-    #[error("name must not be empty")]
+    #[error("name {}", self.rule())]
     EmptyName,
-    #[error("name must be at most {max} characters", max = NewSale::MAX_NAME_CHARS)]
+    #[error("name {}", self.rule())]
     NameTooLong,
-    #[error("name must not contain control or invisible formatting characters")]
+    #[error("name {}", self.rule())]
     ControlCharacter,
-    #[error("stock must be between 1 and {max}", max = NewSale::MAX_STOCK)]
+    #[error("stock {}", self.rule())]
     Stock,
-    #[error("price_cents must be between 0 and {max}", max = NewSale::MAX_PRICE_CENTS)]
+    #[error("price_cents {}", self.rule())]
     Price,
     #[error("a sale opens between now and {max} seconds from now", max = NewSale::MAX_SCHEDULE_SECS)]
     StartsTooLate,
     #[error("a sale lasts between 1 and {max} seconds", max = NewSale::MAX_SCHEDULE_SECS)]
     Duration,
-    #[error("ends_at must be after starts_at")]
+    #[error("ends_at {}", self.rule())]
     EndsBeforeStart,
-    #[error("ends_at must be in the future")]
+    #[error("ends_at {}", self.rule())]
     EndsInThePast,
-    #[error("waiting_room.admit_per_sec must be between 1 and {max}", max = RoomSettings::MAX_ADMIT_PER_SEC)]
+    #[error("waiting_room.admit_per_sec {}", self.rule())]
     RoomRate,
-    #[error("waiting_room.max_active must be between 1 and {max}", max = RoomSettings::MAX_ACTIVE)]
+    #[error("waiting_room.max_active {}", self.rule())]
     RoomActive,
-    #[error("waiting_room.admission_secs must be between {min} and {max}", min = RoomSettings::MIN_ADMISSION_SECS, max = RoomSettings::MAX_ADMISSION_SECS)]
+    #[error("waiting_room.admission_secs {}", self.rule())]
     RoomAdmission,
-    #[error("waiting_room.max_line must be between 1 and {max}", max = RoomSettings::MAX_LINE)]
+    #[error("waiting_room.max_line {}", self.rule())]
     RoomLine,
+}
+
+impl InvalidSale {
+    /// What the value at fault must be, without naming it: "must be
+    /// between 1 and 1000000". The seconds of `StartsTooLate` and
+    /// `Duration` are the seconds from now until the sale opens and the
+    /// seconds it stays open.
+    pub fn rule(&self) -> String {
+        let between = |min: i64, max: i64| format!("must be between {min} and {max}");
+        match self {
+            Self::EmptyName => "must not be empty".to_owned(),
+            Self::NameTooLong => format!(
+                "must be at most {max} characters",
+                max = NewSale::MAX_NAME_CHARS
+            ),
+            Self::ControlCharacter => {
+                "must not contain control or invisible formatting characters".to_owned()
+            }
+            Self::Stock => between(1, NewSale::MAX_STOCK),
+            Self::Price => between(0, NewSale::MAX_PRICE_CENTS),
+            Self::StartsTooLate => between(0, NewSale::MAX_SCHEDULE_SECS),
+            Self::Duration => between(1, NewSale::MAX_SCHEDULE_SECS),
+            Self::EndsBeforeStart => "must be after starts_at".to_owned(),
+            Self::EndsInThePast => "must be in the future".to_owned(),
+            Self::RoomRate => between(1, RoomSettings::MAX_ADMIT_PER_SEC.into()),
+            Self::RoomActive => between(1, RoomSettings::MAX_ACTIVE.into()),
+            Self::RoomAdmission => between(
+                RoomSettings::MIN_ADMISSION_SECS.into(),
+                RoomSettings::MAX_ADMISSION_SECS.into(),
+            ),
+            Self::RoomLine => between(1, RoomSettings::MAX_LINE.into()),
+        }
+    }
 }
 
 /// When a sale opens, as the caller said it.
@@ -383,6 +419,35 @@ mod tests {
         );
         let later = now + Duration::seconds(10);
         assert_eq!(sale().ends_at(later).build(now).unwrap().starts_at, now);
+    }
+
+    /// The API's messages name each field as its JSON does; a form puts
+    /// its own label before the same rule.
+    #[test]
+    fn a_refusal_names_the_field_as_the_api_does_and_its_rule_reads_after_any_label() {
+        for (refused, message) in [
+            (InvalidSale::EmptyName, "name must not be empty"),
+            (InvalidSale::Stock, "stock must be between 1 and 1000000"),
+            (
+                InvalidSale::Price,
+                "price_cents must be between 0 and 100000000000",
+            ),
+            (
+                InvalidSale::RoomAdmission,
+                "waiting_room.admission_secs must be between 10 and 3600",
+            ),
+            (
+                InvalidSale::StartsTooLate,
+                "a sale opens between now and 31536000 seconds from now",
+            ),
+        ] {
+            assert_eq!(refused.to_string(), message);
+        }
+        assert_eq!(InvalidSale::Stock.rule(), "must be between 1 and 1000000");
+        assert_eq!(
+            InvalidSale::StartsTooLate.rule(),
+            "must be between 0 and 31536000"
+        );
     }
 
     #[test]

@@ -27,56 +27,69 @@ pub(crate) struct RowOutcome {
     pub(crate) report: Option<PathBuf>,
 }
 
-/// A column: its heading, the side its cells keep to, and the cell of a row.
-type Column = (&'static str, Align, fn(&RowOutcome) -> String);
+/// A column: its heading, the side its cells keep to, the cell of a row,
+/// and whether the terminal's table has it too.
+struct Column {
+    heading: &'static str,
+    align: Align,
+    cell: fn(&RowOutcome) -> String,
+    terminal: bool,
+}
 
-/// The terminal's columns: about 100 characters, so that the table does
-/// not wrap on a projector. The page has every figure ([`COLUMNS`]).
-const NARROW: &[Column] = &[
-    ("row", Align::Left, |o| o.row.label()),
-    ("202s", Align::Right, |o| o.figures.accepted.to_string()),
-    ("oversold", Align::Right, |o| o.figures.oversold.to_string()),
-    ("twice", Align::Right, |o| {
-        o.figures.duplicate_buyers.to_string()
-    }),
-    ("refused", Align::Right, |o| o.figures.rejected.to_string()),
-    ("lock lost", Align::Right, |o| {
-        o.figures.lock_lost.to_string()
-    }),
-    ("fenced", Align::Right, |o| o.figures.fenced.to_string()),
-    ("stuck lock", Align::Left, stuck_lock),
-    ("sold out", Align::Right, sold_out_in),
-    ("ok", Align::Left, as_expected),
-];
+/// A column of the page and the terminal's table.
+const fn both(heading: &'static str, align: Align, cell: fn(&RowOutcome) -> String) -> Column {
+    Column {
+        heading,
+        align,
+        cell,
+        terminal: true,
+    }
+}
 
-/// The page's columns: every figure of a row but `lost`, which is 0 in a
-/// row as expected (the JSON has it; a row that lost a 202 says so in its
-/// `as expected` cell).
+/// A column of the page alone.
+const fn page_only(heading: &'static str, align: Align, cell: fn(&RowOutcome) -> String) -> Column {
+    Column {
+        heading,
+        align,
+        cell,
+        terminal: false,
+    }
+}
+
+/// Every column, in order, under one heading wherever it shows: the room
+/// reads the terminal's table and the page side by side. The terminal
+/// shows about 100 characters, so that its table does not wrap on a
+/// projector; the page adds the 503s and the speed. Neither has `lost`,
+/// which is 0 in a row as expected (the JSON has it; a row that lost a
+/// 202 says so in its `ok` cell).
 const COLUMNS: &[Column] = &[
-    ("row", Align::Left, |o| o.row.label()),
-    ("202s", Align::Right, |o| o.figures.accepted.to_string()),
-    ("oversold", Align::Right, |o| o.figures.oversold.to_string()),
-    ("won twice", Align::Right, |o| {
+    both("row", Align::Left, |o| o.row.label()),
+    both("202s", Align::Right, |o| o.figures.accepted.to_string()),
+    both("oversold", Align::Right, |o| o.figures.oversold.to_string()),
+    both("twice", Align::Right, |o| {
         o.figures.duplicate_buyers.to_string()
     }),
-    ("refused by PG", Align::Right, |o| {
-        o.figures.rejected.to_string()
-    }),
-    ("503s", Align::Right, |o| o.figures.busy.to_string()),
-    ("lock lost", Align::Right, |o| {
+    both("refused", Align::Right, |o| o.figures.rejected.to_string()),
+    page_only("503s", Align::Right, |o| o.figures.busy.to_string()),
+    both("lock lost", Align::Right, |o| {
         o.figures.lock_lost.to_string()
     }),
-    ("fenced", Align::Right, |o| o.figures.fenced.to_string()),
-    ("stuck lock", Align::Left, stuck_lock),
-    ("sold out in", Align::Right, sold_out_in),
-    ("req/s", Align::Right, |o| {
+    both("fenced", Align::Right, |o| o.figures.fenced.to_string()),
+    both("stuck lock", Align::Left, stuck_lock),
+    both("sold out", Align::Right, sold_out_in),
+    page_only("req/s", Align::Right, |o| {
         format!("{:.0}", o.figures.requests_per_second)
     }),
-    ("p99", Align::Right, |o| {
+    page_only("p99", Align::Right, |o| {
         format!("{:.0} ms", o.figures.p99_ms)
     }),
-    ("as expected", Align::Left, as_expected),
+    both("ok", Align::Left, as_expected),
 ];
+
+/// The terminal's columns.
+fn terminal_columns() -> impl Iterator<Item = &'static Column> {
+    COLUMNS.iter().filter(|column| column.terminal)
+}
 
 /// "no TTL" (left behind, for ever) or "56 years" (asked for during the
 /// run), or "no".
@@ -108,13 +121,11 @@ fn as_expected(o: &RowOutcome) -> String {
 /// The table for the terminal: a rule under the headings, columns as wide
 /// as their widest cell.
 pub(super) fn text(outcomes: &[RowOutcome]) -> String {
-    let mut table = NARROW
-        .iter()
-        .fold(Table::new().rule(), |table, (heading, align, _)| {
-            table.column(*heading, *align, 0)
-        });
+    let mut table = terminal_columns().fold(Table::new().rule(), |table, column| {
+        table.column(column.heading, column.align, 0)
+    });
     for outcome in outcomes {
-        table.row(NARROW.iter().map(|(_, _, cell)| cell(outcome)));
+        table.row(terminal_columns().map(|column| (column.cell)(outcome)));
     }
     table.to_string()
 }
@@ -151,6 +162,9 @@ struct LabPage {
 struct PageRow {
     /// `ok` or `bad`: whether the row showed what it must.
     class: &'static str,
+    /// The row's name in the pieces a narrow screen may put on two lines:
+    /// the strategy, then `+` and the knob (`article`, `+crash-after-setnx`).
+    name: Vec<String>,
     /// The row's load-test report, beside the lab's page.
     report: Option<String>,
     cells: Vec<Cell>,
@@ -181,10 +195,14 @@ pub(super) fn html(outcomes: &[RowOutcome]) -> String {
         .iter()
         .map(|outcome| PageRow {
             class: if outcome.verdict.is_ok() { "ok" } else { "bad" },
+            name: match outcome.row.label().split_once('+') {
+                Some((strategy, knob)) => vec![strategy.to_owned(), format!("+{knob}")],
+                None => vec![outcome.row.label()],
+            },
             report: outcome.report.as_deref().map(file_name),
             cells: COLUMNS
                 .iter()
-                .map(|(_, align, cell)| Cell::new(cell(outcome), *align))
+                .map(|column| Cell::new((column.cell)(outcome), column.align))
                 .collect(),
             lesson: outcome.row.lesson,
             expected: outcome.row.expect.describe(),
@@ -192,7 +210,7 @@ pub(super) fn html(outcomes: &[RowOutcome]) -> String {
         .collect();
     let headings = COLUMNS
         .iter()
-        .map(|(heading, align, _)| Cell::new((*heading).to_owned(), *align))
+        .map(|column| Cell::new(column.heading.to_owned(), column.align))
         .collect();
     let units = outcomes.first().map_or(0, |o| o.figures.units);
     LabPage {
@@ -394,7 +412,7 @@ mod tests {
         let page = html(&outcomes);
         assert_eq!(page.matches("<tr class=\"ok\">").count(), 1);
         assert_eq!(page.matches("<tr class=\"bad\">").count(), 1);
-        assert!(page.contains("<a href=\"naive.html\">naive</a>"));
+        assert!(page.contains("<a href=\"naive.html\"><span>naive</span></a>"));
         assert_eq!(page.matches("<svg").count(), 2);
     }
 }

@@ -12,7 +12,10 @@
 //! `127.0.0.1`, which they treat as secure: a local demo works, a remote
 //! one needs TLS in front). Every admin page and form checks it; without
 //! it, pages show the login form (`401`) and posts are answered
-//! `401 unauthorized`.
+//! `401 unauthorized`. The create-a-sale form, and the words it refuses
+//! a value in, are `form.rs`'s.
+
+mod form;
 
 use std::time::Duration;
 
@@ -31,7 +34,8 @@ use crate::limits;
 use crate::lookup::{SaleView, find_sale};
 use crate::pages::html;
 use crate::state::AppState;
-use seckill_core::domain::{InvalidSale, NewSale, OrderStatus, RoomMode, RoomSettings};
+use form::{NewSaleForm, Refused};
+use seckill_core::domain::OrderStatus;
 use seckill_core::keys::SaleQueue;
 use seckill_core::queue::QueueStats;
 use seckill_core::store::OrderRow;
@@ -65,6 +69,11 @@ impl AdminPage {
         self.refused
             .as_ref()
             .is_some_and(|refused| refused.field == name)
+    }
+
+    /// The label of the form's field `name`.
+    fn label(&self, name: &str) -> &'static str {
+        form::label(name)
     }
 }
 
@@ -118,119 +127,6 @@ impl OrderTimes for OrderRow {
 #[derive(Debug, Deserialize)]
 pub(crate) struct LoginForm {
     token: String,
-}
-
-/// The create-a-sale form as typed: every field a string, so that a
-/// value that is not a number comes back to the admin as typed, with the
-/// field marked, instead of a parse error that loses the form.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
-pub(crate) struct NewSaleForm {
-    name: String,
-    stock: String,
-    price_cents: String,
-    /// Seconds from now until the sale opens.
-    starts_in_secs: String,
-    /// Seconds the sale stays open; empty for no end.
-    duration_secs: String,
-    /// `fifo` or `lottery` for a waiting room; empty or `none` for none.
-    waiting_room: String,
-    /// The room's settings; read only with a room.
-    admit_per_sec: String,
-    max_active: String,
-    admission_secs: String,
-}
-
-/// What the form shows before anything is typed.
-impl Default for NewSaleForm {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            stock: "10".to_owned(),
-            price_cents: "99900".to_owned(),
-            starts_in_secs: "30".to_owned(),
-            duration_secs: String::new(),
-            waiting_room: String::new(),
-            admit_per_sec: "50".to_owned(),
-            max_active: "100".to_owned(),
-            admission_secs: "120".to_owned(),
-        }
-    }
-}
-
-/// Why the form was refused: the message, and the field (its `name`) at
-/// fault, which the page marks.
-struct Refused {
-    field: &'static str,
-    message: String,
-}
-
-impl NewSaleForm {
-    /// The field `name`, as a whole number, or why not.
-    fn number<T: std::str::FromStr>(raw: &str, name: &'static str) -> Result<T, Refused> {
-        raw.trim().parse().map_err(|_| Refused {
-            field: name,
-            message: format!("{name} must be a whole number, not {raw:?}"),
-        })
-    }
-
-    /// The sale the form asks for, or why not, naming the field at fault
-    /// (the ranges are the sale builder's to check).
-    fn sale(&self) -> Result<NewSale, Refused> {
-        let mut new = NewSale::builder(self.name.as_str(), Self::number(&self.stock, "stock")?)
-            .price_cents(Self::number(&self.price_cents, "price_cents")?)
-            .starts_in(Self::number(&self.starts_in_secs, "starts_in_secs")?);
-        if !self.duration_secs.trim().is_empty() {
-            new = new.lasts(Self::number(&self.duration_secs, "duration_secs")?);
-        }
-        if let Some(room) = self.room()? {
-            new = new.waiting_room(room);
-        }
-        new.build(Utc::now()).map_err(|invalid| Refused {
-            field: match invalid {
-                InvalidSale::EmptyName
-                | InvalidSale::NameTooLong
-                | InvalidSale::ControlCharacter => "name",
-                InvalidSale::Stock => "stock",
-                InvalidSale::Price => "price_cents",
-                InvalidSale::StartsTooLate => "starts_in_secs",
-                InvalidSale::Duration
-                | InvalidSale::EndsBeforeStart
-                | InvalidSale::EndsInThePast => "duration_secs",
-                InvalidSale::RoomRate => "admit_per_sec",
-                InvalidSale::RoomActive => "max_active",
-                InvalidSale::RoomAdmission => "admission_secs",
-                // The form sets no `max_line`: this cannot come from it.
-                InvalidSale::RoomLine => "waiting_room",
-            },
-            message: invalid.to_string(),
-        })
-    }
-
-    /// The room the form asks for: `Ok(None)` for none.
-    fn room(&self) -> Result<Option<RoomSettings>, Refused> {
-        let mode = match self.waiting_room.trim() {
-            "" | "none" => return Ok(None),
-            raw => RoomMode::parse(raw).ok_or_else(|| Refused {
-                field: "waiting_room",
-                message: format!("unknown waiting room {raw:?}"),
-            })?,
-        };
-        // Named as the API and the sale builder name them.
-        let setting = |raw: &str, name: &'static str| {
-            Self::number(raw, name).map_err(|refused| Refused {
-                message: format!("waiting_room.{}", refused.message),
-                ..refused
-            })
-        };
-        Ok(Some(RoomSettings {
-            mode,
-            admit_per_sec: setting(&self.admit_per_sec, "admit_per_sec")?,
-            max_active: setting(&self.max_active, "max_active")?,
-            admission_secs: setting(&self.admission_secs, "admission_secs")?,
-            max_line: None,
-        }))
-    }
 }
 
 #[derive(Debug, Deserialize)]

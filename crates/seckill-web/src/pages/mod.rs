@@ -6,6 +6,7 @@
 //! live; the order page follows the order's status and the time left to pay.
 //! A sale's waiting room on its page is [`waiting`]'s.
 
+mod first_paint;
 pub(crate) mod index;
 pub(crate) mod scoreboard;
 pub(crate) mod waiting;

@@ -1,5 +1,6 @@
 //! The live page for the projector: `GET /sales/{id}/live` (the page,
-//! `templates/live.html` with `static/live.js`) and
+//! `templates/live.html` with `static/live.js`, its first figures written
+//! in by the server: `first_paint.rs`) and
 //! `GET /api/sales/{id}/live` (its server-sent events: one JSON snapshot of
 //! the sale per event, about ten a second). A sale with a waiting room
 //! gets a section for it, fed by the snapshot's `room`.
@@ -17,6 +18,7 @@ use actix_web::{HttpResponse, web};
 use askama::Template;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
+use super::first_paint::Figures;
 use super::html;
 use crate::error::{ApiError, PageError};
 use crate::live::event_stream;
@@ -32,9 +34,12 @@ struct LivePage {
     stock_total: i32,
     /// The sale has a waiting room: the page has a section for it.
     room: bool,
+    /// The figures of the newest snapshot, for the first paint.
+    figures: Figures,
 }
 
-/// `GET /sales/{id}/live`: the page; every figure on it comes from the stream.
+/// `GET /sales/{id}/live`: the page, with the figures of the sale's newest
+/// snapshot (`first_paint.rs`); its stream keeps them current.
 pub(crate) async fn page(
     state: web::Data<AppState>,
     path: web::Path<String>,
@@ -45,6 +50,7 @@ pub(crate) async fn page(
         name: sale.name.clone(),
         stock_total: sale.stock_total,
         room: sale.waiting_room.is_some(),
+        figures: Figures::now(&state, sale.id).await,
     })?)
 }
 

@@ -405,13 +405,13 @@ async fn a_refused_sale_form_keeps_what_was_typed_and_marks_the_field() {
     let app = spawn_app().await;
     let cookie = app.log_in().await;
     for (stock, price, field, reason) in [
-        ("0", "1250", "stock", "stock must be between 1 and"),
-        ("three", "1250", "stock", "stock must be a whole number"),
+        ("0", "1250", "stock", "Units must be between 1 and"),
+        ("three", "1250", "stock", "Units must be a whole number"),
         (
             "3",
             "-5",
             "price_cents",
-            "price_cents must be between 0 and",
+            "Price in cents must be between 0 and",
         ),
     ] {
         let form = [
@@ -457,4 +457,80 @@ async fn a_refused_sale_form_keeps_what_was_typed_and_marks_the_field() {
         assert!(form_at < sales_at, "the form comes first: {page}");
     }
     assert_eq!(app.sale_count().await, 0);
+}
+
+/// The words beside the field `name` on the admin page: its label.
+fn label_of(page: &str, name: &str) -> String {
+    let start = page
+        .find(&format!(r#"<label for="{name}">"#))
+        .unwrap_or_else(|| panic!("no label for {name}: {page}"));
+    let label = &page[start..];
+    let text = &label[label.find('>').expect("the tag ends") + 1..];
+    text[..text.find("</label>").expect("the label ends")].to_owned()
+}
+
+/// A refused form names the field at fault as the form labels it
+/// ("Units", not the API's `stock`): the admin reads the page. The API
+/// keeps its code and its names.
+#[tokio::test]
+async fn a_refused_sale_form_names_the_field_by_its_label() {
+    let app = spawn_app().await;
+    let cookie = app.log_in().await;
+    for (field, value, rule) in [
+        ("stock", "0", "must be between 1 and 1000000"),
+        ("stock", "three", "must be a whole number"),
+        ("price_cents", "-5", "must be between 0 and"),
+        ("starts_in_secs", "99999999999", "must be between 0 and"),
+        ("duration_secs", "0", "must be between 1 and"),
+        ("admit_per_sec", "0", "must be between 1 and 10000"),
+        ("max_active", "0", "must be between 1 and 1000000"),
+        ("admission_secs", "5", "must be between 10 and 3600"),
+        ("waiting_room", "queue", "must be none, fifo or lottery"),
+    ] {
+        let mut form = vec![
+            ("name", "Kettle"),
+            ("stock", "3"),
+            ("price_cents", "1250"),
+            ("starts_in_secs", "45"),
+            ("duration_secs", "600"),
+            ("waiting_room", "fifo"),
+            ("admit_per_sec", "7"),
+            ("max_active", "8"),
+            ("admission_secs", "90"),
+        ];
+        for pair in &mut form {
+            if pair.0 == field {
+                pair.1 = value;
+            }
+        }
+        let refused = app
+            .post_admin_form("/admin/sales", &cookie, &form, &[])
+            .await;
+        assert_eq!(refused.status(), 400, "{field}");
+        let page = refused.text().await.expect("HTML");
+        let said = format!("Not created: {} {rule}", label_of(&page, field));
+        assert!(page.contains(&said), "{field}: {said:?} missing: {page}");
+    }
+    let blank = app
+        .client
+        .get(app.url("/admin"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .expect("GET /admin")
+        .text()
+        .await
+        .expect("the page");
+    assert_eq!(label_of(&blank, "stock"), "Units");
+    assert_eq!(app.sale_count().await, 0);
+
+    let api = app
+        .post_sale(&serde_json::json!({"name": "Kettle", "stock": 0, "price_cents": 1}))
+        .send()
+        .await
+        .expect("POST /api/sales");
+    assert_eq!(api.status(), 400);
+    let body: serde_json::Value = api.json().await.expect("JSON");
+    assert_eq!(body["error"], "invalid_request");
+    assert_eq!(body["message"], "stock must be between 1 and 1000000");
 }

@@ -190,7 +190,7 @@ async fn a_refused_admin_form_keeps_what_was_typed_at_1024_by_768() {
     assert!(
         text_of(&browser, "create-refused")
             .await
-            .contains("stock must be between 1 and"),
+            .contains("Units must be between 1 and"),
         "{}",
         text_of(&browser, "create-refused").await
     );

@@ -491,6 +491,95 @@ fn the_help_groups_the_shared_flags_and_shows_each_command_what_it_uses() {
     }
 }
 
+/// Every command's path, `seckill`'s own first: each listed under
+/// "Commands:" in its parent's help, and theirs.
+fn every_command(path: Vec<String>) -> Vec<Vec<String>> {
+    let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+    args.push("--help");
+    let text = help(&args);
+    let mut found = vec![path.clone()];
+    let Some(list) = text.split("Commands:\n").nth(1) else {
+        return found;
+    };
+    for line in list.lines().take_while(|line| !line.trim().is_empty()) {
+        let name = line.trim_start();
+        if line.len() - name.len() != 2 {
+            continue; // a description on a line of its own
+        }
+        let name = name.split_whitespace().next().expect("a command's name");
+        if name != "help" {
+            let mut sub = path.clone();
+            sub.push(name.to_owned());
+            found.extend(every_command(sub));
+        }
+    }
+    found
+}
+
+/// One style under every command: `--help` in the long layout (each
+/// option's help on the lines under it: `reset` and `migrate` had theirs
+/// beside it while `sale create` had the long one), and every default
+/// written one way, `[default: …]` after `[env: …]` and on a line of its
+/// own there (a default written by hand sat at the end of its help).
+#[test]
+fn every_commands_help_has_one_layout_and_writes_its_defaults_one_way() {
+    let commands = every_command(Vec::new());
+    for expected in [&["migrate"][..], &["reset"], &["sale", "create"], &["lab"]] {
+        assert!(
+            commands.iter().any(|path| path == expected),
+            "{expected:?} not among {commands:?}"
+        );
+    }
+    for path in commands {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let text = help(&args);
+        let mut defaults = 0;
+        for line in text.lines() {
+            let trimmed = line.trim_start();
+            let indent = line.len() - trimmed.len();
+            if (2..=6).contains(&indent) && trimmed.starts_with('-') {
+                assert!(
+                    !trimmed.contains("  "),
+                    "{args:?}: help beside its option, not under it: {line:?}\n{text}"
+                );
+            }
+            if let Some(at) = trimmed.find("[default: ") {
+                defaults += 1;
+                assert!(
+                    at == 0 && trimmed.ends_with(']'),
+                    "{args:?}: a default not on a line of its own: {line:?}\n{text}"
+                );
+            }
+            if let Some(at) = trimmed.find("[env: ") {
+                assert!(at == 0, "{args:?}: {line:?}\n{text}");
+            }
+        }
+        // `-h`: the notes beside the help, the environment first.
+        args.pop();
+        args.push("-h");
+        let short = help(&args).split_whitespace().collect::<Vec<_>>().join(" ");
+        for (at, _) in short.match_indices("[default: ") {
+            let after = &short[at..];
+            let end = after.find(']').expect("a closed note");
+            assert!(
+                !after[end..].starts_with("] [env: "),
+                "{args:?}: a default before its variable: {short}"
+            );
+        }
+        assert_eq!(
+            defaults,
+            short.matches("[default: ").count(),
+            "{args:?}: -h and --help show other defaults"
+        );
+    }
+    let create = help(&["sale", "create", "--help"]);
+    assert!(
+        create.contains("\n          [default: no end]\n"),
+        "{create}"
+    );
+}
+
 /// Every line of help says something: `chaos -h` describes
 /// `--compare-durability`, and `reset`'s description is whole.
 #[test]

@@ -491,3 +491,72 @@ async fn pages_answer_their_errors_as_pages_with_the_status_kept_and_the_api_as_
         assert_eq!(error["error"], code, "{path}");
     }
 }
+
+/// What the live page's HTML says in each `<td id="…">`, before any
+/// script runs.
+fn live_cells(html: &str) -> Vec<(String, String)> {
+    html.split(r#"<td id=""#)
+        .skip(1)
+        .map(|cell| {
+            let (id, rest) = cell.split_once(r#"">"#).expect("an id");
+            let figure = rest.split_once("</td>").expect("a closed cell").0;
+            (id.to_owned(), figure.to_owned())
+        })
+        .collect()
+}
+
+/// The live page's first paint has the sale's figures: a projector that
+/// shows the page before its stream's first snapshot (or with no
+/// JavaScript) reads numbers, not dashes. Its HTML is read here as
+/// served, with no script run.
+#[tokio::test]
+async fn the_live_page_is_served_with_the_sales_figures_before_any_script_runs() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    app.buy(sale, "ann").await;
+    app.drain().await;
+    let (status, html) = get_html(&app, &format!("/sales/{sale}/live")).await;
+    assert_eq!(status, 200);
+    let cells = live_cells(&html);
+    assert!(cells.len() >= 18, "{cells:?}");
+    for (id, figure) in &cells {
+        assert_ne!(figure, "—", "#{id} shows a dash: {html}");
+    }
+    for (id, figure) in [
+        ("stock", "9"),
+        ("buyers", "1"),
+        ("waiting", "0"),
+        ("pg-confirmed", "1"),
+        ("pg-sold", "1"),
+    ] {
+        assert!(
+            cells.contains(&(id.to_owned(), figure.to_owned())),
+            "#{id} is not {figure}: {cells:?}"
+        );
+    }
+    // The lock was taken once, and let go: the holder's words, the fence
+    // counter and both servers' status, as the stream would put them.
+    for shown in [
+        r#"<span id="holder">free</span>"#,
+        r#"<strong id="fence">1</strong>"#,
+        r#"<span id="redis-status" class="status-live">Redis ok</span>"#,
+        r#"<span id="pg-status" class="status-live">ok</span>"#,
+    ] {
+        assert!(html.contains(shown), "{shown} missing: {html}");
+    }
+
+    // A sale with a waiting room: its figures too (the admission rate
+    // needs a second of readings, on the page as in the stream).
+    let roomed =
+        crate::waiting_room::sale_with_room(&app, 10, 0, crate::waiting_room::fifo(10, 4)).await;
+    let (_, html) = get_html(&app, &format!("/sales/{roomed}/live")).await;
+    let cells = live_cells(&html);
+    for (id, figure) in cells.iter().filter(|(id, _)| id != "room-rate") {
+        assert_ne!(figure, "—", "#{id} shows a dash: {html}");
+    }
+    assert!(
+        cells.contains(&("room-waiting".to_owned(), "0".to_owned())),
+        "{cells:?}"
+    );
+    assert!(html.contains(r#"<span id="room-closed" class="small">open</span>"#));
+}

@@ -213,7 +213,9 @@ async fn text_centre(browser: &Client, id: &Value) -> f64 {
 }
 
 /// The lab's page on the projector: its table no wider than the screen,
-/// its figures and each row's lesson at a readable size. Every row, as the
+/// its figures and each row's lesson at a readable size, each heading on
+/// one line and named as the terminal's table names it, neighbouring
+/// figures apart. Every row, as the
 /// workshop runs it (the widest row name, a lock of 56 years, one left
 /// with no TTL, four-digit latencies), on few buyers.
 #[tokio::test]
@@ -256,5 +258,81 @@ async fn the_labs_page_fits_a_projector_screen_wide() {
     }
     let (lessons, _) = layout(&projector, "tr.lesson td").await;
     assert!(lessons.len() >= 12, "a lesson under each row: {lessons:?}");
+
+    // The room reads the terminal's table and the page side by side: one
+    // name for each column, in the same order (the page adds some).
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let terminal: Vec<&str> = stdout
+        .lines()
+        .find(|line| line.starts_with("row "))
+        .unwrap_or_else(|| panic!("no table on stdout: {stdout}"))
+        .split("  ")
+        .map(str::trim)
+        .filter(|heading| !heading.is_empty())
+        .collect();
+    let (page, gaps) = headings_and_gaps(&projector).await;
+    let shared: Vec<&str> = page
+        .iter()
+        .map(|(heading, _)| heading.as_str())
+        .filter(|heading| terminal.contains(heading))
+        .collect();
+    assert_eq!(shared, terminal, "the page's headings: {page:?}");
+    // Each heading on one line (they wrapped onto two at 1024 px).
+    for (heading, lines) in &page {
+        assert_eq!(*lines, 1, "{heading:?} wraps onto {lines} lines");
+    }
+    // Room between neighbours: "531 3326 ms" read as one figure.
+    for gap in gaps {
+        assert!(
+            gap["gap"].as_f64().expect("px") >= 10.0,
+            "two cells' texts too close: {gap}"
+        );
+    }
     projector.close().await.expect("close the browser");
+}
+
+/// The page's headings, each with the lines its text takes; and between
+/// each two neighbouring cells of a row (headings too), the space from
+/// the end of one's text to the start of the next's: `{left, right, gap}`.
+async fn headings_and_gaps(browser: &Client) -> (Vec<(String, u64)>, Vec<Value>) {
+    let found = browser
+        .execute(
+            "function text(e) {
+               const range = document.createRange();
+               range.selectNodeContents(e);
+               const rects = Array.from(range.getClientRects()).filter(function (r) { return r.width > 0; });
+               if (rects.length === 0) return null;
+               return { left: Math.min.apply(null, rects.map(function (r) { return r.left; })),
+                        right: Math.max.apply(null, rects.map(function (r) { return r.right; })),
+                        lines: new Set(rects.map(function (r) { return Math.round(r.top); })).size };
+             }
+             const headings = Array.from(document.querySelectorAll('th')).map(function (th) {
+               return [th.textContent.trim(), text(th).lines];
+             });
+             const gaps = [];
+             document.querySelectorAll('tr:not(.lesson)').forEach(function (tr) {
+               const cells = Array.from(tr.children);
+               for (let i = 0; i + 1 < cells.length; i++) {
+                 const a = text(cells[i]), b = text(cells[i + 1]);
+                 if (a && b) gaps.push({ left: cells[i].textContent.trim(), right: cells[i + 1].textContent.trim(),
+                                         gap: b.left - a.right });
+               }
+             });
+             return [headings, gaps];",
+            vec![],
+        )
+        .await
+        .expect("the headings and the gaps");
+    let headings = found[0]
+        .as_array()
+        .expect("headings")
+        .iter()
+        .map(|pair| {
+            (
+                pair[0].as_str().expect("a heading").to_owned(),
+                pair[1].as_u64().expect("lines"),
+            )
+        })
+        .collect();
+    (headings, found[1].as_array().expect("gaps").clone())
 }
