@@ -110,7 +110,8 @@ impl Standing {
     /// While the room is full of admitted buyers who have not bought, the
     /// line moves only when one buys or runs out: the wait starts from the
     /// first place to open at the latest ([`Self::full_for_secs`]), not
-    /// from now, so that it does not shrink while nothing moves.
+    /// from now, so that it does not shrink while nothing moves; and that
+    /// place is the head's, so the head's wait is exactly that.
     pub fn eta_secs(&self, room: &RoomSettings, opens_ms: i64) -> Option<f64> {
         let Place::Waiting { ahead, .. } = self.place else {
             return None;
@@ -120,8 +121,14 @@ impl Standing {
             .unwrap_or(f64::from(room.admit_per_sec))
             .max(f64::MIN_POSITIVE);
         let to_open = (opens_ms - self.now_ms).max(0) as f64 / 1000.0;
-        let to_free = self.full_for_secs(room).unwrap_or(0.0);
-        Some(to_open.max(to_free) + (ahead + 1) as f64 / rate)
+        // A full room's first free place goes to the head of the line at
+        // once: the head waits for it alone, as the page's "at the latest
+        // in" says, and each buyer behind waits one admission more.
+        let (start, turns) = match self.full_for_secs(room) {
+            Some(to_free) => (to_open.max(to_free), ahead),
+            None => (to_open, ahead + 1),
+        };
+        Some(start + turns as f64 / rate)
     }
 
     /// While every place among the active is taken (`max_active` admitted

@@ -54,11 +54,21 @@ fn a_room_full_of_admitted_buyers_says_until_when_and_the_wait_counts_it() {
     assert_eq!(waiting.full_for_secs(&fifo), None);
     assert_eq!(waiting.eta_secs(&fifo, 0), Some(0.4));
     // All 10 taken: nothing moves before the first turn runs out, 52 s
-    // from now, at the latest.
+    // from now, at the latest; that place is the head's, and each of the 3
+    // ahead takes one admission after it.
     waiting.active = 10;
     assert_eq!(waiting.full_for_secs(&fifo), Some(52.0));
     let eta = waiting.eta_secs(&fifo, 0).expect("waiting");
-    assert!((eta - 52.4).abs() < 1e-9, "{eta}");
+    assert!((eta - 52.3).abs() < 1e-9, "{eta}");
+    // The head waits exactly as long as the page's "at the latest in",
+    // however slow the room was while full (before, 1 / the observed
+    // rate more: "about 60 s" beside "at the latest in 46 s").
+    waiting.place = Place::Waiting {
+        number: 1,
+        ahead: 0,
+    };
+    waiting.observed_per_sec = Some(0.07);
+    assert_eq!(waiting.eta_secs(&fifo, 0), Some(52.0));
 }
 
 fn room(mode: RoomMode) -> RoomSettings {
