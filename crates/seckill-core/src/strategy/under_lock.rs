@@ -74,7 +74,7 @@ pub struct Committed {
 /// [`commit`], and when `roomed` (the sale has a waiting room) each
 /// buyer's admission checked and spent in the same step
 /// (`lua/purchase_commit.lua`): an admission buys once, whatever dies when.
-pub async fn commit_spending<C: ConnectionLike + Send>(
+async fn commit_spending<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
     guard: &LockGuard,
