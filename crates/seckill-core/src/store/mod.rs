@@ -39,7 +39,8 @@ use crate::urls::redact;
 
 pub(crate) use catalog::Catalog;
 pub use confirm::{Confirmation, Taken, Written};
-pub use orders::{Deadline, OrderCounts, OrderRow, PayOutcome};
+pub use orders::{Deadline, OrderRow};
+pub(crate) use orders::{OrderCounts, PayOutcome};
 pub use sales::Snapshot;
 
 /// PostgreSQL connections per instance (page reads and the worker).
