@@ -261,7 +261,7 @@ impl RedisPool {
 
     /// The same, with `timeouts` on every connection, whatever the
     /// topology (`redis_pool/timeouts.rs`).
-    pub fn with_timeouts(
+    fn with_timeouts(
         at: &RedisAt,
         wait: Duration,
         timeouts: RedisTimeouts,

@@ -77,7 +77,7 @@ pub struct RoomBoard {
     /// room's total as read here tick by tick; `None` until a second of
     /// readings.
     pub per_sec: Option<f64>,
-    /// The sale sold out or ended: the room admits nobody (`room::closed`).
+    /// The sale sold out or ended: the room admits nobody (`waiting_room::closed`).
     pub closed: bool,
 }
 

@@ -83,7 +83,9 @@ impl Deployment {
         self
     }
 
-    /// The same deployment, running another program.
+    /// The same deployment, running another program (the integration
+    /// tests' `seckill-loadtest`).
+    #[cfg(feature = "test-support")]
     pub fn with_binary(mut self, binary: impl Into<PathBuf>) -> Self {
         self.binary = binary.into();
         self

@@ -61,6 +61,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::ValueEnum;
 use seckill_loadtest::LoadArgs;
 use seckill_loadtest::answer::AnswerKind;
 use seckill_loadtest::report::{Align, Table};
@@ -168,74 +169,86 @@ pub(crate) async fn bench(
     }
 }
 
-/// Every row `args` asks for, measured with `prefix` on `services`.
+/// Every row `args` asks for, measured with `prefix` on `services`, in
+/// the order `BenchRows` lists them. The `match` names every group, so a
+/// group added to `BenchRows` does not compile until it measures something.
 async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow::Result<Vec<Row>> {
     let store = loadrun::connect(services, prefix).await?;
     let token = admin_token();
-    let wanted = |group| args.only.is_empty() || args.only.contains(&group);
     let mut rows = Vec::new();
-    if wanted(BenchRows::Burst) {
-        eprintln!("bench: the burst");
-        rows.extend(burst::burst(args, services, &store, &token).await?);
-    }
-    if wanted(BenchRows::Accepted) {
-        for strategy in [Strategy::Lock, Strategy::Lua] {
-            eprintln!("bench: accepted purchases/s with {}", strategy.as_str());
-            rows.push(accepted_per_second(args, services, &store, &token, strategy).await?);
+    for &group in BenchRows::value_variants() {
+        if !(args.only.is_empty() || args.only.contains(&group)) {
+            continue;
         }
-    }
-    if wanted(BenchRows::Cluster) {
-        eprintln!("bench: 3 sales on 1 Redis, then on a 3-master cluster");
-        rows.push(cluster::spread_over_masters(args, services, &store, &token).await?);
-    }
-    if wanted(BenchRows::Replica) {
-        eprintln!("bench: one sale with --redis-durability replica, then local, alternated");
-        rows.push(replica::replica_against_local(args, services, &store, &token).await?);
-    }
-    if wanted(BenchRows::Drain) {
-        eprintln!("bench: the worker's drain");
-        rows.extend(worker::drain(args, &store).await?);
-    }
-    if wanted(BenchRows::Idle) {
-        eprintln!("bench: an idle worker's delay");
-        rows.push(worker::idle_delay(services, &store, &token).await?);
-    }
-    if wanted(BenchRows::SoldOut) {
-        eprintln!("bench: sold-out answers against a bare handler (wrk)");
-        rows.push(wrk::sold_out(args, services, &store, &token).await?);
-    }
-    if wanted(BenchRows::Room) {
-        eprintln!("bench: waiting room status answers against sold-out answers (wrk)");
-        rows.extend(waiting_room::status_against_sold_out(args, services, &store, &token).await?);
-        eprintln!("bench: a waiting room {} buyers join", args.room_buyers);
-        rows.extend(waiting_room::crowded_room(args, services, &store, &token).await?);
-    }
-    if wanted(BenchRows::RoomScripts) {
-        eprintln!(
-            "bench: a lottery room of {} buyers: Redis' slowest command",
-            args.room_buyers
-        );
-        rows.push(room_scripts::slowest_command(args, &store).await?);
-    }
-    if wanted(BenchRows::Index) {
-        eprintln!("bench: the storefront index (wrk)");
-        rows.extend(wrk::index(args, services, &store, &token).await?);
-    }
-    if wanted(BenchRows::Pages) {
-        eprintln!("bench: {} open sale pages", args.pages);
-        rows.push(pages::open_pages(args, services, &store, &token).await?);
-        eprintln!(
-            "bench: the burst, alone and while {} pages watch",
-            args.pages
-        );
-        rows.extend(pages::watched_burst(args, services, &store, &token).await?);
-    }
-    if wanted(BenchRows::Ended) {
-        eprintln!(
-            "bench: an instance after {} ended sales, and after 10",
-            args.ended_sales
-        );
-        rows.extend(ended::ended_sales(args, services, &store, &token).await?);
+        match group {
+            BenchRows::Burst => {
+                eprintln!("bench: the burst");
+                rows.extend(burst::burst(args, services, &store, &token).await?);
+            }
+            BenchRows::Accepted => {
+                for strategy in [Strategy::Lock, Strategy::Lua] {
+                    eprintln!("bench: accepted purchases/s with {}", strategy.as_str());
+                    rows.push(accepted_per_second(args, services, &store, &token, strategy).await?);
+                }
+            }
+            BenchRows::Cluster => {
+                eprintln!("bench: 3 sales on 1 Redis, then on a 3-master cluster");
+                rows.push(cluster::spread_over_masters(args, services, &store, &token).await?);
+            }
+            BenchRows::Replica => {
+                eprintln!(
+                    "bench: one sale with --redis-durability replica, then local, alternated"
+                );
+                rows.push(replica::replica_against_local(args, services, &store, &token).await?);
+            }
+            BenchRows::Drain => {
+                eprintln!("bench: the worker's drain");
+                rows.extend(worker::drain(args, &store).await?);
+            }
+            BenchRows::Idle => {
+                eprintln!("bench: an idle worker's delay");
+                rows.push(worker::idle_delay(services, &store, &token).await?);
+            }
+            BenchRows::SoldOut => {
+                eprintln!("bench: sold-out answers against a bare handler (wrk)");
+                rows.push(wrk::sold_out(args, services, &store, &token).await?);
+            }
+            BenchRows::Room => {
+                eprintln!("bench: waiting room status answers against sold-out answers (wrk)");
+                rows.extend(
+                    waiting_room::status_against_sold_out(args, services, &store, &token).await?,
+                );
+                eprintln!("bench: a waiting room {} buyers join", args.room_buyers);
+                rows.extend(waiting_room::crowded_room(args, services, &store, &token).await?);
+            }
+            BenchRows::RoomScripts => {
+                eprintln!(
+                    "bench: a lottery room of {} buyers: Redis' slowest command",
+                    args.room_buyers
+                );
+                rows.push(room_scripts::slowest_command(args, &store).await?);
+            }
+            BenchRows::Index => {
+                eprintln!("bench: the storefront index (wrk)");
+                rows.extend(wrk::index(args, services, &store, &token).await?);
+            }
+            BenchRows::Pages => {
+                eprintln!("bench: {} open sale pages", args.pages);
+                rows.push(pages::open_pages(args, services, &store, &token).await?);
+                eprintln!(
+                    "bench: the burst, alone and while {} pages watch",
+                    args.pages
+                );
+                rows.extend(pages::watched_burst(args, services, &store, &token).await?);
+            }
+            BenchRows::Ended => {
+                eprintln!(
+                    "bench: an instance after {} ended sales, and after 10",
+                    args.ended_sales
+                );
+                rows.extend(ended::ended_sales(args, services, &store, &token).await?);
+            }
+        }
     }
     Ok(rows)
 }

@@ -3,7 +3,7 @@
 //!
 //! Most of a crowd stands far behind the head of the line, and its answer
 //! changes only as the head moves. So each instance looks at a room (one
-//! visit for nobody, `room::look`) at most every [`FRESH_FOR`], and
+//! visit for nobody, `waiting_room::look`) at most every [`FRESH_FOR`], and
 //! answers from that look a buyer who was in line then and so far behind
 //! that the room cannot have reached them since (`Standing::of_number`).
 //! Whoever is near their turn, admitted, or not judged (in a lottery

@@ -9,7 +9,9 @@ mod sale;
 mod text;
 mod user_id;
 
-pub use order::{Order, OrderJob, OrderStatus, RejectReason, order_id_for, sale_of};
+pub(crate) use order::sale_of;
+pub use order::{Order, OrderJob, OrderStatus, RejectReason};
 pub use room_rules::{Pass, PassKey, PassKind, PassRefused, RoomMode, RoomSettings};
-pub use sale::{InvalidSale, NewSale, NewSaleBuilder, Sale, SaleStatus, Window};
+pub(crate) use sale::Window;
+pub use sale::{InvalidSale, NewSale, NewSaleBuilder, Sale, SaleStatus};
 pub use user_id::{InvalidUserId, UserId};

@@ -154,7 +154,7 @@ impl OrderJob {
 /// chance of one in about 4 trillion); the last 32 are the sale id. A sale
 /// id past `u32::MAX` gets a plain UUIDv7: such an order is found once the
 /// worker has written it to PostgreSQL (milliseconds later).
-pub fn order_id_for(sale_id: i64) -> Uuid {
+fn order_id_for(sale_id: i64) -> Uuid {
     let Ok(sale) = u32::try_from(sale_id) else {
         return Uuid::now_v7();
     };
@@ -167,7 +167,7 @@ pub fn order_id_for(sale_id: i64) -> Uuid {
 }
 
 /// The sale an order id names, if it was made by [`order_id_for`].
-pub fn sale_of(order_id: &Uuid) -> Option<i64> {
+pub(crate) fn sale_of(order_id: &Uuid) -> Option<i64> {
     if order_id.get_version_num() != 8 {
         return None;
     }

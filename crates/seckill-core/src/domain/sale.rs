@@ -61,7 +61,7 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Sale {
 
 /// Whether a sale takes purchases at a given moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Window {
+pub(crate) enum Window {
     NotStarted,
     Open,
     Ended,

@@ -171,7 +171,7 @@ where
             Err(error) => {
                 // Refused or reset: the server is gone, and the others may
                 // be closed too. (A slow connect is not news of that.)
-                if said_by(&error) == Verdict::Lost {
+                if said_by(&error) == Heard::Lost {
                     self.losses.record();
                 }
                 Err(error)
@@ -209,7 +209,7 @@ where
                 // loss: after a restart every dead connection's check fails
                 // in turn, and each would distrust the new ones again.
                 if let RecycleError::Backend(error) = &error
-                    && said_by(error) == Verdict::Lost
+                    && said_by(error) == Heard::Lost
                     && tracked
                         .answered
                         .is_some_and(|at| self.losses.none_since(at))
@@ -224,7 +224,7 @@ where
 
 /// What a command's outcome says of its connection.
 #[derive(Debug, PartialEq, Eq)]
-enum Verdict {
+enum Heard {
     /// The server answered (a reply, or an error reply).
     Answered,
     /// No answer in time: the connection is in step, its server unknown.
@@ -235,26 +235,26 @@ enum Verdict {
     Nothing,
 }
 
-fn said<T>(outcome: &Result<T, RedisError>) -> Verdict {
+fn said<T>(outcome: &Result<T, RedisError>) -> Heard {
     match outcome {
-        Ok(_) => Verdict::Answered,
+        Ok(_) => Heard::Answered,
         Err(error) => said_by(error),
     }
 }
 
-fn said_by(error: &RedisError) -> Verdict {
+fn said_by(error: &RedisError) -> Heard {
     if error.is_timeout() {
-        Verdict::Unsure
+        Heard::Unsure
     } else if error.code() == Some("READONLY") {
         // An answer, but from a server that has become a replica: every
         // connection to it is as good as lost (see `primary_only`).
-        Verdict::Lost
+        Heard::Lost
     } else if matches!(error.kind(), ErrorKind::Server(_) | ErrorKind::Extension) {
-        Verdict::Answered
+        Heard::Answered
     } else if error.is_io_error() || error.is_unrecoverable_error() {
-        Verdict::Lost
+        Heard::Lost
     } else {
-        Verdict::Nothing
+        Heard::Nothing
     }
 }
 
@@ -269,13 +269,13 @@ impl<C> Tracked<C> {
     /// Take in the outcome of a command sent at `sent`.
     pub(crate) fn note<T>(&mut self, sent: Instant, outcome: &Result<T, RedisError>) {
         match said(outcome) {
-            Verdict::Answered => self.answered = Some(sent),
-            Verdict::Unsure => self.answered = None,
-            Verdict::Lost => {
+            Heard::Answered => self.answered = Some(sent),
+            Heard::Unsure => self.answered = None,
+            Heard::Lost => {
                 self.answered = None;
                 self.losses.record();
             }
-            Verdict::Nothing => {}
+            Heard::Nothing => {}
         }
     }
 }
@@ -316,14 +316,14 @@ mod tests {
     #[test]
     fn an_error_reply_is_an_answer_a_timeout_is_not_and_a_broken_socket_is_a_loss() {
         let reply = redis::make_extension_error("NOSCRIPT".into(), None);
-        assert_eq!(said_by(&reply), Verdict::Answered);
+        assert_eq!(said_by(&reply), Heard::Answered);
         let io = |kind| RedisError::from(std::io::Error::new(kind, "x"));
-        assert_eq!(said_by(&io(std::io::ErrorKind::TimedOut)), Verdict::Unsure);
+        assert_eq!(said_by(&io(std::io::ErrorKind::TimedOut)), Heard::Unsure);
         assert_eq!(
             said_by(&io(std::io::ErrorKind::ConnectionReset)),
-            Verdict::Lost
+            Heard::Lost
         );
-        assert_eq!(said_by(&io(std::io::ErrorKind::BrokenPipe)), Verdict::Lost);
+        assert_eq!(said_by(&io(std::io::ErrorKind::BrokenPipe)), Heard::Lost);
     }
 
     #[test]

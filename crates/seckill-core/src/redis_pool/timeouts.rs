@@ -78,7 +78,7 @@ pub struct RedisTimeouts {
 
 impl RedisTimeouts {
     /// The redis crate's own defaults for one server, now for all three.
-    pub const DEFAULT: Self = Self {
+    pub(crate) const DEFAULT: Self = Self {
         connect: Duration::from_secs(1),
         response: Duration::from_millis(500),
     };
@@ -92,7 +92,7 @@ impl RedisTimeouts {
     /// [`Self::WAIT_MARGIN`] (at least the default), so that a `WAIT` is
     /// answered by Redis, never cut short by its own client.
     /// `RedisDurability::timeouts` gives them for a durability setting.
-    pub fn for_replica_wait(wait: Option<Duration>) -> Self {
+    pub(crate) fn for_replica_wait(wait: Option<Duration>) -> Self {
         match wait {
             None => Self::DEFAULT,
             Some(wait) => Self {

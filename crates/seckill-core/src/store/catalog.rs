@@ -16,7 +16,7 @@ use crate::failure::Judged;
 /// One read of a sale from PostgreSQL, shared by every request that misses
 /// it meanwhile: the sale, `None` when there is none by that id, or the
 /// failure, judged once.
-pub(super) type Reading = Shared<BoxFuture<'static, Result<Option<Arc<Sale>>, Judged>>>;
+pub(super) type SharedRead = Shared<BoxFuture<'static, Result<Option<Arc<Sale>>, Judged>>>;
 
 /// How long a process remembers that a sale id does not exist. Short: a
 /// sale created on another instance is unknown here for at most this long.
@@ -35,7 +35,7 @@ pub(crate) struct Catalog {
     /// while one is reading wait for its answer. A std Mutex, held for a
     /// lookup or an insert (the cache's lock is taken inside it, never the
     /// other way round); an entry is removed when its read is over.
-    loading: Mutex<HashMap<i64, Reading>>,
+    loading: Mutex<HashMap<i64, SharedRead>>,
     /// Reads of a sale from PostgreSQL started.
     reads: AtomicU64,
     /// Ids PostgreSQL had no sale for, and when it said so: a flood of
@@ -99,7 +99,7 @@ impl Catalog {
         runtime: &tokio::runtime::Handle,
         id: i64,
         read: impl FnOnce() -> F,
-    ) -> Reading
+    ) -> SharedRead
     where
         F: Future<Output = anyhow::Result<Option<Arc<Sale>>>> + Send + 'static,
     {

@@ -39,7 +39,8 @@ use crate::urls::redact;
 
 pub(crate) use catalog::Catalog;
 pub use confirm::{Confirmation, Taken, Written};
-pub use orders::{Deadline, OrderCounts, OrderRow, PayOutcome};
+pub use orders::{Deadline, OrderRow};
+pub(crate) use orders::{OrderCounts, PayOutcome};
 pub use sales::Snapshot;
 
 /// PostgreSQL connections per instance (page reads and the worker).
@@ -92,7 +93,7 @@ pub struct Store {
     /// runs here, in a task of its own: a sale's one read (`catalog.rs`),
     /// the passes through a sale's lock (`strategy/under_lock/lanes.rs`), a
     /// live page's reading task (`scoreboard.rs`) and the single-flight
-    /// reads of the index and the sale pages (`web/fresh.rs`); the Redis pool opens its
+    /// reads of the index and the sale pages (`web/single_flight.rs`); the Redis pool opens its
     /// connections on the same runtime (`redis_pool/recycle_check.rs`). Each HTTP worker runs
     /// its tasks on one thread, first come first served, and in a burst the
     /// thousands of new connections of an instance are ready at once: a

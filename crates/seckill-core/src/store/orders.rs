@@ -36,7 +36,7 @@ use crate::queue::Queue;
 
 /// How a payment ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PayOutcome {
+pub(crate) enum PayOutcome {
     /// This call paid the order.
     Paid,
     /// The order had been paid before: nothing changed.
@@ -87,7 +87,7 @@ pub struct OrderRow {
 
 /// A sale's orders in PostgreSQL by status, and its `sold` counter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
-pub struct OrderCounts {
+pub(crate) struct OrderCounts {
     pub(crate) sold: i32,
     pub(crate) confirmed: i64,
     pub(crate) paid: i64,

@@ -4,7 +4,7 @@
 //! check the buyer, check the stock, take a unit, remember the buyer, queue
 //! the order. They differ in what keeps two purchases from interleaving
 //! between the checks and the writes:
-//! - `lock.rs` (`--strategy lock`, the default): the article's Redis lock,
+//! - `under_lock.rs` (`--strategy lock`, the default): the article's Redis lock,
 //!   fixed, with a fence; the buyers waiting on one instance go through it
 //!   together.
 //! - `naive.rs` (`--strategy naive`): nothing. DELIBERATELY BROKEN: it

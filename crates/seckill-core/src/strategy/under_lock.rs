@@ -63,18 +63,18 @@ pub async fn commit<C: ConnectionLike + Send>(
 
 /// What a commit that wrote did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Committed {
+pub(crate) struct Committed {
     /// Units left after it.
-    pub left: i64,
+    pub(crate) left: i64,
     /// The orders (indexes into `jobs`) it refused because their buyer's
     /// waiting-room admission had bought already: nothing of them written.
-    pub spent: Vec<usize>,
+    pub(crate) spent: Vec<usize>,
 }
 
 /// [`commit`], and when `roomed` (the sale has a waiting room) each
 /// buyer's admission checked and spent in the same step
 /// (`lua/purchase_commit.lua`): an admission buys once, whatever dies when.
-pub async fn commit_spending<C: ConnectionLike + Send>(
+async fn commit_spending<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
     guard: &LockGuard,

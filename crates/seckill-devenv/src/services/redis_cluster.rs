@@ -103,16 +103,6 @@ impl PrivateRedisCluster {
         Ok(Self { masters, replicas })
     }
 
-    /// Freeze every replica (SIGSTOP): none acknowledges a write.
-    pub fn pause_replicas(&self) {
-        self.replicas.iter().for_each(PrivateRedis::pause);
-    }
-
-    /// Let the replicas go on (SIGCONT).
-    pub fn resume_replicas(&self) {
-        self.replicas.iter().for_each(PrivateRedis::resume);
-    }
-
     /// The node (master or replica) at `url`, to stop, freeze or resume
     /// one shard's servers only.
     pub fn node(&self, url: &str) -> Option<&PrivateRedis> {

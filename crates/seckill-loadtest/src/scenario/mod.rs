@@ -38,7 +38,7 @@ use anyhow::bail;
 use crate::progress::Progress;
 
 pub use plan::{Plan, Planned, Scenario, Shape, user_id};
-pub use rate::{DROP_AFTER, LATE_AFTER};
+pub(crate) use rate::LATE_AFTER;
 pub(crate) use sample::micros_of;
 pub use sample::{Live, RunData, Sample};
 

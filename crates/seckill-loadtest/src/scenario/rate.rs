@@ -25,10 +25,10 @@ use crate::http::{Connection, PurchaseAnswer};
 use crate::progress::Progress;
 
 /// A `rate` send that starts this much after it was due counts as late.
-pub const LATE_AFTER: Duration = Duration::from_millis(10);
+pub(crate) const LATE_AFTER: Duration = Duration::from_millis(10);
 /// A `rate` send still waiting for a connection this long after it was due
 /// is dropped (and counted): the generator cannot keep the rate.
-pub const DROP_AFTER: Duration = Duration::from_secs(1);
+const DROP_AFTER: Duration = Duration::from_secs(1);
 
 /// Send `shape.rate` requests a second, for `shape.duration` or until
 /// every planned request was sent once.

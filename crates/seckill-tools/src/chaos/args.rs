@@ -167,3 +167,29 @@ impl ChaosArgs {
             .map_or("local", |(_, value)| value.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::Fault;
+
+    /// A fault no run injects is tested by nothing: each is in the default
+    /// run, in a cluster's run, or one of the few asked for by name.
+    #[test]
+    fn every_fault_is_in_one_run_or_asked_for_by_name() {
+        let by_name_only = [Fault::RedisFailover];
+        for fault in Fault::value_variants() {
+            let runs = [
+                Fault::ALL.contains(fault),
+                Fault::CLUSTER.contains(fault),
+                by_name_only.contains(fault),
+            ];
+            assert_eq!(
+                runs.iter().filter(|&&is| is).count(),
+                1,
+                "{fault:?} must be in exactly one of Fault::ALL, Fault::CLUSTER and the faults asked for by name"
+            );
+        }
+    }
+}

@@ -225,23 +225,11 @@ async fn an_admin_creates_a_sale_sees_its_orders_and_stock_and_redrives_dead_job
     );
 }
 
-/// GET /admin with a cookie; the status says whether the session is open.
-async fn admin_status(app: &TestApp, cookie: &str) -> u16 {
-    no_redirects()
-        .get(app.url("/admin"))
-        .header(COOKIE, cookie)
-        .send()
-        .await
-        .expect("GET /admin")
-        .status()
-        .as_u16()
-}
-
 #[tokio::test]
 async fn logging_out_ends_the_session_on_the_server_for_every_copy_of_the_cookie() {
     let app = spawn_app().await;
     let cookie = app.log_in().await;
-    assert_eq!(admin_status(&app, &cookie).await, 200);
+    assert_eq!(app.admin_status(&cookie).await, 200);
     let out = no_redirects()
         .post(app.url("/admin/logout"))
         .header(COOKIE, &cookie)
@@ -250,11 +238,11 @@ async fn logging_out_ends_the_session_on_the_server_for_every_copy_of_the_cookie
         .expect("POST /admin/logout");
     assert_eq!(out.status(), 303);
     // A copy kept from before (a stolen cookie, another tab) no longer opens anything.
-    assert_eq!(admin_status(&app, &cookie).await, 401);
+    assert_eq!(app.admin_status(&cookie).await, 401);
     // Logging in again opens a new session.
     let again = app.log_in().await;
     assert_ne!(again, cookie);
-    assert_eq!(admin_status(&app, &again).await, 200);
+    assert_eq!(app.admin_status(&again).await, 200);
 }
 
 /// Seconds since the epoch on this machine's clock, the one the app
@@ -280,20 +268,20 @@ async fn a_session_expires_by_itself_and_its_expiry_cannot_be_moved() {
     let (payload, mac) = cookie.rsplit_once('.').expect("a signed value");
     let (head, expires) = payload.rsplit_once('.').expect("an expiry");
     let expires: i64 = expires.parse().expect("an expiry in seconds");
-    let status = admin_status(&app, &cookie).await;
+    let status = app.admin_status(&cookie).await;
     if now_secs() < expires {
         assert_eq!(status, 200, "the session ended before its expiry");
     }
     // The same session, its expiry pushed far ahead by hand: the signature
     // no longer matches.
     let forged = format!("{head}.99999999999.{mac}");
-    assert_eq!(admin_status(&app, &forged).await, 401);
+    assert_eq!(app.admin_status(&forged).await, 401);
     // Once the clock has reached the expiry, the session is over.
     while now_secs() < expires {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        admin_status(&app, &cookie).await,
+        app.admin_status(&cookie).await,
         401,
         "the session outlived its expiry"
     );

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use reqwest::header::{CONTENT_TYPE, COOKIE};
+use reqwest::header::CONTENT_TYPE;
 use seckill_core::queue::Queue;
 
-use crate::helpers::{TestApp, eventually, no_redirects, spawn_app};
+use crate::helpers::{TestApp, eventually, spawn_app};
 
 /// What another site's page makes a browser send with its form post.
 const FORGED: [(&str, &str); 2] = [
@@ -42,17 +42,6 @@ pub(crate) async fn refused_as_cross_site(response: reqwest::Response, what: &st
         page.contains(r#"data-error="cross_site_request""#),
         "{what}: {page}"
     );
-}
-
-async fn admin_page_status(app: &TestApp, cookie: &str) -> u16 {
-    no_redirects()
-        .get(app.url("/admin"))
-        .header(COOKIE, cookie)
-        .send()
-        .await
-        .expect("GET /admin")
-        .status()
-        .as_u16()
 }
 
 #[tokio::test]
@@ -121,7 +110,7 @@ async fn the_pay_and_admin_forms_refuse_a_cross_site_post_and_change_nothing() {
         "a sale created by a forgery"
     );
     assert_eq!(
-        admin_page_status(&app, &cookie).await,
+        app.admin_status(&cookie).await,
         200,
         "logged out by a forgery"
     );
@@ -153,9 +142,5 @@ async fn the_pay_and_admin_forms_refuse_a_cross_site_post_and_change_nothing() {
     assert_eq!(app.queue_stats(sale).await.dead, 0, "not re-driven");
     let logout = post_form(&app, "/admin/logout", &cookie, &[], own).await;
     assert_eq!(logout.status(), 303);
-    assert_eq!(
-        admin_page_status(&app, &cookie).await,
-        401,
-        "still signed in"
-    );
+    assert_eq!(app.admin_status(&cookie).await, 401, "still signed in");
 }

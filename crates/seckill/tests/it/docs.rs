@@ -42,7 +42,7 @@ const ACCOUNTED: &[(&[&str], &str)] = &[
     ),
     (
         &["cargo run --release -- reset"],
-        "room::reset_deletes_every_sale_order_and_key_only_when_told_yes",
+        "instructor::reset_deletes_every_sale_order_and_key_only_when_told_yes",
     ),
     (
         &["cargo test --workspace"],
@@ -154,7 +154,7 @@ const ACCOUNTED: &[(&[&str], &str)] = &[
     ),
     (
         &["seckill demo --waiting-room"],
-        "room::the_demo_waits_for_enter_before_its_race_and_prints_orders_to_pay runs the demo; not run with --waiting-room: crowd::the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_order runs the rooms under a crowd",
+        "instructor::the_demo_waits_for_enter_before_its_race_and_prints_orders_to_pay runs the demo; not run with --waiting-room: crowd::the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_order runs the rooms under a crowd",
     ),
     (
         &[

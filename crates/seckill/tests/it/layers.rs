@@ -1,8 +1,12 @@
-//! The layers, kept true inside each crate.
+//! The layers, kept true inside each crate, and the arrows between crates
+//! that Cargo would let by.
 //!
-//! Across crates, Cargo keeps the arrows: a crate can name only the crates
-//! it depends on, so `seckill-core` using `seckill-web` fails to compile.
-//! Inside one crate the compiler lets any module use any other, so this
+//! Across crates, Cargo keeps the arrows that point up: a crate can name
+//! only the crates it depends on, and refuses a circle, so `seckill-core`
+//! using `seckill-web` fails to compile. An arrow sideways makes no circle
+//! (`seckill-web` on `seckill-devenv`, `seckill-loadtest` on
+//! `seckill-core`): the `Cargo.toml`s are read for the ones
+//! `ARCHITECTURE.md` forbids. Inside one crate the compiler lets any module use any other, so this
 //! test reads the `crate::` and `super::` paths of every file of
 //! `crates/*/src` and refuses:
 //!
@@ -381,6 +385,44 @@ fn the_checker_sees_every_way_of_naming_a_module_and_skips_comments_and_strings(
     assert!(
         found.contains(&"admin".to_owned()) && found.contains(&"api".to_owned()),
         "{found:?}"
+    );
+}
+
+/// The arrows between crates that `ARCHITECTURE.md` says must never
+/// exist, read from every section of each crate's `Cargo.toml` (its
+/// dev-dependencies too): Cargo refuses only those that close a circle.
+#[test]
+fn no_crate_depends_on_a_crate_architecture_md_forbids() {
+    let forbidden = |from: &str, to: &str| match (from, to) {
+        // The sale knows no HTTP, no command line and no tools; the
+        // verifier checks the app from outside.
+        ("seckill-core" | "seckill-loadtest", _) => true,
+        // Handlers know neither how the servers were found nor how the
+        // process was started, and neither knows the handlers.
+        ("seckill-web", "seckill-devenv" | "seckill-cli")
+        | ("seckill-devenv" | "seckill-cli", "seckill-web") => true,
+        // Only the binary reaches the tools.
+        (_, "seckill-tools") => from != "seckill",
+        _ => false,
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("crates"))
+        .expect("reading crates/")
+        .flatten()
+    {
+        let from = entry.file_name().to_string_lossy().into_owned();
+        let manifest = std::fs::read_to_string(entry.path().join("Cargo.toml"))
+            .unwrap_or_else(|_| panic!("{from}'s Cargo.toml"));
+        for line in manifest.lines() {
+            let name = line.split(['.', ' ', '=']).next().unwrap_or_default();
+            if name.starts_with("seckill") && forbidden(&from, name) {
+                found.push(format!("{from} -> {name}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "crates depending on crates ARCHITECTURE.md forbids them: {found:?}"
     );
 }
 

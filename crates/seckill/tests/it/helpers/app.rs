@@ -314,6 +314,19 @@ impl TestApp {
             .unwrap_or_else(|error| panic!("POST {path}: {error}"))
     }
 
+    /// `GET /admin` with `cookie`: the status says whether the session is
+    /// open (`200`) or not (`401`).
+    pub async fn admin_status(&self, cookie: &str) -> u16 {
+        no_redirects()
+            .get(self.url("/admin"))
+            .header(reqwest::header::COOKIE, cookie)
+            .send()
+            .await
+            .expect("GET /admin")
+            .status()
+            .as_u16()
+    }
+
     /// Log in through the admin form; returns the `name=value` of the
     /// admin cookie.
     pub async fn log_in(&self) -> String {

@@ -1,7 +1,8 @@
-//! What an instructor does in front of a room, beyond the guide's commands
+//! What an instructor does in front of a class, beyond the guide's commands
 //! (`workshop.rs` runs those): a storefront made new with `seckill reset`,
-//! which asks first; the demo holding its race until the room has the
-//! live page open, then printing winners' orders ready to pay.
+//! which asks first; the demo holding its race until the class has the
+//! live page open, then printing winners' orders ready to pay. (Elsewhere
+//! a "room" is a sale's waiting room.)
 
 use std::process::Stdio;
 
@@ -127,7 +128,7 @@ async fn the_demo_waits_for_enter_before_its_race_and_prints_orders_to_pay() {
         .expect("the instance's address")
         .to_owned();
 
-    // The race waits for the room: the page is there, nothing is sold.
+    // The race waits for the class: the page is there, nothing is sold.
     let page = client().get(&live).send().await.expect("GET the live page");
     assert_eq!(page.status(), 200);
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
