@@ -258,6 +258,14 @@ async fn the_labs_page_fits_a_projector_screen_wide() {
     }
     let (lessons, _) = layout(&projector, "tr.lesson td").await;
     assert!(lessons.len() >= 12, "a lesson under each row: {lessons:?}");
+    // The charts' labels as the page shows them, scaled to its width: a
+    // line of text at least 13 px high, about 12 px letters (their
+    // 12-pixel labels were shown about 10 px high, 11 px a line).
+    let (labels, _) = layout(&projector, "svg text").await;
+    for label in labels {
+        let high = label["bottom"].as_f64().expect("px") - label["top"].as_f64().expect("px");
+        assert!(high >= 13.0, "a chart's label too small to read: {label}");
+    }
 
     // The room reads the terminal's table and the page side by side: one
     // name for each column, in the same order (the page adds some).

@@ -6,7 +6,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{Colour, GRID, LEGEND_WIDTH, Swatch, draw_legend, svg_chart};
+use super::{Colour, GRID, LABEL, LEGEND_WIDTH, Swatch, draw_legend, svg_chart};
 
 /// One bar per row, and a mark across them: the lab's `202`s per row
 /// beside the units, or its p99 per row.
@@ -61,24 +61,24 @@ impl Bars<'_> {
                 .get(i.round().max(0.0) as usize)
                 .map_or_else(String::new, |bar| bar.label.clone())
         };
-        let height = 90 + 26 * u32::try_from(count).unwrap_or(u32::MAX / 26);
+        let height = 90 + 30 * u32::try_from(count).unwrap_or(u32::MAX / 30);
         svg_chart((900, height), |root| {
             let (plot, side) = root.split_horizontally(900 - LEGEND_WIDTH);
             let mut chart = ChartBuilder::on(&plot)
                 .caption(self.title, ("sans-serif", 16))
                 .margin(15)
                 .x_label_area_size(30)
-                // About 7 pixels a character, at 12 pixels.
-                .y_label_area_size(u32::try_from(widest_label * 7 + 20).unwrap_or(200))
+                // About 9 pixels a character, at LABEL pixels.
+                .y_label_area_size(u32::try_from(widest_label * 9 + 20).unwrap_or(250))
                 // A fifth more than the longest bar: room for its figure.
                 .build_cartesian_2d(0f64..highest * 1.2, Bands(count))?;
             chart
                 .configure_mesh()
                 .light_line_style(GRID)
                 .disable_y_mesh()
-                // 12 pixels whatever the chart's height: plotters sizes
-                // labels by it, and a chart of one bar is low.
-                .label_style(("sans-serif", 12))
+                // LABEL pixels whatever the chart's height: plotters
+                // sizes labels by it, and a chart of one bar is low.
+                .label_style(("sans-serif", LABEL))
                 .x_label_formatter(&|x| format!("{x:.0}"))
                 .y_label_formatter(&label_of)
                 .draw()?;
@@ -90,7 +90,7 @@ impl Bars<'_> {
                 rect.set_margin(3, 3, 0, 0);
                 rect
             }))?;
-            let font = ("sans-serif", 12)
+            let font = ("sans-serif", LABEL)
                 .into_font()
                 .color(&BLACK)
                 .pos(Pos::new(HPos::Left, VPos::Center));

@@ -28,7 +28,12 @@ pub use timeline::{Line, Span, Timeline};
 const GRID: RGBColor = RGBColor(235, 235, 235);
 /// Room right of a [`Timeline`]'s or [`Bars`]'s plot for the legend, so
 /// that the legend never covers what is drawn.
-const LEGEND_WIDTH: u32 = 150;
+const LEGEND_WIDTH: u32 = 180;
+
+/// The labels' size, in the chart's pixels: a page shows the 900-pixel
+/// chart about 740 wide (the lab's, on a 1024-pixel projector), so 15
+/// reads as about 12 there.
+const LABEL: u32 = 15;
 
 /// A colour of a chart, as red, green and blue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,12 +75,12 @@ fn draw_legend(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
     entries: &[(&str, Swatch)],
 ) -> Result<(), DrawError> {
-    let font = ("sans-serif", 12)
+    let font = ("sans-serif", LABEL)
         .into_font()
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
     for (i, (name, swatch)) in entries.iter().enumerate() {
-        let y = 30 + 18 * i32::try_from(i).unwrap_or(0);
+        let y = 30 + 22 * i32::try_from(i).unwrap_or(0);
         match *swatch {
             Swatch::Line(colour) => {
                 area.draw(&PathElement::new(
