@@ -138,7 +138,6 @@ const ACCOUNTED: &[(&[&str], &str)] = &[
     (
         &[
             "cargo run --release -- chaos --cluster --compare-durability --duration-secs 45 --rate 300 --users 15000 --stock 8000",
-            "target/debug/seckill chaos --cluster --compare-durability --duration-secs 45 --rate 300 --users 15000 --stock 8000",
             "seckill chaos --cluster --compare-durability",
             "seckill chaos --cluster",
         ],
