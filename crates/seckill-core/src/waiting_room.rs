@@ -89,6 +89,11 @@ pub struct Standing {
     /// the epoch, Redis' clock); `None` with nobody active. While the
     /// room is full, the latest moment a place opens.
     pub next_free_ms: Option<i64>,
+    /// The line's generation: when its first place was handed out (ms,
+    /// Redis' clock); 0 before anyone joined. A line Redis lost and began
+    /// again has another, so a ticket, which carries the generation it was
+    /// given in, is never read as a place in a line it was not in.
+    pub born_ms: i64,
     /// Whether the visit's writes (a join, admissions, a buyer seen) are
     /// held as `--redis-durability` asks: always under `local`; under
     /// `replica`, once a replica acknowledged them. An answer on writes a
@@ -235,7 +240,7 @@ async fn run_visit(
     // Under `replica`, a `WAIT` rides behind the script, on its
     // connection (`replicas.rs`): a join or an admission is told only once
     // a replica holds it.
-    let (reply, confirmed): ([i64; 14], bool) =
+    let (reply, confirmed): ([i64; 15], bool) =
         replicas::run_and_confirm(&mut conn, &VISIT, &script, store.durability())
             .await
             .context("visiting a waiting room")?;
@@ -254,6 +259,7 @@ async fn run_visit(
         full,
         active,
         next_free,
+        born,
     ] = reply;
     if told > 0 {
         // Logged once, at the open, so that the draw can be checked: each
@@ -290,6 +296,7 @@ async fn run_visit(
         line_full: full == 1,
         active: count(active),
         next_free_ms: (next_free > 0).then_some(next_free),
+        born_ms: born,
         confirmed,
     })
 }
@@ -396,6 +403,7 @@ pub fn admission(key: &PassKey, sale_id: i64, buyer: &UserId, until_ms: i64) -> 
             sale_id,
             buyer: buyer.clone(),
             number: 0,
+            generation: 0,
             expires_ms: until_ms,
         },
     )

@@ -134,6 +134,8 @@ pub(crate) struct HeldTicket {
     pub(crate) buyer: UserId,
     /// The buyer's number in line when the ticket was signed (0: none).
     pub(crate) number: u64,
+    /// The generation of the line that number is a place in.
+    pub(crate) generation: i64,
 }
 
 /// The ticket `request` carries for `sale` (its `Seckill-Ticket` header,
@@ -169,6 +171,7 @@ pub(crate) async fn held_ticket(
         ticket,
         buyer: pass.buyer,
         number: u64::try_from(pass.number).unwrap_or(0),
+        generation: pass.generation,
     })
 }
 
@@ -209,7 +212,13 @@ impl Asking {
         let (sale, settings, held) = (&self.sale, &self.settings, &self.held);
         let standing = state
             .room_views
-            .standing(&state.store, sale, settings, &held.buyer, held.number)
+            .standing(
+                &state.store,
+                sale,
+                settings,
+                &held.buyer,
+                (held.number, held.generation),
+            )
             .await?;
         let view = standing_view(
             state,
@@ -308,6 +317,7 @@ pub(crate) async fn standing_view(
                 buyer: buyer.clone(),
                 number: number.map_or(0, |p| i64::try_from(p).unwrap_or(i64::MAX)),
                 expires_ms,
+                generation: standing.born_ms,
             },
         )
     });

@@ -48,8 +48,9 @@ struct View {
 }
 
 impl RoomViews {
-    /// Where `buyer`, who holds the ticket of `number`, stands: from this
-    /// instance's look at the room when it can tell, else from a visit. A
+    /// Where `buyer`, who holds the ticket of `number` in the line of
+    /// `generation`, stands: from this instance's look at the room when it
+    /// can tell, else from a visit. A
     /// standing not `confirmed` may be the room's look, not the buyer's:
     /// nothing but that it is unconfirmed is to be told of it.
     pub(crate) async fn standing(
@@ -58,7 +59,7 @@ impl RoomViews {
         sale: &Arc<Sale>,
         settings: &RoomSettings,
         buyer: &UserId,
-        number: u64,
+        (number, generation): (u64, i64),
     ) -> anyhow::Result<Standing> {
         let view = self.view(sale.id);
         *lock(&view.asked) = Instant::now();
@@ -91,6 +92,12 @@ impl RoomViews {
             Err(Looked::Unconfirmed(look)) => return Ok(look),
             Err(Looked::Failed(error)) => return Err(error),
         };
+        // A ticket of a line Redis lost (and began again, from number 1)
+        // is no place in this one: asked about in Redis, which finds the
+        // buyer outside and says so.
+        if look.born_ms != generation {
+            return waiting_room::visit(store, sale, settings, buyer, false).await;
+        }
         if let Some(standing) = look.of_number(number, settings, read_at.elapsed()) {
             lock(&view.seen).insert(buyer.as_str().to_owned());
             return Ok(standing);

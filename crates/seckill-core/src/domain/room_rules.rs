@@ -110,7 +110,7 @@ pub enum PassKind {
 impl PassKind {
     fn version(self) -> &'static str {
         match self {
-            Self::Ticket => "t1",
+            Self::Ticket => "t2",
             Self::Admission => "a1",
         }
     }
@@ -124,6 +124,9 @@ pub struct Pass {
     pub number: i64,
     /// When it runs out, ms since the epoch.
     pub expires_ms: i64,
+    /// A ticket's line generation (`waiting_room::Standing::born_ms`);
+    /// 0 in an admission, which carries none.
+    pub generation: i64,
 }
 
 /// Why a pass was refused. The codes are the API's (`403 not_admitted`
@@ -174,13 +177,16 @@ impl PassKey {
             .bytes()
             .map(|b| format!("{b:02x}"))
             .collect();
-        let payload = format!(
+        let mut payload = format!(
             "{}.{}.{buyer}.{}.{}",
             kind.version(),
             pass.sale_id,
             pass.number,
             pass.expires_ms
         );
+        if kind == PassKind::Ticket {
+            payload.push_str(&format!(".{}", pass.generation));
+        }
         let mac = self.mac(&payload).finalize().into_bytes();
         let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
         format!("{payload}.{hex}")
@@ -203,8 +209,10 @@ impl PassKey {
             .verify_slice(&mac)
             .map_err(|_| PassRefused::Forged)?;
         let parts: Vec<&str> = payload.split('.').collect();
-        let [version, sale, who, number, expires] = parts[..] else {
-            return Err(PassRefused::Forged);
+        let (version, sale, who, number, expires, generation) = match (kind, &parts[..]) {
+            (PassKind::Ticket, [v, s, w, n, e, g]) => (*v, *s, *w, *n, *e, *g),
+            (PassKind::Admission, [v, s, w, n, e]) => (*v, *s, *w, *n, *e, "0"),
+            _ => return Err(PassRefused::Forged),
         };
         if version != kind.version() {
             return Err(PassRefused::Forged);
@@ -219,6 +227,7 @@ impl PassKey {
             buyer: who,
             number: parse(number)?,
             expires_ms: parse(expires)?,
+            generation: parse(generation)?,
         };
         if pass.sale_id != sale_id {
             return Err(PassRefused::OtherSale);
@@ -265,6 +274,7 @@ mod tests {
             buyer: UserId::parse(buyer).expect("a buyer"),
             number: 3,
             expires_ms,
+            generation: 0,
         }
     }
 
@@ -305,6 +315,26 @@ mod tests {
                 "{junk}"
             );
         }
+    }
+
+    #[test]
+    fn a_ticket_carries_its_lines_generation_signed() {
+        let key = PassKey::new(b"k".to_vec());
+        let ticket = Pass {
+            generation: 1_764_000_000_123,
+            ..pass("ann.b", 2_000)
+        };
+        let signed = key.sign(PassKind::Ticket, &ticket);
+        assert_eq!(
+            key.check(PassKind::Ticket, &signed, 7, None, 1_000),
+            Ok(ticket)
+        );
+        let moved = signed.replacen(".1764000000123.", ".1764000000124.", 1);
+        assert_ne!(moved, signed);
+        assert_eq!(
+            key.check(PassKind::Ticket, &moved, 7, None, 1_000),
+            Err(PassRefused::Forged)
+        );
     }
 
     #[test]

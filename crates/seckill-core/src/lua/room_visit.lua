@@ -32,7 +32,9 @@
 -- (ms) from which admissions not yet made have accrued; `admitted`,
 -- `expired` and `abandoned` totals; `first` the first admission's time;
 -- `drawn` how many the lottery drew (those who joined before the open);
--- `told` once the first visit after the open has told the draw's seed.
+-- `told` once the first visit after the open has told the draw's seed;
+-- `born` when the line's first place was handed out (ms): the line's
+-- generation, which every ticket carries.
 --
 -- Places (the line's scores, a buyer's number): in a `fifo` room, the
 -- arrival order, 1, 2, 3... In a lottery, a buyer who joins before the
@@ -59,7 +61,7 @@
 -- never the whole line at once; the next visits drop the rest.
 --
 -- Returns {standing, place-or-expiry, ahead, waiting, closed, admitted,
--- first, now, told, head, drawn, full, active, next_free}: standing 0 not
+-- first, now, told, head, drawn, full, active, next_free, born}: standing 0 not
 -- in the room, 1 waiting
 -- (then the buyer's number in the line, the order it is served in, and
 -- how many are ahead), 2 admitted (then when the admission ends), 3
@@ -72,7 +74,8 @@
 -- join was refused because the line holds `max_line` buyers; `active` the
 -- admitted buyers who have neither bought nor run out, and `next_free`
 -- when the first of their admissions runs out (ms; 0 with none): while
--- `active` is `max_active`, the latest moment a place opens.
+-- `active` is `max_active`, the latest moment a place opens; `born` the
+-- line's generation (0 before anyone joined).
 --
 -- Every step is bounded, whatever the line's length: O(log n) sorted-set
 -- commands, at most ADMITS_PER_VISIT admissions, DROPS_PER_VISIT drops
@@ -85,7 +88,12 @@
 -- join read-then-added would hand two tabs of one buyer two places; a
 -- buyer judged gone from one read of the seen hash and dropped by a later
 -- command could visit between the two and be dropped while asking. One
--- script does all of it on one hash tag, on Redis' clock.
+-- script does all of it on one hash tag, on Redis' clock. And a line Redis
+-- lost (a flush, a failover under `local`) starts again from number 1: a
+-- ticket of the lost line would read as a place in the new one. `born`,
+-- written with the first place, tells the two lines apart: an instance
+-- answers a ticket from its look only when the ticket's generation is
+-- the look's (`web/room_view.rs`).
 local line, admitted, bought, state, stock, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local buyer = ARGV[1]
 local join = ARGV[2] == '1'
@@ -124,6 +132,7 @@ elseif join and not closed
   and not redis.call('ZSCORE', line, buyer)
   and not redis.call('ZSCORE', admitted, buyer)
   and redis.call('SISMEMBER', bought, buyer) == 0 then
+  redis.call('HSETNX', state, 'born', now)
   local place
   if lottery and now < opens then
     place = tonumber(string.sub(redis.sha1hex(ARGV[9] .. ':' .. buyer), 1, 10), 16) + 1
@@ -238,10 +247,11 @@ local drawn = tonumber(redis.call('HGET', state, 'drawn') or '0')
 local active = redis.call('ZCARD', admitted)
 local soonest = redis.call('ZRANGE', admitted, 0, 0, 'WITHSCORES')
 local next_free = tonumber(soonest[2] or '0')
+local born = tonumber(redis.call('HGET', state, 'born') or '0')
 
 local function answer(standing, value, ahead)
   return {standing, value, ahead, waiting, closed_flag, admitted_total, first, now, told,
-    head, drawn, full, active, next_free}
+    head, drawn, full, active, next_free, born}
 end
 
 if redis.call('SISMEMBER', bought, buyer) == 1 then

@@ -12,6 +12,7 @@ fn look(head: Option<u64>, drawn: u64) -> Standing {
         line_full: false,
         active: 0,
         next_free_ms: None,
+        born_ms: 1,
         confirmed: true,
     }
 }

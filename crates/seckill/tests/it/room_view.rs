@@ -112,3 +112,34 @@ async fn a_buyer_answered_from_the_instances_look_is_noted_as_seen_in_redis() {
     )
     .await;
 }
+
+/// A line Redis lost (a flush, a failover under `local`) and began again
+/// from number 1, with new buyers in it: a ticket of the old line, far
+/// back in it, is no place in the new one. Its buyer is told they are
+/// outside the room, to join again. (Before, the instance's look took the
+/// old ticket's number for a place in the new line: "number 30, 29 ahead"
+/// in a line of 5.)
+#[tokio::test]
+async fn a_ticket_of_a_line_redis_lost_is_no_place_in_the_line_begun_again() {
+    let app = spawn_app_with(Options::default()).await;
+    let (sale, tickets) = a_long_line(&app, 30).await;
+    let mut redis = app.redis_conn().await;
+    for key in app.keys(sale).room.all() {
+        let () = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut redis)
+            .await
+            .expect("DEL");
+    }
+    for n in 0..5 {
+        joined(&app, sale, &format!("newcomer-{n}")).await;
+    }
+    // Twice: the first may be the look's own moment, the second is
+    // answered while the look is fresh.
+    for _ in 0..2 {
+        let old = standing(&app, sale, &tickets[29]).await;
+        assert_eq!(old["position"], Value::Null, "{old}");
+        assert_eq!(old["admitted"], false, "{old}");
+        assert_eq!(old["waiting"], 5, "{old}");
+    }
+}
