@@ -89,6 +89,10 @@ const ACCOUNTED: &[(&[&str], &str)] = &[
         "bench::the_bench_measures_each_row_beside_its_target runs every row, on shorter settings; bench::the_bench_measures_only_the_rows_asked_for runs `--only`",
     ),
     (
+        &["cargo run --release -- bench --only capacity"],
+        "bench::the_capacity_rows_give_each_process_its_cpu_per_purchase runs it with 4,000 requests a run; bench::the_bench_measures_each_row_beside_its_target with 500",
+    ),
+    (
         &[
             "cargo run --release -- bench --json before.json",
             "cargo run --release -- bench --compare before.json",
