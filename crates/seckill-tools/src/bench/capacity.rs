@@ -99,6 +99,7 @@ pub(super) async fn capacity(
     let fleet = Fleet::start(deployment, "bench-capacity", 1).await?;
     let costs = measure(args.capacity_requests, &fleet, &store).await;
     fleet.stop().await;
+    // The private Redis stops here, after the processes that used it.
     drop(redis);
     Ok(rows(&costs?))
 }
