@@ -280,6 +280,14 @@ impl Fleet {
         resident_bytes(self.pid(name)?).with_context(|| format!("{name}'s memory"))
     }
 
+    /// The CPU time `name` has used so far: see [`ProcessCpu`].
+    pub fn cpu_time(&self, name: &str) -> anyhow::Result<Duration> {
+        let pid = self.pid(name)?.as_raw();
+        Ok(ProcessCpu::read(pid)
+            .with_context(|| format!("{name}'s CPU time"))?
+            .cpu)
+    }
+
     fn pid(&self, name: &str) -> anyhow::Result<Pid> {
         let pid = self
             .member(name)?
@@ -400,4 +408,74 @@ pub fn resident_bytes(pid: Pid) -> anyhow::Result<u64> {
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
         .with_context(|| format!("no VmRSS in /proc/{pid}/status"))?;
     Ok(kib * 1024)
+}
+
+/// Clock ticks per second of the times in `/proc/<pid>/stat` (the kernel's
+/// `USER_HZ`, which it keeps at 100 for user space on every architecture
+/// seckill runs on, whatever the kernel's own tick).
+const USER_HZ: u64 = 100;
+
+/// What `/proc/<pid>/stat` says of a process's use of the CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessCpu {
+    /// Its command name (`comm`): `postgres` for every process of a
+    /// PostgreSQL server, whatever its title says.
+    pub comm: String,
+    /// When it started, in clock ticks after boot: with the pid, it names
+    /// the process even once the pid is reused.
+    pub started: u64,
+    /// The CPU time of all its threads so far, in user mode and in the
+    /// kernel (`utime` + `stime`), in steps of 10 ms.
+    pub cpu: Duration,
+}
+
+impl ProcessCpu {
+    /// Read `/proc/<pid>/stat`.
+    pub fn read(pid: i32) -> anyhow::Result<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .with_context(|| format!("reading /proc/{pid}/stat"))?;
+        Self::parse(&stat).with_context(|| format!("an unexpected /proc/{pid}/stat: {stat:?}"))
+    }
+
+    /// `pid (comm) state ppid ...`: the name may hold spaces and
+    /// parentheses, so the fields are counted from its last `)`. After it,
+    /// field 3 (the state) comes first: `utime` is field 14, `stime` 15,
+    /// `starttime` 22 (proc(5)).
+    fn parse(stat: &str) -> Option<Self> {
+        let open = stat.find('(')?;
+        let close = stat.rfind(')')?;
+        let comm = stat.get(open + 1..close)?.to_owned();
+        let fields: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+        let ticks = field(14)? + field(15)?;
+        Some(Self {
+            comm,
+            started: field(22)?,
+            cpu: Duration::from_millis(ticks * 1000 / USER_HZ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_the_name_and_the_cpu_time_whatever_the_name_holds() {
+        let stat = "4278 (postgres) S 2226 2226 2226 0 -1 4194560 1503 0 0 0 \
+                    250 130 0 0 20 0 1 0 51234 226566144 3000 18446744073709551615";
+        let cpu = ProcessCpu::parse(stat).expect("parsed");
+        assert_eq!(cpu.comm, "postgres");
+        assert_eq!(cpu.cpu, Duration::from_millis(3_800));
+        assert_eq!(cpu.started, 51_234);
+        let odd = stat.replace("(postgres)", "(a (b) c)");
+        assert_eq!(ProcessCpu::parse(&odd).expect("parsed").comm, "a (b) c");
+    }
+
+    #[test]
+    fn a_process_reads_its_own_stat() {
+        let me = ProcessCpu::read(i32::try_from(std::process::id()).expect("a pid fits"))
+            .expect("our own stat");
+        assert!(me.started > 0);
+    }
 }

@@ -35,15 +35,21 @@
 //!   burst while they watch its sale, against the burst alone;
 //! - **ended sales** (`ended.rs`): an instance that served
 //!   `--ended-sales` sales, all ended and forgotten, against one that
-//!   served 10: its memory, and accepted purchases per second.
+//!   served 10: its memory, and accepted purchases per second;
+//! - **capacity** (`capacity.rs`): the CPU time one request costs an
+//!   instance, Redis, PostgreSQL and the worker, each a process of its
+//!   own, and the ceilings of one Redis primary and one PostgreSQL that
+//!   follow (docs/capacity.md).
 //!
 //! Every instance it starts logs as a user's does ([`deployment`]).
 
 mod args;
 mod baseline;
 mod burst;
+mod capacity;
 mod cluster;
 mod compare;
+mod cpu;
 mod ended;
 mod holder;
 mod lua;
@@ -249,6 +255,13 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
                 rows.extend(ended::ended_sales(args, services, &store, &token).await?);
             }
         }
+    }
+    if wanted(BenchRows::Capacity) {
+        eprintln!(
+            "bench: capacity: CPU per request in each process, {} requests a run",
+            args.capacity_requests
+        );
+        rows.extend(capacity::capacity(args, services, &store, &token).await?);
     }
     Ok(rows)
 }

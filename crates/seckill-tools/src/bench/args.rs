@@ -49,6 +49,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     pub(crate) room_buyers: u32,
 
+    /// Requests in each of the capacity rows' runs (accepted purchases,
+    /// refused ones, room joins, room status answers).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(100..=10_000_000))]
+    pub(crate) capacity_requests: u32,
+
     /// Measure only these rows (repeat the flag for several); every row
     /// when not given.
     #[arg(long = "only", value_enum)]
@@ -91,4 +96,8 @@ pub(crate) enum BenchRows {
     /// An instance after --ended-sales ended sales against one after 10:
     /// its memory, and accepted purchases/s on a live sale.
     Ended,
+    /// CPU time per request in an instance, Redis, PostgreSQL and the
+    /// worker (accepted and refused purchases, room joins and status
+    /// answers), and the ceilings of one Redis primary and one PostgreSQL.
+    Capacity,
 }

@@ -27,6 +27,8 @@ async fn the_bench_measures_each_row_beside_its_target() {
         "100",
         "--room-buyers",
         "200",
+        "--capacity-requests",
+        "500",
     ];
     let bench = seckill_command(&scratch, &args, &[])
         .spawn()
@@ -123,7 +125,10 @@ async fn the_bench_measures_each_row_beside_its_target() {
             "accepted purchases/s on a live sale after ended sales: --ended-sales vs 10",
             ">= 0.85x",
         ),
-    ] {
+    ]
+    .into_iter()
+    .chain(CAPACITY_ROWS.map(|figure| (figure, CAPACITY_TARGET)))
+    {
         let line = stdout
             .lines()
             .find(|line| line.starts_with(figure))
@@ -162,6 +167,80 @@ async fn the_bench_measures_each_row_beside_its_target() {
     assert_eq!(bench_databases(pid).await, 0);
     assert_eq!(sale_count(&scratch).await, 0);
     assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
+}
+
+/// The capacity rows: each process' CPU per request, the idle rates taken
+/// off them, and the ceilings that follow.
+const CAPACITY_ROWS: [&str; 7] = [
+    "capacity: an instance's CPU per request (µs)",
+    "capacity: Redis' CPU per request (µs)",
+    "capacity: PostgreSQL's CPU per request (µs, its processes summed)",
+    "capacity: the worker's CPU per request (µs, its drain included)",
+    "capacity: each one's idle CPU, taken off the above (ms per s)",
+    "capacity: one sale on one Redis primary (one core): accepted purchases/s, room joins/s",
+    "capacity: one PostgreSQL for the drain: orders/s per core",
+];
+const CAPACITY_TARGET: &str = "measured, no target (docs/capacity.md)";
+
+/// `seckill bench --only capacity`, small: each process (an instance, Redis,
+/// PostgreSQL, the worker, each its own) costs some CPU per accepted
+/// purchase, the drain included, and the ceilings that follow are figures.
+#[tokio::test]
+async fn the_capacity_rows_give_each_process_its_cpu_per_purchase() {
+    let _cores = crate::helpers::cores_alone().await;
+    let scratch = Scratch::new().await;
+    let args = ["bench", "--only", "capacity", "--capacity-requests", "4000"];
+    let output = finish(seckill_command(&scratch, &args, &[])).await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let header = stdout
+        .lines()
+        .find(|line| line.starts_with("figure") && line.contains("measured"))
+        .unwrap_or_else(|| panic!("no table:\n{stdout}"));
+    let measured = |figure: &str| -> String {
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with(figure))
+            .unwrap_or_else(|| panic!("no row {figure}:\n{stdout}"));
+        let [named, measured, met, target] = columns(header, line);
+        assert_eq!(
+            (named, met, target),
+            (figure, "-", CAPACITY_TARGET),
+            "{line}"
+        );
+        measured.to_owned()
+    };
+    // The number after `label` in `text`, up to the next comma or space.
+    let number = |text: &str, label: &str| -> f64 {
+        let after = text
+            .split_once(label)
+            .unwrap_or_else(|| panic!("no {label:?} in {text:?}"))
+            .1
+            .trim_start();
+        let figure: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        figure
+            .parse()
+            .unwrap_or_else(|_| panic!("no figure after {label:?} in {text:?}"))
+    };
+    for figure in &CAPACITY_ROWS[..4] {
+        let shown = measured(figure);
+        assert!(
+            number(&shown, "accepted purchase") > 0.0,
+            "{figure}: {shown}"
+        );
+        for kind in ["refused (sold out)", "room join", "room status"] {
+            assert!(number(&shown, kind) >= 0.0, "{figure}: {shown}");
+        }
+        assert!(shown.ends_with("(4000 of each)"), "{figure}: {shown}");
+    }
+    let ceilings = measured(CAPACITY_ROWS[5]);
+    assert!(number(&ceilings, "") > 0.0, "{ceilings}");
+    assert!(number(&ceilings, ", ") > 0.0, "{ceilings}");
+    assert!(number(&measured(CAPACITY_ROWS[6]), "") > 0.0);
+    measured(CAPACITY_ROWS[4]);
 }
 
 /// A row of the bench's table cut into its four columns (figure,
