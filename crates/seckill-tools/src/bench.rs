@@ -254,14 +254,14 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
                 );
                 rows.extend(ended::ended_sales(args, services, &store, &token).await?);
             }
+            BenchRows::Capacity => {
+                eprintln!(
+                    "bench: capacity: CPU per request in each process, {} requests a run",
+                    args.capacity_requests
+                );
+                rows.extend(capacity::capacity(args, services, &store, &token).await?);
+            }
         }
-    }
-    if wanted(BenchRows::Capacity) {
-        eprintln!(
-            "bench: capacity: CPU per request in each process, {} requests a run",
-            args.capacity_requests
-        );
-        rows.extend(capacity::capacity(args, services, &store, &token).await?);
     }
     Ok(rows)
 }
