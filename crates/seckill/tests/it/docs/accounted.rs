@@ -26,7 +26,7 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
     ),
     (
         &["cargo run --release -- reset"],
-        "room::reset_deletes_every_sale_order_and_key_only_when_told_yes",
+        "instructor::reset_deletes_every_sale_order_and_key_only_when_told_yes",
     ),
     (
         &["cargo test --workspace"],
@@ -136,12 +136,16 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
         "chaos::the_load_test_runs_the_same_chaos_scenario_with_faults, with one fault and small figures",
     ),
     (
-        &["cargo run --release -- crowd"],
+        &[
+            "cargo run --release -- crowd",
+            "cargo run --release -- crowd --bots 100",
+            "cargo run --release -- crowd --bots 100 --room-joins-per-ip 0",
+        ],
         "crowd::the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_order, with a smaller crowd",
     ),
     (
         &["seckill demo --waiting-room"],
-        "room::the_demo_waits_for_enter_before_its_race_and_prints_orders_to_pay runs the demo; not run with --waiting-room: crowd::the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_order runs the rooms under a crowd",
+        "instructor::the_demo_waits_for_enter_before_its_race_and_prints_orders_to_pay runs the demo; not run with --waiting-room: crowd::the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_order runs the rooms under a crowd",
     ),
     (
         &[
