@@ -526,13 +526,7 @@ async fn a_dropped_connection_is_in_doubt_never_a_second_try(
 
     // Once the replica is back, the worker confirms what was taken.
     // (A pass may be given back while the replica catches up.)
-    eventually(Duration::from_secs(20), "the queue drained", || async {
-        let _ = app.worker.run_once().await;
-        let stats = app.queue_stats(sale).await;
-        stats.waiting == 0 && stats.in_flight == 0
-    })
-    .await;
-    let orders = crate::helpers::orders(&app.pg, sale).await;
+    let orders = drained_orders(app, sale).await;
     for (order_id, buyer, status) in &orders {
         if buyer.starts_with("early-") {
             continue;
@@ -605,13 +599,7 @@ async fn a_commit_whose_answer_was_lost_is_never_sent_again(
         .unwrap_or_else(|| panic!("{buyer} was not told the order taken: {told:?}"))
         .to_owned();
 
-    eventually(Duration::from_secs(20), "the queue drained", || async {
-        let _ = app.worker.run_once().await;
-        let stats = app.queue_stats(sale).await;
-        stats.waiting == 0 && stats.in_flight == 0
-    })
-    .await;
-    let orders = crate::helpers::orders(&app.pg, sale).await;
+    let orders = drained_orders(&app, sale).await;
     let theirs: Vec<_> = orders.iter().filter(|(_, who, _)| *who == buyer).collect();
     assert_eq!(theirs.len(), 1, "{buyer}'s orders: {orders:?}");
     assert_eq!(
@@ -619,6 +607,18 @@ async fn a_commit_whose_answer_was_lost_is_never_sent_again(
         order_id,
         "{buyer} was told another order"
     );
+}
+
+/// The orders of `sale` in PostgreSQL once the worker has drained its
+/// queue (a pass may be given back while a replica catches up).
+async fn drained_orders(app: &TestApp, sale: i64) -> Vec<(uuid::Uuid, String, String)> {
+    eventually(Duration::from_secs(20), "the queue drained", || async {
+        let _ = app.worker.run_once().await;
+        let stats = app.queue_stats(sale).await;
+        stats.waiting == 0 && stats.in_flight == 0
+    })
+    .await;
+    crate::helpers::orders(&app.pg, sale).await
 }
 
 /// Finds the client of `master` blocked in `WAIT` within 5 s and drops

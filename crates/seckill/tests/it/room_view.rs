@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::helpers::{Monitor, Options, TestApp, eventually, spawn_app_with};
-use crate::waiting_room::{fifo, joined, sale_with_room, standing, status_at};
+use crate::waiting_room::{fifo, joined, lose_the_room, sale_with_room, standing, status_at};
 
 /// A sale opening in ten minutes (nobody is admitted meanwhile), with
 /// `count` buyers in line; their tickets, in order.
@@ -123,14 +123,7 @@ async fn a_buyer_answered_from_the_instances_look_is_noted_as_seen_in_redis() {
 async fn a_ticket_of_a_line_redis_lost_is_no_place_in_the_line_begun_again() {
     let app = spawn_app_with(Options::default()).await;
     let (sale, tickets) = a_long_line(&app, 30).await;
-    let mut redis = app.redis_conn().await;
-    for key in app.keys(sale).room.all() {
-        let () = redis::cmd("DEL")
-            .arg(key)
-            .query_async(&mut redis)
-            .await
-            .expect("DEL");
-    }
+    lose_the_room(&app, sale).await;
     for n in 0..5 {
         joined(&app, sale, &format!("newcomer-{n}")).await;
     }

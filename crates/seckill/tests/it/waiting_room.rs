@@ -508,12 +508,8 @@ async fn a_visit_drops_at_most_200_gone_buyers_and_a_dropped_one_rejoins_at_the_
     assert_eq!(again["ahead"].as_u64(), Some(waiting - 1), "{again}");
 }
 
-#[tokio::test]
-async fn a_ticket_of_a_room_redis_lost_answers_position_null() {
-    let app = spawn_app().await;
-    let sale = sale_with_room(&app, 10, 60, fifo(1, 1)).await;
-    let ann = ticket(&joined(&app, sale, "ann").await);
-    // Redis loses the room (a flush, a failover that lost it).
+/// Redis loses `sale`'s room (a flush, a failover that lost it).
+pub(crate) async fn lose_the_room(app: &TestApp, sale: i64) {
     let mut redis = app.redis_conn().await;
     for key in app.keys(sale).room.all() {
         let () = redis::cmd("DEL")
@@ -522,6 +518,14 @@ async fn a_ticket_of_a_room_redis_lost_answers_position_null() {
             .await
             .expect("DEL");
     }
+}
+
+#[tokio::test]
+async fn a_ticket_of_a_room_redis_lost_answers_position_null() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 10, 60, fifo(1, 1)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    lose_the_room(&app, sale).await;
     let now = standing(&app, sale, &ann).await;
     assert_eq!(now["position"], Value::Null, "{now}");
     assert_eq!(now["admitted"], false, "{now}");
