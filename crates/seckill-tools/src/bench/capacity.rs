@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use chrono::Utc;
 use futures_util::{StreamExt, TryStreamExt};
 use serde_json::json;
 
@@ -35,7 +34,6 @@ use super::cpu::{Clocks, PROCESSES, Reading, postgres_is_here};
 use super::{BenchArgs, Row};
 use crate::loadrun;
 use seckill_core::config::Strategy;
-use seckill_core::domain::{NewSale, RoomMode, RoomSettings};
 use seckill_core::redis_pool::{RedisAt, connect_redis};
 use seckill_core::store::Store;
 use seckill_devenv::processes::Fleet;
@@ -118,7 +116,7 @@ async fn measure(requests: u32, fleet: &Fleet, store: &Store) -> anyhow::Result<
     // Both sales first: what the processes do for a sale in play that
     // nobody buys from (the worker looks at each in turn) is idle work.
     let sale = loadrun::create_sale(store, "Bench capacity", requests, Some(3600)).await?;
-    let room = room_sale(store).await?;
+    let room = super::waiting_room::still_room(store, "Bench capacity room").await?;
     let started = clocks.read().await?;
     tokio::time::sleep(IDLE).await;
     let idle = clocks.read().await?.since(&started);
@@ -209,24 +207,6 @@ async fn drained(store: &Store, sale: i64, units: u32) -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// A sale whose waiting room admits one buyer, who never buys: everyone
-/// after them stays in line.
-async fn room_sale(store: &Store) -> anyhow::Result<i64> {
-    let room = RoomSettings {
-        mode: RoomMode::Fifo,
-        admit_per_sec: 1,
-        max_active: 1,
-        admission_secs: 3600,
-        max_line: None,
-    };
-    let new = NewSale::builder("Bench capacity room", 1_000)
-        .lasts(3600)
-        .waiting_room(room)
-        .build(Utc::now())
-        .context("the capacity rows' room")?;
-    Ok(store.create_sale(&new).await?.id)
 }
 
 /// `requests` new buyers join `sale`'s room, 64 at a time: their tickets.

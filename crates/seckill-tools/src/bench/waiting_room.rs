@@ -141,11 +141,9 @@ async fn measure(
     Ok((far, near))
 }
 
-/// A sale with a room, someone admitted ahead who never buys (the room
-/// admits one at a time), and [`FAR_BACK`] buyers waiting behind them:
-/// `(sale id, ticket of the next in line, ticket of one behind them all)`.
-/// An admission lasts an hour, so nobody moves during the run.
-async fn waiting_tickets(store: &Store, url: &str) -> anyhow::Result<(i64, String, String)> {
+/// A sale named `name` whose waiting room admits one buyer an hour, for
+/// an hour: whoever joins after the first stays in line.
+pub(super) async fn still_room(store: &Store, name: &str) -> anyhow::Result<i64> {
     let room = RoomSettings {
         mode: RoomMode::Fifo,
         admit_per_sec: 1,
@@ -153,12 +151,20 @@ async fn waiting_tickets(store: &Store, url: &str) -> anyhow::Result<(i64, Strin
         admission_secs: 3600,
         max_line: None,
     };
-    let new = NewSale::builder("Bench room", 1_000)
+    let new = NewSale::builder(name, 1_000)
         .lasts(3600)
         .waiting_room(room)
         .build(Utc::now())
-        .context("the bench's room")?;
-    let sale = store.create_sale(&new).await?.id;
+        .with_context(|| format!("the sale {name:?}"))?;
+    Ok(store.create_sale(&new).await?.id)
+}
+
+/// A sale with a room, someone admitted ahead who never buys (the room
+/// admits one at a time), and [`FAR_BACK`] buyers waiting behind them:
+/// `(sale id, ticket of the next in line, ticket of one behind them all)`.
+/// An admission lasts an hour, so nobody moves during the run.
+async fn waiting_tickets(store: &Store, url: &str) -> anyhow::Result<(i64, String, String)> {
+    let sale = still_room(store, "Bench room").await?;
     let http = reqwest::Client::new();
     let mut tickets = Vec::new();
     for n in 0..FAR_BACK + 2 {
