@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use crate::error::ApiError;
 use crate::limits;
-use crate::lookup::find_sale;
+use crate::lookup::{find_sale, parse_sale_id};
 use crate::state::AppState;
 use seckill_core::domain::{Pass, PassKind, RoomSettings, Sale, UserId};
 use seckill_core::waiting_room::{self, Place, Standing};
@@ -92,8 +92,8 @@ impl Entered {
 
 /// Join the room of the sale `raw_sale_id` names as `user_id`: the API's
 /// join and the sale page's "Join the line" form, one way, answered with
-/// the same standing and ticket. Refused as the API answers: a bad id, no
-/// such sale, a rate limit, no room, or `room_closed` for a newcomer
+/// the same standing and ticket. Refused as the API answers: a bad id, a
+/// rate limit, no such sale, no room, or `room_closed` for a newcomer
 /// once the room has closed.
 pub(crate) async fn enter(
     state: &AppState,
@@ -105,13 +105,14 @@ pub(crate) async fn enter(
     // The join limit per client address (on unless turned off), so that
     // a few addresses cannot fill a room with made-up buyers; and the
     // purchase's limits, when set.
-    let sale = find_sale(state, raw_sale_id).await?;
-    limits::check_join(state, request, sale.id).await?;
+    let sale_id = parse_sale_id(raw_sale_id)?;
+    limits::check_join(state, request, sale_id).await?;
     let on = limits::On::Sale {
-        sale_id: sale.id,
+        sale_id,
         buyer: &buyer,
     };
     limits::check(state, request, on).await?;
+    let sale = find_sale(state, raw_sale_id).await?;
     let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
     let standing = waiting_room::visit(&state.store, &sale, &settings, &buyer, true).await?;
     if standing.closed && standing.place == Place::Outside {

@@ -17,7 +17,7 @@ use crate::body::{Object, field};
 use crate::door;
 use crate::error::ApiError;
 use crate::limits;
-use crate::lookup::{SaleView, find_sale, parse_order_id, pay_order};
+use crate::lookup::{SaleView, find_sale, parse_order_id, parse_sale_id, pay_order};
 use crate::state::AppState;
 use seckill_core::domain::{NewSale, OrderStatus, RoomSettings, UserId};
 use seckill_core::keys;
@@ -69,12 +69,14 @@ pub(crate) async fn purchase(
 ) -> Result<HttpResponse, ApiError> {
     let Object(body) = body.into_inner();
     let user = UserId::parse(&body.user_id).map_err(ApiError::invalid)?;
-    let sale = find_sale(&state, &path).await?;
+    // The limits first, before the sale is looked up: a flood of
+    // purchases costs the lookup nothing past its limit.
     let on = limits::On::Sale {
-        sale_id: sale.id,
+        sale_id: parse_sale_id(&path)?,
         buyer: &user,
     };
     limits::check(&state, &request, on).await?;
+    let sale = find_sale(&state, &path).await?;
     if sale.waiting_room.is_some() {
         door::admit(&state, &sale, &user, body.admission.as_deref()).await?;
     }

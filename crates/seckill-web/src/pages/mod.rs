@@ -21,7 +21,7 @@ use serde::Deserialize;
 use crate::door;
 use crate::error::{ApiError, PageError};
 use crate::limits;
-use crate::lookup::{SaleView, find_sale, parse_order_id, pay_order};
+use crate::lookup::{SaleView, find_sale, parse_order_id, parse_sale_id, pay_order};
 use crate::state::AppState;
 use seckill_core::domain::{Order, OrderStatus, SaleStatus, UserId};
 use seckill_core::purchase::Outcome;
@@ -191,12 +191,12 @@ async fn bought(
     form: &BuyForm,
 ) -> Result<HttpResponse, ApiError> {
     let user = UserId::parse(&form.user_id).map_err(ApiError::invalid)?;
-    let sale = find_sale(state, path).await?;
     let on = limits::On::Sale {
-        sale_id: sale.id,
+        sale_id: parse_sale_id(path)?,
         buyer: &user,
     };
     limits::check(state, request, on).await?;
+    let sale = find_sale(state, path).await?;
     // A sale with a waiting room sells only to an admitted buyer, as the
     // API does; a refusal is a page saying why, and writes nothing.
     if sale.waiting_room.is_some() {

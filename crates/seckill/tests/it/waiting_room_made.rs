@@ -175,7 +175,11 @@ async fn the_admin_form_creates_a_sale_with_a_room_and_refuses_a_bad_setting() {
         let refused = post(bad).await;
         assert_eq!(refused.status(), 400, "{bad}");
         let page = refused.text().await.expect("HTML");
-        assert!(page.contains("waiting_room.admit_per_sec"), "{bad}: {page}");
+        // Named by the form's label, as the person typed it.
+        assert!(
+            page.contains("Not created: Room&#39;s admissions per second"),
+            "{bad}: {page}"
+        );
     }
     assert_eq!(app.sale_count().await, 0);
     let created = post("5").await;
