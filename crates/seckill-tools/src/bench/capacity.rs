@@ -259,6 +259,18 @@ async fn statuses(url: &str, sale: i64, tickets: &[String], requests: u32) -> an
         .await
 }
 
+/// One core's second, over what one request costs it; `None` when the run
+/// saw no cost at all: a small run can spend less than the 10 ms steps of
+/// `/proc`'s clock (a ceiling of "inf/s" would say nothing).
+fn per_core(micros: f64) -> Option<f64> {
+    (micros > 0.0).then(|| 1e6 / micros)
+}
+
+/// The row of a ceiling its run was too small to measure.
+fn unmeasured(requests: u32) -> String {
+    format!("not measured: no CPU time seen in {requests} requests (the clocks count 10 ms steps)")
+}
+
 /// The figures of the rows, each process' in its own.
 const PER_PROCESS: [&str; 4] = [
     "capacity: an instance's CPU per request (µs)",
@@ -297,23 +309,59 @@ fn rows(costs: &Costs) -> Vec<Row> {
         met: None,
         value: None,
     });
-    // One core's second, over what one request costs it.
-    let per_core = |micros: f64| 1e6 / micros;
     let [accepted, _, join, _] = costs.per_request.map(|process| process[1]);
+    let redis = per_core(accepted).zip(per_core(join));
     rows.push(Row {
         figure: "capacity: one sale on one Redis primary (one core): accepted purchases/s, room joins/s",
-        measured: format!("{:.0}/s, {:.0}/s", per_core(accepted), per_core(join)),
+        measured: redis.map_or_else(
+            || unmeasured(costs.requests),
+            |(accepted, join)| format!("{accepted:.0}/s, {join:.0}/s"),
+        ),
         target: NO_TARGET,
         met: None,
-        value: Figure::higher(per_core(accepted)),
+        value: redis.and_then(|(accepted, _)| Figure::higher(accepted)),
     });
-    let order = costs.per_request[0][2];
+    let order = per_core(costs.per_request[0][2]);
     rows.push(Row {
         figure: "capacity: one PostgreSQL for the drain: orders/s per core",
-        measured: format!("{:.0}/s", per_core(order)),
+        measured: order.map_or_else(|| unmeasured(costs.requests), |o| format!("{o:.0}/s")),
         target: NO_TARGET,
         met: None,
-        value: Figure::higher(per_core(order)),
+        value: order.and_then(Figure::higher),
     });
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run too small for the clocks (every cost 0): its ceilings say
+    /// they were not measured, and carry no figure to compare; the full
+    /// bench test's 500 requests once printed "inf/s".
+    #[test]
+    fn a_ceiling_the_clocks_did_not_see_is_not_measured() {
+        let costs = Costs {
+            requests: 500,
+            per_request: [[0.0; 4]; 4],
+            idle: [0.0; 4],
+        };
+        let ceilings: Vec<Row> = rows(&costs)
+            .into_iter()
+            .filter(|row| {
+                row.figure.contains("one sale on one") || row.figure.contains("for the drain")
+            })
+            .collect();
+        assert_eq!(ceilings.len(), 2);
+        for row in ceilings {
+            assert!(row.measured.starts_with("not measured"), "{}", row.measured);
+            assert!(row.value.is_none(), "{}", row.figure);
+        }
+        let measured = Costs {
+            per_request: [[50.0; 4]; 4],
+            ..costs
+        };
+        let drain = rows(&measured).pop().expect("the drain's row");
+        assert_eq!(drain.measured, "20000/s");
+    }
 }
