@@ -632,9 +632,13 @@ async fn drop_the_connection_in_wait(master: &str) -> bool {
             .query_async(&mut conn)
             .await
             .expect("CLIENT LIST");
+        // Blocked (`flags=b`) in `WAIT` now: `cmd` is only the last
+        // command a client sent, and an idle connection whose last was an
+        // earlier purchase's `WAIT` says `cmd=wait` too (killing it before
+        // the purchase was sent lost no answer: the suite caught that).
         let waiting = clients
             .lines()
-            .filter(|line| line.contains(" cmd=wait "))
+            .filter(|line| line.contains(" cmd=wait ") && line.contains(" flags=b "))
             .find_map(|line| line.strip_prefix("id=")?.split(' ').next());
         if let Some(id) = waiting {
             let _: i64 = redis::cmd("CLIENT")
