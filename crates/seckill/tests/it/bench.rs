@@ -5,6 +5,14 @@ use crate::processes::{RUN_LIMIT, finish, sale_count, text};
 
 /// `seckill bench`, small: every row measured or said not to be, each
 /// beside its target, and nothing of it left afterwards.
+/// The header line of the bench's table in `stdout`.
+fn table_header(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|line| line.starts_with("figure") && line.contains("measured"))
+        .unwrap_or_else(|| panic!("no table:\n{stdout}"))
+}
+
 #[tokio::test]
 async fn the_bench_measures_each_row_beside_its_target() {
     let _cores = crate::helpers::cores_alone().await;
@@ -42,10 +50,7 @@ async fn the_bench_measures_each_row_beside_its_target() {
         .expect("its output");
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let header = stdout
-        .lines()
-        .find(|line| line.starts_with("figure") && line.contains("measured"))
-        .unwrap_or_else(|| panic!("no table:\n{stdout}"));
+    let header = table_header(&stdout);
     for (figure, target) in [
         (
             "burst, 10 units, 2 instances: first send to last win",
@@ -193,10 +198,7 @@ async fn the_capacity_rows_give_each_process_its_cpu_per_purchase() {
     let output = finish(seckill_command(&scratch, &args, &[])).await;
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let header = stdout
-        .lines()
-        .find(|line| line.starts_with("figure") && line.contains("measured"))
-        .unwrap_or_else(|| panic!("no table:\n{stdout}"));
+    let header = table_header(&stdout);
     let measured = |figure: &str| -> String {
         let line = stdout
             .lines()
