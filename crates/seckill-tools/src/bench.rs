@@ -232,7 +232,7 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
                     "bench: a lottery room of {} buyers: Redis' slowest command",
                     args.room_buyers
                 );
-                rows.push(room_scripts::slowest_command(args, &store).await?);
+                rows.extend(room_scripts::slowest_command(args, &store).await?);
             }
             BenchRows::Index => {
                 eprintln!("bench: the storefront index (wrk)");
