@@ -510,3 +510,95 @@ async fn with_replica_durability_an_unconfirmed_look_answers_the_crowd_at_once()
         assert_eq!(answer.status(), 200, "once the replica is back");
     }
 }
+
+/// Under `replica`, an instance left with the old primary (a partition
+/// cut it and that primary off from the replica the sentinels promote)
+/// hands out no admission: its room goes on admitting in the old
+/// primary's copy as places free up, but no replica confirms it, so it
+/// tells nobody. Had it told, those admissions, signed with the
+/// database's key, would be honoured after the failover beside the ones
+/// the promoted replica gives: more buyers at once than `max_active`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_durability_an_instance_left_with_the_old_primary_admits_nobody() {
+    use crate::helpers::start_instance;
+    use crate::waiting_room::{admission, admitted, buy, buy_at, fifo, joined, sale_with_room};
+    use crate::waiting_room::{status_at, ticket};
+    use seckill_core::redis_pool::RedisAt;
+
+    let _alone = cores_alone().await;
+    let (mut sentinels, app) = app_on_sentinels(REPLICA).await;
+    let primary = sentinels.primary().await.expect("a primary");
+    // The instance reaches only the primary it started with.
+    let cut_off = Options {
+        durability: REPLICA,
+        app_redis: Some(RedisAt::Server(sentinels.node_url(primary))),
+        ..Options::default()
+    };
+    let cut_off = start_instance(&app.scratch, &cut_off, "cut-off").await;
+    // Two may buy at once; six join before the open.
+    let sale = sale_with_room(&app, 10, 2, fifo(1_000, 2)).await;
+    let mut tickets = Vec::new();
+    for n in 0..6 {
+        tickets.push(ticket(&joined(&app, sale, &format!("b{n}")).await));
+    }
+    let first = [
+        admitted(&app, sale, &tickets[0]).await,
+        admitted(&app, sale, &tickets[1]).await,
+    ];
+
+    // The partition: the replica falls behind for good.
+    sentinels.pause(1 - primary);
+    seckill_devenv::services::cut_replicas_off(&sentinels.node_url(primary))
+        .await
+        .expect("the replica cut off");
+    // b0 and b1 buy through the cut-off instance: their admissions are
+    // spent in the old primary's copy, so its room admits the next two.
+    for (n, standing) in first.iter().enumerate() {
+        let answer = buy_at(&cut_off, sale, &format!("b{n}"), Some(admission(standing))).await;
+        assert_eq!(answer.status(), 503, "a purchase no replica holds");
+    }
+    let mut told = Vec::new();
+    for (n, ticket) in tickets.iter().enumerate().skip(2) {
+        let answer = status_at(&cut_off, sale, ticket).await;
+        let status = answer.status();
+        let body: Value = answer.json().await.expect("JSON");
+        assert_ne!(status, 500, "{body}");
+        if let Some(admission) = body["admission"].as_str() {
+            told.push((format!("b{n}"), admission.to_owned()));
+        }
+    }
+
+    // The failover, and the old primary back as the new one's replica.
+    sentinels.kill(primary);
+    sentinels.resume(1 - primary);
+    sentinels
+        .wait_for_failover(primary)
+        .await
+        .expect("the replica promoted");
+    sentinels
+        .restart(primary)
+        .await
+        .expect("the old primary back as a replica");
+    linked_as_replica(&sentinels, primary).await;
+
+    // Whoever holds an admission buys with it: b0 and b1 (the promoted
+    // replica never saw them buy), and anyone the cut-off instance told.
+    for (n, standing) in first.iter().enumerate() {
+        let answer = buy(&app, sale, &format!("b{n}"), Some(admission(standing))).await;
+        assert_eq!(
+            answer.status(),
+            202,
+            "b{n} buys with the admission it was told"
+        );
+    }
+    for (buyer, admission) in &told {
+        buy(&app, sale, buyer, Some(admission)).await;
+    }
+    app.drain().await;
+    let buyers: Vec<String> = app.orders(sale).await.into_iter().map(|o| o.1).collect();
+    assert!(
+        told.is_empty(),
+        "admissions told from the old primary's room: {told:?}; buyers in PostgreSQL: {buyers:?}"
+    );
+    assert_eq!(buyers.len(), 2, "{buyers:?}");
+}
