@@ -33,6 +33,11 @@
 //! - **open sale pages** (`pages.rs`): `--pages` event streams on one
 //!   instance, the Redis commands they add per second, its memory; and the
 //!   burst while they watch its sale, against the burst alone;
+//! - **a waiting room's door** (`roomed.rs`): accepted purchases per
+//!   second on a roomed sale against an unroomed one, in this process;
+//! - **a lottery room's open** (`room_scripts.rs`): Redis' slowest
+//!   command while `--room-buyers` join, at the open and while it admits,
+//!   and the slowest purchase of another sale across the open;
 //! - **ended sales** (`ended.rs`): an instance that served
 //!   `--ended-sales` sales, all ended and forgotten, against one that
 //!   served 10: its memory, and accepted purchases per second;
@@ -56,6 +61,7 @@ mod lua;
 mod pages;
 mod replica;
 mod room_scripts;
+mod roomed;
 mod waiting_room;
 mod worker;
 mod wrk;
@@ -233,6 +239,10 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
                     args.room_buyers
                 );
                 rows.extend(room_scripts::slowest_command(args, &store).await?);
+            }
+            BenchRows::Roomed => {
+                eprintln!("bench: accepted purchases/s on a roomed sale against an unroomed one");
+                rows.push(roomed::roomed_against_unroomed(args, &store).await?);
             }
             BenchRows::Index => {
                 eprintln!("bench: the storefront index (wrk)");

@@ -88,6 +88,9 @@ pub(crate) enum BenchRows {
     /// opened: Redis' slowest command while they join, at the open and
     /// while it admits (SLOWLOG).
     RoomScripts,
+    /// Accepted purchases/s on a sale with a waiting room against one
+    /// without, with lock and lua, in this process.
+    Roomed,
     /// The storefront index against a sale page, and with 1,000 sales (wrk).
     Index,
     /// Open sale pages: Redis commands/s they add, memory, and the burst
