@@ -46,6 +46,35 @@ pub(crate) async fn answer_says(url: &str, command: &redis::Cmd, needles: &[&str
         .is_ok_and(|text| needles.iter().all(|needle| text.contains(needle)))
 }
 
+/// Whether the primary at `url` has a write of its own acknowledged by
+/// `replicas` replicas within 300 ms (a `WAIT`, as the app's `replica`
+/// durability sends one). A replica whose link is up may still take
+/// longer for its first acknowledgement on a loaded machine: the app's
+/// first `WAIT` after it then confirms nothing.
+pub(crate) async fn writes_acknowledged(url: &str, replicas: usize) -> bool {
+    let mut probe = redis::pipe();
+    probe
+        .cmd("SET")
+        .arg("seckill-devenv:replica-probe")
+        .arg(1)
+        .arg("PX")
+        .arg(1_000)
+        .ignore()
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(300);
+    let client = match redis::Client::open(url) {
+        Ok(client) => client,
+        Err(_) => return false,
+    };
+    let acked = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        probe.query_async::<(usize,)>(&mut conn).await
+    })
+    .await;
+    matches!(acked, Ok(Ok((count,))) if count >= replicas)
+}
+
 /// Whether the replica at `url` is linked to its primary and synced.
 pub(crate) async fn replica_in_step(url: &str) -> bool {
     answer_says(

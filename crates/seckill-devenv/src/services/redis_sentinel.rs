@@ -6,7 +6,7 @@
 use anyhow::Context;
 use futures_util::future::try_join_all;
 
-use super::probes::{ask, replica_in_step};
+use super::probes::{ask, replica_in_step, writes_acknowledged};
 pub(super) use super::redis_server::MASTER_NAME;
 use super::redis_server::{PrivateRedis, Role};
 use super::supervise::wait_until;
@@ -98,7 +98,11 @@ impl PrivateRedisSentinel {
         let url = self.node_url(index);
         wait_until(|| replica_in_step(&url))
             .await
-            .with_context(|| format!("the restarted replica {url} never came in step"))
+            .with_context(|| format!("the restarted replica {url} never came in step"))?;
+        let primary = self.node_url(primary);
+        wait_until(|| writes_acknowledged(&primary, 1))
+            .await
+            .with_context(|| format!("the restarted replica {url} never acknowledged a write"))
     }
 
     /// Wait until the sentinels name another primary than data server
@@ -127,6 +131,10 @@ impl PrivateRedisSentinel {
                     .with_context(|| format!("the replica {url} never came in step"))?;
             }
         }
+        let url = self.node_url(primary);
+        wait_until(|| writes_acknowledged(&url, self.nodes.len() - 1))
+            .await
+            .with_context(|| format!("no replica of {url} acknowledged a write"))?;
         for sentinel in &self.sentinels {
             let url = sentinel.url();
             wait_until(|| sentinel_ready(&url)).await.with_context(|| {
