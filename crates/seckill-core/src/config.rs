@@ -140,6 +140,13 @@ impl fmt::Display for Strategy {
 /// second or two).
 pub const DEFAULT_ROOM_ABANDON_SECS: u64 = 30;
 
+/// Seconds a waiting room's keys outlive its sale's end, by default
+/// (`--room-grace-secs`): an hour in which its figures (`/metrics`, the
+/// live page) and a late buyer's "closed" are still told. Tickets and
+/// admissions are worth nothing after the end (a purchase is refused as
+/// ended), so nothing a buyer holds needs more.
+pub const DEFAULT_ROOM_GRACE_SECS: u64 = 3600;
+
 pub(crate) const DEFAULT_LOCK_TTL_MS: u64 = 2_000;
 pub(crate) const DEFAULT_LOCK_WAIT_MS: u64 = 2_000;
 pub(crate) const DEFAULT_SOLD_OUT_REFRESH_MS: u64 = 250;

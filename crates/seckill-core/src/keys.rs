@@ -62,9 +62,9 @@ pub struct SaleKeys {
 
 /// The keys of a sale's waiting room, under the sale's hash tag (one
 /// script, `lua/room_visit.lua`, reads the stock beside them). Written by
-/// the room's scripts only; read by `waiting_room.rs`. Each expires
-/// `waiting_room::ROOM_GRACE` after the sale's end (none, for a sale
-/// without one), set by the script that writes it.
+/// the room's scripts only; read by `waiting_room.rs`. Each expires the
+/// store's room grace (`--room-grace-secs`) after the sale's end (none,
+/// for a sale without one), set by the script that writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoomKeys {
     /// `ZSET` buyer -> place: who waits, lowest place first in.

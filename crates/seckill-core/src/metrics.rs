@@ -60,8 +60,8 @@ pub struct Metrics {
     /// pages' shared state), summed; set when scraped. Bounded by the
     /// sales that are live: the ended ones are forgotten.
     pub sales_in_memory: IntGauge,
-    /// Buyers of the waiting rooms of sales not ended over an hour ago,
-    /// summed, by `state`: `waiting` in line (queued), `admitted` now (the
+    /// Buyers of the waiting rooms of sales not ended longer ago than the
+    /// rooms' grace (`--room-grace-secs`, an hour by default), summed, by `state`: `waiting` in line (queued), `admitted` now (the
     /// active: neither bought nor run out), and in all `bought`,
     /// `admissions` handed out, `expired` (admissions run out unused),
     /// `abandoned` (dropped from the line, gone when their turn came);
@@ -75,7 +75,7 @@ pub struct Metrics {
     /// not in a per-process counter, because admissions are made by
     /// whichever instance a buyer asks, and it must survive their
     /// restarts. It is a gauge, not a counter, since it can fall (a sale
-    /// leaves the report an hour after its end; Redis wiped): take
+    /// leaves the report its grace after its end; Redis wiped): take
     /// `deriv()`, which reads a fall as a fall, not `rate()`, which would
     /// read it as a counter's reset and add a spike.
     pub room_buyers: IntGaugeVec,

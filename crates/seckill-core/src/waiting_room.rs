@@ -9,8 +9,9 @@
 //! admission) are signed here with the database's key (`domain/room_rules.rs`).
 //!
 //! The room closes when the sale sells out or ends, and opens again when
-//! a unit comes back (the script reads the sale's stock). Its keys go
-//! [`ROOM_GRACE`] after the sale ends: each is given that expiry by the
+//! a unit comes back (the script reads the sale's stock). Its keys go the
+//! store's grace after the sale ends (`--room-grace-secs`, an hour by
+//! default, [`Store::room_grace`]): each is given that expiry by the
 //! scripts that write it, so no pass over ended sales is needed.
 //!
 //! An instance may also [`look`] at the whole room (a visit for nobody)
@@ -39,12 +40,6 @@ use crate::store::Store;
 static VISIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/room_visit.lua")));
 static BOUGHT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/room_bought.lua")));
-
-/// How long a room's keys outlive its sale's end: an hour in which its
-/// figures (`/metrics`, the live page) and a late buyer's "closed" are
-/// still told. Tickets and admissions are worth nothing after the end (a
-/// purchase is refused as ended), so nothing a buyer holds needs more.
-pub const ROOM_GRACE: Duration = Duration::from_secs(3600);
 
 /// Where a buyer stands in a room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +229,7 @@ async fn run_visit(
         .arg(u8::from(room.mode == RoomMode::Lottery))
         .arg(seed)
         .arg(u64::try_from(store.room_abandon().as_millis()).unwrap_or(u64::MAX))
-        .arg(ROOM_GRACE.as_millis() as u64)
+        .arg(u64::try_from(store.room_grace().as_millis()).unwrap_or(u64::MAX))
         .arg(room.max_line.unwrap_or(0))
         .arg(seen);
     // Under `replica`, a `WAIT` rides behind the script, on its

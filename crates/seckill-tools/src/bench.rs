@@ -41,6 +41,8 @@
 //! - **ended sales** (`ended.rs`): an instance that served
 //!   `--ended-sales` sales, all ended and forgotten, against one that
 //!   served 10: its memory, and accepted purchases per second;
+//! - **rooms that end** (`rooms_end.rs`): Redis' memory before
+//!   `--ended-rooms` waiting rooms, at their peak, and after they ended;
 //! - **capacity** (`capacity.rs`): the CPU time one request costs an
 //!   instance, Redis, PostgreSQL and the worker, each a process of its
 //!   own, and the ceilings of one Redis primary and one PostgreSQL that
@@ -62,6 +64,7 @@ mod pages;
 mod replica;
 mod room_scripts;
 mod roomed;
+mod rooms_end;
 mod waiting_room;
 mod worker;
 mod wrk;
@@ -256,6 +259,13 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
                     args.pages
                 );
                 rows.extend(pages::watched_burst(args, services, &store, &token).await?);
+            }
+            BenchRows::RoomsEnd => {
+                eprintln!(
+                    "bench: Redis' memory after {} ended rooms of {} buyers",
+                    args.ended_rooms, args.room_buyers_each
+                );
+                rows.push(rooms_end::memory_after_ended_rooms(args, &store).await?);
             }
             BenchRows::Ended => {
                 eprintln!(

@@ -51,6 +51,9 @@ pub struct Settings {
     /// How long a buyer in a waiting room's line may go without asking
     /// before the room drops them as abandoned (`seckill_core::waiting_room`).
     pub room_abandon: Duration,
+    /// How long a waiting room's keys outlive its sale's end
+    /// (`seckill_core::waiting_room`).
+    pub room_grace: Duration,
     /// Run the queue worker inside this process.
     pub run_worker: bool,
     pub purchase: PurchaseSettings,
@@ -134,7 +137,8 @@ impl Application {
 
         let store = Store::new(pg, redis, settings.redis_prefix.clone())
             .with_durability(settings.durability)
-            .with_room_abandon(settings.room_abandon);
+            .with_room_abandon(settings.room_abandon)
+            .with_room_grace(settings.room_grace);
         let shutdown = CancellationToken::new();
         let (events, events_task) =
             SaleEvents::start(&settings.redis, &settings.redis_prefix, shutdown.clone())

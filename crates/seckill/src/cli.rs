@@ -15,7 +15,7 @@ use serde::Serialize;
 use seckill_cli::{
     DURABILITY_FLAGS, LimitFlags, PurchaseFlags, REDIS_FLAGS, ServiceArgs, WorkerFlags, tidy_help,
 };
-use seckill_core::config::DEFAULT_ROOM_ABANDON_SECS;
+use seckill_core::config::{DEFAULT_ROOM_ABANDON_SECS, DEFAULT_ROOM_GRACE_SECS};
 use seckill_core::domain::{RoomMode, RoomSettings, Sale, SaleStatus};
 use seckill_web::startup::DEFAULT_MAX_EVENT_STREAMS;
 
@@ -116,6 +116,10 @@ pub(crate) struct ServeArgs {
     /// Seconds a buyer in a waiting room's line may go without asking (the sale page asks every second or two) before the room takes them for gone: when their turn comes they are dropped, counted abandoned, and the next is admitted; 5 to 86400.
     #[arg(long, env = "SECKILL_ROOM_ABANDON_SECS", default_value_t = DEFAULT_ROOM_ABANDON_SECS, value_parser = clap::value_parser!(u64).range(5..=86_400))]
     pub room_abandon_secs: u64,
+
+    /// Seconds a waiting room's keys outlive its sale's end, in which its figures (/metrics, the live page) and a late buyer's "closed" are still told; then Redis drops them; 1 to 604800.
+    #[arg(long, env = "SECKILL_ROOM_GRACE_SECS", default_value_t = DEFAULT_ROOM_GRACE_SECS, value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    pub room_grace_secs: u64,
 
     #[command(flatten)]
     pub purchase: PurchaseFlags,

@@ -33,7 +33,9 @@ use anyhow::Context;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::config::{DEFAULT_ROOM_ABANDON_SECS, RedisDurability, STATEMENT_TIMEOUT};
+use crate::config::{
+    DEFAULT_ROOM_ABANDON_SECS, DEFAULT_ROOM_GRACE_SECS, RedisDurability, STATEMENT_TIMEOUT,
+};
 use crate::redis_pool::{RedisConn, RedisPool};
 use crate::urls::redact;
 
@@ -107,6 +109,10 @@ pub struct Store {
     /// before the room drops them as abandoned (`lua/room_visit.lua`).
     /// Fixed at start: every visit this store makes passes it.
     room_abandon: Duration,
+    /// How long a waiting room's keys outlive its sale's end: every visit
+    /// this store makes gives them that expiry (`lua/room_visit.lua`).
+    /// Fixed at start.
+    room_grace: Duration,
     /// The key the waiting rooms' passes are signed with, read once from
     /// PostgreSQL (`pass_key.rs`). Shared by every clone.
     pass_key: Arc<tokio::sync::OnceCell<crate::domain::PassKey>>,
@@ -124,6 +130,7 @@ impl Store {
             runtime: tokio::runtime::Handle::current(),
             durability: RedisDurability::Local,
             room_abandon: Duration::from_secs(DEFAULT_ROOM_ABANDON_SECS),
+            room_grace: Duration::from_secs(DEFAULT_ROOM_GRACE_SECS),
             pass_key: Arc::default(),
         }
     }
@@ -149,6 +156,18 @@ impl Store {
     /// How long a buyer in line may go without asking (`waiting_room.rs`).
     pub fn room_abandon(&self) -> Duration {
         self.room_abandon
+    }
+
+    /// The same store, whose waiting rooms' keys go `grace` after their
+    /// sale's end (`--room-grace-secs`).
+    pub fn with_room_grace(mut self, grace: Duration) -> Self {
+        self.room_grace = grace;
+        self
+    }
+
+    /// How long a room's keys outlive its sale's end (`waiting_room.rs`).
+    pub fn room_grace(&self) -> Duration {
+        self.room_grace
     }
 
     /// The PostgreSQL pool.

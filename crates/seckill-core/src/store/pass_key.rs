@@ -25,13 +25,15 @@ impl Store {
 
 impl Store {
     /// The sales with a waiting room that have not ended, or ended within
-    /// the last hour (their figures still move: admissions run out,
-    /// buyers ask): what `/metrics` reports, bounded by the live sales.
+    /// the rooms' grace (`--room-grace-secs`: their keys are still there,
+    /// and their figures still move: admissions run out, buyers ask): what
+    /// `/metrics` reports, bounded by the live sales.
     pub async fn room_sale_ids(&self) -> anyhow::Result<Vec<i64>> {
         sqlx::query_scalar(
             "SELECT id FROM sales WHERE room_mode IS NOT NULL \
-             AND (ends_at IS NULL OR ends_at > now() - interval '1 hour') ORDER BY id",
+             AND (ends_at IS NULL OR ends_at > now() - make_interval(secs => $1)) ORDER BY id",
         )
+        .bind(self.room_grace.as_secs_f64())
         .fetch_all(&self.pg)
         .await
         .context("listing the sales with a waiting room")

@@ -49,6 +49,15 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     pub(crate) room_buyers: u32,
 
+    /// Waiting rooms filled, then ended, before Redis' memory is read
+    /// again (`--only rooms-end`).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) ended_rooms: u32,
+
+    /// Buyers who join each of the `--ended-rooms`.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) room_buyers_each: u32,
+
     /// Requests in each of the capacity rows' runs (accepted purchases,
     /// refused ones, room joins, room status answers).
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(100..=10_000_000))]
@@ -96,6 +105,9 @@ pub(crate) enum BenchRows {
     /// Open sale pages: Redis commands/s they add, memory, and the burst
     /// while they watch against the burst alone.
     Pages,
+    /// Redis' memory before --ended-rooms rooms of --room-buyers-each
+    /// buyers, at their peak, and after they ended and their grace passed.
+    RoomsEnd,
     /// An instance after --ended-sales ended sales against one after 10:
     /// its memory, and accepted purchases/s on a live sale.
     Ended,

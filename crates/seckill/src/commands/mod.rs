@@ -69,6 +69,7 @@ async fn serve(
         max_event_streams: args.max_event_streams,
         admin_session: std::time::Duration::from_secs(args.admin_session_secs),
         room_abandon: std::time::Duration::from_secs(args.room_abandon_secs),
+        room_grace: std::time::Duration::from_secs(args.room_grace_secs),
         run_worker: !args.no_worker,
         purchase: args.purchase.settings(),
         worker: args.worker.settings(),

@@ -35,6 +35,10 @@ async fn the_bench_measures_each_row_beside_its_target() {
         "100",
         "--room-buyers",
         "200",
+        "--ended-rooms",
+        "3",
+        "--room-buyers-each",
+        "200",
         "--capacity-requests",
         "500",
     ];
@@ -130,6 +134,7 @@ async fn the_bench_measures_each_row_beside_its_target() {
             "burst while the pages watch one instance: p99 (median)",
             "unchanged: <= 1.25x the burst alone",
         ),
+        (ROOMS_END, ROOMS_END_TARGET),
         (
             "an instance's memory after ended sales: --ended-sales vs 10",
             "<= 1.25x",
@@ -180,6 +185,44 @@ async fn the_bench_measures_each_row_beside_its_target() {
     assert_eq!(bench_databases(pid).await, 0);
     assert_eq!(sale_count(&scratch).await, 0);
     assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
+}
+
+/// The rooms-end row, and its target.
+const ROOMS_END: &str = "Redis memory after --ended-rooms ended rooms of --room-buyers-each buyers";
+const ROOMS_END_TARGET: &str = "<= before + 1 MiB";
+
+/// `seckill bench --only rooms-end`, small: three rooms of 200 buyers fill
+/// a private Redis, end, and are gone by Redis' own expiry; its memory is
+/// back where it was.
+#[tokio::test]
+async fn the_rooms_end_row_finds_redis_memory_back_where_it_was() {
+    let scratch = Scratch::new().await;
+    let args = [
+        "bench",
+        "--only",
+        "rooms-end",
+        "--ended-rooms",
+        "3",
+        "--room-buyers-each",
+        "200",
+    ];
+    let output = finish(seckill_command(&scratch, &args, &[])).await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let header = table_header(&stdout);
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with(ROOMS_END))
+        .unwrap_or_else(|| panic!("no row {ROOMS_END}:\n{stdout}"));
+    let [named, measured, met, target] = columns(header, line);
+    assert_eq!(
+        (named, met, target),
+        (ROOMS_END, "yes", ROOMS_END_TARGET),
+        "{line}"
+    );
+    assert!(measured.starts_with("3 rooms of 200 "), "{line}");
+    assert!(measured.contains("at the peak"), "{line}");
+    assert!(measured.contains("keys gone"), "{line}");
 }
 
 /// The capacity rows: each process' CPU per request, the idle rates taken

@@ -188,6 +188,9 @@ pub struct Options {
     /// How long a buyer in a waiting room's line may go without asking
     /// (`--room-abandon-secs`): tests of abandonment set it short.
     pub room_abandon: Duration,
+    /// How long a room's keys outlive its sale's end
+    /// (`--room-grace-secs`).
+    pub room_grace: Duration,
 }
 
 impl Default for Options {
@@ -207,6 +210,7 @@ impl Default for Options {
             app_redis: None,
             durability: seckill_core::config::RedisDurability::Local,
             room_abandon: Duration::from_secs(seckill_core::config::DEFAULT_ROOM_ABANDON_SECS),
+            room_grace: Duration::from_secs(seckill_core::config::DEFAULT_ROOM_GRACE_SECS),
         }
     }
 }
@@ -227,7 +231,8 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
         .expect("Redis");
     let store = Store::new(pg.clone(), redis.clone(), scratch.prefix.clone())
         .with_durability(options.durability)
-        .with_room_abandon(options.room_abandon);
+        .with_room_abandon(options.room_abandon)
+        .with_room_grace(options.room_grace);
     let worker = Worker::new(store.clone(), options.worker.clone());
     TestApp {
         address,
@@ -285,6 +290,7 @@ pub async fn start_instance(scratch: &Scratch, options: &Options, instance: &str
         max_event_streams: options.max_event_streams,
         admin_session: options.admin_session,
         room_abandon: options.room_abandon,
+        room_grace: options.room_grace,
         run_worker: false,
         purchase: options.purchase.clone(),
         worker: options.worker.clone(),

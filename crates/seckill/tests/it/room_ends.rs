@@ -1,14 +1,16 @@
-//! A waiting room ends: its keys go `ROOM_GRACE` after its sale ends, set
-//! by the scripts that write them, so an ended room costs Redis nothing.
+//! A waiting room ends: its keys go the room grace after its sale ends
+//! (`--room-grace-secs`, an hour by default), set by the scripts that
+//! write them, so an ended room costs Redis nothing.
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::helpers::{TestApp, spawn_app};
+use crate::helpers::{Options, TestApp, eventually, spawn_app, spawn_app_with};
 use crate::waiting_room::{admission, admitted, buy, fifo, joined, standing, ticket};
-use seckill_core::domain::UserId;
-use seckill_core::waiting_room::{self, ROOM_GRACE};
+use seckill_core::config::DEFAULT_ROOM_GRACE_SECS;
+use seckill_core::domain::{Sale, UserId};
+use seckill_core::waiting_room;
 
 /// Each key of sale's room, and when it expires (ms; -1: never, -2: gone).
 async fn expiries(app: &TestApp, sale: i64) -> Vec<(String, i64)> {
@@ -25,51 +27,65 @@ async fn expiries(app: &TestApp, sale: i64) -> Vec<(String, i64)> {
     found
 }
 
-#[tokio::test]
-async fn a_rooms_keys_expire_a_grace_after_its_sale_ends_and_go_once_it_has_passed() {
-    let app = spawn_app().await;
-    let ends = chrono::Utc::now() + chrono::Duration::hours(2);
+/// A sale of 5 units with a `fifo` room of one active buyer, ending
+/// `ends_in` from now: its id, and the sale as stored.
+async fn roomed_sale(app: &TestApp, ends_in: chrono::Duration) -> (i64, Sale) {
     let sale = app
         .create_sale_with(json!({
             "name": "Roomed", "stock": 5, "price_cents": 100,
-            "ends_at": ends, "waiting_room": fifo(100, 1),
+            "ends_at": chrono::Utc::now() + ends_in, "waiting_room": fifo(100, 1),
         }))
         .await;
-    let stored = app
-        .store
-        .sale(sale)
-        .await
-        .expect("the sale")
-        .expect("a sale");
+    let stored = app.store.sale(sale).await.expect("the sale");
+    (sale, (*stored.expect("a sale")).clone())
+}
+
+/// ann, bob and carl join sale's room (a `fifo` of one active buyer);
+/// ann is admitted and buys. Returns bob's and carl's tickets.
+async fn ann_buys(app: &TestApp, sale: i64) -> [String; 2] {
+    let ann = ticket(&joined(app, sale, "ann").await);
+    let bob = ticket(&joined(app, sale, "bob").await);
+    let carl = ticket(&joined(app, sale, "carl").await);
+    let ann = admitted(app, sale, &ann).await;
+    assert_eq!(
+        buy(app, sale, "ann", Some(admission(&ann))).await.status(),
+        202
+    );
+    [bob, carl]
+}
+
+/// After [`ann_buys`]: bob is admitted, carl waits, so every key of the
+/// room is there (the line and who was seen, the admitted and the state,
+/// the bought).
+async fn bob_admitted_carl_waits(app: &TestApp, sale: i64, [bob, carl]: &[String; 2]) {
+    admitted(app, sale, bob).await;
+    standing(app, sale, carl).await;
+}
+
+#[tokio::test]
+async fn a_rooms_keys_expire_a_grace_after_its_sale_ends_and_go_once_it_has_passed() {
+    let app = spawn_app().await;
+    let (sale, stored) = roomed_sale(&app, chrono::Duration::hours(2)).await;
     let ends_ms = stored.ends_at.expect("an end").timestamp_millis();
-    let grace_ms = ROOM_GRACE.as_millis() as i64;
+    let grace_ms = i64::try_from(DEFAULT_ROOM_GRACE_SECS * 1000).expect("an hour");
     // Every key the room writes: the line and who was seen (bob waits),
     // the admitted and the state (ann is admitted), the bought (ann buys:
     // the last write, with no visit after it).
-    let ann = ticket(&joined(&app, sale, "ann").await);
-    let bob = ticket(&joined(&app, sale, "bob").await);
-    let carl = ticket(&joined(&app, sale, "carl").await);
-    let ann = admitted(&app, sale, &ann).await;
-    assert_eq!(
-        buy(&app, sale, "ann", Some(admission(&ann))).await.status(),
-        202
-    );
+    let waiting = ann_buys(&app, sale).await;
     // The bought set, made by the purchase, expires with the room at once.
     let bought = &app.keys(sale).room.bought;
     let at = expiries(&app, sale).await;
     assert!(at.contains(&(bought.clone(), ends_ms + grace_ms)), "{at:?}");
-    // bob admitted, carl waiting: every key of the room is there.
-    admitted(&app, sale, &bob).await;
-    standing(&app, sale, &carl).await;
+    bob_admitted_carl_waits(&app, sale, &waiting).await;
     for (key, at) in expiries(&app, sale).await {
         assert_eq!(at, ends_ms + grace_ms, "{key} expires then");
     }
 
     // Once the end and the grace have passed, the next visit finds the
     // room gone, and leaves nothing behind.
-    let long_ended = seckill_core::domain::Sale {
+    let long_ended = Sale {
         ends_at: Some(chrono::Utc::now() - chrono::Duration::hours(2)),
-        ..(*stored).clone()
+        ..stored
     };
     let room = long_ended.waiting_room.expect("a room");
     let carl = UserId::parse("carl").expect("a buyer");
@@ -81,4 +97,29 @@ async fn a_rooms_keys_expire_a_grace_after_its_sale_ends_and_go_once_it_has_pass
     for (key, at) in expiries(&app, sale).await {
         assert_eq!(at, -2, "{key} is still there");
     }
+}
+
+/// `--room-grace-secs 1`: an instance so started gives every key of a room
+/// the expiry of its sale's end and one second, and they are gone once
+/// that has passed, with no visit to the room after the end.
+#[tokio::test]
+async fn an_instance_with_a_one_second_grace_lets_a_room_go_a_second_after_its_sale_ends() {
+    let app = spawn_app_with(Options {
+        room_grace: Duration::from_secs(1),
+        ..Options::default()
+    })
+    .await;
+    // Time enough for the joins, an admission and a purchase before the
+    // end, on a loaded machine.
+    let (sale, stored) = roomed_sale(&app, chrono::Duration::seconds(6)).await;
+    let ends_ms = stored.ends_at.expect("an end").timestamp_millis();
+    let waiting = ann_buys(&app, sale).await;
+    bob_admitted_carl_waits(&app, sale, &waiting).await;
+    for (key, at) in expiries(&app, sale).await {
+        assert_eq!(at, ends_ms + 1000, "{key} expires a second after the end");
+    }
+    eventually(Duration::from_secs(20), "the room's keys gone", || async {
+        expiries(&app, sale).await.iter().all(|(_, at)| *at == -2)
+    })
+    .await;
 }
