@@ -2,7 +2,9 @@
 //! (`src/redis_pool/recycle_check.rs`): skipped for a connection that answered
 //! just now, made for one idle longer and for every one that answered
 //! before a connection to the same server, in any pool, was found closed;
-//! a closed one is never handed out again.
+//! a closed one is never handed out again. And the pool's deletion of a
+//! prefix's keys (`RedisPool::delete_under`, what `reset`, the bench and
+//! the tests clean up with).
 
 use std::time::{Duration, Instant};
 
@@ -117,4 +119,70 @@ async fn kill(observer: &mut redis::aio::MultiplexedConnection, id: i64) {
         .await
         .expect("CLIENT KILL");
     assert_eq!(count, 1);
+}
+
+/// A prefix's keys are taken out at once and a big one is freed off
+/// Redis' main thread (`UNLINK`): with `DEL`, a room's line of a million
+/// held Redis for about a second, and the caller, the bench cleaning up
+/// after one, timed out. Redis counts what it freed so
+/// (`lazyfreed_objects`), on a server of this test's own.
+#[tokio::test]
+async fn a_prefix_is_deleted_at_once_and_its_big_keys_freed_off_the_main_thread() {
+    let redis = PrivateRedis::start().await.expect("a private Redis");
+    let (pool, mut observer) = pool_and_observer(&redis.url()).await;
+    let members: Vec<u32> = (0..10_000).collect();
+    for chunk in 0..10 {
+        let () = redis::cmd("SADD")
+            .arg("t:big")
+            .arg(
+                members
+                    .iter()
+                    .map(|m| m + chunk * 10_000)
+                    .collect::<Vec<_>>(),
+            )
+            .query_async(&mut observer)
+            .await
+            .expect("SADD");
+    }
+    let () = redis::cmd("SET")
+        .arg("t:small")
+        .arg(1)
+        .query_async(&mut observer)
+        .await
+        .expect("SET");
+    let () = redis::cmd("SET")
+        .arg("other:key")
+        .arg(1)
+        .query_async(&mut observer)
+        .await
+        .expect("SET");
+    pool.delete_under("t").await.expect("delete_under");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut observer)
+        .await
+        .expect("KEYS");
+    assert_eq!(left, ["other:key"]);
+    let lazyfreed = |memory: &str| {
+        memory
+            .lines()
+            .find_map(|line| line.strip_prefix("lazyfreed_objects:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+    };
+    crate::helpers::eventually(
+        Duration::from_secs(5),
+        "the big set freed off the main thread",
+        || {
+            let url = redis.url();
+            async move {
+                let memory: String = redis::cmd("INFO")
+                    .arg("memory")
+                    .query_async(&mut crate::helpers::redis_at(&url).await)
+                    .await
+                    .unwrap_or_default();
+                lazyfreed(&memory) == Some(1)
+            }
+        },
+    )
+    .await;
 }
