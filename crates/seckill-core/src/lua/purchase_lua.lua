@@ -39,11 +39,18 @@ local roomed = ARGV[5] == '1'
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_loaded', 0, false}
 end
-if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1
-  or (roomed and redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1) then
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
+end
+-- The admission spent, and checked, in one command: SADD answers 0 when
+-- it had bought already. Taken back below if no unit is left.
+if roomed and redis.call('SADD', KEYS[7], ARGV[1]) == 0 then
   return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
 end
 if tonumber(redis.call('GET', KEYS[1])) <= 0 then
+  if roomed then
+    redis.call('SREM', KEYS[7], ARGV[1])
+  end
   return {'sold_out', 0, false}
 end
 local left = redis.call('DECR', KEYS[1])
@@ -52,10 +59,13 @@ redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
 push(KEYS[3], KEYS[4], ARGV[2], ARGV[3], now_ms())
 if roomed then
   redis.call('ZREM', KEYS[6], ARGV[1])
-  redis.call('SADD', KEYS[7], ARGV[1])
-  local ttl = redis.call('PTTL', KEYS[8])
-  if ttl > 0 and redis.call('PTTL', KEYS[7]) == -1 then
-    redis.call('PEXPIRE', KEYS[7], ttl)
+  -- The bought set ends with its room (room_visit.lua sets the state's):
+  -- its own expiry looked at first, set once.
+  if redis.call('PTTL', KEYS[7]) == -1 then
+    local ttl = redis.call('PTTL', KEYS[8])
+    if ttl > 0 then
+      redis.call('PEXPIRE', KEYS[7], ttl)
+    end
   end
 end
 redis.call('PUBLISH', ARGV[4], left)

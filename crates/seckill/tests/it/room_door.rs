@@ -84,3 +84,68 @@ async fn with_lock_an_admission_is_spent_in_the_purchase_commit() {
 async fn with_lua_an_admission_is_spent_in_the_purchase_script() {
     an_admission_buys_once_though_the_instance_dies_after_the_commit(Strategy::Lua).await;
 }
+
+/// An admission refused because no unit was left is not spent: when a
+/// unit comes back (an unpaid order cancelled), the same admission buys
+/// it. (`lua` marks the admission before it looks at the stock, and takes
+/// the mark back on a refusal.)
+async fn an_admission_refused_as_sold_out_buys_once_a_unit_comes_back(strategy: Strategy) {
+    let app = app_with_window(600, 100).await;
+    let sale = sale_with_room(&app, 1, 0, fifo(10, 10)).await;
+    for buyer in ["ann", "bob"] {
+        let ticket = ticket(&joined(&app, sale, buyer).await);
+        admitted(&app, sale, &ticket).await;
+    }
+    // Each purchase on an instance of its own: none knows the sale sold
+    // out, so every one asks Redis.
+    let instance = |name: &str| {
+        Purchaser::new(Shop::new(
+            app.store.clone(),
+            PurchaseSettings {
+                strategy,
+                ..Default::default()
+            },
+            name,
+            Duration::from_secs(600),
+            LockReleases::default(),
+        ))
+    };
+    let stored = app.store.sale(sale).await.expect("read").expect("a sale");
+    let [ann, bob] = ["ann", "bob"].map(|name| UserId::parse(name).expect("a buyer"));
+    let Outcome::Accepted { order_id } = instance("a").purchase(&stored, &ann).await.expect("ann")
+    else {
+        panic!("ann's purchase was refused");
+    };
+    let refused = instance("b").purchase(&stored, &bob).await.expect("bob");
+    assert_eq!(refused, Outcome::SoldOut, "{strategy:?}");
+    let mut redis = app.redis_conn().await;
+    let spent: bool = redis::cmd("SISMEMBER")
+        .arg(&app.keys(sale).room.bought)
+        .arg("bob")
+        .query_async(&mut redis)
+        .await
+        .expect("the room");
+    assert!(!spent, "a refused admission was spent ({strategy:?})");
+
+    app.drain().await;
+    make_deadlines_due(&app, sale, &[order_id]).await;
+    run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
+    let bought = instance("c")
+        .purchase(&stored, &bob)
+        .await
+        .expect("bob again");
+    assert!(
+        matches!(bought, Outcome::Accepted { .. }),
+        "{bought:?} ({strategy:?})"
+    );
+}
+
+#[tokio::test]
+async fn with_lock_an_admission_refused_as_sold_out_is_not_spent() {
+    an_admission_refused_as_sold_out_buys_once_a_unit_comes_back(Strategy::Lock).await;
+}
+
+#[tokio::test]
+async fn with_lua_an_admission_refused_as_sold_out_is_not_spent() {
+    an_admission_refused_as_sold_out_buys_once_a_unit_comes_back(Strategy::Lua).await;
+}
