@@ -68,9 +68,14 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "seckill bench --only room --room-buyers 100000",
             "seckill bench --only room-scripts --room-buyers N",
             "cargo run --release -- bench --only room-scripts --room-buyers 1000000",
+            "cargo run --release -- bench --only roomed",
             "target/debug/seckill bench --only replica --secs 5",
         ],
         "bench::the_bench_measures_each_row_beside_its_target runs every row, on shorter settings; bench::the_bench_measures_only_the_rows_asked_for runs `--only`",
+    ),
+    (
+        &["redis-cli --intrinsic-latency 30"],
+        "not run: a reading of the machine bench.md quotes (how long the kernel alone stalls a thread), not of seckill",
     ),
     (
         &[
