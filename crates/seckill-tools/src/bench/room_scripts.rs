@@ -13,11 +13,10 @@ use futures_util::{StreamExt, TryStreamExt};
 use super::compare::Figure;
 use super::{Bound, Row};
 use crate::bench::BenchArgs;
+use seckill_core::config::Strategy;
 use seckill_core::domain::{NewSale, RoomMode, RoomSettings, Sale, UserId};
-use seckill_core::events::LockReleases;
-use seckill_core::purchase::{Outcome, Purchaser};
+use seckill_core::purchase::Outcome;
 use seckill_core::store::Store;
-use seckill_core::strategy::Shop;
 use seckill_core::waiting_room;
 use tokio_util::sync::CancellationToken;
 
@@ -143,14 +142,7 @@ impl Beside {
             .build(Utc::now())
             .context("the sale beside the room")?;
         let sale = std::sync::Arc::new(store.create_sale(&new).await?);
-        let shop = Shop::new(
-            store.clone(),
-            Default::default(),
-            "bench-beside",
-            Duration::from_secs(600),
-            LockReleases::default(),
-        );
-        let purchaser = Purchaser::new(shop);
+        let purchaser = super::roomed::purchaser(store, Strategy::Lock);
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let stop = stop.clone();

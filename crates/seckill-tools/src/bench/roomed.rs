@@ -86,8 +86,9 @@ pub(super) async fn roomed_against_unroomed(
     })
 }
 
-/// A purchaser as an instance with `strategy` runs it.
-fn purchaser(store: &Store, strategy: Strategy) -> Purchaser {
+/// A purchaser as an instance with `strategy` runs it (with the
+/// defaults' lock settings): what the bench's in-process rows buy with.
+pub(super) fn purchaser(store: &Store, strategy: Strategy) -> Purchaser {
     let settings = PurchaseSettings {
         strategy,
         ..PurchaseSettings::default()

@@ -11,8 +11,23 @@ use seckill_core::events::LockReleases;
 use seckill_core::purchase::{Outcome, Purchaser};
 use seckill_core::strategy::Shop;
 
+use crate::helpers::TestApp;
 use crate::payment::{app_with_window, make_deadlines_due, run_deadlines_until};
 use crate::waiting_room::{admitted, fifo, joined, sale_with_room, ticket};
+
+/// A purchaser as an instance named `name` with `strategy` runs it.
+fn instance(app: &TestApp, strategy: Strategy, name: &str) -> Purchaser {
+    Purchaser::new(Shop::new(
+        app.store.clone(),
+        PurchaseSettings {
+            strategy,
+            ..Default::default()
+        },
+        name,
+        Duration::from_secs(600),
+        LockReleases::default(),
+    ))
+}
 
 /// An admitted buyer buys with `strategy` through the purchase alone, as
 /// an instance that died after its commit, before any step of the door
@@ -23,18 +38,7 @@ async fn an_admission_buys_once_though_the_instance_dies_after_the_commit(strate
     let sale = sale_with_room(&app, 1, 0, fifo(10, 10)).await;
     let ann = ticket(&joined(&app, sale, "ann").await);
     admitted(&app, sale, &ann).await;
-    let instance = |name: &str| {
-        Purchaser::new(Shop::new(
-            app.store.clone(),
-            PurchaseSettings {
-                strategy,
-                ..Default::default()
-            },
-            name,
-            Duration::from_secs(600),
-            LockReleases::default(),
-        ))
-    };
+    let instance = |name: &str| instance(&app, strategy, name);
     let purchaser = instance("dies");
     let stored = app.store.sale(sale).await.expect("read").expect("a sale");
     let buyer = UserId::parse("ann").expect("a buyer");
@@ -98,18 +102,7 @@ async fn an_admission_refused_as_sold_out_buys_once_a_unit_comes_back(strategy: 
     }
     // Each purchase on an instance of its own: none knows the sale sold
     // out, so every one asks Redis.
-    let instance = |name: &str| {
-        Purchaser::new(Shop::new(
-            app.store.clone(),
-            PurchaseSettings {
-                strategy,
-                ..Default::default()
-            },
-            name,
-            Duration::from_secs(600),
-            LockReleases::default(),
-        ))
-    };
+    let instance = |name: &str| instance(&app, strategy, name);
     let stored = app.store.sale(sale).await.expect("read").expect("a sale");
     let [ann, bob] = ["ann", "bob"].map(|name| UserId::parse(name).expect("a buyer"));
     let Outcome::Accepted { order_id } = instance("a").purchase(&stored, &ann).await.expect("ann")
