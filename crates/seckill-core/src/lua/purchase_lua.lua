@@ -42,16 +42,17 @@ end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
 end
--- The admission spent, and checked, in one command: SADD answers 0 when
--- it had bought already. Taken back below if no unit is left.
-if roomed and redis.call('SADD', KEYS[7], ARGV[1]) == 0 then
-  return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
-end
+-- A refusal writes nothing: with no unit left, the admission is only
+-- looked at; with one left, SADD both checks it (0: it had bought
+-- already) and spends it, in one command.
 if tonumber(redis.call('GET', KEYS[1])) <= 0 then
-  if roomed then
-    redis.call('SREM', KEYS[7], ARGV[1])
+  if roomed and redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1 then
+    return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
   end
   return {'sold_out', 0, false}
+end
+if roomed and redis.call('SADD', KEYS[7], ARGV[1]) == 0 then
+  return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
 end
 local left = redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])

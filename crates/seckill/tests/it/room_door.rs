@@ -91,8 +91,8 @@ async fn with_lua_an_admission_is_spent_in_the_purchase_script() {
 
 /// An admission refused because no unit was left is not spent: when a
 /// unit comes back (an unpaid order cancelled), the same admission buys
-/// it. (`lua` marks the admission before it looks at the stock, and takes
-/// the mark back on a refusal.)
+/// it. (`lua` spends the admission with the one `SADD` that checks it,
+/// and only once it has seen a unit left.)
 async fn an_admission_refused_as_sold_out_buys_once_a_unit_comes_back(strategy: Strategy) {
     let app = app_with_window(600, 100).await;
     let sale = sale_with_room(&app, 1, 0, fifo(10, 10)).await;
