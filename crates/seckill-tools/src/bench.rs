@@ -61,6 +61,7 @@ mod ended;
 mod holder;
 mod lua;
 mod pages;
+mod redis_info;
 mod replica;
 mod room_scripts;
 mod roomed;

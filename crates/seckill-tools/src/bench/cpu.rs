@@ -24,6 +24,8 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use seckill_core::redis_pool::RedisConn;
+
+use super::redis_info::info_field;
 use seckill_devenv::processes::{Fleet, ProcessCpu};
 
 /// The processes, in the order the rows show them.
@@ -85,20 +87,9 @@ impl Reading {
 
 /// Redis' CPU time so far, by its own count (`INFO cpu`).
 async fn redis_cpu(redis: &mut RedisConn) -> anyhow::Result<Duration> {
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(redis)
-        .await
-        .context("INFO cpu")?;
-    let field = |name: &str| -> anyhow::Result<f64> {
-        info.lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|value| value.trim().parse().ok())
-            .with_context(|| format!("no {name} in INFO cpu"))
-    };
-    Ok(Duration::from_secs_f64(
-        field("used_cpu_user")? + field("used_cpu_sys")?,
-    ))
+    let user: f64 = info_field(redis, "cpu", "used_cpu_user").await?;
+    let sys: f64 = info_field(redis, "cpu", "used_cpu_sys").await?;
+    Ok(Duration::from_secs_f64(user + sys))
 }
 
 /// The CPU time so far of every process of this machine named

@@ -247,13 +247,10 @@ async fn commands_per_second(store: &Store) -> anyhow::Result<f64> {
 
 /// `total_commands_processed` from `INFO stats`.
 async fn commands_processed(store: &Store) -> anyhow::Result<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(&mut store.redis().await?)
-        .await
-        .context("INFO stats")?;
-    info.lines()
-        .find_map(|line| line.strip_prefix("total_commands_processed:"))
-        .and_then(|count| count.trim().parse().ok())
-        .context("no total_commands_processed in INFO stats")
+    super::redis_info::info_field(
+        &mut store.redis().await?,
+        "stats",
+        "total_commands_processed",
+    )
+    .await
 }

@@ -27,6 +27,7 @@ use chrono::Utc;
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::compare::Figure;
+use super::redis_info::info_field;
 use super::{Bound, Row};
 use crate::bench::BenchArgs;
 use seckill_core::domain::{NewSale, RoomMode, RoomSettings, Sale, UserId};
@@ -76,7 +77,7 @@ pub(super) async fn memory_after_ended_rooms(
     // count Redis' memory for one client alike.
     let measuring = connect_redis_with(&at, Duration::from_secs(5), patient).await?;
     let mut conn = measuring.get().await.context("a Redis connection")?;
-    let before = info_number(&mut conn, "memory", "used_memory").await?;
+    let before = info_field::<u64>(&mut conn, "memory", "used_memory").await?;
     log_memory(&mut conn, "before").await?;
     let pool = connect_redis_with(&at, Duration::from_secs(5), patient).await?;
     // Each buyer joins once and never asks again: a room that took them
@@ -90,7 +91,7 @@ pub(super) async fn memory_after_ended_rooms(
     let filling = Instant::now();
     fill(args, &rooms, &room, &sales).await?;
     let filled_in = filling.elapsed();
-    let peak = info_number(&mut conn, "memory", "used_memory").await?;
+    let peak = info_field::<u64>(&mut conn, "memory", "used_memory").await?;
     log_memory(&mut conn, "peak").await?;
     let ends = Utc::now() + ENDS_IN;
     for sale in &sales {
@@ -117,7 +118,7 @@ pub(super) async fn memory_after_ended_rooms(
     };
     let expired_in = expiring.elapsed();
     clients_gone(&mut conn).await?;
-    let after = info_number(&mut conn, "memory", "used_memory").await?;
+    let after = info_field::<u64>(&mut conn, "memory", "used_memory").await?;
     log_memory(&mut conn, "after").await?;
     let mib = |bytes: u64| bytes as f64 / 1_048_576.0;
     let grown = mib(after) - mib(before);
@@ -215,7 +216,7 @@ fn signed(shown: &str) -> String {
 /// pool, dropped, has closed its connections), for at most 5 s.
 async fn clients_gone(conn: &mut RedisConn) -> anyhow::Result<()> {
     let waiting = Instant::now();
-    while info_number(conn, "clients", "connected_clients").await? > 1
+    while info_field::<u64>(conn, "clients", "connected_clients").await? > 1
         && waiting.elapsed() < Duration::from_secs(5)
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -235,7 +236,7 @@ async fn log_memory(conn: &mut RedisConn, when: &str) -> anyhow::Result<()> {
         "mem_clients_normal",
         "used_memory_scripts",
     ] {
-        fields.push((name, info_number(conn, "memory", name).await?));
+        fields.push((name, info_field::<u64>(conn, "memory", name).await?));
     }
     tracing::info!(when, ?fields, "Redis' memory");
     Ok(())
@@ -247,17 +248,4 @@ async fn key_count(conn: &mut RedisConn) -> anyhow::Result<u64> {
         .query_async(conn)
         .await
         .context("DBSIZE")
-}
-
-/// The number `name` of Redis' `INFO section`.
-async fn info_number(conn: &mut RedisConn, section: &str, name: &str) -> anyhow::Result<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(conn)
-        .await
-        .with_context(|| format!("INFO {section}"))?;
-    info.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-        .and_then(|value| value.trim().parse().ok())
-        .with_context(|| format!("no {name} in INFO {section}"))
 }
