@@ -95,14 +95,24 @@ impl PrivateRedisSentinel {
         let port = self.nodes[primary].port();
         self.nodes[index].set_role(Role::ReplicaOf(port));
         self.nodes[index].restart().await?;
+        self.wait_in_step(index, primary).await
+    }
+
+    /// Wait until data server `index`, a replica of data server
+    /// `primary`, has its link up (its first sync done) and acknowledges
+    /// the primary's writes within 300 ms, as the app's `WAIT` asks: the
+    /// link alone is not enough on a loaded machine, where a replica just
+    /// linked acknowledged its first write after the app's `WAIT` had
+    /// given up, and the buyer was told `503 unconfirmed`.
+    pub async fn wait_in_step(&self, index: usize, primary: usize) -> anyhow::Result<()> {
         let url = self.node_url(index);
         wait_until(|| replica_in_step(&url))
             .await
-            .with_context(|| format!("the restarted replica {url} never came in step"))?;
+            .with_context(|| format!("the replica {url} never came in step"))?;
         let primary = self.node_url(primary);
         wait_until(|| writes_acknowledged(&primary, 1))
             .await
-            .with_context(|| format!("the restarted replica {url} never acknowledged a write"))
+            .with_context(|| format!("the replica {url} never acknowledged a write"))
     }
 
     /// Wait until the sentinels name another primary than data server

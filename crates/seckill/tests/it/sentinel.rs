@@ -78,40 +78,14 @@ async fn tried_while(app: &TestApp, sale: i64, buyer: &str, error: &str) -> (u16
     }
 }
 
-/// Wait until node `index`, back as a replica, has its link to the
-/// primary up (its first sync done) and acknowledges the primary's writes
-/// within the app's wait: from then on a `WAIT` is answered. The link
-/// alone is not enough on a loaded machine: a replica whose link had just
-/// come up acknowledged its first write after the app's 300 ms `WAIT`,
-/// and the buyer was told `503 unconfirmed` (a full-suite run).
+/// Wait until node `index`, back as a replica, has its link up and
+/// acknowledges the primary's writes within the app's wait: from then on
+/// a `WAIT` is answered (`PrivateRedisSentinel::wait_in_step`).
 async fn linked_as_replica(sentinels: &PrivateRedisSentinel, index: usize) {
-    let url = sentinels.node_url(index);
-    eventually(Duration::from_secs(30), "the replica's link up", || async {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut redis_at(&url).await)
-            .await
-            .unwrap_or_default();
-        info.contains("master_link_status:up")
-    })
-    .await;
-    let primary = sentinels.node_url(1 - index);
-    eventually(
-        Duration::from_secs(30),
-        "a write acknowledged by the replica within 300 ms",
-        || async {
-            let mut conn = redis_at(&primary).await;
-            let acked: redis::RedisResult<((), i64)> = redis::pipe()
-                .set("test:replica-probe", 1)
-                .cmd("WAIT")
-                .arg(1)
-                .arg(300)
-                .query_async(&mut conn)
-                .await;
-            acked.is_ok_and(|(_, replicas)| replicas >= 1)
-        },
-    )
-    .await;
+    sentinels
+        .wait_in_step(index, 1 - index)
+        .await
+        .expect("the replica in step");
 }
 
 /// Freeze the replica, buy for `buyer`, kill the primary, let the replica
