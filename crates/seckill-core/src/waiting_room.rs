@@ -14,10 +14,12 @@
 //! default, [`Store::room_grace`]): each is given that expiry by the
 //! scripts that write it, so no pass over ended sales is needed.
 //!
-//! An instance may also [`look`] at the whole room (a visit for nobody)
-//! and answer a buyer far back in line from that look
-//! ([`Standing::of_number`]); the web crate's `room_view.rs` does, so that
-//! a polling crowd costs Redis one visit per moment, not one per answer.
+//! An instance may also [`look`] at the whole room (a visit for nobody,
+//! which also reads where the buyers it names stand) and answer buyers
+//! from that look: far back in line by their number alone
+//! ([`Standing::of_number`]), the others from the look's answer for them;
+//! the web crate's `room_view.rs` does, so that a polling crowd costs
+//! Redis one visit per moment, not one per answer.
 //!
 //! A buyer who stops asking has left: the script notes every visit of a
 //! buyer in line, and when the turn of one not seen for the store's
@@ -181,30 +183,35 @@ pub async fn visit(
     buyer: &UserId,
     join: bool,
 ) -> anyhow::Result<Standing> {
-    run_visit(store, sale, room, buyer.as_str(), join, &[]).await
+    let (standing, _) = run_visit(store, sale, room, buyer.as_str(), join, (&[], &[])).await?;
+    Ok(standing)
 }
 
 /// A look at the whole room (a visit for nobody), admitting whoever's
-/// turn has come on the way, and noting `seen` (buyers an instance
-/// answered from its last look, `web/room_view.rs`) as having asked now.
+/// turn has come on the way, noting `seen` (buyers an instance answered
+/// from its last look, `web/room_view.rs`) as having asked now, and
+/// reading where each of `tracked` stands, in the same step: the place of
+/// each, in the order asked, beside the room's standing (whose place is
+/// nobody's, [`Place::Outside`]).
 pub async fn look(
     store: &Store,
     sale: &Sale,
     room: &RoomSettings,
     seen: &[String],
-) -> anyhow::Result<Standing> {
-    run_visit(store, sale, room, "", false, seen).await
+    tracked: &[String],
+) -> anyhow::Result<(Standing, Vec<Place>)> {
+    run_visit(store, sale, room, "", false, (seen, tracked)).await
 }
 
-/// `lua/room_visit.lua` for `buyer` ("" for nobody), and `seen`.
+/// `lua/room_visit.lua` for `buyer` ("" for nobody), and `(seen, tracked)`.
 async fn run_visit(
     store: &Store,
     sale: &Sale,
     room: &RoomSettings,
     buyer: &str,
     join: bool,
-    seen: &[String],
-) -> anyhow::Result<Standing> {
+    (seen, tracked): (&[String], &[String]),
+) -> anyhow::Result<(Standing, Vec<Place>)> {
     let keys = SaleKeys::new(store.prefix(), sale.id);
     let seed = match room.mode {
         RoomMode::Lottery => lottery_seed(store.pass_key().await?, sale.id),
@@ -231,14 +238,19 @@ async fn run_visit(
         .arg(u64::try_from(store.room_abandon().as_millis()).unwrap_or(u64::MAX))
         .arg(u64::try_from(store.room_grace().as_millis()).unwrap_or(u64::MAX))
         .arg(room.max_line.unwrap_or(0))
-        .arg(seen);
+        .arg(seen.len())
+        .arg(seen)
+        .arg(tracked);
     // Under `replica`, a `WAIT` rides behind the script, on its
     // connection (`replicas.rs`): a join or an admission is told only once
     // a replica holds it.
-    let (reply, confirmed): ([i64; 15], bool) =
+    let ((header, places), confirmed): ((Vec<i64>, Vec<i64>), bool) =
         replicas::run_and_confirm(&mut conn, &VISIT, &script, store.durability())
             .await
             .context("visiting a waiting room")?;
+    let reply: [i64; 15] = header
+        .try_into()
+        .map_err(|header: Vec<i64>| anyhow::anyhow!("a visit answered {} numbers", header.len()))?;
     let [
         standing,
         value,
@@ -269,18 +281,9 @@ async fn run_visit(
         );
     }
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
-    let place = match standing {
-        1 => Place::Waiting {
-            number: count(value),
-            ahead: count(ahead),
-        },
-        2 => Place::Admitted { until_ms: value },
-        3 => Place::Bought,
-        _ => Place::Outside,
-    };
     let elapsed_secs = (now_ms - first) as f64 / 1000.0;
-    Ok(Standing {
-        place,
+    let standing = Standing {
+        place: Place::read(standing, value, ahead),
         waiting: count(waiting),
         closed: closed == 1,
         observed_per_sec: (first > 0 && elapsed_secs >= 1.0)
@@ -293,7 +296,29 @@ async fn run_visit(
         next_free_ms: (next_free > 0).then_some(next_free),
         born_ms: born,
         confirmed,
-    })
+    };
+    let tracked = places
+        .chunks_exact(3)
+        .map(|three| Place::read(three[0], three[1], three[2]))
+        .collect();
+    Ok((standing, tracked))
+}
+
+impl Place {
+    /// A place as `lua/room_visit.lua` returns it: its standing code, and
+    /// the place's number (or the admission's end) and buyers ahead.
+    fn read(standing: i64, value: i64, ahead: i64) -> Self {
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        match standing {
+            1 => Place::Waiting {
+                number: count(value),
+                ahead: count(ahead),
+            },
+            2 => Place::Admitted { until_ms: value },
+            3 => Place::Bought,
+            _ => Place::Outside,
+        }
+    }
 }
 
 /// A room's figures, as `/metrics` and the live page report them.

@@ -211,15 +211,8 @@ impl Asking {
         state: &AppState,
     ) -> Result<(Standing, StandingView), ApiError> {
         let (sale, settings, held) = (&self.sale, &self.settings, &self.held);
-        let standing = state
-            .room_views
-            .standing(
-                &state.store,
-                sale,
-                settings,
-                &held.buyer,
-                (held.number, held.generation),
-            )
+        let standing = (state.room_views)
+            .standing(&state.store, sale, settings, held)
             .await?;
         let view = standing_view(
             state,
@@ -269,6 +262,9 @@ pub(crate) async fn admit(
 /// `202`, and cannot buy a second unit anyway (one per buyer); only the
 /// place among the active is freed later, when the admission runs out.
 pub(crate) async fn spend(state: &AppState, sale: &Sale, buyer: &UserId) {
+    // Before the `202` goes: this instance's look at the room, taken
+    // before the purchase, would show the buyer admitted still.
+    state.room_views.bought(sale.id);
     if state.purchaser.spends_admissions() {
         return; // spent in the purchase's commit
     }

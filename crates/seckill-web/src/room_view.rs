@@ -1,37 +1,66 @@
 //! This instance's view of each waiting room it is asked about, so that a
 //! crowd polling its places does not cost Redis a script per answer.
 //!
-//! Most of a crowd stands far behind the head of the line, and its answer
-//! changes only as the head moves. So each instance looks at a room (one
-//! visit for nobody, `waiting_room::look`) at most every [`FRESH_FOR`], and
-//! answers from that look a buyer who was in line then and so far behind
-//! that the room cannot have reached them since (`Standing::of_number`).
-//! Whoever is near their turn, admitted, or not judged (in a lottery
-//! whose drawn buyers still lead the line) is asked about in Redis, as
-//! before.
+//! Each instance looks at a room (one visit for nobody,
+//! `waiting_room::look`) at most every [`FRESH_FOR`], and answers every
+//! buyer it can from that look, so that a status answer is as cheap as a
+//! sold-out one wherever the buyer stands:
+//! - a buyer far behind the head, who was in line then and so far back
+//!   that the room cannot have reached them since, from their ticket's
+//!   number alone (`Standing::of_number`);
+//! - a buyer near the head, admitted, or bought (and a lottery's drawn
+//!   buyer, whose number does not tell how many are ahead): from the
+//!   look's own answer for them. The instance tracks each such buyer who
+//!   asked here in the last [`TRACKED_FOR`] (at most [`TRACKED_MAX`] a
+//!   room), and every look reads where each of them stands, in its one
+//!   script. A buyer asks Redis once, the first time, and is answered from
+//!   the looks after that.
+//!
+//! So every answer is at most [`FRESH_FOR`] old: a buyer admitted since
+//! the look is told so at the next one. A purchase through this instance
+//! is not left to the next look: it forgets the look
+//! ([`RoomViews::bought`]), and the next question looks again.
 //!
 //! The races this keeps closed. A buyer answered from the look never
 //! asked Redis, so Redis would take them for gone (abandoned) at their
 //! turn: the buyers answered here are noted, and sent as seen with the
-//! next look, in its script, before it admits anyone. And many requests
+//! next look, in its script, before it admits anyone. Many requests
 //! finding the look stale at once would each look again: the look is a
-//! single-flight read (`single_flight.rs`), one at a time per room.
+//! single-flight read (`single_flight.rs`), one at a time per room. And a
+//! look taken before this instance took a buyer's purchase would show
+//! them admitted still, and hand them the Buy form again for an admission
+//! spent (or show a newcomer the "Join" form of a room the purchase sold
+//! out): the purchase forgets the look, and a look under way then keeps
+//! nothing (`SingleFlight::forget`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::door::HeldTicket;
 use crate::single_flight::{Shared, SingleFlight};
-use seckill_core::domain::{RoomSettings, Sale, UserId};
+use seckill_core::domain::{RoomSettings, Sale};
 use seckill_core::store::Store;
-use seckill_core::waiting_room::{self, Standing};
+use seckill_core::waiting_room::{self, Place, Standing};
 
 /// How old a look may be when a buyer is answered from it: the most a
 /// place shown can lag behind Redis.
 pub(crate) const FRESH_FOR: Duration = Duration::from_millis(200);
 
+/// How long a buyer who asked here is tracked (their standing read with
+/// every look): a few of a page's one-second polls, so that a buyer who
+/// goes on asking stays tracked, and one who left stops costing the looks.
+pub(crate) const TRACKED_FOR: Duration = Duration::from_secs(5);
+
+/// Buyers tracked in one room at most: each costs a look a few sorted-set
+/// reads (about 2 µs), so a look stays under a millisecond or two of
+/// Redis. Beyond them, a buyer is asked about in Redis each time, as
+/// before.
+pub(crate) const TRACKED_MAX: usize = 500;
+
 /// The rooms this instance was asked about, by sale: a few hundred bytes
-/// each, forgotten once nobody has asked for a while ([`Self::forget_idle`]).
+/// each, and a few dozen a tracked buyer, forgotten once nobody has asked
+/// for a while ([`Self::forget_idle`]).
 #[derive(Default)]
 pub(crate) struct RoomViews {
     rooms: Mutex<HashMap<i64, Arc<View>>>,
@@ -39,70 +68,106 @@ pub(crate) struct RoomViews {
 
 /// One room's last look, and the buyers answered from it since.
 struct View {
-    look: SingleFlight<Standing>,
+    look: SingleFlight<Arc<Look>>,
     /// When a buyer last asked about this room here.
     asked: Mutex<Instant>,
+    /// Who this instance answers about. A std Mutex: nothing awaits while
+    /// it is held.
+    buyers: Mutex<Buyers>,
+}
+
+#[derive(Default)]
+struct Buyers {
     /// Buyers answered from a look, to be sent as seen with the next one.
-    /// A std Mutex: nothing awaits while it is held.
-    seen: Mutex<HashSet<String>>,
+    seen: HashSet<String>,
+    /// Buyers whose standing each look reads: when each last asked here.
+    tracked: HashMap<String, Instant>,
+}
+
+/// One look at a room: its standing (nobody's place), and where each
+/// buyer tracked then stood.
+struct Look {
+    room: Standing,
+    places: HashMap<String, Place>,
 }
 
 impl RoomViews {
-    /// Where `buyer`, who holds the ticket of `number` in the line of
-    /// `generation`, stands: from this instance's look at the room when it
-    /// can tell, else from a visit. A
-    /// standing not `confirmed` may be the room's look, not the buyer's:
-    /// nothing but that it is unconfirmed is to be told of it.
+    /// Where the buyer of `held` (their ticket: a number in the line of a
+    /// generation) stands: from this instance's look at the room when it
+    /// can tell, else from a visit. A standing not `confirmed` may be the
+    /// room's look, not the buyer's: nothing but that it is unconfirmed is
+    /// to be told of it.
     pub(crate) async fn standing(
         &self,
         store: &Store,
         sale: &Arc<Sale>,
         settings: &RoomSettings,
-        buyer: &UserId,
-        (number, generation): (u64, i64),
+        held: &HeldTicket,
     ) -> anyhow::Result<Standing> {
+        let HeldTicket {
+            buyer,
+            number,
+            generation,
+            ..
+        } = held;
+        let (number, generation) = (*number, *generation);
         let view = self.view(sale.id);
-        *lock(&view.asked) = Instant::now();
-        let looked = view
-            .look
-            .get(store.runtime(), FRESH_FOR, || {
-                let seen: Vec<String> = lock(&view.seen).drain().collect();
-                let (store, sale, settings) = (store.clone(), Arc::clone(sale), *settings);
-                async move {
-                    match waiting_room::look(&store, &sale, &settings, &seen).await {
-                        Ok(look) if !look.confirmed => Err(Looked::Unconfirmed(look)),
-                        Ok(look) => Ok(look),
-                        Err(error) => Err(Looked::Failed(error)),
-                    }
-                }
-            })
-            .await;
-        let (read_at, look) = match looked {
+        let (read_at, look) = match view.looked(store, sale, settings).await {
             Ok(fresh) => fresh,
-            // A look no replica confirmed (under `replica`): its shard's
-            // replicas do not answer, so a visit of the buyer's own would
-            // wait for them in vain too. Everyone who asked while it ran is
-            // told `503 unconfirmed` from it at once, and nobody later: it
-            // is a failure, not a look kept for 200 ms (`single_flight.rs`
-            // shares a failure only with those who waited on it), so the
-            // first question after the replica is back looks again. (The
-            // race this closes: a look kept unconfirmed told buyers `503`
-            // for 200 ms after the replica had come back; one ignored sent
-            // every buyer to a visit and a `WAIT` of their own.)
             Err(Looked::Unconfirmed(look)) => return Ok(look),
             Err(Looked::Failed(error)) => return Err(error),
         };
+        let age = read_at.elapsed();
         // A ticket of a line Redis lost (and began again, from number 1)
         // is no place in this one: asked about in Redis, which finds the
         // buyer outside and says so.
-        if look.born_ms != generation {
-            return waiting_room::visit(store, sale, settings, buyer, false).await;
+        if look.room.born_ms == generation {
+            let as_looked = |place| Standing {
+                place,
+                now_ms: look.room.now_ms + i64::try_from(age.as_millis()).unwrap_or(i64::MAX),
+                ..look.room
+            };
+            let answered = match look.places.get(buyer.as_str()).copied() {
+                // Admitted, bought, or in line with this ticket's number:
+                // as the look found them. Outside, or in line by another
+                // number (they joined again since): asked in Redis, which
+                // is the one to tell a buyer their place is gone.
+                Some(place @ (Place::Admitted { .. } | Place::Bought)) => Some(as_looked(place)),
+                Some(place @ Place::Waiting { number: n, .. }) if n == number => {
+                    Some(as_looked(place))
+                }
+                _ => look.room.of_number(number, settings, age),
+            };
+            if let Some(standing) = answered {
+                view.answered(buyer.as_str(), standing.place);
+                return Ok(standing);
+            }
         }
-        if let Some(standing) = look.of_number(number, settings, read_at.elapsed()) {
-            lock(&view.seen).insert(buyer.as_str().to_owned());
-            return Ok(standing);
-        }
+        view.track(buyer.as_str());
         waiting_room::visit(store, sale, settings, buyer, false).await
+    }
+
+    /// The room as this instance's look last saw it (nobody's place:
+    /// whether it is closed, how many wait), at most [`FRESH_FOR`] old.
+    pub(crate) async fn room(
+        &self,
+        store: &Store,
+        sale: &Arc<Sale>,
+        settings: &RoomSettings,
+    ) -> anyhow::Result<Standing> {
+        match self.view(sale.id).looked(store, sale, settings).await {
+            Ok((_, look)) => Ok(look.room),
+            Err(Looked::Unconfirmed(look)) => Ok(look),
+            Err(Looked::Failed(error)) => Err(error),
+        }
+    }
+
+    /// A buyer bought in `sale_id`'s room through this instance: the look
+    /// taken before is forgotten (the race in the module's notes).
+    pub(crate) fn bought(&self, sale_id: i64) {
+        if let Some(view) = lock(&self.rooms).get(&sale_id) {
+            view.look.forget();
+        }
     }
 
     /// Forget the rooms nobody asked about here for `idle`; how many.
@@ -120,13 +185,88 @@ impl RoomViews {
     }
 
     fn view(&self, sale_id: i64) -> Arc<View> {
-        Arc::clone(lock(&self.rooms).entry(sale_id).or_insert_with(|| {
+        let view = Arc::clone(lock(&self.rooms).entry(sale_id).or_insert_with(|| {
             Arc::new(View {
                 look: SingleFlight::default(),
                 asked: Mutex::new(Instant::now()),
-                seen: Mutex::default(),
+                buyers: Mutex::default(),
             })
-        }))
+        }));
+        *lock(&view.asked) = Instant::now();
+        view
+    }
+}
+
+impl View {
+    /// The last look if it is fresh, else a new one (one at a time), which
+    /// sends the buyers seen and reads the buyers tracked.
+    async fn looked(
+        &self,
+        store: &Store,
+        sale: &Arc<Sale>,
+        settings: &RoomSettings,
+    ) -> Result<(Instant, Arc<Look>), Looked> {
+        self.look
+            .get(store.runtime(), FRESH_FOR, || {
+                let (seen, tracked) = self.to_send();
+                let (store, sale, settings) = (store.clone(), Arc::clone(sale), *settings);
+                async move {
+                    match waiting_room::look(&store, &sale, &settings, &seen, &tracked).await {
+                        // A look no replica confirmed (under `replica`):
+                        // its shard's replicas do not answer, so a visit of
+                        // the buyer's own would wait for them in vain too.
+                        // Everyone who asked while it ran is told `503
+                        // unconfirmed` from it at once, and nobody later:
+                        // it is a failure, not a look kept for 200 ms
+                        // (`single_flight.rs` shares a failure only with
+                        // those who waited on it), so the first question
+                        // after the replica is back looks again. (The race
+                        // this closes: a look kept unconfirmed told buyers
+                        // `503` for 200 ms after the replica had come back;
+                        // one ignored sent every buyer to a visit and a
+                        // `WAIT` of their own.)
+                        Ok((room, _)) if !room.confirmed => Err(Looked::Unconfirmed(room)),
+                        Ok((room, places)) => Ok(Arc::new(Look {
+                            room,
+                            places: tracked.into_iter().zip(places).collect(),
+                        })),
+                        Err(error) => Err(Looked::Failed(error)),
+                    }
+                }
+            })
+            .await
+    }
+
+    /// The buyers to send with the next look: those seen since the last
+    /// (taken), and those tracked (the ones who stopped asking dropped).
+    fn to_send(&self) -> (Vec<String>, Vec<String>) {
+        let mut buyers = lock(&self.buyers);
+        buyers
+            .tracked
+            .retain(|_, asked| asked.elapsed() < TRACKED_FOR);
+        let seen = buyers.seen.drain().collect();
+        (seen, buyers.tracked.keys().cloned().collect())
+    }
+
+    /// `buyer` was answered from a look: seen (when in line), and still
+    /// tracked if they were.
+    fn answered(&self, buyer: &str, place: Place) {
+        let mut buyers = lock(&self.buyers);
+        if let Some(asked) = buyers.tracked.get_mut(buyer) {
+            *asked = Instant::now();
+        }
+        if matches!(place, Place::Waiting { .. }) {
+            buyers.seen.insert(buyer.to_owned());
+        }
+    }
+
+    /// `buyer` asked and the look could not tell: tracked from now on
+    /// (while there is room), so that the next looks can.
+    fn track(&self, buyer: &str) {
+        let mut buyers = lock(&self.buyers);
+        if buyers.tracked.len() < TRACKED_MAX || buyers.tracked.contains_key(buyer) {
+            buyers.tracked.insert(buyer.to_owned(), Instant::now());
+        }
     }
 }
 

@@ -24,9 +24,14 @@
 --          long after the sale ends (ARGV[7]; never, for a sale without an
 --          end)
 -- ARGV[12] buyers in line at most (0: no cap): a join beyond it is refused
--- ARGV[13..] more buyers seen: those an instance answered from its own
---          view of the room since its last visit (`web/room_view.rs`);
+-- ARGV[13] how many buyers seen follow (S)
+-- ARGV[14..13+S] more buyers seen: those an instance answered from its
+--          own view of the room since its last visit (`web/room_view.rs`);
 --          each still in line is noted as seen now, as ARGV[1] is
+-- ARGV[14+S..] buyers tracked: those an instance answers from its view
+--          although they stand where their number alone does not tell
+--          (near the head, admitted, a lottery's drawn); each one's
+--          standing is returned, as ARGV[1]'s is
 --
 -- The state hash: `seq` places handed out by arrival; `base` the moment
 -- (ms) from which admissions not yet made have accrued; `admitted`,
@@ -60,9 +65,9 @@
 -- line that everyone left costs Redis a few hundred commands a visit,
 -- never the whole line at once; the next visits drop the rest.
 --
--- Returns {standing, place-or-expiry, ahead, waiting, closed, admitted,
--- first, now, told, head, drawn, full, active, next_free, born}: standing 0 not
--- in the room, 1 waiting
+-- Returns {{standing, place-or-expiry, ahead, waiting, closed, admitted,
+-- first, now, told, head, drawn, full, active, next_free, born}, tracked}:
+-- standing 0 not in the room, 1 waiting
 -- (then the buyer's number in the line, the order it is served in, and
 -- how many are ahead), 2 admitted (then when the admission ends), 3
 -- bought; `waiting` the line's length; `closed` 1 when the sale has sold
@@ -75,11 +80,15 @@
 -- admitted buyers who have neither bought nor run out, and `next_free`
 -- when the first of their admissions runs out (ms; 0 with none): while
 -- `active` is `max_active`, the latest moment a place opens; `born` the
--- line's generation (0 before anyone joined).
+-- line's generation (0 before anyone joined). `tracked` is the tracked
+-- buyers' {standing, place-or-expiry, ahead}, three numbers each, in the
+-- order asked.
 --
 -- Every step is bounded, whatever the line's length: O(log n) sorted-set
 -- commands, at most ADMITS_PER_VISIT admissions, DROPS_PER_VISIT drops
--- and EXPIRES_PER_VISIT expiries a call. A visit never reads the line.
+-- and EXPIRES_PER_VISIT expiries a call, and O(log n) a buyer seen or
+-- tracked (the caller sends at most a few hundred). A visit never reads
+-- the line.
 --
 -- The races this prevents: every instance advances the same room. Read
 -- the line, pick the next buyers, record them as admitted as separate
@@ -87,7 +96,9 @@
 -- slots (twice the rate, past max_active) or the same buyer twice; a
 -- join read-then-added would hand two tabs of one buyer two places; a
 -- buyer judged gone from one read of the seen hash and dropped by a later
--- command could visit between the two and be dropped while asking. One
+-- command could visit between the two and be dropped while asking; the
+-- tracked buyers' places, read after the look, could show a buyer both
+-- in line and admitted, or neither, against the look's head. One
 -- script does all of it on one hash tag, on Redis' clock. And a line Redis
 -- lost (a flush, a failover under `local`) starts again from number 1: a
 -- ticket of the lost line would read as a place in the new one. `born`,
@@ -151,7 +162,8 @@ end
 if redis.call('ZSCORE', line, buyer) then
   redis.call('HSET', seen, buyer, now)
 end
-for i = 13, #ARGV do
+local seen_to = 13 + tonumber(ARGV[13])
+for i = 14, seen_to do
   if redis.call('ZSCORE', line, ARGV[i]) then
     redis.call('HSET', seen, ARGV[i], now)
   end
@@ -249,20 +261,32 @@ local soonest = redis.call('ZRANGE', admitted, 0, 0, 'WITHSCORES')
 local next_free = tonumber(soonest[2] or '0')
 local born = tonumber(redis.call('HGET', state, 'born') or '0')
 
-local function answer(standing, value, ahead)
-  return {standing, value, ahead, waiting, closed_flag, admitted_total, first, now, told,
-    head, drawn, full, active, next_free, born}
+local header = {0, 0, 0, waiting, closed_flag, admitted_total, first, now, told,
+  head, drawn, full, active, next_free, born}
+
+-- Where `who` stands: 3 bought, 2 admitted (until), 1 waiting (number,
+-- how many ahead), 0 not in the room.
+local function standing_of(who)
+  if redis.call('SISMEMBER', bought, who) == 1 then
+    return 3, 0, 0
+  end
+  local until_ms = redis.call('ZSCORE', admitted, who)
+  if until_ms then
+    return 2, tonumber(until_ms), 0
+  end
+  local rank = redis.call('ZRANK', line, who)
+  if rank then
+    return 1, tonumber(redis.call('ZSCORE', line, who)), rank
+  end
+  return 0, 0, 0
 end
 
-if redis.call('SISMEMBER', bought, buyer) == 1 then
-  return answer(3, 0, 0)
+header[1], header[2], header[3] = standing_of(buyer)
+local tracked = {}
+for i = seen_to + 1, #ARGV do
+  local standing, value, ahead = standing_of(ARGV[i])
+  tracked[#tracked + 1] = standing
+  tracked[#tracked + 1] = value
+  tracked[#tracked + 1] = ahead
 end
-local until_ms = redis.call('ZSCORE', admitted, buyer)
-if until_ms then
-  return answer(2, tonumber(until_ms), 0)
-end
-local rank = redis.call('ZRANK', line, buyer)
-if rank then
-  return answer(1, tonumber(redis.call('ZSCORE', line, buyer)), rank)
-end
-return answer(0, 0, 0)
+return {header, tracked}

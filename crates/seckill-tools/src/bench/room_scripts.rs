@@ -84,7 +84,7 @@ pub(super) async fn slowest_command(args: &BenchArgs, store: &Store) -> anyhow::
         let first = UserId::parse("waiting-0").map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let watching = Instant::now();
         while watching.elapsed() < OPEN_WATCH {
-            waiting_room::look(store, &opened, &room, &[]).await?;
+            waiting_room::look(store, &opened, &room, &[], &[]).await?;
             waiting_room::visit(store, &opened, &room, &first, false).await?;
         }
         let beside = beside.stop().await?;

@@ -119,7 +119,7 @@ async fn sale(store: &Store, roomed: bool) -> anyhow::Result<Arc<Sale>> {
     // The room's state made, with its expiry, as the first visit of a
     // real room makes it: what a purchase's door reads.
     if let Some(room) = &sale.waiting_room {
-        waiting_room::look(store, &sale, room, &[]).await?;
+        waiting_room::look(store, &sale, room, &[], &[]).await?;
     }
     Ok(Arc::new(sale))
 }

@@ -99,7 +99,7 @@ pub(super) async fn memory_after_ended_rooms(
             ends_at: Some(ends),
             ..sale.clone()
         };
-        waiting_room::look(&rooms, &ending, &room, &[]).await?;
+        waiting_room::look(&rooms, &ending, &room, &[], &[]).await?;
     }
     drop(rooms);
     tokio::time::sleep(ENDS_IN + GRACE).await;

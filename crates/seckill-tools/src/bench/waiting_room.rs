@@ -2,14 +2,16 @@
 //! a sale gives: a buyer asking where they stand in line
 //! (`GET /api/sales/{id}/queue`) against a sold-out purchase (the
 //! instance's own flag, no Redis), on the same instance, with `wrk` (one
-//! thread, 64 connections), alternated [`wrk::ROUNDS`] times. Twice: for
-//! a buyer with a thousand ahead (answered from the instance's look at the
-//! room, one signature checked), and for the next in line (one script on
-//! Redis every time).
+//! thread, 64 connections), alternated [`wrk::ROUNDS`] times. Three times,
+//! for each place a buyer can ask from: with a thousand ahead (answered
+//! from their number and the instance's look at the room, one signature
+//! checked), next in line, and admitted (both from the look's own answer
+//! for them, `web/room_view.rs`; an admitted buyer's answer carries an
+//! admission signed anew).
 //!
 //! Everyone waits behind a buyer who is admitted and never buys (the room
-//! admits one at a time), so every answer is a place in line, as a crowd
-//! polling before its turn gets.
+//! admits one at a time), so every answer but theirs is a place in line,
+//! as a crowd polling before its turn gets.
 //!
 //! And a room that holds `--room-buyers` waiting (100,000): what it costs
 //! Redis (`MEMORY USAGE` of its keys) and the instance (VmRSS), and the
@@ -34,42 +36,39 @@ use seckill_core::store::Store;
 use seckill_devenv::processes::Fleet;
 use seckill_devenv::services::Services;
 
-const FIGURE: &str = "waiting room status, far back in line / sold-out answers (wrk)";
+/// The figures of the status rows, by the buyer's place.
+const FIGURES: [&str; 3] = [
+    "waiting room status, far back in line / sold-out answers (wrk)",
+    "waiting room status, next in line / sold-out answers (wrk)",
+    "waiting room status, admitted / sold-out answers (wrk)",
+];
 const TARGET: &str = ">= 0.80";
-const NEAR_FIGURE: &str = "waiting room status, next in line / sold-out answers (wrk)";
-const NEAR_TARGET: &str = "measured, no target (asked in Redis each time)";
 /// Buyers ahead of the far-back buyer: as most of a crowd stands.
 const FAR_BACK: usize = 1_000;
 
-/// Status answers per second against sold-out answers per second: a
-/// buyer far back in line (answered from the instance's look at the
-/// room, `web/room_view.rs`), with its target, and the next in line
-/// (asked about in Redis every time), for comparison.
+/// Status answers per second against sold-out answers per second, for a
+/// buyer far back in line, the next in line and an admitted buyer, each
+/// with its target.
 pub(super) async fn status_against_sold_out(
     args: &BenchArgs,
     services: &Services,
     store: &Store,
     token: &str,
-) -> anyhow::Result<[Row; 2]> {
+) -> anyhow::Result<[Row; 3]> {
     if !wrk::wrk_installed().await {
-        return Ok([
-            wrk::not_installed(FIGURE, TARGET),
-            wrk::not_installed(NEAR_FIGURE, NEAR_TARGET),
-        ]);
+        return Ok(FIGURES.map(|figure| wrk::not_installed(figure, TARGET)));
     }
     let deployment = super::deployment(services, store.prefix(), Strategy::Lock, token)?;
     let mut cluster = Fleet::new(deployment);
     let url = cluster.start_app("bench-room", &[]).await?;
     let rounds = measure(args, store, &url).await;
     cluster.stop().await;
-    let (far, near) = rounds?;
-    let [status, sold_out] = wrk::median_round(far);
-    let ratio = status / sold_out;
     let target = Bound::AtLeast(0.80);
-    let [near_status, near_sold_out] = wrk::median_round(near);
-    Ok([
+    let mut rows = rounds?.into_iter().zip(FIGURES).map(|(rounds, figure)| {
+        let [status, sold_out] = wrk::median_round(rounds);
+        let ratio = status / sold_out;
         Row {
-            figure: FIGURE,
+            figure,
             measured: format!(
                 "{} ({status:.0}/s vs {sold_out:.0}/s; median of {ROUNDS} alternated)",
                 target.shown(ratio, 2)
@@ -77,27 +76,14 @@ pub(super) async fn status_against_sold_out(
             target: TARGET,
             met: Some(target.met(ratio)),
             value: Figure::higher(ratio),
-        },
-        Row {
-            figure: NEAR_FIGURE,
-            measured: format!(
-                "{:.2} ({near_status:.0}/s vs {near_sold_out:.0}/s; median of {ROUNDS} alternated)",
-                near_status / near_sold_out
-            ),
-            target: NEAR_TARGET,
-            met: None,
-            value: Figure::either(near_status / near_sold_out),
-        },
-    ])
+        }
+    });
+    Ok([(); 3].map(|()| rows.next().expect("a row for each place")))
 }
 
 /// Rounds of `[status, sold out]` in requests per second: for the buyer
-/// far back, then for the next in line.
-async fn measure(
-    args: &BenchArgs,
-    store: &Store,
-    url: &str,
-) -> anyhow::Result<(Vec<[f64; 2]>, Vec<[f64; 2]>)> {
+/// far back, the next in line, and the admitted one, in that order.
+async fn measure(args: &BenchArgs, store: &Store, url: &str) -> anyhow::Result<Vec<Vec<[f64; 2]>>> {
     let purchase_script = tempfile::NamedTempFile::new().context("a file for wrk's script")?;
     std::fs::write(
         purchase_script.path(),
@@ -112,10 +98,10 @@ async fn measure(
     for _ in 0..2 {
         wrk::wrk_once(&purchase, purchase_script.path()).await?;
     }
-    let (sale, near, far) = waiting_tickets(store, url).await?;
+    let (sale, [far, near, admitted]) = waiting_tickets(store, url).await?;
     let status = format!("{url}/api/sales/{sale}/queue");
-    let mut both = Vec::new();
-    for ticket in [far, near] {
+    let mut each = Vec::new();
+    for ticket in [far, near, admitted] {
         let status_script = tempfile::NamedTempFile::new().context("a file for wrk's script")?;
         std::fs::write(
             status_script.path(),
@@ -134,11 +120,9 @@ async fn measure(
             }
             rounds.push(pair);
         }
-        both.push(rounds);
+        each.push(rounds);
     }
-    let near = both.pop().expect("two rows");
-    let far = both.pop().expect("two rows");
-    Ok((far, near))
+    Ok(each)
 }
 
 /// A sale named `name` whose waiting room admits one buyer an hour, for
@@ -161,9 +145,10 @@ pub(super) async fn still_room(store: &Store, name: &str) -> anyhow::Result<i64>
 
 /// A sale with a room, someone admitted ahead who never buys (the room
 /// admits one at a time), and [`FAR_BACK`] buyers waiting behind them:
-/// `(sale id, ticket of the next in line, ticket of one behind them all)`.
-/// An admission lasts an hour, so nobody moves during the run.
-async fn waiting_tickets(store: &Store, url: &str) -> anyhow::Result<(i64, String, String)> {
+/// `(sale id, [ticket of one behind them all, of the next in line, of the
+/// admitted one])`. An admission lasts an hour, so nobody moves during
+/// the run.
+async fn waiting_tickets(store: &Store, url: &str) -> anyhow::Result<(i64, [String; 3])> {
     let sale = still_room(store, "Bench room").await?;
     let http = reqwest::Client::new();
     let mut tickets = Vec::new();
@@ -183,8 +168,30 @@ async fn waiting_tickets(store: &Store, url: &str) -> anyhow::Result<(i64, Strin
                 .to_owned(),
         );
     }
+    // The room admits its first a second after the open: the first
+    // joiner is admitted by then, asked as a page asks.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let standing: serde_json::Value = http
+            .get(format!("{url}/api/sales/{sale}/queue"))
+            .header("Seckill-Ticket", &tickets[0])
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        if standing["admitted"] == true {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the room's first buyer was not admitted within 10 s: {standing}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let far = tickets.pop().expect("joined");
-    Ok((sale, tickets.swap_remove(1), far))
+    let near = tickets.swap_remove(1);
+    Ok((sale, [far, near, tickets.swap_remove(0)]))
 }
 
 /// The big room's pace: admissions per second, and how long it is watched.

@@ -36,7 +36,7 @@ use crate::live::event_stream;
 use crate::lookup::{SaleView, find_sale};
 use crate::state::AppState;
 use seckill_core::domain::{RoomSettings, Sale, UserId};
-use seckill_core::waiting_room::{Place, visit};
+use seckill_core::waiting_room::Place;
 
 /// How often a waiting buyer's page learns where they stand: the
 /// stream's pace, and the reload of a page without JavaScript. As often
@@ -181,7 +181,7 @@ const WHY_SOLD_OUT: &str = "every unit is taken. Units whose buyers do not pay i
 pub(super) async fn panel(
     state: &AppState,
     request: &HttpRequest,
-    sale: &Sale,
+    sale: &Arc<Sale>,
     settings: &RoomSettings,
     page_buyer: &str,
 ) -> Result<RoomPanel, ApiError> {
@@ -196,9 +196,17 @@ pub(super) async fn panel(
         None => UserId::parse(page_buyer).map_err(ApiError::invalid)?,
     };
     // Asked even for a buyer outside: whether the room is closed, and how
-    // many wait, are the room's to say. (It admits whoever's turn came,
-    // as any visit does.)
-    let standing = visit(&state.store, sale, settings, &buyer, false).await?;
+    // many wait, are the room's to say. Both from this instance's look at
+    // the room, as the API's status answers (`room_view.rs`): a page
+    // reloading itself every second costs Redis no script of its own.
+    let standing = match &held {
+        Some(held) => {
+            (state.room_views)
+                .standing(&state.store, sale, settings, held)
+                .await?
+        }
+        None => state.room_views.room(&state.store, sale, settings).await?,
+    };
     if !standing.confirmed {
         return Err(ApiError::RoomUnconfirmed);
     }

@@ -18,7 +18,7 @@ use crate::waiting_room::{standing, ticket};
 const REFRESH: &str = r#"<noscript><meta http-equiv="refresh" content="1"></noscript>"#;
 
 /// The sale page as `cookie` (a `name=value`, or none) sees it.
-async fn page(app: &TestApp, sale: i64, cookie: Option<&str>) -> String {
+pub(crate) async fn page(app: &TestApp, sale: i64, cookie: Option<&str>) -> String {
     let mut request = app.client.get(app.url(&format!("/sales/{sale}")));
     if let Some(cookie) = cookie {
         request = request.header("cookie", cookie);
@@ -38,7 +38,7 @@ fn shown(html: &str, id: &str) -> bool {
 }
 
 /// The text of the element of `id` (up to its first tag).
-fn text_of<'a>(html: &'a str, id: &str) -> &'a str {
+pub(crate) fn text_of<'a>(html: &'a str, id: &str) -> &'a str {
     let at = html.find(&format!(r#"id="{id}""#)).expect("the element");
     let start = at + html[at..].find('>').expect("a whole tag") + 1;
     let end = start + html[start..].find('<').expect("a closing tag");
