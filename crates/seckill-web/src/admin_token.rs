@@ -125,8 +125,7 @@ impl AdminToken {
     pub(crate) fn sign_session(&self, id: &str, expires: i64) -> Result<String, ApiError> {
         let payload = format!("{VERSION}.{id}.{expires}");
         let mac = self.mac(&payload)?.finalize().into_bytes();
-        let hex: String = mac.iter().map(|byte| format!("{byte:02x}")).collect();
-        Ok(format!("{payload}.{hex}"))
+        Ok(format!("{payload}.{}", seckill_core::domain::hex(&mac)))
     }
 
     /// The session id of a cookie value, if it is signed by this token's

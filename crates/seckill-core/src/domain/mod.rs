@@ -11,7 +11,7 @@ mod user_id;
 
 pub(crate) use order::sale_of;
 pub use order::{Order, OrderJob, OrderStatus, RejectReason};
-pub use room_rules::{Pass, PassKey, PassKind, PassRefused, RoomMode, RoomSettings};
+pub use room_rules::{Pass, PassKey, PassKind, PassRefused, RoomMode, RoomSettings, hex};
 pub(crate) use sale::Window;
 pub use sale::{InvalidSale, NewSale, NewSaleBuilder, Sale, SaleStatus};
 pub use user_id::{InvalidUserId, UserId};

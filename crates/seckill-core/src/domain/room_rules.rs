@@ -154,9 +154,11 @@ impl PassRefused {
     }
 }
 
-/// The key passes are signed with: the database's room key.
+/// The key passes are signed with: the database's room key, kept as the
+/// HMAC state it keys (its padded key hashed once), so that a pass signed
+/// or checked, one per status answer, costs the payload's hashing only.
 #[derive(Clone)]
-pub struct PassKey(Vec<u8>);
+pub struct PassKey(HmacSha256);
 
 impl std::fmt::Debug for PassKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -166,17 +168,12 @@ impl std::fmt::Debug for PassKey {
 
 impl PassKey {
     pub fn new(key: Vec<u8>) -> Self {
-        Self(key)
+        Self(HmacSha256::new_from_slice(&key).expect("HMAC takes a key of any length"))
     }
 
     /// Sign a pass of `kind`.
     pub fn sign(&self, kind: PassKind, pass: &Pass) -> String {
-        let buyer: String = pass
-            .buyer
-            .as_str()
-            .bytes()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let buyer = hex(pass.buyer.as_str().as_bytes());
         let mut payload = format!(
             "{}.{}.{buyer}.{}.{}",
             kind.version(),
@@ -188,8 +185,7 @@ impl PassKey {
             payload.push_str(&format!(".{}", pass.generation));
         }
         let mac = self.mac(&payload).finalize().into_bytes();
-        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{payload}.{hex}")
+        format!("{payload}.{}", hex(&mac))
     }
 
     /// Read a pass of `kind` for `sale_id` at `now_ms`; `buyer`, when
@@ -248,10 +244,21 @@ impl PassKey {
     }
 
     fn mac(&self, payload: &str) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any length");
+        let mut mac = self.0.clone();
         mac.update(payload.as_bytes());
         mac
     }
+}
+
+/// `bytes` in lowercase hexadecimal, without a `format!` a byte.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    out
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
@@ -315,6 +322,24 @@ mod tests {
                 "{junk}"
             );
         }
+    }
+
+    /// A pass signed before the key was kept as an HMAC state, and the
+    /// hex written byte by byte with `format!`, reads the same: tickets
+    /// and admissions handed out before an upgrade stay good.
+    #[test]
+    fn a_pass_is_signed_as_it_always_was() {
+        let key = PassKey::new(b"k".to_vec());
+        let signed = key.sign(PassKind::Admission, &pass("ann", 5));
+        let payload = "a1.7.616e6e.3.5";
+        let mac = hmac::Mac::finalize(hmac::Mac::chain_update(
+            <HmacSha256 as hmac::Mac>::new_from_slice(b"k").expect("a key"),
+            payload,
+        ))
+        .into_bytes();
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(signed, format!("{payload}.{hex}"));
+        assert_eq!(super::hex(&[0x00, 0xab, 0x7f]), "00ab7f");
     }
 
     #[test]
