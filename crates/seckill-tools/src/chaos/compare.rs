@@ -13,7 +13,8 @@
 //! and nothing they were promised is lost.
 //!
 //! Each run prints and writes its own full report (in a folder named after
-//! its durability); the table of the two comes last, and is written as
+//! its durability); the table of the two comes last, with the waiting
+//! crowd's beside it when the runs had one, and is written as
 //! `compare.json`. The verdict passes when `replica` kept every promise
 //! and `local` broke only the ones a failover breaks (lost `202`s, units
 //! on sale again, buyers forgotten, the second sales PostgreSQL refuses):
@@ -25,15 +26,23 @@ use seckill_loadtest::report::{Align, Table, Verdict};
 use serde::Serialize;
 
 use super::judge::Summary;
+use super::judge::crowd as waiting;
 use super::{ChaosArgs, Fault};
 
 /// The checks a failover under `local` breaks, by design: what the
-/// replica never got. Every other check must hold in both runs.
-const A_FAILOVER_BREAKS: [&str; 4] = [
+/// replica never got (the sale's units and buyers, and the waiting
+/// crowd's places, admissions and spent marks). Every other check must
+/// hold in both runs.
+const A_FAILOVER_BREAKS: [&str; 9] = [
     "lost 202s (no Redis wipe in this run)",
     "Redis stock = units - sold",
     "Redis buyers = PostgreSQL buyers",
     "orders PostgreSQL refused",
+    waiting::TAKEN_BACK,
+    waiting::BEYOND_LIMIT,
+    waiting::READMITTED,
+    waiting::LOST,
+    waiting::DOUBLE,
 ];
 
 /// One run of the comparison, as the table and `compare.json` show it.
@@ -114,6 +123,9 @@ pub(super) async fn compare(args: ChaosArgs) -> anyhow::Result<Verdict> {
         });
     }
     println!("{}", table(&sides, args.seed, args.cluster));
+    if let Some(crowds) = crowd_table(&sides) {
+        println!("{crowds}");
+    }
     let held = sides.iter().all(Side::as_expected);
     println!(
         "verdict: {}",
@@ -174,6 +186,48 @@ fn table(sides: &[Side], seed: u64, cluster: bool) -> String {
             "failover"
         }
     )
+}
+
+/// The waiting crowd of each run side by side, if the runs had one.
+fn crowd_table(sides: &[Side]) -> Option<String> {
+    let mut table = [
+        ("durability", Align::Left, 10),
+        ("placed", Align::Right, 6),
+        ("taken back", Align::Right, 10),
+        ("admitted", Align::Right, 8),
+        ("most at once", Align::Right, 12),
+        ("new after 202", Align::Right, 13),
+        ("202", Align::Right, 4),
+        ("lost 202", Align::Right, 8),
+        ("double", Align::Right, 6),
+    ]
+    .into_iter()
+    .fold(Table::new().gap(2), |table, (heading, align, width)| {
+        table.column(heading, align, width)
+    });
+    let mut buyers = None;
+    for side in sides {
+        let c = side.summary.crowd?;
+        buyers = Some(c.buyers);
+        table.row([
+            side.durability.to_owned(),
+            c.placed.to_string(),
+            c.taken_back.to_string(),
+            c.admitted.to_string(),
+            format!("{} of {}", c.most_admitted, c.max_active),
+            c.readmitted.to_string(),
+            c.accepted.to_string(),
+            c.lost.to_string(),
+            c.doubled.to_string(),
+        ]);
+    }
+    Some(format!(
+        "\n== the waiting crowd across the same failover: {} buyers in a FIFO room ==\n{table}\
+         placed: buyers told a place; taken back: later told outside, or gone from the room at the end, unexpired\n\
+         most at once: buyers holding an admission told to them at one moment, of the room's max_active\n\
+         new after 202: buyers told a new admission after they bought; double: two orders or two 202s",
+        buyers?
+    ))
 }
 
 #[cfg(test)]
