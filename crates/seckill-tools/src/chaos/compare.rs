@@ -33,7 +33,7 @@ use super::{ChaosArgs, Fault};
 /// replica never got (the sale's units and buyers, and the waiting
 /// crowd's places, admissions and spent marks). Every other check must
 /// hold in both runs.
-const A_FAILOVER_BREAKS: [&str; 9] = [
+const A_FAILOVER_BREAKS: [&str; 11] = [
     "lost 202s (no Redis wipe in this run)",
     "Redis stock = units - sold",
     "Redis buyers = PostgreSQL buyers",
@@ -41,7 +41,9 @@ const A_FAILOVER_BREAKS: [&str; 9] = [
     waiting::TAKEN_BACK,
     waiting::BEYOND_LIMIT,
     waiting::READMITTED,
+    waiting::UNADMITTED,
     waiting::LOST,
+    waiting::TOLD_CUT_OFF,
     waiting::DOUBLE,
 ];
 
@@ -195,10 +197,12 @@ fn crowd_table(sides: &[Side]) -> Option<String> {
         ("placed", Align::Right, 6),
         ("taken back", Align::Right, 10),
         ("admitted", Align::Right, 8),
-        ("most at once", Align::Right, 12),
-        ("new after 202", Align::Right, 13),
+        ("at once", Align::Right, 7),
+        ("forgotten", Align::Right, 9),
+        ("again", Align::Right, 5),
+        ("cut off", Align::Right, 7),
         ("202", Align::Right, 4),
-        ("lost 202", Align::Right, 8),
+        ("lost", Align::Right, 4),
         ("double", Align::Right, 6),
     ]
     .into_iter()
@@ -215,7 +219,9 @@ fn crowd_table(sides: &[Side]) -> Option<String> {
             c.taken_back.to_string(),
             c.admitted.to_string(),
             format!("{} of {}", c.most_admitted, c.max_active),
+            c.unadmitted.to_string(),
             c.readmitted.to_string(),
+            c.told_cut_off.to_string(),
             c.accepted.to_string(),
             c.lost.to_string(),
             c.doubled.to_string(),
@@ -223,9 +229,11 @@ fn crowd_table(sides: &[Side]) -> Option<String> {
     }
     Some(format!(
         "\n== the waiting crowd across the same failover: {} buyers in a FIFO room ==\n{table}\
-         placed: buyers told a place; taken back: later told outside, or gone from the room at the end, unexpired\n\
-         most at once: buyers holding an admission told to them at one moment, of the room's max_active\n\
-         new after 202: buyers told a new admission after they bought; double: two orders or two 202s",
+         placed: buyers told a place; taken back: then told outside, or gone from the room at the end\n\
+         at once: the most buyers holding an admission told to them, of the room's max_active\n\
+         forgotten: told admitted, then waiting or another admission before it ran out or bought\n\
+         again: told a new admission after their 202; cut off: 200s and 202s told with no replica\n\
+         lost: 202s not in PostgreSQL; double: buyers with two orders or two 202s",
         buyers?
     ))
 }
@@ -233,6 +241,7 @@ fn crowd_table(sides: &[Side]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chaos::judge::CrowdSummary;
 
     fn side(durability: &'static str, broken: &[&'static str]) -> Side {
         Side {
@@ -246,6 +255,34 @@ mod tests {
                 ..Summary::default()
             },
         }
+    }
+
+    #[test]
+    fn the_crowds_table_names_each_side_and_what_it_was_told() {
+        let crowd = |taken_back| CrowdSummary {
+            buyers: 150,
+            placed: 150,
+            taken_back,
+            most_admitted: 4,
+            max_active: 4,
+            ..CrowdSummary::default()
+        };
+        let with = |name, taken_back| Side {
+            summary: Summary {
+                crowd: Some(crowd(taken_back)),
+                ..Summary::default()
+            },
+            ..side(name, &[])
+        };
+        let text = crowd_table(&[with("local", 4), with("replica", 0)]).expect("a crowd table");
+        let local = text
+            .lines()
+            .find(|l| l.starts_with("local"))
+            .expect("local");
+        let cells: Vec<&str> = local.split_whitespace().collect();
+        assert_eq!(cells[..6], ["local", "150", "4", "0", "4", "of"], "{local}");
+        assert!(text.lines().all(|l| l.len() <= 100), "{text}");
+        assert!(crowd_table(&[side("local", &[])]).is_none());
     }
 
     #[test]

@@ -233,7 +233,7 @@ impl Buyer {
                 ticket = None;
             } else if let (Some(admission), false) = (standing.admission, bought) {
                 tokio::time::sleep(self.reaction).await;
-                bought = self.buy(&admission).await;
+                bought = self.buy(&held, &admission).await;
             }
         }
         self.answers
@@ -266,8 +266,10 @@ impl Buyer {
 
     /// Buy with `admission` until the answer is final: whether the buyer
     /// holds a unit (a `202`, or a `409 already_purchased`). A `503` is
-    /// sent again a second later, its `Retry-After`.
-    async fn buy(&mut self, admission: &str) -> bool {
+    /// sent again a second later, its `Retry-After`, once the page has
+    /// asked where the buyer stands and still shows the Buy form for the
+    /// same admission (a room that forgot it says so then).
+    async fn buy(&mut self, ticket: &str, admission: &str) -> bool {
         let body = json!({ "user_id": buyer_id(self.n), "admission": admission });
         while self.crowd.going_on() {
             let url = format!(
@@ -282,6 +284,10 @@ impl Buyer {
                 Some(409) => return answer.error.as_deref() == Some("already_purchased"),
                 Some(403) => return false,
                 _ => tokio::time::sleep(POLL).await,
+            }
+            let standing = self.status(ticket).await;
+            if standing.is_some_and(|s| s.admission.as_deref() != Some(admission)) {
+                return false;
             }
         }
         false

@@ -323,7 +323,7 @@ fn the_crowd_kept_every_promise(run: &Value, side: &Value, stdout: &str) {
                 .is_some_and(|n| n.starts_with("waiting crowd: "))
         })
         .collect();
-    assert_eq!(crowds.len(), 8, "{checks:?}");
+    assert_eq!(crowds.len(), 10, "{checks:?}");
     for check in crowds {
         assert_eq!(check["ok"], true, "{check}\n{stdout}");
     }
@@ -332,7 +332,14 @@ fn the_crowd_kept_every_promise(run: &Value, side: &Value, stdout: &str) {
     for figure in ["placed", "admitted", "accepted"] {
         assert!(crowd[figure].as_u64() > Some(0), "{figure}: {crowd}");
     }
-    for figure in ["taken_back", "readmitted", "lost", "doubled"] {
+    for figure in [
+        "taken_back",
+        "unadmitted",
+        "readmitted",
+        "told_cut_off",
+        "lost",
+        "doubled",
+    ] {
         assert_eq!(crowd[figure], 0, "{figure}: {crowd}");
     }
     assert!(

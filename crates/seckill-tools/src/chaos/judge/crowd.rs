@@ -5,10 +5,13 @@
 //! A failover may make a buyer wait (`503` with `Retry-After`), never
 //! take back what they were told: a place they were shown is not later
 //! "outside", nor missing from the room when the crowd stops, unless
-//! their admission ran out; the room never has more
+//! their admission ran out; an admission they were told is not followed,
+//! before it runs out or buys, by a place in line or another admission; the room never has more
 //! buyers holding an admission they were told than its `max_active`, and
 //! a buyer who bought is not handed a new admission; every `202` is an
-//! order, one a buyer at most; and every request is answered. Under
+//! order, one a buyer at most; nothing is told while no replica can hold
+//! it (the replica frozen, then its primary dead); and every request is
+//! answered. Under
 //! `--redis-durability replica` each must hold; under `local` the row
 //! shows which a failover breaks.
 
@@ -19,7 +22,16 @@ use uuid::Uuid;
 
 use super::{ChaosCheck, FaultRow};
 use crate::chaos::crowd::{Answer, Asked, ROOM, buyer_id};
-use crate::chaos::faults::FaultWindow;
+use crate::chaos::faults::{CUT_OFF, FaultWindow};
+
+/// From the replica's freeze, how long an answer may still be told from
+/// what a replica confirmed before it: an instance answers a far-back
+/// buyer from a look at most 200 ms old, and takes a while to send it.
+const FROZEN_SETTLE_MS: i64 = 300;
+/// After the cut-off, the primary is killed; the sentinels take 2 s
+/// without an answer to call it down, so for a second after the kill
+/// (at least [`CUT_OFF`] after the freeze) no Redis can confirm anything.
+const DEAD_FOR_MS: i64 = 1_000;
 
 /// The row's name in the table.
 pub(crate) const ROW: &str = "crowd in failover";
@@ -29,7 +41,11 @@ pub(crate) const TAKEN_BACK: &str =
 pub(crate) const BEYOND_LIMIT: &str =
     "waiting crowd: most buyers holding an admission told to them, at once";
 pub(crate) const READMITTED: &str = "waiting crowd: buyers told a new admission after their 202";
+pub(crate) const UNADMITTED: &str =
+    "waiting crowd: admissions taken back (then told waiting, or another, before it ran out)";
 pub(crate) const LOST: &str = "waiting crowd: 202s not in PostgreSQL";
+pub(crate) const TOLD_CUT_OFF: &str =
+    "waiting crowd: places, admissions or 202s told with the replica cut off or its primary dead";
 pub(crate) const DOUBLE: &str = "waiting crowd: buyers with two orders or two 202s";
 const UNTOLD: &str = "waiting crowd: orders in PostgreSQL nobody was told of";
 const UNANSWERED: &str =
@@ -57,8 +73,14 @@ pub(crate) struct CrowdSummary {
     pub(crate) max_active: u32,
     /// Buyers told a new admission after their `202`.
     pub(crate) readmitted: u64,
+    /// Buyers told an admission, then, before it ran out and before a
+    /// `202`, a place in line or another admission.
+    pub(crate) unadmitted: u64,
     /// `202`s whose order PostgreSQL does not have.
     pub(crate) lost: u64,
+    /// Places, admissions and `202`s told while no replica could hold
+    /// them.
+    pub(crate) told_cut_off: u64,
     /// Buyers with two orders in PostgreSQL, or two `202`s.
     pub(crate) doubled: u64,
 }
@@ -85,6 +107,9 @@ struct Told {
     admissions: HashMap<String, (i64, i64)>,
     /// The latest end of an admission told.
     admitted_until: Option<i64>,
+    /// The latest admission told, and its end.
+    latest: Option<(String, i64)>,
+    unadmitted: bool,
     /// The admission the buyer's `202` was for.
     bought_with: Option<String>,
     readmitted: bool,
@@ -110,7 +135,22 @@ impl Told {
                 self.placed_before_failover |=
                     failover.is_some_and(|(start, _)| answer.done_ms < start);
             }
+            // Told admitted, and now (unbought, not run out) in line again
+            // or admitted anew: the room forgot the admission, which the
+            // buyer may still spend beside the one it hands out next.
+            if let Some((told, ends)) = &self.latest
+                && *ends > answer.done_ms
+                && self.accepted.is_empty()
+                && !standing.bought
+            {
+                self.unadmitted |= standing.position.is_some()
+                    || standing.admission.as_ref().is_some_and(|now| now != told);
+            }
             if let Some(admission) = &standing.admission {
+                self.latest = Some((
+                    admission.clone(),
+                    standing.admission_ends_ms.unwrap_or(i64::MAX),
+                ));
                 let ends = standing.admission_ends_ms.unwrap_or(i64::MAX);
                 self.admissions
                     .entry(admission.clone())
@@ -246,6 +286,18 @@ pub(crate) fn judge(
         })
         .count();
     let through = count(|t| t.placed_before_failover && t.answered_after_failover);
+    // Under `replica`, a `200` or a `202` is told only on what a replica
+    // confirmed: none can be sent after the freeze (and its settle) and
+    // answered before a replica is back.
+    let cut_off = window.map(|(frozen, _)| {
+        let until = frozen + i64::try_from(CUT_OFF.as_millis()).unwrap_or(0) + DEAD_FOR_MS;
+        (frozen + FROZEN_SETTLE_MS, until)
+    });
+    let told_cut_off = answers
+        .iter()
+        .filter(|a| matches!(a.status, Some(200 | 202)))
+        .filter(|a| cut_off.is_some_and(|(from, to)| a.sent_ms >= from && a.done_ms <= to))
+        .count() as u64;
 
     let summary = CrowdSummary {
         buyers,
@@ -256,7 +308,9 @@ pub(crate) fn judge(
         most_admitted: most,
         max_active: ROOM.max_active,
         readmitted: count(|t| t.readmitted),
+        unadmitted: count(|t| t.unadmitted),
         lost,
+        told_cut_off,
         doubled,
     };
     let checks = vec![
@@ -268,7 +322,9 @@ pub(crate) fn judge(
             ok: most <= u64::from(ROOM.max_active),
         },
         ChaosCheck::equal(READMITTED, 0, summary.readmitted),
+        ChaosCheck::equal(UNADMITTED, 0, summary.unadmitted),
         ChaosCheck::equal(LOST, 0, lost),
+        ChaosCheck::equal(TOLD_CUT_OFF, 0, told_cut_off),
         ChaosCheck::equal(DOUBLE, 0, doubled),
         ChaosCheck::equal(UNTOLD, 0, untold),
         ChaosCheck::equal(UNANSWERED, 0, unanswered),

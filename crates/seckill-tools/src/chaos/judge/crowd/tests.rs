@@ -198,3 +198,35 @@ fn the_crowd_must_have_waited_through_the_failover() {
     let (checks, _, _) = judged(&after_only, &[], Some(&window));
     assert!(failed(THROUGH, &checks));
 }
+
+#[test]
+fn an_admission_told_then_a_place_in_line_or_another_is_taken_back() {
+    let back_in_line = [admitted(0, 1.0, "a", 11.0), waiting(0, 2.0, 3)];
+    assert!(failed(UNADMITTED, &judged(&back_in_line, &[], None).0));
+    let another = [admitted(0, 1.0, "a", 11.0), admitted(0, 2.0, "b", 12.0)];
+    assert!(failed(UNADMITTED, &judged(&another, &[], None).0));
+    // Run out first: a new turn, told fairly.
+    let later = [admitted(0, 1.0, "a", 11.0), admitted(0, 12.0, "b", 22.0)];
+    assert!(!failed(UNADMITTED, &judged(&later, &[], None).0));
+}
+
+#[test]
+fn nothing_is_told_while_no_replica_can_hold_it() {
+    let window = FaultWindow {
+        fault: crate::chaos::Fault::RedisFailover,
+        start: std::time::Duration::from_secs(3),
+        end: std::time::Duration::from_secs(9),
+        note: String::new(),
+    };
+    // Sent 400 ms after the freeze, answered 100 ms later.
+    let told = [waiting(0, 1.0, 3), waiting(0, 3.4, 2)];
+    assert!(failed(TOLD_CUT_OFF, &judged(&told, &[], Some(&window)).0));
+    // Sent just after the freeze: a look confirmed before it may answer.
+    let early = [waiting(0, 1.0, 3), waiting(0, 3.1, 2)];
+    assert!(!failed(TOLD_CUT_OFF, &judged(&early, &[], Some(&window)).0));
+    let refused = [waiting(0, 1.0, 3), answer(0, 3.4, Asked::Status, 503)];
+    assert!(!failed(
+        TOLD_CUT_OFF,
+        &judged(&refused, &[], Some(&window)).0
+    ));
+}
