@@ -28,7 +28,8 @@ use seckill_core::store::Store;
 
 /// The crowd's room: FIFO, 4 admitted a second and 4 at once at most, so
 /// that a crowd of a few hundred mostly waits through the failover; the
-/// shortest admission a room takes, so that some run out during it.
+/// shortest admission a room takes (10 s), so that one told before the
+/// failover can run out across it.
 pub(crate) const ROOM: RoomSettings = RoomSettings {
     mode: RoomMode::Fifo,
     admit_per_sec: 4,
@@ -162,7 +163,11 @@ impl Crowd {
     /// Half arrive in the first second, the other half spread over the
     /// first half of the run, so that joins fall before, during and after
     /// the failover. `seed` decides the arrivals and the reactions.
-    pub(crate) async fn run(self: Arc<Self>, buyers: u32, seed: u64) -> Vec<Answer> {
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        buyers: u32,
+        seed: u64,
+    ) -> anyhow::Result<Vec<Answer>> {
         let mut rng = fastrand::Rng::with_seed(seed);
         let half_run = u64::try_from(self.until_ms.load(Ordering::Relaxed) / 2).unwrap_or(0);
         let mut tasks = Vec::new();
@@ -185,10 +190,11 @@ impl Crowd {
         }
         let mut answers = Vec::new();
         for task in tasks {
-            // A buyer's task only sends and records: it cannot fail.
-            answers.extend(task.await.unwrap_or_default());
+            // A buyer's task only sends and records; a panic there is a
+            // bug of the crowd's, and its answers must not go missing.
+            answers.extend(task.await.context("a buyer of the waiting crowd")?);
         }
-        answers
+        Ok(answers)
     }
 
     fn ms(&self, at: Instant) -> i64 {

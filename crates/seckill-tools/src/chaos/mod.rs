@@ -188,8 +188,8 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
         .map(|(sale, _)| Arc::new(crowd::Crowd::new(rig.cluster.urls(), *sale, epoch, lasts)));
     let waiting = async {
         match &crowd {
-            Some(crowd) => Some(Arc::clone(crowd).run(args.crowd, args.seed).await),
-            None => None,
+            Some(crowd) => Arc::clone(crowd).run(args.crowd, args.seed).await.map(Some),
+            None => Ok(None),
         }
     };
     let injecting = async {
@@ -200,7 +200,7 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
         injected
     };
     let (run, injected, answers) = tokio::join!(load, injecting, waiting);
-    let (run, (windows, wiped)) = (run?, injected?);
+    let (run, (windows, wiped), answers) = (run?, injected?, answers?);
     // Whom the crowd's room holds, read as soon as the crowd has stopped,
     // before the drain: no admission has run out since a buyer's last
     // answer, so a buyer it no longer holds lost their place.

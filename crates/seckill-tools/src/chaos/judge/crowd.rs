@@ -6,12 +6,12 @@
 //! take back what they were told: a place they were shown is not later
 //! "outside", nor missing from the room when the crowd stops, unless
 //! their admission ran out; an admission they were told is not followed,
-//! before it runs out or buys, by a place in line or another admission; the room never has more
-//! buyers holding an admission they were told than its `max_active`, and
-//! a buyer who bought is not handed a new admission; every `202` is an
-//! order, one a buyer at most; nothing is told while no replica can hold
-//! it (the replica frozen, then its primary dead); and every request is
-//! answered. Under
+//! before it runs out or buys, by a place in line or another admission;
+//! the room never has more buyers holding an admission they were told
+//! than its `max_active`, and a buyer who bought is not handed a new
+//! admission; every `202` is an order, one a buyer at most; nothing is
+//! told while no replica can hold it (the replica frozen, then its
+//! primary dead); and every request is answered. Under
 //! `--redis-durability replica` each must hold; under `local` the row
 //! shows which a failover breaks.
 
@@ -147,11 +147,8 @@ impl Told {
                     || standing.admission.as_ref().is_some_and(|now| now != told);
             }
             if let Some(admission) = &standing.admission {
-                self.latest = Some((
-                    admission.clone(),
-                    standing.admission_ends_ms.unwrap_or(i64::MAX),
-                ));
                 let ends = standing.admission_ends_ms.unwrap_or(i64::MAX);
+                self.latest = Some((admission.clone(), ends));
                 self.admissions
                     .entry(admission.clone())
                     .or_insert((answer.done_ms, ends));
@@ -254,7 +251,7 @@ pub(crate) fn judge(
         told.entry(answer.buyer).or_default().heard(answer, window);
     }
     // Told a place, never told otherwise since, and gone from the room:
-    // taken back without a word (a look answering from an old ticket).
+    // taken back without a word to the buyer yet.
     for (n, buyer) in &mut told {
         buyer.taken_back |= buyer.placed && !room.held.contains(n) && !buyer.ran_out(room.read_ms);
     }
