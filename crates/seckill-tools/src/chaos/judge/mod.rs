@@ -16,7 +16,7 @@ pub(super) mod crowd;
 mod windows;
 
 pub(super) use checks::{ANSWER_BOUND, ChaosCheck, Summary, checks};
-pub(super) use crowd::CrowdSummary;
+pub(super) use crowd::{CrowdSummary, ROW as CROWD_ROW};
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::Instant;
