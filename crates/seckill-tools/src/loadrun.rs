@@ -88,6 +88,8 @@ impl LoadTestCli {
                 faults,
                 seed: self.seed,
                 postgres_down_secs: 10,
+                // The load test's buyers are the load: no waiting crowd.
+                crowd: 0,
                 report_dir: self
                     .load
                     .json

@@ -126,6 +126,13 @@ pub struct ChaosArgs {
     #[arg(long, conflicts_with = "faults")]
     pub(crate) compare_durability: bool,
 
+    /// Buyers of the waiting crowd a redis-failover run has beside its
+    /// load: a second sale behind a FIFO waiting room admitting 4 a second
+    /// and 4 at once, joined, asked about once a second and bought from
+    /// through the failover (0: no crowd).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(0..=5_000))]
+    pub(crate) crowd: u32,
+
     /// Where the JSON and HTML reports go.
     #[arg(long, default_value = "target/seckill-chaos")]
     pub(crate) report_dir: PathBuf,

@@ -13,7 +13,8 @@
 //! and nothing they were promised is lost.
 //!
 //! Each run prints and writes its own full report (in a folder named after
-//! its durability); the table of the two comes last, and is written as
+//! its durability); the table of the two comes last, with the waiting
+//! crowd's beside it when the runs had one, and is written as
 //! `compare.json`. The verdict passes when `replica` kept every promise
 //! and `local` broke only the ones a failover breaks (lost `202`s, units
 //! on sale again, buyers forgotten, the second sales PostgreSQL refuses):
@@ -25,15 +26,25 @@ use seckill_loadtest::report::{Align, Table, Verdict};
 use serde::Serialize;
 
 use super::judge::Summary;
+use super::judge::crowd as waiting;
 use super::{ChaosArgs, Fault};
 
 /// The checks a failover under `local` breaks, by design: what the
-/// replica never got. Every other check must hold in both runs.
-const A_FAILOVER_BREAKS: [&str; 4] = [
+/// replica never got (the sale's units and buyers, and the waiting
+/// crowd's places, admissions and spent marks). Every other check must
+/// hold in both runs.
+const A_FAILOVER_BREAKS: [&str; 11] = [
     "lost 202s (no Redis wipe in this run)",
     "Redis stock = units - sold",
     "Redis buyers = PostgreSQL buyers",
     "orders PostgreSQL refused",
+    waiting::TAKEN_BACK,
+    waiting::BEYOND_LIMIT,
+    waiting::READMITTED,
+    waiting::UNADMITTED,
+    waiting::LOST,
+    waiting::TOLD_CUT_OFF,
+    waiting::DOUBLE,
 ];
 
 /// One run of the comparison, as the table and `compare.json` show it.
@@ -114,6 +125,9 @@ pub(super) async fn compare(args: ChaosArgs) -> anyhow::Result<Verdict> {
         });
     }
     println!("{}", table(&sides, args.seed, args.cluster));
+    if let Some(crowds) = crowd_table(&sides) {
+        println!("{crowds}");
+    }
     let held = sides.iter().all(Side::as_expected);
     println!(
         "verdict: {}",
@@ -176,9 +190,58 @@ fn table(sides: &[Side], seed: u64, cluster: bool) -> String {
     )
 }
 
+/// The waiting crowd of each run side by side, if the runs had one.
+fn crowd_table(sides: &[Side]) -> Option<String> {
+    let mut table = [
+        ("durability", Align::Left, 10),
+        ("placed", Align::Right, 6),
+        ("taken back", Align::Right, 10),
+        ("admitted", Align::Right, 8),
+        ("at once", Align::Right, 7),
+        ("forgotten", Align::Right, 9),
+        ("again", Align::Right, 5),
+        ("cut off", Align::Right, 7),
+        ("202", Align::Right, 4),
+        ("lost", Align::Right, 4),
+        ("double", Align::Right, 6),
+    ]
+    .into_iter()
+    .fold(Table::new().gap(2), |table, (heading, align, width)| {
+        table.column(heading, align, width)
+    });
+    let mut buyers = None;
+    for side in sides {
+        let c = side.summary.crowd?;
+        buyers = Some(c.buyers);
+        table.row([
+            side.durability.to_owned(),
+            c.placed.to_string(),
+            c.taken_back.to_string(),
+            c.admitted.to_string(),
+            format!("{} of {}", c.most_admitted, c.max_active),
+            c.unadmitted.to_string(),
+            c.readmitted.to_string(),
+            c.told_cut_off.to_string(),
+            c.accepted.to_string(),
+            c.lost.to_string(),
+            c.doubled.to_string(),
+        ]);
+    }
+    Some(format!(
+        "\n== the waiting crowd across the same failover: {} buyers in a FIFO room ==\n{table}\
+         placed: buyers told a place; taken back: then told outside, or gone from the room at the end\n\
+         at once: the most buyers holding an admission told to them, of the room's max_active\n\
+         forgotten: told admitted, then waiting or another admission before it ran out or bought\n\
+         again: told a new admission after their 202; cut off: 200s and 202s told with no replica\n\
+         lost: 202s not in PostgreSQL; double: buyers with two orders or two 202s",
+        buyers?
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chaos::judge::CrowdSummary;
 
     fn side(durability: &'static str, broken: &[&'static str]) -> Side {
         Side {
@@ -192,6 +255,34 @@ mod tests {
                 ..Summary::default()
             },
         }
+    }
+
+    #[test]
+    fn the_crowds_table_names_each_side_and_what_it_was_told() {
+        let crowd = |taken_back| CrowdSummary {
+            buyers: 150,
+            placed: 150,
+            taken_back,
+            most_admitted: 4,
+            max_active: 4,
+            ..CrowdSummary::default()
+        };
+        let with = |name, taken_back| Side {
+            summary: Summary {
+                crowd: Some(crowd(taken_back)),
+                ..Summary::default()
+            },
+            ..side(name, &[])
+        };
+        let text = crowd_table(&[with("local", 4), with("replica", 0)]).expect("a crowd table");
+        let local = text
+            .lines()
+            .find(|l| l.starts_with("local"))
+            .expect("local");
+        let cells: Vec<&str> = local.split_whitespace().collect();
+        assert_eq!(cells[..6], ["local", "150", "4", "0", "4", "of"], "{local}");
+        assert!(text.lines().all(|l| l.len() <= 100), "{text}");
+        assert!(crowd_table(&[side("local", &[])]).is_none());
     }
 
     #[test]

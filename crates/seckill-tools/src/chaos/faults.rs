@@ -107,7 +107,11 @@ impl Rig {
                 )
             }
             Fault::Flood => self.flood(Duration::from_secs(2)).await?,
-            Fault::RedisFailover => self.fail_over().await?,
+            Fault::RedisFailover => {
+                let (note, cut) = self.fail_over(epoch).await?;
+                start = cut;
+                note
+            }
             Fault::ClusterFailover => self.fail_the_sale_over().await?,
             Fault::OtherShardStall => self.stall_another_shard().await?,
             Fault::ConnectionDrops => {
@@ -328,14 +332,16 @@ impl Rig {
     /// append-only file as the new primary's replica. What the primary
     /// took during the cut is what a failover takes back: with
     /// `--redis-durability replica` no buyer was told `202` for it (no
-    /// replica confirmed it), with `local` they were.
-    async fn fail_over(&mut self) -> anyhow::Result<String> {
+    /// replica confirmed it), with `local` they were. Returns the note,
+    /// and the moment the replica was frozen (the window's start).
+    async fn fail_over(&mut self, epoch: Instant) -> anyhow::Result<(String, Duration)> {
         let RigRedis::Replicated(sentinels) = &mut self.redis else {
             anyhow::bail!("redis-failover needs a primary and a replica");
         };
         let primary = sentinels.primary().await?;
         let replica = 1 - primary;
         sentinels.pause(replica);
+        let frozen = epoch.elapsed();
         let cut = cut_replicas_off(&sentinels.node_url(primary)).await;
         if let Err(error) = cut {
             sentinels.resume(replica);
@@ -348,11 +354,12 @@ impl Rig {
         sentinels.wait_for_failover(primary).await?;
         let promoted_in = killed.elapsed();
         sentinels.restart(primary).await?;
-        Ok(format!(
+        let note = format!(
             "the replica cut off for {CUT_OFF:?}, the primary killed with SIGKILL; \
              the sentinels promoted the replica {:.1} s later; the old primary back as its replica",
             promoted_in.as_secs_f64()
-        ))
+        );
+        Ok((note, frozen))
     }
 
     /// Restart Redis with no data. Every process is paused (SIGSTOP) around

@@ -7,7 +7,9 @@
 //! sends purchases at a steady rate (an open model: they fall due whether or
 //! not the deployment is answering), and meanwhile injects the faults one
 //! after another, spread over the run, in an order the seed decides
-//! (`faults.rs`). When the load is over it waits for the queues to drain,
+//! (`schedule.rs`, `faults.rs`). A failover of a replicated Redis also has
+//! a waiting crowd: a second sale behind a waiting room, and buyers
+//! waiting in it through the failover (`crowd.rs`). When the load is over it waits for the queues to drain,
 //! then checks every promise, per fault window and overall (`judge/`),
 //! prints the table (`report.rs`) and writes it as JSON and as an HTML page
 //! with the timeline of answers and the fault windows shaded (`html.rs`).
@@ -18,10 +20,12 @@
 mod args;
 mod cluster;
 mod compare;
+mod crowd;
 mod faults;
 mod html;
 mod judge;
 mod report;
+mod schedule;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +52,7 @@ pub(crate) use self::args::Fault;
 use self::faults::{FaultWindow, Wiped};
 use self::judge::{ChaosCheck, FaultRow};
 use self::report::ChaosReport;
+use self::schedule::{gap, schedule};
 
 /// The lock TTL of the chaos deployment: short, so that pausing a holder
 /// past it takes little of the run, and half the redis crate's 500 ms reply
@@ -70,6 +75,9 @@ const PAYMENT_WINDOW: Duration = Duration::from_secs(5);
 /// The timeline's slice: the report counts the answers of each, by what
 /// they said, and the page draws one step per slice.
 const SLICE: Duration = Duration::from_millis(250);
+/// How long the waiting crowd goes on asking after the last fault, at
+/// least: buyers who waited through it are answered after it.
+const CROWD_AFTER_FAULTS: Duration = Duration::from_secs(3);
 /// How long the queues may take to drain after the load.
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// Share of sends dropped outside every fault window above which the run is
@@ -114,6 +122,8 @@ pub(crate) struct Rig {
     /// app-2's writes the fence refused during the lock-holder pause;
     /// `None` if that fault was not in the run.
     fence_refusals: Option<u64>,
+    /// The waiting crowd's sale, behind its room: a failover's run only.
+    crowd: Option<(i64, SaleKeys)>,
 }
 
 /// Run the chaos scenario (or, with `--compare-durability`, the failover
@@ -173,9 +183,33 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     let epoch = Instant::now();
     let progress = Progress::stderr();
     let load = scenario::run(&plan, shape, &progress);
-    let injecting = rig.inject_all(&faults, epoch, gap);
-    let (run, injected) = tokio::join!(load, injecting);
-    let (run, (windows, wiped)) = (run?, injected?);
+    let lasts = Duration::from_secs(args.duration_secs());
+    let crowd = (rig.crowd.as_ref())
+        .map(|(sale, _)| Arc::new(crowd::Crowd::new(rig.cluster.urls(), *sale, epoch, lasts)));
+    let waiting = async {
+        match &crowd {
+            Some(crowd) => Arc::clone(crowd).run(args.crowd, args.seed).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let injecting = async {
+        let injected = rig.inject_all(&faults, epoch, gap).await;
+        if let Some(crowd) = &crowd {
+            crowd.stay_until(Instant::now() + CROWD_AFTER_FAULTS);
+        }
+        injected
+    };
+    let (run, injected, answers) = tokio::join!(load, injecting, waiting);
+    let (run, (windows, wiped), answers) = (run?, injected?, answers?);
+    // Whom the crowd's room holds, read as soon as the crowd has stopped,
+    // before the drain: no admission has run out since a buyer's last
+    // answer, so a buyer it no longer holds lost their place.
+    let waited = match (answers, &rig.crowd) {
+        (Some(answers), Some((_, keys))) => {
+            Some(judge::Waited::read(&rig, keys, answers, epoch).await?)
+        }
+        _ => None,
+    };
 
     rig.drain().await?;
     let wipe_ran = windows
@@ -184,7 +218,7 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     // On a cluster, every request is answered, and in time: no fault there
     // takes an instance away.
     let strict = on_cluster && !windows.iter().any(|window| window.fault == Fault::AppKill);
-    let (mut checks, lost, summary) =
+    let (mut checks, lost, mut summary) =
         judge::checks(&rig, &plan, &run, wipe_ran.then_some(&wiped), strict).await?;
     if args.durability_name() == "replica"
         && windows
@@ -193,7 +227,14 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     {
         checks.push(judge::unreplicated_202s(&run, epoch, &windows)?);
     }
-    let rows = judge::rows(&run, epoch, &windows, &lost)?;
+    let mut rows = judge::rows(&run, epoch, &windows, &lost)?;
+    if let (Some(waited), Some((sale, _))) = (waited, &rig.crowd) {
+        let (crowd_checks, row, figures) =
+            judge::crowd(&rig, *sale, args.crowd, &waited, &windows).await?;
+        checks.extend(crowd_checks);
+        rows.push(row);
+        summary.crowd = Some(figures);
+    }
     let verdict = verdict(&run, &rows, &checks);
     let report = ChaosReport {
         schema: "seckill-chaos/1",
@@ -227,66 +268,6 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     println!("HTML report: {}", page.display());
     rig.cluster.stop().await;
     Ok((verdict, report))
-}
-
-/// About how long each fault takes, to spread them over the run.
-fn length(fault: Fault, args: &ChaosArgs) -> Duration {
-    match fault {
-        Fault::WorkerKill | Fault::Flood => Duration::from_secs(2),
-        Fault::AppKill | Fault::RedisKill | Fault::RedisWipe => Duration::from_secs(1),
-        // The replica cut off, the kill, the sentinels' promotion (about
-        // 3 s: 2 s without an answer, then the election), the old primary
-        // back as a replica.
-        Fault::RedisFailover => Duration::from_secs(6),
-        // The cut-off, the kill, the cluster's promotion (the node timeout,
-        // then the election), the old primary back as a replica in step.
-        Fault::ClusterFailover => Duration::from_secs(6),
-        // Stopped past the answer bound (the cluster promotes a replica
-        // meanwhile), then resumed and back in step as a replica.
-        Fault::OtherShardStall | Fault::SaleShardStall => {
-            cluster::STALL_FOR + Duration::from_secs(1)
-        }
-        Fault::ConnectionDrops => cluster::DROPS_FOR + Duration::from_secs(1),
-        // Waiting for units on sale (a sold-out sale has no holder with
-        // anything to write; unpaid units come back within the payment
-        // window), then stopped until its lock runs out, and the refusal
-        // (see `faults.rs`).
-        Fault::LockHolderPause => Duration::from_secs(4),
-        Fault::PostgresDown => Duration::from_secs(args.postgres_down_secs),
-    }
-}
-
-/// The gap before each fault: what the run has beyond the faults' lengths,
-/// shared out, so every fault falls while purchases are being sent.
-fn gap(faults: &[Fault], args: &ChaosArgs) -> anyhow::Result<Duration> {
-    let busy: Duration = faults.iter().map(|f| length(*f, args)).sum();
-    let run = Duration::from_secs(args.duration_secs());
-    let slots = u32::try_from(faults.len() + 1).unwrap_or(u32::MAX);
-    anyhow::ensure!(
-        run > busy + Duration::from_secs(u64::from(slots)),
-        "--duration-secs {} is too short for these faults: they take about {} s, and need a second between each and at the ends: more than {} s in all",
-        args.duration_secs(),
-        busy.as_secs_f64().ceil(),
-        busy.as_secs() + u64::from(slots)
-    );
-    Ok((run - busy) / slots)
-}
-
-/// The faults to inject, in the order the seed gives.
-fn schedule(args: &ChaosArgs) -> Vec<Fault> {
-    let mut faults: Vec<Fault> = if args.faults.is_empty() && args.cluster {
-        Fault::CLUSTER.to_vec()
-    } else if args.faults.is_empty() {
-        Fault::ALL.to_vec()
-    } else {
-        let mut chosen = args.faults.clone();
-        chosen.sort();
-        chosen.dedup();
-        chosen
-    };
-    let mut rng = fastrand::Rng::with_seed(args.seed);
-    rng.shuffle(&mut faults);
-    faults
 }
 
 fn verdict(run: &RunData, rows: &[FaultRow], checks: &[ChaosCheck]) -> Verdict {
@@ -336,13 +317,22 @@ impl Rig {
             .build(Utc::now())
             .context("the chaos sale")?;
         let sale_id = store.create_sale(&new).await?.id;
+        let crowd = if replicated && args.crowd > 0 {
+            let sale = crowd::create_sale(&store, args.crowd).await?;
+            Some((sale, SaleKeys::new(prefix, sale)))
+        } else {
+            None
+        };
         let deployment = Deployment::new(seckill_binary()?, &at, &database_url, prefix)
             .env("SECKILL_LOCK_TTL_MS", LOCK_TTL.as_millis().to_string())
             .env("SECKILL_LEASE_MS", LEASE.as_millis().to_string())
             .env(
                 "SECKILL_PAYMENT_WINDOW_SECS",
                 PAYMENT_WINDOW.as_secs().to_string(),
-            );
+            )
+            // The waiting crowd joins from one address: the join limit per
+            // address would turn most of it away.
+            .env("SECKILL_ROOM_JOINS_PER_IP", "0");
         let deployment = args
             .durability
             .iter()
@@ -365,6 +355,7 @@ impl Rig {
             lock_ttl: LOCK_TTL,
             postgres_down: Duration::from_secs(args.postgres_down_secs),
             fence_refusals: None,
+            crowd,
         })
     }
 
@@ -386,7 +377,7 @@ impl Rig {
         Ok((windows, wiped))
     }
 
-    /// Wait until the sale's order queue and deadline queue are empty
+    /// Wait until the sales' order queues and deadline queues are empty
     /// (every order written, every unpaid one cancelled), at most
     /// [`DRAIN_LIMIT`]. A read that fails is tried again: after a
     /// cluster's failover, the first may meet a connection to the old
@@ -408,66 +399,22 @@ impl Rig {
         }
     }
 
-    /// Orders waiting, orders in flight, and deadlines (waiting or held).
+    /// Orders waiting, orders in flight, and deadlines (waiting or held),
+    /// of the sale and the waiting crowd's.
     async fn queued(&self) -> anyhow::Result<(u64, u64, u64)> {
         let mut conn = self.store.redis().await?;
-        let (due, inflight, deadlines, held): (u64, u64, u64, u64) = redis::pipe()
-            .zcard(&self.keys.queue.due)
-            .zcard(&self.keys.queue.inflight)
-            .zcard(&self.keys.deadlines.due)
-            .zcard(&self.keys.deadlines.inflight)
-            .query_async(&mut conn)
-            .await
-            .context("reading the queues")?;
-        Ok((due, inflight, deadlines + held))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    /// `seckill chaos`'s options, as its command line parses them.
-    #[derive(Parser)]
-    struct Line {
-        #[command(flatten)]
-        args: ChaosArgs,
-    }
-
-    fn args(line: &[&str]) -> ChaosArgs {
-        let mut all = vec!["chaos"];
-        all.extend_from_slice(line);
-        Line::parse_from(all).args
-    }
-
-    #[test]
-    fn the_same_seed_gives_the_same_schedule_and_every_fault_once() {
-        let first = schedule(&args(&["--seed", "3"]));
-        assert_eq!(first, schedule(&args(&["--seed", "3"])));
-        let mut sorted = first.clone();
-        sorted.sort();
-        assert_eq!(sorted, Fault::ALL.to_vec());
-        let chosen = schedule(&args(&["--fault", "flood", "--fault", "flood"]));
-        assert_eq!(chosen, [Fault::Flood]);
-    }
-
-    #[test]
-    fn a_cluster_run_injects_the_cluster_faults_and_a_cluster_fault_implies_one() {
-        let mut faults = schedule(&args(&["--cluster"]));
-        faults.sort();
-        assert_eq!(faults, Fault::CLUSTER.to_vec());
-        assert!(args(&["--fault", "sale-shard-stall"]).on_cluster());
-        assert!(!args(&["--fault", "redis-failover"]).on_cluster());
-        assert!(
-            gap(&Fault::CLUSTER, &args(&["--cluster"])).is_ok(),
-            "the defaults fit"
-        );
-    }
-
-    #[test]
-    fn the_faults_must_fit_in_the_run() {
-        assert!(gap(&Fault::ALL, &args(&[])).is_ok(), "the defaults fit");
-        assert!(gap(&Fault::ALL, &args(&["--duration-secs", "10"])).is_err());
+        let mut left = (0, 0, 0);
+        for keys in std::iter::once(&self.keys).chain(self.crowd.as_ref().map(|(_, keys)| keys)) {
+            let (due, inflight, deadlines, held): (u64, u64, u64, u64) = redis::pipe()
+                .zcard(&keys.queue.due)
+                .zcard(&keys.queue.inflight)
+                .zcard(&keys.deadlines.due)
+                .zcard(&keys.deadlines.inflight)
+                .query_async(&mut conn)
+                .await
+                .context("reading the queues")?;
+            left = (left.0 + due, left.1 + inflight, left.2 + deadlines + held);
+        }
+        Ok(left)
     }
 }

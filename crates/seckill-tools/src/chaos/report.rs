@@ -9,7 +9,7 @@ use seckill_loadtest::report::Table;
 use serde::Serialize;
 
 use super::faults::FaultWindow;
-use super::judge::{ChaosCheck, FaultRow, Summary, Tick};
+use super::judge::{self, ChaosCheck, FaultRow, Summary, Tick};
 
 /// The whole result, as the JSON report holds it.
 #[derive(Debug, Serialize)]
@@ -66,6 +66,14 @@ impl ChaosReport {
             out,
             "recovered: from the fault's end to the first answer that sold or refused a unit"
         );
+        if self.rows.iter().any(|row| row.fault == judge::CROWD_ROW) {
+            let _ = writeln!(
+                out,
+                "{}: every answer of the waiting crowd, in its own sale's room, across the \
+                 failover; recovered: to its first place told or unit sold",
+                judge::CROWD_ROW
+            );
+        }
         for row in self
             .rows
             .iter()

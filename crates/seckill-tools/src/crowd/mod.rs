@@ -10,7 +10,7 @@
 //! usual checks on PostgreSQL: nobody twice, nothing oversold, every
 //! `202` an order.
 
-mod people;
+pub(crate) mod people;
 mod report;
 
 use std::net::Ipv4Addr;

@@ -228,13 +228,8 @@ async fn wait_in_room(
                 .unwrap_or(0.0);
             let lasts = run.room.unwrap_or(0.0);
             story.admitted = Some(run.secs(now) - (lasts - left).max(0.0));
-            // An admission is `kind.sale.buyer.number.expires_ms.signature`
-            // (`domain/room_rules.rs`).
-            story.admitted_ms = admission
-                .split('.')
-                .nth(4)
-                .and_then(|expires| expires.parse::<i64>().ok())
-                .map(|expires| expires - (lasts * 1000.0) as i64);
+            story.admitted_ms =
+                admission_ends_ms(&admission).map(|expires| expires - (lasts * 1000.0) as i64);
             if story.kind == Kind::Bot {
                 run.stolen
                     .lock()
@@ -313,14 +308,22 @@ async fn purchase(
     }
 }
 
-/// An answer's status code and JSON body; `None` if there was none.
+/// When an admission runs out, on Redis' clock (ms since the epoch): the
+/// end written in it. An admission is
+/// `kind.sale.buyer.number.expires_ms.signature`, the buyer in hex
+/// (`domain/room_rules.rs`).
+pub(crate) fn admission_ends_ms(admission: &str) -> Option<i64> {
+    admission.split('.').nth(4)?.parse().ok()
+}
+
 /// An answer's `Retry-After`, in whole seconds as the server writes it.
-fn retry_after(answer: &reqwest::Response) -> Option<Duration> {
+pub(crate) fn retry_after(answer: &reqwest::Response) -> Option<Duration> {
     let secs = answer.headers().get("retry-after")?.to_str().ok()?;
     secs.parse().ok().map(Duration::from_secs)
 }
 
-async fn read(sent: reqwest::Result<reqwest::Response>) -> Option<(String, Value)> {
+/// An answer's status code and JSON body; `None` if there was none.
+pub(crate) async fn read(sent: reqwest::Result<reqwest::Response>) -> Option<(String, Value)> {
     let answer = sent.ok()?;
     let code = answer.status().as_u16().to_string();
     let body = answer.json().await.unwrap_or(Value::Null);

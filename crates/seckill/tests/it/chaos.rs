@@ -234,7 +234,9 @@ pub(crate) async fn chaos_run(
 /// replica and three sentinels, under `local` and then under `replica`.
 /// `replica` keeps every `202`; `local` loses what the primary answered
 /// while its replica was cut off, and the table says so: a lost `202`, or
-/// units Redis has on sale again that PostgreSQL counts as sold.
+/// units Redis has on sale again that PostgreSQL counts as sold. Beside
+/// the load, a waiting crowd of 150 waits in a room through the failover:
+/// under `replica` no place, admission or `202` it was told is taken back.
 #[tokio::test]
 async fn a_failover_takes_back_202s_under_local_durability_and_none_under_replica() {
     // Not beside the tests that saturate both cores: the sentinels call a
@@ -256,6 +258,8 @@ async fn a_failover_takes_back_202s_under_local_durability_and_none_under_replic
         "100",
         "--duration-secs",
         "12",
+        "--crowd",
+        "150",
         "--report-dir",
         dir_arg,
     ];
@@ -291,6 +295,7 @@ async fn a_failover_takes_back_202s_under_local_durability_and_none_under_replic
         );
     }
     assert_eq!(replica["verdict"], "PASS", "{stdout}");
+    the_crowd_kept_every_promise(&report(&dir.path().join("replica")), &replica, &stdout);
     for figure in ["lost", "sold_again", "forgotten"] {
         assert_eq!(replica[figure], 0, "{figure}: {replica}");
     }
@@ -298,5 +303,51 @@ async fn a_failover_takes_back_202s_under_local_durability_and_none_under_replic
     assert!(
         local["lost"].as_u64() > Some(0) || local["sold_again"].as_i64() > Some(0),
         "local took nothing back: {local}"
+    );
+}
+
+/// The waiting crowd of a failover run under `replica`: its row held, each
+/// of its checks passed, and its figures say it waited, was admitted and
+/// bought, with nothing taken back.
+fn the_crowd_kept_every_promise(run: &Value, side: &Value, stdout: &str) {
+    let row = row_of(run, "crowd in failover");
+    assert!(row["requests"].as_u64() > Some(0), "{row}");
+    assert_eq!(row["internal"], 0, "{row}");
+    assert_eq!(row["ok"], true, "{row}\n{stdout}");
+    let checks = run["checks"].as_array().expect("checks");
+    let crowds: Vec<&Value> = checks
+        .iter()
+        .filter(|c| {
+            c["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("waiting crowd: "))
+        })
+        .collect();
+    assert_eq!(crowds.len(), 10, "{checks:?}");
+    for check in crowds {
+        assert_eq!(check["ok"], true, "{check}\n{stdout}");
+    }
+    let crowd = &side["crowd"];
+    assert_eq!(crowd["buyers"], 150, "{side}");
+    for figure in ["placed", "admitted", "accepted"] {
+        assert!(crowd[figure].as_u64() > Some(0), "{figure}: {crowd}");
+    }
+    for figure in [
+        "taken_back",
+        "unadmitted",
+        "readmitted",
+        "told_cut_off",
+        "lost",
+        "doubled",
+    ] {
+        assert_eq!(crowd[figure], 0, "{figure}: {crowd}");
+    }
+    assert!(
+        crowd["most_admitted"].as_u64() <= crowd["max_active"].as_u64(),
+        "{crowd}"
+    );
+    assert!(
+        stdout.contains("== the waiting crowd across the same failover"),
+        "{stdout}"
     );
 }

@@ -85,6 +85,8 @@ pub(crate) struct Summary {
     pub(crate) forgotten: u64,
     /// `500` answers.
     pub(crate) internal: u64,
+    /// The waiting crowd's figures, in a failover's run.
+    pub(crate) crowd: Option<super::CrowdSummary>,
 }
 
 fn promised(
@@ -303,6 +305,7 @@ pub(crate) async fn checks(
             })
             .count() as u64,
         internal: internal as u64,
+        crowd: None,
     };
     Ok((checks, lost, summary))
 }
