@@ -99,6 +99,11 @@ pub struct Standing {
     pub confirmed: bool,
 }
 
+/// The most buyers a [`look`] is asked to read the places of: each costs
+/// the look's script about 3 µs of Redis (four reads), so that a look
+/// stays near 1.5 ms at most (docs/bench.md).
+pub const TRACKED_MAX: usize = 500;
+
 /// A lottery's places: those drawn at a join before the open are below
 /// this (`lua/room_visit.lua`), a later joiner's is this plus their
 /// arrival number.

@@ -30,6 +30,7 @@ mod crowd;
 mod demo;
 mod lab;
 pub mod loadrun;
+mod room_client;
 
 use std::process::ExitCode;
 

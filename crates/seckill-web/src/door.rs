@@ -139,6 +139,26 @@ pub(crate) struct HeldTicket {
     pub(crate) generation: i64,
 }
 
+impl HeldTicket {
+    /// Where its buyer stands in `sale`'s room: from this instance's look
+    /// at the room when it can tell, else from Redis (`room_view.rs`).
+    pub(crate) async fn standing(
+        &self,
+        state: &AppState,
+        sale: &Arc<Sale>,
+        settings: &RoomSettings,
+    ) -> anyhow::Result<Standing> {
+        (state.room_views)
+            .standing(
+                &state.store,
+                (sale, settings),
+                &self.buyer,
+                (self.number, self.generation),
+            )
+            .await
+    }
+}
+
 /// The ticket `request` carries for `sale` (its `Seckill-Ticket` header,
 /// else its cookie), checked: `invalid_ticket` with the reason if it is
 /// missing, forged, another sale's or run out.
@@ -211,9 +231,7 @@ impl Asking {
         state: &AppState,
     ) -> Result<(Standing, StandingView), ApiError> {
         let (sale, settings, held) = (&self.sale, &self.settings, &self.held);
-        let standing = (state.room_views)
-            .standing(&state.store, sale, settings, held)
-            .await?;
+        let standing = held.standing(state, sale, settings).await?;
         let view = standing_view(
             state,
             sale,

@@ -37,11 +37,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::door::HeldTicket;
 use crate::single_flight::{Shared, SingleFlight};
-use seckill_core::domain::{RoomSettings, Sale};
+use seckill_core::domain::{RoomSettings, Sale, UserId};
 use seckill_core::store::Store;
-use seckill_core::waiting_room::{self, Place, Standing};
+use seckill_core::waiting_room::{self, Place, Standing, TRACKED_MAX};
 
 /// How old a look may be when a buyer is answered from it: the most a
 /// place shown can lag behind Redis.
@@ -51,12 +50,6 @@ pub(crate) const FRESH_FOR: Duration = Duration::from_millis(200);
 /// every look): a few of a page's one-second polls, so that a buyer who
 /// goes on asking stays tracked, and one who left stops costing the looks.
 pub(crate) const TRACKED_FOR: Duration = Duration::from_secs(5);
-
-/// Buyers tracked in one room at most: each costs a look a few sorted-set
-/// reads (about 2 µs), so a look stays under a millisecond or two of
-/// Redis. Beyond them, a buyer is asked about in Redis each time, as
-/// before.
-pub(crate) const TRACKED_MAX: usize = 500;
 
 /// The rooms this instance was asked about, by sale: a few hundred bytes
 /// each, and a few dozen a tracked buyer, forgotten once nobody has asked
@@ -92,25 +85,18 @@ struct Look {
 }
 
 impl RoomViews {
-    /// Where the buyer of `held` (their ticket: a number in the line of a
-    /// generation) stands: from this instance's look at the room when it
+    /// Where `buyer`, who holds the ticket of `number` in the line of
+    /// `generation`, stands: from this instance's look at the room when it
     /// can tell, else from a visit. A standing not `confirmed` may be the
     /// room's look, not the buyer's: nothing but that it is unconfirmed is
     /// to be told of it.
     pub(crate) async fn standing(
         &self,
         store: &Store,
-        sale: &Arc<Sale>,
-        settings: &RoomSettings,
-        held: &HeldTicket,
+        (sale, settings): (&Arc<Sale>, &RoomSettings),
+        buyer: &UserId,
+        (number, generation): (u64, i64),
     ) -> anyhow::Result<Standing> {
-        let HeldTicket {
-            buyer,
-            number,
-            generation,
-            ..
-        } = held;
-        let (number, generation) = (*number, *generation);
         let view = self.view(sale.id);
         let (read_at, look) = match view.looked(store, sale, settings).await {
             Ok(fresh) => fresh,

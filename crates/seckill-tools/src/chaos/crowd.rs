@@ -22,7 +22,7 @@ use chrono::Utc;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::crowd::people::{admission_ends_ms, read, retry_after};
+use crate::room_client::{admission_ends_ms, read, retry_after};
 use seckill_core::domain::{NewSale, RoomMode, RoomSettings};
 use seckill_core::store::Store;
 

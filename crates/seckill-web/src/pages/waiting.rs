@@ -200,11 +200,7 @@ pub(super) async fn panel(
     // the room, as the API's status answers (`room_view.rs`): a page
     // reloading itself every second costs Redis no script of its own.
     let standing = match &held {
-        Some(held) => {
-            (state.room_views)
-                .standing(&state.store, sale, settings, held)
-                .await?
-        }
+        Some(held) => held.standing(state, sale, settings).await?,
         None => state.room_views.room(&state.store, sale, settings).await?,
     };
     if !standing.confirmed {
