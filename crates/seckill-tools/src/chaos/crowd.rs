@@ -10,8 +10,8 @@
 //!
 //! The people of `seckill crowd` (`crowd/people.rs`) wait in a room the
 //! same way, but keep a story of each buyer, not every answer with its
-//! moment, which is what a fault's judge needs; the HTTP helpers are
-//! theirs.
+//! moment, which is what a fault's judge needs; both read answers with
+//! `room_client.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
