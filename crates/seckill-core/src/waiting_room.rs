@@ -100,9 +100,10 @@ pub struct Standing {
 }
 
 /// The most buyers a [`look`] is asked to read the places of: each costs
-/// the look's script about 3 µs of Redis (four reads), so that a look
-/// stays near 1.5 ms at most (docs/bench.md).
-pub const TRACKED_MAX: usize = 500;
+/// the look's script a few µs of Redis (three or four reads; a lottery's
+/// drawn place a walk of the line too), so that a look stays within a
+/// millisecond or two at a million buyers (docs/bench.md).
+pub const TRACKED_MAX: usize = 200;
 
 /// A lottery's places: those drawn at a join before the open are below
 /// this (`lua/room_visit.lua`), a later joiner's is this plus their
