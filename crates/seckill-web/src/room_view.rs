@@ -12,7 +12,7 @@
 //!   buyer, whose number does not tell how many are ahead): from the
 //!   look's own answer for them. The instance tracks each such buyer who
 //!   asked here in the last [`TRACKED_FOR`] (at most [`TRACKED_MAX`] a
-//!   room), and every look reads where each of them stands, in its one
+//!   room; beyond them, asked about in Redis each time), and every look reads where each of them stands, in its one
 //!   script. A buyer asks Redis once, the first time, and is answered from
 //!   the looks after that.
 //!
@@ -116,8 +116,9 @@ impl RoomViews {
             let answered = match look.places.get(buyer.as_str()).copied() {
                 // Admitted, bought, or in line with this ticket's number:
                 // as the look found them. Outside, or in line by another
-                // number (they joined again since): asked in Redis, which
-                // is the one to tell a buyer their place is gone.
+                // number (a ticket of a join since the look): by the
+                // ticket's number if it is far back, else asked in Redis,
+                // which is the one to tell a buyer their place is gone.
                 Some(place @ (Place::Admitted { .. } | Place::Bought)) => Some(as_looked(place)),
                 Some(place @ Place::Waiting { number: n, .. }) if n == number => {
                     Some(as_looked(place))
