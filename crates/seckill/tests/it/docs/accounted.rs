@@ -21,6 +21,8 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
         &[
             "cargo build --release",
             "cargo build --release --no-default-features",
+            "cargo build --release --timings",
+            "cargo build --release --bin seckill",
         ],
         "not run: a build, with and without the tools; `cargo test --workspace` builds the same code (with the tools, in the test profile)",
     ),
