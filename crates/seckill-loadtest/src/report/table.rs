@@ -95,6 +95,18 @@ impl Table {
         self
     }
 
+    /// Add a column for each `(heading, align, min_width)`, in order.
+    pub fn columns<'a>(
+        self,
+        columns: impl IntoIterator<Item = &'a (&'a str, Align, usize)>,
+    ) -> Self {
+        columns
+            .into_iter()
+            .fold(self, |table, &(heading, align, width)| {
+                table.column(heading, align, width)
+            })
+    }
+
     /// Add a column of text.
     pub fn left(self, heading: impl Into<String>) -> Self {
         self.column(heading, Align::Left, 0)

@@ -150,7 +150,7 @@ pub(super) async fn compare(args: ChaosArgs) -> anyhow::Result<Verdict> {
 
 /// The two runs side by side, narrow enough for a projector.
 fn table(sides: &[Side], seed: u64, cluster: bool) -> String {
-    let mut table = [
+    let mut table = Table::new().gap(2).columns(&[
         ("durability", Align::Left, 10),
         ("202", Align::Right, 5),
         ("503 in doubt", Align::Right, 12),
@@ -159,11 +159,7 @@ fn table(sides: &[Side], seed: u64, cluster: bool) -> String {
         ("forgotten", Align::Right, 9),
         ("500", Align::Right, 3),
         ("kept the promise", Align::Left, 16),
-    ]
-    .into_iter()
-    .fold(Table::new().gap(2), |table, (heading, align, width)| {
-        table.column(heading, align, width)
-    });
+    ]);
     for side in sides {
         let s = &side.summary;
         table.row([
@@ -192,7 +188,7 @@ fn table(sides: &[Side], seed: u64, cluster: bool) -> String {
 
 /// The waiting crowd of each run side by side, if the runs had one.
 fn crowd_table(sides: &[Side]) -> Option<String> {
-    let mut table = [
+    let mut table = Table::new().gap(2).columns(&[
         ("durability", Align::Left, 10),
         ("placed", Align::Right, 6),
         ("taken back", Align::Right, 10),
@@ -204,11 +200,7 @@ fn crowd_table(sides: &[Side]) -> Option<String> {
         ("202", Align::Right, 4),
         ("lost", Align::Right, 4),
         ("double", Align::Right, 6),
-    ]
-    .into_iter()
-    .fold(Table::new().gap(2), |table, (heading, align, width)| {
-        table.column(heading, align, width)
-    });
+    ]);
     let mut buyers = None;
     for side in sides {
         let c = side.summary.crowd?;

@@ -53,11 +53,7 @@ impl ChaosReport {
                 window.note
             );
         }
-        let mut table = FaultRow::COLUMNS
-            .iter()
-            .fold(Table::new().gap(1), |table, (heading, align, width)| {
-                table.column(*heading, *align, *width)
-            });
+        let mut table = Table::new().gap(1).columns(&FaultRow::COLUMNS);
         for row in &self.rows {
             table.row(row.cells());
         }

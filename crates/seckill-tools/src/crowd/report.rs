@@ -136,7 +136,7 @@ fn bot_answers(stories: &[Story]) -> Vec<(String, usize)> {
 
 /// The rows side by side, and the bots' answers under them.
 pub(crate) fn table(rows: &[Row], args: &CrowdArgs) -> String {
-    let mut table = [
+    let mut table = Table::new().gap(2).columns(&[
         ("room", Align::Left, 7),
         ("bots won", Align::Right, 8),
         ("people won", Align::Right, 10),
@@ -145,9 +145,7 @@ pub(crate) fn table(rows: &[Row], args: &CrowdArgs) -> String {
         ("inversions", Align::Right, 10),
         ("eta error p50/p90", Align::Right, 17),
         ("checks", Align::Left, 6),
-    ]
-    .into_iter()
-    .fold(Table::new().gap(2), |t, (h, a, w)| t.column(h, a, w));
+    ]);
     let percent = |share: f64| format!("{:.0}%", share * 100.0);
     for row in rows {
         table.row([
