@@ -20,7 +20,7 @@ use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// The last read of a value, and when it was taken.
+/// The last read of a value, and when it began.
 pub struct SingleFlight<T> {
     /// The last read, taken by callers without waiting.
     last: Arc<Mutex<Last<T>>>,
@@ -30,7 +30,7 @@ pub struct SingleFlight<T> {
 
 /// What the last read left.
 struct Last<T> {
-    /// Its value, and when it was read.
+    /// Its value, and when its read began.
     value: Option<(Instant, T)>,
     /// Its failure, and when it failed, for the callers who waited for it
     /// (an error of the caller's own type, see [`Shared`]).
@@ -67,8 +67,8 @@ impl<T> Default for SingleFlight<T> {
 }
 
 impl<T: Clone + Send + 'static> SingleFlight<T> {
-    /// The value and when it was read: the last read if it is younger than
-    /// `max_age`, otherwise the result of `read()`, run as a task on
+    /// The value and when its read began: the last read if it is younger
+    /// than `max_age`, otherwise the result of `read()`, run as a task on
     /// `runtime` that keeps it for the next callers. A caller that stops
     /// waiting leaves the read to finish, and its value is kept all the
     /// same.
@@ -78,6 +78,13 @@ impl<T: Clone + Send + 'static> SingleFlight<T> {
     /// while PostgreSQL or Redis is down, each waiting caller would read in
     /// turn, each waiting out the pool's timeout (the n-th caller about n
     /// times 3 s), with sockets piling up for the whole outage.
+    ///
+    /// A value is as old as the moment its read began, not the moment it
+    /// came back: what it says may have changed since the read was sent,
+    /// and a read that took long (a busy machine, a slow `WAIT`) must not
+    /// make it look fresher than it is. (The race this closes: a waiting
+    /// room's look, kept 200 ms from its answer, told a place read before
+    /// a replica stopped up to 200 ms plus the read's own time after.)
     ///
     /// `read` makes the read's future only once the turn is taken, and the
     /// task owns it: a caller's future holds neither while it waits, so the
@@ -111,16 +118,20 @@ impl<T: Clone + Send + 'static> SingleFlight<T> {
         runtime
             .spawn(async move {
                 let _turn = turn;
+                let began = Instant::now();
                 let outcome = read.await;
-                let taken = Instant::now();
                 let mut last = lock(&last);
                 if last.generation == generation {
                     match &outcome {
-                        Ok(value) => last.value = Some((taken, value.clone())),
-                        Err(error) => last.failed = Some((taken, Box::new(error.share()))),
+                        Ok(value) => last.value = Some((began, value.clone())),
+                        // A failure counts from when it came back: it is
+                        // shared with the callers who arrived before that.
+                        Err(error) => {
+                            last.failed = Some((Instant::now(), Box::new(error.share())));
+                        }
                     }
                 }
-                outcome.map(|value| (taken, value))
+                outcome.map(|value| (began, value))
             })
             .await
             .map_err(|error| E::from(anyhow::Error::new(error).context("the read's task")))?
