@@ -248,6 +248,28 @@ mod tests {
         );
     }
 
+    /// A value is as old as its read's start: a read that took longer
+    /// than the value may be kept is stale the moment it comes back, and
+    /// the next caller reads again. (Timed from the answer, it was kept
+    /// for a whole `max_age` more: 2 reads here would be 1.)
+    #[tokio::test]
+    async fn a_value_is_as_old_as_its_reads_start() {
+        let runtime = tokio::runtime::Handle::current();
+        let (fresh, reads) = (SingleFlight::default(), Arc::new(AtomicU32::new(0)));
+        let slow = || {
+            let reads = Arc::clone(&reads);
+            async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                anyhow::Ok(reads.fetch_add(1, Ordering::SeqCst) + 1)
+            }
+        };
+        let max_age = Duration::from_millis(200);
+        let (began, first) = fresh.get(&runtime, max_age, slow).await.expect("read");
+        assert!(began.elapsed() >= Duration::from_millis(300));
+        let (_, second) = fresh.get(&runtime, max_age, slow).await.expect("read");
+        assert_eq!((first, second), (1, 2), "the slow read's value was kept");
+    }
+
     #[tokio::test]
     async fn a_fresh_value_is_taken_without_waiting_for_the_turn() {
         let fresh = SingleFlight::<u32>::default();
