@@ -3,9 +3,10 @@
 -- Not a script of its own: queue.rs and purchase.rs put this text in front
 -- of every script that needs it (Redis scripts cannot call each other), so
 -- that "push a job" is written in this one file, in two forms: `push`, two
--- commands for one job (the purchase scripts, per order), and `push_many`,
--- three variadic calls for a batch of any size (the worker's deadlines, the
--- queue's enqueue), which for a single job would cost a purchase more.
+-- commands for one job (`purchase_lua.lua`'s one order), and `push_many`,
+-- three variadic calls for a batch of any size (the lock's commit, the
+-- worker's deadlines, the queue's enqueue), which for a single job would
+-- cost a purchase more.
 
 -- The Redis server's clock in milliseconds. Due times and leases are always
 -- measured on this one clock, never on the clocks of the app instances,
