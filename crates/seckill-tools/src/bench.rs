@@ -61,6 +61,8 @@ mod ended;
 mod holder;
 mod lua;
 mod pages;
+mod raised;
+mod redis_cost;
 mod redis_info;
 mod replica;
 mod room_scripts;
@@ -206,6 +208,16 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
                     eprintln!("bench: accepted purchases/s with {}", strategy.as_str());
                     rows.push(accepted_per_second(args, services, &store, &token, strategy).await?);
                 }
+                for strategy in [Strategy::Lock, Strategy::Lua] {
+                    eprintln!(
+                        "bench: accepted purchases/s with {} against sold-out answers (wrk)",
+                        strategy.as_str()
+                    );
+                    rows.push(
+                        raised::accepted_against_sold_out(args, services, &store, &token, strategy)
+                            .await?,
+                    );
+                }
             }
             BenchRows::Cluster => {
                 eprintln!("bench: 3 sales on 1 Redis, then on a 3-master cluster");
@@ -228,6 +240,8 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
             BenchRows::SoldOut => {
                 eprintln!("bench: sold-out answers against a bare handler (wrk)");
                 rows.push(wrk::sold_out(args, services, &store, &token).await?);
+                eprintln!("bench: the bundled load generator against wrk, on the bare handler");
+                rows.push(raised::generator_against_wrk(args).await?);
             }
             BenchRows::Room => {
                 eprintln!("bench: waiting room status answers against sold-out answers (wrk)");
@@ -281,6 +295,13 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
                     args.capacity_requests
                 );
                 rows.extend(capacity::capacity(args, services, &store, &token).await?);
+            }
+            BenchRows::RedisCost => {
+                eprintln!(
+                    "bench: Redis' CPU per accepted purchase and per drained order, {} of each",
+                    args.capacity_requests
+                );
+                rows.extend(redis_cost::redis_cost(args, services, &store, &token).await?);
             }
         }
     }

@@ -59,7 +59,8 @@ pub struct BenchArgs {
     pub(crate) room_buyers_each: u32,
 
     /// Requests in each of the capacity rows' runs (accepted purchases,
-    /// refused ones, room joins, room status answers).
+    /// refused ones, room joins, room status answers), and accepted
+    /// purchases in the Redis cost rows'.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(100..=10_000_000))]
     pub(crate) capacity_requests: u32,
 
@@ -79,7 +80,8 @@ pub(crate) enum BenchRows {
     /// The 10-unit burst on 2 instances: last win, p99; memory after
     /// `--memory-buyers` buyers on them.
     Burst,
-    /// Accepted purchases/s with `lock`, and with `lua` beside redis-benchmark.
+    /// Accepted purchases/s with `lock`, and with `lua` beside
+    /// redis-benchmark; each against sold-out answers (wrk).
     Accepted,
     /// Three sales on one Redis, then on a 3-master cluster.
     Cluster,
@@ -89,7 +91,8 @@ pub(crate) enum BenchRows {
     Drain,
     /// An idle worker's delay from a 202 to the order confirmed.
     Idle,
-    /// Sold-out answers against a bare actix handler (wrk).
+    /// Sold-out answers against a bare actix handler (wrk); the bundled
+    /// load generator against wrk on that handler.
     SoldOut,
     /// A waiting room's status answers against sold-out answers (wrk).
     Room,
@@ -115,4 +118,7 @@ pub(crate) enum BenchRows {
     /// worker (accepted and refused purchases, room joins and status
     /// answers), and the ceilings of one Redis primary and one PostgreSQL.
     Capacity,
+    /// Redis' CPU per accepted purchase (lock, the worker paused) and per
+    /// order drained, from INFO cpu and INFO commandstats, on a private Redis.
+    RedisCost,
 }

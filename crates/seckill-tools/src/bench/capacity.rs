@@ -165,7 +165,7 @@ async fn measure(requests: u32, fleet: &Fleet, store: &Store) -> anyhow::Result<
 
 /// `requests` new buyers, each buying once on `sale` through the load
 /// generator, 64 at a time: how many were answered `expected`.
-async fn purchases(
+pub(super) async fn purchases(
     url: &str,
     sale: i64,
     requests: u32,
@@ -194,7 +194,7 @@ async fn purchases(
 
 /// Wait until PostgreSQL counts `units` sold on `sale`: the worker has
 /// drained every accepted purchase.
-async fn drained(store: &Store, sale: i64, units: u32) -> anyhow::Result<()> {
+pub(super) async fn drained(store: &Store, sale: i64, units: u32) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
         let sold = store.sold(sale).await?;

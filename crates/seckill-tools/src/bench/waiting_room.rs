@@ -29,7 +29,6 @@ use super::compare::Figure;
 use super::wrk::{self, ROUNDS};
 use super::{Bound, Row};
 use crate::bench::BenchArgs;
-use crate::loadrun;
 use seckill_core::config::Strategy;
 use seckill_core::domain::{NewSale, RoomMode, RoomSettings};
 use seckill_core::store::Store;
@@ -84,29 +83,14 @@ pub(super) async fn status_against_sold_out(
 /// Rounds of `[status, sold out]` in requests per second: for the buyer
 /// far back, the next in line, and the admitted one, in that order.
 async fn measure(args: &BenchArgs, store: &Store, url: &str) -> anyhow::Result<Vec<Vec<[f64; 2]>>> {
-    let purchase_script = tempfile::NamedTempFile::new().context("a file for wrk's script")?;
-    std::fs::write(
-        purchase_script.path(),
-        format!(
-            "wrk.method = \"POST\"\nwrk.body = '{}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\n",
-            wrk::BODY
-        ),
-    )?;
-    let sold_out = loadrun::create_sale(store, "Bench room: sold out", 1, Some(3600)).await?;
-    let purchase = format!("{url}/api/sales/{sold_out}/purchase");
-    // The first takes the one unit, the second sets the instance's flag.
-    for _ in 0..2 {
-        wrk::wrk_once(&purchase, purchase_script.path()).await?;
-    }
+    let purchase_script = wrk::same_buyer_script()?;
+    let purchase = wrk::sold_out_sale(store, url, purchase_script.path()).await?;
     let (sale, [far, near, admitted]) = waiting_tickets(store, url).await?;
     let status = format!("{url}/api/sales/{sale}/queue");
     let mut each = Vec::new();
     for ticket in [far, near, admitted] {
-        let status_script = tempfile::NamedTempFile::new().context("a file for wrk's script")?;
-        std::fs::write(
-            status_script.path(),
-            format!("wrk.headers[\"Seckill-Ticket\"] = \"{ticket}\"\n"),
-        )?;
+        let status_script =
+            wrk::script_file(&format!("wrk.headers[\"Seckill-Ticket\"] = \"{ticket}\"\n"))?;
         let mut rounds = Vec::new();
         for round in 0..ROUNDS {
             // Each first in every other round, as the sold-out row does.

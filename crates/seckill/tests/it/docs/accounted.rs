@@ -72,6 +72,7 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "seckill bench --only room-scripts --room-buyers N",
             "cargo run --release -- bench --only room-scripts --room-buyers 1000000",
             "cargo run --release -- bench --only roomed",
+            "cargo run --release -- bench --only accepted --only sold-out",
             "target/debug/seckill bench --only replica --secs 5",
         ],
         "bench::the_bench_measures_each_row_beside_its_target runs every row, on shorter settings; bench::the_bench_measures_only_the_rows_asked_for runs `--only`",
@@ -86,6 +87,10 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "cargo run --release -- bench --only rooms-end",
         ],
         "bench::the_rooms_end_row_finds_redis_memory_back_where_it_was runs it with 3 rooms of 200 buyers; bench::the_bench_measures_each_row_beside_its_target with the rest",
+    ),
+    (
+        &["cargo run --release -- bench --only redis-cost"],
+        "bench::the_redis_cost_rows_split_a_purchase_from_its_drain runs it with 3,000 purchases; bench::the_bench_measures_each_row_beside_its_target with 500",
     ),
     (
         &["cargo run --release -- bench --only capacity"],
