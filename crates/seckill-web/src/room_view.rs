@@ -285,3 +285,84 @@ impl Shared for Looked {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> View {
+        View {
+            look: SingleFlight::default(),
+            asked: Mutex::new(Instant::now()),
+            buyers: Mutex::default(),
+        }
+    }
+
+    /// A look reads at most `TRACKED_MAX` buyers of a room: past them, a
+    /// buyer the look cannot place is not tracked (and so is asked about
+    /// in Redis each time), while one tracked already stays tracked.
+    #[test]
+    fn a_look_reads_at_most_tracked_max_buyers() {
+        let view = view();
+        for n in 0..TRACKED_MAX + 5 {
+            view.track(&format!("buyer-{n}"));
+        }
+        let (_, tracked) = view.to_send();
+        assert_eq!(tracked.len(), TRACKED_MAX);
+        assert!(tracked.contains(&"buyer-0".to_owned()));
+        assert!(!tracked.contains(&format!("buyer-{TRACKED_MAX}")));
+        // At the limit, a tracked buyer asking again is kept...
+        view.track("buyer-0");
+        let (_, tracked) = view.to_send();
+        assert_eq!(tracked.len(), TRACKED_MAX);
+        assert!(tracked.contains(&"buyer-0".to_owned()));
+        // ...and a new one waits for a place to come free.
+        view.track("late");
+        assert!(!view.to_send().1.contains(&"late".to_owned()));
+    }
+
+    /// A tracked buyer who has not asked for `TRACKED_FOR` is read by
+    /// the looks no more, and frees their place for another; one answered
+    /// from a look since is still read.
+    #[test]
+    fn a_buyer_who_stopped_asking_is_read_no_more() {
+        let view = view();
+        let long_ago = Instant::now()
+            .checked_sub(TRACKED_FOR + Duration::from_millis(1))
+            .expect("the machine has been up longer than that");
+        for n in 0..TRACKED_MAX {
+            view.track(&format!("buyer-{n}"));
+        }
+        for buyer in ["buyer-0", "buyer-1"] {
+            lock(&view.buyers)
+                .tracked
+                .insert(buyer.to_owned(), long_ago);
+        }
+        view.answered("buyer-1", Place::Admitted { until_ms: 0 });
+        let (_, tracked) = view.to_send();
+        assert_eq!(tracked.len(), TRACKED_MAX - 1);
+        assert!(!tracked.contains(&"buyer-0".to_owned()));
+        assert!(tracked.contains(&"buyer-1".to_owned()));
+        view.track("late");
+        assert!(view.to_send().1.contains(&"late".to_owned()));
+    }
+
+    /// A buyer answered in line from a look is sent as seen with the next
+    /// look, once (so that Redis does not take them for gone); one
+    /// answered admitted or bought is not in line, and is not sent.
+    #[test]
+    fn a_buyer_answered_in_line_is_sent_as_seen_once() {
+        let view = view();
+        view.answered(
+            "waiting",
+            Place::Waiting {
+                number: 7,
+                ahead: 3,
+            },
+        );
+        view.answered("admitted", Place::Admitted { until_ms: 0 });
+        view.answered("bought", Place::Bought);
+        assert_eq!(view.to_send().0, ["waiting"]);
+        assert!(view.to_send().0.is_empty());
+    }
+}
