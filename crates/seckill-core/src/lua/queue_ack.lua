@@ -13,7 +13,9 @@
 -- from under the new attempt; checked and removed as separate commands, a
 -- redelivery between the two would be removed all the same.
 --
--- Five calls for the whole batch (`call_many`), not five per job.
+-- Five calls for the whole batch (`call_many`), not five per job. A job
+-- on its first delivery has no attempts entry (queue_reserve.lua), and
+-- is acknowledged as attempt 1.
 local inflight, jobs, attempts = KEYS[2], KEYS[3], KEYS[4]
 local ids = {}
 for i = 1, #ARGV, 2 do
@@ -21,14 +23,18 @@ for i = 1, #ARGV, 2 do
 end
 local leased = call_many('ZMSCORE', inflight, ids)
 local holding = call_many('HMGET', attempts, ids)
-local done, seen = {}, {}
+local done, counted, seen = {}, {}, {}
 for k, id in ipairs(ids) do
-  if leased[k] and holding[k] == ARGV[2 * k] and not seen[id] then
+  -- No entry: the job's first delivery (queue_reserve.lua).
+  if leased[k] and (holding[k] or '1') == ARGV[2 * k] and not seen[id] then
     seen[id] = true
     done[#done + 1] = id
+    if holding[k] then
+      counted[#counted + 1] = id
+    end
   end
 end
 call_many('ZREM', inflight, done)
 call_many('HDEL', jobs, done)
-call_many('HDEL', attempts, done)
+call_many('HDEL', attempts, counted)
 return #done

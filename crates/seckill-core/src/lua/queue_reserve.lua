@@ -9,6 +9,11 @@
 --
 -- Returns { reclaimed, dead_lettered, { {id, payload, attempt}, ... } }.
 --
+-- The attempts hash holds a job's count only past its first delivery: a
+-- job in flight without an entry is on its first, a due one has had none.
+-- Most jobs run once, so most never write it, and never delete from it
+-- (queue_ack.lua): two writes a job fewer, on the drain's every order.
+--
 -- The race this prevents: two workers that read the due jobs at once would
 -- both take the same ones; reading and moving them is one step here.
 --
@@ -34,15 +39,24 @@ local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1
 call_many('ZREM', inflight, expired)
 local tries = call_many('HMGET', attempts, expired)
 -- { score, id, score, id, ... } for ZADD.
-local to_due, to_dead = {}, {}
+local to_due, to_dead, first_tries = {}, {}, {}
 for k, id in ipairs(expired) do
   local pile = to_due
-  if (tonumber(tries[k]) or 0) >= max_attempts then
+  local tried = tonumber(tries[k])
+  if not tried then
+    -- In flight with no entry: its first delivery, now counted, so that
+    -- the next reserve hands it out as the second.
+    tried = 1
+    first_tries[#first_tries + 1] = id
+    first_tries[#first_tries + 1] = 1
+  end
+  if tried >= max_attempts then
     pile = to_dead
   end
   pile[#pile + 1] = now
   pile[#pile + 1] = id
 end
+call_many('HSET', attempts, first_tries)
 call_many('ZADD', dead, to_dead)
 call_many('ZADD', due, to_due)
 local reclaimed, buried = #to_due / 2, #to_dead / 2
@@ -59,8 +73,10 @@ for k, id in ipairs(ids) do
   local payload = payloads[k]
   if payload then
     local attempt = (tonumber(counts[k]) or 0) + 1
-    counted[#counted + 1] = id
-    counted[#counted + 1] = attempt
+    if attempt > 1 then
+      counted[#counted + 1] = id
+      counted[#counted + 1] = attempt
+    end
     leased[#leased + 1] = now + lease
     leased[#leased + 1] = id
     taken[#taken + 1] = { id, payload, attempt }

@@ -21,16 +21,26 @@ local due_at, max_attempts, counted = now + tonumber(ARGV[1]), tonumber(ARGV[2])
 local requeued, buried = 0, 0
 for i = 4, #ARGV, 2 do
   local id, attempt = ARGV[i], ARGV[i + 1]
-  if redis.call('ZSCORE', inflight, id) and redis.call('HGET', attempts, id) == attempt then
+  -- No entry: the job's first delivery (queue_reserve.lua).
+  local holding = redis.call('HGET', attempts, id)
+  if redis.call('ZSCORE', inflight, id) and (holding or '1') == attempt then
     redis.call('ZREM', inflight, id)
     if not counted then
-      redis.call('HINCRBY', attempts, id, -1)
+      -- Not counted: back to the count before this delivery (none
+      -- before the first).
+      if holding then
+        redis.call('HINCRBY', attempts, id, -1)
+      end
       redis.call('ZADD', due, due_at, id)
       requeued = requeued + 1
     elseif tonumber(attempt) >= max_attempts then
       redis.call('ZADD', dead, now, id)
       buried = buried + 1
     else
+      -- Counted: the next reserve hands it out as the next attempt.
+      if not holding then
+        redis.call('HSET', attempts, id, attempt)
+      end
       redis.call('ZADD', due, due_at, id)
       requeued = requeued + 1
     end

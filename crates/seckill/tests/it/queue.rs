@@ -239,6 +239,65 @@ async fn a_job_whose_lease_ran_out_is_delivered_again_and_the_late_ack_is_ignore
     assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 0));
 }
 
+/// A job counts its deliveries only past the first: jobs reserved once
+/// write nothing to the attempts hash (two writes a job fewer on every
+/// order the worker drains), and a job whose lease ran out is counted
+/// then, and delivered as its second attempt, then its third, until it
+/// is given up on.
+#[tokio::test]
+async fn a_job_that_runs_once_never_writes_its_attempts() {
+    let (scratch, queue, mut conn) = setup().await;
+    let attempts = format!("{}:{{q}}:q:attempts", scratch.prefix);
+    let counted = async |conn: &mut redis::aio::MultiplexedConnection| -> Option<String> {
+        redis::cmd("HGET")
+            .arg(&attempts)
+            .arg("late")
+            .query_async(conn)
+            .await
+            .expect("HGET")
+    };
+    enqueue_now(&queue, &mut conn, &[("once", "p"), ("late", "p")]).await;
+    let short = Duration::from_millis(50);
+    let first = queue
+        .reserve(&mut conn, 2, short, 3)
+        .await
+        .expect("reserve");
+    assert_eq!(first.jobs.len(), 2);
+    let written: i64 = redis::cmd("EXISTS")
+        .arg(&attempts)
+        .query_async(&mut conn)
+        .await
+        .expect("EXISTS");
+    assert_eq!(
+        written, 0,
+        "two jobs on their first delivery wrote their attempts"
+    );
+    let once: Vec<_> = first
+        .jobs
+        .iter()
+        .filter(|job| job.id == "once")
+        .cloned()
+        .collect();
+    assert_eq!(queue.ack(&mut conn, &once).await.expect("ack"), 1);
+    for attempt in [2, 3] {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let again = queue
+            .reserve(&mut conn, 1, short, 3)
+            .await
+            .expect("reserve");
+        assert_eq!(again.reclaimed, 1);
+        assert_eq!(again.jobs[0].attempt, attempt);
+        assert_eq!(counted(&mut conn).await, Some(attempt.to_string()));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let last = queue
+        .reserve(&mut conn, 1, short, 3)
+        .await
+        .expect("reserve");
+    assert_eq!((last.reclaimed, last.dead_lettered), (0, 1));
+    assert_eq!(queue.stats(&mut conn).await.expect("stats"), stats(0, 0, 1));
+}
+
 const CHILD_QUEUE: &str = "SECKILL_TEST_QUEUE_CHILD_PREFIX";
 
 #[tokio::test]
