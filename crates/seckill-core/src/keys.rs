@@ -275,9 +275,9 @@ pub struct QueueKeys {
     /// `HASH` job id -> payload: the job bodies, for due, in-flight and dead jobs.
     pub jobs: String,
     /// `HASH` job id -> number of times the job has been reserved, kept
-    /// only past the first: a job in flight with no entry was reserved
-    /// once, a due one never. Most jobs run once, so most never write it
-    /// (`lua/queue_reserve.lua`).
+    /// only past the first: a job in flight with no entry is on its first
+    /// delivery, a due one has had none that counted. Most jobs run once,
+    /// so most never write it (`lua/queue_reserve.lua`).
     pub(crate) attempts: String,
     /// `ZSET` job id -> time it was given up on (ms): the dead-letter set.
     pub dead: String,

@@ -311,7 +311,14 @@ mod tests {
         assert_eq!(tracked.len(), TRACKED_MAX);
         assert!(tracked.contains(&"buyer-0".to_owned()));
         assert!(!tracked.contains(&format!("buyer-{TRACKED_MAX}")));
-        // At the limit, a tracked buyer asking again is kept...
+        // At the limit, a tracked buyer asking again is kept, their time
+        // renewed (asked long ago, they would be dropped at the next look)...
+        let long_ago = Instant::now()
+            .checked_sub(TRACKED_FOR + Duration::from_millis(1))
+            .expect("the machine has been up longer than that");
+        lock(&view.buyers)
+            .tracked
+            .insert("buyer-0".to_owned(), long_ago);
         view.track("buyer-0");
         let (_, tracked) = view.to_send();
         assert_eq!(tracked.len(), TRACKED_MAX);

@@ -65,11 +65,11 @@ local buyers = {}
 for i = 5, #ARGV, 3 do
   buyers[#buyers + 1] = ARGV[i]
 end
--- Every write below is one call for the whole batch (`call_many`), not
--- one per order: Redis spends about as much on each call a script makes
--- as on the write itself, and a sale's purchases all run on one primary,
--- one script at a time. What Redis spends per purchase is the ceiling of
--- a sale (docs/capacity.md).
+-- Every write below is one call for the whole batch (`call_many`,
+-- `push_many`), not one per order: a handful of commands for the script
+-- to run, whatever the batch's size, the waiting room's door included
+-- (its spent check is one SMISMEMBER). What Redis spends per purchase is
+-- the ceiling of a sale (docs/capacity.md).
 local bought = {}
 if roomed then
   bought = call_many('SMISMEMBER', KEYS[9], buyers)

@@ -5,8 +5,8 @@
 -- that "push a job" is written in this one file, in two forms: `push`, two
 -- commands for one job (`purchase_lua.lua`'s one order), and `push_many`,
 -- three variadic calls for a batch of any size (the lock's commit, the
--- worker's deadlines, the queue's enqueue), which for a single job would
--- cost a purchase more.
+-- worker's deadlines, the queue's enqueue): for a single job, one call
+-- more than `push`.
 
 -- The Redis server's clock in milliseconds. Due times and leases are always
 -- measured on this one clock, never on the clocks of the app instances,

@@ -61,7 +61,10 @@ call_many('ZADD', dead, to_dead)
 call_many('ZADD', due, to_due)
 local reclaimed, buried = #to_due / 2, #to_dead / 2
 
--- 2. Take the due jobs, oldest first, and count each delivery. A few calls
+-- 2. Take the due jobs, oldest first, and count each delivery past the
+--    first (and over any entry there is: a count of 0 that scripts before
+--    this rule left when a first delivery was given back uncounted would
+--    otherwise refuse the ack of attempt 1 for good). A few calls
 --    for the whole batch (`call_many`), not four per job: Redis runs one script at a time, so
 --    every call here is time no purchase can run.
 local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)
@@ -73,7 +76,7 @@ for k, id in ipairs(ids) do
   local payload = payloads[k]
   if payload then
     local attempt = (tonumber(counts[k]) or 0) + 1
-    if attempt > 1 then
+    if attempt > 1 or counts[k] then
       counted[#counted + 1] = id
       counted[#counted + 1] = attempt
     end

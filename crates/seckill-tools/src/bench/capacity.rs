@@ -209,6 +209,29 @@ pub(super) async fn drained(store: &Store, sale: i64, units: u32) -> anyhow::Res
     }
 }
 
+/// How long the worker may take to empty a sale's order queue.
+const EMPTY_LIMIT: Duration = Duration::from_secs(60);
+
+/// Wait until `sale`'s order queue holds nothing, waiting or in flight:
+/// the worker has acknowledged every order (after PostgreSQL holds it,
+/// and after scheduling its payment deadline).
+pub(super) async fn emptied(store: &Store, sale: i64) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let queue = store.sale_inside(sale, 0).await?.order_queue;
+        if queue.waiting == 0 && queue.in_flight == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            started.elapsed() < EMPTY_LIMIT,
+            "the order queue still holds {} waiting and {} in flight",
+            queue.waiting,
+            queue.in_flight
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// `requests` new buyers join `sale`'s room, 64 at a time: their tickets.
 async fn joins(url: &str, sale: i64, requests: u32) -> anyhow::Result<Vec<String>> {
     let http = reqwest::Client::new();

@@ -285,15 +285,21 @@ pub(super) fn bare_server() -> anyhow::Result<Bare> {
 
 /// `wrk -t1 -c64 -d<secs>s [-s script] url`: its requests per second.
 pub(super) async fn wrk(url: &str, secs: f64, script: Option<&Path>) -> anyhow::Result<f64> {
+    let report = wrk_report(url, secs, script).await?;
+    requests_per_second(&report).with_context(|| format!("no rate in wrk's report: {report}"))
+}
+
+/// wrk's report of `wrk -t1 -c64 -d<secs>s [-s script] url`.
+async fn wrk_report(url: &str, secs: f64, script: Option<&Path>) -> anyhow::Result<String> {
     let mut command = tokio::process::Command::new("wrk");
     command.args(["-t1", "-c64", &format!("-d{}s", secs.ceil().max(1.0))]);
     if let Some(script) = script {
         command.arg("-s").arg(script);
     }
     let output = command.arg(url).output().await.context("running wrk")?;
-    let report = String::from_utf8_lossy(&output.stdout);
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
     anyhow::ensure!(output.status.success(), "wrk failed: {report}");
-    requests_per_second(&report).with_context(|| format!("no rate in wrk's report: {report}"))
+    Ok(report)
 }
 
 /// What one wrk run answered: requests, of which not 2xx or 3xx, over
@@ -315,16 +321,7 @@ impl Answers {
 /// [`wrk`] with `script`, its answers counted: `12345 requests in 5.00s`
 /// and `Non-2xx or 3xx responses: 12` of its report.
 pub(super) async fn wrk_answers(url: &str, secs: f64, script: &Path) -> anyhow::Result<Answers> {
-    let output = tokio::process::Command::new("wrk")
-        .args(["-t1", "-c64", &format!("-d{}s", secs.ceil().max(1.0))])
-        .arg("-s")
-        .arg(script)
-        .arg(url)
-        .output()
-        .await
-        .context("running wrk")?;
-    let report = String::from_utf8_lossy(&output.stdout);
-    anyhow::ensure!(output.status.success(), "wrk failed: {report}");
+    let report = wrk_report(url, secs, Some(script)).await?;
     answers(&report).with_context(|| format!("no request count in wrk's report: {report}"))
 }
 
