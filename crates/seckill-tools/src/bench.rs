@@ -50,6 +50,7 @@
 //!
 //! Every instance it starts logs as a user's does ([`deployment`]).
 
+mod accepted;
 mod args;
 mod baseline;
 mod burst;
@@ -58,10 +59,10 @@ mod cluster;
 mod compare;
 mod cpu;
 mod ended;
+mod generator;
 mod holder;
 mod lua;
 mod pages;
-mod raised;
 mod redis_cost;
 mod redis_info;
 mod replica;
@@ -206,7 +207,10 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
             BenchRows::Accepted => {
                 for strategy in [Strategy::Lock, Strategy::Lua] {
                     eprintln!("bench: accepted purchases/s with {}", strategy.as_str());
-                    rows.push(accepted_per_second(args, services, &store, &token, strategy).await?);
+                    rows.push(
+                        accepted::accepted_per_second(args, services, &store, &token, strategy)
+                            .await?,
+                    );
                 }
                 for strategy in [Strategy::Lock, Strategy::Lua] {
                     eprintln!(
@@ -214,8 +218,10 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
                         strategy.as_str()
                     );
                     rows.push(
-                        raised::accepted_against_sold_out(args, services, &store, &token, strategy)
-                            .await?,
+                        accepted::accepted_against_sold_out(
+                            args, services, &store, &token, strategy,
+                        )
+                        .await?,
                     );
                 }
             }
@@ -241,7 +247,7 @@ async fn measure(args: &BenchArgs, services: &Services, prefix: &str) -> anyhow:
                 eprintln!("bench: sold-out answers against a bare handler (wrk)");
                 rows.push(wrk::sold_out(args, services, &store, &token).await?);
                 eprintln!("bench: the bundled load generator against wrk, on the bare handler");
-                rows.push(raised::generator_against_wrk(args).await?);
+                rows.push(generator::generator_against_wrk(args).await?);
             }
             BenchRows::Room => {
                 eprintln!("bench: waiting room status answers against sold-out answers (wrk)");
@@ -323,47 +329,6 @@ async fn clean_up(services: &Services, prefix: &str) -> anyhow::Result<()> {
         .await
         .context("dropping the bench's database");
     deleted.and(dropped)
-}
-
-/// New buyers on one big sale for `--secs` seconds: accepted per second.
-async fn accepted_per_second(
-    args: &BenchArgs,
-    services: &Services,
-    store: &Store,
-    token: &str,
-    strategy: Strategy,
-) -> anyhow::Result<Row> {
-    let load = closed_load(args.secs, 64);
-    let no_more = async |_: &Fleet| Ok(());
-    let (report, ()) = run(services, store, token, strategy, 1_000_000, &load, no_more).await?;
-    let per_second = accepted_rate(&report);
-    if strategy != Strategy::Lua {
-        let target = Bound::AtLeast(8_000.0);
-        return Ok(Row {
-            figure: "accepted purchases/s on one sale, lock",
-            measured: format!("{}/s", target.shown(per_second, 0)),
-            target: ">= 8,000",
-            met: Some(target.met(per_second)),
-            value: Figure::higher(per_second),
-        });
-    }
-    // Measured after the run, so that the two never share the cores.
-    let script = lua::script_per_second(&services.redis, store, args.secs).await?;
-    let target = Bound::AtLeast(80.0);
-    let percent = script.map(|script| per_second / script * 100.0);
-    Ok(Row {
-        figure: "accepted purchases/s on one sale, lua / redis-benchmark running the script",
-        measured: match (script, percent) {
-            (Some(script), Some(percent)) => format!(
-                "{}% ({per_second:.0}/s; the script alone: {script:.0}/s)",
-                target.shown(percent, 0)
-            ),
-            _ => format!("{per_second:.0}/s (no redis-benchmark baseline here)"),
-        },
-        target: ">= 80%",
-        met: percent.map(|percent| target.met(percent)),
-        value: percent.and_then(Figure::higher),
-    })
 }
 
 /// New buyers, each request once, over `connections` for `secs`, checked

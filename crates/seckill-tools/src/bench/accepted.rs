@@ -1,38 +1,70 @@
-//! The raised targets of issue 40, each a ratio against a baseline
-//! measured in the same run, with `wrk` (one thread, 64 connections,
-//! `--secs` a run, three rounds alternated (`wrk::alternated`), the round of the median
-//! ratio shown):
-//! - **accepted purchases against sold-out answers**, with `lock` and with
-//!   `lua`: on one instance, a sale of more units than a run sells (a new
-//!   one each round), every request a new buyer, against a sold-out sale
-//!   on the same instance; each accepted run's orders drained before the
-//!   next run starts;
-//! - **the bundled load generator against wrk**: both on the bench's bare
-//!   handler (`wrk.rs`), the same connections, closed loop. The generator
-//!   runs in the bench's process, beside the bare handler, as wrk runs
-//!   beside it in a process of its own.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! The accepted purchases rows (`seckill bench --only accepted`), every
+//! request a new buyer on a sale of a million units:
+//! - **accepted purchases per second** with `lock`, and with `lua` beside
+//!   `redis-benchmark` running the same script (`lua.rs`): the bundled
+//!   load generator, 64 connections for `--secs`, on two instances;
+//! - **accepted purchases against sold-out answers** (issue 40's raised
+//!   target), with `lock` and with `lua`, with `wrk` on one instance: a
+//!   new sale each round, against a sold-out sale on the same instance,
+//!   three rounds alternated (`wrk::alternated`), the round of the median
+//!   ratio shown; each accepted run's orders drained before the next run
+//!   starts.
 
 use super::capacity::emptied;
+use super::compare::Figure;
 use super::wrk::{self, alternated, median_ratio_row, not_installed, wrk_installed};
-use super::{BenchArgs, Row};
+use super::{BenchArgs, Bound, Row};
 use crate::loadrun;
 use seckill_core::config::Strategy;
 use seckill_core::store::Store;
 use seckill_devenv::processes::Fleet;
 use seckill_devenv::services::Services;
-use seckill_loadtest::http::Target;
-use seckill_loadtest::progress::Progress;
-use seckill_loadtest::scenario::{self, Plan, Scenario, Shape};
+
+/// New buyers on one big sale for `--secs` seconds: accepted per second.
+pub(super) async fn accepted_per_second(
+    args: &BenchArgs,
+    services: &Services,
+    store: &Store,
+    token: &str,
+    strategy: Strategy,
+) -> anyhow::Result<Row> {
+    let load = super::closed_load(args.secs, 64);
+    let no_more = async |_: &Fleet| Ok(());
+    let (report, ()) =
+        super::run(services, store, token, strategy, 1_000_000, &load, no_more).await?;
+    let per_second = super::accepted_rate(&report);
+    if strategy != Strategy::Lua {
+        let target = Bound::AtLeast(8_000.0);
+        return Ok(Row {
+            figure: "accepted purchases/s on one sale, lock",
+            measured: format!("{}/s", target.shown(per_second, 0)),
+            target: ">= 8,000",
+            met: Some(target.met(per_second)),
+            value: Figure::higher(per_second),
+        });
+    }
+    // Measured after the run, so that the two never share the cores.
+    let script = super::lua::script_per_second(&services.redis, store, args.secs).await?;
+    let target = Bound::AtLeast(80.0);
+    let percent = script.map(|script| per_second / script * 100.0);
+    Ok(Row {
+        figure: "accepted purchases/s on one sale, lua / redis-benchmark running the script",
+        measured: match (script, percent) {
+            (Some(script), Some(percent)) => format!(
+                "{}% ({per_second:.0}/s; the script alone: {script:.0}/s)",
+                target.shown(percent, 0)
+            ),
+            _ => format!("{per_second:.0}/s (no redis-benchmark baseline here)"),
+        },
+        target: ">= 80%",
+        met: percent.map(|percent| target.met(percent)),
+        value: percent.and_then(Figure::higher),
+    })
+}
 
 /// Units of each round's sale (the most a sale may have): more than one
 /// run sells, at 200,000/s for 5 s.
 const UNITS: u32 = 1_000_000;
-/// Connections in every run, wrk's and the generator's.
-const CONNECTIONS: usize = 64;
-
 /// wrk's script for purchases by new buyers: each request a buyer of its
 /// own, named `{tag}-1`, `{tag}-2`...
 fn new_buyers_script(tag: &str) -> String {
@@ -83,44 +115,6 @@ pub(super) async fn accepted_against_sold_out(
     .await;
     cluster.stop().await;
     Ok(median_ratio_row(figure, rounds?, 0.50, ">= 0.50"))
-}
-
-/// The bundled generator's requests/s against wrk's, on the bare handler.
-pub(super) async fn generator_against_wrk(args: &BenchArgs) -> anyhow::Result<Row> {
-    let figure = "the bundled load generator / wrk, closed loop on the bare handler";
-    if !wrk_installed().await {
-        return Ok(not_installed(figure, ">= 0.90"));
-    }
-    let bare = wrk::bare_server()?;
-    let rounds = async {
-        let script = wrk::same_buyer_script()?;
-        let target = Target::resolve(&bare.url).await?;
-        let purchase = bare.purchase_url();
-        alternated(async |which| match which {
-            0 => generator(&target, args.secs).await,
-            _ => wrk::wrk(&purchase, args.secs, Some(script.path())).await,
-        })
-        .await
-    }
-    .await;
-    bare.handle.stop(true).await;
-    Ok(median_ratio_row(figure, rounds?, 0.90, ">= 0.90"))
-}
-
-/// The generator's closed loop on `target` for `secs`: answers per second.
-async fn generator(target: &Arc<Target>, secs: f64) -> anyhow::Result<f64> {
-    // Buyers enough for 200,000 answers a second (twice the fastest
-    // seen): a closed loop that ran out of buyers would stop early.
-    let buyers = (secs * 200_000.0).ceil().clamp(1_000.0, 100_000_000.0) as u32;
-    let plan = Arc::new(Plan::new(1, buyers, 0.0, vec![target.clone()]));
-    let shape = Shape {
-        scenario: Scenario::Closed,
-        rate: 0.0,
-        duration: Some(Duration::from_secs_f64(secs)),
-        connections: CONNECTIONS,
-    };
-    let run = scenario::run(&plan, shape, &Progress::stderr()).await?;
-    Ok(run.samples.len() as f64 / run.wall.as_secs_f64())
 }
 
 #[cfg(test)]
