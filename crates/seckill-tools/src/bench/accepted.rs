@@ -96,7 +96,7 @@ pub(super) async fn accepted_against_sold_out(
         let same = wrk::same_buyer_script()?;
         let sold_out = wrk::sold_out_sale(store, &url, same.path()).await?;
         let new = wrk::script_file(&new_buyers_script("wrk-buyer"))?;
-        alternated(async |which| {
+        alternated(args.rounds(wrk::ROUNDS), async |which| {
             if which == 1 {
                 return wrk::wrk(&sold_out, args.secs, Some(same.path())).await;
             }

@@ -64,6 +64,14 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(100..=10_000_000))]
     pub(crate) capacity_requests: u32,
 
+    /// Rounds of each row measured against its baseline, the two runs
+    /// alternated (each first in every other round; the row shows the
+    /// median round). Each row's own when not given: 3 for the wrk rows,
+    /// 5 for the watched burst and the roomed sale, 2 for `replica`
+    /// against `local`. Fewer is quicker, and noisier.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=99))]
+    pub(crate) rounds: Option<u16>,
+
     /// Measure only these rows (repeat the flag for several); every row
     /// when not given.
     #[arg(long = "only", value_enum)]
@@ -72,6 +80,13 @@ pub struct BenchArgs {
     /// The drain's worker (its batch size above all).
     #[command(flatten)]
     pub(crate) worker: seckill_cli::WorkerFlags,
+}
+
+impl BenchArgs {
+    /// The rounds of a row whose own count is `usual` (`--rounds`).
+    pub(crate) fn rounds(&self, usual: usize) -> usize {
+        self.rounds.map_or(usual, usize::from)
+    }
 }
 
 /// The groups of rows `seckill bench --only` can pick.

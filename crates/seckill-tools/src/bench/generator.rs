@@ -28,7 +28,7 @@ pub(super) async fn generator_against_wrk(args: &BenchArgs) -> anyhow::Result<Ro
         let script = wrk::same_buyer_script()?;
         let target = Target::resolve(&bare.url).await?;
         let purchase = bare.purchase_url();
-        alternated(async |which| match which {
+        alternated(args.rounds(wrk::ROUNDS), async |which| match which {
             0 => generator(&target, args.secs).await,
             _ => wrk::wrk(&purchase, args.secs, Some(script.path())).await,
         })

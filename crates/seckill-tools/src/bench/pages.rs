@@ -77,10 +77,10 @@ pub(super) async fn open_pages(
     })
 }
 
-/// The burst of the burst rows, [`ROUNDS`] times alone and as many times
-/// while `--pages` pages of its sale are open on its first instance,
-/// alternated, each on two instances of its own just started, as the
-/// burst row's is: the medians side by side.
+/// The burst of the burst rows, [`ROUNDS`] times (`--rounds`) alone and
+/// as many times while `--pages` pages of its sale are open on its first
+/// instance, alternated, each on two instances of its own just started,
+/// as the burst row's is: the medians side by side.
 ///
 /// Instances of their own for each burst, because what a burst costs
 /// depends on the memory its instances already hold: an instance's half of
@@ -98,7 +98,7 @@ pub(super) async fn watched_burst(
     token: &str,
 ) -> anyhow::Result<[Row; 2]> {
     let (mut alone, mut watched) = (Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
+    for round in 0..args.rounds(ROUNDS) {
         // Each kind first in every other round: neither always follows
         // the other.
         let watched_first = round % 2 == 1;

@@ -50,7 +50,7 @@ pub(super) async fn roomed_against_unroomed(
     for strategy in [Strategy::Lock, Strategy::Lua] {
         let purchaser = Arc::new(purchaser(store, strategy));
         let mut ratios = Vec::new();
-        for round in 0..ROUNDS {
+        for round in 0..args.rounds(ROUNDS) {
             // Which goes first alternates, so that neither always meets
             // the other's leftovers.
             let mut rates = [0.0; 2];
@@ -76,8 +76,9 @@ pub(super) async fn roomed_against_unroomed(
     Ok(Row {
         figure: "accepted purchases/s on a roomed sale / an unroomed one (in-process)",
         measured: format!(
-            "{}x (median of {ROUNDS} alternated; {})",
+            "{}x (median of {} alternated; {})",
             target.shown(worst, 2),
+            args.rounds(ROUNDS),
             shown.join(", ")
         ),
         target: ">= 0.95x",

@@ -64,12 +64,13 @@ pub(super) async fn status_against_sold_out(
     cluster.stop().await;
     let target = Bound::AtLeast(0.80);
     let mut rows = rounds?.into_iter().zip(FIGURES).map(|(rounds, figure)| {
+        let count = rounds.len();
         let [status, sold_out] = wrk::median_round(rounds);
         let ratio = status / sold_out;
         Row {
             figure,
             measured: format!(
-                "{} ({status:.0}/s vs {sold_out:.0}/s; median of {ROUNDS} alternated)",
+                "{} ({status:.0}/s vs {sold_out:.0}/s; median of {count} alternated)",
                 target.shown(ratio, 2)
             ),
             target: TARGET,
@@ -91,19 +92,14 @@ async fn measure(args: &BenchArgs, store: &Store, url: &str) -> anyhow::Result<V
     for ticket in [far, near, admitted] {
         let status_script =
             wrk::script_file(&format!("wrk.headers[\"Seckill-Ticket\"] = \"{ticket}\"\n"))?;
-        let mut rounds = Vec::new();
-        for round in 0..ROUNDS {
-            // Each first in every other round, as the sold-out row does.
-            let mut pair = [0.0; 2];
-            for which in [round % 2, 1 - round % 2] {
-                pair[which] = if which == 0 {
-                    wrk::wrk(&status, args.secs, Some(status_script.path())).await?
-                } else {
-                    wrk::wrk(&purchase, args.secs, Some(purchase_script.path())).await?
-                };
+        let rounds = wrk::alternated(args.rounds(ROUNDS), async |which| {
+            if which == 0 {
+                wrk::wrk(&status, args.secs, Some(status_script.path())).await
+            } else {
+                wrk::wrk(&purchase, args.secs, Some(purchase_script.path())).await
             }
-            rounds.push(pair);
-        }
+        })
+        .await?;
         each.push(rounds);
     }
     Ok(each)

@@ -3,7 +3,7 @@
 //! - a sold-out purchase (answered from the instance's sold-out flag)
 //!   against a bare actix-web handler that parses the same JSON body and
 //!   answers the same `409`, served by this process, alternated
-//!   [`ROUNDS`] times;
+//!   [`ROUNDS`] times (`--rounds`);
 //! - the storefront index with 20 sales against a sale page, and the index
 //!   with 1,000 sales against itself with 20. These run on a database and a
 //!   key prefix of their own, dropped afterwards, so that the index holds
@@ -48,7 +48,7 @@ pub(super) async fn sold_out(
     let rounds = async {
         let purchase = sold_out_sale(store, &url, script.path()).await?;
         let bare = format!("{}/buy", bare.url);
-        alternated(async |which| {
+        alternated(args.rounds(ROUNDS), async |which| {
             wrk([&purchase, &bare][which], args.secs, Some(script.path())).await
         })
         .await
@@ -57,6 +57,7 @@ pub(super) async fn sold_out(
     bare.handle.stop(true).await;
     cluster.stop().await;
     let rounds = rounds?;
+    let count = rounds.len();
     let target = Bound::AtLeast(0.95);
     // The target holds in every round, not only in the median one.
     let each: Vec<f64> = rounds.iter().map(|[rate, bare]| rate / bare).collect();
@@ -66,7 +67,7 @@ pub(super) async fn sold_out(
     Ok(Row {
         figure,
         measured: format!(
-            "{} ({rate:.0}/s vs {bare_rate:.0}/s, the median of {ROUNDS} alternated; every round: {})",
+            "{} ({rate:.0}/s vs {bare_rate:.0}/s, the median of {count} alternated; every round: {})",
             target.shown(ratio, 2),
             shown.join(", ")
         ),
@@ -114,21 +115,22 @@ pub(super) async fn sold_out_sale(
 /// pair moved from 0.59 to 0.94 from one run to the next on this machine.
 pub(super) const ROUNDS: usize = 3;
 
-/// [`ROUNDS`] rounds of two runs, `run(0)` and `run(1)`, each first in
+/// `rounds` rounds of two runs, `run(0)` and `run(1)`, each first in
 /// every other round: neither always runs on a machine the other has just
 /// warmed or loaded. Each round's two rates.
 pub(super) async fn alternated(
+    rounds: usize,
     mut run: impl AsyncFnMut(usize) -> anyhow::Result<f64>,
 ) -> anyhow::Result<Vec<[f64; 2]>> {
-    let mut rounds = Vec::new();
-    for round in 0..ROUNDS {
+    let mut each = Vec::with_capacity(rounds);
+    for round in 0..rounds {
         let mut pair = [0.0; 2];
         for which in [round % 2, 1 - round % 2] {
             pair[which] = run(which).await?;
         }
-        rounds.push(pair);
+        each.push(pair);
     }
-    Ok(rounds)
+    Ok(each)
 }
 
 /// The row of two alternated runs' ratio, the first's rate over the
@@ -140,13 +142,14 @@ pub(super) fn median_ratio_row(
     at_least: f64,
     target: &'static str,
 ) -> Row {
+    let count = rounds.len();
     let [rate, baseline] = median_round(rounds);
     let ratio = rate / baseline;
     let bound = Bound::AtLeast(at_least);
     Row {
         figure,
         measured: format!(
-            "{} ({rate:.0}/s vs {baseline:.0}/s; median of {ROUNDS} alternated)",
+            "{} ({rate:.0}/s vs {baseline:.0}/s; median of {count} alternated)",
             bound.shown(ratio, 2)
         ),
         target,

@@ -3,8 +3,6 @@
 use crate::helpers::{Scratch, seckill_command};
 use crate::processes::{RUN_LIMIT, finish, finish_within, sale_count, text};
 
-/// `seckill bench`, small: every row measured or said not to be, each
-/// beside its target, and nothing of it left afterwards.
 /// The header line of the bench's table in `stdout`.
 fn table_header(stdout: &str) -> &str {
     stdout
@@ -13,12 +11,45 @@ fn table_header(stdout: &str) -> &str {
         .unwrap_or_else(|| panic!("no table:\n{stdout}"))
 }
 
+/// `seckill bench`, small: every row measured or said not to be, each
+/// beside its target, and nothing of it left afterwards.
 #[tokio::test]
 async fn the_bench_measures_each_row_beside_its_target() {
     let _cores = crate::helpers::cores_alone().await;
     let scratch = Scratch::new().await;
+    // Every group of rows but three, each tested below on its own (one
+    // round of each comparison: a row's figures, not their noise, are
+    // what this test checks).
     let args = [
         "bench",
+        "--only",
+        "burst",
+        "--only",
+        "accepted",
+        "--only",
+        "cluster",
+        "--only",
+        "replica",
+        "--only",
+        "drain",
+        "--only",
+        "idle",
+        "--only",
+        "sold-out",
+        "--only",
+        "room",
+        "--only",
+        "room-scripts",
+        "--only",
+        "roomed",
+        "--only",
+        "index",
+        "--only",
+        "pages",
+        "--only",
+        "ended",
+        "--rounds",
+        "1",
         "--secs",
         "0.5",
         "--burst-users",
@@ -35,12 +66,6 @@ async fn the_bench_measures_each_row_beside_its_target() {
         "100",
         "--room-buyers",
         "200",
-        "--ended-rooms",
-        "3",
-        "--room-buyers-each",
-        "200",
-        "--capacity-requests",
-        "500",
     ];
     let bench = seckill_command(&scratch, &args, &[])
         .spawn()
@@ -153,7 +178,6 @@ async fn the_bench_measures_each_row_beside_its_target() {
             "burst while the pages watch one instance: p99 (median)",
             "unchanged: <= 1.25x the burst alone",
         ),
-        (ROOMS_END, ROOMS_END_TARGET),
         (
             "an instance's memory after ended sales: --ended-sales vs 10",
             "<= 1.25x",
@@ -162,11 +186,7 @@ async fn the_bench_measures_each_row_beside_its_target() {
             "accepted purchases/s on a live sale after ended sales: --ended-sales vs 10",
             ">= 0.85x",
         ),
-    ]
-    .into_iter()
-    .chain(CAPACITY_ROWS.map(|figure| (figure, CAPACITY_TARGET)))
-    .chain(REDIS_COST_ROWS)
-    {
+    ] {
         let line = stdout
             .lines()
             .find(|line| line.starts_with(figure))
