@@ -175,11 +175,11 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
     ),
     (
         &["cargo run --release -- lab --exit"],
-        "lab::the_lab_runs_every_row_as_expected_and_exits_0",
+        "not run: the full lab is the workshop guide's last step, run serving and checked by workshop::every_command_of_the_workshop_guide_runs_and_ends_well with the checks lab.rs gives it; --exit's quitting after the table and its exit codes by lab::a_row_not_as_expected_exits_1_and_an_untaught_pairing_runs",
     ),
     (
         &["redis-cli -u ... PTTL"],
-        "not run: the command the lab prints for the reader to look at a lock; lab::the_lab_runs_every_row_as_expected_and_exits_0 checks the TTLs the lab reads",
+        "not run: the command the lab prints for the reader to look at a lock; workshop::every_command_of_the_workshop_guide_runs_and_ends_well checks the TTLs the full lab reads, with the checks lab.rs gives it",
     ),
     (
         &["seckill-loadtest --spawn"],
