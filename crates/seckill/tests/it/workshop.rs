@@ -56,9 +56,10 @@ fn the_guide_has_about_eight_steps_each_with_a_command_and_a_question() {
 /// prefix of its own and in an empty directory (the reports go there). A
 /// command that keeps serving until Ctrl-C must print "Press Ctrl-C to
 /// stop." and then stop cleanly on SIGINT; the others must exit 0, and a
-/// lab must say every row was as expected. The last step's full lab is
-/// the suite's only one: its table, report and database are checked as
-/// `lab.rs` says (`lab::the_full_lab_holds`).
+/// lab must say every row was as expected. The last step's full lab and
+/// step 11's failover comparison are the suite's only ones: each is
+/// checked as `lab.rs` and `chaos.rs` say (`lab::the_full_lab_holds`,
+/// `chaos::the_failover_comparison_holds`).
 #[tokio::test]
 async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
     // The whole lab, a chaos run and a failover under sentinels that call
@@ -124,6 +125,12 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
             "{command}\n{}",
             text(&output)
         );
+        if args.contains(&"--compare-durability") {
+            // Its reports go to target/seckill-chaos by default, and it
+            // has a crowd of 300 unless told otherwise.
+            let reports = dir.path().join("target/seckill-chaos");
+            crate::chaos::the_failover_comparison_holds(&output, &reports, 300);
+        }
         if args[0] == "lab" {
             let stdout = String::from_utf8_lossy(&output.stdout);
             assert!(

@@ -132,7 +132,7 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
         &[
             "cargo run --release -- chaos --compare-durability --duration-secs 15 --rate 500 --users 9000 --stock 8000",
         ],
-        "chaos::a_failover_takes_back_202s_under_local_durability_and_none_under_replica runs it with fewer buyers, a lower rate and a shorter run",
+        "workshop::every_command_of_the_workshop_guide_runs_and_ends_well runs it as the guide's step 11 does, with fewer buyers, a lower rate and a shorter run, and checks it as chaos.rs says",
     ),
     (
         &[
@@ -141,7 +141,7 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "seckill chaos --fault redis-failover",
             "seckill chaos --compare-durability",
         ],
-        "not run as written (a failover run on sentinels each): --compare-durability makes these two runs one after the other, the durability set by its environment variable rather than this flag, and chaos::a_failover_takes_back_202s_under_local_durability_and_none_under_replica runs that, shorter",
+        "not run as written (a failover run on sentinels each): --compare-durability makes these two runs one after the other, the durability set by its environment variable rather than this flag, and workshop::every_command_of_the_workshop_guide_runs_and_ends_well runs that, shorter (the guide's step 11), checked as chaos.rs says",
     ),
     (
         &[
