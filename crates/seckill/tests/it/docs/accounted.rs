@@ -60,6 +60,7 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "cargo run --release -- bench --only room",
             "cargo run --release -- bench --only room --only ended",
             "cargo run --release -- bench --only room --only roomed",
+            "cargo run --release -- bench --only roomed --only ended",
             "seckill bench --only accepted",
             "seckill bench --only burst",
             "seckill bench --only drain",
