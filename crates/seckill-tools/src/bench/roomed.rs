@@ -45,12 +45,13 @@ pub(super) async fn roomed_against_unroomed(
     args: &BenchArgs,
     store: &Store,
 ) -> anyhow::Result<Row> {
+    let rounds = args.rounds(ROUNDS);
     let mut shown = Vec::new();
     let mut worst = f64::INFINITY;
     for strategy in [Strategy::Lock, Strategy::Lua] {
         let purchaser = Arc::new(purchaser(store, strategy));
         let mut ratios = Vec::new();
-        for round in 0..args.rounds(ROUNDS) {
+        for round in 0..rounds {
             // Which goes first alternates, so that neither always meets
             // the other's leftovers.
             let mut rates = [0.0; 2];
@@ -76,9 +77,8 @@ pub(super) async fn roomed_against_unroomed(
     Ok(Row {
         figure: "accepted purchases/s on a roomed sale / an unroomed one (in-process)",
         measured: format!(
-            "{}x (median of {} alternated; {})",
+            "{}x (median of {rounds} alternated; {})",
             target.shown(worst, 2),
-            args.rounds(ROUNDS),
             shown.join(", ")
         ),
         target: ">= 0.95x",

@@ -17,56 +17,35 @@ fn table_header(stdout: &str) -> &str {
 async fn the_bench_measures_each_row_beside_its_target() {
     let _cores = crate::helpers::cores_alone().await;
     let scratch = Scratch::new().await;
-    // Every group of rows but three, each tested below on its own (one
-    // round of each comparison: a row's figures, not their noise, are
-    // what this test checks).
-    let args = [
-        "bench",
-        "--only",
-        "burst",
-        "--only",
-        "accepted",
-        "--only",
-        "cluster",
-        "--only",
-        "replica",
-        "--only",
-        "drain",
-        "--only",
-        "idle",
-        "--only",
-        "sold-out",
-        "--only",
-        "room",
-        "--only",
-        "room-scripts",
-        "--only",
-        "roomed",
-        "--only",
-        "index",
-        "--only",
-        "pages",
-        "--only",
-        "ended",
-        "--rounds",
-        "1",
-        "--secs",
-        "0.5",
-        "--burst-users",
-        "200",
-        "--memory-buyers",
-        "600",
-        "--drain-orders",
-        "300",
-        "--drain-orders-large",
-        "600",
-        "--pages",
-        "200",
-        "--ended-sales",
-        "100",
-        "--room-buyers",
-        "200",
-    ];
+    // Every group of rows but three, each tested below on its own
+    // (`every_group_of_rows_has_a_test` keeps the list whole), one round of
+    // each comparison: a row's figures, not their noise, are what this
+    // test checks.
+    let only = GROUPS_HERE.iter().flat_map(|group| ["--only", group]);
+    let args: Vec<&str> = ["bench"]
+        .into_iter()
+        .chain(only)
+        .chain([
+            "--rounds",
+            "1",
+            "--secs",
+            "0.5",
+            "--burst-users",
+            "200",
+            "--memory-buyers",
+            "600",
+            "--drain-orders",
+            "300",
+            "--drain-orders-large",
+            "600",
+            "--pages",
+            "200",
+            "--ended-sales",
+            "100",
+            "--room-buyers",
+            "200",
+        ])
+        .collect();
     let bench = seckill_command(&scratch, &args, &[])
         .spawn()
         .expect("the bench starts");
@@ -214,6 +193,20 @@ async fn the_bench_measures_each_row_beside_its_target() {
             );
         }
     }
+    // `--rounds 1`: every row of alternated runs ran one round.
+    let alternated: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.contains(" alternated"))
+        .collect();
+    assert!(
+        alternated
+            .iter()
+            .any(|line| line.starts_with("accepted purchases/s on a roomed sale")),
+        "{stdout}"
+    );
+    for line in alternated {
+        assert!(line.contains("median of 1 alternated"), "{line}");
+    }
     // The memory is read after every buyer asked for, the burst's 200 and
     // one more burst of 400 (the open-files limit allows far more at once).
     assert!(
@@ -225,6 +218,55 @@ async fn the_bench_measures_each_row_beside_its_target() {
     assert_eq!(bench_databases(pid).await, 0);
     assert_eq!(sale_count(&scratch).await, 0);
     assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
+}
+
+/// The groups of rows the test of every row runs.
+const GROUPS_HERE: [&str; 13] = [
+    "burst",
+    "accepted",
+    "cluster",
+    "replica",
+    "drain",
+    "idle",
+    "sold-out",
+    "room",
+    "room-scripts",
+    "roomed",
+    "index",
+    "pages",
+    "ended",
+];
+/// The groups each tested on its own, below.
+const GROUPS_ALONE: [&str; 3] = ["rooms-end", "capacity", "redis-cost"];
+
+/// Every group `seckill bench --only` takes is run by a test: the test of
+/// every row, or one of its own. A group added to the bench and to
+/// neither list fails here.
+#[test]
+fn every_group_of_rows_has_a_test() {
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .args(["bench", "--help"])
+        .output()
+        .expect("seckill bench --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let values = help
+        .split_once("--only <ONLY>")
+        .and_then(|(_, after)| after.split_once("Possible values:"))
+        .map(|(_, after)| after)
+        .unwrap_or_else(|| panic!("no values of --only:\n{help}"));
+    // The lines after "Possible values:", one a group: "- name: what".
+    let mut groups: Vec<&str> = values
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .take_while(|line| line.starts_with("- "))
+        .filter_map(|line| line.strip_prefix("- ")?.split_once(':'))
+        .map(|(group, _)| group)
+        .collect();
+    let mut tested: Vec<&str> = GROUPS_HERE.iter().chain(&GROUPS_ALONE).copied().collect();
+    groups.sort_unstable();
+    tested.sort_unstable();
+    assert_eq!(groups, tested);
 }
 
 /// The rooms-end row, and its target.

@@ -66,6 +66,8 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
     // a primary down after 2 s without an answer: not beside the tests
     // that saturate both cores.
     let _cores = crate::helpers::cores_alone().await;
+    // The guide's full lab and its failover comparison, each checked once.
+    let (mut full_labs, mut comparisons) = (0, 0);
     for command in commands(GUIDE) {
         let args: Vec<&str> = command
             .strip_prefix(RUN)
@@ -107,7 +109,9 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
                 first_in_the_audiences_line(&page).await;
             }
             assert_eq!(interrupt(child).await, Some(0), "{command}");
-            if args == ["lab"] {
+            // The full lab: every strategy, as `lab` runs it by default.
+            if args[0] == "lab" && !args.contains(&"--strategy") {
+                full_labs += 1;
                 // The lab's reports go to target/seckill-lab by default.
                 let reports = dir.path().join("target/seckill-lab");
                 crate::lab::the_full_lab_holds(&scratch, &reports, &printed).await;
@@ -126,6 +130,7 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
             text(&output)
         );
         if args.contains(&"--compare-durability") {
+            comparisons += 1;
             // Its reports go to target/seckill-chaos by default, and it
             // has a crowd of 300 unless told otherwise.
             let reports = dir.path().join("target/seckill-chaos");
@@ -139,6 +144,13 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
             );
         }
     }
+    // The suite runs neither anywhere else: a guide without them would
+    // leave them untested.
+    assert_eq!(
+        (full_labs, comparisons),
+        (1, 1),
+        "the guide's full labs (serving) and failover comparisons"
+    );
 }
 
 /// The audience's sale of `demo --waiting-room` has a room that takes a
