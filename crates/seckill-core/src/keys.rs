@@ -241,7 +241,7 @@ pub(crate) fn channel_pattern(prefix: &str, which: SaleChannel) -> String {
 /// `text` as a Redis glob pattern (`PSUBSCRIBE`, `KEYS`, `SCAN MATCH`)
 /// that matches itself only: the pattern characters escaped with a
 /// backslash.
-pub(crate) fn glob_literal(text: &str) -> String {
+pub fn glob_literal(text: &str) -> String {
     let mut pattern = String::with_capacity(text.len());
     for c in text.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

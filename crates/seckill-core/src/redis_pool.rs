@@ -319,9 +319,16 @@ impl RedisPool {
     /// went (the bench after a room of 1,000,000). `UNLINK` takes the
     /// keys out at once and frees them on another thread.
     pub async fn delete_under(&self, prefix: &str) -> anyhow::Result<()> {
+        self.delete_matching(&format!("{}:*", crate::keys::glob_literal(prefix)))
+            .await
+    }
+
+    /// Delete every key `pattern` (a `KEYS` glob) matches, as
+    /// [`RedisPool::delete_under`] does.
+    pub async fn delete_matching(&self, pattern: &str) -> anyhow::Result<()> {
         let mut conn = self.get().await?;
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}:*", crate::keys::glob_literal(prefix)))
+            .arg(pattern)
             .query_async(&mut conn)
             .await?;
         if !keys.is_empty() {

@@ -61,6 +61,7 @@ mod cpu;
 mod ended;
 mod generator;
 mod holder;
+mod leftovers;
 mod lua;
 mod pages;
 mod redis_cost;
@@ -149,6 +150,9 @@ pub(crate) async fn bench(
     // Ctrl-C, from here on, ends the measuring, not the process: the
     // clean-up below runs.
     let stop = seckill_cli::process::stop_requested();
+    // Held until the clean-up below is done; a bench killed before it
+    // leaves its database and keys to the next bench (`leftovers.rs`).
+    let _held = leftovers::hold_and_sweep(services, &RUN).await?;
     // What the bench writes is measurement, not the user's: a database and
     // a key prefix of its own, dropped afterwards, failed run or not. (In
     // the app's database, its live "Bench drain" sales of 20,000 units were

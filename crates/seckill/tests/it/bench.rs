@@ -504,6 +504,51 @@ async fn an_interrupted_bench_leaves_nothing_behind() {
     assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
 }
 
+/// A bench killed outright (SIGKILL: no clean-up runs) leaves its
+/// database and keys; the next bench takes them away, whatever its
+/// prefix. A bench that is alive keeps its own while another runs beside
+/// it.
+#[tokio::test]
+async fn the_next_bench_takes_away_what_a_bench_killed_outright_left() {
+    let scratch = Scratch::new().await;
+    let args = ["bench", "--only", "burst", "--burst-users", "200"];
+    // What it prints is not read: nothing of it may wait on a full pipe.
+    let mut killed = seckill_command(&scratch, &args, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the bench starts");
+    let pid = killed.id().expect("running");
+    crate::helpers::eventually(RUN_LIMIT, "the bench's sale in Redis", || async {
+        !keys_left(&scratch).await.is_empty()
+    })
+    .await;
+    assert_eq!(bench_databases(pid).await, 1);
+    // Another bench, while the first is alive: the first's are its own.
+    let idle = ["bench", "--only", "idle"];
+    let beside = finish(seckill_command(&scratch, &idle, &[])).await;
+    assert_eq!(beside.status.code(), Some(0), "{}", text(&beside));
+    assert_eq!(bench_databases(pid).await, 1, "{}", text(&beside));
+    assert!(!keys_left(&scratch).await.is_empty(), "{}", text(&beside));
+
+    killed.start_kill().expect("SIGKILL");
+    killed.wait().await.expect("the bench ended");
+    assert_eq!(bench_databases(pid).await, 1, "the kill left no database");
+    // The next bench, under a prefix of its own: the run's keys go all
+    // the same.
+    let own = format!("{}-next", scratch.prefix);
+    let prefix = [("SECKILL_REDIS_PREFIX", own.as_str())];
+    let next = finish(seckill_command(&scratch, &idle, &prefix)).await;
+    assert_eq!(next.status.code(), Some(0), "{}", text(&next));
+    let said = String::from_utf8_lossy(&next.stderr);
+    assert!(
+        said.contains("bench: took away what a bench killed outright left"),
+        "{said}"
+    );
+    assert_eq!(bench_databases(pid).await, 0, "{said}");
+    assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
+}
+
 /// Databases the bench of process `pid` made (its own, and the index's),
 /// each named after the pid and a random tag of eight hex digits.
 async fn bench_databases(pid: u32) -> i64 {
