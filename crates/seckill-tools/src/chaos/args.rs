@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::Serialize;
 
+/// `--crowd` unless told otherwise: the waiting crowd's buyers.
+pub const DEFAULT_CROWD: u32 = 300;
+
 /// The faults `seckill chaos` can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -130,7 +133,7 @@ pub struct ChaosArgs {
     /// load: a second sale behind a FIFO waiting room admitting 4 a second
     /// and 4 at once, joined, asked about once a second and bought from
     /// through the failover (0: no crowd).
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(0..=5_000))]
+    #[arg(long, default_value_t = DEFAULT_CROWD, value_parser = clap::value_parser!(u32).range(0..=5_000))]
     pub(crate) crowd: u32,
 
     /// Where the JSON and HTML reports go.

@@ -47,8 +47,8 @@ use seckill_devenv::services::{
     PrivatePostgres, PrivateRedis, PrivateRedisCluster, PrivateRedisSentinel,
 };
 
-pub use self::args::ChaosArgs;
 pub(crate) use self::args::Fault;
+pub use self::args::{ChaosArgs, DEFAULT_CROWD};
 use self::faults::{FaultWindow, Wiped};
 use self::judge::{ChaosCheck, FaultRow};
 use self::report::ChaosReport;

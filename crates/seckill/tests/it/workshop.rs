@@ -131,10 +131,16 @@ async fn every_command_of_the_workshop_guide_runs_and_ends_well() {
         );
         if args.contains(&"--compare-durability") {
             comparisons += 1;
-            // Its reports go to target/seckill-chaos by default, and it
-            // has a crowd of 300 unless told otherwise.
+            // Its reports go to target/seckill-chaos by default, and its
+            // crowd is chaos's own unless the guide says `--crowd`.
             let reports = dir.path().join("target/seckill-chaos");
-            crate::chaos::the_failover_comparison_holds(&output, &reports, 300);
+            let crowd = args
+                .iter()
+                .position(|arg| *arg == "--crowd")
+                .map_or(u64::from(seckill_tools::chaos::DEFAULT_CROWD), |at| {
+                    args[at + 1].parse().expect("--crowd N")
+                });
+            crate::chaos::the_failover_comparison_holds(&output, &reports, crowd);
         }
         if args[0] == "lab" {
             let stdout = String::from_utf8_lossy(&output.stdout);
