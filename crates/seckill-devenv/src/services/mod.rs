@@ -37,7 +37,7 @@ mod supervise;
 
 use anyhow::Context;
 
-pub use postgres_server::{PrivatePostgres, drop_database, ensure_database};
+pub use postgres_server::{PrivatePostgres, ServerSession, drop_database, ensure_database};
 pub use probes::postgres_answers;
 use probes::{postgres_refusal, redis_answers};
 pub use redis_cluster::PrivateRedisCluster;

@@ -6,6 +6,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use nix::sys::signal::Signal;
@@ -70,6 +71,83 @@ pub async fn drop_database(database_url: &str) -> anyhow::Result<()> {
         .with_context(|| format!("dropping database {name}"))?;
     conn.close().await.ok();
     Ok(())
+}
+
+/// A session to a server's `postgres` database, for what concerns whole
+/// databases: the bench's leftovers (`seckill-tools`' `bench/leftovers.rs`).
+/// Its advisory locks are held for as long as the session is open, and
+/// let go when it ends, however its process ended.
+pub struct ServerSession {
+    conn: PgConnection,
+}
+
+impl ServerSession {
+    /// A session to the server of `database_url`.
+    pub async fn open(database_url: &str) -> anyhow::Result<Self> {
+        let server = with_database(database_url, "postgres")?;
+        let conn = PgConnection::connect(&server)
+            .await
+            .with_context(|| format!("connecting to PostgreSQL at {}", redact(&server)))?;
+        Ok(Self { conn })
+    }
+
+    /// Take the advisory lock (`class`, `hashtext(name)`) if nobody holds
+    /// it; whether this session holds it now.
+    pub async fn try_lock(&mut self, class: i32, name: &str) -> anyhow::Result<bool> {
+        sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext($2))")
+            .bind(class)
+            .bind(name)
+            .fetch_one(&mut self.conn)
+            .await
+            .with_context(|| format!("taking the advisory lock of {name}"))
+    }
+
+    /// Let go of a lock [`ServerSession::try_lock`] took.
+    pub async fn unlock(&mut self, class: i32, name: &str) -> anyhow::Result<()> {
+        sqlx::query("SELECT pg_advisory_unlock($1, hashtext($2))")
+            .bind(class)
+            .bind(name)
+            .execute(&mut self.conn)
+            .await
+            .with_context(|| format!("letting go of the advisory lock of {name}"))?;
+        Ok(())
+    }
+
+    /// The server's databases whose name starts with `prefix` (taken as
+    /// written: a `_` in it matches a `_` only).
+    pub async fn databases_starting(&mut self, prefix: &str) -> anyhow::Result<Vec<String>> {
+        let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database")
+            .fetch_all(&mut self.conn)
+            .await
+            .context("listing the databases")?;
+        Ok(names
+            .into_iter()
+            .filter(|name| name.starts_with(prefix))
+            .collect())
+    }
+
+    /// `DROP DATABASE`, never forced: while sessions remain, tried again
+    /// for `patience`, then an error.
+    pub async fn drop_unused(&mut self, database: &str, patience: Duration) -> anyhow::Result<()> {
+        let started = tokio::time::Instant::now();
+        let quoted = database.replace('"', "\"\"");
+        loop {
+            let dropped = sqlx::query(&format!(r#"DROP DATABASE IF EXISTS "{quoted}""#))
+                .execute(&mut self.conn)
+                .await;
+            match dropped {
+                Ok(_) => return Ok(()),
+                Err(error) if started.elapsed() < patience => {
+                    tracing::debug!(database, error = %error, "a database still in use");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(error) => {
+                    return Err(error)
+                        .with_context(|| format!("dropping {database}, still in use"));
+                }
+            }
+        }
+    }
 }
 
 /// A PostgreSQL server of our own: a fresh cluster in a temporary directory,

@@ -26,22 +26,21 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
-use sqlx::{Connection, PgConnection};
-
-use seckill_core::urls;
-use seckill_devenv::services::Services;
+use seckill_devenv::services::{ServerSession, Services};
 
 /// The names of a run's databases start with one of these.
 const DATABASE_PREFIXES: [&str; 2] = ["seckill_bench_index_", "seckill_bench_"];
 /// How long a dead run's database may still be in use (its instances
 /// noticing their parent is gone) before it is left for the next bench.
 const STILL_IN_USE: Duration = Duration::from_secs(10);
+/// The class of a run's advisory lock (the two-key form), so that no other
+/// use of advisory locks on the server can collide with it.
+const LOCK_CLASS: i32 = 0x5ec_b3c;
 
 /// This run's hold on its leftovers: while it is alive, no other bench
 /// takes them. Dropped, the session ends and the lock goes with it.
 pub(super) struct Held {
-    _session: PgConnection,
+    _session: ServerSession,
 }
 
 /// The run a bench database belongs to, from its name.
@@ -51,20 +50,12 @@ fn run_of(database: &str) -> Option<&str> {
         .find_map(|prefix| database.strip_prefix(prefix))
 }
 
-/// The advisory lock a run holds: `hashtext` of its run, a 32-bit key,
-/// in a class of its own (the two-key form), so that no other use of
-/// advisory locks on the server can collide with it.
-const LOCK_CLASS: i32 = 0x5ec_b3c;
-
 /// Take `run`'s lock, and then sweep what dead runs left: their databases
 /// on the server of `services`, their keys on its Redis. A sweep that
 /// fails is said and does not stop the bench; not holding the lock does.
 pub(super) async fn hold_and_sweep(services: &Services, run: &str) -> anyhow::Result<Held> {
-    let server = urls::with_database(&services.database_url, "postgres")?;
-    let mut session = PgConnection::connect(&server)
-        .await
-        .context("connecting to PostgreSQL's `postgres` database to hold the bench's lock")?;
-    let held: bool = try_lock(&mut session, run).await?;
+    let mut session = ServerSession::open(&services.database_url).await?;
+    let held = session.try_lock(LOCK_CLASS, run).await?;
     anyhow::ensure!(held, "another bench holds the lock of this run ({run})");
     if let Err(error) = sweep(&mut session, services, run).await {
         eprintln!("bench: what earlier benches left was not all taken away: {error:#}");
@@ -72,52 +63,42 @@ pub(super) async fn hold_and_sweep(services: &Services, run: &str) -> anyhow::Re
     Ok(Held { _session: session })
 }
 
-async fn try_lock(session: &mut PgConnection, run: &str) -> anyhow::Result<bool> {
-    sqlx::query_scalar("SELECT pg_try_advisory_lock($1, hashtext($2))")
-        .bind(LOCK_CLASS)
-        .bind(run)
-        .fetch_one(session)
-        .await
-        .context("taking a bench run's advisory lock")
-}
-
 /// Drop the databases and keys of every bench run but `ours` whose lock
 /// is free.
-async fn sweep(session: &mut PgConnection, services: &Services, ours: &str) -> anyhow::Result<()> {
-    let databases: Vec<String> = sqlx::query_scalar(
-        "SELECT datname FROM pg_database WHERE datname LIKE 'seckill\\_bench\\_%'",
-    )
-    .fetch_all(&mut *session)
-    .await
-    .context("listing the bench databases")?;
+async fn sweep(session: &mut ServerSession, services: &Services, ours: &str) -> anyhow::Result<()> {
+    let databases = session.databases_starting("seckill_bench_").await?;
     let mut runs: Vec<&str> = databases.iter().filter_map(|name| run_of(name)).collect();
     runs.sort_unstable();
     runs.dedup();
-    let redis =
-        seckill_core::redis_pool::connect_redis(&services.redis, Duration::from_secs(5)).await?;
+    let mut redis = None;
     let mut failed = Vec::new();
     for run in runs.into_iter().filter(|run| *run != ours) {
         // Alive: its bench holds the lock. Dead: ours now, until the
         // sweep of it is over, so that two benches starting at once do
         // not sweep the same run.
-        if !try_lock(session, run).await? {
+        if !session.try_lock(LOCK_CLASS, run).await? {
             continue;
         }
         let swept = async {
             for database in databases.iter().filter(|name| run_of(name) == Some(run)) {
-                drop_unused(session, database).await?;
+                session.drop_unused(database, STILL_IN_USE).await?;
+            }
+            if redis.is_none() {
+                let wait = Duration::from_secs(5);
+                redis = Some(seckill_core::redis_pool::connect_redis(&services.redis, wait).await?);
             }
             let run_glob = seckill_core::keys::glob_literal(run);
-            redis
-                .delete_matching(&format!("*:bench-{run_glob}:*"))
-                .await
+            match &redis {
+                Some(redis) => {
+                    redis
+                        .delete_matching(&format!("*:bench-{run_glob}:*"))
+                        .await
+                }
+                None => Ok(()),
+            }
         }
         .await;
-        sqlx::query("SELECT pg_advisory_unlock($1, hashtext($2))")
-            .bind(LOCK_CLASS)
-            .bind(run)
-            .execute(&mut *session)
-            .await?;
+        session.unlock(LOCK_CLASS, run).await?;
         // One run that cannot be swept does not keep the others.
         match swept {
             Ok(()) => eprintln!("bench: took away what a bench killed outright left (run {run})"),
@@ -126,26 +107,4 @@ async fn sweep(session: &mut PgConnection, services: &Services, ours: &str) -> a
     }
     anyhow::ensure!(failed.is_empty(), "{}", failed.join("; "));
     Ok(())
-}
-
-/// `DROP DATABASE`, never forced: while sessions remain (a dead bench's
-/// instances not yet stopped), try again for [`STILL_IN_USE`].
-async fn drop_unused(session: &mut PgConnection, database: &str) -> anyhow::Result<()> {
-    let started = tokio::time::Instant::now();
-    loop {
-        let quoted = database.replace('"', "\"\"");
-        let dropped = sqlx::query(&format!(r#"DROP DATABASE IF EXISTS "{quoted}""#))
-            .execute(&mut *session)
-            .await;
-        match dropped {
-            Ok(_) => return Ok(()),
-            Err(error) if started.elapsed() < STILL_IN_USE => {
-                tracing::debug!(database, error = %error, "a bench's leftover still in use");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(error) => {
-                return Err(error).with_context(|| format!("dropping {database}, still in use"));
-            }
-        }
-    }
 }
