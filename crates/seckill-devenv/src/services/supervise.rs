@@ -5,9 +5,12 @@
 //! tiny "reaper" shell process that checks every second whether the parent
 //! still lives and stops the server when it does not.
 
+use std::collections::BTreeSet;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -94,9 +97,40 @@ where
 
 /// A TCP port that was free a moment ago. Another process could take it
 /// before the server binds it; the server then fails to start and says so.
+/// A port nothing listens on, for a private server to listen on.
+///
+/// The race this prevents: a port the kernel picks (a bind to port 0)
+/// comes from its ephemeral range, where every outgoing connection also
+/// draws its local port. Between this check and the server's own bind,
+/// one of the suite's thousands of client connections could take it: the
+/// server could not listen, and was reported as "did not answer" 30 s
+/// later. So the port is drawn below the ephemeral range, where no
+/// connection takes one, and never twice in one process (two servers
+/// started at once could draw the same). Where the range starts too low
+/// to leave room below it, the kernel picks.
 pub(super) fn free_port() -> anyhow::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("looking for a free port")?;
-    Ok(listener.local_addr()?.port())
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    const LOWEST: u16 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral <= LOWEST + 1_000 {
+        let listener = TcpListener::bind("127.0.0.1:0").context("looking for a free port")?;
+        return Ok(listener.local_addr()?.port());
+    }
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..1_000 {
+        let draw = RandomState::new().build_hasher().finish();
+        let port = LOWEST + u16::try_from(draw % u64::from(ephemeral - LOWEST))?;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return Ok(port);
+        }
+    }
+    bail!("no free port below {ephemeral} after 1,000 draws")
 }
 
 pub(super) fn find_on_path(program: &str) -> Option<PathBuf> {
@@ -104,4 +138,27 @@ pub(super) fn find_on_path(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::free_port;
+
+    /// No port drawn is one an outgoing connection could take (the
+    /// ephemeral range), and none is drawn twice.
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_never_the_same() {
+        let ephemeral: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .expect("Linux says its ephemeral range")
+            .split_whitespace()
+            .next()
+            .and_then(|low| low.parse().ok())
+            .expect("a port");
+        let drawn: Vec<u16> = (0..500).map(|_| free_port().expect("a port")).collect();
+        let distinct: BTreeSet<u16> = drawn.iter().copied().collect();
+        assert_eq!(distinct.len(), drawn.len(), "a port drawn twice");
+        assert!(drawn.iter().all(|port| *port < ephemeral), "{drawn:?}");
+    }
 }
