@@ -35,7 +35,7 @@ use redis::aio::ConnectionLike;
 
 use crate::keys::QueueKeys;
 
-/// Prepends the shared helpers (`now_ms`, `push`, `call_many`, `push_many`)
+/// Prepends the shared helpers (`now_ms`, `push`, `call_many`, `push_many`, `push_fresh_many`)
 /// to a queue script.
 /// `$file` is a path under `src/`, wherever the caller lives.
 macro_rules! queue_script {

@@ -66,7 +66,7 @@ for i = 5, #ARGV, 3 do
   buyers[#buyers + 1] = ARGV[i]
 end
 -- Every write below is one call for the whole batch (`call_many`,
--- `push_many`), not one per order: a handful of commands for the script
+-- `push_fresh_many`), not one per order: a handful of commands for the script
 -- to run, whatever the batch's size, the waiting room's door included
 -- (its spent check is one SMISMEMBER). What Redis spends per purchase is
 -- the ceiling of a sale (docs/capacity.md).
@@ -91,7 +91,10 @@ local left = redis.call('DECRBY', KEYS[1], #takers)
 if #takers > 0 then
   call_many('SADD', KEYS[2], takers)
   call_many('HSET', KEYS[7], holds)
-  push_many(KEYS[4], KEYS[5], entries, now_ms())
+  -- The order ids are new: drawn for this pass (`domain::order_id_for`),
+  -- and this script writes only once (a second run of it finds the lock
+  -- released, above). So no look at the known ids (`push_fresh_many`).
+  push_fresh_many(KEYS[4], KEYS[5], entries, now_ms())
 end
 if roomed and #takers > 0 then
   call_many('ZREM', KEYS[8], takers)

@@ -2,11 +2,12 @@
 --
 -- Not a script of its own: queue.rs and purchase.rs put this text in front
 -- of every script that needs it (Redis scripts cannot call each other), so
--- that "push a job" is written in this one file, in two forms: `push`, two
--- commands for one job (`purchase_lua.lua`'s one order), and `push_many`,
--- three variadic calls for a batch of any size (the lock's commit, the
--- worker's deadlines, the queue's enqueue): for a single job, one call
--- more than `push`.
+-- that "push a job" is written in this one file, in three forms: `push`,
+-- two commands for one job (`purchase_lua.lua`'s one order), `push_many`,
+-- three variadic calls for a batch of any size (the worker's deadlines,
+-- the queue's enqueue): for a single job, one call more than `push`; and
+-- `push_fresh_many`, the two writes of `push_many` without its look at
+-- the known ids, for ids new by construction (the lock's commit).
 
 -- The Redis server's clock in milliseconds. Due times and leases are always
 -- measured on this one clock, never on the clocks of the app instances,
@@ -46,6 +47,24 @@ local function call_many(command, key, args)
   return replies
 end
 
+-- Enqueue many jobs whose ids are new, all due at `due_at`, without
+-- looking whether they are known: for a caller whose ids are new by
+-- construction (the lock's commit: ids drawn at random for this pass, and
+-- a commit sent twice is refused by the fence before it writes). An id
+-- that was known would have its job replaced and its due time moved:
+-- every other caller uses `push_many`. `entries` is { id1, payload1, id2,
+-- payload2, ... }. Returns how many were added.
+local function push_fresh_many(due, jobs, entries, due_at)
+  local scored = {}
+  for i = 1, #entries, 2 do
+    scored[#scored + 1] = due_at
+    scored[#scored + 1] = entries[i]
+  end
+  call_many('HSET', jobs, entries)
+  call_many('ZADD', due, scored)
+  return #scored / 2
+end
+
 -- Enqueue many jobs by id, all due at `due_at` (`push`, for a batch).
 -- `entries` is { id1, payload1, id2, payload2, ... }. An id already known,
 -- or given twice, is added once. Returns how many were added.
@@ -55,17 +74,13 @@ local function push_many(due, jobs, entries, due_at)
     ids[#ids + 1] = entries[i]
   end
   local known = call_many('HMGET', jobs, ids)
-  local fresh, scored, seen = {}, {}, {}
+  local fresh, seen = {}, {}
   for k, id in ipairs(ids) do
     if not known[k] and not seen[id] then
       seen[id] = true
       fresh[#fresh + 1] = id
       fresh[#fresh + 1] = entries[2 * k]
-      scored[#scored + 1] = due_at
-      scored[#scored + 1] = id
     end
   end
-  call_many('HSET', jobs, fresh)
-  call_many('ZADD', due, scored)
-  return #scored / 2
+  return push_fresh_many(due, jobs, fresh, due_at)
 end
