@@ -95,8 +95,6 @@ where
     bail!("no answer within {STARTUP_TIMEOUT:?}")
 }
 
-/// A TCP port that was free a moment ago. Another process could take it
-/// before the server binds it; the server then fails to start and says so.
 /// A port nothing listens on, for a private server to listen on.
 ///
 /// The race this prevents: a port the kernel picks (a bind to port 0)
@@ -111,10 +109,7 @@ where
 pub(super) fn free_port() -> anyhow::Result<u16> {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     const LOWEST: u16 = 10_000;
-    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32_768);
+    let ephemeral = ephemeral_start().unwrap_or(32_768);
     if ephemeral <= LOWEST + 1_000 {
         let listener = TcpListener::bind("127.0.0.1:0").context("looking for a free port")?;
         return Ok(listener.local_addr()?.port());
@@ -123,6 +118,7 @@ pub(super) fn free_port() -> anyhow::Result<u16> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     for _ in 0..1_000 {
+        // A random number from std alone: each `RandomState` is keyed anew.
         let draw = RandomState::new().build_hasher().finish();
         let port = LOWEST + u16::try_from(draw % u64::from(ephemeral - LOWEST))?;
         if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
@@ -131,6 +127,16 @@ pub(super) fn free_port() -> anyhow::Result<u16> {
         }
     }
     bail!("no free port below {ephemeral} after 1,000 draws")
+}
+
+/// Where Linux's ephemeral ports start (`ip_local_port_range`).
+fn ephemeral_start() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 pub(super) fn find_on_path(program: &str) -> Option<PathBuf> {
@@ -144,18 +150,13 @@ pub(super) fn find_on_path(program: &str) -> Option<PathBuf> {
 mod tests {
     use std::collections::BTreeSet;
 
-    use super::free_port;
+    use super::{ephemeral_start, free_port};
 
     /// No port drawn is one an outgoing connection could take (the
     /// ephemeral range), and none is drawn twice.
     #[test]
     fn free_ports_are_below_the_ephemeral_range_and_never_the_same() {
-        let ephemeral: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .expect("Linux says its ephemeral range")
-            .split_whitespace()
-            .next()
-            .and_then(|low| low.parse().ok())
-            .expect("a port");
+        let ephemeral = ephemeral_start().expect("Linux says its ephemeral range");
         let drawn: Vec<u16> = (0..500).map(|_| free_port().expect("a port")).collect();
         let distinct: BTreeSet<u16> = drawn.iter().copied().collect();
         assert_eq!(distinct.len(), drawn.len(), "a port drawn twice");
