@@ -70,32 +70,38 @@ async fn sweep(session: &mut ServerSession, services: &Services, ours: &str) -> 
     let mut runs: Vec<&str> = databases.iter().filter_map(|name| run_of(name)).collect();
     runs.sort_unstable();
     runs.dedup();
-    let mut redis = None;
-    let mut failed = Vec::new();
+    // Alive: its bench holds the lock. Dead: ours now, until the sweep of
+    // it is over, so that two benches starting at once do not sweep the
+    // same run.
+    let mut dead = Vec::new();
     for run in runs.into_iter().filter(|run| *run != ours) {
-        // Alive: its bench holds the lock. Dead: ours now, until the
-        // sweep of it is over, so that two benches starting at once do
-        // not sweep the same run.
-        if !session.try_lock(LOCK_CLASS, run).await? {
-            continue;
+        if session.try_lock(LOCK_CLASS, run).await? {
+            dead.push(run);
         }
+    }
+    if dead.is_empty() {
+        return Ok(());
+    }
+    let redis =
+        seckill_core::redis_pool::connect_redis(&services.redis, Duration::from_secs(5)).await;
+    let mut failed = Vec::new();
+    for run in dead {
+        // The databases first: dropped once no session uses them, so the
+        // dead bench's instances are gone and write no key after the keys
+        // are deleted. Not without Redis: a run is found by its databases,
+        // and keys left behind a dropped one would be found by no later
+        // bench.
         let swept = async {
+            let redis = redis
+                .as_ref()
+                .map_err(|error| anyhow::anyhow!("Redis: {error:#}"))?;
             for database in databases.iter().filter(|name| run_of(name) == Some(run)) {
                 session.drop_unused(database, STILL_IN_USE).await?;
             }
-            if redis.is_none() {
-                let wait = Duration::from_secs(5);
-                redis = Some(seckill_core::redis_pool::connect_redis(&services.redis, wait).await?);
-            }
             let run_glob = seckill_core::keys::glob_literal(run);
-            match &redis {
-                Some(redis) => {
-                    redis
-                        .delete_matching(&format!("*:bench-{run_glob}:*"))
-                        .await
-                }
-                None => Ok(()),
-            }
+            redis
+                .delete_matching(&format!("*:bench-{run_glob}:*"))
+                .await
         }
         .await;
         session.unlock(LOCK_CLASS, run).await?;

@@ -479,18 +479,7 @@ fn columns<'a>(header: &str, line: &'a str) -> [&'a str; 4] {
 #[tokio::test]
 async fn an_interrupted_bench_leaves_nothing_behind() {
     let scratch = Scratch::new().await;
-    let args = ["bench", "--only", "burst", "--burst-users", "200"];
-    let bench = seckill_command(&scratch, &args, &[])
-        .spawn()
-        .expect("the bench starts");
-    let pid = bench.id().expect("running");
-    // In the middle of the burst: its instances run and its sale is in
-    // Redis, under the bench's prefix (inside the scratch one).
-    crate::helpers::eventually(RUN_LIMIT, "the bench's sale in Redis", || async {
-        !keys_left(&scratch).await.is_empty()
-    })
-    .await;
-    assert_eq!(bench_databases(pid).await, 1);
+    let (bench, pid) = in_its_burst(&scratch, seckill_command(&scratch, &BURST, &[])).await;
     let pid_t = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
     nix::sys::signal::kill(pid_t, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
     let output = tokio::time::timeout(RUN_LIMIT, bench.wait_with_output())
@@ -511,19 +500,12 @@ async fn an_interrupted_bench_leaves_nothing_behind() {
 #[tokio::test]
 async fn the_next_bench_takes_away_what_a_bench_killed_outright_left() {
     let scratch = Scratch::new().await;
-    let args = ["bench", "--only", "burst", "--burst-users", "200"];
     // What it prints is not read: nothing of it may wait on a full pipe.
-    let mut killed = seckill_command(&scratch, &args, &[])
+    let mut unread = seckill_command(&scratch, &BURST, &[]);
+    unread
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("the bench starts");
-    let pid = killed.id().expect("running");
-    crate::helpers::eventually(RUN_LIMIT, "the bench's sale in Redis", || async {
-        !keys_left(&scratch).await.is_empty()
-    })
-    .await;
-    assert_eq!(bench_databases(pid).await, 1);
+        .stderr(std::process::Stdio::null());
+    let (mut killed, pid) = in_its_burst(&scratch, unread).await;
     // Another bench, while the first is alive: the first's are its own.
     let idle = ["bench", "--only", "idle"];
     let beside = finish(seckill_command(&scratch, &idle, &[])).await;
@@ -547,6 +529,26 @@ async fn the_next_bench_takes_away_what_a_bench_killed_outright_left() {
     );
     assert_eq!(bench_databases(pid).await, 0, "{said}");
     assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
+}
+
+/// A bench of the burst alone, small.
+const BURST: [&str; 5] = ["bench", "--only", "burst", "--burst-users", "200"];
+
+/// `bench` started, and seen in the middle of its burst: its instances
+/// run, its sale is in Redis under the bench's prefix (inside the scratch
+/// one), and its database is there. The process, and its pid.
+async fn in_its_burst(
+    scratch: &Scratch,
+    mut bench: tokio::process::Command,
+) -> (tokio::process::Child, u32) {
+    let bench = bench.spawn().expect("the bench starts");
+    let pid = bench.id().expect("running");
+    crate::helpers::eventually(RUN_LIMIT, "the bench's sale in Redis", || async {
+        !keys_left(scratch).await.is_empty()
+    })
+    .await;
+    assert_eq!(bench_databases(pid).await, 1);
+    (bench, pid)
 }
 
 /// Databases the bench of process `pid` made (its own, and the index's),
