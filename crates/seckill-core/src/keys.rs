@@ -71,7 +71,11 @@ pub struct RoomKeys {
     pub line: String,
     /// `ZSET` buyer -> end of the admission (ms): who may buy now.
     pub admitted: String,
-    /// `SET`: buyers whose admission bought (it buys once).
+    /// `SET`: buyers whose admission bought whom the sale's holds hash
+    /// does not name: their unit came back (`lua/unit_return.lua`), or a
+    /// strategy that writes no holds bought for them
+    /// (`lua/room_bought.lua`). An admission is spent when its buyer is
+    /// here or in the holds (never both): it buys once.
     pub bought: String,
     /// `HASH`: places handed out, the admissions' pace and totals
     /// (admitted, expired, abandoned).

@@ -102,7 +102,8 @@ pub enum UnitReturn {
 }
 
 /// The Redis half of a deadline: give a cancelled order's unit back to the
-/// stock, let its buyer buy again, and publish the new units left. Safe to
+/// stock, let its buyer buy again (but not with the waiting-room admission
+/// that bought it), and publish the new units left. Safe to
 /// call any number of times for one order (see `lua/unit_return.lua`).
 pub async fn return_unit<C: ConnectionLike + Send>(
     conn: &mut C,
@@ -114,6 +115,8 @@ pub async fn return_unit<C: ConnectionLike + Send>(
         .key(&keys.buyers)
         .key(&keys.returned)
         .key(&keys.holds)
+        .key(&keys.room.bought)
+        .key(&keys.room.state)
         .arg(order.order_id.to_string())
         .arg(&order.user_id)
         .arg(&keys.events)

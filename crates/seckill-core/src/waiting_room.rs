@@ -232,6 +232,7 @@ async fn run_visit(
         .key(&keys.room.state)
         .key(&keys.stock)
         .key(&keys.room.seen)
+        .key(&keys.holds)
         .arg(buyer)
         .arg(u8::from(join))
         .arg(room.admit_per_sec)
@@ -356,7 +357,8 @@ pub async fn figures(store: &Store, sale_id: i64) -> anyhow::Result<RoomFigures>
     let now_ms = chrono::Utc::now().timestamp_millis();
     let mut conn = store.redis().await?;
     #[allow(clippy::type_complexity)]
-    let (waiting, active, ran_out, bought, totals): (
+    let (waiting, active, ran_out, holding, returned, totals): (
+        u64,
         u64,
         u64,
         u64,
@@ -367,6 +369,9 @@ pub async fn figures(store: &Store, sale_id: i64) -> anyhow::Result<RoomFigures>
         .zcard(&keys.room.line)
         .zcount(&keys.room.admitted, format!("({now_ms}"), "+inf")
         .zcount(&keys.room.admitted, "-inf", now_ms)
+        // Who bought: those who hold a unit, and those whose unit came
+        // back (no buyer is in both: keys.rs, RoomKeys::bought).
+        .hlen(&keys.holds)
         .scard(&keys.room.bought)
         .cmd("HMGET")
         .arg(&keys.room.state)
@@ -379,7 +384,7 @@ pub async fn figures(store: &Store, sale_id: i64) -> anyhow::Result<RoomFigures>
     Ok(RoomFigures {
         waiting,
         admitted: active,
-        bought,
+        bought: holding + returned,
         admissions: totals.0.unwrap_or(0),
         expired: totals.1.unwrap_or(0) + ran_out,
         abandoned: totals.2.unwrap_or(0),
@@ -397,12 +402,13 @@ pub fn closed(sale: &Sale, stock_left: Option<i64>, now: chrono::DateTime<chrono
 pub async fn has_bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Result<bool> {
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let mut conn = store.redis().await?;
-    redis::cmd("SISMEMBER")
-        .arg(&keys.room.bought)
-        .arg(buyer.as_str())
+    let (holds, bought): (bool, bool) = redis::pipe()
+        .hexists(&keys.holds, buyer.as_str())
+        .sismember(&keys.room.bought, buyer.as_str())
         .query_async(&mut conn)
         .await
-        .context("reading a waiting room")
+        .context("reading a waiting room")?;
+    Ok(holds || bought)
 }
 
 /// `buyer`'s admission bought: spent, and their place among the active
@@ -414,6 +420,7 @@ pub async fn bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Resu
         .key(&keys.room.admitted)
         .key(&keys.room.bought)
         .key(&keys.room.state)
+        .key(&keys.holds)
         .arg(buyer.as_str())
         .invoke_async(&mut conn)
         .await

@@ -8,7 +8,7 @@
 -- KEYS[3]  the sale's lock           KEYS[6]  the sale's fenced counter
 -- KEYS[7]  the sale's holds hash (buyer -> order id)
 -- KEYS[8]  the room's admitted       KEYS[9]  the room's bought
--- KEYS[10] the room's state (keys.rs: RoomKeys; untouched unless ARGV[4])
+--          (keys.rs: RoomKeys; both untouched unless ARGV[4])
 -- ARGV[1]  the lock value this caller got from lock_acquire.lua
 --          ("token:holder:nonce")
 -- ARGV[2]  the sale's events channel (pub/sub, not a key): the new units
@@ -54,8 +54,13 @@
 -- before the purchase and marked spent after it, as two steps, an
 -- instance that died between the take and the mark left the admission
 -- unspent, and once the unpaid order was cancelled (its buyer no longer
--- holding a unit) the same admission bought again. Here the check, the
--- take and the mark are one step.
+-- holding a unit) the same admission bought again. Here the check and
+-- the take are one step, and the take is the mark: an admission is spent
+-- while its buyer holds a unit (the holds hash, written below), and once
+-- the unit comes back, the return puts the buyer in the room's bought
+-- set in the same step (unit_return.lua). So the check is that set
+-- alone, which here holds only the returned, and the door's one write per
+-- buyer is taking them off the admitted (keys.rs: RoomKeys::bought).
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then
   redis.call('INCR', KEYS[6])
   return {'lock_lost', 0, {}}
@@ -97,13 +102,8 @@ if #takers > 0 then
   push_fresh_many(KEYS[4], KEYS[5], entries, now_ms())
 end
 if roomed and #takers > 0 then
+  -- Their places among the active go to the next in line.
   call_many('ZREM', KEYS[8], takers)
-  call_many('SADD', KEYS[9], takers)
-  -- The bought set ends with its room (room_visit.lua sets the state's).
-  local ttl = redis.call('PTTL', KEYS[10])
-  if ttl > 0 and redis.call('PTTL', KEYS[9]) == -1 then
-    redis.call('PEXPIRE', KEYS[9], ttl)
-  end
 end
 redis.call('PUBLISH', ARGV[2], left)
 redis.call('DEL', KEYS[3])

@@ -7,7 +7,7 @@
 -- KEYS[2]  the sale's buyers set     KEYS[4]  its queue's jobs hash
 -- KEYS[5]  the sale's holds hash (buyer -> order id)
 -- KEYS[6]  the room's admitted       KEYS[7]  the room's bought
--- KEYS[8]  the room's state (keys.rs: RoomKeys; untouched unless ARGV[5])
+--          (keys.rs: RoomKeys; both untouched unless ARGV[5])
 -- ARGV[1]  the buyer's user id
 -- ARGV[2]  the order id (also the queue job id)
 -- ARGV[3]  the order job's payload
@@ -32,9 +32,13 @@
 -- one Redis (one hash slot), a script is the lock, without the waiting,
 -- the TTL or the fence. The lock is the general tool for when the decision
 -- needs more than one script can see. The waiting room's door is one
--- more check here: an admission that bought is spent in this step, so it
--- can never buy again, whatever dies when (an unpaid order cancelled
--- takes the buyer out of the buyers set, not out of the room's bought).
+-- more check here: an admission is spent while its buyer holds a unit
+-- (the buyers set, the first check) and, once an unpaid order is
+-- cancelled, in the room's bought, which the return writes in the same
+-- step as it takes the buyer out of the buyers set (unit_return.lua). So
+-- an admission can never buy twice, whatever dies when, and the take
+-- itself is the mark: the door writes nothing but taking the buyer off
+-- the admitted.
 local roomed = ARGV[5] == '1'
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_loaded', 0, false}
@@ -42,32 +46,19 @@ end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
 end
--- A refusal writes nothing: with no unit left, the admission is only
--- looked at; with one left, SADD both checks it (0: it had bought
--- already) and spends it, in one command.
-if tonumber(redis.call('GET', KEYS[1])) <= 0 then
-  if roomed and redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1 then
-    return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
-  end
-  return {'sold_out', 0, false}
+if roomed and redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1 then
+  return {'already_purchased', 0, false}
 end
-if roomed and redis.call('SADD', KEYS[7], ARGV[1]) == 0 then
-  return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
+if tonumber(redis.call('GET', KEYS[1])) <= 0 then
+  return {'sold_out', 0, false}
 end
 local left = redis.call('DECR', KEYS[1])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
 push(KEYS[3], KEYS[4], ARGV[2], ARGV[3], now_ms())
 if roomed then
+  -- The buyer's place among the active goes to the next in line.
   redis.call('ZREM', KEYS[6], ARGV[1])
-  -- The bought set ends with its room (room_visit.lua sets the state's):
-  -- its own expiry looked at first, set once.
-  if redis.call('PTTL', KEYS[7]) == -1 then
-    local ttl = redis.call('PTTL', KEYS[8])
-    if ttl > 0 then
-      redis.call('PEXPIRE', KEYS[7], ttl)
-    end
-  end
 end
 redis.call('PUBLISH', ARGV[4], left)
 return {'taken', left, false}

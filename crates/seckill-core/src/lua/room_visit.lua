@@ -5,10 +5,13 @@
 -- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the room's line: ZSET buyer -> place (lowest first in)
 -- KEYS[2]  the room's admitted: ZSET buyer -> admission's end (ms, Redis' clock)
--- KEYS[3]  the room's bought: SET of buyers whose admission bought
+-- KEYS[3]  the room's bought: SET of buyers whose admission bought and
+--          who hold no unit now (keys.rs: RoomKeys::bought)
 -- KEYS[4]  the room's state: HASH (see below)
 -- KEYS[5]  the sale's stock: STRING units left (absent: not loaded)
 -- KEYS[6]  the room's seen: HASH buyer in line -> when they last visited (ms)
+-- KEYS[7]  the sale's holds: HASH buyer -> order id; a buyer here bought
+--          (with `lock` and `lua` their admission's only mark)
 -- ARGV[1]  the buyer
 -- ARGV[2]  1 to join (if not in the room yet), 0 only to ask
 -- ARGV[3]  admissions per second at most
@@ -106,6 +109,12 @@
 -- answers a ticket from its look only when the ticket's generation is
 -- the look's (`web/room_view.rs`).
 local line, admitted, bought, state, stock, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local holds = KEYS[7]
+
+-- Whether `who`'s admission bought: they hold a unit, or held one.
+local function has_bought(who)
+  return redis.call('HEXISTS', holds, who) == 1 or redis.call('SISMEMBER', bought, who) == 1
+end
 local buyer = ARGV[1]
 local join = ARGV[2] == '1'
 local rate = tonumber(ARGV[3])
@@ -136,13 +145,13 @@ local full = 0
 if join and not closed
   and not redis.call('ZSCORE', line, buyer)
   and not redis.call('ZSCORE', admitted, buyer)
-  and redis.call('SISMEMBER', bought, buyer) == 0
+  and not has_bought(buyer)
   and max_line > 0 and redis.call('ZCARD', line) >= max_line then
   full = 1
 elseif join and not closed
   and not redis.call('ZSCORE', line, buyer)
   and not redis.call('ZSCORE', admitted, buyer)
-  and redis.call('SISMEMBER', bought, buyer) == 0 then
+  and not has_bought(buyer) then
   redis.call('HSETNX', state, 'born', now)
   local place
   if lottery and now < opens then
@@ -273,7 +282,7 @@ local gapless = not lottery or head > LATE
 -- Where `who` stands: 3 bought, 2 admitted (until), 1 waiting (number,
 -- how many ahead), 0 not in the room.
 local function standing_of(who)
-  if redis.call('SISMEMBER', bought, who) == 1 then
+  if has_bought(who) then
     return 3, 0, 0
   end
   local until_ms = redis.call('ZSCORE', admitted, who)

@@ -6,6 +6,8 @@
 -- KEYS[2]  the sale's buyers set
 -- KEYS[3]  the sale's set of orders whose unit was returned
 -- KEYS[4]  the sale's holds hash (buyer -> the order their unit belongs to)
+-- KEYS[5]  the room's bought         KEYS[6]  the room's state
+--          (keys.rs: RoomKeys; untouched when the sale has no room in play)
 -- ARGV[1]  the cancelled order's id
 -- ARGV[2]  its buyer's user id
 -- ARGV[3]  the sale's events channel (pub/sub, not a key)
@@ -36,6 +38,13 @@
 -- So the buyer's entry names the order it belongs to (KEYS[4]), and a
 -- return for another order leaves it alone. An entry with no order named
 -- (written by a deliberately broken strategy) is taken as this one's.
+--
+-- The waiting room's door: a buyer who bought with an admission holds a
+-- unit, and while they hold it, the holds hash is what says the admission
+-- is spent (purchase_commit.lua). Taking them out of it here would make
+-- the admission whole again, and it would buy a second unit while it
+-- lasts. So a sale with a room in play (its state there) keeps the buyer
+-- in the room's bought in the same step, with the room's end.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_loaded', 0}
 end
@@ -50,6 +59,13 @@ if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then
   return {'already_returned', 0}
 end
 redis.call('HDEL', KEYS[4], ARGV[2])
+local room_ttl = redis.call('PTTL', KEYS[6])
+if room_ttl ~= -2 then
+  redis.call('SADD', KEYS[5], ARGV[2])
+  if room_ttl > 0 then
+    redis.call('PEXPIRE', KEYS[5], room_ttl)
+  end
+end
 local left = redis.call('INCR', KEYS[1])
 redis.call('PUBLISH', ARGV[3], left)
 return {'returned', left}

@@ -53,7 +53,6 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
             .key(&keys.holds)
             .key(&keys.room.admitted)
             .key(&keys.room.bought)
-            .key(&keys.room.state)
             .arg(user.as_str())
             .arg(job.order_id.to_string())
             .arg(job.to_payload())

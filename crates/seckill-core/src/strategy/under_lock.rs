@@ -108,7 +108,6 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
         .key(&keys.holds)
         .key(&keys.room.admitted)
         .key(&keys.room.bought)
-        .key(&keys.room.state)
         .arg(guard.value())
         .arg(&keys.events)
         .arg(guard.released_channel())

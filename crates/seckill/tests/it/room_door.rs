@@ -10,6 +10,7 @@ use seckill_core::domain::UserId;
 use seckill_core::events::LockReleases;
 use seckill_core::purchase::{Outcome, Purchaser};
 use seckill_core::strategy::Shop;
+use seckill_core::waiting_room;
 
 use crate::helpers::TestApp;
 use crate::payment::{app_with_window, make_deadlines_due, run_deadlines_until};
@@ -49,15 +50,16 @@ async fn an_admission_buys_once_though_the_instance_dies_after_the_commit(strate
     else {
         panic!("ann's purchase was refused");
     };
-    // Spent in the commit itself: ann is among the bought, not the admitted.
-    let keys = app.keys(sale);
-    let mut redis = app.redis_conn().await;
-    let (spent, still_admitted): (bool, Option<f64>) = redis::pipe()
-        .sismember(&keys.room.bought, "ann")
-        .zscore(&keys.room.admitted, "ann")
-        .query_async(&mut redis)
+    // Spent in the commit itself: ann bought (she holds a unit), and she
+    // is no longer among the admitted.
+    let still_admitted: Option<f64> = redis::cmd("ZSCORE")
+        .arg(&app.keys(sale).room.admitted)
+        .arg("ann")
+        .query_async(&mut app.redis_conn().await)
         .await
         .expect("the room");
+    let spent = waiting_room::has_bought(&app.store, sale, &buyer).await;
+    let spent = spent.expect("the room");
     assert_eq!((spent, still_admitted), (true, None), "{strategy:?}");
 
     // Ann does not pay: her unit comes back, and she holds none.
@@ -66,6 +68,9 @@ async fn an_admission_buys_once_though_the_instance_dies_after_the_commit(strate
     run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
     assert!(app.redis_buyers(sale).await.is_empty());
     assert_eq!(app.redis_stock(sale).await, Some(1));
+    // Her unit came back, and her admission stays spent.
+    let spent = waiting_room::has_bought(&app.store, sale, &buyer).await;
+    assert!(spent.expect("the room"), "{strategy:?}");
     // Her admission is spent: it buys nothing more, on another instance
     // (the first knows the sale sold out a moment ago).
     assert_eq!(
@@ -111,14 +116,11 @@ async fn an_admission_refused_as_sold_out_buys_once_a_unit_comes_back(strategy: 
     };
     let refused = instance("b").purchase(&stored, &bob).await.expect("bob");
     assert_eq!(refused, Outcome::SoldOut, "{strategy:?}");
-    let mut redis = app.redis_conn().await;
-    let spent: bool = redis::cmd("SISMEMBER")
-        .arg(&app.keys(sale).room.bought)
-        .arg("bob")
-        .query_async(&mut redis)
-        .await
-        .expect("the room");
-    assert!(!spent, "a refused admission was spent ({strategy:?})");
+    let spent = waiting_room::has_bought(&app.store, sale, &bob).await;
+    assert!(
+        !spent.expect("the room"),
+        "a refused admission was spent ({strategy:?})"
+    );
 
     app.drain().await;
     make_deadlines_due(&app, sale, &[order_id]).await;
@@ -141,4 +143,40 @@ async fn with_lock_an_admission_refused_as_sold_out_is_not_spent() {
 #[tokio::test]
 async fn with_lua_an_admission_refused_as_sold_out_is_not_spent() {
     an_admission_refused_as_sold_out_buys_once_a_unit_comes_back(Strategy::Lua).await;
+}
+
+/// With `postgres`, which writes the sale's holds and spends admissions
+/// in two steps around the purchase (`lua/room_bought.lua`), a buyer who
+/// bought is counted once among the room's bought, and the admission is
+/// spent; once the unpaid order is cancelled, still once, still spent.
+#[tokio::test]
+async fn with_postgres_a_buyer_is_counted_once_among_the_rooms_bought() {
+    let app = app_with_window(600, 100).await;
+    let sale = sale_with_room(&app, 2, 0, fifo(10, 10)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    admitted(&app, sale, &ann).await;
+    let stored = app.store.sale(sale).await.expect("read").expect("a sale");
+    let buyer = UserId::parse("ann").expect("a buyer");
+    let Outcome::Accepted { order_id } = instance(&app, Strategy::Postgres, "pg")
+        .purchase(&stored, &buyer)
+        .await
+        .expect("a purchase")
+    else {
+        panic!("ann's purchase was refused");
+    };
+    // The door's second step, as the storefront takes it after a `202`.
+    waiting_room::bought(&app.store, sale, &buyer)
+        .await
+        .expect("spent");
+    let bought = || async {
+        let figures = waiting_room::figures(&app.store, sale).await;
+        let spent = waiting_room::has_bought(&app.store, sale, &buyer).await;
+        (figures.expect("figures").bought, spent.expect("the room"))
+    };
+    assert_eq!(bought().await, (1, true));
+
+    make_deadlines_due(&app, sale, &[order_id]).await;
+    run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
+    assert!(app.redis_buyers(sale).await.is_empty());
+    assert_eq!(bought().await, (1, true));
 }

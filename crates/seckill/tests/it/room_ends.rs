@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::helpers::{Options, TestApp, eventually, spawn_app, spawn_app_with};
+use crate::payment::{make_deadlines_due, run_deadlines_until};
 use crate::waiting_room::{admission, admitted, buy, fifo, joined, standing, ticket};
 use seckill_core::config::DEFAULT_ROOM_GRACE_SECS;
 use seckill_core::domain::{Sale, UserId};
@@ -41,20 +42,25 @@ async fn roomed_sale(app: &TestApp, ends_in: chrono::Duration) -> (i64, Sale) {
 }
 
 /// ann, bob and carl join sale's room (a `fifo` of one active buyer);
-/// ann is admitted and buys. Returns bob's and carl's tickets.
-async fn ann_buys(app: &TestApp, sale: i64) -> [String; 2] {
+/// ann is admitted and buys, and does not pay: her unit comes back, and
+/// her admission goes into the room's bought (`lua/unit_return.lua`).
+/// Returns bob's and carl's tickets.
+async fn ann_buys_and_does_not_pay(app: &TestApp, sale: i64) -> [String; 2] {
     let ann = ticket(&joined(app, sale, "ann").await);
     let bob = ticket(&joined(app, sale, "bob").await);
     let carl = ticket(&joined(app, sale, "carl").await);
     let ann = admitted(app, sale, &ann).await;
-    assert_eq!(
-        buy(app, sale, "ann", Some(admission(&ann))).await.status(),
-        202
-    );
+    let bought = buy(app, sale, "ann", Some(admission(&ann))).await;
+    assert_eq!(bought.status(), 202);
+    let body: serde_json::Value = bought.json().await.expect("an order");
+    let order = body["order_id"].as_str().expect("an order id");
+    app.drain().await;
+    make_deadlines_due(app, sale, &[order.parse().expect("a uuid")]).await;
+    run_deadlines_until(app, sale, |report| report.cancelled == 1).await;
     [bob, carl]
 }
 
-/// After [`ann_buys`]: bob is admitted, carl waits, so every key of the
+/// After [`ann_buys_and_does_not_pay`]: bob is admitted, carl waits, so every key of the
 /// room is there (the line and who was seen, the admitted and the state,
 /// the bought).
 async fn bob_admitted_carl_waits(app: &TestApp, sale: i64, [bob, carl]: &[String; 2]) {
@@ -69,10 +75,10 @@ async fn a_rooms_keys_expire_a_grace_after_its_sale_ends_and_go_once_it_has_pass
     let ends_ms = stored.ends_at.expect("an end").timestamp_millis();
     let grace_ms = i64::try_from(DEFAULT_ROOM_GRACE_SECS * 1000).expect("an hour");
     // Every key the room writes: the line and who was seen (bob waits),
-    // the admitted and the state (ann is admitted), the bought (ann buys:
-    // the last write, with no visit after it).
-    let waiting = ann_buys(&app, sale).await;
-    // The bought set, made by the purchase, expires with the room at once.
+    // the admitted and the state (ann is admitted), the bought (ann's
+    // unit comes back: the last write, with no visit after it).
+    let waiting = ann_buys_and_does_not_pay(&app, sale).await;
+    // The bought set, made by the return, expires with the room at once.
     let bought = &app.keys(sale).room.bought;
     let at = expiries(&app, sale).await;
     assert!(at.contains(&(bought.clone(), ends_ms + grace_ms)), "{at:?}");
@@ -109,11 +115,11 @@ async fn an_instance_with_a_one_second_grace_lets_a_room_go_a_second_after_its_s
         ..Options::default()
     })
     .await;
-    // Time enough for the joins, an admission and a purchase before the
-    // end, on a loaded machine.
-    let (sale, stored) = roomed_sale(&app, chrono::Duration::seconds(6)).await;
+    // Time enough for the joins, an admission, a purchase and its
+    // cancellation before the end, on a loaded machine.
+    let (sale, stored) = roomed_sale(&app, chrono::Duration::seconds(10)).await;
     let ends_ms = stored.ends_at.expect("an end").timestamp_millis();
-    let waiting = ann_buys(&app, sale).await;
+    let waiting = ann_buys_and_does_not_pay(&app, sale).await;
     bob_admitted_carl_waits(&app, sale, &waiting).await;
     for (key, at) in expiries(&app, sale).await {
         assert_eq!(at, ends_ms + 1000, "{key} expires a second after the end");

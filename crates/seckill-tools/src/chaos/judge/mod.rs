@@ -52,7 +52,8 @@ impl Waited {
             let id = buyer_id(*n);
             pipe.zscore(&keys.room.line, &id)
                 .zscore(&keys.room.admitted, &id)
-                .sismember(&keys.room.bought, &id);
+                .sismember(&keys.room.bought, &id)
+                .hexists(&keys.holds, &id);
         }
         let mut conn = rig.store.redis().await?;
         let found: Vec<redis::Value> = pipe
@@ -62,9 +63,10 @@ impl Waited {
         let read_ms = i64::try_from(epoch.elapsed().as_millis()).unwrap_or(i64::MAX);
         let held = buyers
             .iter()
-            .zip(found.chunks(3))
+            .zip(found.chunks(4))
             .filter(|(_, places)| {
-                // A score (in line, admitted) or SISMEMBER's 1 (bought).
+                // A score (in line, admitted) or a 1 (bought: SISMEMBER
+                // of those whose unit came back, HEXISTS of the holds).
                 places
                     .iter()
                     .any(|place| !matches!(place, redis::Value::Nil | redis::Value::Int(0)))
