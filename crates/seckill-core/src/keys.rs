@@ -104,30 +104,46 @@ impl RoomKeys {
 }
 
 impl SaleKeys {
+    /// Every key of sale `sale_id` under `prefix`. Made for each purchase
+    /// that reaches Redis (and each pass, batch and room visit): some
+    /// thirty strings, each the sale's base and a suffix, so each is made
+    /// by [`under`] at its final size. With `format!` each went through
+    /// the formatting machinery and grew its buffer as it went: a fifth
+    /// of the instructions of a `lua` purchase in the instance (callgrind,
+    /// docs/bench.md).
     pub fn new(prefix: &str, sale_id: i64) -> Self {
         let base = format!("{prefix}:{{sale:{sale_id}}}");
+        let room = under(&base, ":room");
         Self {
-            stock: format!("{base}:stock"),
-            buyers: format!("{base}:buyers"),
-            holds: format!("{base}:holds"),
-            lock: format!("{base}:lock"),
-            fence: format!("{base}:fence"),
+            stock: under(&base, ":stock"),
+            buyers: under(&base, ":buyers"),
+            holds: under(&base, ":holds"),
+            lock: under(&base, ":lock"),
+            fence: under(&base, ":fence"),
             queue: QueueKeys::new(&base),
-            deadlines: QueueKeys::new(&format!("{base}:pay")),
-            returned: format!("{base}:returned"),
-            events: format!("{base}:events"),
-            epoch: format!("{base}:epoch"),
-            fenced: format!("{base}:fenced"),
-            answers: format!("{base}:answers"),
+            deadlines: QueueKeys::new(&under(&base, ":pay")),
+            returned: under(&base, ":returned"),
+            events: under(&base, ":events"),
+            epoch: under(&base, ":epoch"),
+            fenced: under(&base, ":fenced"),
+            answers: under(&base, ":answers"),
             room: RoomKeys {
-                line: format!("{base}:room:line"),
-                admitted: format!("{base}:room:admitted"),
-                bought: format!("{base}:room:bought"),
-                state: format!("{base}:room:state"),
-                seen: format!("{base}:room:seen"),
+                line: under(&room, ":line"),
+                admitted: under(&room, ":admitted"),
+                bought: under(&room, ":bought"),
+                state: under(&room, ":state"),
+                seen: under(&room, ":seen"),
             },
         }
     }
+}
+
+/// `base` followed by `suffix`, in one allocation of the final size.
+fn under(base: &str, suffix: &str) -> String {
+    let mut key = String::with_capacity(base.len() + suffix.len());
+    key.push_str(base);
+    key.push_str(suffix);
+    key
 }
 
 /// `STRING` with a TTL: the rate limiter's state for one client (`kind`
@@ -289,12 +305,13 @@ pub struct QueueKeys {
 
 impl QueueKeys {
     pub fn new(base: &str) -> Self {
+        let queue = under(base, ":q");
         Self {
-            due: format!("{base}:q:due"),
-            inflight: format!("{base}:q:inflight"),
-            jobs: format!("{base}:q:jobs"),
-            attempts: format!("{base}:q:attempts"),
-            dead: format!("{base}:q:dead"),
+            due: under(&queue, ":due"),
+            inflight: under(&queue, ":inflight"),
+            jobs: under(&queue, ":jobs"),
+            attempts: under(&queue, ":attempts"),
+            dead: under(&queue, ":dead"),
         }
     }
 
@@ -313,6 +330,43 @@ impl QueueKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names themselves: data written under them outlives a build.
+    #[test]
+    fn a_sales_keys_are_named_as_they_always_were() {
+        let keys = SaleKeys::new("t1", 42);
+        let named = |suffix: &str| format!("t1:{{sale:42}}:{suffix}");
+        let pairs = [
+            (&keys.stock, "stock"),
+            (&keys.buyers, "buyers"),
+            (&keys.holds, "holds"),
+            (&keys.lock, "lock"),
+            (&keys.fence, "fence"),
+            (&keys.returned, "returned"),
+            (&keys.events, "events"),
+            (&keys.epoch, "epoch"),
+            (&keys.fenced, "fenced"),
+            (&keys.answers, "answers"),
+            (&keys.room.line, "room:line"),
+            (&keys.room.admitted, "room:admitted"),
+            (&keys.room.bought, "room:bought"),
+            (&keys.room.state, "room:state"),
+            (&keys.room.seen, "room:seen"),
+            (&keys.queue.due, "q:due"),
+            (&keys.queue.inflight, "q:inflight"),
+            (&keys.queue.jobs, "q:jobs"),
+            (&keys.queue.attempts, "q:attempts"),
+            (&keys.queue.dead, "q:dead"),
+            (&keys.deadlines.due, "pay:q:due"),
+            (&keys.deadlines.inflight, "pay:q:inflight"),
+            (&keys.deadlines.jobs, "pay:q:jobs"),
+            (&keys.deadlines.attempts, "pay:q:attempts"),
+            (&keys.deadlines.dead, "pay:q:dead"),
+        ];
+        for (key, suffix) in pairs {
+            assert_eq!(*key, named(suffix));
+        }
+    }
 
     #[test]
     fn every_key_of_a_sale_shares_one_hash_tag() {
