@@ -92,7 +92,7 @@ for k, buyer in ipairs(buyers) do
     entries[#entries + 1] = ARGV[i + 2]
   end
 end
-local left = redis.call('DECRBY', KEYS[1], #takers)
+local left = redis.call('DECRBY', KEYS[1], int(#takers))
 if #takers > 0 then
   call_many('SADD', KEYS[2], takers)
   call_many('HSET', KEYS[7], holds)
@@ -105,7 +105,7 @@ if roomed and #takers > 0 then
   -- Their places among the active go to the next in line.
   call_many('ZREM', KEYS[8], takers)
 end
-redis.call('PUBLISH', ARGV[2], left)
+redis.call('PUBLISH', ARGV[2], int(left))
 redis.call('DEL', KEYS[3])
 redis.call('PUBLISH', ARGV[3], 'released')
 return {'committed', left, spent}

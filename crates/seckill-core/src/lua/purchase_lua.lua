@@ -60,5 +60,5 @@ if roomed then
   -- The buyer's place among the active goes to the next in line.
   redis.call('ZREM', KEYS[6], ARGV[1])
 end
-redis.call('PUBLISH', ARGV[4], left)
+redis.call('PUBLISH', ARGV[4], int(left))
 return {'taken', left, false}

@@ -23,10 +23,10 @@
 local due, attempts, dead = KEYS[1], KEYS[4], KEYS[5]
 local spacing = tonumber(ARGV[1])
 local now = now_ms()
-local ids = redis.call('ZRANGE', dead, 0, -1)
+local ids = redis.call('ZRANGE', dead, '0', '-1')
 for i, id in ipairs(ids) do
   redis.call('ZREM', dead, id)
   redis.call('HDEL', attempts, id)
-  redis.call('ZADD', due, now + (i - 1) * spacing, id)
+  redis.call('ZADD', due, int(now + (i - 1) * spacing), id)
 end
 return #ids

@@ -26,8 +26,10 @@
 -- and the consumer must make a second delivery harmless (the worker does:
 -- the order id is PostgreSQL's primary key).
 local due, inflight, jobs, attempts, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local limit, lease, max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local lease, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
+-- As text, once: every entry below is scored with it (queue_lib.lua: int).
+local now_text, lease_end = int(now), int(now + lease)
 
 -- 1. Leases that ran out: their worker died or stalled. Back to due, or to
 --    the dead-letter set once the job has had its attempts (a job that
@@ -35,7 +37,7 @@ local now = now_ms()
 --    A worker that died held up to three batches (3,000 jobs by default):
 --    a thousand are moved per reserve, the rest by the next ones, each
 --    thousand in a few calls, as in step 2.
-local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)
+local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now_text, 'LIMIT', '0', '1000')
 call_many('ZREM', inflight, expired)
 local tries = call_many('HMGET', attempts, expired)
 -- { score, id, score, id, ... } for ZADD.
@@ -48,12 +50,12 @@ for k, id in ipairs(expired) do
     -- the next reserve hands it out as the second.
     tried = 1
     first_tries[#first_tries + 1] = id
-    first_tries[#first_tries + 1] = 1
+    first_tries[#first_tries + 1] = '1'
   end
   if tried >= max_attempts then
     pile = to_dead
   end
-  pile[#pile + 1] = now
+  pile[#pile + 1] = now_text
   pile[#pile + 1] = id
 end
 call_many('HSET', attempts, first_tries)
@@ -67,7 +69,7 @@ local reclaimed, buried = #to_due / 2, #to_dead / 2
 --    otherwise refuse the ack of attempt 1 for good). A few calls
 --    for the whole batch (`call_many`), not four per job: Redis runs one script at a time, so
 --    every call here is time no purchase can run.
-local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)
+local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now_text, 'LIMIT', '0', ARGV[1])
 call_many('ZREM', due, ids)
 local payloads = call_many('HMGET', jobs, ids)
 local counts = call_many('HMGET', attempts, ids)
@@ -78,9 +80,9 @@ for k, id in ipairs(ids) do
     local attempt = (tonumber(counts[k]) or 0) + 1
     if attempt > 1 or counts[k] then
       counted[#counted + 1] = id
-      counted[#counted + 1] = attempt
+      counted[#counted + 1] = int(attempt)
     end
-    leased[#leased + 1] = now + lease
+    leased[#leased + 1] = lease_end
     leased[#leased + 1] = id
     taken[#taken + 1] = { id, payload, attempt }
   else

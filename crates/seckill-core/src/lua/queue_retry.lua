@@ -18,6 +18,8 @@
 local due, inflight, attempts, dead = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local now = now_ms()
 local due_at, max_attempts, counted = now + tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+-- As text, once (queue_lib.lua: int).
+local now_text, due_text = int(now), int(due_at)
 local requeued, buried = 0, 0
 for i = 4, #ARGV, 2 do
   local id, attempt = ARGV[i], ARGV[i + 1]
@@ -29,19 +31,19 @@ for i = 4, #ARGV, 2 do
       -- Not counted: back to the count before this delivery (none
       -- before the first).
       if holding then
-        redis.call('HINCRBY', attempts, id, -1)
+        redis.call('HINCRBY', attempts, id, '-1')
       end
-      redis.call('ZADD', due, due_at, id)
+      redis.call('ZADD', due, due_text, id)
       requeued = requeued + 1
     elseif tonumber(attempt) >= max_attempts then
-      redis.call('ZADD', dead, now, id)
+      redis.call('ZADD', dead, now_text, id)
       buried = buried + 1
     else
       -- Counted: the next reserve hands it out as the next attempt.
       if not holding then
         redis.call('HSET', attempts, id, attempt)
       end
-      redis.call('ZADD', due, due_at, id)
+      redis.call('ZADD', due, due_text, id)
       requeued = requeued + 1
     end
   end

@@ -6,4 +6,4 @@
 -- Returns a flat list: id, due time (ms), id, due time, ... oldest first.
 -- No race to prevent: it only reads. A script only so that "due" is judged
 -- by the Redis clock.
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', int(now_ms()), 'WITHSCORES', 'LIMIT', '0', ARGV[1])

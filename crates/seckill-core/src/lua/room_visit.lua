@@ -133,6 +133,14 @@ local LATE = 17592186044416 -- 2^44: a lottery's drawn places are below
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Numbers go to redis.call as integers' text: given a Lua number, Redis
+-- turns it into text with snprintf("%.17g"), a floating-point conversion
+-- of some thousands of instructions (queue_lib.lua: int). `now` is
+-- converted once, and the constants are written as text.
+local function int(n)
+  return string.format('%d', n)
+end
+local now_text = int(now)
 
 local left = tonumber(redis.call('GET', stock) or '1')
 local closed = (ends > 0 and now >= ends) or left <= 0
@@ -152,13 +160,13 @@ elseif join and not closed
   and not redis.call('ZSCORE', line, buyer)
   and not redis.call('ZSCORE', admitted, buyer)
   and not has_bought(buyer) then
-  redis.call('HSETNX', state, 'born', now)
+  redis.call('HSETNX', state, 'born', now_text)
   local place
   if lottery and now < opens then
     place = tonumber(string.sub(redis.sha1hex(ARGV[9] .. ':' .. buyer), 1, 10), 16) + 1
-    redis.call('HINCRBY', state, 'drawn', 1)
+    redis.call('HINCRBY', state, 'drawn', '1')
   else
-    place = redis.call('HINCRBY', state, 'seq', 1)
+    place = redis.call('HINCRBY', state, 'seq', '1')
     if lottery then
       place = LATE + place
     end
@@ -169,29 +177,29 @@ end
 -- Seen: a buyer in line who visits is still there (before admitting, so
 -- that a buyer asking now is never judged gone).
 if redis.call('ZSCORE', line, buyer) then
-  redis.call('HSET', seen, buyer, now)
+  redis.call('HSET', seen, buyer, now_text)
 end
 local seen_to = 13 + tonumber(ARGV[13])
 for i = 14, seen_to do
   if redis.call('ZSCORE', line, ARGV[i]) then
-    redis.call('HSET', seen, ARGV[i], now)
+    redis.call('HSET', seen, ARGV[i], now_text)
   end
 end
 
 -- The lottery was drawn as its buyers joined; the first visit after the
 -- open says so once, for the caller to log the seed.
 local told = 0
-if lottery and now >= opens and redis.call('HSETNX', state, 'told', now) == 1 then
+if lottery and now >= opens and redis.call('HSETNX', state, 'told', now_text) == 1 then
   told = tonumber(redis.call('HGET', state, 'drawn') or '0')
 end
 
 -- Admissions run out; what did not buy in time is counted as expired.
 -- (At most EXPIRES_PER_VISIT at once; the next visits sweep the rest.)
-local ran_out = redis.call('ZRANGE', admitted, '-inf', now, 'BYSCORE', 'LIMIT', 0, EXPIRES_PER_VISIT)
+local ran_out = redis.call('ZRANGE', admitted, '-inf', now_text, 'BYSCORE', 'LIMIT', '0', int(EXPIRES_PER_VISIT))
 local expired = #ran_out
 if expired > 0 then
   redis.call('ZREM', admitted, unpack(ran_out))
-  redis.call('HINCRBY', state, 'expired', expired)
+  redis.call('HINCRBY', state, 'expired', int(expired))
 end
 
 -- Admitting: not before the open, not once closed; at most `rate` per
@@ -208,7 +216,7 @@ if not closed and now >= opens then
   if n > 0 then
     -- From the head of the line: the gone are dropped (at most
     -- DROPS_PER_VISIT of them), the others admitted, until `n` are.
-    local count, dropped = 0, 0
+    local count, dropped, until_text = 0, 0, int(now + lasts)
     while count < n and dropped < DROPS_PER_VISIT do
       local head = redis.call('ZPOPMIN', line)
       if #head == 0 then
@@ -220,17 +228,17 @@ if not closed and now >= opens then
       if last and tonumber(last) < now - abandon then
         dropped = dropped + 1
       else
-        redis.call('ZADD', admitted, now + lasts, who)
+        redis.call('ZADD', admitted, until_text, who)
         count = count + 1
       end
     end
     if dropped > 0 then
-      redis.call('HINCRBY', state, 'abandoned', dropped)
+      redis.call('HINCRBY', state, 'abandoned', int(dropped))
     end
     if count > 0 then
       base = base + count * 1000 / rate
-      redis.call('HINCRBY', state, 'admitted', count)
-      redis.call('HSETNX', state, 'first', now)
+      redis.call('HINCRBY', state, 'admitted', int(count))
+      redis.call('HSETNX', state, 'first', now_text)
     end
   end
   -- Nobody waiting: nothing accrues for later (a crowd arriving after a
@@ -251,7 +259,7 @@ if ends > 0 then
     local ttl = redis.call('PTTL', key)
     if ttl == -1 or math.abs(now + ttl - at) > 1000 then
       if ttl ~= -2 then
-        redis.call('PEXPIREAT', key, at)
+        redis.call('PEXPIREAT', key, int(at))
       end
     end
   end
@@ -262,11 +270,11 @@ local totals = redis.call('HMGET', state, 'admitted', 'first')
 local admitted_total = tonumber(totals[1] or '0')
 local first = tonumber(totals[2] or '0')
 local closed_flag = closed and 1 or 0
-local first_in_line = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+local first_in_line = redis.call('ZRANGE', line, '0', '0', 'WITHSCORES')
 local head = tonumber(first_in_line[2] or '0')
 local drawn = tonumber(redis.call('HGET', state, 'drawn') or '0')
 local active = redis.call('ZCARD', admitted)
-local soonest = redis.call('ZRANGE', admitted, 0, 0, 'WITHSCORES')
+local soonest = redis.call('ZRANGE', admitted, '0', '0', 'WITHSCORES')
 local next_free = tonumber(soonest[2] or '0')
 local born = tonumber(redis.call('HGET', state, 'born') or '0')
 
