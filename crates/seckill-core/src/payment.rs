@@ -36,10 +36,10 @@ use uuid::Uuid;
 
 use crate::domain::{Order, OrderJob};
 use crate::keys::SaleKeys;
+use crate::queue::queue_script;
 use crate::store::{self, PayOutcome, Store};
 
-static UNIT_RETURN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/unit_return.lua")));
+static UNIT_RETURN: LazyLock<Script> = queue_script!("lua/unit_return.lua");
 
 /// Why a payment was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

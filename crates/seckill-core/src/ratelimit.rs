@@ -14,8 +14,9 @@ use redis::Script;
 use redis::aio::ConnectionLike;
 
 use crate::config::RateLimit;
+use crate::queue::queue_script;
 
-static CHECK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/rate_limit.lua")));
+static CHECK: LazyLock<Script> = queue_script!("lua/rate_limit.lua");
 
 /// Whether a request may go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,10 +36,11 @@ use redis::Script;
 
 use crate::domain::{Pass, PassKey, PassKind, RoomMode, RoomSettings, Sale, UserId};
 use crate::keys::SaleKeys;
+use crate::queue::queue_script;
 use crate::replicas;
 use crate::store::Store;
 
-static VISIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/room_visit.lua")));
+static VISIT: LazyLock<Script> = queue_script!("lua/room_visit.lua");
 static BOUGHT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/room_bought.lua")));
 

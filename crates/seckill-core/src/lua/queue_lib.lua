@@ -1,8 +1,9 @@
--- queue_lib.lua: helpers shared by the queue scripts.
+-- queue_lib.lua: helpers shared by the queue scripts, and by every script
+-- that passes Redis a number (`int`) or reads its clock (`now_ms`).
 --
--- Not a script of its own: queue.rs and purchase.rs put this text in front
--- of every script that needs it (Redis scripts cannot call each other), so
--- that "push a job" is written in this one file, in three forms: `push`,
+-- Not a script of its own: `queue_script!` (queue.rs) puts this text in
+-- front of every script that needs it (Redis scripts cannot call each
+-- other), so that "push a job" is written in this one file, in three forms: `push`,
 -- two commands for one job (`purchase_lua.lua`'s one order), `push_many`,
 -- three variadic calls for a batch of any size (the worker's deadlines,
 -- the queue's enqueue): for a single job, one call more than `push`; and

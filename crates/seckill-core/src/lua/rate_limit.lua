@@ -29,9 +29,7 @@ if tat - now > tolerance then
   return {0, tat - now - tolerance}
 end
 local next_tat = tat + interval
--- The numbers as integers' text: a Lua number given to redis.call is
--- turned into text with snprintf("%.17g"), a floating-point conversion of
--- some thousands of instructions (queue_lib.lua: int).
+-- The numbers as integers' text (queue_lib.lua: int).
 local expires = math.floor((next_tat - now) / 1000) + 1
-redis.call('SET', KEYS[1], string.format('%d', next_tat), 'PX', string.format('%d', expires))
+redis.call('SET', KEYS[1], int(next_tat), 'PX', int(expires))
 return {1, 0}

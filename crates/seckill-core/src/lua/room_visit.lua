@@ -131,15 +131,8 @@ local ADMITS_PER_VISIT = 1000
 local EXPIRES_PER_VISIT = 1000
 local LATE = 17592186044416 -- 2^44: a lottery's drawn places are below
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Numbers go to redis.call as integers' text: given a Lua number, Redis
--- turns it into text with snprintf("%.17g"), a floating-point conversion
--- of some thousands of instructions (queue_lib.lua: int). `now` is
--- converted once, and the constants are written as text.
-local function int(n)
-  return string.format('%d', n)
-end
+local now = now_ms()
+-- As text, once, for the commands below (queue_lib.lua: int).
 local now_text = int(now)
 
 local left = tonumber(redis.call('GET', stock) or '1')

@@ -63,9 +63,9 @@ local room_ttl = redis.call('PTTL', KEYS[6])
 if room_ttl ~= -2 then
   redis.call('SADD', KEYS[5], ARGV[2])
   if room_ttl > 0 then
-    redis.call('PEXPIRE', KEYS[5], string.format('%d', room_ttl))
+    redis.call('PEXPIRE', KEYS[5], int(room_ttl))
   end
 end
 local left = redis.call('INCR', KEYS[1])
-redis.call('PUBLISH', ARGV[3], string.format('%d', left))
+redis.call('PUBLISH', ARGV[3], int(left))
 return {'returned', left}
