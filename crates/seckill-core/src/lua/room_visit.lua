@@ -282,23 +282,28 @@ local gapless = not lottery or head > LATE
 
 -- Where `who` stands: 3 bought, 2 admitted (until), 1 waiting (number,
 -- how many ahead), 0 not in the room.
+-- The line first: most of the buyers an instance tracks wait there, and
+-- are answered with one command. A buyer leaves the line when admitted,
+-- the admitted when they buy (with a two-step door, a moment after:
+-- admitted until then), and one who bought cannot join, so the order
+-- decides nothing but the cost.
 local function standing_of(who)
-  if has_bought(who) then
-    return 3, 0, 0
+  local place = redis.call('ZSCORE', line, who)
+  if place then
+    place = tonumber(place)
+    if gapless then
+      return 1, place, place - head
+    end
+    return 1, place, redis.call('ZRANK', line, who)
   end
   local until_ms = redis.call('ZSCORE', admitted, who)
   if until_ms then
     return 2, tonumber(until_ms), 0
   end
-  local place = redis.call('ZSCORE', line, who)
-  if not place then
-    return 0, 0, 0
+  if has_bought(who) then
+    return 3, 0, 0
   end
-  place = tonumber(place)
-  if gapless then
-    return 1, place, place - head
-  end
-  return 1, place, redis.call('ZRANK', line, who)
+  return 0, 0, 0
 end
 
 header[1], header[2], header[3] = standing_of(buyer)
