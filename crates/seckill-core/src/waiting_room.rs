@@ -403,7 +403,10 @@ pub fn closed(sale: &Sale, stock_left: Option<i64>, now: chrono::DateTime<chrono
 pub async fn has_bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Result<bool> {
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let mut conn = store.redis().await?;
+    // One snapshot: the unit's return moves a buyer from the holds to
+    // the bought in one step (`lua/unit_return.lua`).
     let (holds, bought): (bool, bool) = redis::pipe()
+        .atomic()
         .hexists(&keys.holds, buyer.as_str())
         .sismember(&keys.room.bought, buyer.as_str())
         .query_async(&mut conn)
