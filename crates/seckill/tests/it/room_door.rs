@@ -13,7 +13,7 @@ use seckill_core::strategy::Shop;
 use seckill_core::waiting_room;
 
 use crate::helpers::TestApp;
-use crate::payment::{app_with_window, make_deadlines_due, run_deadlines_until};
+use crate::payment::{app_with_window, confirmed_order, make_deadlines_due, run_deadlines_until};
 use crate::waiting_room::{admitted, fifo, joined, sale_with_room, ticket};
 
 /// A purchaser as an instance named `name` with `strategy` runs it.
@@ -179,4 +179,23 @@ async fn with_postgres_a_buyer_is_counted_once_among_the_rooms_bought() {
     run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
     assert!(app.redis_buyers(sale).await.is_empty());
     assert_eq!(bought().await, (1, true));
+}
+
+/// A sale without a room: the return of an unpaid order's unit writes
+/// none of a room's keys (a bought set there would have no room to end
+/// with, and would stay in Redis for good).
+#[tokio::test]
+async fn the_return_of_a_unit_on_a_sale_without_a_room_writes_no_room_key() {
+    let app = app_with_window(600, 100).await;
+    let (sale, order) = confirmed_order(&app, 1, "ann").await;
+    make_deadlines_due(&app, sale, &[order]).await;
+    run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+    let keys = app.keys(sale);
+    let written: i64 = redis::cmd("EXISTS")
+        .arg(keys.room.all().to_vec())
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("EXISTS");
+    assert_eq!(written, 0);
 }
