@@ -405,14 +405,23 @@ pub async fn has_bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::
     let mut conn = store.redis().await?;
     // One snapshot: the unit's return moves a buyer from the holds to
     // the bought in one step (`lua/unit_return.lua`).
-    let (holds, bought): (bool, bool) = redis::pipe()
-        .atomic()
-        .hexists(&keys.holds, buyer.as_str())
-        .sismember(&keys.room.bought, buyer.as_str())
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    bought_reads(&mut pipe, &keys, buyer.as_str());
+    let (holds, bought): (bool, bool) = pipe
         .query_async(&mut conn)
         .await
         .context("reading a waiting room")?;
     Ok(holds || bought)
+}
+
+/// Add to `pipe` the two reads that say whether `buyer`'s admission
+/// bought: it did when either answers 1 (the holds name them, or the
+/// room's bought holds them: keys.rs, `RoomKeys::bought`). The one place
+/// outside `lua/room_visit.lua` that says where "bought" is kept.
+pub fn bought_reads(pipe: &mut redis::Pipeline, keys: &SaleKeys, buyer: &str) {
+    pipe.hexists(&keys.holds, buyer)
+        .sismember(&keys.room.bought, buyer);
 }
 
 /// `buyer`'s admission bought: spent, and their place among the active

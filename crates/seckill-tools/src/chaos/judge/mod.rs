@@ -26,6 +26,7 @@ use anyhow::Context;
 use super::Rig;
 use super::crowd::{Answer, buyer_id};
 use seckill_core::keys::SaleKeys;
+use seckill_core::waiting_room;
 pub(super) use windows::{BETWEEN, FaultRow, Tick, rows, timeline, unreplicated_202s};
 
 /// What the waiting crowd was told, and whom its room held once it had
@@ -51,9 +52,8 @@ impl Waited {
         for n in &buyers {
             let id = buyer_id(*n);
             pipe.zscore(&keys.room.line, &id)
-                .zscore(&keys.room.admitted, &id)
-                .sismember(&keys.room.bought, &id)
-                .hexists(&keys.holds, &id);
+                .zscore(&keys.room.admitted, &id);
+            waiting_room::bought_reads(&mut pipe, keys, &id);
         }
         let mut conn = rig.store.redis().await?;
         let found: Vec<redis::Value> = pipe
@@ -65,8 +65,7 @@ impl Waited {
             .iter()
             .zip(found.chunks(4))
             .filter(|(_, places)| {
-                // A score (in line, admitted) or a 1 (bought: SISMEMBER
-                // of those whose unit came back, HEXISTS of the holds).
+                // A score (in line, admitted) or a 1 (bought).
                 places
                     .iter()
                     .any(|place| !matches!(place, redis::Value::Nil | redis::Value::Int(0)))
