@@ -28,12 +28,16 @@ use tokio::process::{Child, Command};
 
 use seckill_core::redis_pool::{self, RedisAt};
 
-/// How long a started `seckill serve` may take to print its address.
+/// How long a started `seckill serve` may take to print its address, and
+/// `seckill worker` its [`WORKER_READY`].
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a stopped process may take to finish its work and exit.
 pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// What `seckill serve` prints first; the address follows.
 const LISTENING: &str = "seckill listening on ";
+/// The one line `seckill worker` prints on stdout, once it reached its
+/// servers and is about to take its first batch.
+pub const WORKER_READY: &str = "seckill worker ready";
 
 /// Where the processes of a deployment find their servers, and the
 /// environment they all share.
@@ -171,7 +175,9 @@ impl Fleet {
             args.extend(flags.iter().map(String::as_str));
             cluster.start_app(&format!("{label}-{i}"), &args).await?;
         }
-        cluster.start_worker(&format!("{label}-worker"), &[])?;
+        cluster
+            .start_worker(&format!("{label}-worker"), &[])
+            .await?;
         Ok(cluster)
     }
 
@@ -214,25 +220,7 @@ impl Fleet {
     ) -> anyhow::Result<String> {
         let mut all = vec!["serve", "--bind", bind, "--instance-id", name];
         all.extend_from_slice(args);
-        let mut command = self.deployment.command(&all);
-        // A long-running process: its errors go where ours go.
-        command.stderr(Stdio::inherit());
-        let mut child = command
-            .spawn()
-            .with_context(|| format!("starting {}", self.deployment.binary.display()))?;
-        let stdout = child.stdout.take().expect("stdout is piped");
-        // Kept in the cluster before the wait, so that a failure below still
-        // kills it on drop.
-        self.members.push(Member {
-            name: name.to_owned(),
-            url: None,
-            child,
-        });
-        let line = tokio::time::timeout(START_TIMEOUT, BufReader::new(stdout).lines().next_line())
-            .await
-            .with_context(|| format!("{name} did not start within {START_TIMEOUT:?}"))?
-            .with_context(|| format!("reading the address of {name}"))?
-            .with_context(|| format!("{name} exited before it listened (its errors are above)"))?;
+        let line = self.spawn(name, &all).await?;
         let url = listening_url(&line)
             .with_context(|| format!("unexpected first line from {name}: {line:?}"))?
             .to_owned();
@@ -240,21 +228,42 @@ impl Fleet {
         Ok(url)
     }
 
-    /// Start `seckill worker` as `name`, with `args` added.
-    pub fn start_worker(&mut self, name: &str, args: &[&str]) -> anyhow::Result<()> {
+    /// Start `seckill worker` as `name`, with `args` added, and wait until
+    /// it says it is ready: a worker that cannot start (a bad flag, a
+    /// server it cannot reach) fails here, with its errors above, not as
+    /// orders that are never written.
+    pub async fn start_worker(&mut self, name: &str, args: &[&str]) -> anyhow::Result<()> {
         let mut all = vec!["worker"];
         all.extend_from_slice(args);
-        let mut command = self.deployment.command(&all);
-        command.stdout(Stdio::null()).stderr(Stdio::inherit());
-        let child = command
+        let line = self.spawn(name, &all).await?;
+        anyhow::ensure!(
+            line == WORKER_READY,
+            "unexpected first line from {name}: {line:?}"
+        );
+        Ok(())
+    }
+
+    /// Start `args` as member `name` (kept, so that a failure below still
+    /// kills it on drop), its errors where ours go, and read the first
+    /// line it prints on stdout.
+    async fn spawn(&mut self, name: &str, args: &[&str]) -> anyhow::Result<String> {
+        let mut command = self.deployment.command(args);
+        // A long-running process: its errors go where ours go.
+        command.stderr(Stdio::inherit());
+        let mut child = command
             .spawn()
-            .with_context(|| format!("starting the worker {name}"))?;
+            .with_context(|| format!("starting {}", self.deployment.binary.display()))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
         self.members.push(Member {
             name: name.to_owned(),
             url: None,
             child,
         });
-        Ok(())
+        tokio::time::timeout(START_TIMEOUT, BufReader::new(stdout).lines().next_line())
+            .await
+            .with_context(|| format!("{name} did not start within {START_TIMEOUT:?}"))?
+            .with_context(|| format!("reading the first line of {name}"))?
+            .with_context(|| format!("{name} exited before it was ready (its errors are above)"))
     }
 
     /// The base URLs of the running app instances, in the order they started.

@@ -146,7 +146,7 @@ impl Rig {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             self.cluster.kill("worker-a").await?;
-            self.cluster.start_worker("worker-a", &[])?;
+            self.cluster.start_worker("worker-a", &[]).await?;
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         Ok(format!("killed a worker 3 times ({mid_batch} mid-batch)"))

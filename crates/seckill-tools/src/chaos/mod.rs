@@ -342,7 +342,7 @@ impl Rig {
             cluster.start_app(name, &["--no-worker"]).await?;
         }
         for name in ["worker-a", "worker-b"] {
-            cluster.start_worker(name, &[])?;
+            cluster.start_worker(name, &[]).await?;
         }
         Ok(Self {
             redis,

@@ -126,6 +126,9 @@ async fn serve_rows(
 ) -> anyhow::Result<Fleet> {
     let deployment = loadrun::deployment(services, prefix, Strategy::Lock, token)?;
     let mut cluster = Fleet::new(deployment);
+    // First: a page is out once its line is, and its purchases need the
+    // worker.
+    cluster.start_worker("lab-worker", &[]).await?;
     println!("\nEach row's sale, on an instance of its own (admin token {token}):");
     for (row, sale_id) in sales {
         let label = row.label();
@@ -140,7 +143,6 @@ async fn serve_rows(
         let url = cluster.start_app(&label, &args).await?;
         println!("  {label:<26} {url}/sales/{sale_id}  (live: {url}/sales/{sale_id}/live)");
     }
-    cluster.start_worker("lab-worker", &[])?;
     println!("Press Ctrl-C to stop.");
     Ok(cluster)
 }

@@ -3,6 +3,8 @@
 //! the sale events that wake it, and the worker itself
 //! (`seckill_core::worker`), until SIGINT or SIGTERM.
 
+use std::io::Write;
+
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
@@ -39,6 +41,9 @@ pub(super) async fn run(
     // Woken by every purchase's stock change, not only by its poll.
     let (events, events_task) =
         seckill_core::events::SaleEvents::start(&services.redis, &redis_prefix, shutdown.clone())?;
+    // The one line on stdout: whoever started this worker waits for it.
+    println!("{}", seckill_devenv::processes::WORKER_READY);
+    std::io::stdout().flush().context("writing to stdout")?;
     Worker::new(
         Store::new(pg, redis, redis_prefix).with_durability(durability),
         worker,

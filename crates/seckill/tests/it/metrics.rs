@@ -41,6 +41,7 @@ async fn metrics_after_a_burst_count_what_the_buyers_were_told_and_postgres_hold
     let worker = format!("http://127.0.0.1:{port}");
     processes
         .start_worker("worker", &["--metrics-bind", &format!("127.0.0.1:{port}")])
+        .await
         .expect("the worker starts");
     let a = processes
         .start_app("a", &["--no-worker"])

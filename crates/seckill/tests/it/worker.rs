@@ -160,6 +160,7 @@ async fn a_worker_process_killed_mid_batch_and_restarted_confirms_every_order_ex
         let before = confirmed(&app, sale).await;
         workers
             .start_worker("doomed", &[])
+            .await
             .expect("a worker starts");
         eventually(
             Duration::from_secs(60),
@@ -188,7 +189,10 @@ async fn a_worker_process_killed_mid_batch_and_restarted_confirms_every_order_ex
     );
 
     // A fresh worker picks up what the dead ones held once their leases run out.
-    workers.start_worker("fresh", &[]).expect("a worker starts");
+    workers
+        .start_worker("fresh", &[])
+        .await
+        .expect("a worker starts");
     eventually(
         Duration::from_secs(120),
         "every order is confirmed",
@@ -228,4 +232,36 @@ async fn one_sale_that_fails_does_not_stop_the_other_sales_of_a_pass() {
     let orders = app.orders(sale).await;
     assert_eq!(orders.len(), 1, "{orders:?}");
     assert_eq!(orders[0].2, "confirmed", "{orders:?}");
+}
+
+/// A worker process that cannot start is reported when it is started,
+/// with what it said, not later as orders that are never written: the
+/// chaos run, the lab and the tests wait for its ready line
+/// (`Fleet::start_worker`).
+#[tokio::test]
+async fn a_worker_process_that_cannot_start_fails_its_start() {
+    let app = spawn_app().await;
+    let mut workers = cluster(&app.scratch, &[]);
+    let error = workers
+        .start_worker("refused", &["--batch-size", "0"])
+        .await
+        .expect_err("a worker with a batch of 0 started");
+    assert!(
+        format!("{error:#}").contains("refused exited before it was ready"),
+        "{error:#}"
+    );
+    // A worker that can start is ready when its start returns, and
+    // confirms what is queued.
+    let sale = app.create_sale(1).await;
+    enqueue_orders(&app, sale, &users(1)).await;
+    workers
+        .start_worker("able", &[])
+        .await
+        .expect("a worker starts");
+    eventually(
+        Duration::from_secs(30),
+        "the order is confirmed",
+        || async { app.sold(sale).await == 1 },
+    )
+    .await;
 }

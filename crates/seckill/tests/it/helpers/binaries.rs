@@ -98,6 +98,7 @@ pub async fn start_app_and_a_worker(processes: &mut Fleet, name: &str) -> String
         .expect("the instance starts");
     processes
         .start_worker("worker", &[])
+        .await
         .expect("the worker starts");
     url
 }
