@@ -531,6 +531,53 @@ async fn the_next_bench_takes_away_what_a_bench_killed_outright_left() {
     assert_eq!(keys_left(&scratch).await, Vec::<String>::new());
 }
 
+/// A bench that is alive keeps its database even while nothing uses it
+/// (between two of its queries): the next bench goes by the run's lock,
+/// not by the database's sessions. The test plays that bench: it makes
+/// the run's database and holds the run's lock, with no session on the
+/// database. Once the lock goes, as it does when a bench dies, the next
+/// bench takes the database away.
+#[tokio::test]
+async fn a_bench_that_holds_its_runs_lock_keeps_its_database_though_nobody_uses_it() {
+    use seckill_devenv::services::{ServerSession, ensure_database};
+
+    let scratch = Scratch::new().await;
+    let server = &crate::helpers::services().await.database_url;
+    // A run's name as a bench makes it: a pid and eight hex digits.
+    let run = format!(
+        "{}_{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let database = format!("seckill_bench_{run}");
+    let url = seckill_core::urls::with_database(server, &database).expect("a URL");
+    ensure_database(&url).await.expect("the run's database");
+    let mut alive = ServerSession::open(server).await.expect("PostgreSQL");
+    assert!(
+        alive.try_lock(RUN_LOCK_CLASS, &run).await.expect("lock"),
+        "the run's lock is taken"
+    );
+    let idle = ["bench", "--only", "idle"];
+    let beside = finish(seckill_command(&scratch, &idle, &[])).await;
+    assert_eq!(beside.status.code(), Some(0), "{}", text(&beside));
+    let named = format!("^{database}$");
+    assert_eq!(
+        databases_matching(&named).await,
+        1,
+        "a live bench's database was dropped: {}",
+        text(&beside)
+    );
+
+    alive.unlock(RUN_LOCK_CLASS, &run).await.expect("unlock");
+    let next = finish(seckill_command(&scratch, &idle, &[])).await;
+    assert_eq!(next.status.code(), Some(0), "{}", text(&next));
+    assert_eq!(databases_matching(&named).await, 0, "{}", text(&next));
+}
+
+/// The class of a bench run's advisory lock
+/// (`crates/seckill-tools/src/bench/leftovers.rs`, `LOCK_CLASS`).
+const RUN_LOCK_CLASS: i32 = 0x5ec_b3c;
+
 /// A bench of the burst alone, small.
 const BURST: [&str; 5] = ["bench", "--only", "burst", "--burst-users", "200"];
 
