@@ -1,6 +1,7 @@
 //! Logging: structured `tracing` events to stderr, filtered by `RUST_LOG`
 //! (default `info`). Standard output is kept for what commands print on
-//! purpose (a created sale as JSON, the address being served).
+//! purpose (a created sale as JSON, the address being served, a worker's
+//! ready line).
 
 use std::io::IsTerminal;
 

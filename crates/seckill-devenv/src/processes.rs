@@ -6,7 +6,8 @@
 //! `seckill worker` processes sharing one Redis and one PostgreSQL. A
 //! [`Deployment`] says where the servers are and what environment every
 //! process gets; a [`Fleet`] starts processes of it, each under a name,
-//! waits for an app's "listening on" line to learn its address, and can
+//! waits for an app's "listening on" line to learn its address and for a
+//! worker's [`WORKER_READY`] line, and can
 //! signal, kill or stop any one of them by name (the fault tests kill
 //! workers with SIGKILL mid-batch).
 //!
@@ -36,7 +37,9 @@ pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// What `seckill serve` prints first; the address follows.
 const LISTENING: &str = "seckill listening on ";
 /// The one line `seckill worker` prints on stdout, once it reached its
-/// servers and is about to take its first batch.
+/// servers and is about to take its first batch (its subscription to the
+/// sales' stock changes, which wakes it between polls, may still be
+/// connecting: until it is, a new order waits for the next poll).
 pub const WORKER_READY: &str = "seckill worker ready";
 
 /// Where the processes of a deployment find their servers, and the
@@ -252,7 +255,7 @@ impl Fleet {
         command.stderr(Stdio::inherit());
         let mut child = command
             .spawn()
-            .with_context(|| format!("starting {}", self.deployment.binary.display()))?;
+            .with_context(|| format!("starting {name} ({})", self.deployment.binary.display()))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         self.members.push(Member {
             name: name.to_owned(),

@@ -61,7 +61,7 @@ mod cpu;
 mod ended;
 mod generator;
 mod holder;
-mod leftovers;
+pub(crate) mod leftovers;
 mod lua;
 mod pages;
 mod redis_cost;

@@ -35,7 +35,7 @@ const DATABASE_PREFIXES: [&str; 2] = ["seckill_bench_index_", "seckill_bench_"];
 const STILL_IN_USE: Duration = Duration::from_secs(10);
 /// The class of a run's advisory lock (the two-key form), so that no other
 /// use of advisory locks on the server can collide with it.
-const LOCK_CLASS: i32 = 0x5ec_b3c;
+pub const LOCK_CLASS: i32 = 0x5ec_b3c;
 
 /// This run's hold on its leftovers: while it is alive, no other bench
 /// takes them. Dropped, the session ends and the lock goes with it.

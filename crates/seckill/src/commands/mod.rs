@@ -79,8 +79,10 @@ async fn serve(
     // Listening before the address is out: whoever reads it may stop us.
     let stop = seckill_cli::process::stop_requested();
     // The one line on stdout: scripts and tests read the address from it.
-    println!("seckill listening on http://{}", app.address());
-    std::io::stdout().flush().context("writing to stdout")?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "seckill listening on http://{}", app.address())
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")?;
     if services.has_private_servers() {
         tracing::warn!(
             "Redis or PostgreSQL is private to this process: other seckill processes cannot share it, \

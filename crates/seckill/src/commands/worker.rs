@@ -41,14 +41,18 @@ pub(super) async fn run(
     // Woken by every purchase's stock change, not only by its poll.
     let (events, events_task) =
         seckill_core::events::SaleEvents::start(&services.redis, &redis_prefix, shutdown.clone())?;
+    let wake = events.subscribe();
     // The one line on stdout: whoever started this worker waits for it.
-    println!("{}", seckill_devenv::processes::WORKER_READY);
-    std::io::stdout().flush().context("writing to stdout")?;
+    // (A reader gone already is an error, not a panic as `println!`'s.)
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "{}", seckill_devenv::processes::WORKER_READY)
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")?;
     Worker::new(
         Store::new(pg, redis, redis_prefix).with_durability(durability),
         worker,
     )
-    .run_woken(shutdown, Some(events.subscribe()))
+    .run_woken(shutdown, Some(wake))
     .await;
     events_task.await.context("the sale events task panicked")?;
     Ok(())

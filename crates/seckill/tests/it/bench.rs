@@ -2,6 +2,7 @@
 
 use crate::helpers::{Scratch, seckill_command};
 use crate::processes::{RUN_LIMIT, finish, finish_within, sale_count, text};
+use seckill_tools::BENCH_RUN_LOCK_CLASS as RUN_LOCK_CLASS;
 
 /// The header line of the bench's table in `stdout`.
 fn table_header(stdout: &str) -> &str {
@@ -549,14 +550,16 @@ async fn a_bench_that_holds_its_runs_lock_keeps_its_database_though_nobody_uses_
         std::process::id(),
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
-    let database = format!("seckill_bench_{run}");
-    let url = seckill_core::urls::with_database(server, &database).expect("a URL");
-    ensure_database(&url).await.expect("the run's database");
+    // The lock first, as a bench takes it: a bench of another test,
+    // sweeping between the two, would find the database with its lock free.
     let mut alive = ServerSession::open(server).await.expect("PostgreSQL");
     assert!(
         alive.try_lock(RUN_LOCK_CLASS, &run).await.expect("lock"),
         "the run's lock is taken"
     );
+    let database = format!("seckill_bench_{run}");
+    let url = seckill_core::urls::with_database(server, &database).expect("a URL");
+    ensure_database(&url).await.expect("the run's database");
     let idle = ["bench", "--only", "idle"];
     let beside = finish(seckill_command(&scratch, &idle, &[])).await;
     assert_eq!(beside.status.code(), Some(0), "{}", text(&beside));
@@ -573,10 +576,6 @@ async fn a_bench_that_holds_its_runs_lock_keeps_its_database_though_nobody_uses_
     assert_eq!(next.status.code(), Some(0), "{}", text(&next));
     assert_eq!(databases_matching(&named).await, 0, "{}", text(&next));
 }
-
-/// The class of a bench run's advisory lock
-/// (`crates/seckill-tools/src/bench/leftovers.rs`, `LOCK_CLASS`).
-const RUN_LOCK_CLASS: i32 = 0x5ec_b3c;
 
 /// A bench of the burst alone, small.
 const BURST: [&str; 5] = ["bench", "--only", "burst", "--burst-users", "200"];

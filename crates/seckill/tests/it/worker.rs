@@ -242,6 +242,8 @@ async fn one_sale_that_fails_does_not_stop_the_other_sales_of_a_pass() {
 async fn a_worker_process_that_cannot_start_fails_its_start() {
     let app = spawn_app().await;
     let mut workers = cluster(&app.scratch, &[]);
+    // Its refusal of the flag is printed with the test's output: the
+    // fleet passes its members' errors through, as a user would see them.
     let error = workers
         .start_worker("refused", &["--batch-size", "0"])
         .await
