@@ -1,4 +1,5 @@
-//! The command line: `sale create` and `migrate` and their errors, and how `serve` stops.
+//! The command line: `sale create` and `migrate` and their errors, how
+//! `serve` stops, and `serve` and `worker` with a stdout nobody reads.
 
 use std::time::Duration;
 
@@ -713,4 +714,28 @@ async fn reset_refuses_while_a_server_runs_on_its_database() {
         .await
         .expect("count");
     assert_eq!(sales, 0);
+}
+
+/// `serve` and `worker` each print one line on stdout, which whoever
+/// started them reads. With nobody reading it (the reading end already
+/// closed) each stops with an error that says so, not a panic (exit 101),
+/// as any other failure to start does.
+#[tokio::test]
+async fn serve_and_worker_with_nobody_reading_their_stdout_stop_with_an_error() {
+    let scratch = Scratch::new().await;
+    for args in [&["serve", "--bind", "127.0.0.1:0"][..], &["worker"][..]] {
+        let (reading, writing) = nix::unistd::pipe().expect("a pipe");
+        drop(reading);
+        let mut command = seckill_command(&scratch, args, &[]);
+        command.stdout(std::process::Stdio::from(writing));
+        // Not `output()`: tokio's makes stdout a pipe of its own again.
+        let child = command.spawn().expect("started");
+        let output = tokio::time::timeout(crate::processes::RUN_LIMIT, child.wait_with_output())
+            .await
+            .expect("it stopped in time")
+            .expect("its output");
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {said}");
+        assert!(said.contains("writing to stdout"), "{args:?}: {said}");
+    }
 }
