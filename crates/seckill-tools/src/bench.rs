@@ -63,6 +63,7 @@ mod generator;
 mod holder;
 pub(crate) mod leftovers;
 mod lua;
+mod own_core;
 mod pages;
 mod redis_cost;
 mod redis_info;

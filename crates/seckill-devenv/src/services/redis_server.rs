@@ -110,6 +110,11 @@ impl PrivateRedis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The server's process id, while it runs (not after [`Self::kill`]).
+    pub fn pid(&self) -> Option<nix::unistd::Pid> {
+        self.server.as_ref().map(Supervised::pid)
+    }
+
     pub(crate) fn port(&self) -> u16 {
         self.port
     }

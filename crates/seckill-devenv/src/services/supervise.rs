@@ -53,11 +53,15 @@ kill -{sig} "$1" 2>/dev/null; sleep 5; kill -KILL "$1" 2>/dev/null; rm -rf "$2""
         Ok(Self { server, reaper })
     }
 
+    /// The server's process id.
+    pub(super) fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.server.id()).expect("pids fit in i32"))
+    }
+
     /// Send `signal` and go on (SIGSTOP and SIGCONT, to freeze a server
     /// and let it go again).
     pub(super) fn signal(&self, signal: Signal) {
-        let pid = Pid::from_raw(i32::try_from(self.server.id()).expect("pids fit in i32"));
-        let _ = kill(pid, signal);
+        let _ = kill(self.pid(), signal);
     }
 
     /// Send `signal`, wait up to 10 s for the server to exit, then SIGKILL it.
@@ -66,8 +70,7 @@ kill -{sig} "$1" 2>/dev/null; sleep 5; kill -KILL "$1" 2>/dev/null; rm -rf "$2""
     pub(super) fn stop(mut self, signal: Signal) {
         let _ = self.reaper.kill();
         let _ = self.reaper.wait();
-        let pid = Pid::from_raw(i32::try_from(self.server.id()).expect("pids fit in i32"));
-        let _ = kill(pid, signal);
+        let _ = kill(self.pid(), signal);
         for _ in 0..200 {
             if matches!(self.server.try_wait(), Ok(Some(_))) {
                 return;
