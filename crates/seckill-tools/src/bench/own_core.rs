@@ -31,7 +31,8 @@ pub(super) struct OwnCore {
 impl OwnCore {
     /// Give the Redis server `redis` the last CPU this process may run
     /// on, and this process the others. `None` when this process may run
-    /// on one CPU only: there is no other to give.
+    /// on one CPU only (there is no other to give), or may not move
+    /// threads: then nothing moved.
     pub(super) fn give(redis: Pid) -> anyhow::Result<Option<Self>> {
         let ours = sched_getaffinity(Pid::from_raw(0)).context("reading this process' CPUs")?;
         let cpus: Vec<usize> = (0..CpuSet::count())
@@ -56,9 +57,23 @@ impl OwnCore {
             redis: last,
             kept: others.len(),
         };
-        pin_threads("self", &rest).context("moving the bench's threads off Redis' CPU")?;
-        pin_threads(&redis.to_string(), &alone).context("giving Redis a CPU of its own")?;
-        Ok(Some(pinned))
+        let pinning = pin_threads("self", &rest)
+            .context("moving the bench's threads off Redis' CPU")
+            .and_then(|()| {
+                pin_threads(&redis.to_string(), &alone).context("giving Redis a CPU of its own")
+            });
+        match pinning {
+            Ok(()) => Ok(Some(pinned)),
+            // Not allowed here (a container may forbid it): the row runs
+            // shared, and its line says so.
+            Err(error) => {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "running the row with Redis sharing the bench's CPUs"
+                );
+                Ok(None)
+            }
+        }
     }
 
     /// Where the row ran, for its line.
@@ -68,7 +83,7 @@ impl OwnCore {
                 "a private Redis alone on CPU {}, the bench on the other {}",
                 pinned.redis, pinned.kept
             ),
-            None => "a private Redis sharing the bench's one CPU".to_owned(),
+            None => "a private Redis sharing the bench's CPUs".to_owned(),
         }
     }
 }
@@ -147,7 +162,7 @@ mod tests {
         let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
         let pinned = OwnCore::give(pid).unwrap();
         let Some(pinned) = pinned else {
-            // One CPU: nothing to give, nothing moved.
+            // One CPU, or no leave to move threads: nothing moved.
             assert_eq!(allowed(&child.id().to_string()), before);
             return;
         };
