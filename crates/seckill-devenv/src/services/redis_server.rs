@@ -110,7 +110,8 @@ impl PrivateRedis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// The server's process id, while it runs (not after [`Self::kill`]).
+    /// The id of the server process last started; `None` after
+    /// [`Self::kill`]. It may have exited since.
     pub fn pid(&self) -> Option<nix::unistd::Pid> {
         self.server.as_ref().map(Supervised::pid)
     }

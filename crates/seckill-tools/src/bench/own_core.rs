@@ -1,192 +1,369 @@
-//! A CPU of its own for a private Redis while a row times its commands
+//! A CPU kept for a private Redis while a row times its commands
 //! (`room-scripts`).
 //!
 //! Redis' slow log times a command from its start to its end, on the
-//! wall clock. On a machine of two cores, the bench's threads (the
-//! buyers' visits, 128 in flight) run beside Redis, and one that takes
-//! Redis' core for a slice of the scheduler holds whatever command Redis
-//! was running for as long: a `ZADD` that takes microseconds was logged at
-//! 3 to 12 ms that way (docs/bench.md). A production Redis runs on a core
-//! of its own; so does the bench's, while the row runs: Redis' threads on
-//! the last CPU this process may use, this process' threads on the others,
-//! and ours put back as they were when the [`OwnCore`] is dropped.
+//! wall clock. On a machine of few CPUs the bench's own threads (the
+//! buyers' visits) run beside Redis, and one that takes Redis' CPU for a
+//! slice of the scheduler holds whatever command Redis was running for as
+//! long: the slow log then times the bench, not the room (docs/bench.md,
+//! "A Redis with a CPU of its own"). So, while the row runs, Redis'
+//! threads run on the last CPU the bench's process may use, and the
+//! bench's threads on the others, put back as they were by
+//! [`OwnCore::restore`]. Only the bench's threads are kept off Redis' CPU:
+//! other processes, PostgreSQL's among them, and the kernel still run
+//! there.
 //!
-//! Linux only (`sched_setaffinity`), as the bench's private servers are.
+//! Linux only (`sched_setaffinity`); elsewhere the row runs shared, and
+//! says so.
 
-use anyhow::Context;
-use nix::errno::Errno;
-use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::unistd::Pid;
 
-/// Redis' threads on one CPU, this process' on the others, until dropped.
-pub(super) struct OwnCore {
-    /// The CPUs this process could run on before.
-    ours: CpuSet,
-    /// The one CPU Redis runs on.
-    redis: usize,
-    /// How many CPUs this process keeps.
-    kept: usize,
+/// Where a row's private Redis runs.
+pub(super) enum Placement {
+    /// On a CPU the bench's threads are kept off, until restored.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    Pinned(OwnCore),
+    /// Beside the bench's threads, for the reason given.
+    Shared(&'static str),
 }
 
-impl OwnCore {
-    /// Give the Redis server `redis` the last CPU this process may run
-    /// on, and this process the others. `None` when this process may run
-    /// on one CPU only (there is no other to give), or may not move
-    /// threads: then nothing moved.
-    pub(super) fn give(redis: Pid) -> anyhow::Result<Option<Self>> {
-        let ours = sched_getaffinity(Pid::from_raw(0)).context("reading this process' CPUs")?;
-        let cpus: Vec<usize> = (0..CpuSet::count())
-            .filter(|&cpu| ours.is_set(cpu).unwrap_or(false))
-            .collect();
-        let Some((&last, others)) = cpus.split_last() else {
-            return Ok(None);
-        };
-        if others.is_empty() {
-            return Ok(None);
+impl Placement {
+    /// Where the row ran, for its lines.
+    pub(super) fn shown(&self) -> String {
+        match self {
+            Self::Pinned(pinned) => pinned.shown(),
+            Self::Shared(why) => format!("a private Redis sharing the bench's CPUs: {why}"),
         }
-        let mut alone = CpuSet::new();
-        alone.set(last)?;
-        let mut rest = CpuSet::new();
-        for &cpu in others {
-            rest.set(cpu)?;
+    }
+
+    /// Put the bench's threads back on all their CPUs, if they were moved.
+    pub(super) fn restore(self) -> anyhow::Result<()> {
+        match self {
+            Self::Pinned(pinned) => pinned.restore(),
+            Self::Shared(_) => Ok(()),
         }
-        // Ours first: once the guard exists, dropping it puts ours back,
-        // whatever fails after.
-        let pinned = Self {
-            ours,
-            redis: last,
-            kept: others.len(),
-        };
-        let pinning = pin_threads("self", &rest)
-            .context("moving the bench's threads off Redis' CPU")
-            .and_then(|()| {
-                pin_threads(&redis.to_string(), &alone).context("giving Redis a CPU of its own")
-            });
-        match pinning {
-            Ok(()) => Ok(Some(pinned)),
-            // Not allowed here (a container may forbid it): the row runs
-            // shared, and its line says so.
-            Err(error) => {
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(super) use elsewhere::*;
+#[cfg(target_os = "linux")]
+pub(super) use linux::*;
+
+#[cfg(not(target_os = "linux"))]
+mod elsewhere {
+    use super::{Pid, Placement};
+
+    /// Nothing to restore: nothing moves off Linux.
+    pub(in crate::bench) struct OwnCore;
+
+    impl OwnCore {
+        /// Off Linux no thread is moved: the row runs shared.
+        pub(in crate::bench) fn give(_redis: Pid) -> anyhow::Result<Placement> {
+            Ok(Placement::Shared("threads are pinned on Linux only"))
+        }
+
+        pub(super) fn shown(&self) -> String {
+            String::new()
+        }
+
+        pub(super) fn restore(self) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use anyhow::Context;
+    use nix::errno::Errno;
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+
+    use super::{Pid, Placement};
+
+    /// Redis' threads on one CPU, the bench's on the others, until
+    /// [`OwnCore::restore`] (or, should the row fail or be stopped, the
+    /// drop) puts the bench's back.
+    pub(in crate::bench) struct OwnCore {
+        /// The CPUs the bench's process could run on before.
+        ours: CpuSet,
+        /// The one CPU Redis runs on.
+        redis: usize,
+        /// The CPUs the bench's threads run on meanwhile.
+        kept: Vec<usize>,
+        /// Put back already.
+        restored: bool,
+    }
+
+    impl OwnCore {
+        /// Give the Redis server `redis` the last CPU the bench's process
+        /// may run on, and the bench's threads the others. Shared, and
+        /// nothing moved, when the process may run on one CPU only, or
+        /// the system does not let it read or move threads' CPUs
+        /// (a sandbox's `EPERM`, a machine past the 1,024 CPUs a set
+        /// holds); any other failure is an error, with the bench's
+        /// threads put back first.
+        pub(in crate::bench) fn give(redis: Pid) -> anyhow::Result<Placement> {
+            let ours = match sched_getaffinity(Pid::from_raw(0)) {
+                Ok(ours) => ours,
+                Err(Errno::EPERM | Errno::EINVAL | Errno::ENOSYS) => {
+                    return Ok(Placement::Shared(
+                        "this system does not tell a thread's CPUs",
+                    ));
+                }
+                Err(error) => return Err(error).context("reading the bench's CPUs"),
+            };
+            let cpus: Vec<usize> = (0..CpuSet::count())
+                .filter(|&cpu| ours.is_set(cpu).unwrap_or(false))
+                .collect();
+            let Some((&last, kept)) = cpus.split_last().filter(|(_, kept)| !kept.is_empty()) else {
+                return Ok(Placement::Shared("the bench may run on one CPU only"));
+            };
+            let mut alone = CpuSet::new();
+            alone.set(last)?;
+            let mut rest = CpuSet::new();
+            for &cpu in kept {
+                rest.set(cpu)?;
+            }
+            // The guard first: from here on, a failure puts the bench's
+            // threads back (the drop), whatever moved.
+            let pinned = Self {
+                ours,
+                redis: last,
+                kept: kept.to_vec(),
+                restored: false,
+            };
+            let moved = pin_threads("self", &rest)
+                .context("moving the bench's threads off Redis' CPU")
+                .and_then(|()| {
+                    pin_threads(&redis.to_string(), &alone).context("giving Redis a CPU")
+                });
+            match moved {
+                Ok(()) => Ok(Placement::Pinned(pinned)),
+                Err(error) if not_allowed(&error) => {
+                    pinned.restore()?;
+                    Ok(Placement::Shared(
+                        "this system does not let the bench move threads",
+                    ))
+                }
+                Err(error) => {
+                    pinned.restore()?;
+                    Err(error)
+                }
+            }
+        }
+
+        pub(super) fn shown(&self) -> String {
+            let kept: Vec<String> = self.kept.iter().map(usize::to_string).collect();
+            format!(
+                "a private Redis on CPU {}, the bench's threads kept on CPU {}",
+                self.redis,
+                kept.join(", ")
+            )
+        }
+
+        /// The bench's threads back on the CPUs they had.
+        pub(super) fn restore(mut self) -> anyhow::Result<()> {
+            self.restored = true;
+            pin_threads("self", &self.ours).context("putting the bench's threads back")
+        }
+    }
+
+    impl Drop for OwnCore {
+        fn drop(&mut self) {
+            if self.restored {
+                return;
+            }
+            if let Err(error) = pin_threads("self", &self.ours) {
                 tracing::warn!(
                     error = format!("{error:#}"),
-                    "running the row with Redis sharing the bench's CPUs"
+                    "putting the bench's threads back on all their CPUs"
                 );
-                Ok(None)
             }
         }
     }
 
-    /// Where the row ran, for its line.
-    pub(super) fn shown(this: Option<&Self>) -> String {
-        match this {
-            Some(pinned) => format!(
-                "a private Redis alone on CPU {}, the bench on the other {}",
-                pinned.redis, pinned.kept
-            ),
-            None => "a private Redis sharing the bench's CPUs".to_owned(),
-        }
+    /// Whether moving threads failed because the system does not allow it.
+    fn not_allowed(error: &anyhow::Error) -> bool {
+        matches!(
+            error.root_cause().downcast_ref::<Errno>(),
+            Some(Errno::EPERM | Errno::ENOSYS)
+        )
     }
-}
 
-impl Drop for OwnCore {
-    fn drop(&mut self) {
-        if let Err(error) = pin_threads("self", &self.ours) {
-            tracing::warn!(%error, "putting the bench's threads back on all their CPUs");
-        }
-    }
-}
-
-/// Every thread of the process `pid` (or `self`) on `cpus`.
-///
-/// The race: a thread can start while the list is read. One started by a
-/// thread already moved runs where its parent does (Linux copies a
-/// thread's CPUs to the threads it starts); one started by a thread not
-/// yet moved may be missed. So the list is read again until a pass moves
-/// no thread it had not moved before. A thread that ended meanwhile
-/// (`ESRCH`) is no longer in anyone's way.
-fn pin_threads(pid: &str, cpus: &CpuSet) -> anyhow::Result<()> {
-    let mut moved = std::collections::HashSet::new();
-    loop {
-        let mut new = 0;
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .with_context(|| format!("listing the threads of {pid}"))?;
-        for task in tasks {
-            let name = task?.file_name();
-            let Some(tid) = name.to_str().and_then(|tid| tid.parse::<i32>().ok()) else {
-                continue;
-            };
-            if !moved.insert(tid) {
-                continue;
+    /// Every thread of the process `pid` (or `self`) on `cpus`. Goes on past
+    /// a thread it could not move (the others are moved all the same) and
+    /// returns the first such failure.
+    ///
+    /// The race: a thread can start while the threads are listed. One
+    /// started by a thread already moved runs where its parent does (a new
+    /// thread gets its parent's CPUs); one started by a thread not yet
+    /// moved keeps the old CPUs. So the threads are listed again until a
+    /// pass finds every one on `cpus`. A thread whose start began before its
+    /// parent was moved and shows in the list only after that last pass
+    /// keeps the CPUs it had: it runs where it could before, no worse. A
+    /// thread that ended meanwhile (`ESRCH`) is in nobody's way. At most
+    /// [`PASSES`]: a kernel that keeps a thread's CPUs other than asked
+    /// (a CPU taken away meanwhile) would otherwise be asked forever.
+    fn pin_threads(pid: &str, cpus: &CpuSet) -> anyhow::Result<()> {
+        let mut first_failure = None;
+        for _ in 0..PASSES {
+            let mut moved = 0;
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .with_context(|| format!("listing the threads of {pid}"))?;
+            for task in tasks {
+                let name = task?.file_name();
+                let Some(tid) = name.to_str().and_then(|tid| tid.parse::<i32>().ok()) else {
+                    continue;
+                };
+                let tid = Pid::from_raw(tid);
+                match sched_getaffinity(tid) {
+                    Ok(now) if now == *cpus => continue,
+                    Ok(_) => {}
+                    Err(Errno::ESRCH) => continue,
+                    Err(error) => {
+                        first_failure.get_or_insert(anyhow::Error::new(error));
+                        continue;
+                    }
+                }
+                match sched_setaffinity(tid, cpus) {
+                    Ok(()) => moved += 1,
+                    Err(Errno::ESRCH) => {}
+                    Err(error) => {
+                        first_failure.get_or_insert(
+                            anyhow::Error::new(error).context(format!("moving thread {tid}")),
+                        );
+                    }
+                }
             }
-            new += 1;
-            match sched_setaffinity(Pid::from_raw(tid), cpus) {
-                Ok(()) | Err(Errno::ESRCH) => {}
-                Err(error) => return Err(error).with_context(|| format!("moving thread {tid}")),
+            if moved == 0 {
+                return first_failure.map_or(Ok(()), Err);
             }
         }
-        if new == 0 {
-            return Ok(());
-        }
+        Err(first_failure.unwrap_or_else(|| {
+            anyhow::anyhow!("threads of {pid} still moving after {PASSES} passes")
+        }))
     }
+
+    /// How many times [`pin_threads`] lists the threads at most.
+    const PASSES: usize = 10;
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
 
-    /// The CPUs the kernel lets `pid` (or `self`) run on, as
-    /// `/proc/<pid>/status` says them (`0-1`, `1`...).
-    fn allowed(pid: &str) -> String {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
+    /// The tests move this process' threads: one at a time.
+    static MOVING: Mutex<()> = Mutex::new(());
+
+    /// The CPUs the kernel lets `task` (`self`, `self/task/<tid>`, a pid)
+    /// run on, from `/proc/<task>/status`'s `Cpus_allowed_list` (`0-1`,
+    /// `1`, `0,2-3`...).
+    fn allowed(task: &str) -> Vec<usize> {
+        let status = std::fs::read_to_string(format!("/proc/{task}/status")).unwrap();
+        let list = status
             .lines()
             .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
             .unwrap()
-            .trim()
-            .to_owned()
+            .trim();
+        list.split(',')
+            .flat_map(|range| {
+                let (from, to) = range.split_once('-').unwrap_or((range, range));
+                from.parse::<usize>().unwrap()..=to.parse::<usize>().unwrap()
+            })
+            .collect()
     }
 
-    /// A process given a CPU of its own runs there alone, every thread of
-    /// this one runs elsewhere (one started after too), and all of this
-    /// process' threads are back where they were once the guard drops.
+    /// Every thread of the test's process, each with its CPUs.
+    fn our_threads() -> Vec<(String, Vec<usize>)> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .map(|task| format!("self/task/{}", task.unwrap().file_name().to_string_lossy()))
+            .map(|task| {
+                let cpus = allowed(&task);
+                (task, cpus)
+            })
+            .collect()
+    }
+
+    /// A process given a CPU runs there alone of this process' threads:
+    /// every thread of this one runs elsewhere (one started after too),
+    /// and all are back where they were once restored.
     #[test]
-    fn a_process_given_a_cpu_runs_there_alone_until_the_guard_drops() {
+    fn a_process_given_a_cpu_runs_there_without_the_benchs_threads_until_restored() {
+        let _alone = MOVING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let before = allowed("self");
-        let child = Sleeper(
-            std::process::Command::new("sleep")
-                .arg("30")
-                .spawn()
-                .unwrap(),
-        );
-        let child = &child.0;
-        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
-        let pinned = OwnCore::give(pid).unwrap();
-        let Some(pinned) = pinned else {
-            // One CPU, or no leave to move threads: nothing moved.
-            assert_eq!(allowed(&child.id().to_string()), before);
+        let child = Sleeper::start();
+        let placement = OwnCore::give(child.pid()).unwrap();
+        if before.len() < 2 {
+            assert!(matches!(placement, Placement::Shared(_)));
+            assert_eq!(allowed(&child.0.id().to_string()), before);
             return;
+        }
+        let Placement::Pinned(pinned) = placement else {
+            panic!("not pinned on {} CPUs: {}", before.len(), placement.shown());
         };
-        let redis = pinned.redis.to_string();
-        assert_eq!(allowed(&child.id().to_string()), redis);
+        let redis = *before.last().unwrap();
+        assert_eq!(allowed(&child.0.id().to_string()), vec![redis]);
         let later = std::thread::spawn(|| allowed("thread-self"))
             .join()
             .unwrap();
-        for ours in [allowed("self"), later] {
-            assert!(!ours.split([',', '-']).any(|cpu| cpu == redis), "{ours}");
+        assert!(!later.contains(&redis), "{later:?}");
+        for (task, cpus) in our_threads() {
+            assert!(!cpus.contains(&redis), "{task}: {cpus:?}");
         }
-        drop(pinned);
-        let tasks: Vec<String> = std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .map(|task| format!("self/task/{}", task.unwrap().file_name().to_string_lossy()))
-            .collect();
-        for task in tasks {
-            assert_eq!(allowed(&task), before, "{task}");
+        pinned.restore().unwrap();
+        for (task, cpus) in our_threads() {
+            assert_eq!(cpus, before, "{task}");
+        }
+    }
+
+    /// A server that is gone by the time it is pinned fails the pinning,
+    /// and the bench's threads, moved first, are back where they were.
+    #[test]
+    fn pinning_a_server_that_is_gone_fails_with_the_benchs_threads_put_back() {
+        let _alone = MOVING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = allowed("self");
+        if before.len() < 2 {
+            return;
+        }
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let pid = Pid::from_raw(i32::try_from(gone.id()).unwrap());
+        let error = OwnCore::give(pid).err().expect("a gone server pinned");
+        assert!(
+            format!("{error:#}").contains("giving Redis a CPU"),
+            "{error:#}"
+        );
+        for (task, cpus) in our_threads() {
+            assert_eq!(cpus, before, "{task}");
         }
     }
 
     /// A process that stands for Redis, killed and reaped when dropped,
     /// whatever failed.
     struct Sleeper(std::process::Child);
+
+    impl Sleeper {
+        fn start() -> Self {
+            Self(
+                std::process::Command::new("sleep")
+                    .arg("30")
+                    .spawn()
+                    .unwrap(),
+            )
+        }
+
+        fn pid(&self) -> Pid {
+            Pid::from_raw(i32::try_from(self.0.id()).unwrap())
+        }
+    }
 
     impl Drop for Sleeper {
         fn drop(&mut self) {

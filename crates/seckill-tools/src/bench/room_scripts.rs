@@ -4,9 +4,10 @@
 //! another sale on the same Redis across the open: a room's open must not
 //! stall the sales beside it.
 //!
-//! The row runs on a private Redis with a CPU of its own (`own_core.rs`):
-//! what it times is how long Redis runs a room's commands, not how long
-//! the bench's own threads keep Redis from its core.
+//! The row runs on a private Redis, on a CPU the bench's own threads are
+//! kept off while it runs (`own_core.rs`): so that the slow log times
+//! Redis running a room's commands, not the bench's threads holding
+//! Redis' CPU. Other stalls remain (docs/bench.md).
 
 use std::time::{Duration, Instant};
 
@@ -49,16 +50,16 @@ const BEFORE_OPEN: Duration = Duration::from_secs(1);
 /// watch, purchases of another sale (no room, `lock`, as an instance
 /// runs them), one after another, each a new buyer: the slowest answer.
 ///
-/// Both on a private Redis, given a CPU of its own while the row runs
-/// ([`OwnCore`]); the sales in `store`'s database.
+/// Both on a private Redis, on a CPU the bench's threads are kept off
+/// while the row runs ([`OwnCore`]); the sales in `store`'s database.
 pub(super) async fn slowest_command(args: &BenchArgs, store: &Store) -> anyhow::Result<[Row; 2]> {
     let redis = PrivateRedis::start().await?;
     let pool = connect_redis(&RedisAt::Server(redis.url()), Duration::from_secs(5)).await?;
     let store = &Store::new(store.pg().clone(), pool, store.prefix());
     let pid = redis.pid().context("the private Redis has no process")?;
-    let pinned = OwnCore::give(pid)?;
-    let rows = measure(args, store, OwnCore::shown(pinned.as_ref())).await;
-    drop(pinned);
+    let placement = OwnCore::give(pid)?;
+    let rows = measure(args, store, placement.shown()).await;
+    placement.restore()?;
     rows
 }
 
@@ -145,7 +146,7 @@ async fn measure(args: &BenchArgs, store: &Store, shown: String) -> anyhow::Resu
             met: Some(limit.met(worst)),
             value: Figure::lower(worst),
         },
-        beside.row(),
+        beside.row(&shown),
     ])
 }
 
@@ -205,13 +206,14 @@ impl Beside {
 }
 
 impl Answered {
-    fn row(&self) -> Row {
+    /// The row, its Redis run as `shown`.
+    fn row(&self, shown: &str) -> Row {
         let limit = Bound::AtMost(50.0);
         let slowest = self.slowest.as_secs_f64() * 1000.0;
         Row {
             figure: "a purchase of another sale across a lottery room's open: the slowest",
             measured: format!(
-                "{} ms ({} bought one after another, {} s before the open to {} s after)",
+                "{} ms ({} bought one after another, {} s before the open to {} s after; {shown})",
                 limit.shown(slowest, 1),
                 self.accepted,
                 BEFORE_OPEN.as_secs(),
@@ -273,8 +275,9 @@ impl SlowLog {
     }
 
     /// The slowest command logged since the last call that names a key
-    /// under `prefix` (on a server others share, theirs are not this row's), in µs; `None`
-    /// when none was as slow as [`SLOW_MICROS`]. The log is emptied.
+    /// under `prefix` (a server's other clients' commands are not the
+    /// row's), in µs; `None` when none was as slow as [`SLOW_MICROS`].
+    /// The log is emptied.
     async fn slowest(
         &self,
         conn: &mut impl redis::aio::ConnectionLike,
