@@ -262,28 +262,37 @@ mod tests {
     /// run on, from `/proc/<task>/status`'s `Cpus_allowed_list` (`0-1`,
     /// `1`, `0,2-3`...).
     fn allowed(task: &str) -> Vec<usize> {
-        let status = std::fs::read_to_string(format!("/proc/{task}/status")).unwrap();
-        let list = status
-            .lines()
-            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
-            .unwrap()
-            .trim();
-        list.split(',')
-            .flat_map(|range| {
-                let (from, to) = range.split_once('-').unwrap_or((range, range));
-                from.parse::<usize>().unwrap()..=to.parse::<usize>().unwrap()
-            })
-            .collect()
+        allowed_if_running(task).unwrap_or_else(|| panic!("{task} is gone"))
     }
 
-    /// Every thread of the test's process, each with its CPUs.
+    /// [`allowed`], or `None` for a task that ended (its file is gone or
+    /// unreadable).
+    fn allowed_if_running(task: &str) -> Option<Vec<usize>> {
+        let status = std::fs::read_to_string(format!("/proc/{task}/status")).ok()?;
+        let list = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))?
+            .trim();
+        Some(
+            list.split(',')
+                .flat_map(|range| {
+                    let (from, to) = range.split_once('-').unwrap_or((range, range));
+                    from.parse::<usize>().unwrap()..=to.parse::<usize>().unwrap()
+                })
+                .collect(),
+        )
+    }
+
+    /// Every thread of the test's process, each with its CPUs. Other
+    /// tests' threads run in the same process and may end while listed:
+    /// those are left out.
     fn our_threads() -> Vec<(String, Vec<usize>)> {
         std::fs::read_dir("/proc/self/task")
             .unwrap()
             .map(|task| format!("self/task/{}", task.unwrap().file_name().to_string_lossy()))
-            .map(|task| {
-                let cpus = allowed(&task);
-                (task, cpus)
+            .filter_map(|task| {
+                let cpus = allowed_if_running(&task)?;
+                Some((task, cpus))
             })
             .collect()
     }
