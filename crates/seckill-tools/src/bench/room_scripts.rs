@@ -122,7 +122,6 @@ async fn measure(args: &BenchArgs, store: &Store, shown: String) -> anyhow::Resu
         anyhow::Ok((joined_in, joins, open, figures.admissions, beside))
     }
     .await;
-    log.restore(&mut conn).await?;
     let (joined_in, joins, open, admissions, beside) = measured?;
     let limit = Bound::AtMost(5.0);
     let in_ms = |slowest: Option<u64>| match slowest {
@@ -226,58 +225,33 @@ impl Answered {
     }
 }
 
-/// Redis' slow log, set to keep every command of [`SLOW_MICROS`] or more
-/// while a row runs, and put back as it was after.
-struct SlowLog {
-    /// `slowlog-log-slower-than` and `slowlog-max-len` as they were.
-    before: (String, String),
-}
+/// Redis' slow log, set to keep every command of [`SLOW_MICROS`] or more.
+/// The row's Redis is its own and goes with the row: nothing to put back.
+struct SlowLog;
 
 impl SlowLog {
     async fn start(conn: &mut impl redis::aio::ConnectionLike) -> anyhow::Result<Self> {
-        let get = async |conn: &mut _, name: &str| -> anyhow::Result<String> {
-            let (_, value): (String, String) = redis::cmd("CONFIG")
-                .arg("GET")
-                .arg(name)
-                .query_async(conn)
-                .await
-                .with_context(|| format!("reading Redis' {name}"))?;
-            Ok(value)
-        };
-        let before = (
-            get(conn, "slowlog-log-slower-than").await?,
-            get(conn, "slowlog-max-len").await?,
-        );
-        let log = Self { before };
-        log.set(conn, &SLOW_MICROS.to_string(), "10000").await?;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(SLOW_MICROS)
+            .arg("slowlog-max-len")
+            .arg(10_000)
+            .query_async::<()>(conn)
+            .await
+            .context("setting Redis' slow log")?;
         redis::cmd("SLOWLOG")
             .arg("RESET")
             .query_async::<()>(conn)
             .await?;
-        Ok(log)
-    }
-
-    async fn set(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-        slower_than: &str,
-        max_len: &str,
-    ) -> anyhow::Result<()> {
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("slowlog-log-slower-than")
-            .arg(slower_than)
-            .arg("slowlog-max-len")
-            .arg(max_len)
-            .query_async::<()>(conn)
-            .await
-            .context("setting Redis' slow log")
+        Ok(Self)
     }
 
     /// The slowest command logged since the last call that names a key
-    /// under `prefix` (a server's other clients' commands are not the
-    /// row's), in µs; `None` when none was as slow as [`SLOW_MICROS`].
-    /// The log is emptied.
+    /// under `prefix`, in µs (the row's own reading of the log, a
+    /// `SLOWLOG GET` of up to 10,000 entries, names none: it is not a
+    /// room's); `None` when none was as slow as [`SLOW_MICROS`]. The log
+    /// is emptied.
     async fn slowest(
         &self,
         conn: &mut impl redis::aio::ConnectionLike,
@@ -334,9 +308,5 @@ impl SlowLog {
             "this run's commands in Redis' slow log"
         );
         Ok(slow.first().map(|(micros, _)| *micros))
-    }
-
-    async fn restore(&self, conn: &mut impl redis::aio::ConnectionLike) -> anyhow::Result<()> {
-        self.set(conn, &self.before.0, &self.before.1).await
     }
 }
