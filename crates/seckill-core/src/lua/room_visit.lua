@@ -208,22 +208,37 @@ if not closed and now >= opens then
   local n = math.min(accrued, room, ADMITS_PER_VISIT)
   if n > 0 then
     -- From the head of the line: the gone are dropped (at most
-    -- DROPS_PER_VISIT of them), the others admitted, until `n` are.
+    -- DROPS_PER_VISIT of them), the others admitted, until `n` are. A
+    -- chunk of the head at a time, four calls a chunk (`call_many`), not
+    -- four a buyer: at the open a visit admits ADMITS_PER_VISIT, and
+    -- Redis runs nothing else meanwhile. A chunk is never larger than
+    -- the admissions and drops still allowed, so if all of it is gone
+    -- the drops stay within their bound, and the admissions never pass
+    -- `n`.
     local count, dropped, until_text = 0, 0, int(now + lasts)
     while count < n and dropped < DROPS_PER_VISIT do
-      local head = redis.call('ZPOPMIN', line)
+      local chunk = math.min(n - count, DROPS_PER_VISIT - dropped)
+      local head = redis.call('ZPOPMIN', line, int(chunk))
       if #head == 0 then
         break
       end
-      local who = head[1]
-      local last = redis.call('HGET', seen, who)
-      redis.call('HDEL', seen, who)
-      if last and tonumber(last) < now - abandon then
-        dropped = dropped + 1
-      else
-        redis.call('ZADD', admitted, until_text, who)
-        count = count + 1
+      local who = {}
+      for i = 1, #head, 2 do
+        who[#who + 1] = head[i]
       end
+      local last = call_many('HMGET', seen, who)
+      call_many('HDEL', seen, who)
+      local let_in = {}
+      for k, buyer_in_line in ipairs(who) do
+        if last[k] and tonumber(last[k]) < now - abandon then
+          dropped = dropped + 1
+        else
+          let_in[#let_in + 1] = until_text
+          let_in[#let_in + 1] = buyer_in_line
+          count = count + 1
+        end
+      end
+      call_many('ZADD', admitted, let_in)
     end
     if dropped > 0 then
       redis.call('HINCRBY', state, 'abandoned', int(dropped))
