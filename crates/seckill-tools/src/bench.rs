@@ -71,6 +71,8 @@ mod replica;
 mod room_scripts;
 mod roomed;
 mod rooms_end;
+#[cfg(target_os = "linux")]
+mod shield;
 mod waiting_room;
 mod worker;
 mod wrk;

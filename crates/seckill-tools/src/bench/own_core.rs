@@ -8,9 +8,9 @@
 //! long: the slow log then times the bench, not the room (docs/bench.md,
 //! "A Redis with a CPU of its own"). So, while the row runs, Redis'
 //! threads run on the last CPU the bench's process may use, and the
-//! bench's threads on the others, put back as they were by
-//! [`OwnCore::restore`]. Only the bench's threads are kept off Redis' CPU:
-//! other processes, PostgreSQL's among them, and the kernel still run
+//! bench's threads on the others, and so do every other process' threads
+//! that may move (`shield.rs`), all put back as they were by
+//! [`OwnCore::restore`]. The kernel's threads bound to each CPU still run
 //! there.
 //!
 //! Linux only (`sched_setaffinity`); elsewhere the row runs shared, and
@@ -22,7 +22,7 @@ use nix::unistd::Pid;
 pub(super) enum Placement {
     /// On a CPU the bench's threads are kept off, until restored.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    Pinned(OwnCore),
+    Pinned(Box<OwnCore>),
     /// Beside the bench's threads, for the reason given.
     Shared(&'static str),
 }
@@ -80,8 +80,10 @@ mod linux {
     use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 
     use super::{Pid, Placement};
+    use crate::bench::shield::Others;
 
-    /// Redis' threads on one CPU, the bench's on the others, until
+    /// Redis' threads on one CPU, the bench's and the other processes' on
+    /// the others, until
     /// [`OwnCore::restore`] (or, should the row fail or be stopped, the
     /// drop) puts the bench's back.
     pub(in crate::bench) struct OwnCore {
@@ -91,6 +93,8 @@ mod linux {
         redis: usize,
         /// The CPUs the bench's threads run on meanwhile.
         kept: Vec<usize>,
+        /// The other processes' threads moved off Redis' CPU.
+        others: Option<Others>,
         /// Put back already.
         restored: bool,
     }
@@ -127,19 +131,27 @@ mod linux {
             }
             // The guard first: from here on, a failure puts the bench's
             // threads back (the drop), whatever moved.
-            let pinned = Self {
+            let mut pinned = Self {
                 ours,
                 redis: last,
                 kept: kept.to_vec(),
+                others: None,
                 restored: false,
             };
             let moved = pin_threads("self", &rest)
                 .context("moving the bench's threads off Redis' CPU")
                 .and_then(|()| {
                     pin_threads(&redis.to_string(), &alone).context("giving Redis a CPU")
+                })
+                .and_then(|()| {
+                    Others::move_off(last, &rest, &[Pid::this(), redis], PASSES)
+                        .context("moving other processes off Redis' CPU")
                 });
             match moved {
-                Ok(()) => Ok(Placement::Pinned(pinned)),
+                Ok(others) => {
+                    pinned.others = Some(others);
+                    Ok(Placement::Pinned(Box::new(pinned)))
+                }
                 Err(error) if not_allowed(&error) => {
                     pinned.restore()?;
                     Ok(Placement::Shared(
@@ -155,17 +167,21 @@ mod linux {
 
         pub(super) fn shown(&self) -> String {
             let kept: Vec<String> = self.kept.iter().map(usize::to_string).collect();
+            let others = self.others.as_ref().map_or(String::new(), Others::shown);
             format!(
-                "a private Redis on CPU {}, the bench's threads kept on CPU {}",
+                "a private Redis on CPU {}, the bench's threads kept on CPU {}; {others}",
                 self.redis,
                 kept.join(", ")
             )
         }
 
-        /// The bench's threads back on the CPUs they had.
+        /// The other processes' threads, then the bench's, back on the
+        /// CPUs they had.
         pub(super) fn restore(mut self) -> anyhow::Result<()> {
             self.restored = true;
-            pin_threads("self", &self.ours).context("putting the bench's threads back")
+            let others = self.others.as_mut().map_or(Ok(()), Others::restore);
+            let ours = pin_threads("self", &self.ours).context("putting the bench's threads back");
+            others.context("putting other processes back").and(ours)
         }
     }
 
@@ -258,6 +274,16 @@ mod tests {
     /// The tests move this process' threads: one at a time.
     static MOVING: Mutex<()> = Mutex::new(());
 
+    /// The lock that runs these tests one at a time, and this process'
+    /// CPUs; `None`, nothing to test, on one CPU.
+    fn alone_on_several_cpus() -> Option<(std::sync::MutexGuard<'static, ()>, Vec<usize>)> {
+        let alone = MOVING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = allowed("self");
+        (before.len() >= 2).then_some((alone, before))
+    }
+
     /// The CPUs the kernel lets `task` (`self`, `self/task/<tid>`, a pid)
     /// run on, from `/proc/<task>/status`'s `Cpus_allowed_list` (`0-1`,
     /// `1`, `0,2-3`...).
@@ -297,16 +323,18 @@ mod tests {
             .collect()
     }
 
-    /// A process given a CPU runs there alone of this process' threads:
-    /// every thread of this one runs elsewhere (one started after too),
-    /// and all are back where they were once restored.
+    /// A process given a CPU runs there alone of this process' threads
+    /// and of other processes': every thread of this one runs elsewhere
+    /// (one started after too), and so does another process; all are
+    /// back where they were once restored.
     #[test]
-    fn a_process_given_a_cpu_runs_there_without_the_benchs_threads_until_restored() {
+    fn a_process_given_a_cpu_runs_there_without_other_threads_until_restored() {
         let _alone = MOVING
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let before = allowed("self");
         let child = Sleeper::start();
+        let neighbour = Sleeper::start();
         let placement = OwnCore::give(child.pid()).unwrap();
         if before.len() < 2 {
             assert!(matches!(placement, Placement::Shared(_)));
@@ -325,23 +353,50 @@ mod tests {
         for (task, cpus) in our_threads() {
             assert!(!cpus.contains(&redis), "{task}: {cpus:?}");
         }
+        let beside = allowed(&neighbour.0.id().to_string());
+        assert!(!beside.contains(&redis), "{beside:?}: {}", pinned.shown());
         pinned.restore().unwrap();
         for (task, cpus) in our_threads() {
             assert_eq!(cpus, before, "{task}");
         }
+        assert_eq!(allowed(&neighbour.0.id().to_string()), before);
+    }
+
+    /// Should the bench die before it puts the other processes back, its
+    /// guard does.
+    #[test]
+    fn the_guard_puts_other_processes_back_when_the_bench_dies_first() {
+        let Some((_alone, before)) = alone_on_several_cpus() else {
+            return;
+        };
+        let other = Sleeper::start();
+        let had = nix::sched::sched_getaffinity(other.pid()).unwrap();
+        let mut first = nix::sched::CpuSet::new();
+        first.set(before[0]).unwrap();
+        nix::sched::sched_setaffinity(other.pid(), &first).unwrap();
+        let mut bench = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let mut guard = crate::bench::shield::guard(bench.id(), &[(other.pid(), had)]).unwrap();
+        assert_eq!(allowed(&other.0.id().to_string()), vec![before[0]]);
+        bench.wait().unwrap();
+        // The guard looks once a second.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while allowed(&other.0.id().to_string()) != before {
+            assert!(std::time::Instant::now() < deadline, "never put back");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        guard.wait().unwrap();
     }
 
     /// A server that is gone by the time it is pinned fails the pinning,
     /// and the bench's threads, moved first, are back where they were.
     #[test]
     fn pinning_a_server_that_is_gone_fails_with_the_benchs_threads_put_back() {
-        let _alone = MOVING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let before = allowed("self");
-        if before.len() < 2 {
+        let Some((_alone, before)) = alone_on_several_cpus() else {
             return;
-        }
+        };
         let mut gone = std::process::Command::new("true").spawn().unwrap();
         gone.wait().unwrap();
         let pid = Pid::from_raw(i32::try_from(gone.id()).unwrap());

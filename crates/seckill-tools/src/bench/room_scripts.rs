@@ -4,10 +4,10 @@
 //! another sale on the same Redis across the open: a room's open must not
 //! stall the sales beside it.
 //!
-//! The row runs on a private Redis, on a CPU the bench's own threads are
-//! kept off while it runs (`own_core.rs`): so that the slow log times
-//! Redis running a room's commands, not the bench's threads holding
-//! Redis' CPU. Other stalls remain (docs/bench.md).
+//! The row runs on a private Redis, on a CPU the bench's own threads and
+//! every other process' that may move are kept off while it runs
+//! (`own_core.rs`, `shield.rs`): so that the slow log times Redis running
+//! a room's commands, not another thread holding Redis' CPU.
 
 use std::time::{Duration, Instant};
 
@@ -50,7 +50,7 @@ const BEFORE_OPEN: Duration = Duration::from_secs(1);
 /// watch, purchases of another sale (no room, `lock`, as an instance
 /// runs them), one after another, each a new buyer: the slowest answer.
 ///
-/// Both on a private Redis, on a CPU the bench's threads are kept off
+/// Both on a private Redis, on a CPU the other threads are kept off
 /// while the row runs ([`OwnCore`]); the sales in `store`'s database.
 pub(super) async fn slowest_command(args: &BenchArgs, store: &Store) -> anyhow::Result<[Row; 2]> {
     let redis = PrivateRedis::start().await?;
