@@ -65,8 +65,8 @@
 -- wasted for everyone behind them. A buyer with no seen entry (one who
 -- joined before the room recorded it) is not judged. The work is bounded:
 -- at most DROPS_PER_VISIT (200) buyers are dropped in one call, so that a
--- line that everyone left costs Redis a few hundred commands a visit,
--- never the whole line at once; the next visits drop the rest.
+-- line that everyone left costs Redis at most that many buyers' work a
+-- visit, never the whole line at once; the next visits drop the rest.
 --
 -- Returns {{standing, place-or-expiry, ahead, waiting, closed, admitted,
 -- first, now, told, head, drawn, full, active, next_free, born}, tracked}:
@@ -210,8 +210,8 @@ if not closed and now >= opens then
     -- From the head of the line: the gone are dropped (at most
     -- DROPS_PER_VISIT of them), the others admitted, until `n` are. A
     -- chunk of the head at a time, four calls a chunk (`call_many`), not
-    -- four a buyer: at the open a visit admits ADMITS_PER_VISIT, and
-    -- Redis runs nothing else meanwhile. A chunk is never larger than
+    -- four a buyer: a visit admits up to ADMITS_PER_VISIT, and Redis
+    -- runs nothing else meanwhile. A chunk is never larger than
     -- the admissions and drops still allowed, so if all of it is gone
     -- the drops stay within their bound, and the admissions never pass
     -- `n`.

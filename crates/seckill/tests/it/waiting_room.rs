@@ -471,16 +471,30 @@ async fn a_lottery_draws_each_place_at_the_join_so_the_open_passes_over_nobody()
     assert_eq!(after.last().map(|(who, _)| who.as_str()), Some("late"));
 }
 
-#[tokio::test]
-async fn a_visit_drops_at_most_200_gone_buyers_and_a_dropped_one_rejoins_at_the_back() {
-    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
-        room_abandon: Duration::from_secs(1),
+/// An app whose rooms drop a buyer not seen for `abandon`.
+async fn app_abandoning_after(abandon: Duration) -> TestApp {
+    crate::helpers::spawn_app_with(crate::helpers::Options {
+        room_abandon: abandon,
         ..Default::default()
     })
-    .await;
-    let sale = sale_with_room(&app, 10, 4, fifo(1_000, 1)).await;
+    .await
+}
+
+/// Buyers `sale`'s room dropped as gone.
+async fn abandoned(app: &TestApp, sale: i64) -> i64 {
     let mut redis = app.redis_conn().await;
-    let keys = app.keys(sale);
+    redis::cmd("HGET")
+        .arg(&app.keys(sale).room.state)
+        .arg("abandoned")
+        .query_async(&mut redis)
+        .await
+        .expect("the room's state")
+}
+
+#[tokio::test]
+async fn a_visit_drops_at_most_200_gone_buyers_and_a_dropped_one_rejoins_at_the_back() {
+    let app = app_abandoning_after(Duration::from_secs(1)).await;
+    let sale = sale_with_room(&app, 10, 4, fifo(1_000, 1)).await;
     // 250 join before the open and never ask again.
     for n in 0..250 {
         joined(&app, sale, &format!("gone-{n}")).await;
@@ -490,12 +504,7 @@ async fn a_visit_drops_at_most_200_gone_buyers_and_a_dropped_one_rejoins_at_the_
     // The first visit after the open: the head is gone, and so are the
     // next 199; that many and no more are dropped in this one visit.
     let late = joined(&app, sale, "late").await;
-    let abandoned: i64 = redis::cmd("HGET")
-        .arg(&keys.room.state)
-        .arg("abandoned")
-        .query_async(&mut redis)
-        .await
-        .expect("the room's state");
+    let abandoned = abandoned(&app, sale).await;
     assert_eq!(abandoned, 200, "{late}");
     assert_eq!(line_length(&app, sale).await, 51);
     // A dropped buyer who asks again joins at the back, behind late.
@@ -506,6 +515,51 @@ async fn a_visit_drops_at_most_200_gone_buyers_and_a_dropped_one_rejoins_at_the_
     );
     let waiting = again["waiting"].as_u64().expect("waiting");
     assert_eq!(again["ahead"].as_u64(), Some(waiting - 1), "{again}");
+}
+
+/// A visit that admits several takes the line's head a chunk at a time:
+/// the gone among them dropped, the others admitted in line order, and
+/// no more admitted than the room has places for.
+#[tokio::test]
+async fn the_gone_in_the_head_are_dropped_and_the_rest_admitted_in_order_up_to_the_places() {
+    let app = app_abandoning_after(Duration::from_secs(2)).await;
+    let sale = sale_with_room(&app, 10, 4, fifo(10_000, 3)).await;
+    let opens = tokio::time::Instant::now() + Duration::from_secs(4);
+    let mut tickets = Vec::new();
+    for buyer in ["gone-0", "here-1", "gone-2", "here-3", "here-4", "here-5"] {
+        tickets.push((buyer, ticket(&joined(&app, sale, buyer).await)));
+    }
+    // The present ask again a moment before the open; the gone never do.
+    tokio::time::sleep_until(opens - Duration::from_millis(1_500)).await;
+    for (buyer, ticket) in &tickets {
+        if buyer.starts_with("here") {
+            standing(&app, sale, ticket).await;
+        }
+    }
+    tokio::time::sleep_until(opens + Duration::from_millis(300)).await;
+    joined(&app, sale, "late").await;
+    let mut redis = app.redis_conn().await;
+    let keys = app.keys(sale);
+    let admitted: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&keys.room.admitted)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut redis)
+        .await
+        .expect("the admitted");
+    let mut admitted = admitted;
+    admitted.sort();
+    assert_eq!(admitted, ["here-1", "here-3", "here-4"]);
+    let line: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&keys.room.line)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut redis)
+        .await
+        .expect("the line");
+    assert_eq!(line, ["here-5", "late"]);
+    let abandoned = abandoned(&app, sale).await;
+    assert_eq!(abandoned, 2);
 }
 
 /// Redis loses `sale`'s room (a flush, a failover that lost it).
