@@ -20,7 +20,8 @@ use nix::unistd::Pid;
 
 /// Where a row's private Redis runs.
 pub(super) enum Placement {
-    /// On a CPU the bench's threads are kept off, until restored.
+    /// On a CPU the bench's threads and the other processes' are kept
+    /// off, until restored.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     Pinned(Box<OwnCore>),
     /// Beside the bench's threads, for the reason given.
@@ -36,7 +37,7 @@ impl Placement {
         }
     }
 
-    /// Put the bench's threads back on all their CPUs, if they were moved.
+    /// Put the threads moved back on all their CPUs, if any were.
     pub(super) fn restore(self) -> anyhow::Result<()> {
         match self {
             Self::Pinned(pinned) => pinned.restore(),
@@ -83,9 +84,8 @@ mod linux {
     use crate::bench::shield::Others;
 
     /// Redis' threads on one CPU, the bench's and the other processes' on
-    /// the others, until
-    /// [`OwnCore::restore`] (or, should the row fail or be stopped, the
-    /// drop) puts the bench's back.
+    /// the others, until [`OwnCore::restore`] (or, should the row fail or
+    /// be stopped, the drop) puts them back.
     pub(in crate::bench) struct OwnCore {
         /// The CPUs the bench's process could run on before.
         ours: CpuSet,
@@ -101,12 +101,13 @@ mod linux {
 
     impl OwnCore {
         /// Give the Redis server `redis` the last CPU the bench's process
-        /// may run on, and the bench's threads the others. Shared, and
+        /// may run on, and the bench's threads and every other process'
+        /// that may move the others (`shield.rs`). Shared, and
         /// nothing moved, when the process may run on one CPU only, or
         /// the system does not let it read or move threads' CPUs
         /// (a sandbox's `EPERM`, a machine past the 1,024 CPUs a set
-        /// holds); any other failure is an error, with the bench's
-        /// threads put back first.
+        /// holds); any other failure is an error, with the threads moved
+        /// put back first.
         pub(in crate::bench) fn give(redis: Pid) -> anyhow::Result<Placement> {
             let ours = match sched_getaffinity(Pid::from_raw(0)) {
                 Ok(ours) => ours,
@@ -325,8 +326,9 @@ mod tests {
 
     /// A process given a CPU runs there alone of this process' threads
     /// and of other processes': every thread of this one runs elsewhere
-    /// (one started after too), and so does another process; all are
-    /// back where they were once restored.
+    /// (one started after too), and so does another process, and the
+    /// process it starts meanwhile; all are back where they were once
+    /// restored.
     #[test]
     fn a_process_given_a_cpu_runs_there_without_other_threads_until_restored() {
         let _alone = MOVING
@@ -334,7 +336,13 @@ mod tests {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let before = allowed("self");
         let child = Sleeper::start();
-        let neighbour = Sleeper::start();
+        // A shell that starts a process of its own once moved.
+        let neighbour = Sleeper(
+            std::process::Command::new("sh")
+                .args(["-c", "sleep 0.5; sleep 30"])
+                .spawn()
+                .unwrap(),
+        );
         let placement = OwnCore::give(child.pid()).unwrap();
         if before.len() < 2 {
             assert!(matches!(placement, Placement::Shared(_)));
@@ -355,11 +363,42 @@ mod tests {
         }
         let beside = allowed(&neighbour.0.id().to_string());
         assert!(!beside.contains(&redis), "{beside:?}: {}", pinned.shown());
+        let started = child_of(neighbour.0.id());
+        let meanwhile = allowed(&started);
+        assert!(!meanwhile.contains(&redis), "{meanwhile:?}");
         pinned.restore().unwrap();
         for (task, cpus) in our_threads() {
             assert_eq!(cpus, before, "{task}");
         }
         assert_eq!(allowed(&neighbour.0.id().to_string()), before);
+        assert_eq!(allowed(&started), before);
+    }
+
+    /// The pid of the process `parent` starts, once it has (within 5 s).
+    fn child_of(parent: u32) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let found = std::fs::read_dir("/proc").unwrap().find_map(|entry| {
+                let pid = entry.ok()?.file_name().to_str()?.parse::<u32>().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let ppid: u32 = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()?;
+                (ppid == parent).then_some(pid)
+            });
+            if let Some(pid) = found {
+                return pid.to_string();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{parent} started nothing"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// Should the bench die before it puts the other processes back, its
@@ -378,7 +417,8 @@ mod tests {
             .arg("0.2")
             .spawn()
             .unwrap();
-        let mut guard = crate::bench::shield::guard(bench.id(), &[(other.pid(), had)]).unwrap();
+        let moved = std::collections::HashMap::from([(other.pid(), had)]);
+        let guard = crate::bench::shield::Guard::start(bench.id(), &moved).unwrap();
         assert_eq!(allowed(&other.0.id().to_string()), vec![before[0]]);
         bench.wait().unwrap();
         // The guard looks once a second.
@@ -387,7 +427,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "never put back");
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        guard.wait().unwrap();
+        guard.stop();
     }
 
     /// A server that is gone by the time it is pinned fails the pinning,

@@ -5,22 +5,30 @@
 //! machine's other processes still ran there, and one that did held the
 //! command Redis was running. `perf record -e sched:sched_switch` on
 //! Redis' CPU during a `room-scripts` run named them: a message broker's
-//! scheduler thread, bound to that CPU, ran for as long as Redis' slowest
-//! join took; PostgreSQL; Redis' own lazy-free thread (docs/bench.md, "A
-//! Redis with a CPU of its own"). So, as `cset shield` does, every thread
-//! of every other process that may run there is moved to the other CPUs
-//! for the row, and put back to the CPUs it had. The kernel's threads
-//! bound to each CPU cannot move, nor can another user's without the
-//! rights: those stay, and are counted.
+//! scheduler thread, bound to that CPU, ran for most of Redis' slowest
+//! join; PostgreSQL ran there too (docs/bench.md, "A Redis with a CPU of
+//! its own"). So, as `cset shield` does, every thread of every other
+//! process that may run there is moved to the other CPUs for the row, and
+//! put back to the CPUs it had. Threads the kernel binds to each CPU
+//! cannot move, nor can another user's without root (or `CAP_SYS_NICE`):
+//! those stay, and are counted.
+//!
+//! The race: a thread or process started during the row gets the CPUs of
+//! the thread that started it, which were moved. At the end, one started
+//! since the move (its start time, in `/proc`) whose CPUs are still
+//! exactly what its moved parent's became gets that parent's first CPUs
+//! back. The kernel's threads are left to the kernel.
 //!
 //! Should the bench die before it puts them back (a `kill -9`, a Ctrl-C
 //! that ends it at once), the others would stay off that CPU for good. So
-//! a guard process, `sh` with `taskset` (util-linux), waits for the
-//! bench's end and puts them back; the bench stops it once it has put
-//! them back itself. Without `taskset` nothing else is moved, and the row
-//! says so.
+//! a guard process, `sh` running a script of `taskset` (util-linux) lines,
+//! waits for the bench's end and puts back the threads moved; the bench
+//! stops it once it has put them back itself. Without `taskset` nothing
+//! else is moved, and the row says so.
 
+use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::Context;
@@ -31,11 +39,18 @@ use nix::unistd::Pid;
 /// Threads of other processes moved off one CPU: each with the CPUs it
 /// had, and the guard that puts them back should the bench die first.
 pub(super) struct Others {
-    moved: Vec<(Pid, CpuSet)>,
-    /// Threads that could not leave the CPU: the kernel's own, bound to
-    /// it, or another user's without the rights.
-    stayed: usize,
-    guard: Option<Child>,
+    cpu: usize,
+    rest: CpuSet,
+    moved: HashMap<Pid, CpuSet>,
+    /// Threads the kernel binds to the CPU (`EINVAL`): they stay.
+    bound: usize,
+    /// Threads the bench may not move (another user's, without root).
+    refused: usize,
+    guard: Option<Guard>,
+    passes: usize,
+    /// When the move began, in the ticks since boot `/proc` counts a
+    /// thread's start in.
+    since: u64,
 }
 
 impl Others {
@@ -52,106 +67,158 @@ impl Others {
         passes: usize,
     ) -> anyhow::Result<Self> {
         let mut others = Self {
-            moved: Vec::new(),
-            stayed: 0,
+            cpu,
+            rest: *rest,
+            moved: HashMap::new(),
+            bound: 0,
+            refused: 0,
             guard: None,
+            passes,
+            since: now_in_ticks().context("reading the clock of threads' starts")?,
         };
         if !on_path("taskset") {
             return Ok(others);
         }
         for _ in 0..passes {
-            let (moved, stayed) = others.pass(cpu, rest, spared)?;
-            others.stayed = stayed;
-            if moved == 0 {
+            if others.pass(spared)? == 0 {
                 break;
             }
         }
-        let guard = guard(std::process::id(), &others.moved);
+        let guard = Guard::start(std::process::id(), &others.moved);
         others.guard = Some(guard.context("starting the guard that puts the others back")?);
         Ok(others)
     }
 
-    /// One listing of every thread: returns how many it moved, and how
-    /// many on `cpu` could not be.
-    fn pass(
-        &mut self,
-        cpu: usize,
-        rest: &CpuSet,
-        spared: &[Pid],
-    ) -> anyhow::Result<(usize, usize)> {
-        let (mut moved, mut stayed) = (0, 0);
+    /// One listing of every thread: returns how many it moved.
+    fn pass(&mut self, spared: &[Pid]) -> anyhow::Result<usize> {
+        let (mut moved, mut bound, mut refused) = (0, 0, 0);
         for pid in numbered("/proc")? {
             if spared.contains(&pid) {
                 continue;
             }
-            // A process that ended since the listing has no threads left.
-            let Ok(tids) = numbered(&format!("/proc/{pid}/task")) else {
-                continue;
-            };
-            for tid in tids {
+            for tid in threads(pid) {
                 let Ok(had) = sched_getaffinity(tid) else {
                     continue;
                 };
-                if !had.is_set(cpu).unwrap_or(false) {
+                if !had.is_set(self.cpu).unwrap_or(false) {
                     continue;
                 }
-                let mut elsewhere = had;
-                elsewhere.unset(cpu)?;
-                if elsewhere == CpuSet::new() {
-                    elsewhere = *rest;
-                }
-                match sched_setaffinity(tid, &elsewhere) {
+                match sched_setaffinity(tid, &self.narrowed(&had)) {
                     Ok(()) => {
                         moved += 1;
                         // Moved back onto it by its own process since?
                         // The CPUs it had first are the ones to restore.
-                        if !self.moved.iter().any(|(known, _)| *known == tid) {
-                            self.moved.push((tid, had));
-                        }
+                        self.moved.entry(tid).or_insert(had);
                     }
                     Err(Errno::ESRCH) => {}
-                    Err(_) => stayed += 1,
+                    Err(Errno::EINVAL) => bound += 1,
+                    Err(_) => refused += 1,
                 }
             }
         }
-        Ok((moved, stayed))
+        (self.bound, self.refused) = (bound, refused);
+        Ok(moved)
+    }
+
+    /// The CPUs a thread that had `had` runs on meanwhile.
+    fn narrowed(&self, had: &CpuSet) -> CpuSet {
+        let mut elsewhere = *had;
+        // `cpu` is below `CpuSet::count()`: it came from a set.
+        let _ = elsewhere.unset(self.cpu);
+        if elsewhere == CpuSet::new() {
+            elsewhere = self.rest;
+        }
+        elsewhere
     }
 
     /// For the row's lines.
     pub(super) fn shown(&self) -> String {
-        match self.guard {
-            None => {
-                "other processes still run there (no taskset to put them back if the bench dies)"
-                    .to_owned()
-            }
-            Some(_) => format!(
-                "{} threads of other processes moved off it, {} the kernel keeps there",
-                self.moved.len(),
-                self.stayed
-            ),
+        if self.guard.is_none() {
+            return "other processes still run there (no taskset to put them back if the bench dies)"
+                .to_owned();
         }
+        let mut shown = format!(
+            "{} threads of other processes moved off it, {} the kernel binds to it left there",
+            self.moved.len(),
+            self.bound
+        );
+        if self.refused > 0 {
+            shown.push_str(&format!(
+                ", {} not the bench's to move (another user's)",
+                self.refused
+            ));
+        }
+        shown
     }
 
     /// Every moved thread back on the CPUs it had (one that ended is in
-    /// nobody's way), then the guard stopped. Goes on past a thread it
-    /// cannot move back and returns the first such failure.
+    /// nobody's way), then those started meanwhile by a moved one, then
+    /// the guard stopped. Goes on past a thread it cannot move back and
+    /// returns the first such failure.
     pub(super) fn restore(&mut self) -> anyhow::Result<()> {
         let mut first_failure = None;
-        for (tid, had) in self.moved.drain(..) {
-            match sched_setaffinity(tid, &had) {
-                Ok(()) | Err(Errno::ESRCH) => {}
-                Err(error) => {
-                    first_failure.get_or_insert(
-                        anyhow::Error::new(error).context(format!("putting thread {tid} back")),
-                    );
-                }
+        // `EINVAL`: a thread the kernel has bound to a CPU since; it is
+        // the kernel's to place.
+        let mut put_back = |tid: Pid, had: &CpuSet| match sched_setaffinity(tid, had) {
+            Ok(()) | Err(Errno::ESRCH | Errno::EINVAL) => {}
+            Err(error) => {
+                first_failure.get_or_insert(
+                    anyhow::Error::new(error).context(format!("putting thread {tid} back")),
+                );
             }
+        };
+        for (tid, had) in &self.moved {
+            put_back(*tid, had);
         }
-        if let Some(mut guard) = self.guard.take() {
-            let _ = guard.kill();
-            let _ = guard.wait();
+        for (tid, had) in self.started_meanwhile() {
+            put_back(tid, &had);
+        }
+        self.moved.clear();
+        if let Some(guard) = self.guard.take() {
+            guard.stop();
         }
         first_failure.map_or(Ok(()), Err)
+    }
+
+    /// Threads started during the row by a moved thread's process, or
+    /// processes started by one, still on the CPUs that process was moved
+    /// to: each with the CPUs to put it back on. Their own children are
+    /// found by the next pass, at most `passes`.
+    fn started_meanwhile(&self) -> Vec<(Pid, CpuSet)> {
+        let mut origins: HashMap<Pid, CpuSet> = self.moved.clone();
+        let mut found = Vec::new();
+        for _ in 0..self.passes {
+            let mut more = 0;
+            let Ok(pids) = numbered("/proc") else {
+                break;
+            };
+            for pid in pids {
+                let Some(stat) = Stat::of(pid, pid) else {
+                    continue;
+                };
+                let origin = origins.get(&pid).or_else(|| origins.get(&stat.parent));
+                let Some(had) = origin.copied().filter(|_| !stat.kernel) else {
+                    continue;
+                };
+                let narrowed = self.narrowed(&had);
+                for tid in threads(pid) {
+                    if origins.contains_key(&tid)
+                        || Stat::of(pid, tid).is_none_or(|thread| thread.started < self.since)
+                    {
+                        continue;
+                    }
+                    if sched_getaffinity(tid).is_ok_and(|now| now == narrowed) {
+                        origins.insert(tid, had);
+                        found.push((tid, had));
+                        more += 1;
+                    }
+                }
+            }
+            if more == 0 {
+                break;
+            }
+        }
+        found
     }
 }
 
@@ -166,23 +233,56 @@ impl Drop for Others {
     }
 }
 
-/// A process that waits for `watched` to end, then puts every thread of
-/// `moved` back on the CPUs it had. In a process group of its own, so
-/// that the Ctrl-C that ends the bench does not end it too.
-pub(super) fn guard(watched: u32, moved: &[(Pid, CpuSet)]) -> anyhow::Result<Child> {
-    let mut script = String::from("while kill -0 \"$0\" 2>/dev/null; do sleep 1; done\n");
-    for (tid, had) in moved {
-        script.push_str(&format!("taskset -p {} {tid} >/dev/null 2>&1\n", hex(had)));
+/// A process that waits for the bench to end, then puts every thread it
+/// was told of back on the CPUs it had. Its script is a file (one line a
+/// thread: thousands of threads would pass the limit of one argument),
+/// which it deletes when done. In a process group of its own, so that
+/// the Ctrl-C that ends the bench does not end it too.
+pub(super) struct Guard {
+    process: Child,
+    script: PathBuf,
+}
+
+impl Guard {
+    /// Watching the process `watched`, for the threads of `moved`.
+    pub(super) fn start(watched: u32, moved: &HashMap<Pid, CpuSet>) -> anyhow::Result<Self> {
+        let mut script = String::from("while kill -0 \"$1\" 2>/dev/null; do sleep 1; done\n");
+        for (tid, had) in moved {
+            script.push_str(&format!("taskset -p {} {tid} >/dev/null 2>&1\n", hex(had)));
+        }
+        script.push_str("rm -f -- \"$0\"\n");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.subsec_nanos());
+        let path =
+            std::env::temp_dir().join(format!("seckill-cpus-{}-{nanos}.sh", std::process::id()));
+        std::fs::write(&path, script).with_context(|| format!("writing {}", path.display()))?;
+        let process = Command::new("sh")
+            .arg(&path)
+            .arg(watched.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn();
+        match process {
+            Ok(process) => Ok(Self {
+                process,
+                script: path,
+            }),
+            Err(error) => {
+                let _ = std::fs::remove_file(&path);
+                Err(error).context("starting sh")
+            }
+        }
     }
-    Ok(Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .arg(watched.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()?)
+
+    /// Stop it, its work done by the bench, and delete its script.
+    pub(super) fn stop(mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        let _ = std::fs::remove_file(&self.script);
+    }
 }
 
 /// `cpus` as the hexadecimal mask `taskset -p` takes (CPU 0 the lowest bit).
@@ -210,6 +310,48 @@ fn numbered(dir: &str) -> anyhow::Result<Vec<Pid>> {
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
         .map(Pid::from_raw)
         .collect())
+}
+
+/// The threads of process `pid`: none if it ended.
+fn threads(pid: Pid) -> Vec<Pid> {
+    numbered(&format!("/proc/{pid}/task")).unwrap_or_default()
+}
+
+/// What `/proc/<pid>/task/<tid>/stat` says of a thread.
+struct Stat {
+    /// Its process' parent.
+    parent: Pid,
+    /// A kernel thread (`PF_KTHREAD` in its flags).
+    kernel: bool,
+    /// When it started, in ticks since boot.
+    started: u64,
+}
+
+impl Stat {
+    fn of(pid: Pid, tid: Pid) -> Option<Self> {
+        Self::read(&format!("/proc/{pid}/task/{tid}/stat"))
+    }
+
+    /// The fields after the command's closing parenthesis: the state
+    /// first, then the parent, and so on (`man 5 proc`).
+    fn read(path: &str) -> Option<Self> {
+        const PF_KTHREAD: u64 = 0x0020_0000;
+        let stat = std::fs::read_to_string(path).ok()?;
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        Some(Self {
+            parent: Pid::from_raw(fields.get(1)?.parse().ok()?),
+            kernel: fields.get(6)?.parse::<u64>().ok()? & PF_KTHREAD != 0,
+            started: fields.get(19)?.parse().ok()?,
+        })
+    }
+}
+
+/// Now, in the ticks since boot `/proc` counts threads' starts in: the
+/// start of a thread begun for the purpose.
+fn now_in_ticks() -> Option<u64> {
+    std::thread::spawn(|| Stat::read("/proc/thread-self/stat").map(|stat| stat.started))
+        .join()
+        .ok()?
 }
 
 /// Whether `program` is an executable file on `PATH`.
