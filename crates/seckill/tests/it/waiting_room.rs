@@ -539,24 +539,20 @@ async fn the_gone_in_the_head_are_dropped_and_the_rest_admitted_in_order_up_to_t
     tokio::time::sleep_until(opens + Duration::from_millis(300)).await;
     joined(&app, sale, "late").await;
     let mut redis = app.redis_conn().await;
-    let keys = app.keys(sale);
-    let admitted: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&keys.room.admitted)
+    let mut admitted: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&app.keys(sale).room.admitted)
         .arg(0)
         .arg(-1)
         .query_async(&mut redis)
         .await
         .expect("the admitted");
-    let mut admitted = admitted;
     admitted.sort();
     assert_eq!(admitted, ["here-1", "here-3", "here-4"]);
-    let line: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&keys.room.line)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut redis)
+    let line: Vec<String> = line_places(&app, sale)
         .await
-        .expect("the line");
+        .into_iter()
+        .map(|(who, _)| who)
+        .collect();
     assert_eq!(line, ["here-5", "late"]);
     let abandoned = abandoned(&app, sale).await;
     assert_eq!(abandoned, 2);
