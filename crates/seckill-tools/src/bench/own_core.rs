@@ -336,10 +336,11 @@ mod tests {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let before = allowed("self");
         let child = Sleeper::start();
-        // A shell that starts a process of its own once moved.
+        // A shell that starts a process of its own once moved (not its
+        // last command, so that the shell forks it rather than becoming it).
         let neighbour = Sleeper(
             std::process::Command::new("sh")
-                .args(["-c", "sleep 0.5; sleep 30"])
+                .args(["-c", "sleep 0.5; sleep 30; true"])
                 .spawn()
                 .unwrap(),
         );
@@ -363,19 +364,30 @@ mod tests {
         }
         let beside = allowed(&neighbour.0.id().to_string());
         assert!(!beside.contains(&redis), "{beside:?}: {}", pinned.shown());
-        let started = child_of(neighbour.0.id());
-        let meanwhile = allowed(&started);
+        let started = child_of(neighbour.0.id(), "30");
+        let meanwhile = allowed(&started.0.to_string());
         assert!(!meanwhile.contains(&redis), "{meanwhile:?}");
         pinned.restore().unwrap();
         for (task, cpus) in our_threads() {
             assert_eq!(cpus, before, "{task}");
         }
         assert_eq!(allowed(&neighbour.0.id().to_string()), before);
-        assert_eq!(allowed(&started), before);
+        assert_eq!(allowed(&started.0.to_string()), before);
     }
 
-    /// The pid of the process `parent` starts, once it has (within 5 s).
-    fn child_of(parent: u32) -> String {
+    /// A process that is not this one's child, killed when dropped.
+    struct Killed(u32);
+
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let pid = Pid::from_raw(i32::try_from(self.0).unwrap());
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    /// The process `parent` starts with `argument` among its arguments,
+    /// once it has (within 5 s).
+    fn child_of(parent: u32, argument: &str) -> Killed {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             let found = std::fs::read_dir("/proc").unwrap().find_map(|entry| {
@@ -388,10 +400,12 @@ mod tests {
                     .nth(1)?
                     .parse()
                     .ok()?;
-                (ppid == parent).then_some(pid)
+                let command = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+                let called = command.split('\0').any(|arg| arg == argument);
+                (ppid == parent && called).then_some(pid)
             });
             if let Some(pid) = found {
-                return pid.to_string();
+                return Killed(pid);
             }
             assert!(
                 std::time::Instant::now() < deadline,
@@ -414,11 +428,13 @@ mod tests {
         first.set(before[0]).unwrap();
         nix::sched::sched_setaffinity(other.pid(), &first).unwrap();
         let mut bench = std::process::Command::new("sleep")
-            .arg("0.2")
+            .arg("1.5")
             .spawn()
             .unwrap();
         let moved = std::collections::HashMap::from([(other.pid(), had)]);
         let guard = crate::bench::shield::Guard::start(bench.id(), &moved).unwrap();
+        // While the bench lives, the guard only waits.
+        std::thread::sleep(std::time::Duration::from_millis(700));
         assert_eq!(allowed(&other.0.id().to_string()), vec![before[0]]);
         bench.wait().unwrap();
         // The guard looks once a second.
@@ -427,7 +443,10 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "never put back");
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        guard.stop();
+        // Its work done, it ends and deletes its script.
+        let script = guard.script().to_owned();
+        guard.wait();
+        assert!(!script.exists(), "{}", script.display());
     }
 
     /// A server that is gone by the time it is pinned fails the pinning,

@@ -42,11 +42,14 @@ pub(super) struct Others {
     cpu: usize,
     rest: CpuSet,
     moved: HashMap<Pid, CpuSet>,
-    /// Threads the kernel binds to the CPU (`EINVAL`): they stay.
+    /// Threads that may not leave the CPU (`EINVAL`): the kernel's bound
+    /// to it, or a cpuset's that holds that CPU only. They stay.
     bound: usize,
     /// Threads the bench may not move (another user's, without root).
     refused: usize,
     guard: Option<Guard>,
+    /// Why nothing else was moved, if so.
+    unguarded: Option<String>,
     passes: usize,
     /// When the move began, in the ticks since boot `/proc` counts a
     /// thread's start in.
@@ -73,10 +76,12 @@ impl Others {
             bound: 0,
             refused: 0,
             guard: None,
+            unguarded: None,
             passes,
             since: now_in_ticks().context("reading the clock of threads' starts")?,
         };
         if !on_path("taskset") {
+            others.unguarded = Some("no taskset to put them back if the bench dies".to_owned());
             return Ok(others);
         }
         for _ in 0..passes {
@@ -84,8 +89,16 @@ impl Others {
                 break;
             }
         }
-        let guard = Guard::start(std::process::id(), &others.moved);
-        others.guard = Some(guard.context("starting the guard that puts the others back")?);
+        match Guard::start(std::process::id(), &others.moved) {
+            Ok(guard) => others.guard = Some(guard),
+            // Not left moved with nothing to put them back: back now.
+            Err(error) => {
+                others.restore()?;
+                others.unguarded = Some(format!(
+                    "the guard that would put them back did not start: {error:#}"
+                ));
+            }
+        }
         Ok(others)
     }
 
@@ -133,12 +146,11 @@ impl Others {
 
     /// For the row's lines.
     pub(super) fn shown(&self) -> String {
-        if self.guard.is_none() {
-            return "other processes still run there (no taskset to put them back if the bench dies)"
-                .to_owned();
+        if let Some(why) = &self.unguarded {
+            return format!("other processes still run there ({why})");
         }
         let mut shown = format!(
-            "{} threads of other processes moved off it, {} the kernel binds to it left there",
+            "{} threads of other processes moved off it, {} that may not leave it left there",
             self.moved.len(),
             self.bound
         );
@@ -196,7 +208,13 @@ impl Others {
                 let Some(stat) = Stat::of(pid, pid) else {
                     continue;
                 };
-                let origin = origins.get(&pid).or_else(|| origins.get(&stat.parent));
+                // A process gets its parent's CPUs only if it started
+                // since the move: an older one's CPUs are its own.
+                let origin = origins.get(&pid).or_else(|| {
+                    (stat.started >= self.since)
+                        .then(|| origins.get(&stat.parent))
+                        .flatten()
+                });
                 let Some(had) = origin.copied().filter(|_| !stat.kernel) else {
                     continue;
                 };
@@ -256,7 +274,15 @@ impl Guard {
             .map_or(0, |since| since.subsec_nanos());
         let path =
             std::env::temp_dir().join(format!("seckill-cpus-{}-{nanos}.sh", std::process::id()));
-        std::fs::write(&path, script).with_context(|| format!("writing {}", path.display()))?;
+        // A new file only: never one someone put there first.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        std::io::Write::write_all(&mut file, script.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+        drop(file);
         let process = Command::new("sh")
             .arg(&path)
             .arg(watched.to_string())
@@ -282,6 +308,18 @@ impl Guard {
         let _ = self.process.kill();
         let _ = self.process.wait();
         let _ = std::fs::remove_file(&self.script);
+    }
+
+    /// Its script, for tests.
+    #[cfg(test)]
+    pub(super) fn script(&self) -> &std::path::Path {
+        &self.script
+    }
+
+    /// Wait for it to end by itself, for tests.
+    #[cfg(test)]
+    pub(super) fn wait(mut self) {
+        let _ = self.process.wait();
     }
 }
 
