@@ -303,8 +303,12 @@ impl Guard {
         }
     }
 
-    /// Stop it, its work done by the bench, and delete its script.
+    /// Stop it, its work done by the bench, and delete its script. Its
+    /// whole process group: the `sleep` it waits in goes with it.
     pub(super) fn stop(mut self) {
+        if let Ok(id) = i32::try_from(self.process.id()) {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(id), nix::sys::signal::Signal::SIGKILL);
+        }
         let _ = self.process.kill();
         let _ = self.process.wait();
         let _ = std::fs::remove_file(&self.script);
