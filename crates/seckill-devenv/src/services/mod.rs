@@ -44,6 +44,7 @@ pub use redis_cluster::PrivateRedisCluster;
 pub use redis_faults::{DroppingClients, cut_replicas_off, drop_clients};
 pub use redis_sentinel::PrivateRedisSentinel;
 pub use redis_server::PrivateRedis;
+pub use supervise::find_on_path;
 
 use seckill_core::redis_pool::RedisAt;
 use seckill_core::urls::{redact, with_database};

@@ -142,7 +142,8 @@ fn ephemeral_start() -> Option<u16> {
         .ok()
 }
 
-pub(super) fn find_on_path(program: &str) -> Option<PathBuf> {
+/// The file `program` names on `PATH`, if any.
+pub fn find_on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))

@@ -35,6 +35,7 @@ use anyhow::Context;
 use nix::errno::Errno;
 use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::unistd::Pid;
+use seckill_devenv::services::find_on_path;
 
 /// Threads of other processes moved off one CPU: each with the CPUs it
 /// had, and the guard that puts them back should the bench die first.
@@ -80,7 +81,7 @@ impl Others {
             passes,
             since: now_in_ticks().context("reading the clock of threads' starts")?,
         };
-        if !on_path("taskset") {
+        if find_on_path("taskset").is_none() {
             others.unguarded = Some("no taskset to put them back if the bench dies".to_owned());
             return Ok(others);
         }
@@ -269,20 +270,19 @@ impl Guard {
             script.push_str(&format!("taskset -p {} {tid} >/dev/null 2>&1\n", hex(had)));
         }
         script.push_str("rm -f -- \"$0\"\n");
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.subsec_nanos());
-        let path =
-            std::env::temp_dir().join(format!("seckill-cpus-{}-{nanos}.sh", std::process::id()));
-        // A new file only: never one someone put there first.
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
+        // A new file of a name of its own (never one someone put there
+        // first), kept: the guard deletes it when done.
+        let mut file = tempfile::Builder::new()
+            .prefix("seckill-cpus-")
+            .suffix(".sh")
+            .tempfile()
+            .context("creating the guard's script")?;
         std::io::Write::write_all(&mut file, script.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
-        drop(file);
+            .context("writing the guard's script")?;
+        let path = file
+            .into_temp_path()
+            .keep()
+            .context("keeping the guard's script")?;
         let process = Command::new("sh")
             .arg(&path)
             .arg(watched.to_string())
@@ -394,17 +394,6 @@ fn now_in_ticks() -> Option<u64> {
     std::thread::spawn(|| Stat::read("/proc/thread-self/stat").map(|stat| stat.started))
         .join()
         .ok()?
-}
-
-/// Whether `program` is an executable file on `PATH`.
-fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::metadata(dir.join(program))
-                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        })
-    })
 }
 
 #[cfg(test)]
