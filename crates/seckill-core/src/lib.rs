@@ -9,8 +9,9 @@
 //! goes through the store ([`store`]), its one owner.
 //!
 //! A confirmed order must then be paid within a window ([`payment`]): the
-//! worker queues a delayed deadline job per order, and cancels the orders
-//! still unpaid when it comes due, giving their units back. Every change of
+//! worker queues a delayed deadline job for the orders it confirmed
+//! together (they share their deadline), and cancels those still unpaid
+//! when it comes due, giving their units back. Every change of
 //! a sale's units left is published on Redis pub/sub, and [`events`] fans it
 //! out to the browsers watching the sale page.
 //!

@@ -1,12 +1,12 @@
 //! The payment window: a confirmed order is paid in time, or cancelled.
 //!
-//! When the worker confirms an order it sets the order's deadline, `pay_by`,
-//! on PostgreSQL's clock, and puts a delayed job on the sale's deadline
-//! queue (the article's delay queue: the same [`Queue`](crate::queue::Queue),
-//! other keys), due when the window closes. The buyer pays with [`pay`];
-//! when the deadline job comes due, the worker calls
-//! [`Store::cancel_unpaid`], and if the order was still unpaid, gives the
-//! unit back in Redis with [`return_unit`].
+//! When the worker confirms orders it sets their deadline, `pay_by`, on
+//! PostgreSQL's clock (one for the orders of one transaction), and puts a
+//! delayed job for that moment on the sale's deadline queue (the article's
+//! delay queue: the same [`Queue`](crate::queue::Queue), other keys), due
+//! when the window closes. The buyer pays with [`pay`]; when the deadline
+//! job comes due, the worker calls [`Store::cancel_unpaid`], and gives the
+//! unit of each order it cancelled back in Redis with [`return_unit`].
 //!
 //! The race: the buyer presses Pay at the very moment the deadline job runs.
 //! Both sides are one conditional `UPDATE ... WHERE status = 'confirmed'`,

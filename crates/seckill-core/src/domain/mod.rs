@@ -3,12 +3,14 @@
 //! Pure types and pure functions only: no I/O here, so every rule is unit-tested
 //! without Redis or PostgreSQL.
 
+mod deadline;
 mod order;
 mod room_rules;
 mod sale;
 mod text;
 mod user_id;
 
+pub use deadline::DeadlineJob;
 pub(crate) use order::sale_of;
 pub use order::{Order, OrderJob, OrderStatus, RejectReason};
 pub use room_rules::{Pass, PassKey, PassKind, PassRefused, RoomMode, RoomSettings, hex};

@@ -109,10 +109,8 @@ impl RejectReason {
 
 /// The queue job that carries an accepted order from Redis to PostgreSQL.
 /// Its queue id is the order id, so enqueueing it twice keeps one job.
-///
-/// The same payload, under the same id, is the order's payment deadline on
-/// the sale's deadline queue (see `payment.rs`): it names everything the
-/// cancellation needs to give the unit back in Redis.
+/// (Its payment deadline is a job of its own, shared with the orders
+/// confirmed with it: [`DeadlineJob`](super::DeadlineJob).)
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OrderJob {
     pub order_id: Uuid,

@@ -20,6 +20,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::{Acquire, Postgres, Transaction};
 
 use super::{Store, schema};
@@ -42,8 +43,13 @@ pub enum Written {
 /// What a batch's write did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Confirmation {
-    /// Written: what became of each order, in order.
-    Written(Vec<Written>),
+    /// Written: what became of each order, in order, and the payment
+    /// deadline of those it confirmed, one for all: the transaction's
+    /// `now()` plus the window.
+    Written {
+        written: Vec<Written>,
+        pay_by: DateTime<Utc>,
+    },
     /// Nothing written: the sale was loaded into Redis again after the
     /// batch was reserved, so the batch's orders belong to a Redis that
     /// lost them (a wipe), and the new one sells their units again.
@@ -52,17 +58,19 @@ pub enum Confirmation {
     Superseded { recorded: Option<String> },
 }
 
-/// A batch's transaction behind the load's fence, or the fence's refusal.
+/// A batch's transaction behind the load's fence, with the payment
+/// deadline of the orders it confirms, or the fence's refusal.
 enum Fenced {
-    Open(Transaction<'static, Postgres>),
+    Open(Transaction<'static, Postgres>, DateTime<Utc>),
     Closed { recorded: Option<String> },
 }
 
 /// What the `postgres` strategy's transaction decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Taken {
-    /// The unit is taken and the order stored as confirmed.
-    Confirmed,
+    /// The unit is taken and the order stored as confirmed, to be paid
+    /// by `pay_by`.
+    Confirmed { pay_by: DateTime<Utc> },
     /// No unit was left.
     SoldOut,
     /// The buyer already holds a unit of this sale.
@@ -85,31 +93,34 @@ impl Store {
         epoch: Option<&str>,
     ) -> Result<Confirmation, sqlx::Error> {
         let Some(first) = orders.first() else {
-            return Ok(Confirmation::Written(Vec::new()));
+            let pay_by = Utc::now() + settings.payment_window();
+            return Ok(Confirmation::Written {
+                written: Vec::new(),
+                pay_by,
+            });
         };
-        let window_secs = settings.payment_window().as_secs_f64();
-        let mut tx = match self.fenced(first.sale_id, settings, epoch).await? {
-            Fenced::Open(tx) => tx,
+        let (mut tx, pay_by) = match self.fenced(first.sale_id, settings, epoch).await? {
+            Fenced::Open(tx, pay_by) => (tx, pay_by),
             Fenced::Closed { recorded } => return Ok(Confirmation::Superseded { recorded }),
         };
-        if let Some(written) = confirm_all(&mut tx, orders, window_secs).await? {
+        if let Some(written) = confirm_all(&mut tx, orders, pay_by).await? {
             tx.commit().await?;
-            return Ok(Confirmation::Written(written));
+            return Ok(Confirmation::Written { written, pay_by });
         }
         // Refused: nothing of the first try is left once it is rolled
         // back. The second try takes the fence again (a load may have come
         // in between) and finds which orders to refuse.
         tx.rollback().await?;
-        let mut tx = match self.fenced(first.sale_id, settings, epoch).await? {
-            Fenced::Open(tx) => tx,
+        let (mut tx, pay_by) = match self.fenced(first.sale_id, settings, epoch).await? {
+            Fenced::Open(tx, pay_by) => (tx, pay_by),
             Fenced::Closed { recorded } => return Ok(Confirmation::Superseded { recorded }),
         };
         let mut written = Vec::with_capacity(orders.len());
         for order in orders {
-            written.push(confirm_order(&mut tx, order, window_secs).await?);
+            written.push(confirm_order(&mut tx, order, pay_by).await?);
         }
         tx.commit().await?;
-        Ok(Confirmation::Written(written))
+        Ok(Confirmation::Written { written, pay_by })
     }
 
     /// A transaction for a batch of `sale_id`, behind the load's fence:
@@ -144,11 +155,18 @@ impl Store {
         // and needs not be: it only compares and sets PostgreSQL's record,
         // and a batch that passed this fence found it equal to Redis'
         // epoch, which only a load, held off, can change.)
-        let recorded: Option<String> =
-            sqlx::query_scalar("SELECT load_epoch FROM sales WHERE id = $1 FOR KEY SHARE")
-                .bind(sale_id)
-                .fetch_one(&mut *tx)
-                .await?;
+        //
+        // Read with it, once for the whole transaction: its orders'
+        // payment deadline, which they all share (one deadline job for
+        // them, `worker/deadlines.rs`), on PostgreSQL's clock.
+        let (recorded, pay_by): (Option<String>, DateTime<Utc>) = sqlx::query_as(
+            "SELECT load_epoch, now() + make_interval(secs => $2)
+               FROM sales WHERE id = $1 FOR KEY SHARE",
+        )
+        .bind(sale_id)
+        .bind(settings.payment_window().as_secs_f64())
+        .fetch_one(&mut *tx)
+        .await?;
         if recorded.is_some() && recorded.as_deref() != epoch {
             return Ok(Fenced::Closed { recorded });
         }
@@ -197,7 +215,7 @@ impl Store {
                 }
             }
         }
-        Ok(Fenced::Open(tx))
+        Ok(Fenced::Open(tx, pay_by))
     }
 
     /// The `postgres` strategy's whole purchase, in one transaction: take a
@@ -220,20 +238,21 @@ impl Store {
         if taken.rows_affected() == 0 {
             return Ok(Taken::SoldOut);
         }
-        let stored = sqlx::query(
+        let stored: Result<DateTime<Utc>, _> = sqlx::query_scalar(
             "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
-             VALUES ($1, $2, $3, 'confirmed', now() + make_interval(secs => $4))",
+             VALUES ($1, $2, $3, 'confirmed', now() + make_interval(secs => $4))
+             RETURNING pay_by",
         )
         .bind(order.order_id)
         .bind(order.sale_id)
         .bind(&order.user_id)
         .bind(window.as_secs_f64())
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await;
         match stored {
-            Ok(_) => {
+            Ok(pay_by) => {
                 tx.commit().await?;
-                Ok(Taken::Confirmed)
+                Ok(Taken::Confirmed { pay_by })
             }
             Err(error) if schema::violates(&error, schema::ONE_ORDER_PER_BUYER) => {
                 Ok(Taken::AlreadyPurchased)
@@ -253,7 +272,7 @@ impl Store {
 async fn confirm_all(
     tx: &mut Transaction<'_, Postgres>,
     orders: &[OrderJob],
-    window_secs: f64,
+    pay_by: DateTime<Utc>,
 ) -> Result<Option<Vec<Written>>, sqlx::Error> {
     let Some(first) = orders.first() else {
         return Ok(Some(Vec::new()));
@@ -266,7 +285,7 @@ async fn confirm_all(
     let inserted: Result<Vec<uuid::Uuid>, sqlx::Error> = sqlx::query_scalar(
         "WITH inserted AS (
              INSERT INTO orders (id, sale_id, user_id, status, pay_by)
-             SELECT id, $2, user_id, 'confirmed', now() + make_interval(secs => $4)
+             SELECT id, $2, user_id, 'confirmed', $4
                FROM unnest($1::uuid[], $3::text[]) AS batch(id, user_id)
              ON CONFLICT (id) DO NOTHING
              RETURNING id
@@ -279,7 +298,7 @@ async fn confirm_all(
     .bind(&ids)
     .bind(first.sale_id)
     .bind(&users)
-    .bind(window_secs)
+    .bind(pay_by)
     .fetch_all(&mut **tx)
     .await;
     let inserted = match inserted {
@@ -304,24 +323,24 @@ async fn confirm_all(
     ))
 }
 
-/// Insert one order, with its payment deadline `window_secs` from now on
-/// PostgreSQL's clock. Each order gets a savepoint, so that a refused order
+/// Insert one order, with its payment deadline `pay_by`. Each order gets
+/// a savepoint, so that a refused order
 /// rolls back only itself, and is then stored as rejected.
 async fn confirm_order(
     tx: &mut Transaction<'_, Postgres>,
     order: &OrderJob,
-    window_secs: f64,
+    pay_by: DateTime<Utc>,
 ) -> Result<Written, sqlx::Error> {
     let mut savepoint = tx.begin().await?;
     let inserted = sqlx::query(
         "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
-         VALUES ($1, $2, $3, 'confirmed', now() + make_interval(secs => $4))
+         VALUES ($1, $2, $3, 'confirmed', $4)
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(order.order_id)
     .bind(order.sale_id)
     .bind(&order.user_id)
-    .bind(window_secs)
+    .bind(pay_by)
     .execute(&mut *savepoint)
     .await;
     let refused = match inserted {

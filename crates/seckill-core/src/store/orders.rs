@@ -21,7 +21,6 @@
 //! WHERE clause against the row the first one committed, finds the status
 //! changed, and updates nothing. Whoever updated no row lost.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -30,7 +29,7 @@ use redis::aio::ConnectionLike;
 use uuid::Uuid;
 
 use super::Store;
-use crate::domain::{Order, OrderJob, OrderStatus, RejectReason, sale_of};
+use crate::domain::{DeadlineJob, Order, OrderJob, OrderStatus, RejectReason, sale_of};
 use crate::keys::SaleKeys;
 use crate::queue::Queue;
 
@@ -50,28 +49,21 @@ pub(crate) enum PayOutcome {
 }
 
 /// What a deadline found in PostgreSQL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deadline {
-    /// This call cancelled the unpaid order and took its unit back from `sold`.
-    Cancelled,
-    /// The order was cancelled before (a redelivered deadline job).
-    AlreadyCancelled,
-    /// The buyer paid in time: nothing to do.
-    Paid,
-    /// The order is rejected, or unknown: nothing to do.
-    Nothing,
-    /// The order is confirmed but its deadline has not passed on
-    /// PostgreSQL's clock: the job came early (the queue runs on Redis'
-    /// clock), and must run again once `left` has passed.
+    /// Its moment has passed on PostgreSQL's clock: every order of the
+    /// sale still unpaid at it is cancelled, `cancelled` of them by this
+    /// call. `returns` are all of the moment's cancelled orders, this
+    /// call's and an earlier delivery's: each one's unit must be back in
+    /// Redis (the return is made once per order, `lua/unit_return.lua`,
+    /// so a unit that came back is not given back twice).
+    Passed {
+        cancelled: usize,
+        returns: Vec<OrderJob>,
+    },
+    /// Not passed on PostgreSQL's clock: the job came early (the queue
+    /// runs on Redis' clock), and must run again once `left` has passed.
     NotDue { left: Duration },
-}
-
-impl Deadline {
-    /// Whether the unit must be given back in Redis. True for a redelivery
-    /// too: the worker that cancelled may have died before the Redis step.
-    pub(crate) fn returns_unit(self) -> bool {
-        matches!(self, Self::Cancelled | Self::AlreadyCancelled)
-    }
 }
 
 /// One row of the orders table on a sale's admin page.
@@ -97,9 +89,10 @@ pub(crate) struct OrderCounts {
 }
 
 impl Store {
-    /// Time left until the payment deadline of each of these orders that is
-    /// confirmed, on PostgreSQL's clock (zero once it has passed), and zero
-    /// for each that is cancelled.
+    /// The payment deadlines of these orders, each moment once: its
+    /// `pay_by` and the time left until it on PostgreSQL's clock (zero
+    /// once it has passed), or zero for a moment that has any of these
+    /// orders cancelled.
     ///
     /// Why the cancelled ones: a failover can lose both a cancellation's
     /// unit return in Redis and the ack of the order's job, written before
@@ -111,13 +104,14 @@ impl Store {
     pub(crate) async fn payment_deadlines(
         &self,
         order_ids: &[Uuid],
-    ) -> anyhow::Result<HashMap<Uuid, Duration>> {
-        let due: Vec<(Uuid, i64)> = sqlx::query_as(
-            "SELECT id, CASE WHEN status = 'cancelled' THEN 0
-                        ELSE GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint) END
+    ) -> anyhow::Result<Vec<(DateTime<Utc>, Duration)>> {
+        let due: Vec<(DateTime<Utc>, i64)> = sqlx::query_as(
+            "SELECT pay_by,
+                    CASE WHEN bool_or(status = 'cancelled') THEN 0
+                         ELSE GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint) END
                FROM orders
-              WHERE id = ANY($1)
-                AND (status = 'cancelled' OR (status = 'confirmed' AND pay_by IS NOT NULL))",
+              WHERE id = ANY($1) AND pay_by IS NOT NULL AND status IN ('cancelled', 'confirmed')
+              GROUP BY pay_by",
         )
         .bind(order_ids)
         .fetch_all(&self.pg)
@@ -125,8 +119,23 @@ impl Store {
         .context("reading payment deadlines")?;
         Ok(due
             .into_iter()
-            .map(|(id, ms)| (id, Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+            .map(|(pay_by, ms)| (pay_by, millis(ms)))
             .collect())
+    }
+
+    /// The payment deadline of an order that has one and is confirmed or
+    /// cancelled (what a deadline job of an earlier version names).
+    pub(crate) async fn order_pay_by(
+        &self,
+        order_id: Uuid,
+    ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT pay_by FROM orders
+              WHERE id = $1 AND pay_by IS NOT NULL AND status IN ('confirmed', 'cancelled')",
+        )
+        .bind(order_id)
+        .fetch_optional(&self.pg)
+        .await
     }
 
     /// Pay for an order, if its payment window is still open.
@@ -155,91 +164,110 @@ impl Store {
         })
     }
 
-    /// The PostgreSQL half of a deadline: cancel the order if it is still
-    /// unpaid, and take its unit out of `sales.sold`, in one transaction.
-    /// Tests call it to play a worker that dies right after it.
-    pub async fn cancel_unpaid(&self, order_id: Uuid) -> Result<Deadline, sqlx::Error> {
-        let mut tx = self.pg.begin().await?;
-        // The race with pay is decided here: see the module comment.
-        // `pay_by <= now()`: PostgreSQL's clock alone says whether the window
-        // has closed, the same clock `pay` asks.
-        let cancelled: Option<i64> = sqlx::query_scalar(
-            "UPDATE orders SET status = 'cancelled', cancelled_at = now(), updated_at = now()
-              WHERE id = $1 AND status = 'confirmed' AND pay_by <= now()
-              RETURNING sale_id",
-        )
-        .bind(order_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(sale_id) = cancelled {
-            // Same transaction: `sold` can never count a cancelled order.
-            sqlx::query("UPDATE sales SET sold = sold - 1 WHERE id = $1")
-                .bind(sale_id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            tracing::info!(%order_id, sale_id, "unpaid order cancelled");
-            return Ok(Deadline::Cancelled);
-        }
-        // Why not: asked in the same transaction, so on the same `now()` as
-        // the UPDATE (a transaction's `now()` is its start): a window that
-        // closed in between cannot look closed here and open above.
-        let found: Option<(OrderStatus, Option<i64>)> = sqlx::query_as(
-            "SELECT status, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint
-               FROM orders WHERE id = $1",
-        )
-        .bind(order_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.rollback().await?;
-        Ok(match found {
-            Some((OrderStatus::Cancelled, _)) => Deadline::AlreadyCancelled,
-            Some((OrderStatus::Paid, _)) => Deadline::Paid,
-            Some((OrderStatus::Confirmed, Some(left_ms))) => Deadline::NotDue {
-                left: Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
-            },
-            _ => Deadline::Nothing,
-        })
-    }
-
-    /// Up to `page` confirmed orders that have a payment deadline, the
-    /// first after the order `after` in id order (from the start with
-    /// `None`), each with the time left until its deadline (zero once it has
-    /// passed), on PostgreSQL's clock: what the sales' deadline queues must
-    /// hold. The worker's sweep re-queues them a page at a time, for
-    /// deadlines Redis lost (index `orders_unpaid`).
-    pub async fn unpaid_orders(
+    /// The PostgreSQL half of a deadline: cancel every order of `sale_id`
+    /// to be paid by `pay_by` and still unpaid, and take their units out of
+    /// `sales.sold`, in one transaction, once `pay_by` has passed. Tests
+    /// call it to play a worker that dies right after it.
+    pub async fn cancel_unpaid(
         &self,
-        after: Option<Uuid>,
-        page: i64,
-    ) -> anyhow::Result<Vec<(OrderJob, Duration)>> {
-        let rows: Vec<(Uuid, i64, String, i64)> = sqlx::query_as(
-            "SELECT id, sale_id, user_id,
-                    GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
-               FROM orders
-              WHERE status = 'confirmed' AND pay_by IS NOT NULL
-                AND ($1::uuid IS NULL OR id > $1)
-              ORDER BY id
-              LIMIT $2",
+        sale_id: i64,
+        pay_by: DateTime<Utc>,
+    ) -> Result<Deadline, sqlx::Error> {
+        let mut tx = self.pg.begin().await?;
+        // PostgreSQL's clock alone says whether the window has closed, the
+        // same clock `pay` asks; every statement below runs on this one
+        // `now()` (a transaction's `now()` is its start), so a window that
+        // closed in between cannot look open here and closed below.
+        // (The time left rounded up: a job that came a fraction of a
+        // millisecond early must not be told to come again at once.)
+        let (passed, left_ms): (bool, i64) = sqlx::query_as(
+            "SELECT $1::timestamptz <= now(),
+                    ceil(EXTRACT(EPOCH FROM $1::timestamptz - now()) * 1000)::bigint",
         )
-        .bind(after)
-        .bind(page)
-        .fetch_all(&self.pg)
-        .await
-        .context("reading the unpaid orders")?;
-        Ok(rows
-            .into_iter()
-            .map(|(order_id, sale_id, user_id, left_ms)| {
-                let job = OrderJob {
+        .bind(pay_by)
+        .fetch_one(&mut *tx)
+        .await?;
+        if !passed {
+            tx.rollback().await?;
+            return Ok(Deadline::NotDue {
+                left: millis(left_ms.max(1)),
+            });
+        }
+        // The race with pay is decided here, an order at a time: see the
+        // module comment. `sold` loses the cancelled units in the same
+        // statement: it can never count a cancelled order.
+        let cancelled: i64 = sqlx::query_scalar(
+            "WITH cancelled AS (
+                 UPDATE orders SET status = 'cancelled', cancelled_at = now(), updated_at = now()
+                  WHERE sale_id = $1 AND pay_by = $2 AND status = 'confirmed' AND pay_by <= now()
+                  RETURNING id
+             ), returned AS (
+                 UPDATE sales SET sold = sold - (SELECT count(*) FROM cancelled)
+                  WHERE id = $1 AND EXISTS (SELECT 1 FROM cancelled)
+             )
+             SELECT count(*) FROM cancelled",
+        )
+        .bind(sale_id)
+        .bind(pay_by)
+        .fetch_one(&mut *tx)
+        .await?;
+        // This statement sees the one above's cancellations (a later
+        // statement of the same transaction), and an earlier delivery's.
+        let returns: Vec<(Uuid, String)> = sqlx::query_as(
+            "SELECT id, user_id FROM orders
+              WHERE sale_id = $1 AND pay_by = $2 AND status = 'cancelled'",
+        )
+        .bind(sale_id)
+        .bind(pay_by)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        if cancelled > 0 {
+            tracing::info!(sale_id, %pay_by, cancelled, "unpaid orders cancelled");
+        }
+        Ok(Deadline::Passed {
+            cancelled: usize::try_from(cancelled).unwrap_or(0),
+            returns: returns
+                .into_iter()
+                .map(|(order_id, user_id)| OrderJob {
                     order_id,
                     sale_id,
                     user_id,
-                };
-                (
-                    job,
-                    Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
-                )
-            })
+                })
+                .collect(),
+        })
+    }
+
+    /// Up to `page` payment deadlines that still have unpaid orders, each
+    /// a sale and its orders' `pay_by`, the first after `after` in that
+    /// order (from the start with `None`), each with the time left until
+    /// it (zero once it has passed), on PostgreSQL's clock: what the
+    /// sales' deadline queues must hold. The worker's sweep re-queues them
+    /// a page at a time, for deadlines Redis lost (index `orders_unpaid`).
+    pub async fn unpaid_deadlines(
+        &self,
+        after: Option<(i64, DateTime<Utc>)>,
+        page: i64,
+    ) -> anyhow::Result<Vec<(DeadlineJob, Duration)>> {
+        let (after_sale, after_pay_by) = after.unzip();
+        let rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(
+            "SELECT DISTINCT sale_id, pay_by,
+                    GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
+               FROM orders
+              WHERE status = 'confirmed' AND pay_by IS NOT NULL
+                AND ($1::bigint IS NULL OR (sale_id, pay_by) > ($1, $2))
+              ORDER BY sale_id, pay_by
+              LIMIT $3",
+        )
+        .bind(after_sale)
+        .bind(after_pay_by)
+        .bind(page)
+        .fetch_all(&self.pg)
+        .await
+        .context("reading the unpaid orders' deadlines")?;
+        Ok(rows
+            .into_iter()
+            .map(|(sale_id, pay_by, left_ms)| (DeadlineJob::new(sale_id, pay_by), millis(left_ms)))
             .collect())
     }
 
@@ -339,4 +367,9 @@ impl Store {
             .fetch_optional(&self.pg)
             .await
     }
+}
+
+/// Milliseconds PostgreSQL counted, as a duration (none if negative).
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }

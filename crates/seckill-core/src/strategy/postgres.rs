@@ -20,7 +20,7 @@ use anyhow::Context;
 use redis::aio::ConnectionLike;
 
 use super::{Buy, Outcome};
-use crate::domain::OrderJob;
+use crate::domain::{DeadlineJob, OrderJob};
 use crate::queue::Queue;
 use crate::store::Taken;
 
@@ -35,7 +35,7 @@ pub(crate) async fn purchase<C: ConnectionLike + Send>(
     shop.read_sale(conn, sale_id, &[]).await?;
     let job = OrderJob::new(sale_id, user);
     let window = shop.payment_window;
-    match shop
+    let pay_by = match shop
         .store
         .take_in_postgres(&job, window)
         .await
@@ -47,8 +47,11 @@ pub(crate) async fn purchase<C: ConnectionLike + Send>(
         }
         Taken::AlreadyPurchased => return Ok(Outcome::AlreadyPurchased { order_id: None }),
         // Confirmed at once: this strategy has no worker to count it.
-        Taken::Confirmed => crate::metrics::metrics().orders("confirmed", 1),
-    }
+        Taken::Confirmed { pay_by } => {
+            crate::metrics::metrics().orders("confirmed", 1);
+            pay_by
+        }
+    };
     // One MULTI: no reader of the sale sees the unit gone and its buyer
     // not yet recorded (or the other way round).
     let (left,): (i64,) = redis::pipe()
@@ -67,7 +70,8 @@ pub(crate) async fn purchase<C: ConnectionLike + Send>(
         .query_async(conn)
         .await
         .context("publishing the units left")?;
-    let (id, payload) = (job.order_id.to_string(), job.to_payload());
+    let deadline = DeadlineJob::new(sale_id, pay_by);
+    let (id, payload) = (deadline.id(), deadline.to_payload());
     Queue::new(keys.deadlines.clone())
         .enqueue(conn, &[(id.as_str(), payload.as_str())], window)
         .await

@@ -1,31 +1,38 @@
 //! The worker's second queue per sale: payment deadlines.
 //!
-//! Each confirmed order gets a delayed job on its sale's deadline queue (the
-//! article's delay queue), due when its payment window closes. It is queued
-//! after the commit that confirms the order and before the order job's ack,
-//! so a crash in between redelivers the order job, whose (no-op) write
-//! queues the deadline again; queueing by id keeps one job.
+//! The orders a batch confirms share their deadline (`pay_by`, the
+//! transaction's `now()` plus the window), and get one delayed job for
+//! them all on their sale's deadline queue (the article's delay queue),
+//! due when that moment passes: a [`DeadlineJob`], named by the moment. It
+//! is queued after the commit that confirms the orders and before the
+//! order jobs' ack, so a crash in between redelivers the order jobs, whose
+//! (no-op) write queues the deadline again; queueing by id keeps one job.
+//! One job a batch, not one an order: the deadlines were the largest part
+//! of what Redis spent on each order drained.
 //!
-//! When a deadline comes due, [`Worker::try_process_deadlines`] cancels the
-//! order if it is still unpaid and gives its unit back: see `payment.rs`,
-//! and `store/orders.rs` for how a deadline and a payment race. PostgreSQL's
-//! clock alone says whether the window has closed; a job that comes early
-//! (the queue runs on Redis' clock) waits again for the time left.
+//! When a deadline comes due, [`Worker::try_process_deadlines`] cancels
+//! every order of its moment still unpaid, in one statement, and gives
+//! their units back: see `payment.rs`, and `store/orders.rs` for how a
+//! deadline and a payment race. PostgreSQL's clock alone says whether the
+//! window has closed; a job that comes early (the queue runs on Redis'
+//! clock) waits again for the time left.
 //!
 //! The deadlines live only in Redis, and a Redis that restarts without
 //! persistence loses them: the orders would stay confirmed, unpayable and
 //! never cancelled, their units never back on sale. So the sweep
-//! (`sweep.rs`) puts the deadline of every confirmed order back in its
-//! queue. Queueing by id makes that a no-op for every deadline Redis still
-//! has.
+//! (`sweep.rs`) puts back the deadline of every moment that still has
+//! confirmed orders. Queueing by id makes that a no-op for every deadline
+//! Redis still has.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context;
 
+use chrono::{DateTime, Utc};
+
 use super::{Batch, BatchReport, FAILED_JOB_DELAY, Worker};
-use crate::domain::OrderJob;
+use crate::domain::{DeadlineJob, OrderJob};
 use crate::failure;
 use crate::keys::SaleKeys;
 use crate::payment;
@@ -33,27 +40,30 @@ use crate::queue::{Attempt, Queue, Reserved};
 use crate::redis_pool::RedisConn;
 use crate::store::{Deadline, Written};
 
-/// Unpaid orders the sweep reads at a time.
+/// Deadlines (a sale and a moment) the sweep reads at a time.
 const SWEEP_PAGE: i64 = 1_000;
 
 impl Worker {
-    /// Queue the payment deadline of every order of the batch that is
-    /// confirmed in PostgreSQL, due when its `pay_by` passes. Orders just
-    /// confirmed and redelivered ones alike: queueing by id keeps one job,
-    /// and a redelivered order keeps the deadline it was given first.
+    /// Queue the payment deadline of the orders of this write that are
+    /// confirmed in PostgreSQL: one job for the orders it confirmed, due
+    /// when `pay_by` passes, and one for each moment of the redelivered
+    /// ones. Queueing by id keeps one job a moment, and a redelivered
+    /// order keeps the deadline it was given first.
     ///
-    /// An order this batch confirmed (`written`) has `pay_by` one payment
-    /// window after its transaction began, so its deadline is queued one
-    /// window from now, with no read: a little after `pay_by` (by the
-    /// time the write and commit took), unless Redis' clock is behind
+    /// The orders this write confirmed (`written`) have `pay_by` one
+    /// payment window after its transaction began, so their deadline is
+    /// queued one window from now: a little after `pay_by` (by the time
+    /// the write and commit took), unless Redis' clock is behind
     /// PostgreSQL's, and then a job that comes early waits again for the
-    /// time left (see `try_process_deadlines`). Only a redelivered order's
-    /// deadline is read from PostgreSQL; a redelivered order found
-    /// cancelled gets one due at once, which makes sure its unit came
-    /// back (`Store::payment_deadlines` says why).
+    /// time left (see `try_process_deadlines`). Only the redelivered
+    /// orders' deadlines are read from PostgreSQL; a moment with a
+    /// redelivered order found cancelled is due at once, which makes sure
+    /// its unit came back (`Store::payment_deadlines` says why).
     pub(super) async fn schedule_deadlines(
         &self,
         conn: &mut RedisConn,
+        sale_id: i64,
+        pay_by: DateTime<Utc>,
         orders: &[OrderJob],
         written: &[Written],
     ) -> anyhow::Result<u64> {
@@ -63,26 +73,23 @@ impl Worker {
             .filter(|(_, written)| **written == Written::AlreadyThere)
             .map(|(order, _)| order.order_id)
             .collect();
-        let read = match redelivered.is_empty() {
-            true => Default::default(),
+        let mut deadlines = match redelivered.is_empty() {
+            true => Vec::new(),
             false => self.store.payment_deadlines(&redelivered).await?,
         };
-        let window = self.settings.payment_window();
-        let deadlines = orders
-            .iter()
-            .zip(written)
-            .filter_map(|(order, written)| match written {
-                Written::Confirmed => Some((order, window)),
-                Written::AlreadyThere => Some((order, *read.get(&order.order_id)?)),
-                Written::Rejected => None,
-            });
+        if written.contains(&Written::Confirmed) {
+            deadlines.push((pay_by, self.settings.payment_window()));
+        }
+        let deadlines = deadlines
+            .into_iter()
+            .map(|(pay_by, left)| (DeadlineJob::new(sale_id, pay_by), left));
         enqueue_deadlines(conn, self.store.prefix(), deadlines).await
     }
 
     /// One step on one sale's deadline queue: for each due deadline, cancel
-    /// the order in PostgreSQL if it is still unpaid, give its unit back in
+    /// its moment's unpaid orders in PostgreSQL, give their units back in
     /// Redis, and only then ack. The race with a payment is decided in
-    /// `store/orders.rs`; the unit's return is `payment.rs`.
+    /// `store/orders.rs`; the units' return is `payment.rs`.
     #[tracing::instrument(skip(self), fields(reserved))]
     pub async fn try_process_deadlines(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
         let Batch {
@@ -90,10 +97,12 @@ impl Worker {
             queue,
             mut conn,
             mut report,
-            orders,
+            jobs,
             reserved,
             ..
-        } = self.reserve(sale_id, |keys| &keys.deadlines).await?;
+        } = self
+            .reserve(sale_id, |keys| &keys.deadlines, Due::from_payload)
+            .await?;
         // Jobs given back because they came early. They must be left out of
         // the acks below: a retry that charges no attempt sets the job's
         // attempt back, so once another worker has reserved it again, an
@@ -108,22 +117,19 @@ impl Worker {
                 .map(|(job, _)| job.clone())
                 .collect()
         };
-        for (done, order) in orders.iter().enumerate() {
-            let deadline = match self.store.cancel_unpaid(order.order_id).await {
-                Ok(deadline) => deadline,
+        for (done, due) in jobs.iter().enumerate() {
+            let found = match self.cancel_due(due).await {
+                Ok(found) => found,
                 Err(error) => {
                     // Acknowledge what is done; give this job and the rest
                     // back; stop.
                     let finished = still_held(done, &given_back);
                     self.give_back(&mut conn, &queue, &finished, &reserved[done..], &error)
                         .await?;
-                    return Err(error).context("cancelling an unpaid order");
+                    return Err(error).context("cancelling unpaid orders");
                 }
             };
-            match deadline {
-                Deadline::Cancelled => report.cancelled += 1,
-                Deadline::Paid => report.paid_in_time += 1,
-                Deadline::AlreadyCancelled | Deadline::Nothing => report.redelivered += 1,
+            match found {
                 Deadline::NotDue { left } => {
                     // Early, by PostgreSQL's clock: back on the queue for the
                     // time left, uncharged, and left out of this batch's ack.
@@ -140,14 +146,18 @@ impl Worker {
                         .await
                         .context("putting back a deadline that came early")?;
                 }
-            }
-            if deadline.returns_unit() {
-                // A Redis failure here leaves this job (and the rest of the
-                // batch) unacknowledged: they are delivered again when the
-                // lease runs out, and the return then happens.
-                let returned =
-                    payment::give_unit_back(&self.store, &mut conn, &keys, order).await?;
-                tracing::info!(order_id = %order.order_id, ?returned, "deadline passed unpaid");
+                Deadline::Passed { cancelled, returns } => {
+                    report.passed += 1;
+                    report.cancelled += cancelled;
+                    // A Redis failure here leaves this job (and the rest of
+                    // the batch) unacknowledged: they are delivered again
+                    // when the lease runs out, and the returns then happen.
+                    for order in &returns {
+                        let returned =
+                            payment::give_unit_back(&self.store, &mut conn, &keys, order).await?;
+                        tracing::info!(order_id = %order.order_id, ?returned, "deadline passed unpaid");
+                    }
+                }
             }
         }
         queue
@@ -155,6 +165,31 @@ impl Worker {
             .await
             .context("acknowledging deadlines")?;
         Ok(report)
+    }
+
+    /// Cancel what `due` names: its moment's unpaid orders, or those of
+    /// the moment of the one order an earlier version's job names (none,
+    /// for an order that has no deadline).
+    async fn cancel_due(&self, due: &Due) -> Result<Deadline, sqlx::Error> {
+        let deadline = match due {
+            Due::Moment(deadline) => Some(*deadline),
+            Due::Order(order) => self
+                .store
+                .order_pay_by(order.order_id)
+                .await?
+                .map(|pay_by| DeadlineJob::new(order.sale_id, pay_by)),
+        };
+        match deadline {
+            Some(deadline) => {
+                self.store
+                    .cancel_unpaid(deadline.sale_id, deadline.pay_by())
+                    .await
+            }
+            None => Ok(Deadline::Passed {
+                cancelled: 0,
+                returns: Vec::new(),
+            }),
+        }
     }
 
     /// After a failed cancellation: ack the deadlines done, and give the
@@ -190,19 +225,20 @@ impl Worker {
         Ok(())
     }
 
-    /// Put the payment deadline of every confirmed order back in its sale's
-    /// queue (part of the sweep, `sweep.rs`). Returns how many deadlines
-    /// were missing and are queued again.
+    /// Put the payment deadline of every moment that still has confirmed
+    /// orders back in its sale's queue (part of the sweep, `sweep.rs`).
+    /// Returns how many deadlines were missing and are queued again.
     pub(super) async fn requeue_lost_deadlines(&self, conn: &mut RedisConn) -> anyhow::Result<u64> {
         // A page at a time: the sweep's memory and each query's cost stay
-        // those of one page, however many orders are unpaid.
+        // those of one page, however many deadlines are pending.
         let (mut swept, mut after) = (0, None);
         loop {
-            let unpaid = self.store.unpaid_orders(after, SWEEP_PAGE).await?;
-            let deadlines = unpaid.iter().map(|(order, left)| (order, *left));
-            swept += enqueue_deadlines(conn, self.store.prefix(), deadlines).await?;
-            match unpaid.last() {
-                Some((last, _)) if unpaid.len() as i64 == SWEEP_PAGE => after = Some(last.order_id),
+            let page = self.store.unpaid_deadlines(after, SWEEP_PAGE).await?;
+            let last = page.last().map(|(job, _)| (job.sale_id, job.pay_by()));
+            let full = page.len() as i64 == SWEEP_PAGE;
+            swept += enqueue_deadlines(conn, self.store.prefix(), page.into_iter()).await?;
+            match last {
+                Some(last) if full => after = Some(last),
                 _ => break,
             }
         }
@@ -216,20 +252,35 @@ impl Worker {
     }
 }
 
+/// A job on a deadline queue: a moment's, or one order's, as queued by a
+/// version of seckill before one job a moment, which a Redis that keeps its
+/// data may still hold after the upgrade (its payload is the order's).
+enum Due {
+    Moment(DeadlineJob),
+    Order(OrderJob),
+}
+
+impl Due {
+    fn from_payload(payload: &str) -> Result<Self, serde_json::Error> {
+        DeadlineJob::from_payload(payload)
+            .map(Self::Moment)
+            .or_else(|_| OrderJob::from_payload(payload).map(Self::Order))
+    }
+}
+
 /// Queue deadline jobs, each on its sale's deadline queue, due after its
-/// delay. Orders confirmed together share their deadline, so this is usually
-/// one enqueue per sale. Returns how many jobs were new to their queue.
-async fn enqueue_deadlines<'a>(
+/// delay. Returns how many jobs were new to their queue.
+async fn enqueue_deadlines(
     conn: &mut RedisConn,
     prefix: &str,
-    deadlines: impl Iterator<Item = (&'a OrderJob, Duration)>,
+    deadlines: impl Iterator<Item = (DeadlineJob, Duration)>,
 ) -> anyhow::Result<u64> {
     let mut grouped: BTreeMap<(i64, Duration), Vec<(String, String)>> = BTreeMap::new();
-    for (order, left) in deadlines {
+    for (deadline, left) in deadlines {
         grouped
-            .entry((order.sale_id, left))
+            .entry((deadline.sale_id, left))
             .or_default()
-            .push((order.order_id.to_string(), order.to_payload()));
+            .push((deadline.id(), deadline.to_payload()));
     }
     let mut added = 0;
     for ((sale_id, left), jobs) in grouped {

@@ -91,9 +91,10 @@ pub struct Worker {
     full_pass: Now,
 }
 
-/// A batch reserved from one queue, its payloads decoded. Owned by the one
-/// step that reserved it.
-pub struct Batch {
+/// A batch reserved from one queue, its payloads decoded: order jobs, or
+/// payment deadlines (`deadlines.rs`). Owned by the one step that
+/// reserved it.
+pub struct Batch<J = OrderJob> {
     /// The sale the queue belongs to.
     sale_id: i64,
     /// The sale's keys.
@@ -109,7 +110,7 @@ pub struct Batch {
     /// What the reserve did (reserved, reclaimed, dead-lettered).
     report: BatchReport,
     /// The decoded jobs.
-    orders: Vec<OrderJob>,
+    jobs: Vec<J>,
     /// Their reservations, in the same order: what ack and retry take.
     reserved: Vec<Reserved>,
 }
@@ -157,7 +158,9 @@ impl Worker {
             &SaleKeys::new(self.store.prefix(), sale_id),
         )
         .await?;
-        let mut batch = self.reserve(sale_id, |keys| &keys.queue).await?;
+        let mut batch = self
+            .reserve(sale_id, |keys| &keys.queue, OrderJob::from_payload)
+            .await?;
         batch.epoch = epoch;
         Ok(batch)
     }
@@ -172,7 +175,7 @@ impl Worker {
             queue,
             mut conn,
             mut report,
-            orders,
+            jobs: orders,
             reserved,
         } = batch;
         if reserved.is_empty() {
@@ -205,8 +208,8 @@ impl Worker {
         metrics()
             .commit_seconds
             .observe(committing.elapsed().as_secs_f64());
-        let written = match confirmed {
-            Ok(Confirmation::Written(written)) => written,
+        let (written, pay_by) = match confirmed {
+            Ok(Confirmation::Written { written, pay_by }) => (written, pay_by),
             Ok(Confirmation::Superseded { recorded }) => {
                 let under = Under {
                     sale_id,
@@ -245,7 +248,7 @@ impl Worker {
         report.count(&written);
         // After the commit, before the ack: a crash in between redelivers
         // the order jobs, and this runs again.
-        self.schedule_deadlines(&mut conn, &orders, &written)
+        self.schedule_deadlines(&mut conn, sale_id, pay_by, &orders, &written)
             .await
             .context("queueing payment deadlines")?;
         // Only now, after the commit, may the jobs leave the queue.
@@ -370,9 +373,10 @@ impl Worker {
         for (i, (order, job)) in orders.iter().zip(reserved).enumerate() {
             let one = std::slice::from_ref(order);
             match self.confirm(one, under.epoch).await {
-                Ok(Confirmation::Written(written)) => {
+                Ok(Confirmation::Written { written, pay_by }) => {
                     report.count(&written);
-                    self.schedule_deadlines(conn, one, &written).await?;
+                    self.schedule_deadlines(conn, under.sale_id, pay_by, one, &written)
+                        .await?;
                     queue.ack(conn, std::slice::from_ref(job)).await?;
                 }
                 Ok(Confirmation::Superseded { recorded }) => {
@@ -408,11 +412,12 @@ impl Worker {
     /// the sale's keys) and decode it. A payload that does not decode can
     /// never succeed: its attempt counts, so it ends in the dead-letter set,
     /// and the rest carry on.
-    async fn reserve(
+    async fn reserve<J>(
         &self,
         sale_id: i64,
         which: fn(&SaleKeys) -> &QueueKeys,
-    ) -> anyhow::Result<Batch> {
+        decode: fn(&str) -> Result<J, serde_json::Error>,
+    ) -> anyhow::Result<Batch<J>> {
         let keys = SaleKeys::new(self.store.prefix(), sale_id);
         let queue = Queue::new(which(&keys).clone());
         let mut conn = self.store.redis().await?;
@@ -432,11 +437,11 @@ impl Worker {
             ..BatchReport::default()
         };
         log_reservation(&report);
-        let (mut orders, mut reserved, mut broken) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut jobs, mut reserved, mut broken) = (Vec::new(), Vec::new(), Vec::new());
         for job in reservation.jobs {
-            match OrderJob::from_payload(&job.payload) {
-                Ok(order) => {
-                    orders.push(order);
+            match decode(&job.payload) {
+                Ok(decoded) => {
+                    jobs.push(decoded);
                     reserved.push(job);
                 }
                 Err(_) => broken.push(job),
@@ -462,7 +467,7 @@ impl Worker {
             queue,
             conn,
             report,
-            orders,
+            jobs,
             reserved,
         })
     }

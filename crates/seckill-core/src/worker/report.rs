@@ -19,8 +19,9 @@ pub struct BatchReport {
     pub(crate) dead_lettered: u64,
     /// Unpaid orders cancelled at their deadline (their unit is back on sale).
     pub cancelled: usize,
-    /// Deadlines that found the order paid: nothing to do.
-    pub paid_in_time: usize,
+    /// Deadlines whose moment had passed: run, whether or not they found
+    /// an order unpaid (a paid one needs nothing).
+    pub passed: usize,
     /// Deadlines that came before PostgreSQL's `pay_by` and wait again.
     pub not_due: usize,
     /// Payment deadlines put back in their queue by a sweep (Redis had lost
@@ -44,7 +45,7 @@ impl BatchReport {
         self.reclaimed += other.reclaimed;
         self.dead_lettered += other.dead_lettered;
         self.cancelled += other.cancelled;
-        self.paid_in_time += other.paid_in_time;
+        self.passed += other.passed;
         self.not_due += other.not_due;
         self.swept += other.swept;
         self.failed += other.failed;

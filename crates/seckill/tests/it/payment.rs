@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use seckill_core::config::WorkerSettings;
-use seckill_core::domain::OrderJob;
+use seckill_core::domain::{DeadlineJob, OrderJob};
 use seckill_core::queue::{Queue, QueueStats};
 use seckill_core::worker::BatchReport;
 use serde_json::Value;
@@ -36,30 +37,71 @@ pub async fn confirmed_order(app: &TestApp, stock: i64, user: &str) -> (i64, Uui
     (sale, order)
 }
 
-/// Make the deadlines of `orders` due now, as if their windows had closed:
-/// on PostgreSQL's clock (`pay_by`, which decides) and on the queue's.
-pub async fn make_deadlines_due(app: &TestApp, sale: i64, orders: &[Uuid]) {
-    close_windows_in(app, orders, Duration::ZERO).await;
-    let mut zadd = redis::cmd("ZADD");
-    zadd.arg(&app.keys(sale).deadlines.due).arg("XX");
-    for order in orders {
-        zadd.arg(0).arg(order.to_string());
-    }
-    let () = zadd
-        .query_async(&mut app.redis_conn().await)
-        .await
-        .expect("ZADD");
+/// Make the deadline of `orders` (all of sale `sale`) due now, as if
+/// their window had closed: on PostgreSQL's clock (`pay_by`, which
+/// decides) and on the queue's (see [`close_windows_in`]).
+pub async fn make_deadlines_due(app: &TestApp, sale: i64, orders: &[Uuid]) -> DeadlineJob {
+    close_windows_in(app, sale, orders, Duration::ZERO, Some(Duration::ZERO)).await
 }
 
-/// Set the payment windows of `orders` to close `after` from now, on
-/// PostgreSQL's clock (the queue's due times are left as they are).
-pub async fn close_windows_in(app: &TestApp, orders: &[Uuid], after: Duration) {
-    sqlx::query("UPDATE orders SET pay_by = now() + make_interval(secs => $2) WHERE id = ANY($1)")
-        .bind(orders)
-        .bind(after.as_secs_f64())
-        .execute(&app.pg)
-        .await
-        .expect("set pay_by");
+/// Set the payment window of `orders` (all of sale `sale`) to close
+/// `after` from now, on PostgreSQL's clock: they get a moment of their own,
+/// whose deadline job is queued `due` from now on the queue's clock (not
+/// at all with `None`: as if Redis lost it). The job of a moment they
+/// leave with no order is taken off the queue, as if the worker had queued
+/// theirs at the new moment in the first place. Returns the new deadline.
+pub async fn close_windows_in(
+    app: &TestApp,
+    sale: i64,
+    orders: &[Uuid],
+    after: Duration,
+    due: Option<Duration>,
+) -> DeadlineJob {
+    let left: Vec<DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT DISTINCT pay_by FROM orders WHERE id = ANY($1) AND pay_by IS NOT NULL",
+    )
+    .bind(orders)
+    .fetch_all(&app.pg)
+    .await
+    .expect("the orders' deadlines");
+    let pay_by: DateTime<Utc> = sqlx::query_scalar(
+        "UPDATE orders SET pay_by = now() + make_interval(secs => $2) WHERE id = ANY($1)
+         RETURNING pay_by",
+    )
+    .bind(orders)
+    .bind(after.as_secs_f64())
+    .fetch_one(&app.pg)
+    .await
+    .expect("set pay_by");
+    let queue = Queue::new(app.keys(sale).deadlines);
+    let mut conn = app.redis_conn().await;
+    for moment in left {
+        let others: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1 AND pay_by = $2")
+                .bind(sale)
+                .bind(moment)
+                .fetch_one(&app.pg)
+                .await
+                .expect("count the moment's orders");
+        let id = DeadlineJob::new(sale, moment).id();
+        if others == 0
+            && let Some(due_ms) = queue.due_at(&mut conn, &id).await.expect("ZSCORE")
+        {
+            queue
+                .dequeue(&mut conn, &id, due_ms)
+                .await
+                .expect("dequeue");
+        }
+    }
+    let deadline = DeadlineJob::new(sale, pay_by);
+    if let Some(due) = due {
+        let job = (deadline.id(), deadline.to_payload());
+        queue
+            .enqueue(&mut conn, &[(&job.0, &job.1)], due)
+            .await
+            .expect("enqueue the deadline");
+    }
+    deadline
 }
 
 /// Run the sale's due deadlines until a step's report satisfies `done`
@@ -177,7 +219,7 @@ async fn a_paid_order_keeps_its_unit_when_its_deadline_comes() {
     assert_eq!(app.sold(sale).await, 1);
 
     make_deadlines_due(&app, sale, &[order]).await;
-    run_deadlines_until(&app, sale, |report| report.paid_in_time == 1).await;
+    run_deadlines_until(&app, sale, |report| report.passed == 1).await;
     assert_eq!(status_of(&app, order).await, "paid");
     assert_eq!(app.sold(sale).await, 1);
     assert_eq!(app.redis_stock(sale).await, Some(1));

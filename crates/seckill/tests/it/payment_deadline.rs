@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use seckill_core::config::WorkerSettings;
-use seckill_core::domain::OrderJob;
+use seckill_core::domain::{DeadlineJob, OrderJob};
 use seckill_core::keys::QueueKeys;
 use seckill_core::payment::{self, UnitReturn};
 use seckill_core::queue::{Queue, QueueStats};
@@ -21,8 +21,8 @@ use crate::payment::{
     make_deadlines_due, run_deadlines_until, status_of,
 };
 
-/// The order's payload as its deadline job carries it.
-async fn deadline_job(app: &TestApp, order: Uuid) -> OrderJob {
+/// The order's payload as its order job carries it.
+async fn order_job(app: &TestApp, order: Uuid) -> OrderJob {
     let stored = app
         .store
         .stored_order(order)
@@ -36,19 +36,42 @@ async fn deadline_job(app: &TestApp, order: Uuid) -> OrderJob {
     }
 }
 
-/// Put `order`'s deadline on the queue again, due now: a duplicate delivery.
+/// Put the deadline of `order`'s moment on the queue again, due now: a
+/// duplicate delivery.
 async fn enqueue_deadline_again(app: &TestApp, sale: i64, order: Uuid) -> u64 {
-    enqueue_again(app, app.keys(sale).deadlines, order).await
+    let pay_by = sqlx::query_scalar("SELECT pay_by FROM orders WHERE id = $1")
+        .bind(order)
+        .fetch_one(&app.pg)
+        .await
+        .expect("the order's deadline");
+    let deadline = DeadlineJob::new(sale, pay_by);
+    enqueue(
+        app,
+        app.keys(sale).deadlines,
+        &deadline.id(),
+        &deadline.to_payload(),
+    )
+    .await
 }
 
-/// Put `order`'s job on `queue` again, due now, as a redelivery brings it
-/// (an order's job and its deadline's carry the same payload).
-async fn enqueue_again(app: &TestApp, queue: QueueKeys, order: Uuid) -> u64 {
-    let job = deadline_job(app, order).await;
+/// Put `order`'s job on its sale's order queue again, due now, as a
+/// redelivery brings it.
+async fn enqueue_order_again(app: &TestApp, sale: i64, order: Uuid) -> u64 {
+    let job = order_job(app, order).await;
+    enqueue(
+        app,
+        app.keys(sale).queue,
+        &order.to_string(),
+        &job.to_payload(),
+    )
+    .await
+}
+
+async fn enqueue(app: &TestApp, queue: QueueKeys, id: &str, payload: &str) -> u64 {
     Queue::new(queue)
         .enqueue(
             &mut app.redis_conn().await,
-            &[(&order.to_string(), &job.to_payload())],
+            &[(id, payload)],
             Duration::ZERO,
         )
         .await
@@ -62,6 +85,7 @@ async fn a_deadline_delivered_twice_gives_the_unit_back_once() {
     let ann = app.buy(sale, "ann").await;
     app.buy(sale, "bob").await;
     app.drain().await;
+    // (bob's order keeps the deadline they shared: his stays in its window.)
     make_deadlines_due(&app, sale, &[ann]).await;
 
     let first = app.worker.try_process_deadlines(sale).await.expect("step");
@@ -87,7 +111,7 @@ async fn a_worker_that_died_between_the_cancel_and_the_unit_return_returns_it_on
     let sale = app.create_sale(1).await;
     let ann = app.buy(sale, "ann").await;
     app.drain().await;
-    make_deadlines_due(&app, sale, &[ann]).await;
+    let deadline = make_deadlines_due(&app, sale, &[ann]).await;
 
     // The dying worker reserves the deadline with a short lease, commits
     // the cancellation in PostgreSQL, and dies before the Redis half.
@@ -102,10 +126,13 @@ async fn a_worker_that_died_between_the_cancel_and_the_unit_return_returns_it_on
         .await
         .expect("reserve");
     assert_eq!(taken.jobs.len(), 1);
-    assert_eq!(
-        app.store.cancel_unpaid(ann).await.expect("cancel"),
-        Deadline::Cancelled
-    );
+    assert!(matches!(
+        app.store
+            .cancel_unpaid(sale, deadline.pay_by())
+            .await
+            .expect("cancel"),
+        Deadline::Passed { cancelled: 1, .. }
+    ));
     assert_eq!(app.redis_stock(sale).await, Some(0), "not returned yet");
     assert_eq!(app.redis_buyers(sale).await, ["ann"]);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -170,11 +197,14 @@ async fn an_order_job_redelivered_after_its_cancellation_makes_sure_the_unit_cam
     app.commit_as_a_dying_worker(&taken).await;
     // The window closes and the order is cancelled in PostgreSQL; the
     // unit's return in Redis is lost with the failover.
-    close_windows_in(&app, &[ann], Duration::ZERO).await;
-    assert_eq!(
-        app.store.cancel_unpaid(ann).await.expect("cancel"),
-        Deadline::Cancelled
-    );
+    let deadline = close_windows_in(&app, sale, &[ann], Duration::ZERO, None).await;
+    assert!(matches!(
+        app.store
+            .cancel_unpaid(sale, deadline.pay_by())
+            .await
+            .expect("cancel"),
+        Deadline::Passed { cancelled: 1, .. }
+    ));
     assert_eq!(app.redis_stock(sale).await, Some(0), "the return was lost");
     tokio::time::sleep(Duration::from_millis(50)).await;
 
@@ -193,7 +223,7 @@ async fn an_order_job_redelivered_after_its_cancellation_makes_sure_the_unit_cam
     assert!(app.redis_buyers(sale).await.is_empty());
 
     // The order's job once more: nothing more comes back.
-    enqueue_again(&app, app.keys(sale).queue, ann).await;
+    enqueue_order_again(&app, sale, ann).await;
     app.drain().await;
     for _ in 0..3 {
         app.worker.try_process_deadlines(sale).await.expect("step");
@@ -221,7 +251,7 @@ async fn a_unit_given_back_to_an_oversold_stock_is_counted_as_returned() {
         .query_async(&mut conn)
         .await
         .expect("SET");
-    let job = deadline_job(&app, ann).await;
+    let job = order_job(&app, ann).await;
     let returned = payment::return_unit(&mut conn, &keys, &job)
         .await
         .expect("return");
@@ -294,7 +324,7 @@ async fn deadlines_redis_lost_are_swept_back_and_the_unpaid_order_is_cancelled()
         .query_async(&mut app.redis_conn().await)
         .await
         .expect("DEL");
-    close_windows_in(&app, &[ann], Duration::ZERO).await;
+    close_windows_in(&app, sale, &[ann], Duration::ZERO, None).await;
 
     // A worker starts: its first pass sweeps.
     let worker = Worker::new(app.store.clone(), WorkerSettings::default());
@@ -316,7 +346,7 @@ async fn a_deadline_that_comes_before_the_window_closes_waits_for_it() {
     // Due on the queue's clock; ten minutes left on PostgreSQL's.
     make_deadlines_due(&app, sale, &[ann]).await;
     let left = Duration::from_secs(600);
-    close_windows_in(&app, &[ann], left).await;
+    let deadline = close_windows_in(&app, sale, &[ann], left, Some(Duration::ZERO)).await;
     let early = app.worker.try_process_deadlines(sale).await.expect("step");
     assert_eq!((early.not_due, early.cancelled), (1, 0));
     assert_eq!(status_of(&app, ann).await, "confirmed");
@@ -328,7 +358,7 @@ async fn a_deadline_that_comes_before_the_window_closes_waits_for_it() {
         .atomic()
         .cmd("ZSCORE")
         .arg(&app.keys(sale).deadlines.due)
-        .arg(ann.to_string())
+        .arg(deadline.id())
         .cmd("TIME")
         .query_async(&mut conn)
         .await
@@ -367,7 +397,7 @@ async fn a_late_deadline_after_a_wipe_does_not_give_back_a_unit_bought_again() {
     assert_ne!(again, first);
     assert_eq!(app.redis_stock(sale).await, Some(1));
 
-    let late = deadline_job(&app, first).await;
+    let late = order_job(&app, first).await;
     let returned = payment::return_unit(&mut app.redis_conn().await, &app.keys(sale), &late)
         .await
         .expect("the late return");
@@ -382,4 +412,81 @@ async fn a_late_deadline_after_a_wipe_does_not_give_back_a_unit_bought_again() {
         ["ann"],
         "ann's new order lost its buyer"
     );
+}
+
+/// The orders one write confirms share their deadline: one job on the
+/// queue for all of them, named by their `pay_by`, and when it passes it
+/// cancels every one still unpaid and leaves the paid one alone.
+#[tokio::test]
+async fn the_orders_of_one_batch_share_one_deadline_job_that_cancels_the_unpaid_ones() {
+    let app = app_with_window(600, 100).await;
+    let sale = app.create_sale(3).await;
+    let mut orders = Vec::new();
+    for user in ["ann", "bob", "cid"] {
+        orders.push(app.buy(sale, user).await);
+    }
+    assert_eq!(app.drain().await.confirmed, 3);
+    let mut moments = Vec::new();
+    for order in &orders {
+        let stored = app.store.stored_order(*order).await.expect("read");
+        moments.push(stored.and_then(|order| order.pay_by).expect("a deadline"));
+    }
+    moments.dedup();
+    assert_eq!(moments.len(), 1, "one transaction, one moment: {moments:?}");
+    let queued: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&app.keys(sale).deadlines.due)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("the deadline queue");
+    assert_eq!(queued, [DeadlineJob::new(sale, moments[0]).id()]);
+
+    assert_eq!(app.pay(orders[1]).await.status(), 200);
+    make_deadlines_due(&app, sale, &orders).await;
+    let report = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!(
+        (report.reserved, report.passed, report.cancelled),
+        (1, 1, 2)
+    );
+    let statuses = [
+        status_of(&app, orders[0]).await,
+        status_of(&app, orders[1]).await,
+        status_of(&app, orders[2]).await,
+    ];
+    assert_eq!(statuses, ["cancelled", "paid", "cancelled"]);
+    assert_eq!(app.sold(sale).await, 1);
+    assert_eq!(app.redis_stock(sale).await, Some(2));
+    assert_eq!(app.redis_buyers(sale).await, ["bob"]);
+    assert_eq!(app.deadline_stats(sale).await, QueueStats::default());
+}
+
+/// A deadline job as a version before one job a moment queued it, one per
+/// order with the order's payload, still on a Redis that kept its data
+/// across the upgrade: it cancels its order's moment once it has passed,
+/// and gives the unit back.
+#[tokio::test]
+async fn a_deadline_job_of_one_order_queued_before_the_upgrade_still_cancels_it() {
+    let app = app_with_window(600, 100).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    // The job the worker queued, gone; the one an earlier version queued
+    // in its place, due now, for a window closed on PostgreSQL's clock.
+    close_windows_in(&app, sale, &[ann], Duration::ZERO, None).await;
+    assert_eq!(app.deadline_stats(sale).await, QueueStats::default());
+    let job = order_job(&app, ann).await;
+    enqueue(
+        &app,
+        app.keys(sale).deadlines,
+        &ann.to_string(),
+        &job.to_payload(),
+    )
+    .await;
+
+    let report = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!((report.reserved, report.cancelled), (1, 1));
+    assert_eq!(status_of(&app, ann).await, "cancelled");
+    assert_eq!(app.sold(sale).await, 0);
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+    assert!(app.redis_buyers(sale).await.is_empty());
+    assert_eq!(app.deadline_stats(sale).await, QueueStats::default());
 }

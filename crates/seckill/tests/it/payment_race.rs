@@ -30,7 +30,14 @@ async fn race_once(app: &TestApp, orders: usize) {
     // windows close a moment after the race starts, so that payments and
     // deadlines meet at the boundary.
     make_deadlines_due(app, sale, &ids).await;
-    close_windows_in(app, &ids, Duration::from_millis(30)).await;
+    close_windows_in(
+        app,
+        sale,
+        &ids,
+        Duration::from_millis(30),
+        Some(Duration::ZERO),
+    )
+    .await;
 
     const WORKERS: usize = 2;
     let barrier = Arc::new(Barrier::new(orders + WORKERS));
@@ -179,7 +186,7 @@ async fn queued_on_a_held_row(app: &TestApp, pay_first: bool, window: Duration) 
     let (sale, order) = confirmed_order(app, 1, "ann").await;
     make_deadlines_due(app, sale, &[order]).await;
     if pay_first {
-        close_windows_in(app, &[order], window).await;
+        close_windows_in(app, sale, &[order], window, Some(Duration::ZERO)).await;
     }
     let mut holder = app.pg.begin().await.expect("begin");
     sqlx::query("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE")
@@ -249,7 +256,7 @@ async fn queued_on_a_held_row(app: &TestApp, pay_first: bool, window: Duration) 
 
     let (pay, cancel) = (pay.await.expect("pay"), cancel.await.expect("cancel"));
     if pay_first {
-        assert_eq!((pay, cancel.cancelled, cancel.paid_in_time), (200, 0, 1));
+        assert_eq!((pay, cancel.cancelled, cancel.passed), (200, 0, 1));
         assert_eq!(status_of(app, order).await, "paid");
         assert_eq!(app.sold(sale).await, 1);
         assert_eq!(app.redis_stock(sale).await, Some(0));

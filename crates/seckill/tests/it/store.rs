@@ -194,31 +194,43 @@ async fn reads_waiting(pg: &mut sqlx::PgConnection) -> i64 {
     .expect("pg_stat_activity")
 }
 
-/// The sweep reads the unpaid orders a page at a time, in id order: every
-/// unpaid order once, no paid one, and a page never larger than asked.
+/// The sweep reads the unpaid orders' deadlines a page at a time, in
+/// order of sale and moment: each moment that has an unpaid order once,
+/// however many orders share it, none whose orders are all paid, and a
+/// page never larger than asked.
 #[tokio::test]
-async fn the_unpaid_orders_are_read_a_page_at_a_time_each_once() {
+async fn the_unpaid_deadlines_are_read_a_page_at_a_time_each_once() {
     let app = spawn_app().await;
     let sale = app.create_sale(10).await;
     let mut unpaid = Vec::new();
-    for user in ["a", "b", "c", "d", "e"] {
-        unpaid.push(app.buy(sale, user).await);
+    // A drain each: a moment each (two orders share one).
+    for users in [&["a", "b"][..], &["c"], &["d"], &["e", "g"]] {
+        for user in users {
+            unpaid.push(app.buy(sale, user).await);
+        }
+        app.drain().await;
     }
     let paid = app.buy(sale, "f").await;
     app.drain().await;
     assert_eq!(app.pay(paid).await.status(), 200);
 
+    let mut moments = Vec::new();
+    for order in unpaid {
+        let stored = app.store.stored_order(order).await.expect("read");
+        moments.push(stored.and_then(|order| order.pay_by).expect("a deadline"));
+    }
+    moments.sort();
+    moments.dedup();
     let (mut seen, mut after) = (Vec::new(), None);
     loop {
-        let page = app.store.unpaid_orders(after, 2).await.expect("a page");
+        let page = app.store.unpaid_deadlines(after, 2).await.expect("a page");
         assert!(page.len() <= 2, "a page of {}", page.len());
         let Some((last, _)) = page.last() else { break };
-        after = Some(last.order_id);
-        seen.extend(page.iter().map(|(order, _)| order.order_id));
+        after = Some((last.sale_id, last.pay_by()));
+        seen.extend(page.iter().map(|(deadline, _)| deadline.pay_by()));
     }
-    unpaid.sort();
     assert_eq!(
-        seen, unpaid,
-        "every unpaid order once, in id order, and no paid one"
+        seen, moments,
+        "every unpaid moment once, in order, and none only paid"
     );
 }

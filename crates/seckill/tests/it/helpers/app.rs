@@ -221,7 +221,7 @@ impl TestApp {
             .await
             .expect("write");
         assert!(
-            matches!(written, seckill_core::store::Confirmation::Written(_)),
+            matches!(written, seckill_core::store::Confirmation::Written { .. }),
             "{written:?}"
         );
     }
