@@ -6,7 +6,9 @@
 //! delay queue: the same [`Queue`](crate::queue::Queue), other keys), due
 //! when the window closes. The buyer pays with [`pay`]; when the deadline
 //! job comes due, the worker calls [`Store::cancel_unpaid`], and gives the
-//! unit of each order it cancelled back in Redis with [`return_unit`].
+//! unit of each cancelled order of that moment back in Redis with
+//! [`return_unit`] (once per order: a redelivery may find them cancelled
+//! by an earlier delivery that died before this step).
 //!
 //! The race: the buyer presses Pay at the very moment the deadline job runs.
 //! Both sides are one conditional `UPDATE ... WHERE status = 'confirmed'`,

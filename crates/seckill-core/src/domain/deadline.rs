@@ -31,7 +31,8 @@ impl DeadlineJob {
 
     /// When the orders' payment window closes.
     pub fn pay_by(&self) -> DateTime<Utc> {
-        DateTime::from_timestamp_micros(self.pay_by_us).unwrap_or(DateTime::<Utc>::MIN_UTC)
+        DateTime::from_timestamp_micros(self.pay_by_us)
+            .expect("a DeadlineJob holds a moment chrono can name (checked when decoded)")
     }
 
     /// The job's id on its sale's deadline queue.
@@ -43,8 +44,14 @@ impl DeadlineJob {
         serde_json::to_string(self).expect("a DeadlineJob always serializes")
     }
 
+    /// The job a payload names; a moment out of chrono's range is refused
+    /// as any other payload that does not decode.
     pub fn from_payload(payload: &str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(payload)
+        let job: Self = serde_json::from_str(payload)?;
+        match DateTime::from_timestamp_micros(job.pay_by_us) {
+            Some(_) => Ok(job),
+            None => Err(serde::de::Error::custom("pay_by_us out of range")),
+        }
     }
 }
 
@@ -63,5 +70,8 @@ mod tests {
         assert!(
             DeadlineJob::from_payload(r#"{"order_id":"x","sale_id":7,"user_id":"ann"}"#).is_err()
         );
+        // Nor a moment chrono cannot name.
+        let far = format!(r#"{{"sale_id":7,"pay_by_us":{}}}"#, i64::MAX);
+        assert!(DeadlineJob::from_payload(&far).is_err());
     }
 }

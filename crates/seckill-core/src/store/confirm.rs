@@ -93,6 +93,7 @@ impl Store {
         epoch: Option<&str>,
     ) -> Result<Confirmation, sqlx::Error> {
         let Some(first) = orders.first() else {
+            // No order, no deadline to queue: any moment will do.
             let pay_by = Utc::now() + settings.payment_window();
             return Ok(Confirmation::Written {
                 written: Vec::new(),

@@ -251,11 +251,12 @@ impl Store {
     ) -> anyhow::Result<Vec<(DeadlineJob, Duration)>> {
         let (after_sale, after_pay_by) = after.unzip();
         let rows: Vec<(i64, DateTime<Utc>, i64)> = sqlx::query_as(
-            "SELECT DISTINCT sale_id, pay_by,
+            "SELECT sale_id, pay_by,
                     GREATEST(0, (EXTRACT(EPOCH FROM pay_by - now()) * 1000)::bigint)
                FROM orders
               WHERE status = 'confirmed' AND pay_by IS NOT NULL
                 AND ($1::bigint IS NULL OR (sale_id, pay_by) > ($1, $2))
+              GROUP BY sale_id, pay_by
               ORDER BY sale_id, pay_by
               LIMIT $3",
         )

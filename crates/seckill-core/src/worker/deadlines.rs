@@ -40,6 +40,12 @@ use crate::queue::{Attempt, Queue, Reserved};
 use crate::redis_pool::RedisConn;
 use crate::store::{Deadline, Written};
 
+/// Deadline jobs one step reserves. One: a job gives back the unit of
+/// every cancelled order of its moment, up to a batch of them (a unit
+/// return each), and a step must end well inside its lease, which counts
+/// an attempt when it runs out. A batch of such jobs could not.
+const DEADLINES_PER_STEP: usize = 1;
+
 /// Deadlines (a sale and a moment) the sweep reads at a time.
 const SWEEP_PAGE: i64 = 1_000;
 
@@ -101,7 +107,12 @@ impl Worker {
             reserved,
             ..
         } = self
-            .reserve(sale_id, |keys| &keys.deadlines, Due::from_payload)
+            .reserve(
+                sale_id,
+                |keys| &keys.deadlines,
+                DEADLINES_PER_STEP,
+                Due::from_payload,
+            )
             .await?;
         // Jobs given back because they came early. They must be left out of
         // the acks below: a retry that charges no attempt sets the job's
@@ -169,7 +180,12 @@ impl Worker {
 
     /// Cancel what `due` names: its moment's unpaid orders, or those of
     /// the moment of the one order an earlier version's job names (none,
-    /// for an order that has no deadline).
+    /// for an order that has no deadline). Such a job runs as its moment's
+    /// would, returns included: the first of a moment's jobs cancels all
+    /// of its orders, and another of them may have been lost meanwhile
+    /// (the sweep no longer finds a cancelled order). Each later one finds
+    /// every unit back (a look each, `lua/unit_return.lua`): a cost paid
+    /// once, on the jobs queued before the upgrade.
     async fn cancel_due(&self, due: &Due) -> Result<Deadline, sqlx::Error> {
         let deadline = match due {
             Due::Moment(deadline) => Some(*deadline),

@@ -159,7 +159,12 @@ impl Worker {
         )
         .await?;
         let mut batch = self
-            .reserve(sale_id, |keys| &keys.queue, OrderJob::from_payload)
+            .reserve(
+                sale_id,
+                |keys| &keys.queue,
+                self.settings.batch_size as usize,
+                OrderJob::from_payload,
+            )
             .await?;
         batch.epoch = epoch;
         Ok(batch)
@@ -416,6 +421,7 @@ impl Worker {
         &self,
         sale_id: i64,
         which: fn(&SaleKeys) -> &QueueKeys,
+        limit: usize,
         decode: fn(&str) -> Result<J, serde_json::Error>,
     ) -> anyhow::Result<Batch<J>> {
         let keys = SaleKeys::new(self.store.prefix(), sale_id);
@@ -424,7 +430,7 @@ impl Worker {
         let reservation = queue
             .reserve(
                 &mut conn,
-                self.settings.batch_size as usize,
+                limit,
                 self.settings.lease(),
                 self.settings.max_attempts,
             )

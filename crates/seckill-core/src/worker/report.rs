@@ -19,8 +19,9 @@ pub struct BatchReport {
     pub(crate) dead_lettered: u64,
     /// Unpaid orders cancelled at their deadline (their unit is back on sale).
     pub cancelled: usize,
-    /// Deadlines whose moment had passed: run, whether or not they found
-    /// an order unpaid (a paid one needs nothing).
+    /// Deadline jobs run to their end: their moment had passed (whether or
+    /// not they found an order unpaid: a paid one needs nothing), or they
+    /// named no order with a deadline.
     pub passed: usize,
     /// Deadlines that came before PostgreSQL's `pay_by` and wait again.
     pub not_due: usize,

@@ -490,3 +490,23 @@ async fn a_deadline_job_of_one_order_queued_before_the_upgrade_still_cancels_it(
     assert!(app.redis_buyers(sale).await.is_empty());
     assert_eq!(app.deadline_stats(sale).await, QueueStats::default());
 }
+
+/// A step runs one deadline job: a job gives back the unit of every
+/// cancelled order of its moment, a batch's worth, and a step must end
+/// well inside its lease.
+#[tokio::test]
+async fn a_deadline_step_runs_one_moment() {
+    let app = app_with_window(600, 100).await;
+    let sale = app.create_sale(2).await;
+    let ann = app.buy(sale, "ann").await;
+    let bob = app.buy(sale, "bob").await;
+    app.drain().await;
+    make_deadlines_due(&app, sale, &[ann]).await;
+    make_deadlines_due(&app, sale, &[bob]).await;
+    for left in [1, 0] {
+        let step = app.worker.try_process_deadlines(sale).await.expect("step");
+        assert_eq!((step.reserved, step.cancelled), (1, 1));
+        assert_eq!(app.deadline_stats(sale).await.waiting, left);
+    }
+    assert_eq!(app.redis_stock(sale).await, Some(2));
+}

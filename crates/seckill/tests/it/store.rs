@@ -213,11 +213,16 @@ async fn the_unpaid_deadlines_are_read_a_page_at_a_time_each_once() {
     let paid = app.buy(sale, "f").await;
     app.drain().await;
     assert_eq!(app.pay(paid).await.status(), 200);
+    // And a second sale's, after the first's in the order read.
+    let other = app.create_sale(10).await;
+    unpaid.push(app.buy(other, "a").await);
+    app.drain().await;
 
     let mut moments = Vec::new();
     for order in unpaid {
         let stored = app.store.stored_order(order).await.expect("read");
-        moments.push(stored.and_then(|order| order.pay_by).expect("a deadline"));
+        let stored = stored.expect("a stored order");
+        moments.push((stored.sale_id, stored.pay_by.expect("a deadline")));
     }
     moments.sort();
     moments.dedup();
@@ -227,7 +232,10 @@ async fn the_unpaid_deadlines_are_read_a_page_at_a_time_each_once() {
         assert!(page.len() <= 2, "a page of {}", page.len());
         let Some((last, _)) = page.last() else { break };
         after = Some((last.sale_id, last.pay_by()));
-        seen.extend(page.iter().map(|(deadline, _)| deadline.pay_by()));
+        seen.extend(
+            page.iter()
+                .map(|(deadline, _)| (deadline.sale_id, deadline.pay_by())),
+        );
     }
     assert_eq!(
         seen, moments,
