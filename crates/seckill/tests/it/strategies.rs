@@ -152,7 +152,12 @@ async fn postgres_confirms_the_order_without_the_worker() {
     let stored = app.get_json(&format!("/api/orders/{order}")).await;
     assert_eq!(stored["status"], "confirmed");
     assert_eq!(app.queue_stats(sale).await.waiting, 0);
-    assert_eq!(app.deadline_stats(sale).await.waiting, 1);
+    let (queued, due) = app.deadlines_queued_and_due(sale).await;
+    assert_eq!(
+        (queued.len(), queued),
+        (1, due),
+        "its deadline, by its pay_by"
+    );
     assert_eq!(app.redis_stock(sale).await, Some(2));
 }
 

@@ -100,12 +100,17 @@ async fn draining_two_batches_at_a_time_writes_each_order_once_and_refuses_the_e
         ..Default::default()
     })
     .await;
-    let sale = app.create_sale(900).await;
+    let sale = app.create_sale(925).await;
     enqueue_orders(&app, sale, &users(1_000)).await;
     let report = app.worker.drain(sale).await.expect("drained");
-    assert_eq!((report.confirmed, report.rejected), (900, 100));
-    assert_eq!(confirmed(&app, sale).await, 900);
-    assert_eq!(app.sold(sale).await, 900);
+    assert_eq!((report.confirmed, report.rejected), (925, 75));
+    // Each batch's deadline, named by the moment its orders are to be paid
+    // by; with 925 units, one batch is written order by order and
+    // confirms 25.
+    let (queued, due) = app.deadlines_queued_and_due(sale).await;
+    assert_eq!(queued, due);
+    assert_eq!(confirmed(&app, sale).await, 925);
+    assert_eq!(app.sold(sale).await, 925);
     let rows: i64 = sqlx::query_scalar("SELECT count(DISTINCT id) FROM orders WHERE sale_id = $1")
         .bind(sale)
         .fetch_one(&app.pg)

@@ -234,6 +234,33 @@ impl TestApp {
             .expect("deadline queue stats")
     }
 
+    /// The ids of the jobs waiting on the sale's deadline queue, and those
+    /// its confirmed orders call for: one per moment they are to be paid
+    /// by (`DeadlineJob::id`), each sorted.
+    pub async fn deadlines_queued_and_due(&self, sale_id: i64) -> (Vec<String>, Vec<String>) {
+        let mut queued: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&self.keys(sale_id).deadlines.due)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.redis_conn().await)
+            .await
+            .expect("the deadline queue");
+        queued.sort();
+        let moments: Vec<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+            "SELECT DISTINCT pay_by FROM orders WHERE sale_id = $1 AND status = 'confirmed'",
+        )
+        .bind(sale_id)
+        .fetch_all(&self.pg)
+        .await
+        .expect("the confirmed orders' deadlines");
+        let mut due: Vec<String> = moments
+            .into_iter()
+            .map(|pay_by| seckill_core::domain::DeadlineJob::new(sale_id, pay_by).id())
+            .collect();
+        due.sort();
+        (queued, due)
+    }
+
     /// POST /api/orders/{id}/pay.
     pub async fn pay(&self, order_id: Uuid) -> reqwest::Response {
         self.client
