@@ -64,6 +64,7 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "seckill bench --only accepted",
             "seckill bench --only burst",
             "seckill bench --only drain",
+            "seckill bench --only drain --drain-orders-large 1000000",
             "seckill bench --only ended",
             "seckill bench --only pages",
             "seckill bench --only replica",
