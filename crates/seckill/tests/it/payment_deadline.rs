@@ -433,13 +433,7 @@ async fn the_orders_of_one_batch_share_one_deadline_job_that_cancels_the_unpaid_
     }
     moments.dedup();
     assert_eq!(moments.len(), 1, "one transaction, one moment: {moments:?}");
-    let queued: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&app.keys(sale).deadlines.due)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut app.redis_conn().await)
-        .await
-        .expect("the deadline queue");
+    let (queued, _) = app.deadlines_queued_and_due(sale).await;
     assert_eq!(queued, [DeadlineJob::new(sale, moments[0]).id()]);
 
     assert_eq!(app.pay(orders[1]).await.status(), 200);
