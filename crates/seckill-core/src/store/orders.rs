@@ -104,7 +104,7 @@ impl Store {
     pub(crate) async fn payment_deadlines(
         &self,
         order_ids: &[Uuid],
-    ) -> anyhow::Result<Vec<(DateTime<Utc>, Duration)>> {
+    ) -> Result<Vec<(DateTime<Utc>, Duration)>, sqlx::Error> {
         let due: Vec<(DateTime<Utc>, i64)> = sqlx::query_as(
             "SELECT pay_by,
                     CASE WHEN bool_or(status = 'cancelled') THEN 0
@@ -115,27 +115,11 @@ impl Store {
         )
         .bind(order_ids)
         .fetch_all(&self.pg)
-        .await
-        .context("reading payment deadlines")?;
+        .await?;
         Ok(due
             .into_iter()
             .map(|(pay_by, ms)| (pay_by, millis(ms)))
             .collect())
-    }
-
-    /// The payment deadline of an order that has one and is confirmed or
-    /// cancelled (what a deadline job of an earlier version names).
-    pub(crate) async fn order_pay_by(
-        &self,
-        order_id: Uuid,
-    ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-        sqlx::query_scalar(
-            "SELECT pay_by FROM orders
-              WHERE id = $1 AND pay_by IS NOT NULL AND status IN ('confirmed', 'cancelled')",
-        )
-        .bind(order_id)
-        .fetch_optional(&self.pg)
-        .await
     }
 
     /// Pay for an order, if its payment window is still open.

@@ -36,7 +36,7 @@ use crate::domain::{DeadlineJob, OrderJob};
 use crate::failure;
 use crate::keys::SaleKeys;
 use crate::payment;
-use crate::queue::{Attempt, Queue, Reserved};
+use crate::queue::{Attempt, Queue};
 use crate::redis_pool::RedisConn;
 use crate::store::{Deadline, Written};
 
@@ -81,7 +81,11 @@ impl Worker {
             .collect();
         let mut deadlines = match redelivered.is_empty() {
             true => Vec::new(),
-            false => self.store.payment_deadlines(&redelivered).await?,
+            false => self
+                .store
+                .payment_deadlines(&redelivered)
+                .await
+                .context("reading payment deadlines")?,
         };
         if written.contains(&Written::Confirmed) {
             deadlines.push((pay_by, self.settings.payment_window()));
@@ -92,10 +96,10 @@ impl Worker {
         enqueue_deadlines(conn, self.store.prefix(), deadlines).await
     }
 
-    /// One step on one sale's deadline queue: for each due deadline, cancel
-    /// its moment's unpaid orders in PostgreSQL, give their units back in
-    /// Redis, and only then ack. The race with a payment is decided in
-    /// `store/orders.rs`; the units' return is `payment.rs`.
+    /// One step on one sale's deadline queue: take its next due deadline,
+    /// cancel its moment's unpaid orders in PostgreSQL, give their units
+    /// back in Redis, and only then ack. The race with a payment is decided
+    /// in `store/orders.rs`; the units' return is `payment.rs`.
     #[tracing::instrument(skip(self), fields(reserved))]
     pub async fn try_process_deadlines(&self, sale_id: i64) -> anyhow::Result<BatchReport> {
         let Batch {
@@ -114,67 +118,59 @@ impl Worker {
                 Due::from_payload,
             )
             .await?;
-        // Jobs given back because they came early. They must be left out of
-        // the acks below: a retry that charges no attempt sets the job's
-        // attempt back, so once another worker has reserved it again, an
-        // ack from this batch would match its attempt and delete the job
-        // from under it.
-        let mut given_back = vec![false; reserved.len()];
-        let still_held = |until: usize, given_back: &[bool]| -> Vec<Reserved> {
-            reserved[..until]
-                .iter()
-                .zip(given_back)
-                .filter(|(_, back)| !**back)
-                .map(|(job, _)| job.clone())
-                .collect()
+        let Some(due) = jobs.first() else {
+            return Ok(report);
         };
-        for (done, due) in jobs.iter().enumerate() {
-            let found = match self.cancel_due(due).await {
-                Ok(found) => found,
-                Err(error) => {
-                    // Acknowledge what is done; give this job and the rest
-                    // back; stop.
-                    let finished = still_held(done, &given_back);
-                    self.give_back(&mut conn, &queue, &finished, &reserved[done..], &error)
-                        .await?;
-                    return Err(error).context("cancelling unpaid orders");
-                }
-            };
-            match found {
-                Deadline::NotDue { left } => {
-                    // Early, by PostgreSQL's clock: back on the queue for the
-                    // time left, uncharged, and left out of this batch's ack.
-                    report.not_due += 1;
-                    given_back[done] = true;
-                    queue
-                        .retry(
-                            &mut conn,
-                            &reserved[done..=done],
-                            left,
-                            Attempt::NotTried,
-                            self.settings.max_attempts,
-                        )
-                        .await
-                        .context("putting back a deadline that came early")?;
-                }
-                Deadline::Passed { cancelled, returns } => {
-                    report.passed += 1;
-                    report.cancelled += cancelled;
-                    // A Redis failure here leaves this job (and the rest of
-                    // the batch) unacknowledged: they are delivered again
-                    // when the lease runs out, and the returns then happen.
-                    for order in &returns {
-                        let returned =
-                            payment::give_unit_back(&self.store, &mut conn, &keys, order).await?;
-                        tracing::info!(order_id = %order.order_id, ?returned, "deadline passed unpaid");
-                    }
-                }
+        let max_attempts = self.settings.max_attempts;
+        let returns = match self.cancel_due(due).await {
+            Ok(Deadline::Passed { cancelled, returns }) => {
+                report.passed += 1;
+                report.cancelled += cancelled;
+                returns
             }
+            Ok(Deadline::NotDue { left }) => {
+                // Early, by PostgreSQL's clock: back on the queue for the
+                // time left, uncharged (and not acked: the retry set its
+                // attempt back, so an ack could delete it from under the
+                // worker that reserves it next).
+                report.not_due += 1;
+                queue
+                    .retry(&mut conn, &reserved, left, Attempt::NotTried, max_attempts)
+                    .await
+                    .context("putting back a deadline that came early")?;
+                return Ok(report);
+            }
+            Err(error) => {
+                // Back for a later try, charged only if PostgreSQL itself
+                // was not the trouble.
+                let attempt = match failure::transient_postgres(&error) {
+                    true => Attempt::NotTried,
+                    false => Attempt::Failed,
+                };
+                queue
+                    .retry(
+                        &mut conn,
+                        &reserved,
+                        FAILED_JOB_DELAY,
+                        attempt,
+                        max_attempts,
+                    )
+                    .await
+                    .context("giving back a deadline after a failed cancel")?;
+                return Err(error).context("cancelling unpaid orders");
+            }
+        };
+        // A Redis failure here leaves the job unacknowledged: it is
+        // delivered again when the lease runs out, and the returns then
+        // happen (once each).
+        for order in &returns {
+            let returned = payment::give_unit_back(&self.store, &mut conn, &keys, order).await?;
+            tracing::info!(order_id = %order.order_id, ?returned, "deadline passed unpaid");
         }
         queue
-            .ack(&mut conn, &still_held(reserved.len(), &given_back))
+            .ack(&mut conn, &reserved)
             .await
-            .context("acknowledging deadlines")?;
+            .context("acknowledging the deadline")?;
         Ok(report)
     }
 
@@ -191,9 +187,10 @@ impl Worker {
             Due::Moment(deadline) => Some(*deadline),
             Due::Order(order) => self
                 .store
-                .order_pay_by(order.order_id)
+                .payment_deadlines(&[order.order_id])
                 .await?
-                .map(|pay_by| DeadlineJob::new(order.sale_id, pay_by)),
+                .first()
+                .map(|(pay_by, _)| DeadlineJob::new(order.sale_id, *pay_by)),
         };
         match deadline {
             Some(deadline) => {
@@ -206,39 +203,6 @@ impl Worker {
                 returns: Vec::new(),
             }),
         }
-    }
-
-    /// After a failed cancellation: ack the deadlines done, and give the
-    /// rest back, without charging an attempt while PostgreSQL is
-    /// unreachable.
-    async fn give_back(
-        &self,
-        conn: &mut RedisConn,
-        queue: &Queue,
-        finished: &[Reserved],
-        rest: &[Reserved],
-        error: &sqlx::Error,
-    ) -> anyhow::Result<()> {
-        let attempt = if failure::transient_postgres(error) {
-            Attempt::NotTried
-        } else {
-            Attempt::Failed
-        };
-        queue
-            .ack(conn, finished)
-            .await
-            .context("acknowledging deadlines")?;
-        queue
-            .retry(
-                conn,
-                rest,
-                FAILED_JOB_DELAY,
-                attempt,
-                self.settings.max_attempts,
-            )
-            .await
-            .context("giving back deadlines after a failed cancel")?;
-        Ok(())
     }
 
     /// Put the payment deadline of every moment that still has confirmed

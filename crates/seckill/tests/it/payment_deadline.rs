@@ -504,3 +504,33 @@ async fn a_deadline_step_runs_one_moment() {
     }
     assert_eq!(app.redis_stock(sale).await, Some(2));
 }
+
+/// A deadline whose cancellation fails in PostgreSQL is not lost: the step
+/// fails, the job goes back on the queue with nothing cancelled, and a
+/// later step, once PostgreSQL takes it, cancels the order and gives its
+/// unit back.
+#[tokio::test]
+async fn a_deadline_whose_cancellation_fails_goes_back_and_runs_later() {
+    let app = app_with_window(600, 100).await;
+    let (sale, ann) = confirmed_order(&app, 1, "ann").await;
+    make_deadlines_due(&app, sale, &[ann]).await;
+    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+    sqlx::query(&rename("orders", "orders_away"))
+        .execute(&app.pg)
+        .await
+        .expect("hide the orders");
+    let failed = app.worker.try_process_deadlines(sale).await;
+    sqlx::query(&rename("orders_away", "orders"))
+        .execute(&app.pg)
+        .await
+        .expect("put the orders back");
+    assert!(failed.is_err(), "{failed:?}");
+    let stats = app.deadline_stats(sale).await;
+    assert_eq!((stats.waiting, stats.in_flight, stats.dead), (1, 0, 0));
+    assert_eq!(status_of(&app, ann).await, "confirmed");
+
+    run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
+    assert_eq!(status_of(&app, ann).await, "cancelled");
+    assert_eq!(app.redis_stock(sale).await, Some(1));
+    assert_eq!(app.deadline_stats(sale).await, QueueStats::default());
+}
