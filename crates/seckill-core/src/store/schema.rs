@@ -18,6 +18,11 @@ pub(crate) const SOLD_WITHIN_STOCK: &str = "sold_within_stock";
 /// and paid orders in `migrations/20261123000001_payment_window.sql`.
 pub(crate) const ONE_ORDER_PER_BUYER: &str = "orders_one_per_buyer";
 
+/// The primary key of `orders`, the order id: a redelivered order job is
+/// refused by it, never written twice. PostgreSQL's own name for
+/// `id UUID PRIMARY KEY` in `migrations/20261122000001_sales_and_orders.sql`.
+pub(crate) const ORDER_ID: &str = "orders_pkey";
+
 /// Whether `error` is the violation of the named constraint or unique index.
 pub(crate) fn violates(error: &sqlx::Error, constraint: &str) -> bool {
     error

@@ -71,6 +71,7 @@ mod room_limits;
 mod room_page;
 mod room_view;
 mod runtimes;
+mod sale_named;
 mod sale_status;
 mod security_headers;
 mod sentinel;

@@ -1,0 +1,198 @@
+//! Every order names a sale that is there, checked by PostgreSQL once per
+//! statement (`migrations/20261206000002_orders_sale_checked_per_statement.sql`)
+//! where a foreign key checked each row: an order naming no sale is
+//! refused, alone or in a batch; a sale that orders name is neither
+//! deleted, renumbered nor truncated away; and an insert and a delete that
+//! race each wait for the other, so no order is left naming nothing.
+
+use std::time::{Duration, Instant};
+
+use sqlx::Connection;
+use uuid::Uuid;
+
+use crate::helpers::{TestApp, spawn_app};
+
+const FOREIGN_KEY_VIOLATION: &str = "23503";
+
+#[tokio::test]
+async fn an_order_naming_no_sale_is_refused_and_a_batch_with_one_writes_nothing() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let missing = sale + 1_000;
+    let refused = insert_orders(&app.pg, &[missing]).await;
+    assert_refused(refused, "an order of a sale that is not there");
+    // The worker's shape of write: one statement, many rows; one bad row
+    // refuses them all.
+    let refused = insert_orders(&app.pg, &[sale, sale, missing, sale]).await;
+    assert_refused(refused, "a batch with one order of no sale");
+    assert_eq!(
+        orders_of(&app, sale).await,
+        0,
+        "nothing of the batch written"
+    );
+    insert_orders(&app.pg, &[sale, sale])
+        .await
+        .expect("orders of a sale that is there");
+    assert_eq!(orders_of(&app, sale).await, 2);
+}
+
+#[tokio::test]
+async fn a_sale_with_orders_is_neither_deleted_renumbered_nor_truncated_and_keeps_them() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let other = app.create_sale(10).await;
+    insert_orders(&app.pg, &[sale]).await.expect("an order");
+    for (what, sql) in [
+        ("a delete", format!("DELETE FROM sales WHERE id = {sale}")),
+        (
+            "a new id",
+            format!("UPDATE sales SET id = id + 1000 WHERE id = {sale}"),
+        ),
+        ("a truncate of sales alone", "TRUNCATE sales".to_owned()),
+        (
+            "an order moved to another sale",
+            format!("UPDATE orders SET sale_id = {other} WHERE sale_id = {sale}"),
+        ),
+    ] {
+        assert_refused(sqlx::raw_sql(&sql).execute(&app.pg).await.map(drop), what);
+    }
+    assert_eq!(orders_of(&app, sale).await, 1);
+    // What the triggers must let through: a sale without orders goes, and
+    // other columns of a sale with orders change.
+    sqlx::query("DELETE FROM sales WHERE id = $1")
+        .bind(other)
+        .execute(&app.pg)
+        .await
+        .expect("a sale without orders deleted");
+    sqlx::query("UPDATE sales SET name = 'renamed' WHERE id = $1")
+        .bind(sale)
+        .execute(&app.pg)
+        .await
+        .expect("a sale with orders renamed");
+}
+
+/// The race a per-statement check must not lose: an order inserted, not
+/// yet committed, while its sale is deleted. The delete waits for the
+/// insert's lock on the sale, then sees its order and is refused.
+#[tokio::test]
+async fn a_delete_racing_an_uncommitted_order_waits_for_it_and_is_refused() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let mut inserting = app.pg.begin().await.expect("BEGIN");
+    insert_orders(&mut *inserting, &[sale])
+        .await
+        .expect("an order, not yet committed");
+    let pg = app.pg.clone();
+    let delete = tokio::spawn(async move {
+        sqlx::query("DELETE FROM sales WHERE id = $1")
+            .bind(sale)
+            .execute(&pg)
+            .await
+            .map(drop)
+    });
+    wait_for_a_lock_wait(&app, "DELETE FROM sales").await;
+    inserting.commit().await.expect("COMMIT");
+    let deleted = delete.await.expect("the delete ran");
+    assert_refused(deleted, "the delete that waited");
+    assert_eq!(orders_of(&app, sale).await, 1);
+    assert_eq!(orphans(&app).await, 0);
+}
+
+/// The other way round: the sale deleted, not yet committed, while an
+/// order of it is inserted. The insert waits for the delete and is
+/// refused once the sale is gone.
+#[tokio::test]
+async fn an_order_racing_an_uncommitted_delete_of_its_sale_waits_for_it_and_is_refused() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let mut deleting = app.pg.begin().await.expect("BEGIN");
+    sqlx::query("DELETE FROM sales WHERE id = $1")
+        .bind(sale)
+        .execute(&mut *deleting)
+        .await
+        .expect("the sale deleted, not yet committed");
+    let pg = app.pg.clone();
+    let insert = tokio::spawn(async move { insert_orders(&pg, &[sale]).await });
+    wait_for_a_lock_wait(&app, "INSERT INTO orders").await;
+    deleting.commit().await.expect("COMMIT");
+    let inserted = insert.await.expect("the insert ran");
+    assert_refused(inserted, "the order that waited");
+    assert_eq!(orphans(&app).await, 0);
+}
+
+/// One statement of as many orders as `sales` has entries, one per entry,
+/// each a buyer of its own.
+async fn insert_orders<'e>(
+    pg: impl sqlx::PgExecutor<'e>,
+    sales: &[i64],
+) -> Result<(), sqlx::Error> {
+    let ids: Vec<Uuid> = sales.iter().map(|_| Uuid::now_v7()).collect();
+    let buyers: Vec<String> = ids.iter().map(|id| format!("buyer-{id}")).collect();
+    sqlx::query(
+        "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
+         SELECT id, sale_id, user_id, 'confirmed', now() + interval '1 hour'
+           FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS batch(id, sale_id, user_id)",
+    )
+    .bind(&ids)
+    .bind(sales)
+    .bind(&buyers)
+    .execute(pg)
+    .await
+    .map(drop)
+}
+
+fn assert_refused(result: Result<(), sqlx::Error>, what: &str) {
+    let error = result.expect_err(what);
+    let database = error
+        .as_database_error()
+        .unwrap_or_else(|| panic!("{what}: {error}"));
+    assert_eq!(
+        database.code().as_deref(),
+        Some(FOREIGN_KEY_VIOLATION),
+        "{what}: {error}"
+    );
+    assert_eq!(database.constraint(), Some("orders_sale_id_fkey"), "{what}");
+}
+
+async fn orders_of(app: &TestApp, sale: i64) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
+        .bind(sale)
+        .fetch_one(&app.pg)
+        .await
+        .expect("count")
+}
+
+/// Orders whose sale is not there.
+async fn orphans(app: &TestApp) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM orders o WHERE NOT EXISTS (SELECT 1 FROM sales s WHERE s.id = o.sale_id)",
+    )
+    .fetch_one(&app.pg)
+    .await
+    .expect("count")
+}
+
+/// Until a statement starting with `start`, in this test's database, waits
+/// on a lock. Watched over a connection of its own.
+async fn wait_for_a_lock_wait(app: &TestApp, start: &str) {
+    let mut watcher = sqlx::PgConnection::connect_with(&app.pg.connect_options())
+        .await
+        .expect("PostgreSQL");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'
+                AND query LIKE $1 || '%'",
+        )
+        .bind(start)
+        .fetch_one(&mut watcher)
+        .await
+        .expect("pg_stat_activity");
+        if waiting > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{start} never waited on a lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
