@@ -269,7 +269,7 @@ impl PurchaseSettings {
 /// [`WorkerSettings::statement_timeout`]).
 pub(crate) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub(crate) const DEFAULT_BATCH_SIZE: u32 = 1000;
+pub(crate) const DEFAULT_BATCH_SIZE: u32 = 2000;
 pub(crate) const DEFAULT_LEASE_MS: u64 = 30_000;
 pub(crate) const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub(crate) const DEFAULT_POLL_MS: u64 = 500;

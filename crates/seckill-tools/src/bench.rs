@@ -14,7 +14,7 @@
 //!   (the load test's closed scenario), with `lock` and with `lua`, `lua`
 //!   beside `redis-benchmark` running its script (`lua.rs`);
 //! - **the worker's drain** (`worker.rs`): `--drain-orders` jobs queued on one sale,
-//!   drained into PostgreSQL by the worker's own drain (three batches
+//!   drained into PostgreSQL by the worker's own drain (four batches
 //!   in flight), against one
 //!   server-side `INSERT ... SELECT` of as many rows into a copy of
 //!   `orders` (the most PostgreSQL can take, as a baseline);

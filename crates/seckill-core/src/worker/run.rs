@@ -155,11 +155,13 @@ impl Worker {
     }
 }
 
-/// Batches of one sale a worker writes at once (see [`Worker::drain`]).
-/// Three drained faster than two once a batch's Redis work was a few calls
-/// (`seckill bench --only drain`, alternated: 74,319-96,105 orders/s
-/// against 65,511-90,201); four did no better than two.
-const BATCHES_IN_FLIGHT: usize = 3;
+/// Batches of one sale a worker writes at once (see [`Worker::drain`]):
+/// enough that PostgreSQL and Redis each have one to work on while the
+/// others wait for the other server. Measured with `seckill bench --only
+/// drain` (docs/bench.md, "The sale checked once per statement"): four
+/// drain faster than three since a batch costs PostgreSQL less, with the
+/// default batch size ([`crate::config::WorkerSettings`]).
+const BATCHES_IN_FLIGHT: usize = 4;
 
 impl Worker {
     /// One pass over the order queue and deadline queue of every sale in
