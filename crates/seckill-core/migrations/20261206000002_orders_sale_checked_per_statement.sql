@@ -66,14 +66,33 @@ END $$;
 CREATE TRIGGER orders_keep_their_sale BEFORE UPDATE OF sale_id ON orders
     FOR EACH ROW EXECUTE FUNCTION orders_keep_their_sale();
 
+-- Only under READ COMMITTED is a sale deleted, renumbered or truncated:
+-- there each query of the triggers below reads a snapshot of its own,
+-- taken once the sale's row (or table) is locked, so it sees the orders
+-- of every insert that held the sale and committed. A transaction of
+-- REPEATABLE READ or SERIALIZABLE reads the snapshot of its start, which
+-- misses an order committed since (the foreign key looked with a fresh
+-- snapshot and failed the transaction; PL/pgSQL cannot), so it is
+-- refused. No code of seckill deletes a sale; `seckill reset` truncates
+-- under READ COMMITTED.
+CREATE FUNCTION sales_removable_here() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM orders_sale_refused(
+            'a sale is deleted, renumbered or truncated only under READ COMMITTED', 'sales');
+    END IF;
+END $$;
+
 -- A sale that orders name is neither deleted nor renumbered. A BEFORE row
 -- trigger runs once the row is locked, so an insert still holding the
 -- sale `FOR KEY SHARE` has committed by then, and its orders are seen.
 CREATE FUNCTION sales_keep_their_orders() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF (TG_OP = 'DELETE' OR NEW.id <> OLD.id)
-       AND EXISTS (SELECT 1 FROM orders WHERE sale_id = OLD.id) THEN
-        PERFORM orders_sale_refused(format('sale %s has orders', OLD.id), 'sales');
+    IF TG_OP = 'DELETE' OR NEW.id <> OLD.id THEN
+        PERFORM sales_removable_here();
+        IF EXISTS (SELECT 1 FROM orders WHERE sale_id = OLD.id) THEN
+            PERFORM orders_sale_refused(format('sale %s has orders', OLD.id), 'sales');
+        END IF;
     END IF;
     IF TG_OP = 'DELETE' THEN
         RETURN OLD;
@@ -88,6 +107,7 @@ CREATE TRIGGER sales_keep_their_orders BEFORE DELETE OR UPDATE OF id ON sales
 -- orders, sales` (`seckill reset`) empties both, and this runs after both.
 CREATE FUNCTION sales_truncated_with_orders() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM sales_removable_here();
     IF EXISTS (SELECT 1 FROM orders) THEN
         PERFORM orders_sale_refused('sales truncated while orders name them', 'sales');
     END IF;

@@ -2,8 +2,9 @@
 //! statement (`migrations/20261206000002_orders_sale_checked_per_statement.sql`)
 //! where a foreign key checked each row: an order naming no sale is
 //! refused, alone or in a batch; a sale that orders name is neither
-//! deleted, renumbered nor truncated away; and an insert and a delete that
-//! race each wait for the other, so no order is left naming nothing.
+//! deleted, renumbered nor truncated away; an insert and a delete that
+//! race each wait for the other; and no delete reads a snapshot older
+//! than the orders it must see. No order is left naming nothing.
 
 use std::time::{Duration, Instant};
 
@@ -117,6 +118,49 @@ async fn an_order_racing_an_uncommitted_delete_of_its_sale_waits_for_it_and_is_r
     deleting.commit().await.expect("COMMIT");
     let inserted = insert.await.expect("the insert ran");
     assert_refused(inserted, "the order that waited");
+    assert_eq!(orphans(&app).await, 0);
+}
+
+/// A transaction of REPEATABLE READ reads the snapshot of its start,
+/// which misses an order committed since: deleting the order's sale from
+/// there would leave the order naming nothing, so a sale is deleted (or
+/// truncated) only under READ COMMITTED.
+#[tokio::test]
+async fn a_sale_is_not_deleted_from_a_snapshot_older_than_its_orders() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let mut old = app.pg.begin().await.expect("BEGIN");
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *old)
+        .await
+        .expect("REPEATABLE READ");
+    let before: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&mut *old)
+        .await
+        .expect("the snapshot taken");
+    assert_eq!(before, 0);
+    insert_orders(&app.pg, &[sale])
+        .await
+        .expect("an order, committed after that snapshot");
+    let deleted = sqlx::query("DELETE FROM sales WHERE id = $1")
+        .bind(sale)
+        .execute(&mut *old)
+        .await
+        .map(drop);
+    assert_refused(deleted, "a delete from the older snapshot");
+    old.rollback().await.expect("ROLLBACK");
+    let mut serializable = app.pg.begin().await.expect("BEGIN");
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        .execute(&mut *serializable)
+        .await
+        .expect("SERIALIZABLE");
+    let truncated = sqlx::raw_sql("TRUNCATE orders, sales")
+        .execute(&mut *serializable)
+        .await
+        .map(drop);
+    assert_refused(truncated, "a truncate from a transaction's snapshot");
+    serializable.rollback().await.expect("ROLLBACK");
+    assert_eq!(orders_of(&app, sale).await, 1);
     assert_eq!(orphans(&app).await, 0);
 }
 
