@@ -4,7 +4,7 @@
 --
 -- The foreign key looked up and locked the sale's row once for each order
 -- inserted: a query of its own per row, about a third of what an insert
--- into `orders` cost PostgreSQL, in the worker's batches of a thousand
+-- into `orders` cost PostgreSQL, in the worker's batches of thousands of
 -- orders of one sale (docs/bench.md, "The worker's drain"). The trigger
 -- below does the same lookup and lock once for each sale a statement
 -- names, whatever its number of rows.
@@ -20,6 +20,12 @@
 -- first holds its lock until it commits, and the insert's lock then finds
 -- no row and refuses. Truncating `sales` takes the whole table, which the
 -- insert's row lock waits for, or is waited for by.
+--
+-- Where triggers differ from the key: the table's owner can turn them
+-- off (`ALTER TABLE orders DISABLE TRIGGER USER`), where only a
+-- superuser turns a key's check off; and a statement trigger on a
+-- partitioned `orders` would not run for rows written straight into one
+-- of its partitions (docs/operations.md, "Past one Redis").
 ALTER TABLE orders DROP CONSTRAINT orders_sale_id_fkey;
 
 -- Every refusal below is what the foreign key's would have been: its
@@ -116,3 +122,21 @@ END $$;
 
 CREATE TRIGGER sales_truncated_with_orders AFTER TRUNCATE ON sales
     FOR EACH STATEMENT EXECUTE FUNCTION sales_truncated_with_orders();
+
+-- Each function names `sales` and `orders` without a schema: pinned to
+-- the schema they were made in, with the session's temporary tables
+-- searched last, so that a temporary table named `sales` cannot stand in
+-- for the real one (the foreign key named its table whole).
+DO $$
+DECLARE
+    function_name text;
+BEGIN
+    FOREACH function_name IN ARRAY ARRAY[
+        'orders_sale_refused(text, text)', 'orders_name_sales()',
+        'orders_keep_their_sale()', 'sales_removable_here()',
+        'sales_keep_their_orders()', 'sales_truncated_with_orders()'
+    ] LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp',
+                       function_name, current_schema());
+    END LOOP;
+END $$;

@@ -152,7 +152,14 @@ impl Store {
     /// PostgreSQL first: once it holds no sale, nothing can load one into
     /// Redis again while the keys go.
     pub async fn forget_every_sale(&self) -> anyhow::Result<(i64, i64)> {
-        let mut tx = self.pg.begin().await.context("starting the reset")?;
+        // READ COMMITTED whatever the server's default: `sales` is
+        // truncated only so, so that no order committed meanwhile is
+        // missed (`migrations/20261206000002_orders_sale_checked_per_statement.sql`).
+        let mut tx = self
+            .pg
+            .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+            .await
+            .context("starting the reset")?;
         let (sales, orders): (i64, i64) =
             sqlx::query_as("SELECT (SELECT count(*) FROM sales), (SELECT count(*) FROM orders)")
                 .fetch_one(&mut *tx)

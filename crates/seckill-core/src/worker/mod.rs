@@ -7,8 +7,8 @@
 //! - crash after reserve, before commit: nothing was written; the lease runs
 //!   out and the jobs are delivered again;
 //! - crash after commit, before ack: the orders are written; the jobs are
-//!   delivered again and the second write is a no-op, because the order id is
-//!   the primary key (`ON CONFLICT (id) DO NOTHING`).
+//!   delivered again and the second write skips them, because the order id
+//!   is the primary key (`store/confirm.rs`).
 //!
 //! So every accepted order reaches PostgreSQL exactly once, however the
 //! worker dies. Several workers may run at once: reserve hands each job to

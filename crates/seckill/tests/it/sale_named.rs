@@ -72,30 +72,59 @@ async fn a_sale_with_orders_is_neither_deleted_renumbered_nor_truncated_and_keep
         .expect("a sale with orders renamed");
 }
 
-/// The race a per-statement check must not lose: an order inserted, not
-/// yet committed, while its sale is deleted. The delete waits for the
-/// insert's lock on the sale, then sees its order and is refused.
+/// The race a per-statement check must not lose: orders inserted, not
+/// yet committed, while their sales are deleted. The statement names two
+/// sales, and locks each: both deletes wait for the insert's lock on
+/// their sale, then see its orders and are refused.
 #[tokio::test]
 async fn a_delete_racing_an_uncommitted_order_waits_for_it_and_is_refused() {
     let app = spawn_app().await;
-    let sale = app.create_sale(10).await;
+    let sales = [app.create_sale(10).await, app.create_sale(10).await];
     let mut inserting = app.pg.begin().await.expect("BEGIN");
-    insert_orders(&mut *inserting, &[sale])
+    insert_orders(&mut *inserting, &[sales[0], sales[1], sales[0]])
         .await
-        .expect("an order, not yet committed");
-    let pg = app.pg.clone();
-    let delete = tokio::spawn(async move {
-        sqlx::query("DELETE FROM sales WHERE id = $1")
-            .bind(sale)
-            .execute(&pg)
-            .await
-            .map(drop)
-    });
-    wait_for_a_lock_wait(&app, "DELETE FROM sales").await;
+        .expect("orders of two sales, not yet committed");
+    let deletes: Vec<_> = sales
+        .iter()
+        .map(|&sale| {
+            let pg = app.pg.clone();
+            tokio::spawn(async move {
+                sqlx::query("DELETE FROM sales WHERE id = $1")
+                    .bind(sale)
+                    .execute(&pg)
+                    .await
+                    .map(drop)
+            })
+        })
+        .collect();
+    wait_for_lock_waits(&app, "DELETE FROM sales", 2).await;
     inserting.commit().await.expect("COMMIT");
-    let deleted = delete.await.expect("the delete ran");
-    assert_refused(deleted, "the delete that waited");
-    assert_eq!(orders_of(&app, sale).await, 1);
+    for delete in deletes {
+        assert_refused(
+            delete.await.expect("the delete ran"),
+            "a delete that waited",
+        );
+    }
+    assert_eq!(orders_of(&app, sales[0]).await, 2);
+    assert_eq!(orders_of(&app, sales[1]).await, 1);
+    assert_eq!(orphans(&app).await, 0);
+}
+
+/// A session's temporary tables come first in its search path: one named
+/// `sales` must not stand in for the real one.
+#[tokio::test]
+async fn a_temporary_table_named_sales_does_not_stand_in_for_the_sales() {
+    let app = spawn_app().await;
+    let mut session = sqlx::PgConnection::connect_with(&app.pg.connect_options())
+        .await
+        .expect("PostgreSQL");
+    sqlx::raw_sql("CREATE TEMP TABLE sales (id bigint); INSERT INTO sales VALUES (424242)")
+        .execute(&mut session)
+        .await
+        .expect("a temporary sales table");
+    let refused = insert_orders(&mut session, &[424242]).await;
+    assert_refused(refused, "an order of a sale only the temporary table holds");
+    session.close().await.expect("closed");
     assert_eq!(orphans(&app).await, 0);
 }
 
@@ -114,7 +143,7 @@ async fn an_order_racing_an_uncommitted_delete_of_its_sale_waits_for_it_and_is_r
         .expect("the sale deleted, not yet committed");
     let pg = app.pg.clone();
     let insert = tokio::spawn(async move { insert_orders(&pg, &[sale]).await });
-    wait_for_a_lock_wait(&app, "INSERT INTO orders").await;
+    wait_for_lock_waits(&app, "INSERT INTO orders", 1).await;
     deleting.commit().await.expect("COMMIT");
     let inserted = insert.await.expect("the insert ran");
     assert_refused(inserted, "the order that waited");
@@ -216,9 +245,9 @@ async fn orphans(app: &TestApp) -> i64 {
     .expect("count")
 }
 
-/// Until a statement starting with `start`, in this test's database, waits
-/// on a lock. Watched over a connection of its own.
-async fn wait_for_a_lock_wait(app: &TestApp, start: &str) {
+/// Until `count` statements starting with `start`, in this test's
+/// database, wait on a lock. Watched over a connection of its own.
+async fn wait_for_lock_waits(app: &TestApp, start: &str, count: i64) {
     let mut watcher = sqlx::PgConnection::connect_with(&app.pg.connect_options())
         .await
         .expect("PostgreSQL");
@@ -233,10 +262,13 @@ async fn wait_for_a_lock_wait(app: &TestApp, start: &str) {
         .fetch_one(&mut watcher)
         .await
         .expect("pg_stat_activity");
-        if waiting > 0 {
+        if waiting >= count {
             return;
         }
-        assert!(Instant::now() < deadline, "{start} never waited on a lock");
+        assert!(
+            Instant::now() < deadline,
+            "{waiting} of {count} {start} waited on a lock"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -86,6 +86,25 @@ async fn a_worker_that_died_after_commit_before_ack_causes_no_second_order() {
     assert_eq!(app.queue_stats(sale).await, QueueStats::default());
 }
 
+/// A redelivered batch that holds new orders beside stored ones (a worker
+/// that wrote some of its jobs in a batch of their own, then died): the
+/// primary key refuses the batch's statement, and the batch is written
+/// again skipping the stored ones. Each order once, each unit counted once.
+#[tokio::test]
+async fn a_redelivered_batch_with_new_orders_among_stored_ones_writes_only_the_new() {
+    let app = spawn_app().await;
+    let (sale, mut taken) = three_orders_reserved_by_a_dying_worker(&app).await;
+    taken.jobs.truncate(2);
+    app.commit_as_a_dying_worker(&taken).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let report = app.drain().await;
+    assert_eq!((report.redelivered, report.confirmed), (2, 1));
+    assert_eq!(app.orders(sale).await.len(), 3);
+    assert_eq!(app.sold(sale).await, 3);
+    assert_eq!(app.queue_stats(sale).await, QueueStats::default());
+}
+
 /// `Worker::drain` writes two batches of a sale at once; PostgreSQL's lock
 /// on the sale's row must make them take turns: every order written once,
 /// `sold` counted once per unit, and the excess refused, even when both
