@@ -150,6 +150,52 @@ async fn an_order_racing_an_uncommitted_delete_of_its_sale_waits_for_it_and_is_r
     assert_eq!(orphans(&app).await, 0);
 }
 
+/// The other ways in: rows copied in (`COPY`), and an upsert that would
+/// move a stored order to a sale that is not there.
+#[tokio::test]
+async fn an_order_copied_in_or_moved_by_an_upsert_onto_no_sale_is_refused() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(10).await;
+    let missing = sale + 1_000;
+    let mut conn = app.pg.acquire().await.expect("a connection");
+    let mut copy = conn
+        .copy_in_raw("COPY orders (id, sale_id, user_id, status, pay_by) FROM STDIN")
+        .await
+        .expect("COPY");
+    for (buyer, named) in [("copied-1", sale), ("copied-2", missing)] {
+        let row = format!(
+            "{}\t{named}\t{buyer}\tconfirmed\t2030-01-01 00:00:00+00\n",
+            Uuid::now_v7()
+        );
+        copy.send(row.as_bytes()).await.expect("a row sent");
+    }
+    assert_refused(
+        copy.finish().await.map(drop),
+        "a copy with an order of no sale",
+    );
+    assert_eq!(
+        orders_of(&app, sale).await,
+        0,
+        "nothing of the copy written"
+    );
+
+    let stored = Uuid::now_v7();
+    let upsert = |sale_id: i64| {
+        sqlx::query(
+            "INSERT INTO orders (id, sale_id, user_id, status, pay_by)
+             VALUES ($1, $2, 'upserted', 'confirmed', now() + interval '1 hour')
+             ON CONFLICT (id) DO UPDATE SET sale_id = EXCLUDED.sale_id",
+        )
+        .bind(stored)
+        .bind(sale_id)
+        .execute(&app.pg)
+    };
+    upsert(sale).await.expect("the order stored");
+    assert_refused(upsert(missing).await.map(drop), "an upsert onto no sale");
+    assert_eq!(orders_of(&app, sale).await, 1);
+    assert_eq!(orphans(&app).await, 0);
+}
+
 /// A transaction of REPEATABLE READ reads the snapshot of its start,
 /// which misses an order committed since: deleting the order's sale from
 /// there would leave the order naming nothing, so a sale is deleted (or
