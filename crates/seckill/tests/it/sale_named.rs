@@ -204,11 +204,11 @@ async fn an_order_copied_in_or_moved_by_an_upsert_onto_no_sale_is_refused() {
 async fn a_sale_is_not_deleted_from_a_snapshot_older_than_its_orders() {
     let app = spawn_app().await;
     let sale = app.create_sale(10).await;
-    let mut old = app.pg.begin().await.expect("BEGIN");
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        .execute(&mut *old)
+    let mut old = app
+        .pg
+        .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .await
-        .expect("REPEATABLE READ");
+        .expect("BEGIN REPEATABLE READ");
     let before: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
         .fetch_one(&mut *old)
         .await
@@ -224,11 +224,11 @@ async fn a_sale_is_not_deleted_from_a_snapshot_older_than_its_orders() {
         .map(drop);
     assert_refused(deleted, "a delete from the older snapshot");
     old.rollback().await.expect("ROLLBACK");
-    let mut serializable = app.pg.begin().await.expect("BEGIN");
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
-        .execute(&mut *serializable)
+    let mut serializable = app
+        .pg
+        .begin_with("BEGIN ISOLATION LEVEL SERIALIZABLE")
         .await
-        .expect("SERIALIZABLE");
+        .expect("BEGIN SERIALIZABLE");
     let truncated = sqlx::raw_sql("TRUNCATE orders, sales")
         .execute(&mut *serializable)
         .await
