@@ -22,7 +22,7 @@ for i = 1, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
 end
 local leased = call_many('ZMSCORE', inflight, ids)
-local holding = call_many('HMGET', attempts, ids)
+local holding = attempts_of(attempts, ids)
 local done, counted, seen = {}, {}, {}
 for k, id in ipairs(ids) do
   -- No entry: the job's first delivery (queue_reserve.lua).

@@ -58,6 +58,19 @@ local function call_many(command, key, args)
   return replies
 end
 
+-- The attempts entries of `ids`, in order (nil where a job has none),
+-- read only when the attempts hash exists. It holds a job's count only
+-- past its first delivery (queue_reserve.lua), so on a queue whose jobs
+-- run once it is absent; an HMGET of a key that is not there still costs
+-- Redis its arguments and a reply for each of them, thousands a batch.
+-- (The EXISTS and the read are one script's, so nothing comes between.)
+local function attempts_of(attempts, ids)
+  if redis.call('EXISTS', attempts) == 0 then
+    return {}
+  end
+  return call_many('HMGET', attempts, ids)
+end
+
 -- Enqueue many jobs whose ids are new, all due at `due_at`, without
 -- looking whether they are known: for a caller whose ids are new by
 -- construction (the lock's commit: ids drawn at random for this pass, and

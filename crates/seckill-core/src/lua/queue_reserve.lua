@@ -39,7 +39,7 @@ local now_text, lease_end = int(now), int(now + lease)
 --    thousand in a few calls, as in step 2.
 local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now_text, 'LIMIT', '0', '1000')
 call_many('ZREM', inflight, expired)
-local tries = call_many('HMGET', attempts, expired)
+local tries = attempts_of(attempts, expired)
 -- { score, id, score, id, ... } for ZADD.
 local to_due, to_dead, first_tries = {}, {}, {}
 for k, id in ipairs(expired) do
@@ -72,7 +72,7 @@ local reclaimed, buried = #to_due / 2, #to_dead / 2
 local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now_text, 'LIMIT', '0', ARGV[1])
 call_many('ZREM', due, ids)
 local payloads = call_many('HMGET', jobs, ids)
-local counts = call_many('HMGET', attempts, ids)
+local counts = attempts_of(attempts, ids)
 local taken, leased, counted, strays = {}, {}, {}, {}
 for k, id in ipairs(ids) do
   local payload = payloads[k]
