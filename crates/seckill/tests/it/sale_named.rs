@@ -27,14 +27,14 @@ async fn an_order_naming_no_sale_is_refused_and_a_batch_with_one_writes_nothing(
     let refused = insert_orders(&app.pg, &[sale, sale, missing, sale]).await;
     assert_refused(refused, "a batch with one order of no sale");
     assert_eq!(
-        orders_of(&app, sale).await,
+        app.orders(sale).await.len(),
         0,
         "nothing of the batch written"
     );
     insert_orders(&app.pg, &[sale, sale])
         .await
         .expect("orders of a sale that is there");
-    assert_eq!(orders_of(&app, sale).await, 2);
+    assert_eq!(app.orders(sale).await.len(), 2);
 }
 
 #[tokio::test]
@@ -57,7 +57,7 @@ async fn a_sale_with_orders_is_neither_deleted_renumbered_nor_truncated_and_keep
     ] {
         assert_refused(sqlx::raw_sql(&sql).execute(&app.pg).await.map(drop), what);
     }
-    assert_eq!(orders_of(&app, sale).await, 1);
+    assert_eq!(app.orders(sale).await.len(), 1);
     // What the triggers must let through: a sale without orders goes, and
     // other columns of a sale with orders change.
     sqlx::query("DELETE FROM sales WHERE id = $1")
@@ -105,8 +105,8 @@ async fn a_delete_racing_an_uncommitted_order_waits_for_it_and_is_refused() {
             "a delete that waited",
         );
     }
-    assert_eq!(orders_of(&app, sales[0]).await, 2);
-    assert_eq!(orders_of(&app, sales[1]).await, 1);
+    assert_eq!(app.orders(sales[0]).await.len(), 2);
+    assert_eq!(app.orders(sales[1]).await.len(), 1);
     assert_eq!(orphans(&app).await, 0);
 }
 
@@ -174,7 +174,7 @@ async fn an_order_copied_in_or_moved_by_an_upsert_onto_no_sale_is_refused() {
         "a copy with an order of no sale",
     );
     assert_eq!(
-        orders_of(&app, sale).await,
+        app.orders(sale).await.len(),
         0,
         "nothing of the copy written"
     );
@@ -192,7 +192,7 @@ async fn an_order_copied_in_or_moved_by_an_upsert_onto_no_sale_is_refused() {
     };
     upsert(sale).await.expect("the order stored");
     assert_refused(upsert(missing).await.map(drop), "an upsert onto no sale");
-    assert_eq!(orders_of(&app, sale).await, 1);
+    assert_eq!(app.orders(sale).await.len(), 1);
     assert_eq!(orphans(&app).await, 0);
 }
 
@@ -235,7 +235,7 @@ async fn a_sale_is_not_deleted_from_a_snapshot_older_than_its_orders() {
         .map(drop);
     assert_refused(truncated, "a truncate from a transaction's snapshot");
     serializable.rollback().await.expect("ROLLBACK");
-    assert_eq!(orders_of(&app, sale).await, 1);
+    assert_eq!(app.orders(sale).await.len(), 1);
     assert_eq!(orphans(&app).await, 0);
 }
 
@@ -271,14 +271,6 @@ fn assert_refused(result: Result<(), sqlx::Error>, what: &str) {
         "{what}: {error}"
     );
     assert_eq!(database.constraint(), Some("orders_sale_id_fkey"), "{what}");
-}
-
-async fn orders_of(app: &TestApp, sale: i64) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
-        .bind(sale)
-        .fetch_one(&app.pg)
-        .await
-        .expect("count")
 }
 
 /// Orders whose sale is not there.
