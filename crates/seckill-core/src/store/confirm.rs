@@ -119,13 +119,14 @@ impl Store {
                     tx.commit().await?;
                     return Ok(Confirmation::Written { written, pay_by });
                 }
-                Whole::HasStored if !skip_stored => skip_stored = true,
-                Whole::HasStored | Whole::Refused => {
+                refused => {
                     tx.rollback().await?;
-                    break;
+                    match refused {
+                        Whole::HasStored if !skip_stored => skip_stored = true,
+                        _ => break,
+                    }
                 }
             }
-            tx.rollback().await?;
         }
         // Refused for a unit or a buyer: order by order, to find which.
         let (mut tx, pay_by) = match self.fenced(first.sale_id, settings, epoch).await? {
