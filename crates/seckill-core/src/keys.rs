@@ -19,12 +19,13 @@
 pub struct SaleKeys {
     /// `STRING`: units left to sell. Absent until the sale is loaded into Redis.
     pub stock: String,
-    /// `SET`: user ids that hold a unit of this sale (pending or confirmed).
-    pub buyers: String,
-    /// `HASH` user id -> order id: the order each buyer's unit belongs to,
-    /// written with the buyer by the safe paths (`lua/purchase_commit.lua`,
-    /// `lua/purchase_lua.lua`, `lua/sale_load.lua`), so that only that
-    /// order's return takes the unit back (`lua/unit_return.lua`).
+    /// `HASH` user id -> order id: the buyers who hold a unit of this sale
+    /// (pending or confirmed), each with the order their unit belongs to,
+    /// so that only that order's return takes the unit back
+    /// (`lua/unit_return.lua`) and a buyer who asks again learns the
+    /// order they won. The one record of who bought: a set of the buyers
+    /// beside it named the same people, at a write and a read more per
+    /// purchase (docs/bench.md, "Redis' cost per purchase").
     pub holds: String,
     /// `STRING` with a TTL: the sale's lock; its value names the holder.
     pub lock: String,
@@ -72,10 +73,10 @@ pub struct RoomKeys {
     /// `ZSET` buyer -> end of the admission (ms): who may buy now.
     pub admitted: String,
     /// `SET`: buyers whose admission bought whom the sale's holds hash
-    /// does not name: their unit came back (`lua/unit_return.lua`), or a
-    /// strategy that writes no holds bought for them
-    /// (`lua/room_bought.lua`). An admission is spent when its buyer is
-    /// here or in the holds (never both): it buys once.
+    /// does not name: their unit came back (`lua/unit_return.lua`), or
+    /// it had by the time a strategy outside the door marked the
+    /// admission (`lua/room_bought.lua`). An admission is spent when its
+    /// buyer is here or in the holds (never both): it buys once.
     pub bought: String,
     /// `HASH`: places handed out, the admissions' pace and totals
     /// (admitted, expired, abandoned).
@@ -116,7 +117,6 @@ impl SaleKeys {
         let room = under(&base, ":room");
         Self {
             stock: under(&base, ":stock"),
-            buyers: under(&base, ":buyers"),
             holds: under(&base, ":holds"),
             lock: under(&base, ":lock"),
             fence: under(&base, ":fence"),
@@ -338,7 +338,6 @@ mod tests {
         let named = |suffix: &str| format!("t1:{{sale:42}}:{suffix}");
         let pairs = [
             (&keys.stock, "stock"),
-            (&keys.buyers, "buyers"),
             (&keys.holds, "holds"),
             (&keys.lock, "lock"),
             (&keys.fence, "fence"),
@@ -373,7 +372,6 @@ mod tests {
         let keys = SaleKeys::new("t1", 42);
         let mut all = vec![
             &keys.stock,
-            &keys.buyers,
             &keys.holds,
             &keys.lock,
             &keys.fence,

@@ -23,7 +23,7 @@
 //! where they do not, the conditional updates still let only one side win.
 //!
 //! Giving the unit back touches PostgreSQL (the order, `sales.sold`) and
-//! Redis (the stock, the buyers set), which share no transaction. PostgreSQL
+//! Redis (the stock, the holds hash), which share no transaction. PostgreSQL
 //! goes first; the job is acknowledged only after both. A worker that dies
 //! between the two steps leaves the job to be delivered again; the second
 //! delivery finds the order already cancelled and still runs the Redis step,
@@ -114,9 +114,8 @@ pub async fn return_unit<C: ConnectionLike + Send>(
 ) -> redis::RedisResult<UnitReturn> {
     let (status, left): (String, i64) = UNIT_RETURN
         .key(&keys.stock)
-        .key(&keys.buyers)
-        .key(&keys.returned)
         .key(&keys.holds)
+        .key(&keys.returned)
         .key(&keys.room.bought)
         .key(&keys.room.state)
         .arg(order.order_id.to_string())

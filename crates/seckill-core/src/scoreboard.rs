@@ -398,7 +398,7 @@ async fn read_redis(store: &Store, keys: &SaleKeys) -> anyhow::Result<RedisFigur
         .get(&keys.fence)
         .get(&keys.fenced)
         .get(&keys.stock)
-        .scard(&keys.buyers)
+        .hlen(&keys.holds)
         .zcard(&keys.queue.due)
         .zcard(&keys.queue.inflight)
         .zcard(&keys.queue.dead)

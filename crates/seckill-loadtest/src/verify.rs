@@ -20,8 +20,9 @@ use uuid::Uuid;
 pub struct RedisKeys {
     /// `STRING`: units left.
     pub stock: String,
-    /// `SET`: user ids holding a unit.
-    pub buyers: String,
+    /// `HASH` user id -> order id: the buyers holding a unit, each with
+    /// the order their unit belongs to.
+    pub holds: String,
     /// `STRING` with a TTL: the sale's lock.
     pub lock: String,
     /// `ZSET`s of the sale's order queue: waiting, in flight, dead-lettered.
@@ -242,14 +243,14 @@ pub async fn verify<C: ConnectionLike + Send>(
     if expect == Expect::NoOversell {
         checks.push(rejected_orders_check(&stored));
         checks.push(exactly_the_202s_check(facts, &stored));
-        let (stock, buyers): (Option<i64>, BTreeSet<String>) = redis::pipe()
+        let (stock, holds): (Option<i64>, BTreeMap<String, String>) = redis::pipe()
             .get(&keys.stock)
-            .smembers(&keys.buyers)
+            .hgetall(&keys.holds)
             .query_async(redis)
             .await
             .context("reading the sale from Redis")?;
         checks.push(redis_stock_check(facts, &stored, stock));
-        checks.push(redis_buyers_check(&stored, &buyers));
+        checks.push(redis_holds_check(&stored, &holds));
     }
     let queue = queue_depth(redis, keys)
         .await
@@ -408,22 +409,34 @@ fn redis_stock_check(facts: &RunFacts, stored: &SaleSnapshot, stock: Option<i64>
     )
 }
 
-/// Redis' set of buyers is PostgreSQL's, no more and no fewer.
-fn redis_buyers_check(stored: &SaleSnapshot, buyers: &BTreeSet<String>) -> Check {
-    let pg_buyers: BTreeSet<String> = stored.confirmed.keys().cloned().collect();
+/// Redis' holders are PostgreSQL's buyers, no more and no fewer, and each
+/// is held for the order PostgreSQL holds for them: the order a buyer who
+/// asks again is told of.
+fn redis_holds_check(stored: &SaleSnapshot, holds: &BTreeMap<String, String>) -> Check {
+    let pg_holds: BTreeMap<String, String> = stored
+        .confirmed
+        .iter()
+        .map(|(buyer, orders)| {
+            let orders: Vec<String> = orders.iter().map(Uuid::to_string).collect();
+            (buyer.clone(), orders.join(","))
+        })
+        .collect();
+    let same_buyers = holds.keys().eq(pg_holds.keys());
     check(
         "Redis buyers = PostgreSQL buyers",
-        format!("{} buyers", pg_buyers.len()),
+        format!("{} buyers", pg_holds.len()),
         format!(
             "{} buyers{}",
-            buyers.len(),
-            if *buyers == pg_buyers {
+            holds.len(),
+            if *holds == pg_holds {
                 ""
+            } else if same_buyers {
+                ", some with another order"
             } else {
                 ", different ones"
             }
         ),
-        *buyers == pg_buyers,
+        *holds == pg_holds,
     )
 }
 

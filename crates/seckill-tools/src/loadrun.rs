@@ -191,7 +191,7 @@ pub fn verify_keys(prefix: &str, sale_id: i64) -> seckill_loadtest::verify::Redi
     let keys = SaleKeys::new(prefix, sale_id);
     seckill_loadtest::verify::RedisKeys {
         stock: keys.stock,
-        buyers: keys.buyers,
+        holds: keys.holds,
         lock: keys.lock,
         queue_due: keys.queue.due,
         queue_inflight: keys.queue.inflight,

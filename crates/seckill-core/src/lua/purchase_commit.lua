@@ -4,10 +4,10 @@
 -- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
 -- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the sale's stock          KEYS[4]  its queue's due set
--- KEYS[2]  the sale's buyers set     KEYS[5]  its queue's jobs hash
+-- KEYS[2]  the sale's holds hash     KEYS[5]  its queue's jobs hash
+--          (buyer -> order id)
 -- KEYS[3]  the sale's lock           KEYS[6]  the sale's fenced counter
--- KEYS[7]  the sale's holds hash (buyer -> order id)
--- KEYS[8]  the room's admitted       KEYS[9]  the room's bought
+-- KEYS[7]  the room's admitted       KEYS[8]  the room's bought
 --          (keys.rs: RoomKeys; both untouched unless ARGV[4])
 -- ARGV[1]  the lock value this caller got from lock_acquire.lua
 --          ("token:holder:nonce")
@@ -77,7 +77,7 @@ end
 -- the ceiling of a sale (docs/capacity.md).
 local bought = {}
 if roomed then
-  bought = call_many('SMISMEMBER', KEYS[9], buyers)
+  bought = call_many('SMISMEMBER', KEYS[8], buyers)
 end
 local spent, takers, holds, entries = {}, {}, {}, {}
 for k, buyer in ipairs(buyers) do
@@ -94,8 +94,7 @@ for k, buyer in ipairs(buyers) do
 end
 local left = redis.call('DECRBY', KEYS[1], int(#takers))
 if #takers > 0 then
-  call_many('SADD', KEYS[2], takers)
-  call_many('HSET', KEYS[7], holds)
+  call_many('HSET', KEYS[2], holds)
   -- The order ids are new: drawn for this pass (`domain::order_id_for`),
   -- and this script writes only once (a second run of it finds the lock
   -- released, above). So no look at the known ids (`push_fresh_many`).
@@ -103,7 +102,7 @@ if #takers > 0 then
 end
 if roomed and #takers > 0 then
   -- Their places among the active go to the next in line.
-  call_many('ZREM', KEYS[8], takers)
+  call_many('ZREM', KEYS[7], takers)
 end
 redis.call('PUBLISH', ARGV[2], int(left))
 redis.call('DEL', KEYS[3])

@@ -4,9 +4,9 @@
 -- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
 -- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the sale's stock          KEYS[3]  its queue's due set
--- KEYS[2]  the sale's buyers set     KEYS[4]  its queue's jobs hash
--- KEYS[5]  the sale's holds hash (buyer -> order id)
--- KEYS[6]  the room's admitted       KEYS[7]  the room's bought
+-- KEYS[2]  the sale's holds hash     KEYS[4]  its queue's jobs hash
+--          (buyer -> order id)
+-- KEYS[5]  the room's admitted       KEYS[6]  the room's bought
 --          (keys.rs: RoomKeys; both untouched unless ARGV[5])
 -- ARGV[1]  the buyer's user id
 -- ARGV[2]  the order id (also the queue job id)
@@ -17,8 +17,8 @@
 --
 -- Returns {status, units left, order id}: {'taken', left, false},
 -- {'already_purchased', 0, the order the buyer's unit belongs to} (false
--- when the holds hash names none; for a roomed sale, also when the
--- buyer's admission bought already), {'sold_out', 0, false}, or
+-- for a roomed sale's buyer whose admission bought already and whose
+-- unit came back), {'sold_out', 0, false}, or
 -- {'not_loaded', 0, false} if the sale is not in Redis (the caller loads
 -- it from PostgreSQL and calls again). The order id of a refusal is read
 -- in the same step as the refusal: a buyer who asks again because their
@@ -33,9 +33,9 @@
 -- the TTL or the fence. The lock is the general tool for when the decision
 -- needs more than one script can see. The waiting room's door is one
 -- more check here: an admission is spent while its buyer holds a unit
--- (the buyers set, the first check) and, once an unpaid order is
+-- (the holds hash, the first check) and, once an unpaid order is
 -- cancelled, in the room's bought, which the return writes in the same
--- step as it takes the buyer out of the buyers set (unit_return.lua). So
+-- step as it takes the buyer out of the holds hash (unit_return.lua). So
 -- an admission can never buy twice, whatever dies when, and the take
 -- itself is the mark: the door writes nothing but taking the buyer off
 -- the admitted.
@@ -43,22 +43,22 @@ local roomed = ARGV[5] == '1'
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_loaded', 0, false}
 end
-if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
-  return {'already_purchased', 0, redis.call('HGET', KEYS[5], ARGV[1])}
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if held then
+  return {'already_purchased', 0, held}
 end
-if roomed and redis.call('SISMEMBER', KEYS[7], ARGV[1]) == 1 then
+if roomed and redis.call('SISMEMBER', KEYS[6], ARGV[1]) == 1 then
   return {'already_purchased', 0, false}
 end
 if tonumber(redis.call('GET', KEYS[1])) <= 0 then
   return {'sold_out', 0, false}
 end
 local left = redis.call('DECR', KEYS[1])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 push(KEYS[3], KEYS[4], ARGV[2], ARGV[3], now_ms())
 if roomed then
   -- The buyer's place among the active goes to the next in line.
-  redis.call('ZREM', KEYS[6], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
 end
 redis.call('PUBLISH', ARGV[4], int(left))
 return {'taken', left, false}

@@ -1,13 +1,12 @@
--- sale_load.lua: put a sale's stock and buyers into Redis, unless they are
+-- sale_load.lua: put a sale's stock and holds into Redis, unless they are
 -- there, loaded from this database.
 --
 -- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
 -- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the sale's stock key
--- KEYS[2]  the sale's buyers set
+-- KEYS[2]  the sale's holds hash (buyer -> the order their unit belongs to)
 -- KEYS[3]  the sale's load epoch
--- KEYS[4]  the sale's holds hash (buyer -> the order their unit belongs to)
--- KEYS[5..] the sale's other keys that hold its state (lock, queues,
+-- KEYS[4..] the sale's other keys that hold its state (lock, queues,
 --          returned orders, answers, waiting room): cleared with the rest when the
 --          sale in Redis was loaded from another database
 -- ARGV[1]  units left according to PostgreSQL (stock_total - sold)
@@ -67,7 +66,6 @@ end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2])
 for i = 6, #ARGV, 2 do
-  redis.call('SADD', KEYS[2], ARGV[i])
-  redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
 return 1

@@ -3,10 +3,9 @@
 -- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs), so the
 -- script runs on one Redis Cluster master and never spans two sales:
 -- KEYS[1]  the sale's stock
--- KEYS[2]  the sale's buyers set
+-- KEYS[2]  the sale's holds hash (buyer -> the order their unit belongs to)
 -- KEYS[3]  the sale's set of orders whose unit was returned
--- KEYS[4]  the sale's holds hash (buyer -> the order their unit belongs to)
--- KEYS[5]  the room's bought         KEYS[6]  the room's state
+-- KEYS[4]  the room's bought         KEYS[5]  the room's state
 --          (keys.rs: RoomKeys; untouched when the sale has no room in play)
 -- ARGV[1]  the cancelled order's id
 -- ARGV[2]  its buyer's user id
@@ -31,13 +30,12 @@
 --
 -- Why the buyer check too: after the return, the buyer may buy again. A
 -- late duplicate of the old job must not remove the buyer of the NEW order
--- from the set; the marker stops it before it gets there. Unless the
+-- from the holds; the marker stops it before it gets there. Unless the
 -- marker is gone: Redis lost the sale (a wipe) after the return, the sale
 -- was loaded again, the buyer bought again, and then a late copy of the
 -- old deadline came (a sweep that read the order before it was cancelled).
--- So the buyer's entry names the order it belongs to (KEYS[4]), and a
--- return for another order leaves it alone. An entry with no order named
--- (written by a deliberately broken strategy) is taken as this one's.
+-- So the buyer's entry names the order it belongs to, and a return for
+-- another order leaves it alone.
 --
 -- The waiting room's door: a buyer who bought with an admission holds a
 -- unit, and while they hold it, the holds hash is what says the admission
@@ -48,22 +46,18 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_loaded', 0}
 end
-local holds = redis.call('HGET', KEYS[4], ARGV[2])
-if holds and holds ~= ARGV[1] then
+if redis.call('HGET', KEYS[2], ARGV[2]) ~= ARGV[1] then
   return {'already_returned', 0}
 end
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return {'already_returned', 0}
 end
-if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then
-  return {'already_returned', 0}
-end
-redis.call('HDEL', KEYS[4], ARGV[2])
-local room_ttl = redis.call('PTTL', KEYS[6])
+redis.call('HDEL', KEYS[2], ARGV[2])
+local room_ttl = redis.call('PTTL', KEYS[5])
 if room_ttl ~= -2 then
-  redis.call('SADD', KEYS[5], ARGV[2])
+  redis.call('SADD', KEYS[4], ARGV[2])
   if room_ttl > 0 then
-    redis.call('PEXPIRE', KEYS[5], int(room_ttl))
+    redis.call('PEXPIRE', KEYS[4], int(room_ttl))
   end
 end
 local left = redis.call('INCR', KEYS[1])

@@ -122,10 +122,7 @@ impl Loading {
         let ours = format!("db:{}:", self.database);
         let epoch = format!("{ours}{}", uuid::Uuid::new_v4().simple());
         let mut load = LOAD.prepare_invoke();
-        load.key(&keys.stock)
-            .key(&keys.buyers)
-            .key(&keys.epoch)
-            .key(&keys.holds);
+        load.key(&keys.stock).key(&keys.holds).key(&keys.epoch);
         for key in [keys.lock.as_str(), &keys.returned, &keys.answers]
             .into_iter()
             .chain(keys.queue.all())

@@ -35,24 +35,23 @@ pub struct Snapshot {
     /// For each buyer asked about, in order, whether they hold a unit.
     pub holding: Vec<bool>,
     /// For each buyer asked about, in order, the order their unit belongs
-    /// to, where the sale's holds hash names one (the safe paths write it
-    /// with the buyer): what a buyer who asks again is told, so that a
-    /// `202` lost on its way can be found again.
+    /// to, as the sale's holds hash names it: what a buyer who asks again
+    /// is told, so that a `202` lost on its way can be found again.
     pub orders: Vec<Option<Uuid>>,
 }
 
 /// What [`snapshot_reads`] answers: the units left (`None` when Redis does
-/// not hold the sale), whether each buyer holds a unit, and the order id
-/// the holds hash keeps for each.
-pub(crate) type SnapshotRead = (Option<i64>, Vec<bool>, Vec<Option<String>>);
+/// not hold the sale), and the order id the holds hash keeps for each
+/// buyer (`None`: the buyer holds no unit).
+pub(crate) type SnapshotRead = (Option<i64>, Vec<Option<String>>);
 
 impl Snapshot {
     /// The snapshot in a [`snapshot_reads`]' answer, `None` when Redis does
     /// not hold the sale (it must be loaded: [`snapshot`] does).
-    pub(crate) fn from_read((left, holding, orders): SnapshotRead) -> Option<Self> {
+    pub(crate) fn from_read((left, orders): SnapshotRead) -> Option<Self> {
         left.map(|stock_left| Self {
             stock_left,
-            holding,
+            holding: orders.iter().map(Option::is_some).collect(),
             orders: orders
                 .iter()
                 .map(|id| id.as_deref().and_then(|id| Uuid::parse_str(id).ok()))
@@ -62,7 +61,7 @@ impl Snapshot {
 
     /// A snapshot of the units left alone, with no buyer asked about.
     fn of_stock(left: Option<i64>) -> SnapshotRead {
-        (left, Vec::new(), Vec::new())
+        (left, Vec::new())
     }
 }
 
@@ -75,9 +74,6 @@ pub(crate) fn snapshot_reads(keys: &SaleKeys, buyers: &[&UserId]) -> redis::Pipe
     let mut reads = redis::pipe();
     reads
         .get(&keys.stock)
-        .cmd("SMISMEMBER")
-        .arg(&keys.buyers)
-        .arg(&buyers)
         .cmd("HMGET")
         .arg(&keys.holds)
         .arg(&buyers);
@@ -328,7 +324,6 @@ impl Store {
         // the same figures from PostgreSQL.
         let () = redis::cmd("DEL")
             .arg(&keys.stock)
-            .arg(&keys.buyers)
             .arg(&keys.holds)
             .query_async(&mut conn)
             .await

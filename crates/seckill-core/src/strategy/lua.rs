@@ -47,10 +47,9 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
         let mut script = PURCHASE.prepare_invoke();
         script
             .key(&keys.stock)
-            .key(&keys.buyers)
+            .key(&keys.holds)
             .key(&keys.queue.due)
             .key(&keys.queue.jobs)
-            .key(&keys.holds)
             .key(&keys.room.admitted)
             .key(&keys.room.bought)
             .arg(user.as_str())

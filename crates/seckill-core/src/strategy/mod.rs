@@ -440,7 +440,7 @@ pub(crate) async fn record_take(
     };
     let (id, payload) = (job.order_id.to_string(), job.to_payload());
     let () = redis::pipe()
-        .sadd(&keys.buyers, user.as_str())
+        .hset(&keys.holds, user.as_str(), &id)
         .ignore()
         .publish(&keys.events, left)
         .ignore()

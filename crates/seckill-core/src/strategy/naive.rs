@@ -43,7 +43,7 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
     let () = redis::pipe()
         .set(&keys.stock, stock_left - 1)
         .ignore()
-        .sadd(&keys.buyers, user.as_str())
+        .hset(&keys.holds, user.as_str(), job.order_id.to_string())
         .ignore()
         .publish(&keys.events, stock_left - 1)
         .ignore()

@@ -57,8 +57,6 @@ pub(crate) async fn purchase<C: ConnectionLike + Send>(
     let (left,): (i64,) = redis::pipe()
         .atomic()
         .decr(&keys.stock, 1)
-        .sadd(&keys.buyers, user.as_str())
-        .ignore()
         .hset(&keys.holds, user.as_str(), job.order_id.to_string())
         .ignore()
         .query_async(conn)

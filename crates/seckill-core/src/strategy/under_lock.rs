@@ -100,12 +100,11 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
     let mut script = COMMIT.prepare_invoke();
     script
         .key(&keys.stock)
-        .key(&keys.buyers)
+        .key(&keys.holds)
         .key(&keys.lock)
         .key(&keys.queue.due)
         .key(&keys.queue.jobs)
         .key(&keys.fenced)
-        .key(&keys.holds)
         .key(&keys.room.admitted)
         .key(&keys.room.bought)
         .arg(guard.value())

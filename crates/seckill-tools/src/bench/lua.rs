@@ -56,14 +56,8 @@ pub(super) async fn script_per_second(
         ])
         // __rand_int__ becomes a random 12-digit number in each call.
         .args(["-r", "1000000000000", "--csv"])
-        .args(["EVALSHA", script.get_hash(), "5"])
-        .args([
-            &keys.stock,
-            &keys.buyers,
-            &keys.queue.due,
-            &keys.queue.jobs,
-            &keys.holds,
-        ])
+        .args(["EVALSHA", script.get_hash(), "4"])
+        .args([&keys.stock, &keys.holds, &keys.queue.due, &keys.queue.jobs])
         .args([
             "buyer-__rand_int__",
             "order-__rand_int__",
@@ -100,10 +94,9 @@ fn rate(csv: &str) -> anyhow::Result<f64> {
 async fn delete<C: ConnectionLike + Send>(conn: &mut C, keys: &SaleKeys) -> anyhow::Result<()> {
     let () = redis::cmd("DEL")
         .arg(&keys.stock)
-        .arg(&keys.buyers)
+        .arg(&keys.holds)
         .arg(&keys.queue.due)
         .arg(&keys.queue.jobs)
-        .arg(&keys.holds)
         .query_async(conn)
         .await?;
     Ok(())

@@ -159,11 +159,11 @@ async fn ten_units_are_sold_exactly_ten_times_across_two_instances_under_a_burst
         .await
         .expect("GET");
     assert_eq!(stock, 0);
-    let buyers: HashSet<String> = redis::cmd("SMEMBERS")
-        .arg(&keys.buyers)
+    let buyers: HashSet<String> = redis::cmd("HKEYS")
+        .arg(&keys.holds)
         .query_async(&mut conn)
         .await
-        .expect("SMEMBERS");
+        .expect("HKEYS");
     assert_eq!(buyers, winners.keys().cloned().collect::<HashSet<_>>());
     drop(cluster);
 }

@@ -46,7 +46,7 @@ async fn a_new_sale_replaces_leftover_state_that_names_no_database() {
     let keys = app.keys(1);
     let () = redis::pipe()
         .set(&keys.stock, 0)
-        .sadd(&keys.buyers, "ann")
+        .hset(&keys.holds, "ann", uuid::Uuid::new_v4().to_string())
         .set(
             format!("{}:{{sale:1}}:epoch", app.scratch.prefix),
             "0123456789abcdef",

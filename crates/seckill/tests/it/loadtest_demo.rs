@@ -66,7 +66,7 @@ async fn the_demo_runs_both_strategies_side_by_side_and_exits_0() {
         .expect("Redis");
     let (stock, buyers): (Option<i64>, u64) = redis::pipe()
         .get(&keys.stock)
-        .scard(&keys.buyers)
+        .hlen(&keys.holds)
         .query_async(&mut redis)
         .await
         .expect("the naive sale in Redis");

@@ -96,7 +96,7 @@ async fn reset_sale_in_redis_puts_back_postgres_figures() {
     let () = redis::pipe()
         .set(&keys.stock, -4)
         .ignore()
-        .sadd(&keys.buyers, "ghost")
+        .hset(&keys.holds, "ghost", uuid::Uuid::new_v4().to_string())
         .ignore()
         .query_async(&mut app.redis_conn().await)
         .await

@@ -63,8 +63,8 @@ impl World {
         let keys = seckill_core::keys::SaleKeys::new(&scratch.prefix, sale.id);
         let mut pipe = redis::pipe();
         pipe.set(&keys.stock, 5 - winners as i64).ignore();
-        for (user, _) in &accepted {
-            pipe.sadd(&keys.buyers, user).ignore();
+        for (user, order) in &accepted {
+            pipe.hset(&keys.holds, user, order.to_string()).ignore();
         }
         pipe.query_async::<()>(&mut redis)
             .await
@@ -178,6 +178,47 @@ async fn redis_stock_out_of_step_with_postgres_fails() {
     assert_eq!(failures, ["Redis stock = units - sold, never negative"]);
 }
 
+/// Redis' holds name the buyers PostgreSQL has, each for PostgreSQL's
+/// order: a buyer held for another order (whom a retry would tell the
+/// wrong order) fails, as does a buyer PostgreSQL does not have.
+#[tokio::test]
+async fn redis_holds_out_of_step_with_postgres_fail() {
+    let mut world = World::new(5).await;
+    let keys = world.keys();
+    let winner = world.facts.accepted[0].0.clone();
+    let () = redis::cmd("HSET")
+        .arg(&keys.holds)
+        .arg(&winner)
+        .arg(Uuid::now_v7().to_string())
+        .query_async(&mut world.redis)
+        .await
+        .expect("HSET");
+    let verdict = world.verify(Expect::NoOversell).await;
+    let check = verdict
+        .checks
+        .iter()
+        .find(|c| c.name == "Redis buyers = PostgreSQL buyers")
+        .expect("the buyers' check");
+    assert!(!check.passed, "{check:?}");
+    assert!(
+        check.actual.contains("some with another order"),
+        "{check:?}"
+    );
+
+    let () = redis::pipe()
+        .hset(&keys.holds, &winner, world.facts.accepted[0].1.to_string())
+        .ignore()
+        .hset(&keys.holds, "ghost", Uuid::now_v7().to_string())
+        .ignore()
+        .query_async(&mut world.redis)
+        .await
+        .expect("HSET");
+    assert_eq!(
+        world.failures(Expect::NoOversell).await,
+        ["Redis buyers = PostgreSQL buyers"]
+    );
+}
+
 #[tokio::test]
 async fn a_lock_left_without_a_ttl_and_a_dead_letter_fail() {
     let mut world = World::new(5).await;
@@ -240,7 +281,7 @@ async fn a_paid_order_holds_its_unit_and_a_cancelled_one_is_named() {
     redis::pipe()
         .incr(&keys.stock, 1)
         .ignore()
-        .srem(&keys.buyers, &world.facts.accepted[1].0)
+        .hdel(&keys.holds, &world.facts.accepted[1].0)
         .ignore()
         .query_async::<()>(&mut world.redis)
         .await

@@ -362,7 +362,7 @@ impl Rig {
         let mut conn = self.store.redis().await?;
         let (stock, mut buyers, ttl): (Option<i64>, Vec<String>, i64) = redis::pipe()
             .get(&self.keys.stock)
-            .smembers(&self.keys.buyers)
+            .hkeys(&self.keys.holds)
             .pttl(&self.keys.lock)
             .query_async(&mut conn)
             .await

@@ -117,7 +117,7 @@ impl TestApp {
         let keys = self.keys(sale_id);
         let () = redis::cmd("DEL")
             .arg(&keys.stock)
-            .arg(&keys.buyers)
+            .arg(&keys.holds)
             .query_async(&mut self.redis_conn().await)
             .await
             .expect("DEL");
@@ -168,11 +168,11 @@ impl TestApp {
     }
 
     pub async fn redis_buyers(&self, sale_id: i64) -> Vec<String> {
-        redis::cmd("SMEMBERS")
-            .arg(&self.keys(sale_id).buyers)
+        redis::cmd("HKEYS")
+            .arg(&self.keys(sale_id).holds)
             .query_async(&mut self.redis_conn().await)
             .await
-            .expect("SMEMBERS buyers")
+            .expect("HKEYS holds")
     }
 
     pub async fn queue_stats(&self, sale_id: i64) -> QueueStats {
