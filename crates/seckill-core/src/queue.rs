@@ -35,7 +35,8 @@ use redis::aio::ConnectionLike;
 
 use crate::keys::QueueKeys;
 
-/// Prepends the shared helpers (`now_ms`, `push`, `call_many`, `push_many`, `push_fresh_many`)
+/// Prepends the shared helpers (`now_ms`, `push`, `call_many`, `push_many`, `push_fresh_many`,
+/// `weight_of`)
 /// to a queue script.
 /// `$file` is a path under `src/`, wherever the caller lives.
 macro_rules! queue_script {
@@ -184,7 +185,10 @@ impl Queue {
             .await
     }
 
-    /// The article's `pop`, made reliable: lease up to `limit` due jobs for `lease`.
+    /// The article's `pop`, made reliable: lease due jobs for `lease`, up
+    /// to `limit` of weight and at least one. A job weighs 1, a pass's job
+    /// the orders it carries (`lua/queue_lib.lua`, `weight_of`): so
+    /// `limit` bounds the work a batch holds, however it is packed.
     #[doc(alias = "pop")]
     pub async fn reserve<C: ConnectionLike + Send>(
         &self,
@@ -279,9 +283,19 @@ impl Queue {
         conn: &mut C,
         id: &str,
     ) -> redis::RedisResult<Option<String>> {
-        redis::cmd("HGET")
+        Ok(self.payloads(conn, &[id]).await?.pop().flatten())
+    }
+
+    /// The payloads of jobs `ids`, in order, in one read (`None` for a job
+    /// the queue does not know).
+    pub async fn payloads<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        ids: &[impl redis::ToRedisArgs + Sync],
+    ) -> redis::RedisResult<Vec<Option<String>>> {
+        redis::cmd("HMGET")
             .arg(&self.keys.jobs)
-            .arg(id)
+            .arg(ids)
             .query_async(conn)
             .await
     }

@@ -5,6 +5,7 @@
 
 mod deadline;
 mod order;
+mod pass_job;
 mod room_rules;
 mod sale;
 mod text;
@@ -13,6 +14,7 @@ mod user_id;
 pub use deadline::DeadlineJob;
 pub(crate) use order::sale_of;
 pub use order::{Order, OrderJob, OrderStatus, RejectReason};
+pub use pass_job::{MAX_PASS, PassIds, carried, carriers, pass_payload};
 pub use room_rules::{Pass, PassKey, PassKind, PassRefused, RoomMode, RoomSettings, hex};
 pub(crate) use sale::Window;
 pub use sale::{InvalidSale, NewSale, NewSaleBuilder, Sale, SaleStatus};

@@ -107,9 +107,10 @@ impl RejectReason {
     }
 }
 
-/// The queue job that carries an accepted order from Redis to PostgreSQL.
-/// Its queue id is the order id, so enqueueing it twice keeps one job.
-/// (Its payment deadline is a job of its own, shared with the orders
+/// An accepted order on its way from Redis to PostgreSQL. Queued alone,
+/// its job's id is the order id, so enqueueing it twice keeps one job; a
+/// pass of the `lock` strategy queues its orders in one job
+/// (`pass_job.rs`). (Its payment deadline is a job of its own, shared with the orders
 /// confirmed with it: [`DeadlineJob`](super::DeadlineJob).)
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OrderJob {

@@ -17,8 +17,10 @@
 --          (keys::lock_released; see lock_release.lua)
 -- ARGV[4]  '1' when the sale has a waiting room: each buyer's admission is
 --          checked and spent here, in the same step as the take
--- ARGV[5..] one triple per order: the buyer's user id, the order id (also
---          the queue job id), the order job's payload
+-- ARGV[5]  the pass's id: the id of the one queue job that carries the
+--          pass's orders (domain/pass_job.rs)
+-- ARGV[6..] one triple per order: the buyer's user id, the order id, the
+--          order job's payload
 --
 -- Returns {'committed', units left after these sales, spent} when it
 -- wrote, `spent` the orders (0-based) refused because their buyer's
@@ -67,7 +69,7 @@ if redis.call('GET', KEYS[3]) ~= ARGV[1] then
 end
 local roomed = ARGV[4] == '1'
 local buyers = {}
-for i = 5, #ARGV, 3 do
+for i = 6, #ARGV, 3 do
   buyers[#buyers + 1] = ARGV[i]
 end
 -- Every write below is one call for the whole batch (`call_many`,
@@ -79,26 +81,30 @@ local bought = {}
 if roomed then
   bought = call_many('SMISMEMBER', KEYS[8], buyers)
 end
-local spent, takers, holds, entries = {}, {}, {}, {}
+local spent, takers, holds, bodies = {}, {}, {}, {}
 for k, buyer in ipairs(buyers) do
-  local i = 5 + 3 * (k - 1)
+  local i = 6 + 3 * (k - 1)
   if bought[k] == 1 then
     spent[#spent + 1] = k - 1
   else
     takers[#takers + 1] = buyer
     holds[#holds + 1] = buyer
     holds[#holds + 1] = ARGV[i + 1]
-    entries[#entries + 1] = ARGV[i + 1]
-    entries[#entries + 1] = ARGV[i + 2]
+    bodies[#bodies + 1] = ARGV[i + 2]
   end
 end
 local left = redis.call('DECRBY', KEYS[1], int(#takers))
 if #takers > 0 then
   call_many('HSET', KEYS[2], holds)
-  -- The order ids are new: drawn for this pass (`domain::order_id_for`),
-  -- and this script writes only once (a second run of it finds the lock
-  -- released, above). So no look at the known ids (`push_fresh_many`).
-  push_fresh_many(KEYS[4], KEYS[5], entries, now_ms())
+  -- One job for the pass's orders, not one each: its entry in the due
+  -- set and its body are what Redis spent most on per purchase. Its
+  -- payload is domain/pass_job.rs' `pass_payload`, the count first for
+  -- the reserve to weigh it (queue_lib.lua: weight_of). The pass's id is
+  -- new (drawn for this pass), and this script writes only once (a
+  -- second run of it finds the lock released, above). So no look at the
+  -- known ids (`push_fresh_many`).
+  local pass = '{"n":' .. int(#bodies) .. ',"orders":[' .. table.concat(bodies, ',') .. ']}'
+  push_fresh_many(KEYS[4], KEYS[5], { ARGV[5], pass }, now_ms())
 end
 if roomed and #takers > 0 then
   -- Their places among the active go to the next in line.

@@ -71,6 +71,16 @@ local function attempts_of(attempts, ids)
   return call_many('HMGET', attempts, ids)
 end
 
+-- A job's weight: how many units of work it carries. A pass's job
+-- (domain/pass_job.rs) carries the pass's orders and says how many
+-- first, `{"n":K,...`; every other job weighs 1. The reserve hands out
+-- a batch's weight (queue_reserve.lua), so that a batch of passes holds
+-- as many orders as a batch of single orders, not up to 256 times as
+-- many.
+local function weight_of(payload)
+  return math.max(1, tonumber(string.match(payload, '^{"n":(%d+),')) or 1)
+end
+
 -- Enqueue many jobs whose ids are new, all due at `due_at`, without
 -- looking whether they are known: for a caller whose ids are new by
 -- construction (the lock's commit: ids drawn at random for this pass, and

@@ -3,7 +3,8 @@
 -- KEYS are one queue's, under its sale's hash tag {sale:ID} (keys.rs), so
 -- the script runs on one Redis Cluster master and never spans two sales:
 -- KEYS     due, inflight, jobs, attempts, dead (QueueKeys::all order)
--- ARGV[1]  how many jobs at most
+-- ARGV[1]  how much weight at most (a job weighs 1, a pass's job its
+--          orders: queue_lib.lua, weight_of); at least one job is taken
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempts after which an expired job is given up on (dead-lettered)
 --
@@ -63,31 +64,58 @@ call_many('ZADD', dead, to_dead)
 call_many('ZADD', due, to_due)
 local reclaimed, buried = #to_due / 2, #to_dead / 2
 
--- 2. Take the due jobs, oldest first, and count each delivery past the
---    first (and over any entry there is: a count of 0 that scripts before
---    this rule left when a first delivery was given back uncounted would
---    otherwise refuse the ack of attempt 1 for good). A few calls
---    for the whole batch (`call_many`), not four per job: Redis runs one script at a time, so
---    every call here is time no purchase can run.
-local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now_text, 'LIMIT', '0', ARGV[1])
-call_many('ZREM', due, ids)
-local payloads = call_many('HMGET', jobs, ids)
-local counts = attempts_of(attempts, ids)
+-- 2. Take the due jobs, oldest first, up to ARGV[1] of weight, and
+--    count each delivery past the first (and over any entry there is: a
+--    count of 0 that scripts before this rule left when a first delivery
+--    was given back uncounted would otherwise refuse the ack of attempt 1
+--    for good). A few calls for each read (`call_many`), not four per
+--    job: Redis runs one script at a time, so every call here is time no
+--    purchase can run.
+--
+--    Read a few at a time: a batch of passes is a few dozen jobs, and
+--    reading a thousand payloads to take forty would copy them all into
+--    the script. Each read after the first asks for as many jobs as the
+--    weight left needs, at the weight per job seen so far.
+local budget = tonumber(ARGV[1])
+local weight = 0
 local taken, leased, counted, strays = {}, {}, {}, {}
-for k, id in ipairs(ids) do
-  local payload = payloads[k]
-  if payload then
-    local attempt = (tonumber(counts[k]) or 0) + 1
-    if attempt > 1 or counts[k] then
-      counted[#counted + 1] = id
-      counted[#counted + 1] = int(attempt)
+local want = math.min(budget, 64)
+while true do
+  local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now_text, 'LIMIT', '0', int(want))
+  local payloads = call_many('HMGET', jobs, ids)
+  local counts = attempts_of(attempts, ids)
+  local leaving, full = {}, false
+  for k, id in ipairs(ids) do
+    local payload = payloads[k]
+    if payload then
+      local carries = weight_of(payload)
+      if #taken > 0 and weight + carries > budget then
+        full = true
+        break
+      end
+      weight = weight + carries
+      local attempt = (tonumber(counts[k]) or 0) + 1
+      if attempt > 1 or counts[k] then
+        counted[#counted + 1] = id
+        counted[#counted + 1] = int(attempt)
+      end
+      leased[#leased + 1] = lease_end
+      leased[#leased + 1] = id
+      taken[#taken + 1] = { id, payload, attempt }
+    else
+      -- A due id without a body cannot be run; drop the stray entry.
+      strays[#strays + 1] = id
     end
-    leased[#leased + 1] = lease_end
-    leased[#leased + 1] = id
-    taken[#taken + 1] = { id, payload, attempt }
+    leaving[#leaving + 1] = id
+  end
+  call_many('ZREM', due, leaving)
+  if full or #ids < want or weight >= budget then
+    break
+  end
+  if weight == 0 then
+    want = math.min(budget, 500)
   else
-    -- A due id without a body cannot be run; drop the stray entry.
-    strays[#strays + 1] = id
+    want = math.min(500, math.ceil((budget - weight) * #taken / weight))
   end
 end
 call_many('HSET', attempts, counted)

@@ -29,7 +29,9 @@ use redis::aio::ConnectionLike;
 use uuid::Uuid;
 
 use super::Store;
-use crate::domain::{DeadlineJob, Order, OrderJob, OrderStatus, RejectReason, sale_of};
+use crate::domain::{
+    DeadlineJob, Order, OrderJob, OrderStatus, RejectReason, carried, carriers, sale_of,
+};
 use crate::keys::SaleKeys;
 use crate::queue::Queue;
 
@@ -297,19 +299,26 @@ impl Store {
         self.queued_on(&mut conn, sale_id, order_id).await
     }
 
-    /// An order on a given sale's queue.
+    /// An order on a given sale's queue: in a job of its own, or in its
+    /// pass's job (`domain::carriers`), both read in one `HMGET`.
     pub(crate) async fn queued_on<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         sale_id: i64,
         order_id: Uuid,
     ) -> anyhow::Result<Option<OrderJob>> {
-        Queue::new(SaleKeys::new(&self.prefix, sale_id).queue)
-            .payload(conn, &order_id.to_string())
+        let ids = carriers(&order_id).map(|id| id.to_string());
+        let payloads = Queue::new(SaleKeys::new(&self.prefix, sale_id).queue)
+            .payloads(conn, &ids)
             .await
-            .context("looking for a queued order")?
-            .map(|payload| OrderJob::from_payload(&payload).context("decoding a queued order"))
-            .transpose()
+            .context("looking for a queued order")?;
+        for payload in payloads.iter().flatten() {
+            let orders = carried(payload).context("decoding a queued order")?;
+            if let Some(order) = orders.into_iter().find(|o| o.order_id == order_id) {
+                return Ok(Some(order));
+            }
+        }
+        Ok(None)
     }
 
     /// A sale's newest orders, at most `limit`, for its admin page.

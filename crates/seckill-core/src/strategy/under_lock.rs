@@ -32,7 +32,7 @@ use uuid::Uuid;
 
 use super::{Decision, Flag, Looked, Outcome, Shop, decide};
 use crate::config::RedisDurability;
-use crate::domain::{OrderJob, UserId};
+use crate::domain::{OrderJob, PassIds, UserId, carriers};
 use crate::failure;
 use crate::keys::SaleKeys;
 use crate::lock::{Acquire, LockGuard, RedisLock, Release};
@@ -110,7 +110,8 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
         .arg(guard.value())
         .arg(&keys.events)
         .arg(guard.released_channel())
-        .arg(u8::from(roomed));
+        .arg(u8::from(roomed))
+        .arg(pass_of(jobs));
     for job in jobs {
         script
             .arg(job.user_id.as_str())
@@ -124,6 +125,21 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
         "lock_lost" => Ok((None, confirmed)),
         other => Err(payment::unexpected_answer("purchase_commit.lua", other)),
     }
+}
+
+/// The id of the job that carries `jobs`, one pass's orders
+/// (`domain::PassIds`): their pass's id ("" for none, when the commit
+/// queues nothing).
+fn pass_of(jobs: &[OrderJob]) -> String {
+    let Some(first) = jobs.first() else {
+        return String::new();
+    };
+    let [_, pass] = carriers(&first.order_id);
+    debug_assert!(
+        jobs.iter().all(|job| carriers(&job.order_id)[1] == pass),
+        "a commit's orders are one pass's"
+    );
+    pass.to_string()
 }
 
 mod lanes;
@@ -398,6 +414,7 @@ fn decide_batch(
     // buyer's second request in the pass is told that order.
     let mut taken_here: HashMap<&str, Uuid> = HashMap::new();
     let mut jobs = Vec::new();
+    let mut pass = PassIds::new(sale_id);
     let (outcomes, on_commit) = users
         .iter()
         .zip(snapshot.holding.iter().zip(&snapshot.orders))
@@ -406,7 +423,7 @@ fn decide_batch(
             match decide(*holds || taken_by_this_pass, left) {
                 Decision::Take => {
                     left -= 1;
-                    let job = OrderJob::new(sale_id, user);
+                    let job = pass.order(user);
                     let order_id = job.order_id;
                     taken_here.insert(user.as_str(), order_id);
                     jobs.push(job);

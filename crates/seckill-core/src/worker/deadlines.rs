@@ -115,7 +115,7 @@ impl Worker {
                 sale_id,
                 |keys| &keys.deadlines,
                 DEADLINES_PER_STEP,
-                Due::from_payload,
+                (Due::from_payload, |_| 1),
             )
             .await?;
         let Some(due) = jobs.first() else {

@@ -1,8 +1,10 @@
 //! The worker: drains the sales' order queues into PostgreSQL.
 //!
 //! One step ([`Worker::try_process_batch`]) reserves a batch of order jobs
-//! from one sale's queue, writes them in one PostgreSQL transaction, commits,
-//! and only then acknowledges them in Redis. The order matters:
+//! from one sale's queue (a job carries one order, or a whole pass's:
+//! `domain/pass_job.rs`), writes their orders in one PostgreSQL
+//! transaction, commits, and only then acknowledges them in Redis. The
+//! order matters:
 //!
 //! - crash after reserve, before commit: nothing was written; the lease runs
 //!   out and the jobs are delivered again;
@@ -27,7 +29,8 @@
 //! [`failure::transient_postgres`]), reserved jobs go back to the queue without
 //! using up an attempt, and the worker backs off (up to a few seconds) until
 //! it answers again. When a batch fails for a reason of its own, the worker
-//! writes its orders one by one, so that only the job at fault is charged.
+//! writes its orders one by one, so that only the job carrying the order at
+//! fault is charged, and the other orders of that job are written.
 //!
 //! The worker drains a second queue per sale, the payment deadlines: see
 //! `deadlines.rs`. Now and then it sweeps (`sweep.rs`), putting back the
@@ -40,11 +43,13 @@
 
 mod deadlines;
 mod now;
+mod one_by_one;
 mod report;
 mod run;
 mod sweep;
 
 use now::Now;
+use one_by_one::Carried;
 pub use report::BatchReport;
 use report::log_reservation;
 
@@ -53,7 +58,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::config::WorkerSettings;
-use crate::domain::OrderJob;
+use crate::domain::{OrderJob, carried};
 use crate::failure;
 use crate::keys::{QueueKeys, SaleKeys};
 use crate::metrics::metrics;
@@ -91,10 +96,10 @@ pub struct Worker {
     full_pass: Now,
 }
 
-/// A batch reserved from one queue, its payloads decoded: order jobs, or
-/// payment deadlines (`deadlines.rs`). Owned by the one step that
-/// reserved it.
-pub struct Batch<J = OrderJob> {
+/// A batch reserved from one queue, its payloads decoded: the orders each
+/// job carries, or payment deadlines (`deadlines.rs`). Owned by the one
+/// step that reserved it.
+pub struct Batch<J = Vec<OrderJob>> {
     /// The sale the queue belongs to.
     sale_id: i64,
     /// The sale's keys.
@@ -114,6 +119,9 @@ pub struct Batch<J = OrderJob> {
     /// Their reservations, in the same order: what ack and retry take.
     reserved: Vec<Reserved>,
 }
+
+/// How a queue's payloads decode, and how much work each decoded job is.
+type Decoding<J> = (fn(&str) -> Result<J, serde_json::Error>, fn(&J) -> usize);
 
 /// Which sale a batch is of, and the load epoch it was reserved under.
 #[derive(Debug, Clone, Copy)]
@@ -163,7 +171,7 @@ impl Worker {
                 sale_id,
                 |keys| &keys.queue,
                 self.settings.batch_size as usize,
-                OrderJob::from_payload,
+                (carried, Vec::len),
             )
             .await?;
         batch.epoch = epoch;
@@ -180,12 +188,16 @@ impl Worker {
             queue,
             mut conn,
             mut report,
-            jobs: orders,
+            jobs,
             reserved,
         } = batch;
         if reserved.is_empty() {
             return Ok(report);
         }
+        // The jobs' orders in one list, in order, and how many each job
+        // carries: the write takes the list, the acks the jobs.
+        let carries: Vec<usize> = jobs.iter().map(Vec::len).collect();
+        let orders: Vec<OrderJob> = jobs.into_iter().flatten().collect();
 
         // With `--redis-durability replica`: PostgreSQL gets only orders a
         // replica holds. The reserve was written after the orders it
@@ -207,7 +219,7 @@ impl Worker {
                 anyhow::bail!("{} jobs given back: {why}", reserved.len());
             }
         }
-        metrics().batch_size.observe(reserved.len() as f64);
+        metrics().batch_size.observe(orders.len() as f64);
         let committing = std::time::Instant::now();
         let confirmed = self.confirm(&orders, epoch.as_deref()).await;
         metrics()
@@ -245,8 +257,13 @@ impl Worker {
                     keys: &keys,
                     epoch: epoch.as_deref(),
                 };
+                let batch = Carried {
+                    orders: &orders,
+                    carries: &carries,
+                    reserved: &reserved,
+                };
                 return self
-                    .confirm_one_by_one(&mut conn, under, &queue, report, &orders, &reserved)
+                    .confirm_one_by_one(&mut conn, under, &queue, report, batch)
                     .await;
             }
         };
@@ -361,68 +378,18 @@ impl Worker {
         Err(error).context("writing orders to PostgreSQL")
     }
 
-    /// Write a failed batch's orders one transaction each: the ones that
-    /// commit are acknowledged, the one that fails by itself is charged an
-    /// attempt and tried again later. If PostgreSQL goes away meanwhile, the
-    /// rest are given back uncharged.
-    async fn confirm_one_by_one(
-        &self,
-        conn: &mut RedisConn,
-        under: Under<'_>,
-        queue: &Queue,
-        mut report: BatchReport,
-        orders: &[OrderJob],
-        reserved: &[Reserved],
-    ) -> anyhow::Result<BatchReport> {
-        let max_attempts = self.settings.max_attempts;
-        for (i, (order, job)) in orders.iter().zip(reserved).enumerate() {
-            let one = std::slice::from_ref(order);
-            match self.confirm(one, under.epoch).await {
-                Ok(Confirmation::Written { written, pay_by }) => {
-                    report.count(&written);
-                    self.schedule_deadlines(conn, under.sale_id, pay_by, one, &written)
-                        .await?;
-                    queue.ack(conn, std::slice::from_ref(job)).await?;
-                }
-                Ok(Confirmation::Superseded { recorded }) => {
-                    return self
-                        .superseded(conn, under, recorded, queue, report, &reserved[i..])
-                        .await;
-                }
-                Err(error) if failure::transient_postgres(&error) => {
-                    return self
-                        .give_back_uncharged(conn, queue, &reserved[i..], error)
-                        .await;
-                }
-                Err(error) => {
-                    tracing::error!(order_id = %order.order_id, error = %error, "an order job failed by itself");
-                    report.failed += 1;
-                    queue
-                        .retry(
-                            conn,
-                            std::slice::from_ref(job),
-                            FAILED_JOB_DELAY,
-                            Attempt::Failed,
-                            max_attempts,
-                        )
-                        .await
-                        .context("giving back a failed job")?;
-                }
-            }
-        }
-        Ok(report)
-    }
-
     /// Reserve a batch from one of the sale's queues (`which` picks it from
-    /// the sale's keys) and decode it. A payload that does not decode can
-    /// never succeed: its attempt counts, so it ends in the dead-letter set,
-    /// and the rest carry on.
+    /// the sale's keys), up to `limit` of weight (`Queue::reserve`), and
+    /// decode it with `decode`; the report counts the work reserved as
+    /// `weigh` weighs each job (a pass's job, its orders). A payload that
+    /// does not decode can never succeed: its attempt counts, so it ends
+    /// in the dead-letter set, and the rest carry on.
     async fn reserve<J>(
         &self,
         sale_id: i64,
         which: fn(&SaleKeys) -> &QueueKeys,
         limit: usize,
-        decode: fn(&str) -> Result<J, serde_json::Error>,
+        (decode, weigh): Decoding<J>,
     ) -> anyhow::Result<Batch<J>> {
         let keys = SaleKeys::new(self.store.prefix(), sale_id);
         let queue = Queue::new(which(&keys).clone());
@@ -436,23 +403,23 @@ impl Worker {
             )
             .await
             .context("reserving jobs")?;
-        let report = BatchReport {
-            reserved: reservation.jobs.len(),
+        let mut report = BatchReport {
             reclaimed: reservation.reclaimed,
             dead_lettered: reservation.dead_lettered,
             ..BatchReport::default()
         };
-        log_reservation(&report);
         let (mut jobs, mut reserved, mut broken) = (Vec::new(), Vec::new(), Vec::new());
         for job in reservation.jobs {
             match decode(&job.payload) {
                 Ok(decoded) => {
+                    report.reserved += weigh(&decoded);
                     jobs.push(decoded);
                     reserved.push(job);
                 }
                 Err(_) => broken.push(job),
             }
         }
+        log_reservation(&report);
         if !broken.is_empty() {
             tracing::error!(ids = ?broken.iter().map(|j| &j.id).collect::<Vec<_>>(), "undecodable jobs");
             queue

@@ -5,13 +5,14 @@ use crate::store::Written;
 /// What one batch did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct BatchReport {
-    /// Jobs reserved from the queue.
+    /// Work reserved from the queue: orders (a pass's job counts the
+    /// orders it carries), or deadline jobs.
     pub reserved: usize,
     /// Orders written as confirmed.
     pub confirmed: usize,
     /// Orders PostgreSQL refused (stored as rejected).
     pub rejected: usize,
-    /// Jobs whose order was already in PostgreSQL (a redelivery): no-ops.
+    /// Orders already in PostgreSQL (a redelivery): no-ops.
     pub redelivered: usize,
     /// Jobs of crashed workers put back on the queue by this reserve.
     pub reclaimed: u64,
@@ -28,7 +29,8 @@ pub struct BatchReport {
     /// Payment deadlines put back in their queue by a sweep (Redis had lost
     /// them; `sweep.rs`).
     pub swept: u64,
-    /// Jobs that failed by themselves, charged an attempt, to run again later.
+    /// Orders that failed by themselves (their job charged an attempt, to
+    /// run again later), or deadline jobs that did.
     pub failed: usize,
     /// Orders not written because the sale was loaded into Redis again
     /// after their batch was reserved (a wipe took them; see

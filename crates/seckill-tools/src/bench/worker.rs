@@ -13,7 +13,7 @@ use super::{Bound, Row, baseline, deployment};
 use crate::bench::BenchArgs;
 use crate::loadrun;
 use seckill_core::config::Strategy;
-use seckill_core::domain::{OrderJob, OrderStatus, UserId};
+use seckill_core::domain::{OrderJob, OrderStatus, PassIds, UserId, pass_payload};
 use seckill_core::keys::SaleKeys;
 use seckill_core::queue::Queue;
 use seckill_core::store::Store;
@@ -76,18 +76,31 @@ impl Drained {
     }
 }
 
-/// `n` jobs queued on a sale of their own, drained by one worker's own
-/// drain, then PostgreSQL's bulk insert of as many rows.
+/// Orders in each pass's job the drain's queue holds: about what a pass
+/// of the `lock` strategy takes under the bench's load (the redis-cost
+/// row's passes took 12 to 25 buyers).
+const DRAIN_PASS: u32 = 25;
+
+/// `n` orders queued on a sale of their own, as the `lock` strategy
+/// queues them (a job for each pass of [`DRAIN_PASS`] orders), drained
+/// by one worker's own drain, then PostgreSQL's bulk insert of as many
+/// rows.
 async fn drain_once(args: &BenchArgs, store: &Store, n: u32) -> anyhow::Result<Drained> {
     let sale_id = loadrun::create_sale(store, "Bench drain", n, Some(3600)).await?;
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let queue = Queue::new(keys.queue.clone());
     let mut conn = store.redis().await?;
     let jobs: Vec<(String, String)> = (0..n)
-        .map(|i| {
-            let user = UserId::parse(&format!("drain-{i}")).expect("a valid buyer id");
-            let job = OrderJob::new(sale_id, &user);
-            (job.order_id.to_string(), job.to_payload())
+        .step_by(DRAIN_PASS as usize)
+        .map(|first| {
+            let mut pass = PassIds::new(sale_id);
+            let orders: Vec<OrderJob> = (first..n.min(first + DRAIN_PASS))
+                .map(|i| {
+                    let user = UserId::parse(&format!("drain-{i}")).expect("a valid buyer id");
+                    pass.order(&user)
+                })
+                .collect();
+            (pass.job_id().to_string(), pass_payload(&orders))
         })
         .collect();
     for chunk in jobs.chunks(1_000) {

@@ -48,7 +48,8 @@ fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error
     s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Order ids on the queue when Redis was wiped.
+/// Job ids on the queue when Redis was wiped: an order's own, or its
+/// pass's (`domain::carriers`).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Wiped {
     /// Waiting: lost with the wipe, every one.

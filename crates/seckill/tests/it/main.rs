@@ -47,6 +47,7 @@ mod memory;
 mod metrics;
 mod pages;
 mod pages_events;
+mod pass_job;
 mod payment;
 mod payment_deadline;
 mod payment_race;

@@ -13,8 +13,9 @@ use crate::failure;
 use crate::strategy::{Outcome, Shop};
 
 /// The most buyers one pass through the lock takes; the rest wait for the
-/// next pass. Bounds one script's length and one pass's time.
-const MAX_BATCH: usize = 256;
+/// next pass. Bounds one script's length and one pass's time, and is the
+/// most orders one pass's ids can number (`domain::MAX_PASS`).
+const MAX_BATCH: usize = crate::domain::MAX_PASS;
 
 /// The buyers of each sale waiting on this instance.
 #[derive(Default)]

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::chaos::Rig;
 use crate::chaos::faults::Wiped;
-use seckill_core::domain::OrderStatus;
+use seckill_core::domain::{OrderStatus, carriers};
 
 /// One overall check.
 #[derive(Debug, Clone, Serialize)]
@@ -116,11 +116,17 @@ fn promised(
         .copied()
         .filter(|id| !in_pg.contains(id))
         .collect();
+    // The accepted orders carried by the jobs `ids`: a job of their own,
+    // or their pass's (`domain::carriers`).
     let among = |ids: &HashSet<String>| {
         accepted_ids
             .iter()
             .copied()
-            .filter(|id| ids.contains(&id.to_string()))
+            .filter(|id| {
+                carriers(id)
+                    .iter()
+                    .any(|job| ids.contains(&job.to_string()))
+            })
             .collect()
     };
     let unanswered = run

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use seckill_core::domain::OrderJob;
 use seckill_core::keys::{QueueKeys, SaleKeys};
+use seckill_core::lock::{LockGuard, RedisLock};
 use seckill_core::queue::{Queue, QueueStats, Reservation};
 use seckill_core::redis_pool::RedisConn;
 use seckill_core::worker::BatchReport;
@@ -111,6 +112,19 @@ impl TestApp {
         self.redis.get().await.expect("a Redis connection")
     }
 
+    /// Take sale `sale_id`'s lock for `ttl`, as a purchase's pass does,
+    /// on a connection of its own; panics if another holds it.
+    pub async fn take_lock(&self, sale_id: i64, ttl: Duration) -> (RedisConn, LockGuard) {
+        let keys = self.keys(sale_id);
+        let mut conn = self.redis_conn().await;
+        let guard = RedisLock::new(&keys.lock, &keys.fence, ttl)
+            .try_acquire(&mut conn)
+            .await
+            .expect("acquire")
+            .expect("the lock is free");
+        (conn, guard)
+    }
+
     /// Forget a sale's units left and buyers in Redis, as a Redis restarted
     /// without persistence has.
     pub async fn wipe_sale_from_redis(&self, sale_id: i64) {
@@ -203,7 +217,7 @@ impl TestApp {
         let orders: Vec<OrderJob> = taken
             .jobs
             .iter()
-            .map(|job| OrderJob::from_payload(&job.payload).expect("a payload"))
+            .flat_map(|job| seckill_core::domain::carried(&job.payload).expect("a payload"))
             .collect();
         let Some(first) = orders.first() else {
             return;
