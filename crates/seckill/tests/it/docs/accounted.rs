@@ -74,6 +74,7 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "seckill bench --only room-scripts --room-buyers N",
             "cargo run --release -- bench --only room-scripts --room-buyers 1000000",
             "cargo run --release -- bench --only roomed",
+            "cargo run --release -- bench --only drain",
             "cargo run --release -- bench --only accepted --only sold-out",
             "target/debug/seckill bench --only replica --secs 5",
         ],
