@@ -264,7 +264,7 @@ impl PurchaseFlags {
 /// The queue worker's flags (`seckill_core::config::WorkerSettings`).
 #[derive(Debug, Clone, Args)]
 pub struct WorkerFlags {
-    /// Jobs reserved and written to PostgreSQL in one transaction, 1 to 10000.
+    /// Orders reserved and written to PostgreSQL in one transaction, 1 to 10000.
     #[arg(long, env = "SECKILL_BATCH_SIZE", default_value_t = WorkerSettings::default().batch_size, value_parser = clap::value_parser!(u32).range(wide(WorkerSettings::BATCH_SIZE)))]
     pub batch_size: u32,
 

@@ -278,7 +278,9 @@ pub(crate) const DEFAULT_PAYMENT_WINDOW_SECS: u64 = 900;
 /// Knobs of the queue worker.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
-    /// Jobs reserved and written to PostgreSQL in one transaction, 1 to 10000.
+    /// Orders reserved and written to PostgreSQL in one transaction, 1 to
+    /// 10000 (a pass's job counts its orders; a single job heavier than
+    /// this is still taken alone).
     pub batch_size: u32,
 
     /// How long a reserved job belongs to its worker before it is delivered again, in milliseconds, 100 to 3600000.

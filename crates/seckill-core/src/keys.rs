@@ -25,7 +25,10 @@ pub struct SaleKeys {
     /// (`lua/unit_return.lua`) and a buyer who asks again learns the
     /// order they won. The one record of who bought: a set of the buyers
     /// beside it named the same people, at a write and a read more per
-    /// purchase (docs/bench.md, "Redis' cost per purchase").
+    /// purchase (docs/bench.md, "Redis' cost per purchase"). The lab's
+    /// broken strategies write an empty order id, a hold that names no
+    /// order, as the articles record a buyer: their buyer's two requests
+    /// can both win, and a return for either order gives the unit back.
     pub holds: String,
     /// `STRING` with a TTL: the sale's lock; its value names the holder.
     pub lock: String,

@@ -43,7 +43,7 @@ pub struct Metrics {
     /// by PostgreSQL: an oversell, or a buyer's second unit), `cancelled`
     /// (the payment window closed), `paid`.
     pub(crate) orders: IntCounterVec,
-    /// Jobs per batch the worker wrote to PostgreSQL.
+    /// Orders per batch the worker wrote to PostgreSQL.
     pub(crate) batch_size: Histogram,
     /// Time a batch's PostgreSQL transaction took, to its commit.
     pub(crate) commit_seconds: Histogram,
@@ -125,7 +125,7 @@ impl Metrics {
             )
             .expect("a valid counter"),
             batch_size: Histogram::with_opts(
-                HistogramOpts::new("seckill_worker_batch_size", "Jobs per batch written")
+                HistogramOpts::new("seckill_worker_batch_size", "Orders per batch written")
                     .buckets(vec![
                         1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0,
                     ]),

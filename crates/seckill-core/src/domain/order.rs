@@ -158,8 +158,12 @@ fn order_id_for(sale_id: i64) -> Uuid {
         return Uuid::now_v7();
     };
     let mut bytes = *Uuid::now_v7().as_bytes();
+    // The random bits from a UUIDv4: UUIDv7's are a counter that moves by
+    // one between two ids of a millisecond, so one order's id would name
+    // the next (paying needs only the order id).
+    bytes[6..12].copy_from_slice(&Uuid::new_v4().as_bytes()[6..12]);
     // Version 8 in the high nibble of byte 6; the variant bits (byte 8)
-    // are UUIDv7's already.
+    // are UUIDv4's, as UUIDv7's.
     bytes[6] = (bytes[6] & 0x0f) | 0x80;
     bytes[12..].copy_from_slice(&sale.to_be_bytes());
     Uuid::from_bytes(bytes)

@@ -8,100 +8,167 @@
 //! each purchase (docs/bench.md, "Redis' cost per purchase").
 //!
 //! A pending order is still found from its id alone: the pass's job is
-//! named by the pass's id, and each order id of the pass is that id with
-//! the order's place in the pass in one byte ([`PassIds`]). So an order
-//! is carried by a job named by its own id (one order, queued by the
-//! other strategies) or by its pass's ([`carriers`]).
+//! named by its first order's id, and each order id of the pass hides the
+//! pass and the order's place in it, enciphered under the database's
+//! secret key ([`PassIds`]). So an order is carried by a job named by its
+//! own id (one order, queued by the other strategies) or by its pass's
+//! ([`carriers`]), and one order's id says nothing of its pass-mates'
+//! (paying needs only the order id).
 
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::{OrderJob, UserId};
+use hmac::Mac;
+
+use super::{OrderJob, PassKey, UserId};
 
 /// Orders one pass can hold: one byte of the id numbers them.
 pub const MAX_PASS: usize = 256;
 
-/// The byte of an order id that holds its place in its pass: the last of
-/// the random bits, before the sale's id (`order::order_id_for`).
-const PLACE: usize = 11;
+/// The 42 bits of an order id that are neither its time, its sale, nor
+/// UUID's version and variant (`order::order_id_for`'s layout): the low
+/// 4 bits of byte 6, byte 7, the low 6 bits of byte 8, bytes 9 to 11.
+fn secret_bits(id: &[u8; 16]) -> u64 {
+    let mut bits = u64::from(id[6] & 0x0f);
+    bits = bits << 8 | u64::from(id[7]);
+    bits = bits << 6 | u64::from(id[8] & 0x3f);
+    for byte in &id[9..12] {
+        bits = bits << 8 | u64::from(*byte);
+    }
+    bits
+}
+
+/// Write `bits` (42) where [`secret_bits`] reads them.
+fn set_secret_bits(id: &mut [u8; 16], bits: u64) {
+    let byte = |shift: u32| u8::try_from((bits >> shift) & 0xff).expect("a byte");
+    id[11] = byte(0);
+    id[10] = byte(8);
+    id[9] = byte(16);
+    id[8] = (id[8] & 0xc0) | (byte(24) & 0x3f);
+    id[7] = byte(30);
+    id[6] = (id[6] & 0xf0) | (byte(38) & 0x0f);
+}
+
+/// Rounds of the Feistel network that enciphers a pass and a place.
+const ROUNDS: u8 = 4;
+/// Bits in each half of the 42 enciphered.
+const HALF: u32 = 21;
+const HALF_MASK: u64 = (1 << HALF) - 1;
+
+/// One round's function: 21 bits of the key's HMAC of the round and the
+/// half.
+fn round(key: &PassKey, round: u8, half: u64) -> u64 {
+    let bytes = key
+        .mac_of(&format!("order-id.{round}.{half}"))
+        .finalize()
+        .into_bytes();
+    u64::from(u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]])) & HALF_MASK
+}
+
+/// A keyed permutation of 42 bits (a Feistel network over two halves of
+/// 21, each round's function an HMAC): without the key, one output says
+/// nothing of another's.
+fn encipher(key: &PassKey, plain: u64) -> u64 {
+    let (mut left, mut right) = (plain >> HALF, plain & HALF_MASK);
+    for r in 0..ROUNDS {
+        (left, right) = (right, left ^ round(key, r, right));
+    }
+    left << HALF | right
+}
+
+/// [`encipher`], undone.
+fn decipher(key: &PassKey, cipher: u64) -> u64 {
+    let (mut left, mut right) = (cipher >> HALF, cipher & HALF_MASK);
+    for r in (0..ROUNDS).rev() {
+        (left, right) = (right ^ round(key, r, left), left);
+    }
+    left << HALF | right
+}
 
 /// The ids of one pass: the job's, and its orders' in turn.
 #[derive(Debug, Clone)]
-pub struct PassIds {
+pub struct PassIds<'k> {
+    /// The key the ids are enciphered under.
+    key: &'k PassKey,
     /// The sale the pass sells.
     sale_id: i64,
-    /// The pass's id, place 0: the job's id, and the first order's.
-    base: [u8; 16],
+    /// The ids' time, sale, version and variant; their secret bits are
+    /// each order's.
+    frame: [u8; 16],
+    /// The pass: 34 random bits, above 8 bits for the place in it.
+    pass: u64,
     /// How many order ids were handed out.
     handed: usize,
 }
 
-impl PassIds {
-    /// A fresh pass of sale `sale_id`. Its ids are laid out as
-    /// `order::order_id_for`'s (milliseconds, random bits, the sale), with
-    /// the random bits drawn here and not from UUIDv7's counter: the
-    /// counter moves by one between two ids of a millisecond, in the very
-    /// byte that numbers a pass's orders, so two passes drawn one after
-    /// the other would share their ids. 34 random bits are left: two
-    /// passes of one sale in one millisecond share an id with a chance of
-    /// one in about 17 billion.
-    pub fn new(sale_id: i64) -> Self {
-        let mut base = *Uuid::now_v7().as_bytes();
+impl<'k> PassIds<'k> {
+    /// A fresh pass of sale `sale_id`, its ids enciphered under `key` (the
+    /// database's, which every instance and worker reads alike). Laid out
+    /// as `order::order_id_for`'s ids (milliseconds, 42 secret bits, the
+    /// sale). The pass is 34 random bits: two passes of one sale in one
+    /// millisecond share their ids with a chance of one in about 17
+    /// billion.
+    pub fn new(sale_id: i64, key: &'k PassKey) -> Self {
+        let mut frame = *Uuid::now_v7().as_bytes();
         let random = *Uuid::new_v4().as_bytes();
-        base[6..PLACE].copy_from_slice(&random[6..PLACE]);
-        base[PLACE] = 0;
+        let drawn = u64::from_be_bytes(random[..8].try_into().expect("eight bytes"));
         // The variant bits (byte 8), then the version in the high nibble
         // of byte 6: 8 when the id names its sale, else 7 (as
         // `order_id_for`: such an order is found once it is written).
-        base[8] = (base[8] & 0x3f) | 0x80;
+        frame[8] = (frame[8] & 0x3f) | 0x80;
         match u32::try_from(sale_id) {
             Ok(sale) => {
-                base[6] = (base[6] & 0x0f) | 0x80;
-                base[12..].copy_from_slice(&sale.to_be_bytes());
+                frame[6] = (frame[6] & 0x0f) | 0x80;
+                frame[12..].copy_from_slice(&sale.to_be_bytes());
             }
             Err(_) => {
-                base[6] = (base[6] & 0x0f) | 0x70;
-                base[12..].copy_from_slice(&random[12..]);
+                frame[6] = (frame[6] & 0x0f) | 0x70;
+                frame[12..].copy_from_slice(&random[12..]);
             }
         }
         Self {
+            key,
             sale_id,
-            base,
+            frame,
+            pass: (drawn >> 30) << 8,
             handed: 0,
         }
     }
 
-    /// The id of the job that carries the pass's orders.
+    /// The id of the job that carries the pass's orders: its first
+    /// order's.
     pub fn job_id(&self) -> Uuid {
-        Uuid::from_bytes(self.base)
+        self.id_of(0)
     }
 
-    /// The pass's next order, for `user`.
+    /// The pass's next order, for `user`. A pass holds at most
+    /// [`MAX_PASS`] orders (the lanes take at most that many buyers a
+    /// pass); one more is a bug.
     pub fn order(&mut self, user: &UserId) -> OrderJob {
+        let place = u8::try_from(self.handed).expect("a pass holds at most MAX_PASS orders");
+        self.handed += 1;
         OrderJob {
-            order_id: self.next_order_id(),
+            order_id: self.id_of(place),
             sale_id: self.sale_id,
             user_id: user.as_str().to_owned(),
         }
     }
 
-    /// The next order's id. A pass holds at most [`MAX_PASS`] orders (the
-    /// lanes take at most that many buyers a pass); one more is a bug.
-    fn next_order_id(&mut self) -> Uuid {
-        let place = u8::try_from(self.handed).expect("a pass holds at most MAX_PASS orders");
-        self.handed += 1;
-        let mut id = self.base;
-        id[PLACE] = place;
+    fn id_of(&self, place: u8) -> Uuid {
+        let mut id = self.frame;
+        set_secret_bits(&mut id, encipher(self.key, self.pass | u64::from(place)));
         Uuid::from_bytes(id)
     }
 }
 
 /// The ids of the jobs that may carry order `order_id`: its own (a job of
-/// one order) and its pass's. The same id twice for a pass's first order.
-pub fn carriers(order_id: &Uuid) -> [Uuid; 2] {
-    let mut pass = *order_id.as_bytes();
-    pass[PLACE] = 0;
-    [*order_id, Uuid::from_bytes(pass)]
+/// one order) and its pass's, were it one of a pass's under `key`. The
+/// same id twice for a pass's first order.
+pub fn carriers(order_id: &Uuid, key: &PassKey) -> [Uuid; 2] {
+    let mut job = *order_id.as_bytes();
+    let first = decipher(key, secret_bits(&job)) & !0xff;
+    set_secret_bits(&mut job, encipher(key, first));
+    [*order_id, Uuid::from_bytes(job)]
 }
 
 /// A pass's job: `{"n":<orders>,"orders":[<order job>,...]}`, `n` first
@@ -145,13 +212,24 @@ mod tests {
     use super::super::order::sale_of;
     use super::*;
 
+    fn key() -> PassKey {
+        PassKey::new(b"a test key".to_vec())
+    }
+
+    fn buyer(name: &str) -> UserId {
+        UserId::parse(name).expect("a valid id")
+    }
+
     #[test]
     fn a_pass_names_its_orders_and_each_order_its_pass() {
-        let mut pass = PassIds::new(7);
-        let orders: Vec<Uuid> = (0..MAX_PASS).map(|_| pass.next_order_id()).collect();
+        let key = key();
+        let mut pass = PassIds::new(7, &key);
+        let orders: Vec<Uuid> = (0..MAX_PASS)
+            .map(|_| pass.order(&buyer("ann")).order_id)
+            .collect();
         assert_eq!(orders[0], pass.job_id());
         for order in &orders {
-            assert_eq!(carriers(order), [*order, pass.job_id()]);
+            assert_eq!(carriers(order, &key), [*order, pass.job_id()]);
             assert_eq!(sale_of(order), Some(7));
             assert_eq!(order.get_version_num(), 8);
             assert_eq!(order.get_variant(), uuid::Variant::RFC4122);
@@ -160,38 +238,80 @@ mod tests {
         assert_eq!(distinct.len(), MAX_PASS);
     }
 
-    /// The counter of UUIDv7 moves by one in the byte that numbers a
-    /// pass's orders: passes drawn back to back must not share ids.
+    /// One order's id says nothing of its pass-mates': in the clear they
+    /// would share 34 of their 42 secret bits; enciphered, two share
+    /// about half, as ids drawn apart do. Under another key the same id
+    /// names another pass.
+    #[test]
+    fn an_order_id_hides_its_pass_mates() {
+        let key = key();
+        let mut pass = PassIds::new(7, &key);
+        let bits: Vec<u64> = (0..64)
+            .map(|_| secret_bits(pass.order(&buyer("ann")).order_id.as_bytes()))
+            .collect();
+        let shared: u32 = bits
+            .windows(2)
+            .map(|pair| 42 - (pair[0] ^ pair[1]).count_ones())
+            .sum();
+        let mean = f64::from(shared) / 63.0;
+        assert!((15.0..27.0).contains(&mean), "{mean} bits shared");
+        let other = PassKey::new(b"another key".to_vec());
+        let order = pass.order(&buyer("bob")).order_id;
+        assert_ne!(carriers(&order, &other)[1], pass.job_id());
+    }
+
+    #[test]
+    fn the_cipher_is_undone_by_its_inverse() {
+        let key = key();
+        for plain in [0, 1, 255, 256, (1 << 42) - 1, 0x2aa_aaaa_aaaa] {
+            let cipher = encipher(&key, plain);
+            assert!(cipher < 1 << 42);
+            assert_eq!(decipher(&key, cipher), plain);
+        }
+        let mut id = [0xff; 16];
+        set_secret_bits(&mut id, 0);
+        assert_eq!(secret_bits(&id), 0);
+        assert_eq!(id[6] & 0xf0, 0xf0, "the version is left alone");
+        assert_eq!(id[8] & 0xc0, 0xc0, "the variant is left alone");
+        set_secret_bits(&mut id, (1 << 42) - 1);
+        assert_eq!(id, [0xff; 16]);
+    }
+
     #[test]
     fn passes_drawn_back_to_back_share_no_id() {
-        let jobs: std::collections::HashSet<Uuid> =
-            (0..10_000).map(|_| PassIds::new(7).job_id()).collect();
+        let key = key();
+        let jobs: std::collections::HashSet<Uuid> = (0..10_000)
+            .map(|_| PassIds::new(7, &key).job_id())
+            .collect();
         assert_eq!(jobs.len(), 10_000);
     }
 
     #[test]
     #[should_panic(expected = "at most MAX_PASS")]
     fn a_pass_past_its_size_is_a_bug() {
-        let mut pass = PassIds::new(7);
+        let key = key();
+        let mut pass = PassIds::new(7, &key);
         for _ in 0..=MAX_PASS {
-            pass.next_order_id();
+            pass.order(&buyer("ann"));
         }
     }
 
     #[test]
     fn a_sale_too_large_for_the_id_gets_ids_that_name_no_sale() {
-        let mut pass = PassIds::new(i64::from(u32::MAX) + 1);
-        let order = pass.next_order_id();
+        let key = key();
+        let mut pass = PassIds::new(i64::from(u32::MAX) + 1, &key);
+        let order = pass.order(&buyer("ann")).order_id;
         assert_eq!(order.get_version_num(), 7);
         assert_eq!(sale_of(&order), None);
     }
 
     #[test]
     fn a_job_carries_one_order_or_a_pass() {
-        let mut pass = PassIds::new(7);
+        let key = key();
+        let mut pass = PassIds::new(7, &key);
         let orders: Vec<OrderJob> = ["ann", "bob"]
             .iter()
-            .map(|user| pass.order(&UserId::parse(user).unwrap()))
+            .map(|user| pass.order(&buyer(user)))
             .collect();
         assert_eq!((orders[1].sale_id, orders[1].user_id.as_str()), (7, "bob"));
         assert_eq!(carried(&pass_payload(&orders)).unwrap(), orders);

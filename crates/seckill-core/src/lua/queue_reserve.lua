@@ -35,7 +35,8 @@ local now_text, lease_end = int(now), int(now + lease)
 -- 1. Leases that ran out: their worker died or stalled. Back to due, or to
 --    the dead-letter set once the job has had its attempts (a job that
 --    crashes every worker that takes it must not crash them forever).
---    A worker that died held up to four batches (8,000 jobs by default):
+--    A worker that died held up to four batches (8,000 orders by default,
+--    as many jobs at most):
 --    a thousand are moved per reserve, the rest by the next ones, each
 --    thousand in a few calls, as in step 2.
 local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now_text, 'LIMIT', '0', '1000')

@@ -17,8 +17,8 @@
 -- moves the buyer from one to the other at once, freeing their place
 -- among the active for the next in line.
 --
--- A buyer the holds hash names is marked there already (the `postgres`
--- strategy writes it): the bought set takes them only once their unit
+-- A buyer the holds hash names is marked there already (every strategy
+-- writes it with the take): the bought set takes them only once their unit
 -- comes back (unit_return.lua), so that no buyer is in both and the
 -- room's figures count each once (waiting_room.rs: figures).
 redis.call('ZREM', KEYS[1], ARGV[1])

@@ -35,7 +35,8 @@
 -- was loaded again, the buyer bought again, and then a late copy of the
 -- old deadline came (a sweep that read the order before it was cancelled).
 -- So the buyer's entry names the order it belongs to, and a return for
--- another order leaves it alone.
+-- another order leaves it alone. An entry that names no order ('', written
+-- by a deliberately broken strategy) is taken as this one's.
 --
 -- The waiting room's door: a buyer who bought with an admission holds a
 -- unit, and while they hold it, the holds hash is what says the admission
@@ -46,7 +47,8 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'not_loaded', 0}
 end
-if redis.call('HGET', KEYS[2], ARGV[2]) ~= ARGV[1] then
+local held = redis.call('HGET', KEYS[2], ARGV[2])
+if not held or (held ~= '' and held ~= ARGV[1]) then
   return {'already_returned', 0}
 end
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then

@@ -258,6 +258,32 @@ impl Store {
             .collect())
     }
 
+    /// Which of `order_ids` PostgreSQL holds, in any status.
+    pub(crate) async fn stored_among(&self, order_ids: &[Uuid]) -> anyhow::Result<Vec<Uuid>> {
+        sqlx::query_scalar("SELECT id FROM orders WHERE id = ANY($1)")
+            .bind(order_ids)
+            .fetch_all(&self.pg)
+            .await
+            .context("looking for orders")
+    }
+
+    /// A job's payload on a sale's order queue (waiting, in flight or
+    /// dead), decoded: the orders it carries; `None` if the queue does not
+    /// know it.
+    pub(crate) async fn queued_job<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        sale_id: i64,
+        job_id: Uuid,
+    ) -> anyhow::Result<Option<Vec<OrderJob>>> {
+        Queue::new(SaleKeys::new(&self.prefix, sale_id).queue)
+            .payload(conn, &job_id.to_string())
+            .await
+            .context("looking for a queued job")?
+            .map(|payload| carried(&payload).context("decoding a queued job"))
+            .transpose()
+    }
+
     /// One order as stored in PostgreSQL.
     pub async fn stored_order(&self, order_id: Uuid) -> anyhow::Result<Option<Order>> {
         let row: Option<(i64, String, OrderStatus, Option<DateTime<Utc>>)> =
@@ -307,7 +333,8 @@ impl Store {
         sale_id: i64,
         order_id: Uuid,
     ) -> anyhow::Result<Option<OrderJob>> {
-        let ids = carriers(&order_id).map(|id| id.to_string());
+        let key = self.pass_key().await?;
+        let ids = carriers(&order_id, key).map(|id| id.to_string());
         let payloads = Queue::new(SaleKeys::new(&self.prefix, sale_id).queue)
             .payloads(conn, &ids)
             .await

@@ -1,7 +1,7 @@
 //! `decr`: "cache, then compensate", as many tutorials write it.
 //! DELIBERATELY BROKEN.
 //!
-//! What it is: no lock. Check the buyer (`SISMEMBER`); `DECR` the stock; if
+//! What it is: no lock. Check the buyer (`HMGET` of the holds); `DECR` the stock; if
 //! it went below zero, `INCR` it back and answer "sold out"; otherwise add
 //! the buyer and queue the order. DECR is atomic, so the stock itself can
 //! never be sold below zero, and it is fast.

@@ -76,9 +76,11 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
                     if durability != RedisDurability::Local {
                         return Ok(in_doubt);
                     }
-                    let looked = shop.after_a_lost_answer(std::slice::from_ref(&job)).await;
+                    let looked = shop
+                        .after_a_lost_answer(job.order_id, std::slice::from_ref(&job))
+                        .await;
                     return Ok(match looked {
-                        Looked::Taken => Outcome::Accepted {
+                        Looked::Taken(_) => Outcome::Accepted {
                             order_id: job.order_id,
                         },
                         Looked::NotTaken | Looked::Unknown => in_doubt,

@@ -26,10 +26,13 @@
 pub(crate) mod article;
 pub(crate) mod decr;
 pub(crate) mod getset;
+mod lost_answer;
 pub mod lua;
 pub(crate) mod naive;
 pub(crate) mod postgres;
 pub mod under_lock;
+
+pub(crate) use lost_answer::{LOOKUP_RETRY, Looked};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -47,12 +50,6 @@ use crate::queue::Queue;
 use crate::redis_pool::RedisConn;
 use crate::store::{self, Snapshot, Store};
 
-/// How long a purchase whose commit answer was lost spends finding out
-/// whether its order was taken (a Redis restart takes a moment), and the
-/// pause between two tries.
-const LOOKUP_LIMIT: Duration = Duration::from_secs(3);
-pub(super) const LOOKUP_RETRY: Duration = Duration::from_millis(100);
-
 /// How a purchase ended. Business outcomes, not errors: each maps to one
 /// HTTP status in `web::api`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +60,8 @@ pub enum Outcome {
     },
     SoldOut,
     /// The buyer holds a unit of this sale already. `order_id` is the
-    /// order it belongs to, where the strategy keeps one (`lock` and `lua`
-    /// do): a buyer whose `202` was lost on its way (a client that timed
+    /// order it belongs to, where the strategy keeps one (every one but
+    /// the lab's broken ones, `holds` in `keys.rs`): a buyer whose `202` was lost on its way (a client that timed
     /// out, a phone that lost its connection) and who asks again learns
     /// the order they won, instead of a refusal that names nothing.
     AlreadyPurchased {
@@ -226,17 +223,6 @@ impl<'a> Buy<'a> {
     }
 }
 
-/// What a look for an order whose commit answer was lost found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Looked {
-    /// On its sale's queue, or in PostgreSQL: the commit went through.
-    Taken,
-    /// Redis and PostgreSQL answered, and neither has it.
-    NotTaken,
-    /// Redis or PostgreSQL could not be asked in time: in doubt.
-    Unknown,
-}
-
 /// What every strategy works with: one per instance, shared by all its
 /// requests. Cheap to clone (pools and flags are shared), so a batch can
 /// run in a task of its own.
@@ -342,49 +328,6 @@ impl Shop {
     ) -> anyhow::Result<Snapshot> {
         store::sales::snapshot(self.store.pg(), conn, self.store.prefix(), sale_id, buyers).await
     }
-
-    /// A commit's answer was lost with its connection. Look its order up
-    /// (the sale's queue, then PostgreSQL) on a fresh connection, asking
-    /// again while neither can be asked, for [`LOOKUP_LIMIT`] at most. A
-    /// commit is one script, so one order of it tells for all. What the
-    /// buyer is told of each answer is the caller's: only a `Taken` order,
-    /// or a `NotTaken` one whose late commit cannot land, is final; an
-    /// order in doubt is told `503` with its id, never an error without it
-    /// (`GET /api/orders/{id}` tells later what became of it).
-    pub(crate) async fn after_a_lost_answer(&self, jobs: &[OrderJob]) -> Looked {
-        let Some(job) = jobs.first() else {
-            return Looked::NotTaken;
-        };
-        // Redis may be on its way back (the connection broke because it was
-        // restarting): ask again until it answers or the limit passes.
-        let deadline = tokio::time::Instant::now() + LOOKUP_LIMIT;
-        loop {
-            match tokio::time::timeout_at(deadline, self.was_taken(job)).await {
-                Ok(Ok(true)) => {
-                    tracing::warn!(order_id = %job.order_id, "commit answer lost, but the order was taken");
-                    return Looked::Taken;
-                }
-                Ok(Ok(false)) => return Looked::NotTaken,
-                Ok(Err(_)) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(LOOKUP_RETRY).await;
-                }
-                Ok(Err(_)) | Err(_) => {
-                    tracing::warn!(order_id = %job.order_id, "commit answer lost, and the order could not be looked up");
-                    return Looked::Unknown;
-                }
-            }
-        }
-    }
-
-    /// Whether the order of `job` is on its sale's queue or in PostgreSQL.
-    async fn was_taken(&self, job: &OrderJob) -> anyhow::Result<bool> {
-        let mut conn = self.store.redis().await?;
-        let queued = self
-            .store
-            .queued_on(&mut conn, job.sale_id, job.order_id)
-            .await?;
-        Ok(queued.is_some() || self.store.stored_order(job.order_id).await?.is_some())
-    }
 }
 
 /// Steps 1 to 5 with no guard of their own: read the stock and the buyer,
@@ -440,7 +383,8 @@ pub(crate) async fn record_take(
     };
     let (id, payload) = (job.order_id.to_string(), job.to_payload());
     let () = redis::pipe()
-        .hset(&keys.holds, user.as_str(), &id)
+        // The buyer's hold names no order (`keys.rs`, `holds`).
+        .hset(&keys.holds, user.as_str(), "")
         .ignore()
         .publish(&keys.events, left)
         .ignore()

@@ -43,7 +43,8 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
     let () = redis::pipe()
         .set(&keys.stock, stock_left - 1)
         .ignore()
-        .hset(&keys.holds, user.as_str(), job.order_id.to_string())
+        // The buyer's hold names no order (`keys.rs`, `holds`).
+        .hset(&keys.holds, user.as_str(), "")
         .ignore()
         .publish(&keys.events, stock_left - 1)
         .ignore()

@@ -16,13 +16,12 @@
 //! of a sale waiting on one instance queue in a **lane** ([`Lanes`]): one
 //! task (started by the first of them, the leader) takes everyone queued
 //! through the lock at once: one read for all (stock and every buyer's
-//! membership), decisions in arrival order, one fenced write for all the
+//! hold), decisions in arrival order, one fenced write for all the
 //! winners; then everyone who queued meanwhile, until the lane is empty.
 //! The lock still decides
 //! between instances; the lane only saves each instance from contending
 //! with itself. (Databases call this group commit.)
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use anyhow::Context;
@@ -30,9 +29,9 @@ use redis::Script;
 use redis::aio::ConnectionLike;
 use uuid::Uuid;
 
-use super::{Decision, Flag, Looked, Outcome, Shop, decide};
+use super::{Flag, Looked, Outcome, Shop};
 use crate::config::RedisDurability;
-use crate::domain::{OrderJob, PassIds, UserId, carriers};
+use crate::domain::{OrderJob, PassIds, UserId};
 use crate::failure;
 use crate::keys::SaleKeys;
 use crate::lock::{Acquire, LockGuard, RedisLock, Release};
@@ -46,7 +45,8 @@ use crate::store::sales::{self, SnapshotRead};
 static COMMIT: LazyLock<Script> = queue_script!("lua/purchase_commit.lua");
 
 /// Steps 3 to 5 for a batch of orders, fenced: take the units, record the
-/// buyers and queue the orders, only if `guard` still holds the lock; then
+/// buyers and queue the orders (one job, `job_id`: the pass's,
+/// `domain::PassIds`), only if `guard` still holds the lock; then
 /// release it in the same step, announced to the waiters.
 /// `Ok(Some(units left))` when it wrote, `Ok(None)` when the lock was lost
 /// and nothing was written. For a sale without a waiting room; see
@@ -55,9 +55,11 @@ pub async fn commit<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
     guard: &LockGuard,
+    job_id: Uuid,
     jobs: &[OrderJob],
 ) -> redis::RedisResult<Option<i64>> {
-    let committed = commit_spending(conn, keys, guard, false, jobs).await?;
+    let pass = PassJob { job_id, jobs };
+    let committed = commit_spending(conn, keys, guard, false, pass).await?;
     Ok(committed.map(|committed| committed.left))
 }
 
@@ -79,10 +81,10 @@ async fn commit_spending<C: ConnectionLike + Send>(
     keys: &SaleKeys,
     guard: &LockGuard,
     roomed: bool,
-    jobs: &[OrderJob],
+    pass: PassJob<'_>,
 ) -> redis::RedisResult<Option<Committed>> {
     let (committed, _) =
-        commit_and_confirm(conn, keys, guard, roomed, jobs, RedisDurability::Local).await?;
+        commit_and_confirm(conn, keys, guard, roomed, pass, RedisDurability::Local).await?;
     Ok(committed)
 }
 
@@ -94,7 +96,7 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
     keys: &SaleKeys,
     guard: &LockGuard,
     roomed: bool,
-    jobs: &[OrderJob],
+    PassJob { job_id, jobs }: PassJob<'_>,
     durability: RedisDurability,
 ) -> redis::RedisResult<(Option<Committed>, bool)> {
     let mut script = COMMIT.prepare_invoke();
@@ -111,7 +113,7 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
         .arg(&keys.events)
         .arg(guard.released_channel())
         .arg(u8::from(roomed))
-        .arg(pass_of(jobs));
+        .arg(job_id.to_string());
     for job in jobs {
         script
             .arg(job.user_id.as_str())
@@ -127,22 +129,18 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
     }
 }
 
-/// The id of the job that carries `jobs`, one pass's orders
-/// (`domain::PassIds`): their pass's id ("" for none, when the commit
-/// queues nothing).
-fn pass_of(jobs: &[OrderJob]) -> String {
-    let Some(first) = jobs.first() else {
-        return String::new();
-    };
-    let [_, pass] = carriers(&first.order_id);
-    debug_assert!(
-        jobs.iter().all(|job| carriers(&job.order_id)[1] == pass),
-        "a commit's orders are one pass's"
-    );
-    pass.to_string()
+/// A pass's orders, and the id of the one job that carries them
+/// (`domain::PassIds`).
+#[derive(Clone, Copy)]
+struct PassJob<'a> {
+    job_id: Uuid,
+    jobs: &'a [OrderJob],
 }
 
+mod decide;
 mod lanes;
+
+use decide::{decide_batch, refuse_spent};
 
 pub(crate) use lanes::Lanes;
 
@@ -166,6 +164,8 @@ async fn pass(
     if shop.known_sold_out(&mut conn, &keys, sale_id).await? {
         return everyone(Outcome::SoldOut);
     }
+    // Read before the lock is taken: from PostgreSQL the first time only.
+    let key = shop.store.pass_key().await?;
     let lock =
         RedisLock::new(&keys.lock, &keys.fence, shop.settings.lock_ttl()).held_by(&*shop.instance);
     // If this instance learns meanwhile that the sale sold out (a pass
@@ -199,7 +199,13 @@ async fn pass(
 
     // Inside the lock. Whatever happens here, the lock is released: by the
     // commit, or below.
-    let inside = locked_section(shop, &mut conn, &keys, sale_id, roomed, users, read, &guard).await;
+    let ids = PassIds::new(sale_id, key);
+    let section = Section {
+        sale_id,
+        roomed,
+        ids,
+    };
+    let inside = locked_section(shop, &mut conn, &keys, section, users, read, &guard).await;
     let Inside {
         mut outcomes,
         released,
@@ -234,6 +240,14 @@ async fn pass(
     Ok(outcomes)
 }
 
+/// Which pass the locked section runs: its sale, whether the sale has a
+/// waiting room, and the ids its orders will take.
+struct Section<'k> {
+    sale_id: i64,
+    roomed: bool,
+    ids: PassIds<'k>,
+}
+
 /// What the locked section did.
 struct Inside {
     /// One per buyer, in order.
@@ -257,8 +271,11 @@ async fn locked_section<C: ConnectionLike + Send>(
     shop: &Shop,
     conn: &mut C,
     keys: &SaleKeys,
-    sale_id: i64,
-    roomed: bool,
+    Section {
+        sale_id,
+        roomed,
+        ids,
+    }: Section<'_>,
     users: &[&UserId],
     read: Option<SnapshotRead>,
     guard: &LockGuard,
@@ -271,7 +288,8 @@ async fn locked_section<C: ConnectionLike + Send>(
         Some(snapshot) => snapshot,
         None => shop.read_sale(conn, sale_id, users).await?,
     };
-    let (mut outcomes, jobs, on_commit) = decide_batch(sale_id, users, &snapshot);
+    let job_id = ids.job_id();
+    let (mut outcomes, jobs, on_commit) = decide_batch(ids, users, &snapshot);
     // Sold out before this pass: say so to everyone at once. Sold out only
     // because this pass's winners take the last units: not before their
     // commit has landed (below). The race this prevents: a commit refused
@@ -292,7 +310,11 @@ async fn locked_section<C: ConnectionLike + Send>(
     // Steps 3 to 5 in one fenced script, which releases the lock too:
     // written only if we still hold the lock.
     let durability = shop.store.durability();
-    match commit_and_confirm(conn, keys, guard, roomed, &jobs, durability).await {
+    let pass = PassJob {
+        job_id,
+        jobs: &jobs,
+    };
+    match commit_and_confirm(conn, keys, guard, roomed, pass, durability).await {
         Ok((Some(Committed { left, spent }), confirmed)) => {
             refuse_spent(&mut outcomes, &on_commit, &jobs, &spent);
             Ok(Inside {
@@ -339,8 +361,16 @@ async fn locked_section<C: ConnectionLike + Send>(
             // order is final only under `local`, and one that could not be
             // looked up is in doubt. Both are told `503` with their order
             // ids (`confirmed: Some(false)`), never an error without them.
-            let confirmed = match shop.after_a_lost_answer(&jobs).await {
-                Looked::Taken => durability == RedisDurability::Local,
+            let confirmed = match shop.after_a_lost_answer(job_id, &jobs).await {
+                Looked::Taken(taken) => {
+                    // The orders the commit did not take were refused as
+                    // spent admissions (a roomed pass).
+                    let spent: Vec<usize> = (0..jobs.len())
+                        .filter(|i| !taken.contains(&jobs[*i].order_id))
+                        .collect();
+                    refuse_spent(&mut outcomes, &on_commit, &jobs, &spent);
+                    durability == RedisDurability::Local
+                }
                 Looked::Unknown => false,
                 Looked::NotTaken => {
                     return Err(error).with_context(|| {
@@ -394,86 +424,6 @@ async fn release<C: ConnectionLike + Send>(conn: &mut C, guard: LockGuard) {
             "the sale lock expired inside the critical section; raise SECKILL_LOCK_TTL_MS"
         ),
         Err(error) => tracing::warn!(%error, "could not release the sale lock"),
-    }
-}
-
-/// Steps 1 and 2 for a batch, in arrival order: each buyer is decided
-/// against the units the ones before left, and a buyer who appears twice
-/// takes at most one unit. Returns one outcome per buyer, whether each
-/// outcome holds only once this pass's commit lands (a winner; a buyer
-/// refused because a winner of this pass took the unit or was the same
-/// buyer), and the orders to
-/// write. Pure, so it is unit-tested.
-fn decide_batch(
-    sale_id: i64,
-    users: &[&UserId],
-    snapshot: &Snapshot,
-) -> (Vec<Outcome>, Vec<OrderJob>, Vec<bool>) {
-    let mut left = snapshot.stock_left;
-    // The buyers this pass takes a unit for, and the order of each: a
-    // buyer's second request in the pass is told that order.
-    let mut taken_here: HashMap<&str, Uuid> = HashMap::new();
-    let mut jobs = Vec::new();
-    let mut pass = PassIds::new(sale_id);
-    let (outcomes, on_commit) = users
-        .iter()
-        .zip(snapshot.holding.iter().zip(&snapshot.orders))
-        .map(|(user, (holds, held_order))| {
-            let taken_by_this_pass = !*holds && taken_here.contains_key(user.as_str());
-            match decide(*holds || taken_by_this_pass, left) {
-                Decision::Take => {
-                    left -= 1;
-                    let job = pass.order(user);
-                    let order_id = job.order_id;
-                    taken_here.insert(user.as_str(), order_id);
-                    jobs.push(job);
-                    (Outcome::Accepted { order_id }, true)
-                }
-                Decision::AlreadyPurchased => {
-                    let order_id = if taken_by_this_pass {
-                        taken_here.get(user.as_str()).copied()
-                    } else {
-                        *held_order
-                    };
-                    (Outcome::AlreadyPurchased { order_id }, taken_by_this_pass)
-                }
-                Decision::SoldOut => (Outcome::SoldOut, snapshot.stock_left > 0),
-            }
-        })
-        .unzip();
-    (outcomes, jobs, on_commit)
-}
-
-/// The commit refused the orders `spent` (their buyers' admissions had
-/// bought already): each such buyer is told so (already purchased: in a
-/// room, a buyer buys once), and the buyers refused as sold out only
-/// because a refused order was counted before them are told to retry
-/// (busy), since its unit is still there.
-fn refuse_spent(outcomes: &mut [Outcome], on_commit: &[bool], jobs: &[OrderJob], spent: &[usize]) {
-    if spent.is_empty() {
-        return;
-    }
-    for (index, job) in jobs.iter().enumerate() {
-        if !spent.contains(&index) {
-            continue;
-        }
-        // The refused order was never taken: neither its buyer's winning
-        // request nor a second request of theirs in this pass may name it.
-        for outcome in outcomes.iter_mut() {
-            let names_it = match outcome {
-                Outcome::Accepted { order_id } => *order_id == job.order_id,
-                Outcome::AlreadyPurchased { order_id } => *order_id == Some(job.order_id),
-                _ => false,
-            };
-            if names_it {
-                *outcome = Outcome::AlreadyPurchased { order_id: None };
-            }
-        }
-    }
-    for (outcome, on_commit) in outcomes.iter_mut().zip(on_commit) {
-        if *on_commit && *outcome == Outcome::SoldOut {
-            *outcome = Outcome::Busy;
-        }
     }
 }
 

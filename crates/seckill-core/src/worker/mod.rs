@@ -233,8 +233,9 @@ impl Worker {
                     keys: &keys,
                     epoch: epoch.as_deref(),
                 };
+                let unwritten = (&reserved[..], orders.len());
                 return self
-                    .superseded(&mut conn, under, recorded, &queue, report, &reserved)
+                    .superseded(&mut conn, under, recorded, &queue, report, unwritten)
                     .await;
             }
             // PostgreSQL down, or refusing work for a while, is not the
@@ -313,6 +314,8 @@ impl Worker {
     /// One case is PostgreSQL's record that is behind: a load wrote Redis
     /// and then failed to record its epoch. Then Redis' epoch is still the
     /// batch's; record it, and the batch is written on its next delivery.
+    /// `(jobs, orders)`: the jobs given back, and how many orders of
+    /// theirs were not written.
     async fn superseded(
         &self,
         conn: &mut RedisConn,
@@ -320,7 +323,7 @@ impl Worker {
         recorded: Option<String>,
         queue: &Queue,
         mut report: BatchReport,
-        jobs: &[Reserved],
+        (jobs, orders): (&[Reserved], usize),
     ) -> anyhow::Result<BatchReport> {
         let now = load::epoch(conn, under.keys).await?;
         match now.as_deref() {
@@ -332,10 +335,10 @@ impl Worker {
             }
             _ => {
                 tracing::warn!(
-                    orders = jobs.len(),
+                    orders,
                     "the sale was loaded into Redis again after this batch was reserved; its orders are not written"
                 );
-                report.superseded += jobs.len();
+                report.superseded += orders;
             }
         }
         self.give_back_now(conn, queue, jobs)
@@ -416,7 +419,12 @@ impl Worker {
                     jobs.push(decoded);
                     reserved.push(job);
                 }
-                Err(_) => broken.push(job),
+                // Counted too (as one each): a reserve that found work,
+                // if only broken, is not an empty queue to the drain.
+                Err(_) => {
+                    report.reserved += 1;
+                    broken.push(job);
+                }
             }
         }
         log_reservation(&report);

@@ -38,7 +38,7 @@ impl Worker {
             let (its, rest) = orders.split_at(*carries);
             orders = rest;
             let mut failed = false;
-            for order in its {
+            for (k, order) in its.iter().enumerate() {
                 let one = std::slice::from_ref(order);
                 match self.confirm(one, under.epoch).await {
                     Ok(Confirmation::Written { written, pay_by }) => {
@@ -48,7 +48,14 @@ impl Worker {
                     }
                     Ok(Confirmation::Superseded { recorded }) => {
                         return self
-                            .superseded(conn, under, recorded, queue, report, &batch.reserved[i..])
+                            .superseded(
+                                conn,
+                                under,
+                                recorded,
+                                queue,
+                                report,
+                                (&batch.reserved[i..], its.len() - k + orders.len()),
+                            )
                             .await;
                     }
                     Err(error) if failure::transient_postgres(&error) => {

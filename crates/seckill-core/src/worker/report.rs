@@ -6,7 +6,8 @@ use crate::store::Written;
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct BatchReport {
     /// Work reserved from the queue: orders (a pass's job counts the
-    /// orders it carries), or deadline jobs.
+    /// orders it carries), or deadline jobs; a job that does not decode
+    /// counts one.
     pub reserved: usize,
     /// Orders written as confirmed.
     pub confirmed: usize,

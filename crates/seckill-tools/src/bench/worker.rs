@@ -90,10 +90,11 @@ async fn drain_once(args: &BenchArgs, store: &Store, n: u32) -> anyhow::Result<D
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let queue = Queue::new(keys.queue.clone());
     let mut conn = store.redis().await?;
+    let key = store.pass_key().await?;
     let jobs: Vec<(String, String)> = (0..n)
         .step_by(DRAIN_PASS as usize)
         .map(|first| {
-            let mut pass = PassIds::new(sale_id);
+            let mut pass = PassIds::new(sale_id, key);
             let orders: Vec<OrderJob> = (first..n.min(first + DRAIN_PASS))
                 .map(|i| {
                     let user = UserId::parse(&format!("drain-{i}")).expect("a valid buyer id");

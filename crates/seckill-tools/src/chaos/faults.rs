@@ -102,7 +102,7 @@ impl Rig {
             Fault::RedisWipe => {
                 wiped = self.wipe_redis().await?;
                 format!(
-                    "Redis restarted empty; {} orders waiting on the queue went with it, and {} held by workers may have",
+                    "Redis restarted empty; {} jobs waiting on the queue went with it, and {} held by workers may have",
                     wiped.waiting.len(),
                     wiped.in_flight.len()
                 )

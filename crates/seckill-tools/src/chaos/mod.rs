@@ -392,7 +392,7 @@ impl Rig {
             if Instant::now() >= deadline {
                 let (due, inflight, deadlines) = left?;
                 anyhow::bail!(
-                    "the queues did not drain within {DRAIN_LIMIT:?}: {due} orders waiting, {inflight} in flight, {deadlines} deadlines"
+                    "the queues did not drain within {DRAIN_LIMIT:?}: {due} order jobs waiting, {inflight} in flight, {deadlines} deadlines"
                 );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -15,8 +15,9 @@ use crate::worker::{confirmed, enqueue_orders};
 
 /// One pass of sale `sale` for `users`, its orders drawn as the lock
 /// strategy draws them.
-fn pass_of(sale: i64, users: &[&str]) -> (Uuid, Vec<OrderJob>) {
-    let mut pass = PassIds::new(sale);
+async fn pass_of(app: &TestApp, sale: i64, users: &[&str]) -> (Uuid, Vec<OrderJob>) {
+    let key = app.store.pass_key().await.expect("the key");
+    let mut pass = PassIds::new(sale, key);
     let orders = users
         .iter()
         .map(|user| pass.order(&UserId::parse(user).expect("a valid id")))
@@ -41,7 +42,7 @@ async fn enqueue_pass(app: &TestApp, sale: i64, job: Uuid, orders: &[OrderJob]) 
 /// Put passes of `users` straight on a sale's queue, one job each.
 async fn enqueue_passes(app: &TestApp, sale: i64, passes: &[&[&str]]) {
     for users in passes {
-        let (job, orders) = pass_of(sale, users);
+        let (job, orders) = pass_of(app, sale, users).await;
         enqueue_pass(app, sale, job, &orders).await;
     }
 }
@@ -59,9 +60,9 @@ async fn a_pass_is_one_job_and_each_of_its_orders_is_found_by_its_id() {
     let app = spawn_app().await;
     let sale = app.create_sale(10).await;
     let (mut conn, holder) = app.take_lock(sale, Duration::from_secs(30)).await;
-    let (_, mut orders) = pass_of(sale, &["ann", "bob", "cat", "dan"]);
+    let (job, mut orders) = pass_of(&app, sale, &["ann", "bob", "cat", "dan"]).await;
     let untaken = orders.pop().expect("four orders");
-    let left = under_lock::commit(&mut conn, &app.keys(sale), &holder, &orders)
+    let left = under_lock::commit(&mut conn, &app.keys(sale), &holder, job, &orders)
         .await
         .expect("commit");
     assert_eq!(left, Some(7));
@@ -152,7 +153,8 @@ async fn an_order_at_fault_in_a_pass_is_written_around() {
     let app = spawn_app_with(options).await;
     let sale = app.create_sale(5).await;
     let long = "x".repeat(100);
-    let mut pass = PassIds::new(sale);
+    let key = app.store.pass_key().await.expect("the key");
+    let mut pass = PassIds::new(sale, key);
     let mut orders: Vec<OrderJob> = ["ann", "cat"]
         .iter()
         .map(|user| pass.order(&UserId::parse(user).expect("a valid id")))

@@ -88,9 +88,15 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         sale_id: sale,
         user_id: "stale".into(),
     };
-    let written = under_lock::commit(&mut conn, &keys, &stale, std::slice::from_ref(&job))
-        .await
-        .expect("commit");
+    let written = under_lock::commit(
+        &mut conn,
+        &keys,
+        &stale,
+        job.order_id,
+        std::slice::from_ref(&job),
+    )
+    .await
+    .expect("commit");
     assert_eq!(written, None, "a stale holder's write went through");
     let fenced: Option<i64> = redis::cmd("GET")
         .arg(&keys.fenced)
@@ -109,9 +115,15 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         user_id: "current".into(),
     };
     assert_eq!(
-        under_lock::commit(&mut conn, &keys, &current, std::slice::from_ref(&job),)
-            .await
-            .expect("commit"),
+        under_lock::commit(
+            &mut conn,
+            &keys,
+            &current,
+            job.order_id,
+            std::slice::from_ref(&job),
+        )
+        .await
+        .expect("commit"),
         Some(0)
     );
     assert_eq!(app.redis_buyers(sale).await, ["current"]);
@@ -144,9 +156,15 @@ async fn a_commit_that_takes_the_stock_below_zero_is_reported_as_written() {
         sale_id: sale,
         user_id: "late".into(),
     };
-    let written = under_lock::commit(&mut conn, &keys, &holder, std::slice::from_ref(&job))
-        .await
-        .expect("commit");
+    let written = under_lock::commit(
+        &mut conn,
+        &keys,
+        &holder,
+        job.order_id,
+        std::slice::from_ref(&job),
+    )
+    .await
+    .expect("commit");
     assert_eq!(
         written,
         Some(-1),

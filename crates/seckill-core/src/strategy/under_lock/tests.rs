@@ -1,4 +1,10 @@
 use super::*;
+use crate::domain::PassKey;
+
+/// A key for the passes' ids: any will do for deciding.
+fn key() -> PassKey {
+    PassKey::new(b"a test key".to_vec())
+}
 
 fn users(names: &[&str]) -> Vec<UserId> {
     names
@@ -28,7 +34,7 @@ fn a_batch_is_decided_in_arrival_order_against_the_units_left() {
         holding: vec![false, true, false, false],
         orders: vec![None; 4],
     };
-    let (outcomes, jobs, on_commit) = decide_batch(7, &refs, &snapshot);
+    let (outcomes, jobs, on_commit) = decide_batch(PassIds::new(7, &key()), &refs, &snapshot);
     assert_eq!(kinds(&outcomes), ["won", "already", "won", "sold out"]);
     // bob held his unit before; dee is refused only because this
     // pass's winners took the last units.
@@ -47,7 +53,7 @@ fn a_buyer_twice_in_one_batch_takes_one_unit() {
         holding: vec![false, false, false],
         orders: vec![None; 3],
     };
-    let (outcomes, jobs, on_commit) = decide_batch(1, &refs, &snapshot);
+    let (outcomes, jobs, on_commit) = decide_batch(PassIds::new(1, &key()), &refs, &snapshot);
     assert_eq!(kinds(&outcomes), ["won", "already", "won"]);
     assert_eq!(on_commit, [true, true, true]);
     assert_eq!(jobs.len(), 2);
@@ -62,7 +68,7 @@ fn a_buyer_refused_for_want_of_stock_is_not_counted_as_holding() {
         holding: vec![false, false, false],
         orders: vec![None; 3],
     };
-    let (outcomes, _, _) = decide_batch(1, &refs, &snapshot);
+    let (outcomes, _, _) = decide_batch(PassIds::new(1, &key()), &refs, &snapshot);
     assert_eq!(kinds(&outcomes), ["won", "sold out", "sold out"]);
 }
 
@@ -75,7 +81,7 @@ fn a_sale_sold_out_before_the_pass_does_not_rest_on_its_commit() {
         holding: vec![false, true],
         orders: vec![None; 2],
     };
-    let (outcomes, jobs, on_commit) = decide_batch(1, &refs, &snapshot);
+    let (outcomes, jobs, on_commit) = decide_batch(PassIds::new(1, &key()), &refs, &snapshot);
     assert_eq!(kinds(&outcomes), ["sold out", "already"]);
     assert!(jobs.is_empty());
     assert_eq!(on_commit, [false, false]);
@@ -102,7 +108,7 @@ fn a_buyer_who_asks_again_is_told_the_order_they_hold() {
         holding: vec![true, false, false],
         orders: vec![Some(anns), None, None],
     };
-    let (outcomes, jobs, _) = decide_batch(1, &refs, &snapshot);
+    let (outcomes, jobs, _) = decide_batch(PassIds::new(1, &key()), &refs, &snapshot);
     assert_eq!(kinds(&outcomes), ["already", "won", "already"]);
     // ann's from Redis; bob's second request is told the order his
     // first request takes in this pass.
@@ -121,7 +127,7 @@ fn an_order_the_room_refused_is_named_to_nobody() {
         holding: vec![false, false],
         orders: vec![None; 2],
     };
-    let (mut outcomes, jobs, on_commit) = decide_batch(1, &refs, &snapshot);
+    let (mut outcomes, jobs, on_commit) = decide_batch(PassIds::new(1, &key()), &refs, &snapshot);
     // ann's admission had bought already: the commit refused her order.
     refuse_spent(&mut outcomes, &on_commit, &jobs, &[0]);
     assert_eq!(kinds(&outcomes), ["already", "already"]);

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::chaos::Rig;
 use crate::chaos::faults::Wiped;
-use seckill_core::domain::{OrderStatus, carriers};
+use seckill_core::domain::{OrderStatus, PassKey, carriers};
 
 /// One overall check.
 #[derive(Debug, Clone, Serialize)]
@@ -89,11 +89,13 @@ pub(crate) struct Summary {
     pub(crate) crowd: Option<super::CrowdSummary>,
 }
 
+/// What the buyers were promised; `key` reads which pass's job carried
+/// an order (`domain::carriers`).
 fn promised(
     plan: &Plan,
     run: &RunData,
     orders: &[(Uuid, String, OrderStatus)],
-    wiped: &Wiped,
+    (wiped, key): (&Wiped, &PassKey),
 ) -> Promised {
     let in_pg: HashSet<Uuid> = orders.iter().map(|(id, _, _)| *id).collect();
     let accepted_ids: HashSet<Uuid> = run
@@ -123,7 +125,7 @@ fn promised(
             .iter()
             .copied()
             .filter(|id| {
-                carriers(id)
+                carriers(id, key)
                     .iter()
                     .any(|job| ids.contains(&job.to_string()))
             })
@@ -161,6 +163,7 @@ pub(crate) async fn checks(
 ) -> anyhow::Result<(Vec<ChaosCheck>, HashSet<Uuid>, Summary)> {
     let no_wipe = Wiped::default();
     let orders = stored(rig).await?;
+    let key = rig.store.pass_key().await?;
     let Promised {
         accepted_ids,
         lost,
@@ -168,7 +171,7 @@ pub(crate) async fn checks(
         in_flight_at_wipe,
         unanswered,
         unconfirmed,
-    } = promised(plan, run, &orders, wiped.unwrap_or(&no_wipe));
+    } = promised(plan, run, &orders, (wiped.unwrap_or(&no_wipe), key));
     let holding: Vec<&str> = orders
         .iter()
         .filter(|(_, _, s)| matches!(s, OrderStatus::Confirmed | OrderStatus::Paid))

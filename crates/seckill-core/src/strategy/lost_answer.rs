@@ -1,0 +1,83 @@
+//! A commit whose answer was lost with its connection: was it taken?
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::Shop;
+use crate::domain::OrderJob;
+
+/// How long a purchase whose commit answer was lost spends finding out
+/// whether its order was taken (a Redis restart takes a moment), and the
+/// pause between two tries.
+const LOOKUP_LIMIT: Duration = Duration::from_secs(3);
+pub(crate) const LOOKUP_RETRY: Duration = Duration::from_millis(100);
+
+/// What a look for an order whose commit answer was lost found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Looked {
+    /// The commit's job on its sale's queue, or its orders in PostgreSQL:
+    /// the commit went through, and took these orders (a roomed pass's
+    /// commit refuses the orders of spent admissions).
+    Taken(Vec<Uuid>),
+    /// Redis and PostgreSQL answered, and neither has it.
+    NotTaken,
+    /// Redis or PostgreSQL could not be asked in time: in doubt.
+    Unknown,
+}
+
+impl Shop {
+    /// A commit's answer was lost with its connection. Look its job up
+    /// (`job_id`, carrying `jobs`' orders, on the sale's queue), then its
+    /// orders in PostgreSQL, on a fresh connection, asking again while
+    /// neither can be asked, for [`LOOKUP_LIMIT`] at most. A commit is one
+    /// script: its job, or one of its orders stored, tells that it went
+    /// through, and which orders it took. What the buyer is told of each
+    /// answer is the caller's: only a `Taken` order, or a `NotTaken` one
+    /// whose late commit cannot land, is final; an order in doubt is told
+    /// `503` with its id, never an error without it (`GET
+    /// /api/orders/{id}` tells later what became of it).
+    pub(crate) async fn after_a_lost_answer(&self, job_id: Uuid, jobs: &[OrderJob]) -> Looked {
+        let Some(first) = jobs.first() else {
+            return Looked::NotTaken;
+        };
+        // Redis may be on its way back (the connection broke because it was
+        // restarting): ask again until it answers or the limit passes.
+        let deadline = tokio::time::Instant::now() + LOOKUP_LIMIT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.taken(first.sale_id, job_id, jobs)).await {
+                Ok(Ok(taken)) if !taken.is_empty() => {
+                    tracing::warn!(%job_id, "commit answer lost, but the orders were taken");
+                    return Looked::Taken(taken);
+                }
+                Ok(Ok(_)) => return Looked::NotTaken,
+                Ok(Err(_)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(LOOKUP_RETRY).await;
+                }
+                Ok(Err(_)) | Err(_) => {
+                    tracing::warn!(%job_id, "commit answer lost, and its orders could not be looked up");
+                    return Looked::Unknown;
+                }
+            }
+        }
+    }
+
+    /// The orders of `jobs` that commit `job_id` took: those its job
+    /// carries while it is on the queue, else those PostgreSQL holds (the
+    /// worker acks a job only once all its orders are written). Empty:
+    /// not taken. The queue first: the worker moves orders from it to
+    /// PostgreSQL, never back.
+    async fn taken(
+        &self,
+        sale_id: i64,
+        job_id: Uuid,
+        jobs: &[OrderJob],
+    ) -> anyhow::Result<Vec<Uuid>> {
+        let mut conn = self.store.redis().await?;
+        if let Some(carried) = self.store.queued_job(&mut conn, sale_id, job_id).await? {
+            return Ok(carried.iter().map(|order| order.order_id).collect());
+        }
+        let ids: Vec<Uuid> = jobs.iter().map(|job| job.order_id).collect();
+        self.store.stored_among(&ids).await
+    }
+}
