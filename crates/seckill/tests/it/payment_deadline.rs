@@ -259,6 +259,47 @@ async fn a_unit_given_back_to_an_oversold_stock_is_counted_as_returned() {
     assert!(app.redis_buyers(sale).await.is_empty());
 }
 
+/// The lab's broken strategies hold a buyer without naming an order (an
+/// empty entry: their buyer's two requests can both win, and either
+/// order may be the one PostgreSQL keeps). The return of the cancelled
+/// one gives the unit back, once; a hold naming another order keeps it.
+#[tokio::test]
+async fn a_hold_that_names_no_order_is_given_back_by_the_cancelled_one() {
+    let app = app_with_window(900, 10).await;
+    let (sale, ann) = confirmed_order(&app, 2, "ann").await;
+    let keys = app.keys(sale);
+    let mut conn = app.redis_conn().await;
+    let job = order_job(&app, ann).await;
+    // ann's hold names `held`, then her order's unit is given back.
+    let mut return_held_as = async |held: String| {
+        let () = redis::cmd("HSET")
+            .arg(&keys.holds)
+            .arg("ann")
+            .arg(held)
+            .query_async(&mut conn)
+            .await
+            .expect("HSET");
+        payment::return_unit(&mut conn, &keys, &job)
+            .await
+            .expect("return")
+    };
+    assert_eq!(
+        return_held_as(Uuid::now_v7().to_string()).await,
+        UnitReturn::AlreadyReturned,
+        "another order's hold"
+    );
+    assert_eq!(
+        return_held_as(String::new()).await,
+        UnitReturn::Returned { stock_left: 2 }
+    );
+    assert!(app.redis_buyers(sale).await.is_empty());
+    assert_eq!(
+        return_held_as(String::new()).await,
+        UnitReturn::AlreadyReturned,
+        "once"
+    );
+}
+
 /// The interleaving of a reload and a cancellation: a page is loading the
 /// sale from PostgreSQL (it read ann's order confirmed) when the deadline
 /// comes to cancel it. The load holds the sale's row until its write to
