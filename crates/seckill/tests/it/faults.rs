@@ -3,19 +3,24 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use seckill_core::config::WorkerSettings;
+use seckill_core::config::{PurchaseSettings, Strategy, WorkerSettings};
+use seckill_core::domain::UserId;
+use seckill_core::events::LockReleases;
+use seckill_core::purchase::{Outcome, Purchaser};
 use seckill_core::queue::QueueStats;
-use seckill_core::redis_pool::RedisAt;
+use seckill_core::redis_pool::{RedisAt, connect_redis};
 use seckill_core::store::Store;
+use seckill_core::strategy::Shop;
 use seckill_core::worker::Worker;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{
-    Options, Scratch, eventually, spawn_app_on, spawn_app_on_private_postgres,
+    Options, Scratch, eventually, spawn_app, spawn_app_on, spawn_app_on_private_postgres,
     spawn_app_on_private_redis,
 };
 use crate::proxy::LoseOneAnswer;
+use crate::waiting_room::{fifo, sale_with_room};
 
 #[tokio::test]
 async fn the_worker_backs_off_while_postgres_is_down_and_loses_nothing() {
@@ -274,6 +279,89 @@ async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
         409,
         "ann bought twice"
     );
+}
+
+/// A roomed pass whose commit answer is lost: ann, first in the pass,
+/// holds an admission that bought already (her unpaid order was
+/// cancelled, so she holds no unit: a state `room_door.rs` reaches), and
+/// bob, behind her, buys. The commit refuses ann's order and takes bob's,
+/// in the job named by the pass's first order id, ann's. The lookup finds
+/// that job and what it carries: ann is told her admission bought
+/// already, bob `202`, and only bob's order reaches PostgreSQL.
+#[tokio::test]
+async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_taken_one() {
+    let app = spawn_app().await;
+    let (upstream, needles) = commit_on_its_way(&app.scratch);
+    let proxy = LoseOneAnswer::start(upstream, needles).await;
+    let through_proxy = Store::new(
+        app.pg.clone(),
+        connect_redis(&RedisAt::Server(proxy.url.clone()), Duration::from_secs(5))
+            .await
+            .expect("Redis through the proxy"),
+        app.scratch.prefix.clone(),
+    );
+    let sale = sale_with_room(&app, 5, 0, fifo(10, 10)).await;
+    let () = redis::cmd("SADD")
+        .arg(&app.keys(sale).room.bought)
+        .arg("ann")
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("ann's admission spent");
+    let stored = app.store.sale(sale).await.expect("read").expect("a sale");
+    let purchaser = Arc::new(Purchaser::new(Shop::new(
+        through_proxy,
+        PurchaseSettings {
+            strategy: Strategy::Lock,
+            lock_wait_ms: 30_000,
+            ..Default::default()
+        },
+        "loses-an-answer",
+        Duration::from_secs(600),
+        LockReleases::default(),
+    )));
+    let buy = |name: &'static str| {
+        let (purchaser, stored) = (purchaser.clone(), stored.clone());
+        tokio::spawn(async move {
+            let buyer = UserId::parse(name).expect("a buyer");
+            purchaser
+                .purchase(&stored, &buyer)
+                .await
+                .expect("an answer")
+        })
+    };
+    // cy holds a unit already: her pass commits nothing. The test holds
+    // the lock while her pass waits for it and ann, then bob, arrive:
+    // they wait in the lane, in that order, and go through in the next
+    // pass, whose commit is the first.
+    let () = redis::cmd("HSET")
+        .arg(&app.keys(sale).holds)
+        .arg("cy")
+        .arg(uuid::Uuid::now_v7().to_string())
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("cy's hold");
+    let (mut conn, held) = app.take_lock(sale, Duration::from_secs(30)).await;
+    let cy = buy("cy");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ann = buy("ann");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let bob = buy("bob");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release(&mut conn).await.expect("release");
+
+    let cy = cy.await.expect("cy");
+    assert!(matches!(cy, Outcome::AlreadyPurchased { .. }), "{cy:?}");
+    let (ann, bob) = (ann.await.expect("ann"), bob.await.expect("bob"));
+    assert_eq!(proxy.answers_lost(), 1, "the commit's answer was not lost");
+    assert_eq!(ann, Outcome::AlreadyPurchased { order_id: None });
+    let Outcome::Accepted { order_id } = bob else {
+        panic!("bob's taken order was answered {bob:?}");
+    };
+    app.drain().await;
+    let orders = app.orders(sale).await;
+    assert_eq!(orders.len(), 1, "{orders:?}");
+    assert_eq!((orders[0].0, orders[0].1.as_str()), (order_id, "bob"));
+    assert_eq!(app.redis_stock(sale).await, Some(4));
 }
 
 /// An app on `scratch` whose Redis connections go through `proxy`.

@@ -185,3 +185,44 @@ async fn an_order_at_fault_in_a_pass_is_written_around() {
     assert_eq!(confirmed(&app, sale).await, 2);
     assert_eq!(counts(app.queue_stats(sale).await), (0, 0, 1));
 }
+
+/// An order at fault, then PostgreSQL refusing the next order of the same
+/// pass as an outage would (a trigger answering `57014`, a cancelled
+/// statement, for `dan` only): the worker gives up on the batch, and the
+/// job that showed the order at fault is charged all the same. Given back
+/// uncharged, it came back forever, never dead-lettered, whenever an
+/// outage followed its bad order.
+#[tokio::test]
+async fn a_job_at_fault_is_charged_though_an_outage_follows_its_bad_order() {
+    let mut options = Options::default();
+    options.worker.max_attempts = 1;
+    let app = spawn_app_with(options).await;
+    let sale = app.create_sale(5).await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION outage_for_dan() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.user_id = 'dan' THEN
+             RAISE EXCEPTION 'an outage, for dan' USING ERRCODE = '57014';
+           END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER outage_for_dan BEFORE INSERT ON orders
+           FOR EACH ROW EXECUTE FUNCTION outage_for_dan();",
+    )
+    .execute(&app.pg)
+    .await
+    .expect("the trigger");
+    let (job, mut orders) = pass_of(&app, sale, &["ann", "bob", "dan"]).await;
+    // bob's order can never be written: its buyer id is too long.
+    orders[1].user_id = "x".repeat(100);
+    enqueue_pass(&app, sale, job, &orders).await;
+
+    let outage = app.worker.run_once().await;
+    assert!(outage.is_err(), "dan's outage ended no batch: {outage:?}");
+    assert_eq!(confirmed(&app, sale).await, 1, "ann's order is written");
+    assert_eq!(
+        counts(app.queue_stats(sale).await),
+        (0, 0, 1),
+        "the job that showed an order at fault was charged (dead-lettered at its one attempt)"
+    );
+}
