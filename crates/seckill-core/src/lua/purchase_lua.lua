@@ -40,7 +40,11 @@
 -- itself is the mark: the door writes nothing but taking the buyer off
 -- the admitted.
 local roomed = ARGV[5] == '1'
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- One read tells both whether the sale is loaded and what is left: each
+-- redis.call has a cost of its own beyond its command's, and this script
+-- is the whole of a purchase.
+local stock = redis.call('GET', KEYS[1])
+if not stock then
   return {'not_loaded', 0, false}
 end
 local held = redis.call('HGET', KEYS[2], ARGV[1])
@@ -50,7 +54,7 @@ end
 if roomed and redis.call('SISMEMBER', KEYS[6], ARGV[1]) == 1 then
   return {'already_purchased', 0, false}
 end
-if tonumber(redis.call('GET', KEYS[1])) <= 0 then
+if tonumber(stock) <= 0 then
   return {'sold_out', 0, false}
 end
 local left = redis.call('DECR', KEYS[1])

@@ -1,6 +1,7 @@
 //! The purchase API and its outcomes, one instance, real Redis and PostgreSQL.
 //! How a purchase goes through the sale's lock is in `purchase_lock.rs`.
 
+use seckill_core::config::{PurchaseSettings, Strategy};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -131,9 +132,19 @@ async fn purchase_returns_404_for_a_sale_that_does_not_exist() {
     }
 }
 
-#[tokio::test]
-async fn a_sale_missing_from_redis_is_reloaded_from_postgres_with_its_buyers() {
-    let app = spawn_app().await;
+/// Redis lost a sale (a restart without persistence): the next purchase
+/// loads it from PostgreSQL, its buyers with it, and goes on. `lua` finds
+/// the sale missing in its one script (`not_loaded`), `lock` in its
+/// pass's read.
+async fn a_sale_missing_from_redis_is_reloaded_from_postgres_with_its_buyers(strategy: Strategy) {
+    let app = spawn_app_with(Options {
+        purchase: PurchaseSettings {
+            strategy,
+            ..PurchaseSettings::default()
+        },
+        ..Options::default()
+    })
+    .await;
     let sale = app.create_sale(3).await;
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
     app.drain().await;
@@ -147,6 +158,16 @@ async fn a_sale_missing_from_redis_is_reloaded_from_postgres_with_its_buyers() {
     assert_eq!(app.redis_stock(sale).await, Some(1));
     app.drain().await;
     assert_eq!(app.sold(sale).await, 2);
+}
+
+#[tokio::test]
+async fn with_lock_a_sale_missing_from_redis_is_reloaded_with_its_buyers() {
+    a_sale_missing_from_redis_is_reloaded_from_postgres_with_its_buyers(Strategy::Lock).await;
+}
+
+#[tokio::test]
+async fn with_lua_a_sale_missing_from_redis_is_reloaded_with_its_buyers() {
+    a_sale_missing_from_redis_is_reloaded_from_postgres_with_its_buyers(Strategy::Lua).await;
 }
 
 #[tokio::test]
