@@ -7,10 +7,17 @@
 //!   target), with `lock` and with `lua`, with `wrk` on one instance: a
 //!   new sale each round, against a sold-out sale on the same instance,
 //!   three rounds alternated (`wrk::alternated`), the round of the median
-//!   ratio shown; each accepted run's orders drained before the next run
-//!   starts.
+//!   ratio shown. The instance runs no worker: a `seckill worker` of its
+//!   own is paused (SIGSTOP) while wrk runs, and drains each accepted
+//!   run's orders before the next run starts. What the row measures is the
+//!   instance's rate; on this bench's two cores a worker draining beside
+//!   it, and the PostgreSQL it writes to, would take the instance's core
+//!   (their CPU per order is the capacity rows'), where a deployment runs
+//!   them on machines of their own.
 
-use super::capacity::emptied;
+use nix::sys::signal::Signal;
+
+use super::capacity::{drained, emptied, purchases};
 use super::compare::Figure;
 use super::wrk::{self, alternated, median_ratio_row, not_installed, wrk_installed};
 use super::{BenchArgs, Bound, Row};
@@ -19,6 +26,11 @@ use seckill_core::config::Strategy;
 use seckill_core::store::Store;
 use seckill_devenv::processes::Fleet;
 use seckill_devenv::services::Services;
+use seckill_loadtest::answer::AnswerKind;
+
+/// The row's instance and its worker, as [`Fleet::start`] names them.
+const INSTANCE: &str = "bench-accepted-1";
+const WORKER: &str = "bench-accepted-worker";
 
 /// New buyers on one big sale for `--secs` seconds: accepted per second.
 pub(super) async fn accepted_per_second(
@@ -90,9 +102,15 @@ pub(super) async fn accepted_against_sold_out(
         return Ok(not_installed(figure, ">= 0.50"));
     }
     let deployment = super::deployment(services, store.prefix(), strategy, token)?;
-    let mut cluster = Fleet::new(deployment);
-    let url = cluster.start_app("bench-accepted", &[]).await?;
+    let cluster = Fleet::start(deployment, "bench-accepted", 1).await?;
+    let url = cluster.url(INSTANCE)?;
     let rounds = async {
+        // The worker is paused only once it has drained an order (as in
+        // `redis_cost.rs`: paused while still starting, it lost its
+        // PostgreSQL connection when let go).
+        let warm = loadrun::create_sale(store, "Bench accepted, warm-up", 1, Some(3600)).await?;
+        purchases(&url, warm, 1, AnswerKind::Won).await?;
+        drained(store, warm, 1).await?;
         let same = wrk::same_buyer_script()?;
         let sold_out = wrk::sold_out_sale(store, &url, same.path()).await?;
         let new = wrk::script_file(&new_buyers_script("wrk-buyer"))?;
@@ -103,10 +121,13 @@ pub(super) async fn accepted_against_sold_out(
             // A sale of its own each round: none runs short of units.
             let sale = loadrun::create_sale(store, "Bench accepted", UNITS, Some(3600)).await?;
             let buy = format!("{url}/api/sales/{sale}/purchase");
-            let accepted = wrk::wrk_answers(&buy, args.secs, new.path()).await?;
-            // The instance's worker drains what the run accepted: done
-            // before the next run, which would share the cores with it
-            // (a sold-out baseline slowed down, the ratio raised).
+            cluster.signal(WORKER, Signal::SIGSTOP)?;
+            let accepted = wrk::wrk_answers(&buy, args.secs, new.path()).await;
+            // Let go whatever happened, or the fleet's stop would wait on
+            // a paused process. It drains what the run accepted before
+            // the next run, which would share the cores with it.
+            cluster.signal(WORKER, Signal::SIGCONT)?;
+            let accepted = accepted?;
             emptied(store, sale).await?;
             Ok(accepted.ok_per_second())
         })

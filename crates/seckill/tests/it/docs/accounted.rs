@@ -120,6 +120,7 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "seckill-loadtest --target ... --scenario closed --connections 64 --duration 5 --users 10000000 --stock 1000000 --dup 0 --expect observe",
             "seckill-loadtest --spawn 1 --users 10000",
             "seckill serve --strategy lua",
+            "seckill serve --no-worker --strategy lua",
         ],
         "not run: the commands of past measurements, kept as history (docs/bench-history.md); loadtest::the_closed_and_rate_scenarios_keep_the_promise_too runs the closed scenario",
     ),
