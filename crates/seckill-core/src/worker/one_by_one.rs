@@ -23,11 +23,12 @@ impl Worker {
     /// orders all commit is acknowledged; one carrying an order that fails
     /// by itself is charged an attempt and tried again later (its orders
     /// that committed are skipped then: the order id is the key). If
-    /// PostgreSQL goes away meanwhile, the rest are given back uncharged;
-    /// a job that has already shown an order at fault is charged all the
-    /// same, or a job whose bad order is followed by one that meets an
-    /// outage would come back uncharged each time and never be
-    /// dead-lettered.
+    /// PostgreSQL goes away meanwhile, the rest are given back uncharged,
+    /// the job whose order failed among them: its orders after the outage
+    /// were never tried, and charged on its last attempt it would take
+    /// them, each a buyer's `202`, to the dead-letter set. It is charged
+    /// on a delivery that tries every one of its orders (`failure.rs`: an
+    /// outage does not dead-letter healthy orders).
     pub(super) async fn confirm_one_by_one(
         &self,
         conn: &mut RedisConn,
@@ -36,6 +37,7 @@ impl Worker {
         mut report: BatchReport,
         batch: Carried<'_>,
     ) -> anyhow::Result<BatchReport> {
+        let max_attempts = self.settings.max_attempts;
         let mut orders = batch.orders;
         for (i, (carries, job)) in batch.carries.iter().zip(batch.reserved).enumerate() {
             let (its, rest) = orders.split_at(*carries);
@@ -62,14 +64,8 @@ impl Worker {
                             .await;
                     }
                     Err(error) if failure::transient_postgres(&error) => {
-                        let uncharged = if failed {
-                            self.charge(conn, queue, job).await?;
-                            &batch.reserved[i + 1..]
-                        } else {
-                            &batch.reserved[i..]
-                        };
                         return self
-                            .give_back_uncharged(conn, queue, uncharged, error)
+                            .give_back_uncharged(conn, queue, &batch.reserved[i..], error)
                             .await;
                     }
                     Err(error) => {
@@ -79,33 +75,16 @@ impl Worker {
                     }
                 }
             }
+            let job = std::slice::from_ref(job);
             if failed {
-                self.charge(conn, queue, job).await?;
+                queue
+                    .retry(conn, job, FAILED_JOB_DELAY, Attempt::Failed, max_attempts)
+                    .await
+                    .context("giving back a failed job")?;
             } else {
-                queue.ack(conn, std::slice::from_ref(job)).await?;
+                queue.ack(conn, job).await?;
             }
         }
         Ok(report)
-    }
-
-    /// Give `job` back charged an attempt: it carries an order at fault.
-    async fn charge(
-        &self,
-        conn: &mut RedisConn,
-        queue: &Queue,
-        job: &Reserved,
-    ) -> anyhow::Result<()> {
-        let job = std::slice::from_ref(job);
-        queue
-            .retry(
-                conn,
-                job,
-                FAILED_JOB_DELAY,
-                Attempt::Failed,
-                self.settings.max_attempts,
-            )
-            .await
-            .context("giving back a failed job")?;
-        Ok(())
     }
 }

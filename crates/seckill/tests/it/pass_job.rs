@@ -188,12 +188,13 @@ async fn an_order_at_fault_in_a_pass_is_written_around() {
 
 /// An order at fault, then PostgreSQL refusing the next order of the same
 /// pass as an outage would (a trigger answering `57014`, a cancelled
-/// statement, for `dan` only): the worker gives up on the batch, and the
-/// job that showed the order at fault is charged all the same. Given back
-/// uncharged, it came back forever, never dead-lettered, whenever an
-/// outage followed its bad order.
+/// statement, for `dan` only): the worker gives the job back uncharged,
+/// though it is at its last attempt, since dan's order was never tried.
+/// Once the outage is over, the next delivery writes dan's order, and the
+/// job goes to the dead-letter set for bob's alone. Charged at the
+/// outage, it took dan's order there untried, a `202` never written.
 #[tokio::test]
-async fn a_job_at_fault_is_charged_though_an_outage_follows_its_bad_order() {
+async fn an_outage_after_an_order_at_fault_dead_letters_no_untried_order() {
     let mut options = Options::default();
     options.worker.max_attempts = 1;
     let app = spawn_app_with(options).await;
@@ -222,7 +223,16 @@ async fn a_job_at_fault_is_charged_though_an_outage_follows_its_bad_order() {
     assert_eq!(confirmed(&app, sale).await, 1, "ann's order is written");
     assert_eq!(
         counts(app.queue_stats(sale).await),
-        (0, 0, 1),
-        "the job that showed an order at fault was charged (dead-lettered at its one attempt)"
+        (1, 0, 0),
+        "the job, at its last attempt, was charged at the outage"
     );
+
+    sqlx::raw_sql("DROP TRIGGER outage_for_dan ON orders")
+        .execute(&app.pg)
+        .await
+        .expect("the outage over");
+    let after = app.drain().await;
+    assert_eq!((after.confirmed, after.failed), (1, 1));
+    assert_eq!(confirmed(&app, sale).await, 2, "ann's and dan's orders");
+    assert_eq!(counts(app.queue_stats(sale).await), (0, 0, 1));
 }
