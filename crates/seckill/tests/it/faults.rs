@@ -323,11 +323,17 @@ async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_take
         let (purchaser, stored) = (purchaser.clone(), stored.clone());
         tokio::spawn(async move {
             let buyer = UserId::parse(name).expect("a buyer");
-            purchaser
-                .purchase(&stored, &buyer)
-                .await
-                .expect("an answer")
+            purchaser.purchase(&stored, &buyer).await.map_err(|error| {
+                // ann alone in a pass: her commit takes nothing, so the
+                // lost answer's lookup finds nothing.
+                format!("{name}'s purchase failed (were ann and bob not in one pass?): {error:#}")
+            })
         })
+    };
+    let answer = async |task: tokio::task::JoinHandle<Result<Outcome, String>>| {
+        task.await
+            .expect("a purchase task")
+            .unwrap_or_else(|error| panic!("{error}"))
     };
     // cy holds a unit already: her pass commits nothing. The test holds
     // the lock while her pass waits for it and ann, then bob, arrive:
@@ -340,18 +346,20 @@ async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_take
         .query_async(&mut app.redis_conn().await)
         .await
         .expect("cy's hold");
+    // The pauses are for a busy machine: each task joins its lane, or
+    // takes its pass, within moments of starting.
     let (mut conn, held) = app.take_lock(sale, Duration::from_secs(30)).await;
     let cy = buy("cy");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     let ann = buy("ann");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let bob = buy("bob");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     held.release(&mut conn).await.expect("release");
 
-    let cy = cy.await.expect("cy");
+    let cy = answer(cy).await;
     assert!(matches!(cy, Outcome::AlreadyPurchased { .. }), "{cy:?}");
-    let (ann, bob) = (ann.await.expect("ann"), bob.await.expect("bob"));
+    let (ann, bob) = (answer(ann).await, answer(bob).await);
     assert_eq!(proxy.answers_lost(), 1, "the commit's answer was not lost");
     assert_eq!(ann, Outcome::AlreadyPurchased { order_id: None });
     let Outcome::Accepted { order_id } = bob else {
