@@ -17,7 +17,7 @@
 
 use nix::sys::signal::Signal;
 
-use super::capacity::{drained, emptied, purchases};
+use super::capacity::{drained, emptied};
 use super::compare::Figure;
 use super::wrk::{self, alternated, median_ratio_row, not_installed, wrk_installed};
 use super::{BenchArgs, Bound, Row};
@@ -26,7 +26,6 @@ use seckill_core::config::Strategy;
 use seckill_core::store::Store;
 use seckill_devenv::processes::Fleet;
 use seckill_devenv::services::Services;
-use seckill_loadtest::answer::AnswerKind;
 
 /// The row's instance and its worker, as [`Fleet::start`] names them.
 const INSTANCE: &str = "bench-accepted-1";
@@ -105,14 +104,13 @@ pub(super) async fn accepted_against_sold_out(
     let cluster = Fleet::start(deployment, "bench-accepted", 1).await?;
     let url = cluster.url(INSTANCE)?;
     let rounds = async {
-        // The worker is paused only once it has drained an order (as in
-        // `redis_cost.rs`: paused while still starting, it lost its
-        // PostgreSQL connection when let go).
-        let warm = loadrun::create_sale(store, "Bench accepted, warm-up", 1, Some(3600)).await?;
-        purchases(&url, warm, 1, AnswerKind::Won).await?;
-        drained(store, warm, 1).await?;
         let same = wrk::same_buyer_script()?;
-        let sold_out = wrk::sold_out_sale(store, &url, same.path()).await?;
+        let (sold, sold_out) = wrk::sold_out_sale(store, &url, same.path()).await?;
+        // The worker is paused only once it has drained an order, the
+        // sold-out sale's (as in `redis_cost.rs`: paused while still
+        // starting, it lost its PostgreSQL connection when let go).
+        drained(store, sold, 1).await?;
+        emptied(store, sold).await?;
         let new = wrk::script_file(&new_buyers_script("wrk-buyer"))?;
         alternated(args.rounds(wrk::ROUNDS), async |which| {
             if which == 1 {

@@ -85,7 +85,7 @@ pub(super) async fn status_against_sold_out(
 /// far back, the next in line, and the admitted one, in that order.
 async fn measure(args: &BenchArgs, store: &Store, url: &str) -> anyhow::Result<Vec<Vec<[f64; 2]>>> {
     let purchase_script = wrk::same_buyer_script()?;
-    let purchase = wrk::sold_out_sale(store, url, purchase_script.path()).await?;
+    let (_, purchase) = wrk::sold_out_sale(store, url, purchase_script.path()).await?;
     let (sale, [far, near, admitted]) = waiting_tickets(store, url).await?;
     let status = format!("{url}/api/sales/{sale}/queue");
     let mut each = Vec::new();

@@ -46,7 +46,7 @@ pub(super) async fn sold_out(
     // Started last: nothing fallible comes between it and its stop.
     let bare = bare_server()?;
     let rounds = async {
-        let purchase = sold_out_sale(store, &url, script.path()).await?;
+        let (_, purchase) = sold_out_sale(store, &url, script.path()).await?;
         let bare = format!("{}/buy", bare.url);
         alternated(args.rounds(ROUNDS), async |which| {
             wrk([&purchase, &bare][which], args.secs, Some(script.path())).await
@@ -101,14 +101,14 @@ pub(super) async fn sold_out_sale(
     store: &Store,
     url: &str,
     script: &Path,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<(i64, String)> {
     let sale = loadrun::create_sale(store, "Bench sold out", 1, Some(3600)).await?;
     let purchase = format!("{url}/api/sales/{sale}/purchase");
     // The first takes the one unit, the second sets the instance's flag.
     for _ in 0..2 {
         wrk_once(&purchase, script).await?;
     }
-    Ok(purchase)
+    Ok((sale, purchase))
 }
 
 /// Runs of the sold-out purchase and of the bare handler, alternated: one
