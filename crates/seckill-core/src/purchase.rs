@@ -166,11 +166,17 @@ impl Purchaser {
         if self.shop.sold_out.check(sale.id, refresh) == Flag::SoldOut {
             return Ok(Outcome::SoldOut);
         }
-        // What follows talks to Redis and may log, so it runs in a span that
-        // names the sale and the buyer. The answers above log nothing and
-        // open none: a span costs every request that opens it (its fields
-        // formatted, an entry made and freed), and sold-out answers are
-        // most of a burst's.
+        // What follows talks to Redis and may log. With `lock` it runs in
+        // the sale lane's task, under that task's span (`lanes.rs`): this
+        // request only waits for its answer, and logs nothing. With the
+        // other strategies it runs here, in a span that names the sale and
+        // the buyer. The answers above log nothing and open none: a span
+        // costs every request that opens it (its fields formatted, an entry
+        // made and freed), and sold-out answers are most of a burst's.
+        if self.strategy() == Strategy::Lock {
+            let roomed = sale.waiting_room.is_some();
+            return self.lanes.purchase(&self.shop, sale.id, roomed, user).await;
+        }
         let span = tracing::info_span!(
             "purchase",
             sale_id = sale.id,
@@ -181,13 +187,10 @@ impl Purchaser {
     }
 
     /// The strategy's part of a purchase of a sale this instance does not
-    /// know to be sold out.
+    /// know to be sold out, for every strategy but `lock` (its sale lanes
+    /// take its purchases).
     async fn contend(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
         let strategy = self.strategy();
-        if strategy == Strategy::Lock {
-            let roomed = sale.waiting_room.is_some();
-            return self.lanes.purchase(&self.shop, sale.id, roomed, user).await;
-        }
         let keys = SaleKeys::new(self.shop.store.prefix(), sale.id);
         // The pool's wait timeout bounds how long a request queues for a
         // connection; running out of connections is "busy", not an error.
@@ -208,7 +211,7 @@ impl Purchaser {
         };
         let conn = &mut conn;
         match strategy {
-            Strategy::Lock => unreachable!("handled above"),
+            Strategy::Lock => unreachable!("handled by `decide`"),
             Strategy::Naive => naive::purchase(buy, conn).await,
             Strategy::Article => article::purchase(buy, conn).await,
             Strategy::Getset => getset::purchase(buy, conn).await,

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use super::pass;
 use crate::domain::UserId;
@@ -92,8 +93,11 @@ impl Lanes {
             // the lock the other instances wait for (see `Store::runtime`);
             // and the task takes the next batch itself, so that no request
             // has to be served between two passes.
+            // Its one span names the sale in what its passes log: one for
+            // the task's passes, not one a buyer.
             let runtime = &shop.store.runtime();
-            runtime.spawn(drain(shop.clone(), Arc::clone(&lane), sale_id, roomed));
+            let span = tracing::info_span!("lane", sale_id);
+            runtime.spawn(drain(shop.clone(), Arc::clone(&lane), sale_id, roomed).instrument(span));
         }
         answered.await.unwrap_or_else(|_| Err(no_answer()))
     }
