@@ -47,6 +47,27 @@ async fn enqueue_passes(app: &TestApp, sale: i64, passes: &[&[&str]]) {
     }
 }
 
+/// An app whose worker gives a job `max_attempts`, and a sale of 5 units.
+async fn app_with_attempts(max_attempts: u32) -> (TestApp, i64) {
+    let mut options = Options::default();
+    options.worker.max_attempts = max_attempts;
+    let app = spawn_app_with(options).await;
+    let sale = app.create_sale(5).await;
+    (app, sale)
+}
+
+/// [`pass_of`] `users`, bob's order among them one that can never be
+/// written: its buyer id is too long.
+async fn pass_with_bad_bob(app: &TestApp, sale: i64, users: &[&str]) -> (Uuid, Vec<OrderJob>) {
+    let (job, mut orders) = pass_of(app, sale, users).await;
+    for order in &mut orders {
+        if order.user_id == "bob" {
+            order.user_id = "x".repeat(100);
+        }
+    }
+    (job, orders)
+}
+
 /// A queue's `(waiting, in flight, dead)`.
 fn counts(stats: QueueStats) -> (u64, u64, u64) {
     (stats.waiting, stats.in_flight, stats.dead)
@@ -148,24 +169,9 @@ async fn the_queue_hands_out_a_batch_by_the_orders_its_jobs_carry() {
 /// unwritten.
 #[tokio::test]
 async fn an_order_at_fault_in_a_pass_is_written_around() {
-    let mut options = Options::default();
-    options.worker.max_attempts = 2;
-    let app = spawn_app_with(options).await;
-    let sale = app.create_sale(5).await;
-    let long = "x".repeat(100);
-    let key = app.store.pass_key().await.expect("the key");
-    let mut pass = PassIds::new(sale, key);
-    let mut orders: Vec<OrderJob> = ["ann", "cat"]
-        .iter()
-        .map(|user| pass.order(&UserId::parse(user).expect("a valid id")))
-        .collect();
-    let mut poison = orders[0].clone();
-    poison.user_id = long;
-    poison.order_id = pass
-        .order(&UserId::parse("bob").expect("a valid id"))
-        .order_id;
-    orders.insert(1, poison);
-    enqueue_pass(&app, sale, pass.job_id(), &orders).await;
+    let (app, sale) = app_with_attempts(2).await;
+    let (job, orders) = pass_with_bad_bob(&app, sale, &["ann", "bob", "cat"]).await;
+    enqueue_pass(&app, sale, job, &orders).await;
 
     let first = app.drain().await;
     assert_eq!((first.confirmed, first.failed), (2, 1));
@@ -195,10 +201,7 @@ async fn an_order_at_fault_in_a_pass_is_written_around() {
 /// outage, it took dan's order there untried, a `202` never written.
 #[tokio::test]
 async fn an_outage_after_an_order_at_fault_dead_letters_no_untried_order() {
-    let mut options = Options::default();
-    options.worker.max_attempts = 1;
-    let app = spawn_app_with(options).await;
-    let sale = app.create_sale(5).await;
+    let (app, sale) = app_with_attempts(1).await;
     sqlx::raw_sql(
         "CREATE FUNCTION outage_for_dan() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
@@ -213,9 +216,7 @@ async fn an_outage_after_an_order_at_fault_dead_letters_no_untried_order() {
     .execute(&app.pg)
     .await
     .expect("the trigger");
-    let (job, mut orders) = pass_of(&app, sale, &["ann", "bob", "dan"]).await;
-    // bob's order can never be written: its buyer id is too long.
-    orders[1].user_id = "x".repeat(100);
+    let (job, orders) = pass_with_bad_bob(&app, sale, &["ann", "bob", "dan"]).await;
     enqueue_pass(&app, sale, job, &orders).await;
 
     let outage = app.worker.run_once().await;

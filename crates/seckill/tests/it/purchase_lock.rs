@@ -7,13 +7,35 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use seckill_core::domain::OrderJob;
-use seckill_core::lock::RedisLock;
+use seckill_core::keys::SaleKeys;
+use seckill_core::lock::{LockGuard, RedisLock};
+use seckill_core::redis_pool::RedisConn;
 use seckill_core::strategy::under_lock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
 use crate::helpers::{Options, spawn_app, spawn_app_with};
 use crate::purchase::error_code;
+
+/// The lock's commit of one order, for `user`, as a pass of its own
+/// under `guard`: the units left it answers, `None` if the fence refused
+/// it.
+async fn commit_alone(
+    conn: &mut RedisConn,
+    keys: &SaleKeys,
+    guard: &LockGuard,
+    sale: i64,
+    user: &str,
+) -> Option<i64> {
+    let job = OrderJob {
+        order_id: Uuid::now_v7(),
+        sale_id: sale,
+        user_id: user.into(),
+    };
+    under_lock::commit(conn, keys, guard, job.order_id, std::slice::from_ref(&job))
+        .await
+        .expect("commit")
+}
 
 #[tokio::test]
 async fn purchase_returns_503_busy_with_retry_after_while_the_lock_is_held_and_writes_nothing() {
@@ -83,20 +105,7 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
         .expect("acquire")
         .expect("free after expiry");
     // ...and the stalled one wakes up and tries to write its decision.
-    let job = OrderJob {
-        order_id: Uuid::now_v7(),
-        sale_id: sale,
-        user_id: "stale".into(),
-    };
-    let written = under_lock::commit(
-        &mut conn,
-        &keys,
-        &stale,
-        job.order_id,
-        std::slice::from_ref(&job),
-    )
-    .await
-    .expect("commit");
+    let written = commit_alone(&mut conn, &keys, &stale, sale, "stale").await;
     assert_eq!(written, None, "a stale holder's write went through");
     let fenced: Option<i64> = redis::cmd("GET")
         .arg(&keys.fenced)
@@ -109,21 +118,8 @@ async fn a_holder_whose_lock_expired_commits_nothing() {
     assert_eq!(app.queue_stats(sale).await.waiting, 0);
 
     // The current holder's commit does go through.
-    let job = OrderJob {
-        order_id: Uuid::now_v7(),
-        sale_id: sale,
-        user_id: "current".into(),
-    };
     assert_eq!(
-        under_lock::commit(
-            &mut conn,
-            &keys,
-            &current,
-            job.order_id,
-            std::slice::from_ref(&job),
-        )
-        .await
-        .expect("commit"),
+        commit_alone(&mut conn, &keys, &current, sale, "current").await,
         Some(0)
     );
     assert_eq!(app.redis_buyers(sale).await, ["current"]);
@@ -151,20 +147,7 @@ async fn a_commit_that_takes_the_stock_below_zero_is_reported_as_written() {
         .query_async(&mut conn)
         .await
         .expect("SET");
-    let job = OrderJob {
-        order_id: Uuid::now_v7(),
-        sale_id: sale,
-        user_id: "late".into(),
-    };
-    let written = under_lock::commit(
-        &mut conn,
-        &keys,
-        &holder,
-        job.order_id,
-        std::slice::from_ref(&job),
-    )
-    .await
-    .expect("commit");
+    let written = commit_alone(&mut conn, &keys, &holder, sale, "late").await;
     assert_eq!(
         written,
         Some(-1),
