@@ -8,7 +8,10 @@
 //! follows a failover as its connections to the old primary fail and are
 //! replaced; `redis_pool/recycle_check.rs`) or a cluster
 //! connection (the `redis` crate's, pooled by `deadpool` with
-//! `deadpool-redis`' managers, `redis_pool/recycle_check.rs`) that sends
+//! `deadpool-redis`' managers, `redis_pool/recycle_check.rs`). A
+//! cluster's, and one server's unless a `WAIT` is sent on them, are
+//! handles on one multiplexed connection, every caller's commands
+//! pipelined on it (`redis_pool/sharing.rs`). A cluster connection sends
 //! each command to the master owning its key's slot, follows `MOVED` and
 //! `ASK` when slots move, and splits multi-key reads (`KEYS`, `DEL` of keys
 //! in several slots) across the masters.
@@ -32,6 +35,7 @@
 //! PostgreSQL, and each sale's keys are named from its id.
 
 mod recycle_check;
+mod sharing;
 mod timeouts;
 
 use std::time::Duration;
@@ -44,10 +48,13 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 pub use recycle_check::TRUSTED_FOR;
 use recycle_check::Trusting;
+use sharing::Sharing;
 pub use timeouts::{ClusterManager, RedisTimeouts, SentinelManager};
 
-/// Redis connections per process (for a cluster, handles on one
-/// multiplexed cluster connection: `redis_pool/timeouts.rs`). Each purchase holds one while it waits for the sale lock,
+/// Redis connections per process: handles on one multiplexed connection
+/// for one server (unless a `WAIT` is sent) and for a cluster
+/// (`redis_pool/sharing.rs`), connections of their own otherwise. Each
+/// purchase holds one while it waits for the sale lock,
 /// so this bounds how many purchases wait at once; the rest queue for a
 /// connection (up to the lock wait, then 503 busy).
 pub(crate) const POOL_SIZE: usize = 64;
@@ -245,8 +252,8 @@ fn url_list(list: &str, what: &str) -> anyhow::Result<Vec<String>> {
 /// taken (`redis_pool/recycle_check.rs`).
 #[derive(Clone)]
 pub enum RedisPool {
-    Server(Pool<Trusting<deadpool_redis::Manager>>),
-    Cluster(Pool<Trusting<ClusterManager>>),
+    Server(Pool<Trusting<Sharing<deadpool_redis::Manager>>>),
+    Cluster(Pool<Trusting<Sharing<ClusterManager>>>),
     Sentinel(Pool<Trusting<SentinelManager>>),
 }
 
@@ -291,13 +298,23 @@ impl RedisPool {
         Ok(match at {
             RedisAt::Server(url) => Self::Server(pool(
                 Trusting::new(
-                    deadpool_redis::Manager::new_with_config(url.as_str(), timeouts.config())?,
+                    {
+                        let manager = deadpool_redis::Manager::new_with_config(
+                            url.as_str(),
+                            timeouts.config(),
+                        )?;
+                        if timeouts.sends_wait {
+                            Sharing::each_its_own(manager)
+                        } else {
+                            Sharing::one(manager)
+                        }
+                    },
                     &place,
                 ),
                 config,
             )?),
             RedisAt::Cluster(nodes) => Self::Cluster(pool(
-                Trusting::new(ClusterManager::new(nodes, timeouts)?, &place),
+                Trusting::new(Sharing::one(ClusterManager::new(nodes, timeouts)?), &place),
                 config,
             )?),
             RedisAt::Sentinel { sentinels, master } => Self::Sentinel(pool(
@@ -352,8 +369,8 @@ impl RedisPool {
 
 /// One pooled connection, to a server or to a cluster.
 pub enum RedisConn {
-    Server(Object<Trusting<deadpool_redis::Manager>>),
-    Cluster(Object<Trusting<ClusterManager>>),
+    Server(Object<Trusting<Sharing<deadpool_redis::Manager>>>),
+    Cluster(Object<Trusting<Sharing<ClusterManager>>>),
     Sentinel(Object<Trusting<SentinelManager>>),
 }
 

@@ -42,11 +42,11 @@
 //!   pool. And it makes each pooled connection a cluster connection of its
 //!   own, which connects to every node and asks for the slot map: while one
 //!   node is stalled, each new one took two seconds, and the pool made them
-//!   just when a stall had it hand out more. [`ClusterManager`] makes one
-//!   cluster connection and hands out clones of it (it is multiplexed: one
-//!   connection per node, shared by every caller, as the crate intends),
-//!   and checks nothing of the nodes: the cluster client replaces a node's
-//!   connection itself after a failure on it.
+//!   just when a stall had it hand out more. The pool hands out clones of
+//!   one cluster connection (`sharing.rs`: it is multiplexed, one
+//!   connection per node shared by every caller, as the crate intends),
+//!   and [`ClusterManager`] checks nothing of the nodes: the cluster client
+//!   replaces a node's connection itself after a failure on it.
 //!
 //! What it bounds: a request that meets a node that does not answer is
 //! told `503` with `Retry-After` one response timeout after each round
@@ -74,6 +74,10 @@ pub struct RedisTimeouts {
     /// For each reply. Past it the command fails as a timeout, which the
     /// purchase treats as a lost answer and the API as `503`.
     pub response: Duration,
+    /// Whether a `WAIT` is sent on these connections: then each caller
+    /// has a connection of its own from one server or Sentinel, since a
+    /// `WAIT` holds up what is pipelined behind it (`sharing.rs`).
+    pub sends_wait: bool,
 }
 
 impl RedisTimeouts {
@@ -81,6 +85,7 @@ impl RedisTimeouts {
     pub(crate) const DEFAULT: Self = Self {
         connect: Duration::from_secs(1),
         response: Duration::from_millis(500),
+        sends_wait: false,
     };
 
     /// What the reply to a `WAIT` may take beyond its own timeout: the
@@ -97,6 +102,7 @@ impl RedisTimeouts {
             None => Self::DEFAULT,
             Some(wait) => Self {
                 response: Self::DEFAULT.response.max(wait + Self::WAIT_MARGIN),
+                sends_wait: true,
                 ..Self::DEFAULT
             },
         }
@@ -116,14 +122,10 @@ impl Default for RedisTimeouts {
     }
 }
 
-/// Handles on one cluster connection with [`RedisTimeouts`] (see the
-/// module's notes for why each choice).
+/// Cluster connections with [`RedisTimeouts`] (see the module's notes for
+/// why each choice); the pool shares one (`sharing.rs`).
 pub struct ClusterManager {
     client: ClusterClient,
-    /// The cluster connection every handle is a clone of, once made. A
-    /// tokio Mutex, held across the connect (an await): the race it
-    /// prevents is a burst that finds none made and makes one each.
-    shared: tokio::sync::Mutex<Option<ClusterConnection>>,
 }
 
 impl ClusterManager {
@@ -137,10 +139,7 @@ impl ClusterManager {
             // was_lost_is_never_sent_again` sees the commit run twice.
             .retries(0)
             .build()?;
-        Ok(Self {
-            client,
-            shared: tokio::sync::Mutex::default(),
-        })
+        Ok(Self { client })
     }
 }
 
@@ -149,13 +148,7 @@ impl managed::Manager for ClusterManager {
     type Error = RedisError;
 
     async fn create(&self) -> Result<ClusterConnection, RedisError> {
-        let mut shared = self.shared.lock().await;
-        if let Some(conn) = &*shared {
-            return Ok(conn.clone());
-        }
-        let conn = self.client.get_async_connection().await?;
-        *shared = Some(conn.clone());
-        Ok(conn)
+        self.client.get_async_connection().await
     }
 
     /// Nothing to check: a `PING` would go to every primary (module

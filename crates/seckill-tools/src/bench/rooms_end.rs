@@ -71,6 +71,7 @@ pub(super) async fn memory_after_ended_rooms(
     let patient = RedisTimeouts {
         connect: Duration::from_secs(5),
         response: Duration::from_secs(30),
+        sends_wait: false,
     };
     // The measuring connection, a pool of its own: the rooms' pool is
     // dropped before the memory after is read, so that the two readings

@@ -1,14 +1,16 @@
-//! The Redis pool's check of the connections it hands out
-//! (`src/redis_pool/recycle_check.rs`): skipped for a connection that answered
-//! just now, made for one idle longer and for every one that answered
-//! before a connection to the same server, in any pool, was found closed;
-//! a closed one is never handed out again. And the pool's deletion of a
+//! The Redis pool's connections: one shared by every caller of one server
+//! (`src/redis_pool/sharing.rs`), one each under `replica`; and its check
+//! of what it hands out (`src/redis_pool/recycle_check.rs`): skipped for a
+//! connection that answered just now, made for one idle longer and for
+//! every one that answered before a connection to the same server, in any
+//! pool, was found closed; a closed one is never handed out again. And the pool's deletion of a
 //! prefix's keys (`RedisPool::delete_under`, what `reset`, the bench and
 //! the tests clean up with).
 
 use std::time::{Duration, Instant};
 
-use seckill_core::redis_pool::{RedisAt, RedisConn, RedisPool, TRUSTED_FOR};
+use seckill_core::config::RedisDurability;
+use seckill_core::redis_pool::{RedisAt, RedisConn, RedisPool, TRUSTED_FOR, connect_redis_with};
 use seckill_devenv::services::PrivateRedis;
 
 /// A pool of the Redis server at `url`, and a connection beside it that
@@ -68,45 +70,113 @@ async fn a_connection_that_just_answered_is_handed_out_unchecked_and_an_idle_one
     assert_eq!(last_command(&mut observer, id).await, "ping");
 }
 
-/// Redis closing a connection that has just answered (as a restart closes
-/// them all): the command that finds it fails, the others are checked
-/// before they are trusted again, and that one is never handed out again.
+/// One server's pool hands out handles on one connection
+/// (`redis_pool/sharing.rs`): every caller's commands pipelined on it.
+/// Redis closing it (as a restart closes it): the command that finds it
+/// fails, every handle is checked before it is trusted again, and the
+/// pool makes one new connection that the handles replaced after it share,
+/// not one for each.
 #[tokio::test]
-async fn a_connection_closed_under_the_pool_fails_once_and_the_pool_checks_the_rest() {
-    // A server of its own: what it kills makes no other test's pool check.
+async fn a_shared_connection_closed_under_the_pool_fails_once_and_one_new_one_replaces_it() {
+    // A server of its own: what it kills makes no other test's pool check,
+    // and its clients are this test's alone.
     let redis = PrivateRedis::start().await.expect("a private Redis");
-    // Each step counts on the connections' last answers being less than
+    // Each step counts on the connection's last answer being less than
     // TRUSTED_FOR old: on a machine too busy for that, the try says
     // nothing and is made again.
     for _ in 0..5 {
         let (pool, mut observer) = pool_and_observer(&redis.url()).await;
-        // Two connections, each having answered; `killed` goes back first
-        // and so comes out first (the pool's queue is first in, first out).
-        let (mut other, mut killed) = (pool.get().await.expect("a"), pool.get().await.expect("b"));
+        // Two handles at once: the pool makes two, on one connection.
+        let (mut first, mut second) = (pool.get().await.expect("a"), pool.get().await.expect("b"));
         let answered = Instant::now();
-        let other_id = client_id(&mut other).await.expect("CLIENT ID");
-        let killed_id = client_id(&mut killed).await.expect("CLIENT ID");
-        drop(killed);
-        drop(other);
-        kill(&mut observer, killed_id).await;
+        let shared = client_id(&mut first).await.expect("CLIENT ID");
+        assert_eq!(client_id(&mut second).await.expect("CLIENT ID"), shared);
+        drop((first, second));
+        kill(&mut observer, shared).await;
         // It answered a moment ago, so it is handed out unchecked, and the
         // command sent on it fails: the price of not checking.
-        let first = next_id(&pool).await;
-        // The other answered before that failure: checked first.
-        drop(pool.get().await.expect("a connection"));
-        let other_last = last_command(&mut observer, other_id).await;
+        let failed = next_id(&pool).await;
         if answered.elapsed() >= TRUSTED_FOR {
             continue;
         }
-        assert!(first.is_err(), "the closed connection answered: {first:?}");
-        assert_eq!(other_last, "ping");
-        // The closed one is not handed out again: every command works.
-        for _ in 0..3 {
-            next_id(&pool).await.expect("a working connection");
-        }
+        assert!(
+            failed.is_err(),
+            "the closed connection answered: {failed:?}"
+        );
+        // Two handles at once again: both checked and dropped, two new
+        // ones made, on one new connection.
+        let (mut first, mut second) = (pool.get().await.expect("a"), pool.get().await.expect("b"));
+        let new = client_id(&mut first).await.expect("a working connection");
+        assert_ne!(new, shared);
+        assert_eq!(client_id(&mut second).await.expect("CLIENT ID"), new);
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut observer)
+            .await
+            .expect("CLIENT LIST");
+        assert_eq!(
+            clients.lines().count(),
+            2,
+            "the observer and one connection of the pool's: {clients}"
+        );
         return;
     }
     panic!("every try took longer than TRUSTED_FOR");
+}
+
+/// Under `--redis-durability replica` each caller has a connection of its
+/// own: Redis holds a client in `WAIT` until its replicas answer, and on a
+/// shared connection every command pipelined behind the `WAIT` would wait
+/// with it, every buyer behind one buyer's replica.
+#[tokio::test]
+async fn under_replica_a_wait_holds_up_no_other_caller() {
+    // No replica: a `WAIT 1` waits its whole timeout.
+    let redis = PrivateRedis::start().await.expect("a private Redis");
+    let durability = RedisDurability::Replica {
+        wait: Duration::from_secs(3),
+        replicas: 1,
+    };
+    let pool = connect_redis_with(
+        &RedisAt::Server(redis.url()),
+        Duration::from_secs(5),
+        durability.timeouts(),
+    )
+    .await
+    .expect("a pool");
+    let (mut waiting, mut other) = (pool.get().await.expect("a"), pool.get().await.expect("b"));
+    let (waiting_id, other_id) = (
+        client_id(&mut waiting).await.expect("CLIENT ID"),
+        client_id(&mut other).await.expect("CLIENT ID"),
+    );
+    assert_ne!(waiting_id, other_id);
+    let wait = tokio::spawn(async move {
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(3_000)
+            .query_async(&mut waiting)
+            .await
+            .expect("WAIT");
+        acked
+    });
+    // The `WAIT` is under way (Redis sees its client blocked) before the
+    // other caller asks.
+    let observer = crate::helpers::redis_at(&redis.url()).await;
+    crate::helpers::eventually(Duration::from_secs(2), "the WAIT blocked", || {
+        let mut observer = observer.clone();
+        async move { last_command(&mut observer, waiting_id).await == "wait" }
+    })
+    .await;
+    let () = redis::cmd("SET")
+        .arg("t:other")
+        .arg(1)
+        .query_async(&mut other)
+        .await
+        .expect("SET");
+    assert!(
+        !wait.is_finished(),
+        "the other caller was answered only after the WAIT"
+    );
+    assert_eq!(wait.await.expect("the WAIT's task"), 0);
 }
 
 /// Close a client's connection from the server's side.
