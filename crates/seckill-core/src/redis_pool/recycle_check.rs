@@ -27,6 +27,8 @@
 //! command sent on it fails (its buyer gets the `503` of a Redis that
 //! cannot be reached) where the check would have replaced it unseen: every
 //! request that takes such a connection until the first of them fails.
+//! One server's handles share one connection (`sharing.rs`): when it is
+//! closed, every command in flight on it fails with it.
 //! `UNWATCH` is not needed: nothing here uses `WATCH`, and a `MULTI ...
 //! EXEC` is always sent whole, as one atomic pipeline.
 

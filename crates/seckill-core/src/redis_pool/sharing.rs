@@ -7,13 +7,32 @@
 //! purchase, one script per request, cost its instance and Redis less
 //! CPU, Redis reading a dozen purchases at a time.
 //!
-//! Where a connection is not shared: while a `WAIT` is sent on it
-//! (`--redis-durability replica` on one server or Sentinel). Redis holds a
-//! client in `WAIT` until its replicas answer, and every command pipelined
-//! behind it on the same connection waits too: one buyer's `WAIT` would
-//! hold up every other buyer's purchase. A cluster's connection is shared
-//! whatever the durability (`timeouts.rs`: why each pooled cluster
-//! connection of its own went wrong), one connection per node.
+//! Where a connection is not shared:
+//! - one server's, while a `WAIT` is sent on it (`--redis-durability
+//!   replica`). Redis holds a client in `WAIT` until its replicas answer,
+//!   and every command pipelined behind it on the same connection waits
+//!   too: one buyer's `WAIT` would hold up every other buyer's purchase;
+//! - Sentinel's, never: after a failover each connection is checked for
+//!   its server's role and dropped alone (`recycle_check.rs`).
+//!
+//! A cluster's connection is shared whatever the durability
+//! (`timeouts.rs`: why each pooled cluster connection of its own went
+//! wrong), one connection per node; so under `replica` a node's commands
+//! queue behind each `WAIT` sent to it, a cost the cluster paid before
+//! this file and that no bench row measures.
+//!
+//! What sharing costs:
+//! - one socket carries every caller's commands, so one dropped socket
+//!   (a `CLIENT KILL`, a proxy's reset, a client limit of Redis') fails
+//!   every command in flight on it, up to a pool's worth of buyers, each
+//!   told `503` or, for a purchase whose answer was lost, looked up
+//!   (`strategy/mod.rs`): the price any multiplexed client pays;
+//! - a stalled server holds `Sharing::create`'s lock for its check (up
+//!   to a response timeout) and its connect (up to the connection
+//!   timeout): callers that need a new connection meanwhile wait behind
+//!   it, up to the pool's create timeout, and are told `503`;
+//! - nothing may `WATCH` on a pooled connection: deadpool-redis' check
+//!   sends `UNWATCH` on the socket every caller shares (nothing does).
 
 use deadpool::managed::{self, Metrics, RecycleResult};
 

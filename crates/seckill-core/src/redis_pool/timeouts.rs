@@ -74,9 +74,9 @@ pub struct RedisTimeouts {
     /// For each reply. Past it the command fails as a timeout, which the
     /// purchase treats as a lost answer and the API as `503`.
     pub response: Duration,
-    /// Whether a `WAIT` is sent on these connections: then each caller
-    /// has a connection of its own from one server or Sentinel, since a
-    /// `WAIT` holds up what is pipelined behind it (`sharing.rs`).
+    /// Whether a `WAIT` is sent on these connections: then each caller of
+    /// one server has a connection of its own, since a `WAIT` holds up
+    /// what is pipelined behind it (`sharing.rs`; Sentinel's never share).
     pub sends_wait: bool,
 }
 

@@ -393,8 +393,9 @@ async fn locked_section<C: ConnectionLike + Send>(
 }
 
 /// Make sure `guard` no longer holds the lock: release it if it still
-/// does, on a connection of its own, trying again while Redis does not
-/// answer. A lock taken before this call has run out one TTL after it
+/// does, on a connection taken from the pool anew (still in step after a
+/// timeout, since the connections are multiplexed; a new one after a
+/// loss), trying again while Redis does not answer. A lock taken before this call has run out one TTL after it
 /// anyway, so that is as long as it tries.
 async fn close_the_fence(shop: &Shop, guard: &LockGuard) {
     let deadline = tokio::time::Instant::now() + shop.settings.lock_ttl();
