@@ -124,6 +124,37 @@ async fn a_shared_connection_closed_under_the_pool_fails_once_and_one_new_one_re
     panic!("every try took longer than TRUSTED_FOR");
 }
 
+/// A burst of callers on a new pool, each needing a connection at the same
+/// moment, makes one connection, not one each: `Sharing::create` holds its
+/// lock across the connect.
+#[tokio::test]
+async fn a_burst_on_a_new_pool_makes_one_connection() {
+    let redis = PrivateRedis::start().await.expect("a private Redis");
+    let (pool, mut observer) = pool_and_observer(&redis.url()).await;
+    let mut handles = futures::future::join_all((0..16).map(|_| pool.get())).await;
+    let mut ids = Vec::new();
+    for handle in &mut handles {
+        ids.push(
+            client_id(handle.as_mut().expect("a connection"))
+                .await
+                .expect("CLIENT ID"),
+        );
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "the pool's handles are on {ids:?}");
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut observer)
+        .await
+        .expect("CLIENT LIST");
+    assert_eq!(
+        clients.lines().count(),
+        2,
+        "the observer and one connection of the pool's: {clients}"
+    );
+}
+
 /// Under `--redis-durability replica` each caller has a connection of its
 /// own: Redis holds a client in `WAIT` until its replicas answer, and on a
 /// shared connection every command pipelined behind the `WAIT` would wait
