@@ -193,10 +193,11 @@ impl Purchaser {
         let strategy = self.strategy();
         let keys = SaleKeys::new(self.shop.store.prefix(), sale.id);
         // The pool's wait timeout bounds how long a request queues for a
-        // connection; running out of connections is "busy", not an error.
+        // connection; running out of connections is "busy", not an error
+        // (a connection Redis does not answer is: `all_in_use`).
         let mut conn = match self.shop.store.redis_pool().get().await {
             Ok(conn) => conn,
-            Err(deadpool_redis::PoolError::Timeout(_)) => return Ok(Outcome::Busy),
+            Err(error) if crate::redis_pool::all_in_use(&error) => return Ok(Outcome::Busy),
             Err(error) => return Err(error).context("getting a Redis connection"),
         };
         if self.shop.known_sold_out(&mut conn, &keys, sale.id).await? {

@@ -171,7 +171,8 @@ impl RedisPool {
         Ok(())
     }
 
-    /// A connection, waiting at most the pool's `wait`.
+    /// A connection, waiting at most the pool's `wait`. A
+    /// `Timeout` error is "busy" only when [`all_in_use`] says so.
     pub async fn get(&self) -> Result<RedisConn, deadpool_redis::PoolError> {
         Ok(match self {
             Self::Server(pool) => RedisConn::Server(pool.get().await?),
@@ -179,6 +180,20 @@ impl RedisPool {
             Self::Sentinel(pool) => RedisConn::Sentinel(pool.get().await?),
         })
     }
+}
+
+/// Whether the pool's `get` failed because every connection was in use
+/// by other callers past its `wait`: too many buyers at once, `503 busy`.
+/// Its other timeouts, a new connection's (`create`) and a check's
+/// (`recycle`), mean that Redis does not answer: a stalled server holds
+/// the shared connection's check and the connect behind it
+/// (`sharing.rs`), and its buyers are told `503 unavailable`, not that
+/// there are too many of them.
+pub fn all_in_use(error: &deadpool_redis::PoolError) -> bool {
+    matches!(
+        error,
+        deadpool_redis::PoolError::Timeout(deadpool::managed::TimeoutType::Wait)
+    )
 }
 
 /// One pooled connection, to a server or to a cluster.

@@ -48,8 +48,9 @@ pub enum ApiError {
     #[error("this purchase held the sale's lock too long (it ran out) and took nothing; try again")]
     LockLost,
     #[error(
-        "no Redis replica confirmed this purchase in time, so it is not final; \
-         with an order_id, GET /api/orders/{{order_id}} tells what became of it; without, try again"
+        "Redis did not confirm this purchase in time (its answer was lost, or no replica \
+         confirmed it), so it is not final; with an order_id, GET /api/orders/{{order_id}} \
+         tells what became of it; without, try again"
     )]
     Unconfirmed(Option<uuid::Uuid>),
     /// With `--redis-durability replica`: the waiting room's answer (a

@@ -15,8 +15,8 @@ use seckill_devenv::services::PrivateRedisCluster;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{
-    Monitor, Options, Scratch, TestApp, cluster, create_sale_at, eventually, loadtest_command,
-    services, spawn_app_on, start_app_and_a_worker,
+    Monitor, Options, Scratch, TestApp, Told, cluster, create_sale_at, eventually,
+    loadtest_command, services, spawn_app_on, start_app_and_a_worker,
 };
 
 use crate::processes::{finish, orders_by_status, read_json, text};
@@ -287,38 +287,9 @@ async fn on_a_cluster_with_replicas_a_202_waits_for_a_replica() {
 /// `503` with `Retry-After`.
 const ANSWERED_WITHIN: Duration = Duration::from_secs(2);
 
-/// What a buyer was told, and when.
-#[derive(Debug)]
-struct Told {
-    status: u16,
-    retry_after: bool,
-    body: serde_json::Value,
-    took: Duration,
-}
-
 /// One purchase, given up on (a test failure) past twice the bound.
 async fn buy(app: &TestApp, sale: i64, buyer: &str) -> Told {
-    buy_within(app, sale, buyer, ANSWERED_WITHIN * 2).await
-}
-
-/// One purchase, given up on (a test failure) past `limit`.
-async fn buy_within(app: &TestApp, sale: i64, buyer: &str, limit: Duration) -> Told {
-    let started = std::time::Instant::now();
-    let response = tokio::time::timeout(limit, app.purchase(sale, buyer))
-        .await
-        .unwrap_or_else(|_| panic!("{buyer} got no answer from sale {sale} in {limit:?}"));
-    let took = started.elapsed();
-    let (status, retry_after) = (
-        response.status().as_u16(),
-        response.headers().contains_key("retry-after"),
-    );
-    let body = response.json().await.unwrap_or_default();
-    Told {
-        status,
-        retry_after,
-        body,
-        took,
-    }
+    app.purchase_within(sale, buyer, ANSWERED_WITHIN * 2).await
 }
 
 /// Sales created on `app` until one lives on each master of `redis`:
@@ -500,7 +471,7 @@ async fn a_dropped_connection_is_in_doubt_never_a_second_try(
     let app = &app;
     let told = futures::future::join_all((0..80).map(|n| async move {
         let buyer = format!("buyer-{n}");
-        let told = buy_within(app, sale, &buyer, IN_DOUBT_WITHIN).await;
+        let told = app.purchase_within(sale, &buyer, IN_DOUBT_WITHIN).await;
         (buyer, told)
     }))
     .await;
@@ -581,7 +552,7 @@ async fn a_commit_whose_answer_was_lost_is_never_sent_again(
         replicas.iter().for_each(|replica| replica.resume());
         dropped
     };
-    let (told, dropped) = tokio::join!(buy_within(&app, sale, &buyer, IN_DOUBT_WITHIN), drop_it);
+    let (told, dropped) = tokio::join!(app.purchase_within(sale, &buyer, IN_DOUBT_WITHIN), drop_it);
     assert!(dropped, "no connection was seen waiting for the replica");
 
     let commits: Vec<_> = (monitor.until_now().await.into_iter())

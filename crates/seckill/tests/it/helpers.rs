@@ -27,7 +27,7 @@ mod binaries;
 mod monitor;
 pub mod source;
 
-pub use app::no_redirects;
+pub use app::{Told, no_redirects};
 
 pub use binaries::{
     cluster, create_sale_at, create_sale_with_at, loadtest_command, seckill_command,

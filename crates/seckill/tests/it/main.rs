@@ -77,6 +77,7 @@ mod sale_status;
 mod security_headers;
 mod sentinel;
 mod sql_owner;
+mod stall;
 mod store;
 mod strategies;
 mod verify;

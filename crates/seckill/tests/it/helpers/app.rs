@@ -15,6 +15,15 @@ use uuid::Uuid;
 
 use super::{ADMIN_TOKEN, TestApp, drain, orders, read_first_snapshot};
 
+/// What a buyer was told, and when ([`TestApp::purchase_within`]).
+#[derive(Debug)]
+pub struct Told {
+    pub status: u16,
+    pub retry_after: bool,
+    pub body: Value,
+    pub took: Duration,
+}
+
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
@@ -87,6 +96,25 @@ impl TestApp {
             .send()
             .await
             .expect("POST purchase")
+    }
+
+    /// One purchase and what its buyer was told, given up on (a test
+    /// failure) past `limit`.
+    pub async fn purchase_within(&self, sale_id: i64, user: &str, limit: Duration) -> Told {
+        let started = std::time::Instant::now();
+        let response = tokio::time::timeout(limit, self.purchase(sale_id, user))
+            .await
+            .unwrap_or_else(|_| panic!("{user} got no answer from sale {sale_id} in {limit:?}"));
+        let took = started.elapsed();
+        let status = response.status().as_u16();
+        let retry_after = response.headers().contains_key("retry-after");
+        let body = response.json().await.unwrap_or_default();
+        Told {
+            status,
+            retry_after,
+            body,
+            took,
+        }
     }
 
     /// The sale page's Buy form, posted without JavaScript as `user`.
