@@ -1,6 +1,7 @@
 //! The headers every response carries, whatever answered it: the security
-//! headers (`security.rs`), the instance that answered and the request id.
-//! `pages.rs` checks them on the pages' GETs; here on the posts, the
+//! headers (`security.rs`: a page's, and a JSON answer's under `/api/`),
+//! the instance that answered and the request id.
+//! `pages.rs` checks them on GETs; here on the posts, the
 //! refusals (`4xx`, `429`, `503`) and the event streams.
 
 use reqwest::header::HeaderMap;
@@ -8,24 +9,9 @@ use serde_json::json;
 
 use crate::helpers::{ADMIN_TOKEN, Options, spawn_app_with};
 
-/// The headers `docs/storefront.md` promises on every response.
-fn assert_carries_the_headers(headers: &HeaderMap, what: &str) {
-    let csp = headers
-        .get("content-security-policy")
-        .unwrap_or_else(|| panic!("{what}: no Content-Security-Policy"))
-        .to_str()
-        .expect("ASCII");
-    for directive in [
-        "default-src 'self'",
-        "script-src 'self'",
-        "style-src 'self'",
-    ] {
-        assert!(
-            csp.contains(directive),
-            "{what}: {directive} missing from {csp}"
-        );
-    }
-    assert!(!csp.contains("unsafe-inline"), "{what}: {csp}");
+/// The headers `docs/storefront.md` promises on every response: a page's
+/// security headers outside `/api/`, a JSON answer's fewer under it.
+pub fn assert_carries_the_headers(headers: &HeaderMap, path: &str, what: &str) {
     let header = |name: &str| {
         headers
             .get(name)
@@ -33,11 +19,36 @@ fn assert_carries_the_headers(headers: &HeaderMap, what: &str) {
             .to_str()
             .expect("ASCII")
     };
+    let csp = header("content-security-policy");
+    assert!(!csp.contains("unsafe-inline"), "{what}: {csp}");
     assert_eq!(header("x-content-type-options"), "nosniff", "{what}");
     assert_eq!(header("x-frame-options"), "DENY", "{what}");
-    assert_eq!(header("referrer-policy"), "same-origin", "{what}");
     assert_eq!(header("x-seckill-instance"), "test", "{what}");
     assert_eq!(header("x-request-id").len(), 36, "{what}");
+    if path.starts_with("/api/") {
+        assert_eq!(csp, "default-src 'none'; frame-ancestors 'none'", "{what}");
+        for page_only in ["referrer-policy", "permissions-policy"] {
+            assert!(headers.get(page_only).is_none(), "{what}: {page_only}");
+        }
+        return;
+    }
+    for directive in [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(
+            csp.contains(directive),
+            "{what}: {directive} missing from {csp}"
+        );
+    }
+    assert_eq!(header("referrer-policy"), "same-origin", "{what}");
+    assert_eq!(
+        header("cross-origin-opener-policy"),
+        "same-origin",
+        "{what}"
+    );
 }
 
 #[tokio::test]
@@ -51,7 +62,8 @@ async fn posts_refusals_and_event_streams_carry_the_security_and_instance_header
     let mut answers = Vec::new();
     let mut note = |what: &str, response: &reqwest::Response, status: u16| {
         assert_eq!(response.status(), status, "{what}");
-        answers.push((what.to_owned(), response.headers().clone()));
+        let path = response.url().path().to_owned();
+        answers.push((what.to_owned(), path, response.headers().clone()));
     };
 
     let created = app
@@ -135,7 +147,14 @@ async fn posts_refusals_and_event_streams_carry_the_security_and_instance_header
         .send()
         .await;
     note("a locked-out admin call", &locked_api.expect("POST"), 429);
-    for (what, headers) in &answers {
-        assert_carries_the_headers(headers, what);
+    // Both kinds were seen.
+    assert!(answers.iter().any(|(_, path, _)| path.starts_with("/api/")));
+    assert!(
+        answers
+            .iter()
+            .any(|(_, path, _)| !path.starts_with("/api/"))
+    );
+    for (what, path, headers) in &answers {
+        assert_carries_the_headers(headers, path, what);
     }
 }
