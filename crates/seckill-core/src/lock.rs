@@ -71,6 +71,10 @@ static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_acquire.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release.lua")));
+/// Sent whole (`EVAL`), never by its hash: an abandon goes into a server
+/// that may never have run it, and a `NOSCRIPT` then would come back to a
+/// caller that no longer waits, and send nothing again.
+const ABANDON: &str = include_str!("lua/lock_abandon.lua");
 static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_extend.lua")));
 
@@ -178,7 +182,15 @@ impl RedisLock {
         for read in reads.cmd_iter() {
             pipe.add_command(read.clone());
         }
-        let mut answers: Vec<Value> = pipe.query_async(conn).await?;
+        let mut answers: Vec<Value> = match pipe.query_async(conn).await {
+            Ok(answers) => answers,
+            Err(error) => {
+                if crate::failure::answer_lost(&error) {
+                    self.abandon(conn, &nonce).await;
+                }
+                return Err(error);
+            }
+        };
         if let Some(Value::ServerError(error)) = answers.first()
             && error.kind() == Some(ServerErrorKind::NoScript)
         {
@@ -208,6 +220,29 @@ impl RedisLock {
                 let _ = guard.release(conn).await;
                 Err(error)
             }
+        }
+    }
+}
+
+impl RedisLock {
+    /// An attempt whose answer was lost may still run (sent into a stalled
+    /// server, it runs when the server goes on) and take the lock for a
+    /// caller that gave up: delete the lock if that attempt took it
+    /// (`lua/lock_abandon.lua`), on the same connection, so that Redis
+    /// runs this after the attempt. Its own answer is not waited for past
+    /// the connection's response timeout, and a failure is left to the
+    /// lock's TTL.
+    async fn abandon<C: ConnectionLike + Send>(&self, conn: &mut C, nonce: &str) {
+        let abandoned: redis::RedisResult<i64> = redis::cmd("EVAL")
+            .arg(ABANDON)
+            .arg(1)
+            .arg(&self.key)
+            .arg(nonce)
+            .arg(keys::lock_released(&self.key))
+            .query_async(conn)
+            .await;
+        if let Err(error) = abandoned {
+            tracing::debug!(%error, "a lost lock attempt not abandoned; its TTL ends it");
         }
     }
 }

@@ -31,8 +31,12 @@ use crate::helpers::{Options, Scratch, TestApp, Told, services, spawn_app_on};
 /// (that one is `faults.rs`' lost answer, whose fence is closed first).
 const ANSWERED_WITHIN: Duration = Duration::from_secs(4);
 
-/// Buyers who ask while the server is stopped, all at once: more than
-/// one pass of the lock's lane, and every one on the shared connection.
+/// How soon a buyer is sold to once the server goes on: one round trip,
+/// but far less than the lock's TTL (2 s).
+const SOLD_AGAIN_WITHIN: Duration = Duration::from_secs(1);
+
+/// Buyers who ask while the server is stopped, all at once, every one on
+/// the shared connection.
 const STALLED_BUYERS: usize = 16;
 
 #[tokio::test]
@@ -71,15 +75,21 @@ async fn stalled_server(strategy: Strategy) {
     for (n, told) in stalled.iter().enumerate() {
         assert_eq!(told.status, 503, "stalled-{n}: {told:?}");
         // Not "busy" (too many buyers at once): the server does not answer.
-        assert_ne!(told.body["error"], "busy", "stalled-{n}: {told:?}");
+        let error = told.body["error"].as_str();
+        assert!(
+            matches!(error, Some("unavailable" | "unconfirmed")),
+            "stalled-{n}: {told:?}"
+        );
         assert!(told.retry_after, "stalled-{n}: {told:?}");
         assert!(told.took < ANSWERED_WITHIN, "stalled-{n}: {told:?}");
     }
     // Sold to again at once: the shared connection is not left broken by
-    // the commands that timed out on it.
+    // the commands that timed out on it, and a lock attempt sent into the
+    // stall, which runs when the server goes on, is abandoned right after
+    // it (`lua/lock_abandon.lua`), not left to hold the sale for its TTL.
     let after = buy(app, sale, "after").await;
     assert_eq!(after.status, 202, "{after:?}");
-    assert!(after.took < ANSWERED_WITHIN, "{after:?}");
+    assert!(after.took < SOLD_AGAIN_WITHIN, "{after:?}");
 
     app.drain().await;
     let orders = app.orders(sale).await;
@@ -98,7 +108,20 @@ async fn stalled_server(strategy: Strategy) {
             "{who}'s order is missing: {buyers:?}"
         );
     }
-    // Every order of a buyer told `503` was named in that answer.
+    // Every order of a buyer told `503` was named in that answer. `lock`
+    // sends no commit into the stall (its passes meet it at the lock), so
+    // none lands; `lua`'s first buyer's script goes in on the connection
+    // `early` just used, is answered in doubt, and lands.
+    let landed = orders
+        .iter()
+        .filter(|(_, user, _)| user.starts_with("stalled-"));
+    match strategy {
+        Strategy::Lock => assert_eq!(landed.count(), 0, "{buyers:?}"),
+        _ => assert!(
+            landed.count() > 0,
+            "no script went into the stall: {stalled:?}"
+        ),
+    }
     for (order_id, user, _) in &orders {
         let Some(n) = user.strip_prefix("stalled-") else {
             continue;
