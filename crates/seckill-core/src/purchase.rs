@@ -28,7 +28,6 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use chrono::Utc;
 use tracing::Instrument;
 
@@ -193,12 +192,9 @@ impl Purchaser {
         let strategy = self.strategy();
         let keys = SaleKeys::new(self.shop.store.prefix(), sale.id);
         // The pool's wait timeout bounds how long a request queues for a
-        // connection; running out of connections is "busy", not an error
-        // (a connection Redis does not answer is: `all_in_use`).
-        let mut conn = match self.shop.store.redis_pool().get().await {
-            Ok(conn) => conn,
-            Err(error) if crate::redis_pool::all_in_use(&error) => return Ok(Outcome::Busy),
-            Err(error) => return Err(error).context("getting a Redis connection"),
+        // connection; running out of connections is "busy", not an error.
+        let Some(mut conn) = self.shop.store.redis_pool().get_or_busy().await? else {
+            return Ok(Outcome::Busy);
         };
         if self.shop.known_sold_out(&mut conn, &keys, sale.id).await? {
             return Ok(Outcome::SoldOut);

@@ -172,7 +172,8 @@ impl RedisPool {
     }
 
     /// A connection, waiting at most the pool's `wait`. A
-    /// `Timeout` error is "busy" only when [`all_in_use`] says so.
+    /// `Timeout` error is "busy" only when [`all_in_use`] says so
+    /// ([`RedisPool::get_or_busy`]).
     pub async fn get(&self) -> Result<RedisConn, deadpool_redis::PoolError> {
         Ok(match self {
             Self::Server(pool) => RedisConn::Server(pool.get().await?),
@@ -184,16 +185,31 @@ impl RedisPool {
 
 /// Whether the pool's `get` failed because every connection was in use
 /// by other callers past its `wait`: too many buyers at once, `503 busy`.
-/// Its other timeouts, a new connection's (`create`) and a check's
-/// (`recycle`), mean that Redis does not answer: a stalled server holds
-/// the shared connection's check and the connect behind it
-/// (`sharing.rs`), and its buyers are told `503 unavailable`, not that
-/// there are too many of them.
+/// Its timeout making a new connection (`create`) means that Redis does
+/// not answer: a stalled server holds the shared connection's check and
+/// the connect behind it (`sharing.rs`), and its buyers are told `503
+/// unavailable`, not that there are too many of them. (A check of an idle
+/// handle that times out is not returned: deadpool drops the handle and
+/// takes the next.)
 pub fn all_in_use(error: &deadpool_redis::PoolError) -> bool {
     matches!(
         error,
         deadpool_redis::PoolError::Timeout(deadpool::managed::TimeoutType::Wait)
     )
+}
+
+impl RedisPool {
+    /// A connection for a purchase, or `None` when every connection is in
+    /// use by other buyers past the pool's wait ([`all_in_use`]: the
+    /// caller answers "busy"); any other failure, a Redis that does not
+    /// answer among them, is an error.
+    pub(crate) async fn get_or_busy(&self) -> anyhow::Result<Option<RedisConn>> {
+        match self.get().await {
+            Ok(conn) => Ok(Some(conn)),
+            Err(error) if all_in_use(&error) => Ok(None),
+            Err(error) => Err(error).context("getting a Redis connection"),
+        }
+    }
 }
 
 /// One pooled connection, to a server or to a cluster.

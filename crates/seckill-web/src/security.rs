@@ -76,9 +76,9 @@ const PAGE_HEADERS: [(HeaderName, HeaderValue); 6] = [
 /// Security Cheat Sheet): nothing may load from it, frame it, or sniff it
 /// into another type, should a browser be pointed at it. The rest of
 /// [`PAGE_HEADERS`] speaks to a page's own loads, links and windows,
-/// which a JSON answer has none of, and would add some 350 bytes to every
-/// purchase's answer, a third of what a sold-out answer cost the load
-/// generator to read (docs/bench.md, "Sold-out answers").
+/// which a JSON answer has none of, and made most of the bytes of every
+/// purchase's answer, each read by every client (docs/bench.md, "A JSON
+/// answer's headers").
 const API_HEADERS: [(HeaderName, HeaderValue); 3] = [
     (
         header::CONTENT_SECURITY_POLICY,

@@ -31,8 +31,8 @@
 //!   to a response timeout) and its connect (up to the connection
 //!   timeout): callers that need a new connection meanwhile wait behind
 //!   it, up to the pool's create timeout, and are told `503 unavailable`
-//!   (`all_in_use`: not `busy`), the server's whole stall answered in
-//!   time (`tests/it/stall.rs`);
+//!   (`all_in_use`: not `busy`); `tests/it/stall.rs` holds every buyer of
+//!   a stall to a bound;
 //! - nothing may `WATCH` on a pooled connection: deadpool-redis' check
 //!   sends `UNWATCH` on the socket every caller shares (nothing does).
 

@@ -155,12 +155,9 @@ async fn pass(
     let everyone = |outcome| Ok(vec![outcome; users.len()]);
     let keys = SaleKeys::new(shop.store.prefix(), sale_id);
     // The pool's wait timeout bounds how long a pass queues for a
-    // connection; running out of connections is "busy", not an error
-    // (a connection Redis does not answer is: `all_in_use`).
-    let mut conn = match shop.store.redis_pool().get().await {
-        Ok(conn) => conn,
-        Err(error) if crate::redis_pool::all_in_use(&error) => return everyone(Outcome::Busy),
-        Err(error) => return Err(error).context("getting a Redis connection"),
+    // connection; running out of connections is "busy", not an error.
+    let Some(mut conn) = shop.store.redis_pool().get_or_busy().await? else {
+        return everyone(Outcome::Busy);
     };
     if shop.known_sold_out(&mut conn, &keys, sale_id).await? {
         return everyone(Outcome::SoldOut);

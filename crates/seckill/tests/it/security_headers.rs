@@ -27,7 +27,11 @@ pub fn assert_carries_the_headers(headers: &HeaderMap, path: &str, what: &str) {
     assert_eq!(header("x-request-id").len(), 36, "{what}");
     if path.starts_with("/api/") {
         assert_eq!(csp, "default-src 'none'; frame-ancestors 'none'", "{what}");
-        for page_only in ["referrer-policy", "permissions-policy"] {
+        for page_only in [
+            "referrer-policy",
+            "permissions-policy",
+            "cross-origin-opener-policy",
+        ] {
             assert!(headers.get(page_only).is_none(), "{what}: {page_only}");
         }
         return;
@@ -49,6 +53,7 @@ pub fn assert_carries_the_headers(headers: &HeaderMap, path: &str, what: &str) {
         "same-origin",
         "{what}"
     );
+    assert!(header("permissions-policy").contains("camera=()"), "{what}");
 }
 
 #[tokio::test]
