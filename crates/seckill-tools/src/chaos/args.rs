@@ -24,6 +24,8 @@ pub(crate) enum Fault {
     RedisKill,
     /// Redis restarted with no data at all (what a Redis without persistence meets).
     RedisWipe,
+    /// Redis stopped with SIGSTOP for 3 s, as a host that stalls it would, then resumed: every command sent meanwhile runs when it goes on, after its caller was answered.
+    RedisStall,
     /// Hostile traffic beside the load: made-up ids, malformed bodies, oversized headers, half-open connections.
     Flood,
     /// Not in the default run. Redis as a primary and a replica under three sentinels: the replica cut off, the primary killed with SIGKILL while orders flow, the replica promoted; the apps follow it without a restart. Keeps the promise with --redis-durability replica; with local, counts the 202s it takes back. Not with redis-kill or redis-wipe.
@@ -41,13 +43,14 @@ pub(crate) enum Fault {
 impl Fault {
     /// The default run: every fault on one Redis (`RedisFailover` needs a
     /// replicated one, and is asked for by name).
-    pub(crate) const ALL: [Fault; 7] = [
+    pub(crate) const ALL: [Fault; 8] = [
         Fault::WorkerKill,
         Fault::AppKill,
         Fault::LockHolderPause,
         Fault::PostgresDown,
         Fault::RedisKill,
         Fault::RedisWipe,
+        Fault::RedisStall,
         Fault::Flood,
     ];
 
@@ -59,9 +62,13 @@ impl Fault {
         Fault::SaleShardStall,
     ];
 
-    /// Whether the fault needs one Redis server (it kills or wipes it).
+    /// Whether the fault needs one Redis server (it kills, wipes or stops
+    /// it).
     pub(crate) fn needs_one_redis(self) -> bool {
-        matches!(self, Fault::RedisKill | Fault::RedisWipe)
+        matches!(
+            self,
+            Fault::RedisKill | Fault::RedisWipe | Fault::RedisStall
+        )
     }
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -72,6 +79,7 @@ impl Fault {
             Fault::PostgresDown => "postgres-down",
             Fault::RedisKill => "redis-kill",
             Fault::RedisWipe => "redis-wipe",
+            Fault::RedisStall => "redis-stall",
             Fault::Flood => "flood",
             Fault::RedisFailover => "redis-failover",
             Fault::ClusterFailover => "cluster-failover",
@@ -98,7 +106,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 1_500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) rate: u32,
 
-    /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 29 s; the cluster's four, about 33 s) [default: 30; with --cluster, 45].
+    /// Seconds of load; the faults are spread over it, so it must outlast them (every fault with the default 10 s PostgreSQL outage takes about 34 s; the cluster's four, about 33 s) [default: 40; with --cluster, 45].
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..=3_600))]
     pub(crate) duration_secs: Option<u64>,
 
@@ -161,7 +169,7 @@ impl ChaosArgs {
     /// Seconds of load: as given, or the default of the run's kind.
     pub(crate) fn duration_secs(&self) -> u64 {
         self.duration_secs
-            .unwrap_or(if self.on_cluster() { 45 } else { 30 })
+            .unwrap_or(if self.on_cluster() { 45 } else { 40 })
     }
 
     /// Whether the run is on a cluster: asked for, or implied by a fault.

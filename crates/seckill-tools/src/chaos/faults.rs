@@ -67,6 +67,12 @@ impl Wiped {
     }
 }
 
+/// How long `redis-stall` keeps Redis stopped: past a response timeout
+/// and the pool's create timeout (`redis_pool/timeouts.rs`), so that
+/// buyers are answered `503` while it is stopped; a purchase whose answer
+/// was lost looks for its order until it goes on.
+pub(crate) const REDIS_STALL: Duration = Duration::from_secs(3);
+
 impl Rig {
     /// Inject `fault`; return its window and, for the wipe, the order ids
     /// that were waiting on the queue when Redis lost them.
@@ -106,6 +112,13 @@ impl Rig {
                     wiped.waiting.len(),
                     wiped.in_flight.len()
                 )
+            }
+            Fault::RedisStall => {
+                let redis = self.one_redis()?;
+                redis.pause();
+                tokio::time::sleep(REDIS_STALL).await;
+                redis.resume();
+                format!("Redis stopped (SIGSTOP) for {REDIS_STALL:?}, then resumed")
             }
             Fault::Flood => self.flood(Duration::from_secs(2)).await?,
             Fault::RedisFailover => {

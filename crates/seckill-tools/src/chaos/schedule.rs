@@ -10,6 +10,7 @@ fn length(fault: Fault, args: &ChaosArgs) -> Duration {
     match fault {
         Fault::WorkerKill | Fault::Flood => Duration::from_secs(2),
         Fault::AppKill | Fault::RedisKill | Fault::RedisWipe => Duration::from_secs(1),
+        Fault::RedisStall => super::faults::REDIS_STALL + Duration::from_secs(1),
         // The replica cut off, the kill, the sentinels' promotion (about
         // 3 s: 2 s without an answer, then the election), the old primary
         // back as a replica.

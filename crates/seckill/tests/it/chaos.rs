@@ -23,7 +23,7 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
             "--rate",
             "100",
             "--duration-secs",
-            "24",
+            "28",
             "--postgres-down-secs",
             "2",
             "--seed",
@@ -42,6 +42,7 @@ async fn every_fault_keeps_the_promise_in_a_short_chaos_run() {
         "postgres-down",
         "redis-kill",
         "redis-wipe",
+        "redis-stall",
         "flood",
     ] {
         let row = row_of(&report, fault);

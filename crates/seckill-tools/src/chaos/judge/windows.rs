@@ -122,6 +122,7 @@ fn may_fail(fault: Fault) -> bool {
         | Fault::PostgresDown
         | Fault::RedisKill
         | Fault::RedisWipe
+        | Fault::RedisStall
         | Fault::RedisFailover
         | Fault::ClusterFailover
         | Fault::ConnectionDrops
