@@ -182,22 +182,14 @@ impl RedisLock {
         for read in reads.cmd_iter() {
             pipe.add_command(read.clone());
         }
-        let mut answers: Vec<Value> = match pipe.query_async(conn).await {
-            Ok(answers) => answers,
-            Err(error) => {
-                if crate::failure::answer_lost(&error) {
-                    self.abandon(conn, &nonce).await;
-                }
-                return Err(error);
-            }
-        };
+        let mut answers: Vec<Value> = self.sent(conn, &pipe, &nonce).await?;
         if let Some(Value::ServerError(error)) = answers.first()
             && error.kind() == Some(ServerErrorKind::NoScript)
         {
             // A server that does not have the script yet (it restarted):
             // the script did not run; give it the script, send it all again.
             invocation.load_async(conn).await?;
-            answers = pipe.query_async(conn).await?;
+            answers = self.sent(conn, &pipe, &nonce).await?;
         }
         let mut answers = answers.into_iter();
         let taken = answers.next().unwrap_or(Value::Nil).extract_error()?;
@@ -225,6 +217,23 @@ impl RedisLock {
 }
 
 impl RedisLock {
+    /// `pipe`, the attempt of `nonce` and its reads, sent; abandoned
+    /// ([`RedisLock::abandon`]) if its answer was lost.
+    async fn sent<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        pipe: &redis::Pipeline,
+        nonce: &str,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let sent = pipe.query_async(conn).await;
+        if let Err(error) = &sent
+            && crate::failure::answer_lost(error)
+        {
+            self.abandon(conn, nonce).await;
+        }
+        sent
+    }
+
     /// An attempt whose answer was lost may still run (sent into a stalled
     /// server, it runs when the server goes on) and take the lock for a
     /// caller that gave up: delete the lock if that attempt took it

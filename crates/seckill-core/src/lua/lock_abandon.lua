@@ -16,7 +16,11 @@
 -- takes the lock for nobody, for its whole TTL, while every buyer of the
 -- sale waits. The caller sends this on the same connection, behind the
 -- attempt (Redis runs one connection's commands in the order they came),
--- so it runs after the attempt, whenever that runs. The fence the attempt
+-- so it runs after the attempt, whenever that runs: on one server, under
+-- Sentinel, and on a cluster node whose connection did not break (a
+-- broken one's abandon fails, or goes out on a new socket in no set order
+-- with the old one's; then the lock lasts its TTL, as it did before this
+-- script). The fence the attempt
 -- drew is not known to a caller that lost its answer, so the nonce alone
 -- names it. Compare and delete in one step, as lock_release.lua: a GET and
 -- a DEL from the client could delete a lock that changed hands between them.
