@@ -28,7 +28,7 @@ pub(crate) enum Fault {
     RedisStall,
     /// Hostile traffic beside the load: made-up ids, malformed bodies, oversized headers, half-open connections.
     Flood,
-    /// Not in the default run. Redis as a primary and a replica under three sentinels: the replica cut off, the primary killed with SIGKILL while orders flow, the replica promoted; the apps follow it without a restart. Keeps the promise with --redis-durability replica; with local, counts the 202s it takes back. Not with redis-kill or redis-wipe.
+    /// Not in the default run. Redis as a primary and a replica under three sentinels: the replica cut off, the primary killed with SIGKILL while orders flow, the replica promoted; the apps follow it without a restart. Keeps the promise with --redis-durability replica; with local, counts the 202s it takes back. Not with redis-kill, redis-wipe or redis-stall.
     RedisFailover,
     /// Not in the default run; on a cluster (--cluster). The sale's shard's replicas cut off, its primary killed with SIGKILL while orders flow; the cluster promotes a replica; the old primary back as a replica.
     ClusterFailover,

@@ -151,7 +151,7 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     );
     anyhow::ensure!(
         !(replicated || on_cluster) || !faults.iter().any(|f| f.needs_one_redis()),
-        "redis-kill and redis-wipe run on one server, not on a replicated Redis: \
+        "redis-kill, redis-wipe and redis-stall run on one server, not on a replicated Redis: \
          ask for them in separate runs"
     );
     let mut rig = Rig::start(&args, replicated, on_cluster).await?;

@@ -153,40 +153,40 @@ mod tests {
             users: 5000,
             stock: 3000,
             rate: 1500,
-            duration_secs: 30,
+            duration_secs: 40,
             seed: 1,
             windows: vec![
                 window(
                     Fault::LockHolderPause,
-                    2_400,
-                    7_000,
+                    3_500,
+                    9_100,
                     "app-2 stopped while holding the lock",
                 ),
                 window(
                     Fault::PostgresDown,
-                    17_400,
-                    27_600,
+                    26_400,
+                    36_500,
                     "PostgreSQL down for 10s",
                 ),
             ],
             rows: vec![
-                row("redis-wipe", 1675, 1493, 4, Some(0)),
-                row(judge::BETWEEN, 4892, 2842, 0, None),
+                row("redis-wipe", 1747, 684, 1, Some(0)),
+                row(judge::BETWEEN, 13197, 6645, 0, None),
             ],
             checks: Vec::new(),
             summary: Summary::default(),
-            requests: 6567,
+            requests: 14944,
             dropped: 0,
             verdict: "PASS",
             timeline: Vec::new(),
         };
         let text = report.to_text();
         for quoted in [
-            "    2.4 s -   7.0 s  lock-holder-pause  app-2 stopped while holding the lock",
-            "   17.4 s -  27.6 s  postgres-down      PostgreSQL down for 10s",
+            "    3.5 s -   9.1 s  lock-holder-pause  app-2 stopped while holding the lock",
+            "   26.4 s -  36.5 s  postgres-down      PostgreSQL down for 10s",
             "fault               requests    202  errors    503   500  lost  dropped  recovered  ok",
-            "redis-wipe              1675   1493       0      4     0     0        0       0 ms yes",
-            "(between faults)        4892   2842       0      0     0     0        0          - yes",
+            "redis-wipe              1747    684       0      1     0     0        0       0 ms yes",
+            "(between faults)       13197   6645       0      0     0     0        0          - yes",
         ] {
             assert!(
                 text.lines().any(|line| line == quoted),
