@@ -354,3 +354,21 @@ pub async fn connect_redis_with(
         .context("pinging Redis")?;
     Ok(pool)
 }
+
+#[cfg(test)]
+mod tests {
+    use deadpool::managed::TimeoutType;
+    use deadpool_redis::PoolError;
+
+    use super::all_in_use;
+
+    /// Only the pool's wait running out is a crowd (`503 busy`); a timeout
+    /// making a connection is Redis not answering (`tests/it/stall.rs`).
+    #[test]
+    fn only_the_wait_running_out_is_busy() {
+        assert!(all_in_use(&PoolError::Timeout(TimeoutType::Wait)));
+        assert!(!all_in_use(&PoolError::Timeout(TimeoutType::Create)));
+        assert!(!all_in_use(&PoolError::Timeout(TimeoutType::Recycle)));
+        assert!(!all_in_use(&PoolError::Closed));
+    }
+}

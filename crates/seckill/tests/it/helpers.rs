@@ -250,13 +250,18 @@ pub async fn spawn_app_on(scratch: Scratch, options: Options) -> TestApp {
 /// PostgreSQL), for a test that kills that server: no other test's Redis
 /// goes down with it. The server lives as long as the handle returned.
 pub async fn spawn_app_on_private_redis() -> (PrivateRedis, TestApp) {
+    spawn_app_on_private_redis_with(Options::default()).await
+}
+
+/// [`spawn_app_on_private_redis`], the app started with `options`.
+pub async fn spawn_app_on_private_redis_with(options: Options) -> (PrivateRedis, TestApp) {
     let redis = PrivateRedis::start().await.expect("a private Redis");
     let scratch = Scratch::on(
         &services().await.database_url,
         &RedisAt::Server(redis.url()),
     )
     .await;
-    (redis, spawn_app_on(scratch, Options::default()).await)
+    (redis, spawn_app_on(scratch, options).await)
 }
 
 /// An app on a private PostgreSQL server that the test may stop and start

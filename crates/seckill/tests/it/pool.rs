@@ -109,16 +109,7 @@ async fn a_shared_connection_closed_under_the_pool_fails_once_and_one_new_one_re
         let new = client_id(&mut first).await.expect("a working connection");
         assert_ne!(new, shared);
         assert_eq!(client_id(&mut second).await.expect("CLIENT ID"), new);
-        let clients: String = redis::cmd("CLIENT")
-            .arg("LIST")
-            .query_async(&mut observer)
-            .await
-            .expect("CLIENT LIST");
-        assert_eq!(
-            clients.lines().count(),
-            2,
-            "the observer and one connection of the pool's: {clients}"
-        );
+        assert_one_pool_connection(&mut observer).await;
         return;
     }
     panic!("every try took longer than TRUSTED_FOR");
@@ -143,9 +134,14 @@ async fn a_burst_on_a_new_pool_makes_one_connection() {
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 1, "the pool's handles are on {ids:?}");
+    assert_one_pool_connection(&mut observer).await;
+}
+
+/// The server's clients are the observer and one connection of the pool's.
+async fn assert_one_pool_connection(observer: &mut redis::aio::MultiplexedConnection) {
     let clients: String = redis::cmd("CLIENT")
         .arg("LIST")
-        .query_async(&mut observer)
+        .query_async(observer)
         .await
         .expect("CLIENT LIST");
     assert_eq!(

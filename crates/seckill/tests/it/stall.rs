@@ -15,10 +15,8 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use seckill_core::config::Strategy;
-use seckill_core::redis_pool::RedisAt;
-use seckill_devenv::services::PrivateRedis;
 
-use crate::helpers::{Options, Scratch, TestApp, Told, eventually, services, spawn_app_on};
+use crate::helpers::{Options, TestApp, Told, eventually, spawn_app_on_private_redis_with};
 
 /// The bound within which every buyer is answered while the server is
 /// stopped. A purchase spends a response timeout (500 ms;
@@ -51,15 +49,9 @@ async fn lua_a_stalled_server_answers_every_buyer_503_in_time_and_names_each_ord
 }
 
 async fn stalled_server(strategy: Strategy) {
-    let redis = PrivateRedis::start().await.expect("a private Redis");
-    let scratch = Scratch::on(
-        &services().await.database_url,
-        &RedisAt::Server(redis.url()),
-    )
-    .await;
     let mut options = Options::default();
     options.purchase.strategy = strategy;
-    let app = spawn_app_on(scratch, options).await;
+    let (redis, app) = spawn_app_on_private_redis_with(options).await;
     let sale = app.create_sale(100).await;
     // The connection is made, and shared, before the stall.
     let early = buy(&app, sale, "early").await;
