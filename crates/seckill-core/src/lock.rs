@@ -238,19 +238,28 @@ impl RedisLock {
     /// server, it runs when the server goes on) and take the lock for a
     /// caller that gave up: delete the lock if that attempt took it
     /// (`lua/lock_abandon.lua`), on the same connection, so that Redis
-    /// runs this after the attempt. Its own answer is not waited for past
-    /// the connection's response timeout, and a failure is left to the
-    /// lock's TTL.
+    /// runs this after the attempt.
+    ///
+    /// Sent without waiting for its answer (`set_no_response`): the redis
+    /// crate's connection reads that answer and drops it. The race this
+    /// prevents: a request whose caller stopped waiting before the
+    /// connection's task wrote it is never written (redis 1.8,
+    /// `PipelineSink::start_send` skips a request whose receiver is
+    /// closed), so an abandon awaited past the response timeout, on a
+    /// connection busy enough that its task had not yet written it, was
+    /// dropped, and the lock stood held for nobody. And the pass's buyers
+    /// are told at once, not a second response timeout later. A failure
+    /// to send is left to the lock's TTL.
     async fn abandon<C: ConnectionLike + Send>(&self, conn: &mut C, nonce: &str) {
-        let abandoned: redis::RedisResult<i64> = redis::cmd("EVAL")
+        let mut abandon = redis::cmd("EVAL");
+        abandon
             .arg(ABANDON)
             .arg(1)
             .arg(&self.key)
             .arg(nonce)
             .arg(keys::lock_released(&self.key))
-            .query_async(conn)
-            .await;
-        if let Err(error) = abandoned {
+            .set_no_response(true);
+        if let Err(error) = conn.req_packed_command(&abandon).await {
             tracing::debug!(%error, "a lost lock attempt not abandoned; its TTL ends it");
         }
     }

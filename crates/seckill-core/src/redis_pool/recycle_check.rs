@@ -224,6 +224,17 @@ where
     }
 }
 
+/// Whether `cmd` was sent without waiting for its answer
+/// (`Cmd::set_no_response`, as `lock.rs` sends an abandon): its `Ok` says
+/// only that it went into the connection's queue, nothing of the server.
+/// Taken as an answer, it would make a connection whose last command
+/// timed out trusted again at once, and the pool would hand it out
+/// unchecked to a server that may still be stalled (tested:
+/// `pool::a_command_sent_unheard_after_a_timeout_leaves_the_connection_to_be_checked`).
+fn sent_unheard(cmd: &Cmd) -> bool {
+    cmd.is_no_response()
+}
+
 /// What a command's outcome says of its connection.
 #[derive(Debug, PartialEq, Eq)]
 enum Heard {
@@ -287,7 +298,9 @@ impl<C: ConnectionLike + Send> ConnectionLike for Tracked<C> {
         Box::pin(async move {
             let sent = Instant::now();
             let outcome = self.conn.req_packed_command(cmd).await;
-            self.note(sent, &outcome);
+            if !sent_unheard(cmd) {
+                self.note(sent, &outcome);
+            }
             outcome
         })
     }

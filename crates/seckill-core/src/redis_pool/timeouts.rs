@@ -50,8 +50,9 @@
 //!
 //! What it bounds: a request that meets a node that does not answer is
 //! told `503` with `Retry-After` one response timeout after each round
-//! trip it sends there, and a purchase sends a few (the lock, its commit;
-//! after a lock attempt whose answer was lost, its abandon, `lock.rs`);
+//! trip it sends there, and a purchase sends a few (the lock, its
+//! commit; a lock attempt whose answer was lost is followed by its
+//! abandon, whose answer is not waited for, `lock.rs`);
 //! `tests/it/cluster.rs` holds every buyer to 2 s while one shard's
 //! primary is stopped. Not bounded by it: waiting for the sale lock
 //! (`--lock-wait-ms`), a wait for other buyers; and a commit whose answer

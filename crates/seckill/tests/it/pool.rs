@@ -70,6 +70,38 @@ async fn a_connection_that_just_answered_is_handed_out_unchecked_and_an_idle_one
     assert_eq!(last_command(&mut observer, id).await, "ping");
 }
 
+/// A command sent without waiting for its answer (`set_no_response`, as
+/// `lock.rs` sends an abandon behind a lost attempt) says nothing of its
+/// server: a connection whose last command timed out on a stalled server
+/// is still checked before it is handed out again, however soon. Taken as
+/// an answer, it made the connection trusted at once.
+#[tokio::test]
+async fn a_command_sent_unheard_after_a_timeout_leaves_the_connection_to_be_checked() {
+    use redis::aio::ConnectionLike;
+
+    let redis = PrivateRedis::start().await.expect("a private Redis");
+    let (pool, mut observer) = pool_and_observer(&redis.url()).await;
+    let mut conn = pool.get().await.expect("a connection");
+    let id = client_id(&mut conn).await.expect("CLIENT ID");
+    redis.pause();
+    let lost: redis::RedisResult<Option<String>> =
+        redis::cmd("GET").arg("x").query_async(&mut conn).await;
+    let unheard = {
+        let mut echo = redis::cmd("ECHO");
+        echo.arg("unheard").set_no_response(true);
+        conn.req_packed_command(&echo).await
+    };
+    redis.resume();
+    assert!(
+        lost.as_ref().is_err_and(redis::RedisError::is_timeout),
+        "{lost:?}"
+    );
+    unheard.expect("sent without waiting");
+    drop(conn);
+    drop(pool.get().await.expect("a connection"));
+    assert_eq!(last_command(&mut observer, id).await, "ping");
+}
+
 /// One server's pool hands out handles on one connection
 /// (`redis_pool/sharing.rs`): every caller's commands pipelined on it.
 /// Redis closing it (as a restart closes it): the command that finds it
