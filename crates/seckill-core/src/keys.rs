@@ -52,6 +52,11 @@ pub struct SaleKeys {
     /// batch's orders; a load that finds another database named in it
     /// clears the sale's keys first.
     pub(crate) epoch: String,
+    /// `STRING` with a 1 s TTL: written right before every `WAIT` for the
+    /// sale, on the same connection (`replicas.rs`), so that the `WAIT`
+    /// covers everything Redis held when it ran, what the step before it
+    /// read as much as what it wrote. Its value means nothing.
+    pub(crate) waited: String,
     /// `STRING`: commits the fence refused (a holder whose lock had run out
     /// tried to write; `lua/purchase_commit.lua`). Only grows; the proof,
     /// in a chaos run or a class, that the fence fired.
@@ -128,6 +133,7 @@ impl SaleKeys {
             returned: under(&base, ":returned"),
             events: under(&base, ":events"),
             epoch: under(&base, ":epoch"),
+            waited: under(&base, ":waited"),
             fenced: under(&base, ":fenced"),
             answers: under(&base, ":answers"),
             room: RoomKeys {
@@ -347,6 +353,7 @@ mod tests {
             (&keys.returned, "returned"),
             (&keys.events, "events"),
             (&keys.epoch, "epoch"),
+            (&keys.waited, "waited"),
             (&keys.fenced, "fenced"),
             (&keys.answers, "answers"),
             (&keys.room.line, "room:line"),
@@ -381,6 +388,7 @@ mod tests {
             &keys.returned,
             &keys.events,
             &keys.epoch,
+            &keys.waited,
             &keys.fenced,
             &keys.answers,
             &keys.room.line,

@@ -248,7 +248,10 @@ impl RedisLock {
     /// closed), so an abandon awaited past the response timeout, on a
     /// connection busy enough that its task had not yet written it, was
     /// dropped, and the lock stood held for nobody. And the pass's buyers
-    /// are told at once, not a second response timeout later. A failure
+    /// are told at once, not a second response timeout later. On a
+    /// cluster it is only so once the cluster client has handed it to the
+    /// node's connection: while the client refreshes its slot map it
+    /// hands nothing on, and drops what its caller gave up on. A failure
     /// to send is left to the lock's TTL.
     async fn abandon<C: ConnectionLike + Send>(&self, conn: &mut C, nonce: &str) {
         let mut abandon = redis::cmd("EVAL");

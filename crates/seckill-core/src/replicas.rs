@@ -9,10 +9,21 @@
 //! `WAIT numreplicas timeout` blocks until the replicas have acknowledged
 //! every write this connection sent before it, and says how many did.
 //! Replication is in order, so a replica that has the last write has all
-//! the writes before it, this connection's and everyone else's: after a
-//! pass through the sale lock (its `SET NX`, its fenced commit), one `WAIT`
-//! covers what the pass read and what it wrote, for every buyer it
-//! decided. The worker waits the same way before it writes a batch to
+//! the writes before it, this connection's and everyone else's. So every
+//! `WAIT` here comes right behind a write of its own, on the same
+//! connection, in the same pipeline: the sale's `waited` key
+//! (`keys.rs`), set with a short TTL. The race it closes: a step that
+//! wrote nothing (a `lua` purchase answered "sold out" or "already
+//! purchased", a room's look at a closed room, a pass in which nobody
+//! bought) read data that may be on no replica yet, and from Redis 7.2 on
+//! a `WAIT` covers only its connection's last command that was replicated
+//! (Redis 7.0 moved that offset at every command, reads too): on a
+//! connection that last wrote before the replica fell behind, or never
+//! wrote, it answered at once with every replica, and the refusal read
+//! from unreplicated data was told as final (and taken back by the
+//! failover). Behind the write, one
+//! `WAIT` covers what the step read and what it wrote, for every buyer
+//! it decided. The worker waits the same way before it writes a batch to
 //! PostgreSQL, so that PostgreSQL never holds an order a failover could
 //! take out of Redis.
 //!
@@ -20,11 +31,9 @@
 //! sends a bare `WAIT` to every primary and answers the smallest count
 //! (redis 1.8: `RouteBy::AllPrimaries`, `AggregateOp::Min`), so one
 //! stalled shard, or one shard without a live replica, failed the wait of
-//! every sale. Here it goes in a pipeline behind a read of one of the
-//! sale's keys, and a cluster client sends a pipeline whole to the node of
-//! its first key (`route_for_pipeline`): the sale's primary, whose
-//! connection made the pass's writes. On one server or under Sentinel the
-//! read costs nothing more than the round trip the `WAIT` makes anyway.
+//! every sale. Here it goes in a pipeline behind the write of the sale's
+//! `waited` key, and a cluster client sends a pipeline whole to the node
+//! of its first key (`route_for_pipeline`): the sale's primary.
 //!
 //! How many replicas (`--redis-wait-replicas`, `WAIT <n>`, 1 by default):
 //! what each choice survives is in docs/operations.md. In short: with one
@@ -48,59 +57,84 @@ use redis::{
 
 use crate::config::RedisDurability;
 
-/// Whether the writes this connection sent so far to the primary of
-/// `sale_key`'s slot (any key of the sale) are held as `durability` asks:
-/// always for `Local`; for `Replica`, when as many replicas of that
-/// primary as it names acknowledged them within its wait.
+/// Whether everything the primary of `waited`'s slot held so far (the
+/// sale's [`SaleKeys::waited`](crate::keys::SaleKeys)) is held as
+/// `durability` asks: always for `Local`; for `Replica`, when as many
+/// replicas of that primary as it names acknowledged the write of
+/// `waited` within its wait, and with it everything before it.
 pub async fn confirmed<C: ConnectionLike + Send>(
     conn: &mut C,
     durability: RedisDurability,
-    sale_key: &str,
+    waited: &str,
 ) -> redis::RedisResult<bool> {
-    let RedisDurability::Replica { wait, replicas } = durability else {
+    if durability == RedisDurability::Local {
         return Ok(true);
-    };
-    // The read only names the slot; its answer is ignored.
-    let (acknowledged,): (i64,) = redis::pipe()
-        .exists(sale_key)
-        .ignore()
-        .cmd("WAIT")
-        .arg(replicas)
-        .arg(millis(wait))
-        .query_async(conn)
-        .await?;
-    Ok(acknowledged >= i64::from(replicas))
+    }
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    wait_behind_a_write(&mut pipe, durability, waited);
+    let answers: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
+    Ok(confirmed_by(answers.into_iter(), durability))
 }
 
-/// Run a script and, under `replica`, a `WAIT` behind it, as one pipeline
-/// on one connection: the script's answer, and whether enough replicas of
-/// its primary acknowledged its writes (always `true` under `local`).
+/// Under `replica`, the write of `waited` and the `WAIT` behind it, added
+/// to `pipe` (built with `ignore_errors`): two answers, read by
+/// [`confirmed_by`]. Nothing under `local`.
+fn wait_behind_a_write(pipe: &mut redis::Pipeline, durability: RedisDurability, waited: &str) {
+    if let RedisDurability::Replica { wait, replicas } = durability {
+        pipe.cmd("SET").arg(waited).arg(1).arg("PX").arg(WAITED_MS);
+        pipe.cmd("WAIT").arg(replicas).arg(millis(wait));
+    }
+}
+
+/// How long the `waited` key outlives its last write: it is only ever
+/// written, never read, so any short time does.
+const WAITED_MS: u64 = 1_000;
+
+/// Whether the answers of [`wait_behind_a_write`]'s commands confirm: the
+/// write went through and enough replicas acknowledged it. A failed
+/// write or `WAIT` confirms nothing.
+fn confirmed_by(
+    mut answers: impl Iterator<Item = RedisResult<Value>>,
+    durability: RedisDurability,
+) -> bool {
+    let RedisDurability::Replica { replicas, .. } = durability else {
+        return true;
+    };
+    let written = answers.next().is_some_and(|written| written.is_ok());
+    let acknowledged = answers
+        .next()
+        .and_then(|count| count.ok())
+        .and_then(|count| i64::from_redis_value(count).ok());
+    written && acknowledged.is_some_and(|count| count >= i64::from(replicas))
+}
+
+/// Run a script and, under `replica`, the write of `waited` and a `WAIT`
+/// behind it ([`confirmed`]), as one pipeline on one connection: the
+/// script's answer, and whether enough replicas of its primary
+/// acknowledged everything up to it (always `true` under `local`).
 ///
 /// The race it closes: a `WAIT` sent on its own after the script can go out
 /// on another connection than the script's (the cluster client replaces a
-/// node's connection after a failure), and a `WAIT` on a connection that
-/// wrote nothing answers at once with every replica: a `202` with nothing
-/// behind it. In one pipeline both go out on one connection, to the
-/// primary of the script's first key (a cluster client sends a pipeline
-/// whole there), and when that connection fails neither answer comes back:
-/// the caller's lost-answer path runs. A script the node does not know (a
-/// replica just promoted has no script cache) is loaded in the same
-/// pipeline, on that node, where a `SCRIPT LOAD` alone would go to every
-/// primary.
+/// node's connection after a failure), and a `WAIT` there covers nothing
+/// of the script: a `202` with nothing behind it. In one pipeline all go
+/// out on one connection, to the primary of the script's first key (a
+/// cluster client sends a pipeline whole there), and when that connection
+/// fails no answer comes back: the caller's lost-answer path runs. A
+/// script the node does not know (a replica just promoted has no script
+/// cache) is loaded in the same pipeline, on that node, where a `SCRIPT
+/// LOAD` alone would go to every primary.
 pub(crate) async fn run_and_confirm<C, T>(
     conn: &mut C,
     script: &Script,
     invocation: &ScriptInvocation<'_>,
     durability: RedisDurability,
+    waited: &str,
 ) -> RedisResult<(T, bool)>
 where
     C: ConnectionLike + Send,
     T: FromRedisValue,
 {
-    let needed = match durability {
-        RedisDurability::Local => 0,
-        RedisDurability::Replica { replicas, .. } => i64::from(replicas),
-    };
     let mut load = false;
     loop {
         let mut pipe = redis::pipe();
@@ -109,35 +143,53 @@ where
             pipe.load_script(script).ignore();
         }
         pipe.invoke_script(invocation);
-        if let RedisDurability::Replica { wait, replicas } = durability {
-            pipe.cmd("WAIT").arg(replicas).arg(millis(wait));
-        }
-        let answers: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
-        let mut answers = answers.into_iter();
-        let ran = match answers.next() {
-            Some(Err(error))
-                if !load && error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
-            {
+        let (ran, confirmed) = sent_and_confirmed(conn, pipe, durability, waited).await?;
+        match ran {
+            Err(error) if !load && error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 load = true;
-                continue;
             }
-            Some(ran) => ran?,
-            None => {
-                return Err(redis::RedisError::from(std::io::Error::other(
-                    "no answer to the script",
-                )));
-            }
-        };
-        // A `WAIT` that failed confirms nothing; the script's answer stands.
-        let confirmed = match answers.next() {
-            None => true,
-            Some(count) => count
-                .ok()
-                .and_then(|count| i64::from_redis_value(count).ok())
-                .is_some_and(|count| count >= needed),
-        };
-        return Ok((T::from_redis_value(ran)?, confirmed));
+            ran => return Ok((T::from_redis_value(ran?)?, confirmed)),
+        }
     }
+}
+
+/// `read` and, under `replica`, the write of `waited` and a `WAIT` behind
+/// it, as one pipeline on one connection: what it read, and whether a
+/// replica holds it (always `true` under `local`).
+pub(crate) async fn read_and_confirm<C, T>(
+    conn: &mut C,
+    read: &redis::Cmd,
+    durability: RedisDurability,
+    waited: &str,
+) -> RedisResult<(T, bool)>
+where
+    C: ConnectionLike + Send,
+    T: FromRedisValue,
+{
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors().add_command(read.clone());
+    let (read, confirmed) = sent_and_confirmed(conn, pipe, durability, waited).await?;
+    Ok((T::from_redis_value(read?)?, confirmed))
+}
+
+/// `pipe` (built with `ignore_errors`, one command whose answer counts)
+/// sent with [`wait_behind_a_write`]'s commands behind it: that
+/// command's answer, and whether it is confirmed ([`confirmed_by`]).
+async fn sent_and_confirmed<C: ConnectionLike + Send>(
+    conn: &mut C,
+    mut pipe: redis::Pipeline,
+    durability: RedisDurability,
+    waited: &str,
+) -> RedisResult<(RedisResult<Value>, bool)> {
+    wait_behind_a_write(&mut pipe, durability, waited);
+    let answers: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
+    let mut answers = answers.into_iter();
+    let first = answers.next().unwrap_or_else(|| {
+        Err(redis::RedisError::from(std::io::Error::other(
+            "no answer to the command before the WAIT",
+        )))
+    });
+    Ok((first, confirmed_by(answers, durability)))
 }
 
 /// `WAIT`'s timeout: milliseconds, at least 1 (0 would wait forever).

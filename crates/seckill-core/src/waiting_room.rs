@@ -253,7 +253,7 @@ async fn run_visit(
     // connection (`replicas.rs`): a join or an admission is told only once
     // a replica holds it.
     let ((header, places), confirmed): ((Vec<i64>, Vec<i64>), bool) =
-        replicas::run_and_confirm(&mut conn, &VISIT, &script, store.durability())
+        replicas::run_and_confirm(&mut conn, &VISIT, &script, store.durability(), &keys.waited)
             .await
             .context("visiting a waiting room")?;
     let reply: [i64; 15] = header

@@ -115,6 +115,13 @@ pub(crate) async fn enter(
     let sale = find_sale(state, raw_sale_id).await?;
     let settings = sale.waiting_room.ok_or(ApiError::NoWaitingRoom)?;
     let standing = waiting_room::visit(&state.store, &sale, &settings, &buyer, true).await?;
+    // Under `replica`, nothing is told from a visit no replica confirmed,
+    // a refusal no more than a place: a room closed or a line full on
+    // data a failover takes back (the last unit's take, joins) would be
+    // open again after it.
+    if !standing.confirmed {
+        return Err(ApiError::RoomUnconfirmed);
+    }
     if standing.closed && standing.place == Place::Outside {
         return Err(ApiError::RoomClosed);
     }

@@ -58,7 +58,9 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
             .arg(&keys.events)
             .arg(u8::from(roomed));
         let ((status, left, held), confirmed): ((String, i64, Option<String>), bool) =
-            match replicas::run_and_confirm(conn, &PURCHASE, &script, durability).await {
+            match replicas::run_and_confirm(conn, &PURCHASE, &script, durability, &keys.waited)
+                .await
+            {
                 Ok(answer) => answer,
                 // The script may have run, its answer lost with the
                 // connection. There is no lock, so no fence to close: a

@@ -48,6 +48,7 @@ use crate::events::LockReleases;
 use crate::keys::SaleKeys;
 use crate::queue::Queue;
 use crate::redis_pool::RedisConn;
+use crate::replicas;
 use crate::store::{self, Snapshot, Store};
 
 /// How a purchase ended. Business outcomes, not errors: each maps to one
@@ -93,7 +94,13 @@ impl Outcome {
             Self::Accepted { order_id } => Self::Unconfirmed {
                 order_id: Some(*order_id),
             },
-            Self::SoldOut | Self::AlreadyPurchased { .. } => Self::Unconfirmed { order_id: None },
+            // The order a buyer holds may land: its id is told, so that
+            // the buyer is never told "no" without it for a unit that
+            // turns out to be theirs.
+            Self::AlreadyPurchased { order_id } => Self::Unconfirmed {
+                order_id: *order_id,
+            },
+            Self::SoldOut => Self::Unconfirmed { order_id: None },
             other => *other,
         }
     }
@@ -131,7 +138,7 @@ pub(crate) async fn replicated<C: ConnectionLike + Send>(
 ) -> bool {
     let confirmed = match said {
         Some(said) => Ok(said),
-        None => crate::replicas::confirmed(conn, durability, &keys.stock).await,
+        None => crate::replicas::confirmed(conn, durability, &keys.waited).await,
     };
     match confirmed {
         Ok(confirmed) => {
@@ -301,18 +308,32 @@ impl Shop {
             Flag::SoldOut => Ok(true),
             Flag::Stale => {
                 // Reading "0 left" without the lock is a true answer: at the
-                // moment of the read there was nothing to sell.
-                let left: Option<i64> = redis::cmd("GET")
-                    .arg(&keys.stock)
-                    .query_async(conn)
-                    .await
-                    .context("reading the stock")?;
-                if left.is_some_and(|left| left <= 0) {
-                    self.sold_out.set(sale_id);
-                    Ok(true)
-                } else {
-                    self.sold_out.clear(sale_id);
-                    Ok(false)
+                // moment of the read there was nothing to sell. Under
+                // `replica`, a true answer only once a replica holds what
+                // it read (`replicas.rs`): the race this prevents is a unit
+                // given back and taken again on data no replica has, and
+                // this instance telling its buyers "sold out" from it, to
+                // be taken back by a failover that gives the unit back.
+                // Unconfirmed, nothing is decided here: the purchase goes
+                // on, and its own step tells the buyer.
+                let (left, confirmed): (Option<i64>, bool) = replicas::read_and_confirm(
+                    conn,
+                    redis::cmd("GET").arg(&keys.stock),
+                    self.store.durability(),
+                    &keys.waited,
+                )
+                .await
+                .context("reading the stock")?;
+                match left {
+                    Some(left) if left <= 0 && confirmed => {
+                        self.sold_out.set(sale_id);
+                        Ok(true)
+                    }
+                    Some(left) if left <= 0 => Ok(false),
+                    _ => {
+                        self.sold_out.clear(sale_id);
+                        Ok(false)
+                    }
                 }
             }
         }

@@ -121,7 +121,7 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
             .arg(job.to_payload());
     }
     let ((status, left, spent), confirmed): ((String, i64, Vec<usize>), bool) =
-        replicas::run_and_confirm(conn, &COMMIT, &script, durability).await?;
+        replicas::run_and_confirm(conn, &COMMIT, &script, durability, &keys.waited).await?;
     match status.as_str() {
         "committed" => Ok((Some(Committed { left, spent }), confirmed)),
         "lock_lost" => Ok((None, confirmed)),

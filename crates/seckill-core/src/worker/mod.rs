@@ -205,7 +205,7 @@ impl Worker {
         // closes: the worker commits an order the primary never
         // replicated; a failover then gives its unit back in Redis, sells
         // it again, and PostgreSQL refuses a later `202` as an oversell.
-        match crate::replicas::confirmed(&mut conn, self.store.durability(), &keys.stock).await {
+        match crate::replicas::confirmed(&mut conn, self.store.durability(), &keys.waited).await {
             Ok(true) => {}
             unconfirmed => {
                 metrics().unreplicated_passes.inc();

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::helpers::{
     Monitor, Options, Scratch, TestApp, client, cluster, cores_alone, create_sale_at, eventually,
-    redis_at, services, spawn_app_on,
+    redis_at, services, spawn_app_on, start_instance,
 };
 
 /// An app whose Redis is a fresh primary, replica and sentinels.
@@ -46,7 +46,17 @@ const REPLICA: RedisDurability = RedisDurability::Replica {
 
 /// A purchase's status and body.
 async fn purchase(app: &TestApp, sale: i64, buyer: &str) -> (u16, Value) {
-    let response = app.purchase(sale, buyer).await;
+    purchase_at(&app.address, sale, buyer).await
+}
+
+/// A purchase from the instance at `url`: its status and body.
+async fn purchase_at(url: &str, sale: i64, buyer: &str) -> (u16, Value) {
+    let response = client()
+        .post(format!("{url}/api/sales/{sale}/purchase"))
+        .json(&serde_json::json!({ "user_id": buyer }))
+        .send()
+        .await
+        .expect("an answer");
     let status = response.status().as_u16();
     if status == 503 {
         assert_eq!(
@@ -123,6 +133,15 @@ async fn buy_then_fail_over(
     answer
 }
 
+/// A purchase told `503 unconfirmed`: in doubt, to be asked again.
+fn in_doubt(status: u16, body: &Value) {
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unconfirmed")),
+        "{body}"
+    );
+}
+
 fn order_id(body: &Value) -> Uuid {
     body["order_id"]
         .as_str()
@@ -148,24 +167,14 @@ async fn with_replica_durability_a_failover_takes_back_no_202() {
     // never a 500. A primary with no replica confirms nothing: 503 again,
     // with the order id.
     let (status, body) = buy_through_the_failover(&app, sale, "cy").await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (503, Some("unconfirmed")),
-        "{body}"
-    );
+    in_doubt(status, &body);
     let cy = order_id(&body);
 
-    // Nor is a refusal: ann is told neither "you have one" nor a 202.
+    // Nor is a refusal: ann is told neither "you have one" nor a 202,
+    // but the order she holds, in doubt, as a winner is told hers.
     let (status, body) = purchase(&app, sale, "ann").await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (503, Some("unconfirmed")),
-        "{body}"
-    );
-    assert!(
-        body.get("order_id").is_none(),
-        "no order for a refusal: {body}"
-    );
+    in_doubt(status, &body);
+    assert_eq!(order_id(&body), ann, "her order, in doubt: {body}");
     // bob's order never reached the new primary, and its page says so.
     let page = app.order(bob).await;
     assert_eq!(
@@ -236,11 +245,7 @@ async fn an_unconfirmed_order_that_survives_is_confirmed_and_its_page_says_so() 
 
     sentinels.pause(1 - primary);
     let (status, body) = purchase(&app, sale, "dee").await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (503, Some("unconfirmed")),
-        "{body}"
-    );
+    in_doubt(status, &body);
     let dee = order_id(&body);
     // The worker writes nothing to PostgreSQL a replica does not hold,
     // and gives the jobs back for that reason, not another.
@@ -289,11 +294,7 @@ async fn the_lua_strategy_waits_for_a_replica_too() {
     sentinels.pause(1 - primary);
     let (status, body) = purchase(&app, sale, "bob").await;
     sentinels.resume(1 - primary);
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (503, Some("unconfirmed")),
-        "{body}"
-    );
+    in_doubt(status, &body);
     order_id(&body);
 }
 
@@ -337,29 +338,13 @@ async fn an_unconfirmed_pass_is_counted_its_order_reads_pending_and_its_sold_out
         .await
         .expect("the instance starts");
     let sale = create_sale_at(&url, "Phone", 1).await;
-    let buy = |buyer: &'static str| {
-        let url = url.clone();
-        async move {
-            let response = client()
-                .post(format!("{url}/api/sales/{sale}/purchase"))
-                .json(&serde_json::json!({ "user_id": buyer }))
-                .send()
-                .await
-                .expect("an answer");
-            let status = response.status().as_u16();
-            (status, response.json::<Value>().await.expect("a JSON body"))
-        }
-    };
+    let buy = |buyer: &'static str| purchase_at(&url, sale, buyer);
     assert_eq!(unreplicated(&url).await, 0.0);
 
     let primary = sentinels.primary().await.expect("a primary");
     sentinels.pause(1 - primary);
     let (status, body) = buy("ann").await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (503, Some("unconfirmed")),
-        "{body}"
-    );
+    in_doubt(status, &body);
     let ann = order_id(&body);
     assert_eq!(unreplicated(&url).await, 1.0, "the wait is counted");
     let page: Value = client()
@@ -374,11 +359,7 @@ async fn an_unconfirmed_pass_is_counted_its_order_reads_pending_and_its_sold_out
 
     // ann's unconfirmed take left no unit: bob's "sold out" rests on it.
     let (status, body) = buy("bob").await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (503, Some("unconfirmed")),
-        "{body}"
-    );
+    in_doubt(status, &body);
     assert!(body.get("order_id").is_none(), "{body}");
     assert_eq!(unreplicated(&url).await, 2.0);
 
@@ -575,4 +556,115 @@ async fn with_replica_durability_an_instance_left_with_the_old_primary_admits_no
         "admissions told from the old primary's room: {told:?}; buyers in PostgreSQL: {buyers:?}"
     );
     assert_eq!(buyers.len(), 2, "{buyers:?}");
+}
+
+/// Under `replica`, a `lua` purchase refused on data no replica holds is
+/// in doubt on whatever connection it is asked, and a buyer who holds a
+/// unit is told its order, in doubt. The script writes nothing to
+/// refuse; from Redis 7.2 on, a `WAIT` covers only its connection's last
+/// command that was replicated, so on a connection that had written
+/// nothing since the replica fell behind it answered at once with every
+/// replica (`replicas.rs`: a write now goes before every `WAIT`). Redis
+/// 7.0, which the tests run on, moves that offset at every command, so
+/// here this part passes without the write; the order id does not. A
+/// second instance, whose connections have written nothing, is asked
+/// after ann's unconfirmed take of the last unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lua_a_refusal_on_data_no_replica_holds_is_in_doubt_on_any_connection() {
+    let _alone = cores_alone().await;
+    let options = Options {
+        durability: REPLICA,
+        purchase: seckill_core::config::PurchaseSettings {
+            strategy: seckill_core::config::Strategy::Lua,
+            ..Default::default()
+        },
+        ..Options::default()
+    };
+    let (sentinels, app) = app_on_sentinels_with(options.clone()).await;
+    let sale = app.create_sale(1).await;
+    let primary = sentinels.primary().await.expect("a primary");
+    sentinels.pause(1 - primary);
+    let (status, body) = purchase(&app, sale, "ann").await;
+    in_doubt(status, &body);
+    let ann = order_id(&body);
+
+    let fresh = start_instance(&app.scratch, &options, "fresh").await;
+    let (status, body) = purchase_at(&fresh, sale, "ann").await;
+    in_doubt(status, &body);
+    assert_eq!(order_id(&body), ann, "her retry is told her order");
+    let (status, body) = purchase_at(&fresh, sale, "bob").await;
+    in_doubt(status, &body);
+
+    sentinels.resume(1 - primary);
+    linked_as_replica(&sentinels, 1 - primary).await;
+    let (status, body) = purchase_at(&fresh, sale, "bob").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("sold_out")),
+        "{body}"
+    );
+}
+
+/// The units left on the primary at `url`, set by hand: another
+/// instance's take or give-back, as Redis sees it.
+async fn set_stock(url: &str, app: &TestApp, sale: i64, left: i64) {
+    let stock = seckill_core::keys::SaleKeys::new(&app.scratch.prefix, sale).stock;
+    let () = redis::cmd("SET")
+        .arg(stock)
+        .arg(left)
+        .query_async(&mut redis_at(url).await)
+        .await
+        .expect("SET the stock");
+}
+
+/// Under `replica`, an instance whose "sold out" flag has gone stale reads
+/// the stock again before it answers from it; a "0 left" no replica holds
+/// is no answer (the race: a unit given back, then taken again by an
+/// instance whose `WAIT` failed; a failover gives it back once more).
+/// Played by hand on the stock: the give-back reaches the replica, the
+/// take does not. The purchase goes on, and is told in doubt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_durability_a_stale_sold_out_flag_answers_nothing_no_replica_holds() {
+    let _alone = cores_alone().await;
+    let (sentinels, app) = app_on_sentinels(REPLICA).await;
+    let sale = app.create_sale(1).await;
+    assert_eq!(purchase(&app, sale, "ann").await.0, 202);
+    // The instance has seen the sale sold out, confirmed.
+    let (status, body) = purchase(&app, sale, "bob").await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("sold_out")));
+
+    let primary = sentinels.primary().await.expect("a primary");
+    let primary_url = sentinels.node_url(primary);
+    set_stock(&primary_url, &app, sale, 1).await;
+    // A write and a `WAIT` behind it: the replica holds the give-back.
+    linked_as_replica(&sentinels, 1 - primary).await;
+    sentinels.pause(1 - primary);
+    set_stock(&primary_url, &app, sale, 0).await;
+    // Past the flag's refresh: the instance reads the stock again.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (status, body) = purchase(&app, sale, "carol").await;
+    sentinels.resume(1 - primary);
+    in_doubt(status, &body);
+}
+
+/// Under `replica`, a join is refused as "closed" or "full" only on a
+/// visit a replica confirmed, as a place is told only so: the room closed
+/// on the last unit's take no replica holds is open again after a
+/// failover. Played by hand on the stock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_durability_a_room_closed_on_data_no_replica_holds_refuses_no_join() {
+    use crate::waiting_room::{fifo, join, sale_with_room};
+
+    let _alone = cores_alone().await;
+    let (sentinels, app) = app_on_sentinels(REPLICA).await;
+    let sale = sale_with_room(&app, 1, 0, fifo(1_000, 10)).await;
+    let primary = sentinels.primary().await.expect("a primary");
+    sentinels.pause(1 - primary);
+    set_stock(&sentinels.node_url(primary), &app, sale, 0).await;
+    let refused = join(&app, sale, "ann").await;
+    sentinels.resume(1 - primary);
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(body["error"], "unconfirmed", "{body}");
 }
