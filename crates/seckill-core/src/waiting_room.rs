@@ -194,19 +194,29 @@ pub async fn visit(
     Ok(standing)
 }
 
+/// What a [`look`] found beyond the room's standing.
+#[derive(Debug, Clone, Default)]
+pub struct Looked {
+    /// Where each buyer tracked stands, in the order asked.
+    pub places: Vec<Place>,
+    /// The buyers seen who were not in line: admitted since they were
+    /// answered, or their place lost (`lua/room_visit.lua`).
+    pub unseen: Vec<String>,
+}
+
 /// A look at the whole room (a visit for nobody), admitting whoever's
 /// turn has come on the way, noting `seen` (buyers an instance answered
 /// from its last look, `web/room_view.rs`) as having asked now, and
 /// reading where each of `tracked` stands, in the same step: the place of
-/// each, in the order asked, beside the room's standing (whose place is
-/// nobody's, [`Place::Outside`]).
+/// each, and which of `seen` were not in line, beside the room's standing
+/// (whose place is nobody's, [`Place::Outside`]).
 pub async fn look(
     store: &Store,
     sale: &Sale,
     room: &RoomSettings,
     seen: &[String],
     tracked: &[String],
-) -> anyhow::Result<(Standing, Vec<Place>)> {
+) -> anyhow::Result<(Standing, Looked)> {
     run_visit(store, sale, room, "", false, (seen, tracked)).await
 }
 
@@ -218,7 +228,7 @@ async fn run_visit(
     buyer: &str,
     join: bool,
     (seen, tracked): (&[String], &[String]),
-) -> anyhow::Result<(Standing, Vec<Place>)> {
+) -> anyhow::Result<(Standing, Looked)> {
     let keys = SaleKeys::new(store.prefix(), sale.id);
     let seed = match room.mode {
         RoomMode::Lottery => lottery_seed(store.pass_key().await?, sale.id),
@@ -252,7 +262,8 @@ async fn run_visit(
     // Under `replica`, a `WAIT` rides behind the script, on its
     // connection (`replicas.rs`): a join or an admission is told only once
     // a replica holds it.
-    let ((header, places), confirmed): ((Vec<i64>, Vec<i64>), bool) =
+    #[allow(clippy::type_complexity)]
+    let ((header, places, unseen), confirmed): ((Vec<i64>, Vec<i64>, Vec<String>), bool) =
         replicas::run_and_confirm(&mut conn, &VISIT, &script, store.durability(), &keys.waited)
             .await
             .context("visiting a waiting room")?;
@@ -305,11 +316,11 @@ async fn run_visit(
         born_ms: born,
         confirmed,
     };
-    let tracked = places
+    let places = places
         .chunks_exact(3)
         .map(|three| Place::read(three[0], three[1], three[2]))
         .collect();
-    Ok((standing, tracked))
+    Ok((standing, Looked { places, unseen }))
 }
 
 impl Place {

@@ -75,7 +75,17 @@ struct Buyers {
     seen: HashSet<String>,
     /// Buyers whose standing each look reads: when each last asked here.
     tracked: HashMap<String, Instant>,
+    /// Buyers a look found out of line after they had been answered by
+    /// their ticket's number (`lua/room_visit.lua`: admitted since, or
+    /// their place lost): asked about in Redis at their next question, and
+    /// taken out then. At most [`UNSEEN_MAX`].
+    unseen: HashSet<String>,
 }
+
+/// The most buyers a room's view keeps to ask Redis about
+/// ([`Buyers::unseen`]): a few megabytes. Past it, a buyer whose place was
+/// lost is answered by their number until the head nears, as before.
+const UNSEEN_MAX: usize = 100_000;
 
 /// One look at a room: its standing (nobody's place), and where each
 /// buyer tracked then stood.
@@ -115,14 +125,23 @@ impl RoomViews {
             };
             let answered = match look.places.get(buyer.as_str()).copied() {
                 // Admitted, bought, or in line with this ticket's number:
-                // as the look found them. Outside, or in line by another
-                // number (a ticket of a join since the look): by the
-                // ticket's number if it is far back, else asked in Redis,
-                // which is the one to tell a buyer their place is gone.
+                // as the look found them.
                 Some(place @ (Place::Admitted { .. } | Place::Bought)) => Some(as_looked(place)),
                 Some(place @ Place::Waiting { number: n, .. }) if n == number => {
                     Some(as_looked(place))
                 }
+                // Outside when the look read them, or out of line when it
+                // noted them seen (admitted since, or their place lost:
+                // a failover under `local` loses the line's tail and keeps
+                // its generation): asked in Redis, which is the one to
+                // tell a buyer their place is gone. Never by the ticket's
+                // number, which would tell a place Redis no longer holds
+                // "waiting" until the head came near.
+                Some(Place::Outside) => None,
+                _ if view.ask_redis_about(buyer.as_str()) => None,
+                // In line by another number (a ticket of a join since the
+                // look), or not read: by the ticket's number if it is far
+                // back, else asked in Redis.
                 _ => look.room.of_number(number, settings, age),
             };
             if let Some(standing) = answered {
@@ -188,7 +207,7 @@ impl View {
     /// The last look if it is fresh, else a new one (one at a time), which
     /// sends the buyers seen and reads the buyers tracked.
     async fn looked(
-        &self,
+        self: &Arc<Self>,
         store: &Store,
         sale: &Arc<Sale>,
         settings: &RoomSettings,
@@ -197,6 +216,7 @@ impl View {
             .get(store.runtime(), FRESH_FOR, || {
                 let (seen, tracked) = self.to_send();
                 let (store, sale, settings) = (store.clone(), Arc::clone(sale), *settings);
+                let view = Arc::clone(self);
                 async move {
                     match waiting_room::look(&store, &sale, &settings, &seen, &tracked).await {
                         // A look no replica confirmed (under `replica`):
@@ -213,10 +233,13 @@ impl View {
                         // one ignored sent every buyer to a visit and a
                         // `WAIT` of their own.)
                         Ok((room, _)) if !room.confirmed => Err(Looked::Unconfirmed(room)),
-                        Ok((room, places)) => Ok(Arc::new(Look {
-                            room,
-                            places: tracked.into_iter().zip(places).collect(),
-                        })),
+                        Ok((room, looked)) => {
+                            view.unseen(looked.unseen);
+                            Ok(Arc::new(Look {
+                                room,
+                                places: tracked.into_iter().zip(looked.places).collect(),
+                            }))
+                        }
                         Err(error) => Err(Looked::Failed(error)),
                     }
                 }
@@ -245,6 +268,25 @@ impl View {
         if matches!(place, Place::Waiting { .. }) {
             buyers.seen.insert(buyer.to_owned());
         }
+    }
+
+    /// Note `buyers`, found out of line by a look after they were
+    /// answered by their number.
+    fn unseen(&self, buyers: Vec<String>) {
+        let mut kept = lock(&self.buyers);
+        for buyer in buyers {
+            if kept.unseen.len() >= UNSEEN_MAX {
+                break;
+            }
+            kept.unseen.insert(buyer);
+        }
+    }
+
+    /// Whether `buyer` is to be asked about in Redis, not answered by
+    /// their number: a look found them out of line ([`View::unseen`]).
+    /// Asked once: Redis' answer tells them where they stand now.
+    fn ask_redis_about(&self, buyer: &str) -> bool {
+        lock(&self.buyers).unseen.remove(buyer)
     }
 
     /// `buyer` asked and the look could not tell: tracked from now on
@@ -371,5 +413,19 @@ mod tests {
         view.answered("bought", Place::Bought);
         assert_eq!(view.to_send().0, ["waiting"]);
         assert!(view.to_send().0.is_empty());
+    }
+
+    /// A buyer a look found out of line is asked about in Redis at their
+    /// next question, once; and the view keeps at most `UNSEEN_MAX` such
+    /// buyers.
+    #[test]
+    fn a_buyer_found_out_of_line_is_asked_about_in_redis_once() {
+        let view = view();
+        view.unseen(vec!["gone".to_owned()]);
+        assert!(!view.ask_redis_about("here"));
+        assert!(view.ask_redis_about("gone"));
+        assert!(!view.ask_redis_about("gone"), "asked once");
+        view.unseen((0..=UNSEEN_MAX).map(|n| format!("gone-{n}")).collect());
+        assert_eq!(lock(&view.buyers).unseen.len(), UNSEEN_MAX);
     }
 }

@@ -85,7 +85,10 @@
 -- `active` is `max_active`, the latest moment a place opens; `born` the
 -- line's generation (0 before anyone joined). `tracked` is the tracked
 -- buyers' {standing, place-or-expiry, ahead}, three numbers each, in the
--- order asked.
+-- order asked. `unseen` names the buyers seen (ARGV[14..13+S]) who were
+-- not in line: a place Redis lost (a failover under `local` loses the
+-- line's tail and keeps its `born`) would else be answered from its
+-- ticket's number, "waiting", until the head came near.
 --
 -- Every step is bounded, whatever the line's length: O(log n) sorted-set
 -- commands, at most ADMITS_PER_VISIT admissions, DROPS_PER_VISIT drops
@@ -173,9 +176,15 @@ if redis.call('ZSCORE', line, buyer) then
   redis.call('HSET', seen, buyer, now_text)
 end
 local seen_to = 13 + tonumber(ARGV[13])
+-- The buyers seen who are not in line (admitted since, or their place
+-- lost): returned, so that the instance stops answering them by their
+-- ticket's number.
+local unseen = {}
 for i = 14, seen_to do
   if redis.call('ZSCORE', line, ARGV[i]) then
     redis.call('HSET', seen, ARGV[i], now_text)
+  else
+    unseen[#unseen + 1] = ARGV[i]
   end
 end
 
@@ -329,4 +338,4 @@ for i = seen_to + 1, #ARGV do
   tracked[#tracked + 1] = value
   tracked[#tracked + 1] = ahead
 end
-return {header, tracked}
+return {header, tracked, unseen}

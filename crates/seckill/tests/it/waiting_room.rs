@@ -570,6 +570,40 @@ pub(crate) async fn lose_the_room(app: &TestApp, sale: i64) {
     }
 }
 
+/// A buyer far back in line is answered from the instance's look, by
+/// their ticket's number. Redis losing their place but not the line (a
+/// failover under `local` loses the line's tail and keeps its
+/// generation): the next look, which notes them seen, finds them out of
+/// line, and they are told at once that they are not in it, not
+/// "waiting" by their number until the head comes near.
+#[tokio::test]
+async fn a_far_back_ticket_whose_place_redis_lost_is_told_so_at_the_next_look() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 10, 60, fifo(1, 1)).await;
+    for n in 0..10 {
+        joined(&app, sale, &format!("ahead-{n}")).await;
+    }
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    let before = standing(&app, sale, &ann).await;
+    assert_eq!(before["position"], 11, "{before}");
+    let keys = app.keys(sale);
+    let mut redis = app.redis_conn().await;
+    let () = redis::pipe()
+        .zrem(&keys.room.line, "ann")
+        .ignore()
+        .hdel(&keys.room.seen, "ann")
+        .ignore()
+        .query_async(&mut redis)
+        .await
+        .expect("ann's place lost");
+    // Past the look's freshness: the next question looks again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let now = standing(&app, sale, &ann).await;
+    assert_eq!(now["position"], Value::Null, "{now}");
+    assert_eq!(now["admitted"], false, "{now}");
+    assert_eq!(now["waiting"], 10, "{now}");
+}
+
 #[tokio::test]
 async fn a_ticket_of_a_room_redis_lost_answers_position_null() {
     let app = spawn_app().await;
