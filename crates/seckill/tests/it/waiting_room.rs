@@ -604,14 +604,26 @@ async fn a_far_back_ticket_whose_place_redis_lost_is_told_so_at_the_next_look() 
     assert_eq!(now["waiting"], 10, "{now}");
 }
 
+/// A ticket of a line Redis lost is no place in the line begun since:
+/// ann's number (11) would be far back in the new one, which the look
+/// answers by number alone; its generation is not the new line's, so
+/// Redis is asked, and she is not in it.
 #[tokio::test]
 async fn a_ticket_of_a_room_redis_lost_answers_position_null() {
     let app = spawn_app().await;
     let sale = sale_with_room(&app, 10, 60, fifo(1, 1)).await;
+    for n in 0..10 {
+        joined(&app, sale, &format!("before-{n}")).await;
+    }
     let ann = ticket(&joined(&app, sale, "ann").await);
     lose_the_room(&app, sale).await;
+    // A new line, with a generation of its own (milliseconds apart).
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    for n in 0..3 {
+        joined(&app, sale, &format!("after-{n}")).await;
+    }
     let now = standing(&app, sale, &ann).await;
     assert_eq!(now["position"], Value::Null, "{now}");
     assert_eq!(now["admitted"], false, "{now}");
-    assert_eq!(now["waiting"], 0, "{now}");
+    assert_eq!(now["waiting"], 3, "{now}");
 }
