@@ -56,7 +56,7 @@ pub struct SaleKeys {
     /// sale, on the same connection (`replicas.rs`), so that the `WAIT`
     /// covers everything Redis held when it ran, what the step before it
     /// read as much as what it wrote. Its value means nothing.
-    pub(crate) waited: String,
+    pub waited: String,
     /// `STRING`: commits the fence refused (a holder whose lock had run out
     /// tried to write; `lua/purchase_commit.lua`). Only grows; the proof,
     /// in a chaos run or a class, that the fence fired.

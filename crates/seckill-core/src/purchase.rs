@@ -196,8 +196,8 @@ impl Purchaser {
         let Some(mut conn) = self.shop.store.redis_pool().get_or_busy().await? else {
             return Ok(Outcome::Busy);
         };
-        if self.shop.known_sold_out(&mut conn, &keys, sale.id).await? {
-            return Ok(Outcome::SoldOut);
+        if let Some(known) = self.shop.known_sold_out(&mut conn, &keys, sale.id).await? {
+            return Ok(known);
         }
         let buy = Buy {
             shop: &self.shop,

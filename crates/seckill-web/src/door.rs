@@ -118,8 +118,11 @@ pub(crate) async fn enter(
     // Under `replica`, nothing is told from a visit no replica confirmed,
     // a refusal no more than a place: a room closed or a line full on
     // data a failover takes back (the last unit's take, joins) would be
-    // open again after it.
-    if !standing.confirmed {
+    // open again after it. A sale that has ended is closed by the clock,
+    // which no failover takes back.
+    let ended = sale.ends_at.is_some_and(|end| Utc::now() >= end);
+    let told_by_the_clock = ended && standing.place == Place::Outside;
+    if !(standing.confirmed || told_by_the_clock) {
         return Err(ApiError::RoomUnconfirmed);
     }
     if standing.closed && standing.place == Place::Outside {

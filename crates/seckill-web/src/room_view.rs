@@ -75,16 +75,25 @@ struct Buyers {
     seen: HashSet<String>,
     /// Buyers whose standing each look reads: when each last asked here.
     tracked: HashMap<String, Instant>,
-    /// Buyers a look found out of line after they had been answered by
-    /// their ticket's number (`lua/room_visit.lua`: admitted since, or
-    /// their place lost): asked about in Redis at their next question, and
-    /// taken out then. At most [`UNSEEN_MAX`].
-    unseen: HashSet<String>,
+    /// Buyers asked about in Redis, never answered by their ticket's
+    /// number, and since when: a look found them out of line after they
+    /// had been answered by it (`lua/room_visit.lua`: admitted since, or
+    /// their place lost), or Redis found them outside. Kept while they go
+    /// on asking and Redis finds them outside; dropped [`UNSEEN_FOR`]
+    /// after that, or when Redis places them. At most [`UNSEEN_MAX`].
+    unseen: HashMap<String, Instant>,
 }
 
-/// The most buyers a room's view keeps to ask Redis about
-/// ([`Buyers::unseen`]): a few megabytes. Past it, a buyer whose place was
-/// lost is answered by their number until the head nears, as before.
+/// How long a buyer stays asked about in Redis ([`Buyers::unseen`]) after
+/// Redis last found them outside: longer than a page's one-second
+/// reload, so that a buyer whose place was lost is not answered by their
+/// number again between two questions.
+const UNSEEN_FOR: Duration = Duration::from_secs(10);
+
+/// The most buyers a room's view asks Redis about so ([`Buyers::unseen`]):
+/// a buyer's id and a time each, some ten megabytes at most. Past it, a
+/// buyer whose place was lost is answered by their number until the head
+/// nears.
 const UNSEEN_MAX: usize = 100_000;
 
 /// One look at a room: its standing (nobody's place), and where each
@@ -150,7 +159,11 @@ impl RoomViews {
             }
         }
         view.track(buyer.as_str());
-        waiting_room::visit(store, sale, settings, buyer, false).await
+        let standing = waiting_room::visit(store, sale, settings, buyer, false).await?;
+        if standing.confirmed {
+            view.redis_found(buyer.as_str(), standing.place);
+        }
+        Ok(standing)
     }
 
     /// The room as this instance's look last saw it (nobody's place:
@@ -254,6 +267,9 @@ impl View {
         buyers
             .tracked
             .retain(|_, asked| asked.elapsed() < TRACKED_FOR);
+        buyers
+            .unseen
+            .retain(|_, since| since.elapsed() < UNSEEN_FOR);
         let seen = buyers.seen.drain().collect();
         (seen, buyers.tracked.keys().cloned().collect())
     }
@@ -271,22 +287,36 @@ impl View {
     }
 
     /// Note `buyers`, found out of line by a look after they were
-    /// answered by their number.
+    /// answered by their number: asked about in Redis from now on.
     fn unseen(&self, buyers: Vec<String>) {
         let mut kept = lock(&self.buyers);
+        let now = Instant::now();
         for buyer in buyers {
-            if kept.unseen.len() >= UNSEEN_MAX {
+            if kept.unseen.len() >= UNSEEN_MAX && !kept.unseen.contains_key(&buyer) {
                 break;
             }
-            kept.unseen.insert(buyer);
+            kept.unseen.insert(buyer, now);
         }
     }
 
     /// Whether `buyer` is to be asked about in Redis, not answered by
-    /// their number: a look found them out of line ([`View::unseen`]).
-    /// Asked once: Redis' answer tells them where they stand now.
+    /// their number ([`Buyers::unseen`]).
     fn ask_redis_about(&self, buyer: &str) -> bool {
-        lock(&self.buyers).unseen.remove(buyer)
+        lock(&self.buyers)
+            .unseen
+            .get(buyer)
+            .is_some_and(|since| since.elapsed() < UNSEEN_FOR)
+    }
+
+    /// Redis found `buyer` at `place`: one outside (their place lost, or
+    /// never theirs) is asked about in Redis again at their next question,
+    /// for [`UNSEEN_FOR`]; one Redis places is answered from the looks.
+    fn redis_found(&self, buyer: &str, place: Place) {
+        if place == Place::Outside {
+            self.unseen(vec![buyer.to_owned()]);
+        } else {
+            lock(&self.buyers).unseen.remove(buyer);
+        }
     }
 
     /// `buyer` asked and the look could not tell: tracked from now on
@@ -415,16 +445,29 @@ mod tests {
         assert!(view.to_send().0.is_empty());
     }
 
-    /// A buyer a look found out of line is asked about in Redis at their
-    /// next question, once; and the view keeps at most `UNSEEN_MAX` such
-    /// buyers.
+    /// A buyer a look found out of line is asked about in Redis while
+    /// Redis finds them outside, not answered by their number between two
+    /// questions; one Redis places, or who stopped asking, no more; and
+    /// the view keeps at most `UNSEEN_MAX` such buyers.
     #[test]
-    fn a_buyer_found_out_of_line_is_asked_about_in_redis_once() {
+    fn a_buyer_found_out_of_line_is_asked_about_in_redis_while_outside() {
         let view = view();
-        view.unseen(vec!["gone".to_owned()]);
+        view.unseen(vec!["gone".to_owned(), "admitted".to_owned()]);
         assert!(!view.ask_redis_about("here"));
+        view.redis_found("gone", Place::Outside);
         assert!(view.ask_redis_about("gone"));
-        assert!(!view.ask_redis_about("gone"), "asked once");
+        assert!(view.ask_redis_about("gone"), "not answered by number next");
+        view.redis_found("admitted", Place::Admitted { until_ms: 0 });
+        assert!(!view.ask_redis_about("admitted"));
+        let long_ago = Instant::now()
+            .checked_sub(UNSEEN_FOR + Duration::from_millis(1))
+            .expect("the machine has been up longer than that");
+        lock(&view.buyers)
+            .unseen
+            .insert("gone".to_owned(), long_ago);
+        assert!(!view.ask_redis_about("gone"), "stopped asking");
+        view.to_send();
+        assert!(lock(&view.buyers).unseen.is_empty(), "dropped");
         view.unseen((0..=UNSEEN_MAX).map(|n| format!("gone-{n}")).collect());
         assert_eq!(lock(&view.buyers).unseen.len(), UNSEEN_MAX);
     }

@@ -291,21 +291,22 @@ impl Shop {
         }
     }
 
-    /// Whether the sale is sold out as far as this instance can tell
-    /// without the lock: a flag within its refresh period costs nothing, a
-    /// stale one costs one GET.
+    /// What to tell the buyer of a sale sold out as far as this instance
+    /// can tell without the lock (`None`: not known sold out): a flag
+    /// within its refresh period costs nothing, a stale one costs one
+    /// `GET` (under `replica`, with a write and a `WAIT` behind it).
     pub(crate) async fn known_sold_out<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         keys: &SaleKeys,
         sale_id: i64,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Option<Outcome>> {
         match self
             .sold_out
             .check(sale_id, self.settings.sold_out_refresh())
         {
-            Flag::Unknown => Ok(false),
-            Flag::SoldOut => Ok(true),
+            Flag::Unknown => Ok(None),
+            Flag::SoldOut => Ok(Some(Outcome::SoldOut)),
             Flag::Stale => {
                 // Reading "0 left" without the lock is a true answer: at the
                 // moment of the read there was nothing to sell. Under
@@ -314,8 +315,9 @@ impl Shop {
                 // given back and taken again on data no replica has, and
                 // this instance telling its buyers "sold out" from it, to
                 // be taken back by a failover that gives the unit back.
-                // Unconfirmed, nothing is decided here: the purchase goes
-                // on, and its own step tells the buyer.
+                // Unconfirmed, the buyer is told so at once: the purchase
+                // would read the same data and wait for the same replica
+                // in vain, a second wait for every request.
                 let (left, confirmed): (Option<i64>, bool) = replicas::read_and_confirm(
                     conn,
                     redis::cmd("GET").arg(&keys.stock),
@@ -327,12 +329,12 @@ impl Shop {
                 match left {
                     Some(left) if left <= 0 && confirmed => {
                         self.sold_out.set(sale_id);
-                        Ok(true)
+                        Ok(Some(Outcome::SoldOut))
                     }
-                    Some(left) if left <= 0 => Ok(false),
+                    Some(left) if left <= 0 => Ok(Some(Outcome::SoldOut.unconfirmed())),
                     _ => {
                         self.sold_out.clear(sale_id);
-                        Ok(false)
+                        Ok(None)
                     }
                 }
             }

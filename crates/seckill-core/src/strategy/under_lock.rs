@@ -159,8 +159,8 @@ async fn pass(
     let Some(mut conn) = shop.store.redis_pool().get_or_busy().await? else {
         return everyone(Outcome::Busy);
     };
-    if shop.known_sold_out(&mut conn, &keys, sale_id).await? {
-        return everyone(Outcome::SoldOut);
+    if let Some(known) = shop.known_sold_out(&mut conn, &keys, sale_id).await? {
+        return everyone(known);
     }
     // Read before the lock is taken: from PostgreSQL the first time only.
     let key = shop.store.pass_key().await?;

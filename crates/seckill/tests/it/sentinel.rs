@@ -589,7 +589,16 @@ async fn with_lua_a_refusal_on_data_no_replica_holds_is_in_doubt_on_any_connecti
     let ann = order_id(&body);
 
     let fresh = start_instance(&app.scratch, &options, "fresh").await;
+    // What goes before the `WAIT`: the sale's `waited` key, written.
+    let mut monitor = Monitor::start(&sentinels.node_url(primary), &app.keys(sale).waited).await;
     let (status, body) = purchase_at(&fresh, sale, "ann").await;
+    let waited = monitor.until_now().await;
+    assert!(
+        waited
+            .iter()
+            .any(|command| command[0].eq_ignore_ascii_case("set")),
+        "no write before the WAIT: {waited:?}"
+    );
     in_doubt(status, &body);
     assert_eq!(order_id(&body), ann, "her retry is told her order");
     let (status, body) = purchase_at(&fresh, sale, "bob").await;
@@ -667,4 +676,31 @@ async fn with_replica_durability_a_room_closed_on_data_no_replica_holds_refuses_
     assert_eq!(refused.headers()["retry-after"], "1");
     let body: Value = refused.json().await.expect("JSON");
     assert_eq!(body["error"], "unconfirmed", "{body}");
+}
+
+/// Under `replica`, a join to a sale that has ended is refused `409
+/// room_closed` while no replica confirms: the sale's end is the clock's,
+/// which no failover takes back, and a `503` would have the buyer ask
+/// again for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_durability_a_join_to_an_ended_sale_is_closed_whatever_the_replica() {
+    use crate::waiting_room::{fifo, join};
+
+    let _alone = cores_alone().await;
+    let (sentinels, app) = app_on_sentinels(REPLICA).await;
+    let ends_at = chrono::Utc::now() + chrono::Duration::seconds(1);
+    let sale = app
+        .create_sale_with(serde_json::json!({
+            "name": "Roomed", "stock": 5, "price_cents": 100,
+            "ends_at": ends_at, "waiting_room": fifo(1_000, 10),
+        }))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let primary = sentinels.primary().await.expect("a primary");
+    sentinels.pause(1 - primary);
+    let refused = join(&app, sale, "ann").await;
+    sentinels.resume(1 - primary);
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(body["error"], "room_closed", "{body}");
 }
