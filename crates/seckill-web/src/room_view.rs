@@ -362,6 +362,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    /// A moment just longer than `limit` ago.
+    fn just_past(limit: Duration) -> Instant {
+        Instant::now()
+            .checked_sub(limit + Duration::from_millis(1))
+            .expect("the machine has been up longer than that")
+    }
+
     fn view() -> View {
         View {
             look: SingleFlight::default(),
@@ -385,9 +392,7 @@ mod tests {
         assert!(!tracked.contains(&format!("buyer-{TRACKED_MAX}")));
         // At the limit, a tracked buyer asking again is kept, their time
         // renewed (asked long ago, they would be dropped at the next look)...
-        let long_ago = Instant::now()
-            .checked_sub(TRACKED_FOR + Duration::from_millis(1))
-            .expect("the machine has been up longer than that");
+        let long_ago = just_past(TRACKED_FOR);
         lock(&view.buyers)
             .tracked
             .insert("buyer-0".to_owned(), long_ago);
@@ -406,9 +411,7 @@ mod tests {
     #[test]
     fn a_buyer_who_stopped_asking_is_read_no_more() {
         let view = view();
-        let long_ago = Instant::now()
-            .checked_sub(TRACKED_FOR + Duration::from_millis(1))
-            .expect("the machine has been up longer than that");
+        let long_ago = just_past(TRACKED_FOR);
         for n in 0..TRACKED_MAX {
             view.track(&format!("buyer-{n}"));
         }
@@ -459,9 +462,7 @@ mod tests {
         assert!(view.ask_redis_about("gone"), "not answered by number next");
         view.redis_found("admitted", Place::Admitted { until_ms: 0 });
         assert!(!view.ask_redis_about("admitted"));
-        let long_ago = Instant::now()
-            .checked_sub(UNSEEN_FOR + Duration::from_millis(1))
-            .expect("the machine has been up longer than that");
+        let long_ago = just_past(UNSEEN_FOR);
         lock(&view.buyers)
             .unseen
             .insert("gone".to_owned(), long_ago);
