@@ -579,11 +579,7 @@ pub(crate) async fn lose_the_room(app: &TestApp, sale: i64) {
 #[tokio::test]
 async fn a_far_back_ticket_whose_place_redis_lost_is_told_so_at_the_next_look() {
     let app = spawn_app().await;
-    let sale = sale_with_room(&app, 10, 60, fifo(1, 1)).await;
-    for n in 0..10 {
-        joined(&app, sale, &format!("ahead-{n}")).await;
-    }
-    let ann = ticket(&joined(&app, sale, "ann").await);
+    let (sale, ann) = ann_eleventh_in_line(&app).await;
     let before = standing(&app, sale, &ann).await;
     assert_eq!(before["position"], 11, "{before}");
     let keys = app.keys(sale);
@@ -598,10 +594,26 @@ async fn a_far_back_ticket_whose_place_redis_lost_is_told_so_at_the_next_look() 
         .expect("ann's place lost");
     // Past the look's freshness: the next question looks again.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let now = standing(&app, sale, &ann).await;
+    assert_not_in_line(&standing(&app, sale, &ann).await, 10);
+}
+
+/// A room that opens in a minute and admits one a second, ten buyers in
+/// line, then ann: the sale, and ann's ticket (number 11, far back for a
+/// look to answer by number alone).
+async fn ann_eleventh_in_line(app: &TestApp) -> (i64, String) {
+    let sale = sale_with_room(app, 10, 60, fifo(1, 1)).await;
+    for n in 0..10 {
+        joined(app, sale, &format!("ahead-{n}")).await;
+    }
+    (sale, ticket(&joined(app, sale, "ann").await))
+}
+
+/// A standing that says its buyer is not in the room, which has
+/// `waiting` in line.
+fn assert_not_in_line(now: &Value, waiting: u64) {
     assert_eq!(now["position"], Value::Null, "{now}");
     assert_eq!(now["admitted"], false, "{now}");
-    assert_eq!(now["waiting"], 10, "{now}");
+    assert_eq!(now["waiting"], waiting, "{now}");
 }
 
 /// A ticket of a line Redis lost is no place in the line begun since:
@@ -611,19 +623,12 @@ async fn a_far_back_ticket_whose_place_redis_lost_is_told_so_at_the_next_look() 
 #[tokio::test]
 async fn a_ticket_of_a_room_redis_lost_answers_position_null() {
     let app = spawn_app().await;
-    let sale = sale_with_room(&app, 10, 60, fifo(1, 1)).await;
-    for n in 0..10 {
-        joined(&app, sale, &format!("before-{n}")).await;
-    }
-    let ann = ticket(&joined(&app, sale, "ann").await);
+    let (sale, ann) = ann_eleventh_in_line(&app).await;
     lose_the_room(&app, sale).await;
     // A new line, with a generation of its own (milliseconds apart).
     tokio::time::sleep(Duration::from_millis(5)).await;
     for n in 0..3 {
         joined(&app, sale, &format!("after-{n}")).await;
     }
-    let now = standing(&app, sale, &ann).await;
-    assert_eq!(now["position"], Value::Null, "{now}");
-    assert_eq!(now["admitted"], false, "{now}");
-    assert_eq!(now["waiting"], 3, "{now}");
+    assert_not_in_line(&standing(&app, sale, &ann).await, 3);
 }
