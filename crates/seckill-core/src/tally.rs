@@ -32,7 +32,7 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// The fields of the answers hash, one per [`Outcome`], named like the
 /// API's code for each refusal (`web/error.rs`); [`slot`] gives an
 /// outcome's place in this list.
-pub(crate) const FIELDS: [&str; 8] = [
+pub(crate) const FIELDS: [&str; 9] = [
     "accepted",
     "sold_out",
     "already_purchased",
@@ -41,6 +41,7 @@ pub(crate) const FIELDS: [&str; 8] = [
     "busy",
     "lock_lost",
     "unconfirmed",
+    "not_admitted",
 ];
 
 /// An outcome's place in [`FIELDS`] (and in a sale's counters, and in the
@@ -55,6 +56,7 @@ pub(crate) fn slot(outcome: &Outcome) -> usize {
         Outcome::Busy => 5,
         Outcome::LockLost => 6,
         Outcome::Unconfirmed { .. } => 7,
+        Outcome::NotAdmitted => 8,
     }
 }
 
@@ -233,6 +235,7 @@ mod tests {
             Outcome::Busy,
             Outcome::LockLost,
             Outcome::Unconfirmed { order_id: None },
+            Outcome::NotAdmitted,
         ];
         let slots: std::collections::HashSet<_> = outcomes.iter().map(slot).collect();
         assert_eq!(slots.len(), FIELDS.len());

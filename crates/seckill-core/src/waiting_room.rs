@@ -34,15 +34,13 @@ use anyhow::Context;
 use hmac::Mac;
 use redis::Script;
 
-use crate::domain::{Pass, PassKey, PassKind, RoomMode, RoomSettings, Sale, UserId};
+use crate::domain::{PassKey, RoomMode, RoomSettings, Sale, UserId};
 use crate::keys::SaleKeys;
 use crate::queue::queue_script;
 use crate::replicas;
 use crate::store::Store;
 
 static VISIT: LazyLock<Script> = queue_script!("lua/room_visit.lua");
-static BOUGHT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/room_bought.lua")));
 
 /// Where a buyer stands in a room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -410,62 +408,6 @@ pub fn closed(sale: &Sale, stock_left: Option<i64>, now: chrono::DateTime<chrono
     stock_left.is_some_and(|left| left <= 0) || sale.ends_at.is_some_and(|end| now >= end)
 }
 
-/// Whether `buyer`'s admission to sale's room has bought already.
-pub async fn has_bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Result<bool> {
-    let keys = SaleKeys::new(store.prefix(), sale_id);
-    let mut conn = store.redis().await?;
-    // One snapshot: the unit's return moves a buyer from the holds to
-    // the bought in one step (`lua/unit_return.lua`).
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    bought_reads(&mut pipe, &keys, buyer.as_str());
-    let (holds, bought): (bool, bool) = pipe
-        .query_async(&mut conn)
-        .await
-        .context("reading a waiting room")?;
-    Ok(holds || bought)
-}
-
-/// Add to `pipe` the two reads that say whether `buyer`'s admission
-/// bought: it did when either answers 1 (the holds name them, or the
-/// room's bought holds them: keys.rs, `RoomKeys::bought`). The one place
-/// outside `lua/room_visit.lua` that says where "bought" is kept.
-pub fn bought_reads(pipe: &mut redis::Pipeline, keys: &SaleKeys, buyer: &str) {
-    pipe.hexists(&keys.holds, buyer)
-        .sismember(&keys.room.bought, buyer);
-}
-
-/// `buyer`'s admission bought: spent, and their place among the active
-/// goes to the next in line (`lua/room_bought.lua`).
-pub async fn bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Result<()> {
-    let keys = SaleKeys::new(store.prefix(), sale_id);
-    let mut conn = store.redis().await?;
-    let _: i64 = BOUGHT
-        .key(&keys.room.admitted)
-        .key(&keys.room.bought)
-        .key(&keys.room.state)
-        .key(&keys.holds)
-        .arg(buyer.as_str())
-        .invoke_async(&mut conn)
-        .await
-        .context("spending an admission")?;
-    Ok(())
-}
-
-/// The signed admission of a buyer admitted until `until_ms`.
-pub fn admission(key: &PassKey, sale_id: i64, buyer: &UserId, until_ms: i64) -> String {
-    key.sign(
-        PassKind::Admission,
-        &Pass {
-            sale_id,
-            buyer: buyer.clone(),
-            number: 0,
-            generation: 0,
-            expires_ms: until_ms,
-        },
-    )
-}
-
 /// The lottery's seed for a sale: drawn from the database's key, so that
 /// nobody outside can foresee the draw, and the same for every instance.
 fn lottery_seed(key: &PassKey, sale_id: i64) -> i64 {
@@ -478,5 +420,8 @@ fn lottery_seed(key: &PassKey, sale_id: i64) -> i64 {
     i64::from(n % 2_147_483_646) + 1
 }
 
+mod door;
 #[cfg(test)]
 mod tests;
+
+pub use door::{AtTheDoor, admission, at_the_door, bought, bought_reads, seat};

@@ -32,7 +32,7 @@ use crate::limits;
 use crate::lookup::{find_sale, parse_sale_id};
 use crate::state::AppState;
 use seckill_core::domain::{Pass, PassKind, RoomSettings, Sale, UserId};
-use seckill_core::waiting_room::{self, Place, Standing};
+use seckill_core::waiting_room::{self, AtTheDoor, Place, Standing};
 
 /// The header a client without cookies sends its ticket in.
 pub(crate) const TICKET_HEADER: &str = "Seckill-Ticket";
@@ -273,17 +273,25 @@ pub(crate) async fn admit(
         Utc::now().timestamp_millis(),
     )
     .map_err(|refused| ApiError::NotAdmitted(refused.code()))?;
-    // Spent or not: in the purchase's commit, with `lock` and `lua`. With
-    // the other strategies, checked here, then bought, as two steps: two
-    // purchases with one admission both pass here, and the purchase's own
-    // one-unit-per-buyer check lets only one of them take a unit.
-    if !state.purchaser.spends_admissions()
-        && waiting_room::has_bought(&state.store, sale.id, buyer).await?
-    {
-        return Err(ApiError::NotAdmitted("used"));
+    // Spent or not, and held by the room or not: in the purchase's
+    // commit, with `lock` and `lua`. With the other strategies, checked
+    // here, then bought, as two steps: two purchases with one admission
+    // both pass here, and the purchase's own one-unit-per-buyer check lets
+    // only one of them take a unit.
+    if !state.purchaser.spends_admissions() {
+        match waiting_room::at_the_door(&state.store, sale.id, buyer.as_str()).await? {
+            AtTheDoor::MayBuy => {}
+            AtTheDoor::Spent => return Err(ApiError::NotAdmitted("used")),
+            AtTheDoor::NotHeld => return Err(ApiError::NotAdmitted(NOT_HELD)),
+        }
     }
     Ok(())
 }
+
+/// The reason of a `403 not_admitted` for an admission the room does not
+/// hold (`Outcome::NotAdmitted`): signed and not run out by the instance's
+/// clock, but run out on Redis' or lost with Redis' data.
+pub(crate) const NOT_HELD: &str = "withdrawn";
 
 /// The buyer's admission bought: spend it. The unit is taken whatever
 /// happens here, so a failure is logged, not answered: the buyer is told

@@ -22,10 +22,11 @@
 -- ARGV[6..] one triple per order: the buyer's user id, the order id, the
 --          order job's payload
 --
--- Returns {'committed', units left after these sales, spent} when it
--- wrote, `spent` the orders (0-based) refused because their buyer's
--- admission had bought already; or {'lock_lost', 0, {}} if the caller no
--- longer holds the lock (nothing was written but the fenced counter,
+-- Returns {'committed', units left after these sales, spent, withdrawn}
+-- when it wrote, `spent` the orders (0-based) refused because their
+-- buyer's admission had bought already, `withdrawn` those refused because
+-- the room does not hold their buyer as admitted (below); or
+-- {'lock_lost', 0, {}, {}} if the caller no longer holds the lock (nothing was written but the fenced counter,
 -- which counts such refusals). A pair and a list, not
 -- one number: DECRBY can return any number, including a negative one
 -- (Redis already out of step, say after the `naive` strategy ran on the
@@ -63,9 +64,17 @@
 -- set in the same step (unit_return.lua). So the check is that set
 -- alone, which here holds only the returned, and the door's one write per
 -- buyer is taking them off the admitted (keys.rs: RoomKeys::bought).
+--
+-- And an admission is honoured only while the room holds it. The
+-- instance checks the admission's signature and expiry, but a signed
+-- admission outlives what Redis lost (a wipe, a failover under `local`,
+-- an instance that admitted from an old primary cut off from the
+-- others): honoured then, more than the room's `max_active` could buy at
+-- once, past the line. So a buyer the admitted does not hold is refused
+-- here, in the step that would take their place among the active.
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then
   redis.call('INCR', KEYS[6])
-  return {'lock_lost', 0, {}}
+  return {'lock_lost', 0, {}, {}}
 end
 local roomed = ARGV[4] == '1'
 local buyers = {}
@@ -73,19 +82,22 @@ for i = 6, #ARGV, 3 do
   buyers[#buyers + 1] = ARGV[i]
 end
 -- Every write below is one call for the whole batch (`call_many`,
--- `push_fresh_many`), not one per order: a handful of commands for the script
--- to run, whatever the batch's size, the waiting room's door included
--- (its spent check is one SMISMEMBER). What Redis spends per purchase is
--- the ceiling of a sale (docs/capacity.md).
-local bought = {}
+-- `push_fresh_many`), not one per order: a handful of commands for the
+-- script to run, whatever the batch's size, the waiting room's door
+-- included (its checks are one SMISMEMBER and one ZMSCORE). What Redis
+-- spends per purchase is the ceiling of a sale (docs/capacity.md).
+local bought, held = {}, {}
 if roomed then
   bought = call_many('SMISMEMBER', KEYS[8], buyers)
+  held = call_many('ZMSCORE', KEYS[7], buyers)
 end
-local spent, takers, holds, bodies = {}, {}, {}, {}
+local spent, withdrawn, takers, holds, bodies = {}, {}, {}, {}, {}
 for k, buyer in ipairs(buyers) do
   local i = 6 + 3 * (k - 1)
   if bought[k] == 1 then
     spent[#spent + 1] = k - 1
+  elseif roomed and not held[k] then
+    withdrawn[#withdrawn + 1] = k - 1
   else
     takers[#takers + 1] = buyer
     holds[#holds + 1] = buyer
@@ -113,4 +125,4 @@ end
 redis.call('PUBLISH', ARGV[2], int(left))
 redis.call('DEL', KEYS[3])
 redis.call('PUBLISH', ARGV[3], 'released')
-return {'committed', left, spent}
+return {'committed', left, spent, withdrawn}

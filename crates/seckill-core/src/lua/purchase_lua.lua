@@ -19,8 +19,9 @@
 -- {'already_purchased', 0, the order the buyer's unit belongs to} (false
 -- for a roomed sale's buyer whose admission bought already and whose
 -- unit came back), {'sold_out', 0, false}, or
--- {'not_loaded', 0, false} if the sale is not in Redis (the caller loads
--- it from PostgreSQL and calls again). The order id of a refusal is read
+-- {'not_admitted', 0, false} for a roomed sale's buyer the room does not
+-- hold as admitted, or {'not_loaded', 0, false} if the sale is not in
+-- Redis (the caller loads it from PostgreSQL and calls again). The order id of a refusal is read
 -- in the same step as the refusal: a buyer who asks again because their
 -- `202` was lost on its way learns the order they won.
 --
@@ -39,6 +40,14 @@
 -- an admission can never buy twice, whatever dies when, and the take
 -- itself is the mark: the door writes nothing but taking the buyer off
 -- the admitted.
+--
+-- And that is its other check: an admission is honoured only while the
+-- room holds it. The instance checks the admission's signature and
+-- expiry, but a signed admission outlives what Redis lost (a wipe, a
+-- failover under `local`, an instance that admitted from an old primary
+-- cut off from the others): honoured then, more than the room's
+-- `max_active` could buy at once, past the line. ZREM answers 0 when the
+-- room does not hold the buyer, and then it wrote nothing.
 local roomed = ARGV[5] == '1'
 -- One read tells both whether the sale is loaded and what is left: each
 -- redis.call has a cost of its own beyond its command's, and this script
@@ -57,12 +66,12 @@ end
 if tonumber(stock) <= 0 then
   return {'sold_out', 0, false}
 end
+-- The buyer's place among the active goes to the next in line.
+if roomed and redis.call('ZREM', KEYS[5], ARGV[1]) == 0 then
+  return {'not_admitted', 0, false}
+end
 local left = redis.call('DECR', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 push(KEYS[3], KEYS[4], ARGV[2], ARGV[3], now_ms())
-if roomed then
-  -- The buyer's place among the active goes to the next in line.
-  redis.call('ZREM', KEYS[5], ARGV[1])
-end
 redis.call('PUBLISH', ARGV[4], int(left))
 return {'taken', left, false}

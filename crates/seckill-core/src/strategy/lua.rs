@@ -98,6 +98,7 @@ pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Resu
                 order_id: held.and_then(|id| uuid::Uuid::parse_str(&id).ok()),
             },
             "sold_out" => Outcome::SoldOut,
+            "not_admitted" => Outcome::NotAdmitted,
             "not_loaded" => {
                 store::load::load_into_redis(shop.store.pg(), conn, shop.store.prefix(), sale_id)
                     .await?;

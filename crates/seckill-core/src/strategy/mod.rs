@@ -83,6 +83,12 @@ pub enum Outcome {
     Unconfirmed {
         order_id: Option<Uuid>,
     },
+    /// On a sale with a waiting room: the room does not hold the buyer as
+    /// admitted, though their admission is signed and has not run out by
+    /// the instance's clock (Redis lost it: a wipe, a failover under
+    /// `local`, an instance that admitted from an old primary cut off
+    /// from the others). Nothing was taken; the buyer joins again.
+    NotAdmitted,
 }
 
 impl Outcome {
@@ -100,7 +106,7 @@ impl Outcome {
             Self::AlreadyPurchased { order_id } => Self::Unconfirmed {
                 order_id: *order_id,
             },
-            Self::SoldOut => Self::Unconfirmed { order_id: None },
+            Self::SoldOut | Self::NotAdmitted => Self::Unconfirmed { order_id: None },
             other => *other,
         }
     }

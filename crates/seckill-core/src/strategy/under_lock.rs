@@ -41,6 +41,7 @@ use crate::queue::queue_script;
 use crate::replicas;
 use crate::store::Snapshot;
 use crate::store::sales::{self, SnapshotRead};
+use crate::waiting_room::{self, AtTheDoor};
 
 static COMMIT: LazyLock<Script> = queue_script!("lua/purchase_commit.lua");
 
@@ -71,6 +72,9 @@ pub(crate) struct Committed {
     /// The orders (indexes into `jobs`) it refused because their buyer's
     /// waiting-room admission had bought already: nothing of them written.
     pub(crate) spent: Vec<usize>,
+    /// The orders it refused because the room does not hold their buyer
+    /// as admitted (`Outcome::NotAdmitted`): nothing of them written.
+    pub(crate) withdrawn: Vec<usize>,
 }
 
 /// [`commit`], and when `roomed` (the sale has a waiting room) each
@@ -120,12 +124,33 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
             .arg(job.order_id.to_string())
             .arg(job.to_payload());
     }
-    let ((status, left, spent), confirmed): ((String, i64, Vec<usize>), bool) =
+    type Answer = (String, i64, Vec<usize>, Vec<usize>);
+    let ((status, left, spent, withdrawn), confirmed): (Answer, bool) =
         replicas::run_and_confirm(conn, &COMMIT, &script, durability, &keys.waited).await?;
     match status.as_str() {
-        "committed" => Ok((Some(Committed { left, spent }), confirmed)),
+        "committed" => Ok((
+            Some(Committed {
+                left,
+                spent,
+                withdrawn,
+            }),
+            confirmed,
+        )),
         "lock_lost" => Ok((None, confirmed)),
         other => Err(payment::unexpected_answer("purchase_commit.lua", other)),
+    }
+}
+
+/// What the buyer of `job` is told when a commit whose answer was lost did
+/// not take it: the room refused it, as a spent admission or one it does
+/// not hold, and its keys tell which (a buyer told the wrong one would be
+/// sent the wrong way: to give up, or to join again). If they cannot be
+/// read, to retry: nothing was taken, and a retry is told which.
+async fn refused_by_the_room(shop: &Shop, job: &OrderJob) -> Outcome {
+    match waiting_room::at_the_door(&shop.store, job.sale_id, &job.user_id).await {
+        Ok(AtTheDoor::Spent) => SPENT,
+        Ok(AtTheDoor::NotHeld) => Outcome::NotAdmitted,
+        Ok(AtTheDoor::MayBuy) | Err(_) => Outcome::Busy,
     }
 }
 
@@ -140,7 +165,7 @@ struct PassJob<'a> {
 mod decide;
 mod lanes;
 
-use decide::{decide_batch, refuse_spent};
+use decide::{SPENT, decide_batch, refuse};
 
 pub(crate) use lanes::Lanes;
 
@@ -313,8 +338,22 @@ async fn locked_section<C: ConnectionLike + Send>(
         jobs: &jobs,
     };
     match commit_and_confirm(conn, keys, guard, roomed, pass, durability).await {
-        Ok((Some(Committed { left, spent }), confirmed)) => {
-            refuse_spent(&mut outcomes, &on_commit, &jobs, &spent);
+        Ok((
+            Some(Committed {
+                left,
+                spent,
+                withdrawn,
+            }),
+            confirmed,
+        )) => {
+            refuse(&mut outcomes, &on_commit, &jobs, &spent, SPENT);
+            refuse(
+                &mut outcomes,
+                &on_commit,
+                &jobs,
+                &withdrawn,
+                Outcome::NotAdmitted,
+            );
             Ok(Inside {
                 outcomes,
                 released: true,
@@ -361,12 +400,12 @@ async fn locked_section<C: ConnectionLike + Send>(
             // ids (`confirmed: Some(false)`), never an error without them.
             let confirmed = match shop.after_a_lost_answer(job_id, &jobs).await {
                 Looked::Taken(taken) => {
-                    // The orders the commit did not take were refused as
-                    // spent admissions (a roomed pass).
-                    let spent: Vec<usize> = (0..jobs.len())
-                        .filter(|i| !taken.contains(&jobs[*i].order_id))
-                        .collect();
-                    refuse_spent(&mut outcomes, &on_commit, &jobs, &spent);
+                    // The orders the commit did not take were refused by
+                    // the room (a roomed pass): which way, the room says.
+                    for i in (0..jobs.len()).filter(|i| !taken.contains(&jobs[*i].order_id)) {
+                        let told = refused_by_the_room(shop, &jobs[i]).await;
+                        refuse(&mut outcomes, &on_commit, &jobs, &[i], told);
+                    }
                     durability == RedisDurability::Local
                 }
                 Looked::Unknown => false,

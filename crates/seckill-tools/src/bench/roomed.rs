@@ -11,6 +11,10 @@
 //! instance runs, without HTTP: what both kinds of purchase share is left
 //! out, so the ratio is the door's share of the strategy's own work, a
 //! harsher ratio than over HTTP. The signature is not checked here.
+//! The door also checks that the room holds each buyer as admitted: the
+//! roomed sale's buyers are seated among its admitted before its round
+//! ([`SEATED_PER_SEC`] a second of the round, more than a round buys),
+//! past the line, whose pace is not what this row measures.
 //!
 //! Each round: a new pair of sales, [`IN_FLIGHT`] buyers at a time, every
 //! request a new buyer, for `--secs` on each, which goes first alternated,
@@ -39,6 +43,9 @@ const IN_FLIGHT: usize = 64;
 const ROUNDS: usize = 5;
 /// Units of each sale: more than a round sells.
 const UNITS: i64 = 1_000_000;
+/// Buyers seated among a roomed sale's admitted per second of its round:
+/// more than any strategy buys in-process here.
+const SEATED_PER_SEC: f64 = 200_000.0;
 
 /// The row: roomed / unroomed accepted purchases/s, for `lock` and `lua`.
 pub(super) async fn roomed_against_unroomed(
@@ -58,7 +65,17 @@ pub(super) async fn roomed_against_unroomed(
             for roomed in [round % 2 == 0, round % 2 == 1] {
                 let sale = sale(store, roomed).await?;
                 let buyers = format!("{}{round}", if roomed { "r" } else { "p" });
-                rates[usize::from(!roomed)] = rate(&purchaser, &sale, args.secs, &buyers).await?;
+                let per_lane = (args.secs * SEATED_PER_SEC / IN_FLIGHT as f64).ceil() as u64;
+                if roomed {
+                    let buyers = buyers.as_str();
+                    let seated: Vec<String> = (0..IN_FLIGHT)
+                        .flat_map(|lane| (0..per_lane).map(move |n| buyer_name(buyers, lane, n)))
+                        .collect();
+                    let until = Utc::now().timestamp_millis() + 3_600_000;
+                    waiting_room::seat(store, sale.id, &seated, until).await?;
+                }
+                let rated = rate(&purchaser, &sale, args.secs, &buyers, per_lane).await?;
+                rates[usize::from(!roomed)] = rated;
                 forget(store, &sale).await?;
             }
             ratios.push(rates[0] / rates[1]);
@@ -133,13 +150,19 @@ async fn forget(store: &Store, sale: &Sale) -> anyhow::Result<()> {
     store.redis_pool().delete_under(&keys).await
 }
 
+/// The `n`th buyer of `lane` in the round `round`.
+fn buyer_name(round: &str, lane: usize, n: u64) -> String {
+    format!("{round}-{lane}-{n}")
+}
+
 /// Accepted purchases per second on `sale` for `secs`, [`IN_FLIGHT`] at a
-/// time, each a new buyer named after `round`.
+/// time, each a new buyer named after `round`, at most `per_lane` a lane.
 async fn rate(
     purchaser: &Arc<Purchaser>,
     sale: &Arc<Sale>,
     secs: f64,
     round: &str,
+    per_lane: u64,
 ) -> anyhow::Result<f64> {
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(secs);
@@ -150,7 +173,8 @@ async fn rate(
             tokio::spawn(async move {
                 let mut accepted = 0u64;
                 while Instant::now() < until {
-                    let buyer = UserId::parse(&format!("{round}-{lane}-{accepted}"))
+                    anyhow::ensure!(accepted < per_lane, "a lane bought more than was seated");
+                    let buyer = UserId::parse(&buyer_name(&round, lane, accepted))
                         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     let outcome = purchaser.purchase(&sale, &buyer).await?;
                     anyhow::ensure!(

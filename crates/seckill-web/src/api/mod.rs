@@ -95,6 +95,7 @@ pub(crate) async fn purchase(
         Outcome::AlreadyPurchased { order_id: None } if sale.waiting_room.is_some() => {
             Err(ApiError::NotAdmitted("used"))
         }
+        Outcome::NotAdmitted => Err(ApiError::NotAdmitted(door::NOT_HELD)),
         Outcome::SoldOut => Err(ApiError::SoldOut),
         Outcome::AlreadyPurchased { order_id } => Err(ApiError::AlreadyPurchased(order_id)),
         Outcome::NotStarted => Err(ApiError::NotStarted),

@@ -206,13 +206,17 @@ async fn bought(
         }
     }
     let outcome = state.purchaser.purchase(&sale, &user).await?;
-    // In a room a buyer buys once: already purchased, with no unit held,
-    // is their admission spent (checked in the purchase's own commit), as
-    // the API says it.
-    if sale.waiting_room.is_some() && outcome == (Outcome::AlreadyPurchased { order_id: None }) {
-        return waiting::not_admitted(state, &sale, ApiError::NotAdmitted("used")).await;
-    }
     let (won, headline, order_id) = match outcome {
+        // In a room a buyer buys once: already purchased, with no unit
+        // held, is their admission spent (checked in the purchase's own
+        // commit), as the API says it.
+        Outcome::AlreadyPurchased { order_id: None } if sale.waiting_room.is_some() => {
+            return waiting::not_admitted(state, &sale, ApiError::NotAdmitted("used")).await;
+        }
+        Outcome::NotAdmitted => {
+            return waiting::not_admitted(state, &sale, ApiError::NotAdmitted(door::NOT_HELD))
+                .await;
+        }
         Outcome::Accepted { order_id } => {
             if sale.waiting_room.is_some() {
                 door::spend(state, &sale, &user).await;

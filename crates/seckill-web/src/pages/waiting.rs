@@ -262,6 +262,7 @@ pub(super) async fn not_admitted(
         "other_buyer" => "This turn is another buyer's: buy with your own buyer id.",
         "other_sale" => "This turn is for another sale.",
         "used" => "Your turn has bought already: one unit per turn.",
+        door::NOT_HELD => "The waiting room no longer holds your turn. Join the line again.",
         _ => "This is not a turn the waiting room gave out. Join the line.",
     };
     refusal(state, sale, StatusCode::FORBIDDEN, headline.to_owned()).await

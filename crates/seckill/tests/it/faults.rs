@@ -283,11 +283,14 @@ async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
 
 /// A roomed pass whose commit answer is lost: ann, first in the pass,
 /// holds an admission that bought already (her unpaid order was
-/// cancelled, so she holds no unit: a state `room_door.rs` reaches), and
-/// bob, behind her, buys. The commit refuses ann's order and takes bob's,
-/// in the job named by the pass's first order id, ann's. The lookup finds
-/// that job and what it carries: ann is told her admission bought
-/// already, bob `202`, and only bob's order reaches PostgreSQL.
+/// cancelled, so she holds no unit: a state `room_door.rs` reaches); dee,
+/// behind her, an admission the room no longer holds (lost with Redis'
+/// data); and bob, behind them, buys. The commit refuses ann's and dee's
+/// orders and takes bob's, in the job named by the pass's first order id,
+/// ann's. The lookup finds that job and what it carries, and the room
+/// tells why the others were refused: ann is told her admission bought
+/// already, dee that the room does not hold hers, bob `202`, and only
+/// bob's order reaches PostgreSQL.
 #[tokio::test]
 async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_taken_one() {
     let app = spawn_app().await;
@@ -307,6 +310,10 @@ async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_take
         .query_async(&mut app.redis_conn().await)
         .await
         .expect("ann's admission spent");
+    let until = chrono::Utc::now().timestamp_millis() + 600_000;
+    seckill_core::waiting_room::seat(&app.store, sale, &["ann".into(), "bob".into()], until)
+        .await
+        .expect("ann and bob admitted");
     let stored = app.store.sale(sale).await.expect("read").expect("a sale");
     let purchaser = Arc::new(Purchaser::new(Shop::new(
         through_proxy,
@@ -353,15 +360,18 @@ async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_take
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let ann = buy("ann");
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let dee = buy("dee");
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let bob = buy("bob");
     tokio::time::sleep(Duration::from_millis(500)).await;
     held.release(&mut conn).await.expect("release");
 
     let cy = answer(cy).await;
     assert!(matches!(cy, Outcome::AlreadyPurchased { .. }), "{cy:?}");
-    let (ann, bob) = (answer(ann).await, answer(bob).await);
+    let (ann, dee, bob) = (answer(ann).await, answer(dee).await, answer(bob).await);
     assert_eq!(proxy.answers_lost(), 1, "the commit's answer was not lost");
     assert_eq!(ann, Outcome::AlreadyPurchased { order_id: None });
+    assert_eq!(dee, Outcome::NotAdmitted);
     let Outcome::Accepted { order_id } = bob else {
         panic!("bob's taken order was answered {bob:?}");
     };

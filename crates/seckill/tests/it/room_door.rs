@@ -1,7 +1,8 @@
 //! The waiting room's door is one atomic step: with `lock` and `lua`, an
 //! admission's spent check and mark are in the purchase's own commit, so
 //! an admission buys once whatever dies when; and a roomed purchase sends
-//! Redis no command more than another.
+//! Redis no command more than another. An admission is honoured only
+//! while the room holds it, with every strategy.
 
 use std::time::Duration;
 
@@ -10,11 +11,14 @@ use seckill_core::domain::UserId;
 use seckill_core::events::LockReleases;
 use seckill_core::purchase::{Outcome, Purchaser};
 use seckill_core::strategy::Shop;
-use seckill_core::waiting_room;
+use seckill_core::waiting_room::{self, AtTheDoor};
 
-use crate::helpers::TestApp;
+use crate::helpers::{TestApp, spawn_app};
 use crate::payment::{app_with_window, confirmed_order, make_deadlines_due, run_deadlines_until};
-use crate::waiting_room::{admitted, fifo, joined, sale_with_room, ticket};
+use crate::room_page::buy_form;
+use crate::waiting_room::{
+    admission, admitted, buy, fifo, joined, lose_the_room, not_admitted, sale_with_room, ticket,
+};
 
 /// A purchaser as an instance named `name` with `strategy` runs it.
 fn instance(app: &TestApp, strategy: Strategy, name: &str) -> Purchaser {
@@ -28,6 +32,13 @@ fn instance(app: &TestApp, strategy: Strategy, name: &str) -> Purchaser {
         Duration::from_secs(600),
         LockReleases::default(),
     ))
+}
+
+/// Where `buyer`'s admission to `sale`'s room stands in Redis.
+async fn at_the_door(app: &TestApp, sale: i64, buyer: &str) -> AtTheDoor {
+    waiting_room::at_the_door(&app.store, sale, buyer)
+        .await
+        .expect("the room")
 }
 
 /// An admitted buyer buys with `strategy` through the purchase alone, as
@@ -58,9 +69,12 @@ async fn an_admission_buys_once_though_the_instance_dies_after_the_commit(strate
         .query_async(&mut app.redis_conn().await)
         .await
         .expect("the room");
-    let spent = waiting_room::has_bought(&app.store, sale, &buyer).await;
-    let spent = spent.expect("the room");
-    assert_eq!((spent, still_admitted), (true, None), "{strategy:?}");
+    let spent = at_the_door(&app, sale, "ann").await;
+    assert_eq!(
+        (spent, still_admitted),
+        (AtTheDoor::Spent, None),
+        "{strategy:?}"
+    );
 
     // Ann does not pay: her unit comes back, and she holds none.
     app.drain().await;
@@ -69,8 +83,8 @@ async fn an_admission_buys_once_though_the_instance_dies_after_the_commit(strate
     assert!(app.redis_buyers(sale).await.is_empty());
     assert_eq!(app.redis_stock(sale).await, Some(1));
     // Her unit came back, and her admission stays spent.
-    let spent = waiting_room::has_bought(&app.store, sale, &buyer).await;
-    assert!(spent.expect("the room"), "{strategy:?}");
+    let spent = at_the_door(&app, sale, "ann").await;
+    assert_eq!(spent, AtTheDoor::Spent, "{strategy:?}");
     // Her admission is spent: it buys nothing more, on another instance
     // (the first knows the sale sold out a moment ago).
     assert_eq!(
@@ -116,9 +130,10 @@ async fn an_admission_refused_as_sold_out_buys_once_a_unit_comes_back(strategy: 
     };
     let refused = instance("b").purchase(&stored, &bob).await.expect("bob");
     assert_eq!(refused, Outcome::SoldOut, "{strategy:?}");
-    let spent = waiting_room::has_bought(&app.store, sale, &bob).await;
-    assert!(
-        !spent.expect("the room"),
+    let spent = at_the_door(&app, sale, "bob").await;
+    assert_eq!(
+        spent,
+        AtTheDoor::MayBuy,
         "a refused admission was spent ({strategy:?})"
     );
 
@@ -170,15 +185,15 @@ async fn with_postgres_a_buyer_is_counted_once_among_the_rooms_bought() {
         .expect("spent");
     let bought = || async {
         let figures = waiting_room::figures(&app.store, sale).await;
-        let spent = waiting_room::has_bought(&app.store, sale, &buyer).await;
-        (figures.expect("figures").bought, spent.expect("the room"))
+        let spent = at_the_door(&app, sale, "ann").await;
+        (figures.expect("figures").bought, spent)
     };
-    assert_eq!(bought().await, (1, true));
+    assert_eq!(bought().await, (1, AtTheDoor::Spent));
 
     make_deadlines_due(&app, sale, &[order_id]).await;
     run_deadlines_until(&app, sale, |report| report.cancelled == 1).await;
     assert!(app.redis_buyers(sale).await.is_empty());
-    assert_eq!(bought().await, (1, true));
+    assert_eq!(bought().await, (1, AtTheDoor::Spent));
 }
 
 /// A sale without a room: the return of an unpaid order's unit writes
@@ -198,4 +213,83 @@ async fn the_return_of_a_unit_on_a_sale_without_a_room_writes_no_room_key() {
         .await
         .expect("EXISTS");
     assert_eq!(written, 0);
+}
+
+/// An admission is honoured only while the room holds it. A room of one
+/// active buyer admits ann; then Redis loses the room (a wipe, a failover
+/// under `local`, or an instance that admitted ann from an old primary
+/// cut off from the others), and bob, joining the room as it is now, is
+/// its one active buyer. Ann's admission is still signed and not run out
+/// by the instance's clock: honoured, two buyers would buy at once where
+/// the room allows one. It is refused, `403 not_admitted` `withdrawn`,
+/// and nothing is written; ann joins again, at the back.
+async fn an_admission_the_room_lost_buys_nothing(strategy: Strategy) {
+    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
+        purchase: PurchaseSettings {
+            strategy,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let sale = sale_with_room(&app, 5, 0, fifo(10, 1)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    let anns = admission(&admitted(&app, sale, &ann).await).to_owned();
+    lose_the_room(&app, sale).await;
+    let bob = ticket(&joined(&app, sale, "bob").await);
+    let bobs = admission(&admitted(&app, sale, &bob).await).to_owned();
+
+    let refused = not_admitted(buy(&app, sale, "ann", Some(&anns)).await).await;
+    assert_eq!(refused, "withdrawn", "{strategy:?}");
+    assert!(app.redis_buyers(sale).await.is_empty(), "{strategy:?}");
+    assert_eq!(app.redis_stock(sale).await, Some(5), "{strategy:?}");
+    // The room's one active buyer buys.
+    assert_eq!(buy(&app, sale, "bob", Some(&bobs)).await.status(), 202);
+    app.drain().await;
+    let buyers: Vec<String> = app.orders(sale).await.into_iter().map(|o| o.1).collect();
+    assert_eq!(buyers, ["bob"], "{strategy:?}");
+    // Ann is outside the room: she joins again, and buys in her turn.
+    let again = joined(&app, sale, "ann").await;
+    assert_eq!(again["admitted"], false, "{again}");
+    let anns = admission(&admitted(&app, sale, &ticket(&again)).await).to_owned();
+    assert_eq!(buy(&app, sale, "ann", Some(&anns)).await.status(), 202);
+}
+
+#[tokio::test]
+async fn with_lock_an_admission_the_room_lost_buys_nothing() {
+    an_admission_the_room_lost_buys_nothing(Strategy::Lock).await;
+}
+
+#[tokio::test]
+async fn with_lua_an_admission_the_room_lost_buys_nothing() {
+    an_admission_the_room_lost_buys_nothing(Strategy::Lua).await;
+}
+
+/// `postgres` spends admissions in two steps around the purchase; its
+/// door reads the room first, and refuses the same admission the same way.
+#[tokio::test]
+async fn with_postgres_an_admission_the_room_lost_buys_nothing() {
+    an_admission_the_room_lost_buys_nothing(Strategy::Postgres).await;
+}
+
+/// The Buy form with an admission the room no longer holds (taken off
+/// its admitted, as a failover under `local` that lost it leaves it):
+/// `403`, a page that says to join again, and nothing written.
+#[tokio::test]
+async fn the_buy_form_with_an_admission_the_room_no_longer_holds_says_to_join_again() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 5, 0, fifo(10, 10)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    let anns = admission(&admitted(&app, sale, &ann).await).to_owned();
+    let _: i64 = redis::cmd("ZREM")
+        .arg(&app.keys(sale).room.admitted)
+        .arg("ann")
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("ZREM");
+    let (status, html) = buy_form(&app, sale, "ann", Some(&anns)).await;
+    assert_eq!(status, 403, "{html}");
+    assert!(html.contains("no longer holds your turn"), "{html}");
+    assert!(app.redis_buyers(sale).await.is_empty());
+    assert_eq!(app.redis_stock(sale).await, Some(5));
 }

@@ -81,7 +81,12 @@ async fn join_by_form(app: &TestApp, sale: i64, buyer: &str) -> String {
 }
 
 /// Post the sale page's Buy form as `buyer`, with `admission` if given.
-async fn buy_form(app: &TestApp, sale: i64, buyer: &str, admission: Option<&str>) -> (u16, String) {
+pub(crate) async fn buy_form(
+    app: &TestApp,
+    sale: i64,
+    buyer: &str,
+    admission: Option<&str>,
+) -> (u16, String) {
     let mut form = vec![("user_id", buyer)];
     if let Some(admission) = admission {
         form.push(("admission", admission));

@@ -56,22 +56,28 @@ pub(super) fn decide_batch(
     (outcomes, jobs, on_commit)
 }
 
-/// The commit refused the orders `spent` (their buyers' admissions had
-/// bought already): each such buyer is told so (already purchased: in a
-/// room, a buyer buys once), and the buyers refused as sold out only
+/// What a buyer whose order the commit refused as a spent admission is
+/// told: already purchased (in a room, a buyer buys once), with no order
+/// (the API answers `403 not_admitted` `used`).
+pub(super) const SPENT: Outcome = Outcome::AlreadyPurchased { order_id: None };
+
+/// The commit refused the orders `refused` (indexes into `jobs`): the
+/// room would not let their buyers' admissions buy (spent, or not held).
+/// Each such buyer is told `told`, and the buyers refused as sold out only
 /// because a refused order was counted before them are told to retry
 /// (busy), since its unit is still there.
-pub(super) fn refuse_spent(
+pub(super) fn refuse(
     outcomes: &mut [Outcome],
     on_commit: &[bool],
     jobs: &[OrderJob],
-    spent: &[usize],
+    refused: &[usize],
+    told: Outcome,
 ) {
-    if spent.is_empty() {
+    if refused.is_empty() {
         return;
     }
     for (index, job) in jobs.iter().enumerate() {
-        if !spent.contains(&index) {
+        if !refused.contains(&index) {
             continue;
         }
         // The refused order was never taken: neither its buyer's winning
@@ -83,7 +89,7 @@ pub(super) fn refuse_spent(
                 _ => false,
             };
             if names_it {
-                *outcome = Outcome::AlreadyPurchased { order_id: None };
+                *outcome = told;
             }
         }
     }

@@ -129,7 +129,7 @@ fn an_order_the_room_refused_is_named_to_nobody() {
     };
     let (mut outcomes, jobs, on_commit) = decide_batch(PassIds::new(1, &key()), &refs, &snapshot);
     // ann's admission had bought already: the commit refused her order.
-    refuse_spent(&mut outcomes, &on_commit, &jobs, &[0]);
+    refuse(&mut outcomes, &on_commit, &jobs, &[0], SPENT);
     assert_eq!(kinds(&outcomes), ["already", "already"]);
     assert_eq!(named_orders(&outcomes), [None, None]);
 }

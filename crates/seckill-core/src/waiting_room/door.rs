@@ -1,0 +1,121 @@
+//! The room's door, as Redis keeps it: whether a buyer's admission may
+//! buy (the room holds them as admitted, and it has not bought), and the
+//! mark of one that bought, for the strategies that do not check and
+//! spend it in their own commit (`lua/purchase_commit.lua` and
+//! `lua/purchase_lua.lua` do).
+
+use std::sync::LazyLock;
+
+use anyhow::Context;
+use redis::Script;
+
+use crate::domain::{Pass, PassKey, PassKind, UserId};
+use crate::keys::SaleKeys;
+use crate::store::Store;
+
+static BOUGHT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/room_bought.lua")));
+
+/// Where a buyer's admission stands in the room's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtTheDoor {
+    /// Admitted, and not bought: it may buy.
+    MayBuy,
+    /// It bought already (the buyer holds a unit, or held one that came
+    /// back): an admission buys once.
+    Spent,
+    /// The room does not hold the buyer as admitted: their admission ran
+    /// out, or Redis lost it (a wipe, a failover under `local`), so a
+    /// signed admission is not honoured (`Outcome::NotAdmitted`).
+    NotHeld,
+}
+
+/// Where `buyer`'s admission to sale's room stands.
+pub async fn at_the_door(store: &Store, sale_id: i64, buyer: &str) -> anyhow::Result<AtTheDoor> {
+    let keys = SaleKeys::new(store.prefix(), sale_id);
+    let mut conn = store.redis().await?;
+    // One snapshot: the unit's return moves a buyer from the holds to
+    // the bought in one step (`lua/unit_return.lua`), and a purchase
+    // takes them off the admitted in the step that names them in the
+    // holds.
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    bought_reads(&mut pipe, &keys, buyer);
+    pipe.zscore(&keys.room.admitted, buyer);
+    let (holds, bought, admitted): (bool, bool, Option<f64>) = pipe
+        .query_async(&mut conn)
+        .await
+        .context("reading a waiting room")?;
+    Ok(if holds || bought {
+        AtTheDoor::Spent
+    } else if admitted.is_none() {
+        AtTheDoor::NotHeld
+    } else {
+        AtTheDoor::MayBuy
+    })
+}
+
+/// Add to `pipe` the two reads that say whether `buyer`'s admission
+/// bought: it did when either answers 1 (the holds name them, or the
+/// room's bought holds them: keys.rs, `RoomKeys::bought`). The one place
+/// outside `lua/room_visit.lua` that says where "bought" is kept.
+pub fn bought_reads(pipe: &mut redis::Pipeline, keys: &SaleKeys, buyer: &str) {
+    pipe.hexists(&keys.holds, buyer)
+        .sismember(&keys.room.bought, buyer);
+}
+
+/// `buyer`'s admission bought: spent, and their place among the active
+/// goes to the next in line (`lua/room_bought.lua`).
+pub async fn bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Result<()> {
+    let keys = SaleKeys::new(store.prefix(), sale_id);
+    let mut conn = store.redis().await?;
+    let _: i64 = BOUGHT
+        .key(&keys.room.admitted)
+        .key(&keys.room.bought)
+        .key(&keys.room.state)
+        .key(&keys.holds)
+        .arg(buyer.as_str())
+        .invoke_async(&mut conn)
+        .await
+        .context("spending an admission")?;
+    Ok(())
+}
+
+/// The signed admission of a buyer admitted until `until_ms`.
+pub fn admission(key: &PassKey, sale_id: i64, buyer: &UserId, until_ms: i64) -> String {
+    key.sign(
+        PassKind::Admission,
+        &Pass {
+            sale_id,
+            buyer: buyer.clone(),
+            number: 0,
+            generation: 0,
+            expires_ms: until_ms,
+        },
+    )
+}
+
+/// Seat `buyers` among the admitted at once, until `until_ms`, past the
+/// line and the room's pace: for a bench that measures what the door
+/// costs a purchase, not the line (`seckill bench --only roomed`), whose
+/// buyers outnumber what any pace would admit in its run. Nothing a
+/// buyer asks for calls it.
+pub async fn seat(
+    store: &Store,
+    sale_id: i64,
+    buyers: &[String],
+    until_ms: i64,
+) -> anyhow::Result<()> {
+    let keys = SaleKeys::new(store.prefix(), sale_id);
+    let mut conn = store.redis().await?;
+    for chunk in buyers.chunks(10_000) {
+        let members: Vec<(i64, &str)> = chunk.iter().map(|b| (until_ms, b.as_str())).collect();
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&keys.room.admitted)
+            .arg(&members)
+            .query_async(&mut conn)
+            .await
+            .context("seating buyers among the admitted")?;
+    }
+    Ok(())
+}
