@@ -11,10 +11,11 @@
 //! instance runs, without HTTP: what both kinds of purchase share is left
 //! out, so the ratio is the door's share of the strategy's own work, a
 //! harsher ratio than over HTTP. The signature is not checked here.
-//! The door also checks that the room holds each buyer as admitted: the
-//! roomed sale's buyers are seated among its admitted before its round
-//! ([`SEATED_PER_SEC`] a second of the round, more than a round buys),
-//! past the line, whose pace is not what this row measures.
+//! The door also checks that the room holds each buyer as admitted: each
+//! lane of the roomed sale seats its next [`SEATED`] buyers among the
+//! admitted in one command when it needs them, past the line, whose pace
+//! is not what this row measures. That write is counted in the round:
+//! a room's visits admit buyers with the same one command a chunk.
 //!
 //! Each round: a new pair of sales, [`IN_FLIGHT`] buyers at a time, every
 //! request a new buyer, for `--secs` on each, which goes first alternated,
@@ -43,9 +44,8 @@ const IN_FLIGHT: usize = 64;
 const ROUNDS: usize = 5;
 /// Units of each sale: more than a round sells.
 const UNITS: i64 = 1_000_000;
-/// Buyers seated among a roomed sale's admitted per second of its round:
-/// more than any strategy buys in-process here.
-const SEATED_PER_SEC: f64 = 200_000.0;
+/// Buyers a lane of the roomed sale seats among the admitted at once.
+const SEATED: u64 = 256;
 
 /// The row: roomed / unroomed accepted purchases/s, for `lock` and `lua`.
 pub(super) async fn roomed_against_unroomed(
@@ -65,16 +65,7 @@ pub(super) async fn roomed_against_unroomed(
             for roomed in [round % 2 == 0, round % 2 == 1] {
                 let sale = sale(store, roomed).await?;
                 let buyers = format!("{}{round}", if roomed { "r" } else { "p" });
-                let per_lane = (args.secs * SEATED_PER_SEC / IN_FLIGHT as f64).ceil() as u64;
-                if roomed {
-                    let buyers = buyers.as_str();
-                    let seated: Vec<String> = (0..IN_FLIGHT)
-                        .flat_map(|lane| (0..per_lane).map(move |n| buyer_name(buyers, lane, n)))
-                        .collect();
-                    let until = Utc::now().timestamp_millis() + 3_600_000;
-                    waiting_room::seat(store, sale.id, &seated, until).await?;
-                }
-                let rated = rate(&purchaser, &sale, args.secs, &buyers, per_lane).await?;
+                let rated = rate(&purchaser, store, &sale, args.secs, &buyers).await?;
                 rates[usize::from(!roomed)] = rated;
                 forget(store, &sale).await?;
             }
@@ -156,24 +147,31 @@ fn buyer_name(round: &str, lane: usize, n: u64) -> String {
 }
 
 /// Accepted purchases per second on `sale` for `secs`, [`IN_FLIGHT`] at a
-/// time, each a new buyer named after `round`, at most `per_lane` a lane.
+/// time, each a new buyer named after `round` (seated among the admitted
+/// first, [`SEATED`] at a time, if `sale` has a room).
 async fn rate(
     purchaser: &Arc<Purchaser>,
+    store: &Store,
     sale: &Arc<Sale>,
     secs: f64,
     round: &str,
-    per_lane: u64,
 ) -> anyhow::Result<f64> {
+    let until_ms = Utc::now().timestamp_millis() + 3_600_000;
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(secs);
     let tasks: Vec<_> = (0..IN_FLIGHT)
         .map(|lane| {
             let (purchaser, sale) = (Arc::clone(purchaser), Arc::clone(sale));
-            let round = round.to_owned();
+            let (round, store) = (round.to_owned(), store.clone());
             tokio::spawn(async move {
                 let mut accepted = 0u64;
                 while Instant::now() < until {
-                    anyhow::ensure!(accepted < per_lane, "a lane bought more than was seated");
+                    if sale.waiting_room.is_some() && accepted % SEATED == 0 {
+                        let next: Vec<String> = (accepted..accepted + SEATED)
+                            .map(|n| buyer_name(&round, lane, n))
+                            .collect();
+                        waiting_room::seat(&store, sale.id, &next, until_ms).await?;
+                    }
                     let buyer = UserId::parse(&buyer_name(&round, lane, accepted))
                         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     let outcome = purchaser.purchase(&sale, &buyer).await?;
