@@ -256,7 +256,9 @@ impl Asking {
 }
 
 /// The purchase's door: `admission` must be this sale's, this buyer's, not
-/// run out, and not spent. Nothing is written when it refuses.
+/// run out, not spent, and held by the room among its admitted (the last
+/// two checked in the commit with `lock` and `lua`). Nothing is written
+/// when it refuses.
 pub(crate) async fn admit(
     state: &AppState,
     sale: &Sale,
@@ -280,9 +282,11 @@ pub(crate) async fn admit(
     // only one of them take a unit.
     if !state.purchaser.spends_admissions() {
         match waiting_room::at_the_door(&state.store, sale.id, buyer.as_str()).await? {
-            AtTheDoor::MayBuy => {}
-            AtTheDoor::Spent => return Err(ApiError::NotAdmitted("used")),
-            AtTheDoor::NotHeld => return Err(ApiError::NotAdmitted(NOT_HELD)),
+            (AtTheDoor::MayBuy, _) => {}
+            // Under `replica`, a refusal no replica confirmed is no answer.
+            (_, false) => return Err(ApiError::Unconfirmed(None)),
+            (AtTheDoor::Spent, true) => return Err(ApiError::NotAdmitted("used")),
+            (AtTheDoor::NotHeld, true) => return Err(ApiError::NotAdmitted(NOT_HELD)),
         }
     }
     Ok(())

@@ -396,7 +396,7 @@ struct ErrorBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     order_id: Option<uuid::Uuid>,
     /// Why an admission or a ticket was refused: `missing`, `forged`,
-    /// `other_sale`, `other_buyer`, `expired`, `used`.
+    /// `other_sale`, `other_buyer`, `expired`, `used`, `withdrawn`.
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<&'static str>,
 }

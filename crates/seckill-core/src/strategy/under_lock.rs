@@ -147,10 +147,12 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
 /// sent the wrong way: to give up, or to join again). If they cannot be
 /// read, to retry: nothing was taken, and a retry is told which.
 async fn refused_by_the_room(shop: &Shop, job: &OrderJob) -> Outcome {
+    // (Unconfirmed under `replica`, the buyer is told in doubt anyway:
+    // a lost answer's `WAIT` was lost with it.)
     match waiting_room::at_the_door(&shop.store, job.sale_id, &job.user_id).await {
-        Ok(AtTheDoor::Spent) => SPENT,
-        Ok(AtTheDoor::NotHeld) => Outcome::NotAdmitted,
-        Ok(AtTheDoor::MayBuy) | Err(_) => Outcome::Busy,
+        Ok((AtTheDoor::Spent, _)) => SPENT,
+        Ok((AtTheDoor::NotHeld, _)) => Outcome::NotAdmitted,
+        Ok((AtTheDoor::MayBuy, _)) | Err(_) => Outcome::Busy,
     }
 }
 

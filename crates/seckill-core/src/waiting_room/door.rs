@@ -11,6 +11,7 @@ use redis::Script;
 
 use crate::domain::{Pass, PassKey, PassKind, UserId};
 use crate::keys::SaleKeys;
+use crate::replicas;
 use crate::store::Store;
 
 static BOUGHT: LazyLock<Script> =
@@ -30,8 +31,18 @@ pub enum AtTheDoor {
     NotHeld,
 }
 
-/// Where `buyer`'s admission to sale's room stands.
-pub async fn at_the_door(store: &Store, sale_id: i64, buyer: &str) -> anyhow::Result<AtTheDoor> {
+/// Where `buyer`'s admission to sale's room stands, and whether that is
+/// confirmed: under `--redis-durability replica`, a refusal read from
+/// data no replica holds is not final (a failover could bring back the
+/// admission, or take back the purchase that spent it), so it is
+/// confirmed behind a write and a `WAIT`, as every refusal is
+/// (`replicas::confirmed`); `false` when no replica confirmed it in time.
+/// A `MayBuy` is not waited for: the purchase that follows decides.
+pub async fn at_the_door(
+    store: &Store,
+    sale_id: i64,
+    buyer: &str,
+) -> anyhow::Result<(AtTheDoor, bool)> {
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let mut conn = store.redis().await?;
     // One snapshot: the unit's return moves a buyer from the holds to
@@ -46,13 +57,20 @@ pub async fn at_the_door(store: &Store, sale_id: i64, buyer: &str) -> anyhow::Re
         .query_async(&mut conn)
         .await
         .context("reading a waiting room")?;
-    Ok(if holds || bought {
+    let standing = if holds || bought {
         AtTheDoor::Spent
     } else if admitted.is_none() {
         AtTheDoor::NotHeld
     } else {
         AtTheDoor::MayBuy
-    })
+    };
+    // The `WAIT` covers the reads above: they went first on the same
+    // connection, and the write it waits behind follows them.
+    let confirmed = standing == AtTheDoor::MayBuy
+        || replicas::confirmed(&mut conn, store.durability(), &keys.waited)
+            .await
+            .context("confirming a waiting room's refusal")?;
+    Ok((standing, confirmed))
 }
 
 /// Add to `pipe` the two reads that say whether `buyer`'s admission

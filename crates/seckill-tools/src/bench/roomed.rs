@@ -15,7 +15,7 @@
 //! lane of the roomed sale seats its next [`SEATED`] buyers among the
 //! admitted in one command when it needs them, past the line, whose pace
 //! is not what this row measures. That write is counted in the round:
-//! a room's visits admit buyers with the same one command a chunk.
+//! a room's visit writes a chunk of admissions with the same one `ZADD`.
 //!
 //! Each round: a new pair of sales, [`IN_FLIGHT`] buyers at a time, every
 //! request a new buyer, for `--secs` on each, which goes first alternated,
@@ -166,7 +166,7 @@ async fn rate(
             tokio::spawn(async move {
                 let mut accepted = 0u64;
                 while Instant::now() < until {
-                    if sale.waiting_room.is_some() && accepted % SEATED == 0 {
+                    if sale.waiting_room.is_some() && accepted.is_multiple_of(SEATED) {
                         let next: Vec<String> = (accepted..accepted + SEATED)
                             .map(|n| buyer_name(&round, lane, n))
                             .collect();

@@ -39,6 +39,7 @@ async fn at_the_door(app: &TestApp, sale: i64, buyer: &str) -> AtTheDoor {
     waiting_room::at_the_door(&app.store, sale, buyer)
         .await
         .expect("the room")
+        .0
 }
 
 /// An admitted buyer buys with `strategy` through the purchase alone, as
@@ -222,7 +223,7 @@ async fn the_return_of_a_unit_on_a_sale_without_a_room_writes_no_room_key() {
 /// its one active buyer. Ann's admission is still signed and not run out
 /// by the instance's clock: honoured, two buyers would buy at once where
 /// the room allows one. It is refused, `403 not_admitted` `withdrawn`,
-/// and nothing is written; ann joins again, at the back.
+/// and nothing is written; ann joins again, and buys in her turn.
 async fn an_admission_the_room_lost_buys_nothing(strategy: Strategy) {
     let app = crate::helpers::spawn_app_with(crate::helpers::Options {
         purchase: PurchaseSettings {
@@ -250,7 +251,6 @@ async fn an_admission_the_room_lost_buys_nothing(strategy: Strategy) {
     assert_eq!(buyers, ["bob"], "{strategy:?}");
     // Ann is outside the room: she joins again, and buys in her turn.
     let again = joined(&app, sale, "ann").await;
-    assert_eq!(again["admitted"], false, "{again}");
     let anns = admission(&admitted(&app, sale, &ticket(&again)).await).to_owned();
     assert_eq!(buy(&app, sale, "ann", Some(&anns)).await.status(), 202);
 }

@@ -704,3 +704,45 @@ async fn with_replica_durability_a_join_to_an_ended_sale_is_closed_whatever_the_
     let body: Value = refused.json().await.expect("JSON");
     assert_eq!(body["error"], "room_closed", "{body}");
 }
+
+/// Under `replica`, the door of a strategy that reads the room before
+/// its purchase (`postgres`) refuses an admission only on data a replica
+/// confirmed: ann's admission, lost on a primary whose replica is
+/// stopped, may come back with a failover, so she is told `503
+/// unconfirmed`, not `403` for good (`lock` and `lua` refuse it in their
+/// commit, whose `WAIT` tells the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_durability_a_door_refusal_no_replica_holds_is_in_doubt() {
+    use crate::waiting_room::{admission, admitted, buy, fifo, joined, sale_with_room, ticket};
+
+    let _alone = cores_alone().await;
+    let (sentinels, app) = app_on_sentinels_with(Options {
+        durability: REPLICA,
+        purchase: seckill_core::config::PurchaseSettings {
+            strategy: seckill_core::config::Strategy::Postgres,
+            ..Default::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    let sale = sale_with_room(&app, 5, 0, fifo(1_000, 10)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    let anns = admission(&admitted(&app, sale, &ann).await).to_owned();
+    let primary = sentinels.primary().await.expect("a primary");
+    sentinels.pause(1 - primary);
+    let admitted_key = seckill_core::keys::SaleKeys::new(&app.scratch.prefix, sale)
+        .room
+        .admitted;
+    let _: i64 = redis::cmd("ZREM")
+        .arg(admitted_key)
+        .arg("ann")
+        .query_async(&mut redis_at(&sentinels.node_url(primary)).await)
+        .await
+        .expect("ann's admission lost");
+    let refused = buy(&app, sale, "ann", Some(&anns)).await;
+    sentinels.resume(1 - primary);
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(body["error"], "unconfirmed", "{body}");
+}

@@ -136,8 +136,9 @@ impl Told {
                     failover.is_some_and(|(start, _)| answer.done_ms < start);
             }
             // Told admitted, and now (unbought, not run out) in line again
-            // or admitted anew: the room forgot the admission, which the
-            // buyer may still spend beside the one it hands out next.
+            // or admitted anew: the room forgot the admission it told
+            // (which no longer buys: the commit refuses an admission the
+            // room does not hold).
             if let Some((told, ends)) = &self.latest
                 && *ends > answer.done_ms
                 && self.accepted.is_empty()
