@@ -215,6 +215,19 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// The defaults, with purchases made by `strategy`.
+    pub fn with_strategy(strategy: seckill_core::config::Strategy) -> Self {
+        Self {
+            purchase: PurchaseSettings {
+                strategy,
+                ..PurchaseSettings::default()
+            },
+            ..Self::default()
+        }
+    }
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(Options::default()).await
 }

@@ -1,7 +1,7 @@
 //! The purchase API and its outcomes, one instance, real Redis and PostgreSQL.
 //! How a purchase goes through the sale's lock is in `purchase_lock.rs`.
 
-use seckill_core::config::{PurchaseSettings, Strategy};
+use seckill_core::config::Strategy;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -137,14 +137,7 @@ async fn purchase_returns_404_for_a_sale_that_does_not_exist() {
 /// the sale missing in its one script (`not_loaded`), `lock` in its
 /// pass's read.
 async fn a_sale_missing_from_redis_is_reloaded_from_postgres_with_its_buyers(strategy: Strategy) {
-    let app = spawn_app_with(Options {
-        purchase: PurchaseSettings {
-            strategy,
-            ..PurchaseSettings::default()
-        },
-        ..Options::default()
-    })
-    .await;
+    let app = spawn_app_with(Options::with_strategy(strategy)).await;
     let sale = app.create_sale(3).await;
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
     app.drain().await;

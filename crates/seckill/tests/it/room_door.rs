@@ -225,14 +225,8 @@ async fn the_return_of_a_unit_on_a_sale_without_a_room_writes_no_room_key() {
 /// the room allows one. It is refused, `403 not_admitted` `withdrawn`,
 /// and nothing is written; ann joins again, and buys in her turn.
 async fn an_admission_the_room_lost_buys_nothing(strategy: Strategy) {
-    let app = crate::helpers::spawn_app_with(crate::helpers::Options {
-        purchase: PurchaseSettings {
-            strategy,
-            ..Default::default()
-        },
-        ..Default::default()
-    })
-    .await;
+    let app =
+        crate::helpers::spawn_app_with(crate::helpers::Options::with_strategy(strategy)).await;
     let sale = sale_with_room(&app, 5, 0, fifo(10, 1)).await;
     let ann = ticket(&joined(&app, sale, "ann").await);
     let anns = admission(&admitted(&app, sale, &ann).await).to_owned();

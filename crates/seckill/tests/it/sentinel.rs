@@ -281,11 +281,7 @@ async fn the_lua_strategy_waits_for_a_replica_too() {
     let _alone = cores_alone().await;
     let (sentinels, app) = app_on_sentinels_with(Options {
         durability: REPLICA,
-        purchase: seckill_core::config::PurchaseSettings {
-            strategy: seckill_core::config::Strategy::Lua,
-            ..Default::default()
-        },
-        ..Options::default()
+        ..Options::with_strategy(seckill_core::config::Strategy::Lua)
     })
     .await;
     let sale = app.create_sale(5).await;
@@ -574,11 +570,7 @@ async fn with_lua_a_refusal_on_data_no_replica_holds_is_in_doubt_on_any_connecti
     let _alone = cores_alone().await;
     let options = Options {
         durability: REPLICA,
-        purchase: seckill_core::config::PurchaseSettings {
-            strategy: seckill_core::config::Strategy::Lua,
-            ..Default::default()
-        },
-        ..Options::default()
+        ..Options::with_strategy(seckill_core::config::Strategy::Lua)
     };
     let (sentinels, app) = app_on_sentinels_with(options.clone()).await;
     let sale = app.create_sale(1).await;
@@ -718,11 +710,7 @@ async fn with_replica_durability_a_door_refusal_no_replica_holds_is_in_doubt() {
     let _alone = cores_alone().await;
     let (sentinels, app) = app_on_sentinels_with(Options {
         durability: REPLICA,
-        purchase: seckill_core::config::PurchaseSettings {
-            strategy: seckill_core::config::Strategy::Postgres,
-            ..Default::default()
-        },
-        ..Options::default()
+        ..Options::with_strategy(seckill_core::config::Strategy::Postgres)
     })
     .await;
     let sale = sale_with_room(&app, 5, 0, fifo(1_000, 10)).await;
