@@ -424,4 +424,4 @@ mod door;
 #[cfg(test)]
 mod tests;
 
-pub use door::{AtTheDoor, admission, at_the_door, bought, bought_reads, seat};
+pub use door::{AtTheDoor, admission, at_the_door, at_the_door_all, bought, bought_reads, seat};

@@ -71,12 +71,16 @@
 -- an instance that admitted from an old primary cut off from the
 -- others): honoured then, more than the room's `max_active` could buy at
 -- once, past the line. So a buyer the admitted does not hold is refused
--- here, in the step that would take their place among the active.
+-- here, in the step that would take their place among the active; and so
+-- is one whose end (their score there) has passed on Redis' clock, which
+-- an instance whose clock runs behind Redis' would still call valid, and
+-- which buys past its turn until a visit sweeps it out.
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then
   redis.call('INCR', KEYS[6])
   return {'lock_lost', 0, {}, {}}
 end
 local roomed = ARGV[4] == '1'
+local now = now_ms()
 local buyers = {}
 for i = 6, #ARGV, 3 do
   buyers[#buyers + 1] = ARGV[i]
@@ -96,7 +100,7 @@ for k, buyer in ipairs(buyers) do
   local i = 6 + 3 * (k - 1)
   if bought[k] == 1 then
     spent[#spent + 1] = k - 1
-  elseif roomed and not held[k] then
+  elseif roomed and (not held[k] or tonumber(held[k]) <= now) then
     withdrawn[#withdrawn + 1] = k - 1
   else
     takers[#takers + 1] = buyer
@@ -116,7 +120,7 @@ if #takers > 0 then
   -- second run of it finds the lock released, above). So no look at the
   -- known ids (`push_fresh_many`).
   local pass = '{"n":' .. int(#bodies) .. ',"orders":[' .. table.concat(bodies, ',') .. ']}'
-  push_fresh_many(KEYS[4], KEYS[5], { ARGV[5], pass }, now_ms())
+  push_fresh_many(KEYS[4], KEYS[5], { ARGV[5], pass }, now)
 end
 if roomed and #takers > 0 then
   -- Their places among the active go to the next in line.

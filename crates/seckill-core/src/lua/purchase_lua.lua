@@ -46,9 +46,12 @@
 -- expiry, but a signed admission outlives what Redis lost (a wipe, a
 -- failover under `local`, an instance that admitted from an old primary
 -- cut off from the others): honoured then, more than the room's
--- `max_active` could buy at once, past the line. ZREM answers 0 when the
--- room does not hold the buyer, and then it wrote nothing.
+-- `max_active` could buy at once, past the line. Nor once its end has
+-- passed on Redis' clock, which the room keeps as the buyer's score: an
+-- instance whose clock runs behind Redis' would still call it valid, and
+-- until a visit sweeps it out it would buy past its turn.
 local roomed = ARGV[5] == '1'
+local now = now_ms()
 -- One read tells both whether the sale is loaded and what is left: each
 -- redis.call has a cost of its own beyond its command's, and this script
 -- is the whole of a purchase.
@@ -66,12 +69,16 @@ end
 if tonumber(stock) <= 0 then
   return {'sold_out', 0, false}
 end
--- The buyer's place among the active goes to the next in line.
-if roomed and redis.call('ZREM', KEYS[5], ARGV[1]) == 0 then
-  return {'not_admitted', 0, false}
+if roomed then
+  local ends = redis.call('ZSCORE', KEYS[5], ARGV[1])
+  if not ends or tonumber(ends) <= now then
+    return {'not_admitted', 0, false}
+  end
+  -- The buyer's place among the active goes to the next in line.
+  redis.call('ZREM', KEYS[5], ARGV[1])
 end
 local left = redis.call('DECR', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-push(KEYS[3], KEYS[4], ARGV[2], ARGV[3], now_ms())
+push(KEYS[3], KEYS[4], ARGV[2], ARGV[3], now)
 redis.call('PUBLISH', ARGV[4], int(left))
 return {'taken', left, false}

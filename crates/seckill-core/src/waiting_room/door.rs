@@ -26,7 +26,7 @@ pub enum AtTheDoor {
     /// back): an admission buys once.
     Spent,
     /// The room does not hold the buyer as admitted: their admission ran
-    /// out, or Redis lost it (a wipe, a failover under `local`), so a
+    /// out (on Redis' clock, swept or not), or Redis lost it (a wipe, a failover under `local`), so a
     /// signed admission is not honoured (`Outcome::NotAdmitted`).
     NotHeld,
 }
@@ -43,34 +43,69 @@ pub async fn at_the_door(
     sale_id: i64,
     buyer: &str,
 ) -> anyhow::Result<(AtTheDoor, bool)> {
+    let (standings, confirmed) = at_the_door_all(store, sale_id, &[buyer]).await?;
+    Ok((standings[0], confirmed))
+}
+
+/// Where each of `buyers`' admissions to sale's room stands, in their
+/// order, read in one round trip; confirmed as `at_the_door` says, once
+/// for them all when any is refused.
+pub async fn at_the_door_all(
+    store: &Store,
+    sale_id: i64,
+    buyers: &[&str],
+) -> anyhow::Result<(Vec<AtTheDoor>, bool)> {
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let mut conn = store.redis().await?;
     // One snapshot: the unit's return moves a buyer from the holds to
     // the bought in one step (`lua/unit_return.lua`), and a purchase
     // takes them off the admitted in the step that names them in the
-    // holds.
+    // holds. Redis' clock is read in it too: an admission whose end (its
+    // score among the admitted) has passed there is not held, though no
+    // visit has swept it out yet and the instance's clock, running
+    // behind, still calls it valid (as the commit scripts judge it).
     let mut pipe = redis::pipe();
     pipe.atomic();
-    bought_reads(&mut pipe, &keys, buyer);
-    pipe.zscore(&keys.room.admitted, buyer);
-    let (holds, bought, admitted): (bool, bool, Option<f64>) = pipe
+    for buyer in buyers {
+        bought_reads(&mut pipe, &keys, buyer);
+        pipe.zscore(&keys.room.admitted, *buyer);
+    }
+    pipe.cmd("TIME");
+    let mut found: Vec<redis::Value> = pipe
         .query_async(&mut conn)
         .await
         .context("reading a waiting room")?;
-    let standing = if holds || bought {
-        AtTheDoor::Spent
-    } else if admitted.is_none() {
-        AtTheDoor::NotHeld
-    } else {
-        AtTheDoor::MayBuy
-    };
+    let (secs, micros): (i64, i64) =
+        redis::from_redis_value(found.pop().unwrap_or(redis::Value::Nil))
+            .context("reading Redis' clock")?;
+    let now_ms = (secs * 1000 + micros / 1000) as f64;
+    let mut standings = Vec::with_capacity(buyers.len());
+    for reads in found.chunks(3) {
+        let [holds, bought, admitted] = reads else {
+            anyhow::bail!(
+                "reading a waiting room: {} answers for {} buyers",
+                found.len(),
+                buyers.len()
+            );
+        };
+        let holds: bool = redis::from_redis_value_ref(holds)?;
+        let bought: bool = redis::from_redis_value_ref(bought)?;
+        let admitted: Option<f64> = redis::from_redis_value_ref(admitted)?;
+        standings.push(if holds || bought {
+            AtTheDoor::Spent
+        } else if admitted.is_none_or(|ends| ends <= now_ms) {
+            AtTheDoor::NotHeld
+        } else {
+            AtTheDoor::MayBuy
+        });
+    }
     // The `WAIT` covers the reads above: they went first on the same
     // connection, and the write it waits behind follows them.
-    let confirmed = standing == AtTheDoor::MayBuy
+    let confirmed = standings.iter().all(|s| *s == AtTheDoor::MayBuy)
         || replicas::confirmed(&mut conn, store.durability(), &keys.waited)
             .await
             .context("confirming a waiting room's refusal")?;
-    Ok((standing, confirmed))
+    Ok((standings, confirmed))
 }
 
 /// Add to `pipe` the two reads that say whether `buyer`'s admission

@@ -266,6 +266,59 @@ async fn with_postgres_an_admission_the_room_lost_buys_nothing() {
     an_admission_the_room_lost_buys_nothing(Strategy::Postgres).await;
 }
 
+/// An admission whose end has passed on Redis' clock buys nothing, though
+/// no visit has swept it out of the room's admitted yet and the
+/// instance's clock, running behind Redis', still calls it valid. The
+/// room keeps the end as the buyer's score among the admitted; the test
+/// moves it a second into the past, as a Redis clock ahead of the
+/// instance's by more than the time left leaves it. Honoured, it would
+/// buy past its turn, its place counted against `max_active` meanwhile.
+/// It is refused, `403 not_admitted` `withdrawn`, and nothing is written.
+async fn an_admission_past_its_end_on_redis_clock_buys_nothing(strategy: Strategy) {
+    let app =
+        crate::helpers::spawn_app_with(crate::helpers::Options::with_strategy(strategy)).await;
+    let sale = sale_with_room(&app, 5, 0, fifo(10, 10)).await;
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    let anns = admission(&admitted(&app, sale, &ann).await).to_owned();
+    let mut conn = app.redis_conn().await;
+    let (secs, _): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .expect("TIME");
+    let changed: i64 = redis::cmd("ZADD")
+        .arg(&app.keys(sale).room.admitted)
+        .arg("XX")
+        .arg("CH")
+        .arg((secs - 1) * 1000)
+        .arg("ann")
+        .query_async(&mut conn)
+        .await
+        .expect("ZADD");
+    assert_eq!(changed, 1, "ann was not among the admitted");
+
+    let refused = not_admitted(buy(&app, sale, "ann", Some(&anns)).await).await;
+    assert_eq!(refused, "withdrawn", "{strategy:?}");
+    assert!(app.redis_buyers(sale).await.is_empty(), "{strategy:?}");
+    assert_eq!(app.redis_stock(sale).await, Some(5), "{strategy:?}");
+    app.drain().await;
+    assert!(app.orders(sale).await.is_empty(), "{strategy:?}");
+}
+
+#[tokio::test]
+async fn with_lock_an_admission_past_its_end_on_redis_clock_buys_nothing() {
+    an_admission_past_its_end_on_redis_clock_buys_nothing(Strategy::Lock).await;
+}
+
+#[tokio::test]
+async fn with_lua_an_admission_past_its_end_on_redis_clock_buys_nothing() {
+    an_admission_past_its_end_on_redis_clock_buys_nothing(Strategy::Lua).await;
+}
+
+#[tokio::test]
+async fn with_postgres_an_admission_past_its_end_on_redis_clock_buys_nothing() {
+    an_admission_past_its_end_on_redis_clock_buys_nothing(Strategy::Postgres).await;
+}
+
 /// The Buy form with an admission the room no longer holds (taken off
 /// its admitted, as a failover under `local` that lost it leaves it):
 /// `403`, a page that says to join again, and nothing written.
