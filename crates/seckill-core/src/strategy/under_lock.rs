@@ -141,19 +141,44 @@ async fn commit_and_confirm<C: ConnectionLike + Send>(
     }
 }
 
-/// What the buyer of `job` is told when a commit whose answer was lost did
-/// not take it: the room refused it, as a spent admission or one it does
-/// not hold, and its keys tell which (a buyer told the wrong one would be
-/// sent the wrong way: to give up, or to join again). If they cannot be
-/// read, to retry: nothing was taken, and a retry is told which.
-async fn refused_by_the_room(shop: &Shop, job: &OrderJob) -> Outcome {
-    // (Unconfirmed under `replica`, the buyer is told in doubt anyway:
-    // a lost answer's `WAIT` was lost with it.)
-    match waiting_room::at_the_door(&shop.store, job.sale_id, &job.user_id).await {
-        Ok((AtTheDoor::Spent, _)) => SPENT,
-        Ok((AtTheDoor::NotHeld, _)) => Outcome::NotAdmitted,
-        Ok((AtTheDoor::MayBuy, _)) | Err(_) => Outcome::Busy,
+/// Tell the buyers of `jobs[not_taken]`, orders a commit whose answer was
+/// lost did not take, what the room refused them: a spent admission or
+/// one it does not hold, and its keys tell which (a buyer told the wrong
+/// one would be sent the wrong way: to give up, or to join again), all
+/// read in one round trip. A buyer the room did not refuse, or all of
+/// them if the room cannot be read, is told to retry: nothing was taken,
+/// and a retry is told which. Whether the room refused any.
+async fn refused_by_the_room(
+    shop: &Shop,
+    sale_id: i64,
+    (outcomes, on_commit): (&mut [Outcome], &[bool]),
+    jobs: &[OrderJob],
+    not_taken: &[usize],
+) -> bool {
+    if not_taken.is_empty() {
+        return false;
     }
+    // (Unconfirmed under `replica`, the buyers are told in doubt anyway:
+    // a lost answer's `WAIT` was lost with it.)
+    let buyers: Vec<&str> = not_taken
+        .iter()
+        .map(|i| jobs[*i].user_id.as_str())
+        .collect();
+    let standings = match waiting_room::at_the_door_all(&shop.store, sale_id, &buyers).await {
+        Ok((standings, _)) => standings,
+        Err(_) => vec![AtTheDoor::MayBuy; not_taken.len()],
+    };
+    let mut refused_any = false;
+    for (i, standing) in not_taken.iter().zip(standings) {
+        let told = match standing {
+            AtTheDoor::Spent => SPENT,
+            AtTheDoor::NotHeld => Outcome::NotAdmitted,
+            AtTheDoor::MayBuy => Outcome::Busy,
+        };
+        refused_any |= told != Outcome::Busy;
+        refuse(outcomes, on_commit, jobs, &[*i], told);
+    }
+    refused_any
 }
 
 /// A pass's orders, and the id of the one job that carries them
@@ -400,17 +425,26 @@ async fn locked_section<C: ConnectionLike + Send>(
             // order is final only under `local`, and one that could not be
             // looked up is in doubt. Both are told `503` with their order
             // ids (`confirmed: Some(false)`), never an error without them.
-            let confirmed = match shop.after_a_lost_answer(job_id, &jobs).await {
-                Looked::Taken(taken) => {
-                    // The orders the commit did not take were refused by
-                    // the room (a roomed pass): which way, the room says.
-                    for i in (0..jobs.len()).filter(|i| !taken.contains(&jobs[*i].order_id)) {
-                        let told = refused_by_the_room(shop, &jobs[i]).await;
-                        refuse(&mut outcomes, &on_commit, &jobs, &[i], told);
-                    }
-                    durability == RedisDurability::Local
-                }
+            let looked = shop.after_a_lost_answer(job_id, &jobs).await;
+            // The orders the commit did not take were refused by the room
+            // (a roomed pass): which way, the room says. A roomed pass
+            // whose every order the room refused took nothing and queued
+            // no job: its buyers are told their refusals, which a retry
+            // would be told too, not a `503`. (Whether the commit ran or
+            // not, the fence is closed: it cannot take anything now.)
+            let not_taken: Vec<usize> = match &looked {
+                Looked::Taken(taken) => (0..jobs.len())
+                    .filter(|i| !taken.contains(&jobs[*i].order_id))
+                    .collect(),
+                Looked::NotTaken if roomed => (0..jobs.len()).collect(),
+                Looked::NotTaken | Looked::Unknown => Vec::new(),
+            };
+            let told = (&mut outcomes[..], &on_commit[..]);
+            let refused = refused_by_the_room(shop, sale_id, told, &jobs, &not_taken).await;
+            let confirmed = match looked {
+                Looked::Taken(_) => durability == RedisDurability::Local,
                 Looked::Unknown => false,
+                Looked::NotTaken if refused => durability == RedisDurability::Local,
                 Looked::NotTaken => {
                     return Err(error).with_context(|| {
                         format!(

@@ -294,6 +294,75 @@ async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
 #[tokio::test]
 async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_taken_one() {
     let app = spawn_app().await;
+    let sale = sale_with_room(&app, 5, 0, fifo(10, 10)).await;
+    spend_admission(&app, sale, "ann").await;
+    seat(&app, sale, &["ann", "bob"]).await;
+    let [ann, dee, bob] = one_roomed_pass_whose_answer_is_lost(&app, sale, ["ann", "dee", "bob"])
+        .await
+        .map(|told| told.unwrap_or_else(|error| panic!("{error}")));
+    assert_eq!(ann, Outcome::AlreadyPurchased { order_id: None });
+    assert_eq!(dee, Outcome::NotAdmitted);
+    let Outcome::Accepted { order_id } = bob else {
+        panic!("bob's taken order was answered {bob:?}");
+    };
+    app.drain().await;
+    let orders = app.orders(sale).await;
+    assert_eq!(orders.len(), 1, "{orders:?}");
+    assert_eq!((orders[0].0, orders[0].1.as_str()), (order_id, "bob"));
+    assert_eq!(app.redis_stock(sale).await, Some(4));
+}
+
+/// The same, with no buyer for the commit to take: ann's admission bought
+/// already and dee's the room no longer holds, so the commit takes
+/// nothing and queues no job, and the lookup finds none. Each is told
+/// the refusal a retry would be told (not `503 unavailable`, which sends
+/// them back to hear it), and nothing is written.
+#[tokio::test]
+async fn a_roomed_pass_the_room_refused_whole_whose_answer_is_lost_answers_each_refusal() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 5, 0, fifo(10, 10)).await;
+    spend_admission(&app, sale, "ann").await;
+    seat(&app, sale, &["ann"]).await;
+    let [ann, dee] = one_roomed_pass_whose_answer_is_lost(&app, sale, ["ann", "dee"]).await;
+    assert_eq!(ann, Ok(Outcome::AlreadyPurchased { order_id: None }));
+    assert_eq!(dee, Ok(Outcome::NotAdmitted));
+    assert_eq!(app.redis_stock(sale).await, Some(5));
+    assert_eq!(app.redis_buyers(sale).await, ["cy"]);
+    app.drain().await;
+    assert!(app.orders(sale).await.is_empty());
+}
+
+/// Mark `buyer`'s admission to `sale`'s room as one that bought already.
+async fn spend_admission(app: &crate::helpers::TestApp, sale: i64, buyer: &str) {
+    let () = redis::cmd("SADD")
+        .arg(&app.keys(sale).room.bought)
+        .arg(buyer)
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("an admission spent");
+}
+
+/// Seat `buyers` among `sale`'s room's admitted for the next ten minutes.
+async fn seat(app: &crate::helpers::TestApp, sale: i64, buyers: &[&str]) {
+    let until = chrono::Utc::now().timestamp_millis() + 600_000;
+    let buyers: Vec<String> = buyers.iter().map(|b| (*b).to_owned()).collect();
+    seckill_core::waiting_room::seat(&app.store, sale, &buyers, until)
+        .await
+        .expect("buyers admitted");
+}
+
+/// `buyers` buy on `sale` with `lock`, through a Redis proxy that loses
+/// the answer to their pass's commit; what each is told, in order (an
+/// error as its text). They go in one pass: cy, who holds a unit
+/// already, takes a pass that commits nothing, and the test holds the
+/// lock while her pass waits for it and the buyers arrive, so they wait
+/// in the lane, in their order, and go through in the next pass, whose
+/// commit is the first.
+async fn one_roomed_pass_whose_answer_is_lost<const N: usize>(
+    app: &crate::helpers::TestApp,
+    sale: i64,
+    buyers: [&'static str; N],
+) -> [Result<Outcome, String>; N] {
     let (upstream, needles) = commit_on_its_way(&app.scratch);
     let proxy = LoseOneAnswer::start(upstream, needles).await;
     let through_proxy = Store::new(
@@ -303,17 +372,6 @@ async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_take
             .expect("Redis through the proxy"),
         app.scratch.prefix.clone(),
     );
-    let sale = sale_with_room(&app, 5, 0, fifo(10, 10)).await;
-    let () = redis::cmd("SADD")
-        .arg(&app.keys(sale).room.bought)
-        .arg("ann")
-        .query_async(&mut app.redis_conn().await)
-        .await
-        .expect("ann's admission spent");
-    let until = chrono::Utc::now().timestamp_millis() + 600_000;
-    seckill_core::waiting_room::seat(&app.store, sale, &["ann".into(), "bob".into()], until)
-        .await
-        .expect("ann and bob admitted");
     let stored = app.store.sale(sale).await.expect("read").expect("a sale");
     let purchaser = Arc::new(Purchaser::new(Shop::new(
         through_proxy,
@@ -330,22 +388,12 @@ async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_take
         let (purchaser, stored) = (purchaser.clone(), stored.clone());
         tokio::spawn(async move {
             let buyer = UserId::parse(name).expect("a buyer");
-            purchaser.purchase(&stored, &buyer).await.map_err(|error| {
-                // ann alone in a pass: her commit takes nothing, so the
-                // lost answer's lookup finds nothing.
-                format!("{name}'s purchase failed (were ann and bob not in one pass?): {error:#}")
-            })
+            purchaser
+                .purchase(&stored, &buyer)
+                .await
+                .map_err(|error| format!("{name}'s purchase failed: {error:#}"))
         })
     };
-    let answer = async |task: tokio::task::JoinHandle<Result<Outcome, String>>| {
-        task.await
-            .expect("a purchase task")
-            .unwrap_or_else(|error| panic!("{error}"))
-    };
-    // cy holds a unit already: her pass commits nothing. The test holds
-    // the lock while her pass waits for it and ann, then bob, arrive:
-    // they wait in the lane, in that order, and go through in the next
-    // pass, whose commit is the first.
     let () = redis::cmd("HSET")
         .arg(&app.keys(sale).holds)
         .arg("cy")
@@ -358,28 +406,21 @@ async fn a_roomed_pass_whose_answer_is_lost_answers_the_spent_buyer_and_the_take
     let (mut conn, held) = app.take_lock(sale, Duration::from_secs(30)).await;
     let cy = buy("cy");
     tokio::time::sleep(Duration::from_millis(1_000)).await;
-    let ann = buy("ann");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let dee = buy("dee");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let bob = buy("bob");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut tasks = Vec::new();
+    for name in buyers {
+        tasks.push(buy(name));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     held.release(&mut conn).await.expect("release");
 
-    let cy = answer(cy).await;
-    assert!(matches!(cy, Outcome::AlreadyPurchased { .. }), "{cy:?}");
-    let (ann, dee, bob) = (answer(ann).await, answer(dee).await, answer(bob).await);
+    let cy = cy.await.expect("a purchase task");
+    assert!(matches!(cy, Ok(Outcome::AlreadyPurchased { .. })), "{cy:?}");
+    let mut told = Vec::new();
+    for task in tasks {
+        told.push(task.await.expect("a purchase task"));
+    }
     assert_eq!(proxy.answers_lost(), 1, "the commit's answer was not lost");
-    assert_eq!(ann, Outcome::AlreadyPurchased { order_id: None });
-    assert_eq!(dee, Outcome::NotAdmitted);
-    let Outcome::Accepted { order_id } = bob else {
-        panic!("bob's taken order was answered {bob:?}");
-    };
-    app.drain().await;
-    let orders = app.orders(sale).await;
-    assert_eq!(orders.len(), 1, "{orders:?}");
-    assert_eq!((orders[0].0, orders[0].1.as_str()), (order_id, "bob"));
-    assert_eq!(app.redis_stock(sale).await, Some(4));
+    told.try_into().expect("one answer a buyer")
 }
 
 /// An app on `scratch` whose Redis connections go through `proxy`.
