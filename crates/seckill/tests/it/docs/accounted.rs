@@ -23,8 +23,10 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "cargo build --release --no-default-features",
             "cargo build --release --timings",
             "cargo build --release --bin seckill",
+            "cargo build --release --timings --bin seckill",
+            "cargo build --release -p tikv-jemalloc-sys",
         ],
-        "not run: a build, with and without the tools; `cargo test --workspace` builds the same code (with the tools, in the test profile)",
+        "not run: a build, with and without the tools, or of the allocator's C part alone; `cargo test --workspace` builds the same code (with the tools, in the test profile)",
     ),
     (
         &["cargo run --release -- reset"],
