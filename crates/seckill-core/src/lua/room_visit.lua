@@ -138,6 +138,16 @@ local now = now_ms()
 -- As text, once, for the commands below (queue_lib.lua: int).
 local now_text = int(now)
 
+-- Whether the room holds `who` as admitted: among the admitted, and
+-- their end (the score there) not passed on Redis' clock. One whose end
+-- passed is not, swept out yet or not, as the purchase's commit judges
+-- it: else a buyer refused there (`withdrawn`) could not join again
+-- until a visit swept them out.
+local function admitted_now(who)
+  local until_ms = redis.call('ZSCORE', admitted, who)
+  return until_ms and tonumber(until_ms) > now, until_ms
+end
+
 local left = tonumber(redis.call('GET', stock) or '1')
 local closed = (ends > 0 and now >= ends) or left <= 0
 
@@ -148,13 +158,13 @@ local closed = (ends > 0 and now >= ends) or left <= 0
 local full = 0
 if join and not closed
   and not redis.call('ZSCORE', line, buyer)
-  and not redis.call('ZSCORE', admitted, buyer)
+  and not admitted_now(buyer)
   and not has_bought(buyer)
   and max_line > 0 and redis.call('ZCARD', line) >= max_line then
   full = 1
 elseif join and not closed
   and not redis.call('ZSCORE', line, buyer)
-  and not redis.call('ZSCORE', admitted, buyer)
+  and not admitted_now(buyer)
   and not has_bought(buyer) then
   redis.call('HSETNX', state, 'born', now_text)
   local place
@@ -320,8 +330,8 @@ local function standing_of(who)
     end
     return 1, place, redis.call('ZRANK', line, who)
   end
-  local until_ms = redis.call('ZSCORE', admitted, who)
-  if until_ms then
+  local held, until_ms = admitted_now(who)
+  if held then
     return 2, tonumber(until_ms), 0
   end
   if has_bought(who) then

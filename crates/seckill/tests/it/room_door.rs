@@ -273,7 +273,10 @@ async fn with_postgres_an_admission_the_room_lost_buys_nothing() {
 /// moves it a second into the past, as a Redis clock ahead of the
 /// instance's by more than the time left leaves it. Honoured, it would
 /// buy past its turn, its place counted against `max_active` meanwhile.
-/// It is refused, `403 not_admitted` `withdrawn`, and nothing is written.
+/// It is refused, `403 not_admitted` `withdrawn`, and nothing is written;
+/// and as that answer says, ann joins again at once (the room's join
+/// judges her admission by the same clock, swept out or not), is admitted
+/// anew, and buys.
 async fn an_admission_past_its_end_on_redis_clock_buys_nothing(strategy: Strategy) {
     let app =
         crate::helpers::spawn_app_with(crate::helpers::Options::with_strategy(strategy)).await;
@@ -302,6 +305,13 @@ async fn an_admission_past_its_end_on_redis_clock_buys_nothing(strategy: Strateg
     assert_eq!(app.redis_stock(sale).await, Some(5), "{strategy:?}");
     app.drain().await;
     assert!(app.orders(sale).await.is_empty(), "{strategy:?}");
+
+    let again = joined(&app, sale, "ann").await;
+    let anns = admission(&admitted(&app, sale, &ticket(&again)).await).to_owned();
+    assert_eq!(buy(&app, sale, "ann", Some(&anns)).await.status(), 202);
+    app.drain().await;
+    let buyers: Vec<String> = app.orders(sale).await.into_iter().map(|o| o.1).collect();
+    assert_eq!(buyers, ["ann"], "{strategy:?}");
 }
 
 #[tokio::test]
