@@ -20,8 +20,9 @@
 -- for a roomed sale's buyer whose admission bought already and whose
 -- unit came back), {'sold_out', 0, false}, or
 -- {'not_admitted', 0, false} for a roomed sale's buyer the room does not
--- hold as admitted, or {'not_loaded', 0, false} if the sale is not in
--- Redis (the caller loads it from PostgreSQL and calls again). The order id of a refusal is read
+-- hold as admitted (or whose admission's end passed on Redis' clock), or
+-- {'not_loaded', 0, false} if the sale is not in Redis (the caller loads
+-- it from PostgreSQL and calls again). The order id of a refusal is read
 -- in the same step as the refusal: a buyer who asks again because their
 -- `202` was lost on its way learns the order they won.
 --
@@ -51,7 +52,6 @@
 -- instance whose clock runs behind Redis' would still call it valid, and
 -- until a visit sweeps it out it would buy past its turn.
 local roomed = ARGV[5] == '1'
-local now = now_ms()
 -- One read tells both whether the sale is loaded and what is left: each
 -- redis.call has a cost of its own beyond its command's, and this script
 -- is the whole of a purchase.
@@ -69,6 +69,9 @@ end
 if tonumber(stock) <= 0 then
   return {'sold_out', 0, false}
 end
+-- Redis' clock, read once for the take alone: a refusal above reads
+-- nothing more.
+local now = now_ms()
 if roomed then
   local ends = redis.call('ZSCORE', KEYS[5], ARGV[1])
   if not ends or tonumber(ends) <= now then

@@ -18,7 +18,7 @@ pub(crate) const LOOKUP_RETRY: Duration = Duration::from_millis(100);
 pub(crate) enum Looked {
     /// The commit's job on its sale's queue, or its orders in PostgreSQL:
     /// the commit went through, and took these orders (a roomed pass's
-    /// commit refuses the orders of spent admissions).
+    /// commit refuses the orders of admissions spent or not held).
     Taken(Vec<Uuid>),
     /// Redis and PostgreSQL answered, and neither has it.
     NotTaken,

@@ -87,7 +87,8 @@ pub enum Outcome {
     /// admitted, though their admission is signed and has not run out by
     /// the instance's clock (Redis lost it: a wipe, a failover under
     /// `local`, an instance that admitted from an old primary cut off
-    /// from the others). Nothing was taken; the buyer joins again.
+    /// from the others; or its end passed on Redis' clock, ahead of the
+    /// instance's). Nothing was taken; the buyer joins again.
     NotAdmitted,
 }
 

@@ -72,7 +72,8 @@ pub(crate) struct Committed {
     /// waiting-room admission had bought already: nothing of them written.
     pub(crate) spent: Vec<usize>,
     /// The orders it refused because the room does not hold their buyer
-    /// as admitted (`Outcome::NotAdmitted`): nothing of them written.
+    /// as admitted, or their admission's end passed on Redis' clock
+    /// (`Outcome::NotAdmitted`): nothing of them written.
     pub(crate) withdrawn: Vec<usize>,
 }
 

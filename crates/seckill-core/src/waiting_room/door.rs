@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 
 use anyhow::Context;
 use redis::Script;
+use redis::aio::ConnectionLike;
 
 use crate::domain::{Pass, PassKey, PassKind, UserId};
 use crate::keys::SaleKeys;
@@ -26,8 +27,9 @@ pub enum AtTheDoor {
     /// back): an admission buys once.
     Spent,
     /// The room does not hold the buyer as admitted: their admission ran
-    /// out (on Redis' clock, swept or not), or Redis lost it (a wipe, a failover under `local`), so a
-    /// signed admission is not honoured (`Outcome::NotAdmitted`).
+    /// out (on Redis' clock, swept or not), or Redis lost it (a wipe, a
+    /// failover under `local`), so a signed admission is not honoured
+    /// (`Outcome::NotAdmitted`).
     NotHeld,
 }
 
@@ -43,20 +45,39 @@ pub async fn at_the_door(
     sale_id: i64,
     buyer: &str,
 ) -> anyhow::Result<(AtTheDoor, bool)> {
-    let (standings, confirmed) = at_the_door_all(store, sale_id, &[buyer]).await?;
-    Ok((standings[0], confirmed))
+    let keys = SaleKeys::new(store.prefix(), sale_id);
+    let mut conn = store.redis().await?;
+    // One standing for one buyer: `standings` checks the count.
+    let standing = standings(&mut conn, &keys, &[buyer]).await?[0];
+    // The `WAIT` covers the read above: it went first on the same
+    // connection, and the write it waits behind follows it.
+    let confirmed = standing == AtTheDoor::MayBuy
+        || replicas::confirmed(&mut conn, store.durability(), &keys.waited)
+            .await
+            .context("confirming a waiting room's refusal")?;
+    Ok((standing, confirmed))
 }
 
 /// Where each of `buyers`' admissions to sale's room stands, in their
-/// order, read in one round trip; confirmed as `at_the_door` says, once
-/// for them all when any is refused.
+/// order, read in one round trip. Not confirmed under `replica`: for a
+/// caller whose answers are in doubt there anyway (a lock commit whose
+/// answer was lost, `strategy/under_lock/lost.rs`).
 pub async fn at_the_door_all(
     store: &Store,
     sale_id: i64,
     buyers: &[&str],
-) -> anyhow::Result<(Vec<AtTheDoor>, bool)> {
+) -> anyhow::Result<Vec<AtTheDoor>> {
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let mut conn = store.redis().await?;
+    standings(&mut conn, &keys, buyers).await
+}
+
+/// The standings of `buyers`, one each, in their order.
+async fn standings<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &SaleKeys,
+    buyers: &[&str],
+) -> anyhow::Result<Vec<AtTheDoor>> {
     // One snapshot: the unit's return moves a buyer from the holds to
     // the bought in one step (`lua/unit_return.lua`), and a purchase
     // takes them off the admitted in the step that names them in the
@@ -67,30 +88,30 @@ pub async fn at_the_door_all(
     let mut pipe = redis::pipe();
     pipe.atomic();
     for buyer in buyers {
-        bought_reads(&mut pipe, &keys, buyer);
+        bought_reads(&mut pipe, keys, buyer);
         pipe.zscore(&keys.room.admitted, *buyer);
     }
     pipe.cmd("TIME");
     let mut found: Vec<redis::Value> = pipe
-        .query_async(&mut conn)
+        .query_async(conn)
         .await
         .context("reading a waiting room")?;
+    if found.len() != 3 * buyers.len() + 1 {
+        anyhow::bail!(
+            "reading a waiting room: {} answers for {} buyers",
+            found.len(),
+            buyers.len()
+        );
+    }
     let (secs, micros): (i64, i64) =
         redis::from_redis_value(found.pop().unwrap_or(redis::Value::Nil))
             .context("reading Redis' clock")?;
     let now_ms = (secs * 1000 + micros / 1000) as f64;
     let mut standings = Vec::with_capacity(buyers.len());
-    for reads in found.chunks(3) {
-        let [holds, bought, admitted] = reads else {
-            anyhow::bail!(
-                "reading a waiting room: {} answers for {} buyers",
-                found.len(),
-                buyers.len()
-            );
-        };
-        let holds: bool = redis::from_redis_value_ref(holds)?;
-        let bought: bool = redis::from_redis_value_ref(bought)?;
-        let admitted: Option<f64> = redis::from_redis_value_ref(admitted)?;
+    for reads in found.chunks_exact(3) {
+        let holds: bool = redis::from_redis_value_ref(&reads[0])?;
+        let bought: bool = redis::from_redis_value_ref(&reads[1])?;
+        let admitted: Option<f64> = redis::from_redis_value_ref(&reads[2])?;
         standings.push(if holds || bought {
             AtTheDoor::Spent
         } else if admitted.is_none_or(|ends| ends <= now_ms) {
@@ -99,13 +120,7 @@ pub async fn at_the_door_all(
             AtTheDoor::MayBuy
         });
     }
-    // The `WAIT` covers the reads above: they went first on the same
-    // connection, and the write it waits behind follows them.
-    let confirmed = standings.iter().all(|s| *s == AtTheDoor::MayBuy)
-        || replicas::confirmed(&mut conn, store.durability(), &keys.waited)
-            .await
-            .context("confirming a waiting room's refusal")?;
-    Ok((standings, confirmed))
+    Ok(standings)
 }
 
 /// Add to `pipe` the two reads that say whether `buyer`'s admission

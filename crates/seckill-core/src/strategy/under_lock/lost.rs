@@ -31,10 +31,9 @@ pub(super) async fn refused_by_the_room(
         .iter()
         .map(|i| jobs[*i].user_id.as_str())
         .collect();
-    let standings = match waiting_room::at_the_door_all(&shop.store, sale_id, &buyers).await {
-        Ok((standings, _)) => standings,
-        Err(_) => vec![AtTheDoor::MayBuy; not_taken.len()],
-    };
+    let standings = waiting_room::at_the_door_all(&shop.store, sale_id, &buyers)
+        .await
+        .unwrap_or_else(|_| vec![AtTheDoor::MayBuy; not_taken.len()]);
     let mut refused_any = false;
     for (i, standing) in not_taken.iter().zip(standings) {
         let told = match standing {
