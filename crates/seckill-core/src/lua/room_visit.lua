@@ -223,7 +223,10 @@ if not closed and now >= opens then
     base = now - 1000
   end
   local accrued = math.floor((now - base) * rate / 1000)
-  local room = max_active - redis.call('ZCARD', admitted)
+  -- The active are the admitted whose end has not passed: past the
+  -- sweep's bound, run-out ones wait in the set for the next visits,
+  -- and counted they would keep the line from moving meanwhile.
+  local room = max_active - redis.call('ZCOUNT', admitted, '(' .. now_text, '+inf')
   local n = math.min(accrued, room, ADMITS_PER_VISIT)
   if n > 0 then
     -- From the head of the line: the gone are dropped (at most
@@ -300,8 +303,8 @@ local closed_flag = closed and 1 or 0
 local first_in_line = redis.call('ZRANGE', line, '0', '0', 'WITHSCORES')
 local head = tonumber(first_in_line[2] or '0')
 local drawn = tonumber(redis.call('HGET', state, 'drawn') or '0')
-local active = redis.call('ZCARD', admitted)
-local soonest = redis.call('ZRANGE', admitted, '0', '0', 'WITHSCORES')
+local active = redis.call('ZCOUNT', admitted, '(' .. now_text, '+inf')
+local soonest = redis.call('ZRANGE', admitted, '(' .. now_text, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')
 local next_free = tonumber(soonest[2] or '0')
 local born = tonumber(redis.call('HGET', state, 'born') or '0')
 

@@ -17,7 +17,8 @@ use crate::helpers::{TestApp, spawn_app};
 use crate::payment::{app_with_window, confirmed_order, make_deadlines_due, run_deadlines_until};
 use crate::room_page::buy_form;
 use crate::waiting_room::{
-    admission, admitted, buy, fifo, joined, lose_the_room, not_admitted, sale_with_room, ticket,
+    admission, admitted, admitted_at, buy, fifo, joined, lose_the_room, not_admitted,
+    sale_with_room, ticket,
 };
 
 /// A purchaser as an instance named `name` with `strategy` runs it.
@@ -327,6 +328,32 @@ async fn with_lua_an_admission_past_its_end_on_redis_clock_buys_nothing() {
 #[tokio::test]
 async fn with_postgres_an_admission_past_its_end_on_redis_clock_buys_nothing() {
     an_admission_past_its_end_on_redis_clock_buys_nothing(Strategy::Postgres).await;
+}
+
+/// Admissions that ran out do not keep the line from moving, however many
+/// ran out at once. A visit sweeps at most 1,000 of them; the rest wait in
+/// the room's admitted set for the next visits, and counted as active
+/// they would hold the line until then. Here 100,000 ran out (seated with
+/// an end a second in Redis' past), a hundred visits' worth: ann, first
+/// in line of a room of 10 active that admits 10 a second, is admitted
+/// within 2 s all the same (without the fix: once a hundred visits swept
+/// them out, more than 5 s at one visit per 50 ms poll).
+#[tokio::test]
+async fn a_crowd_of_run_out_admissions_does_not_hold_the_line() {
+    let app = spawn_app().await;
+    let sale = sale_with_room(&app, 5, 0, fifo(10, 10)).await;
+    let (secs, _): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("TIME");
+    let gone: Vec<String> = (0..100_000).map(|n| format!("gone-{n}")).collect();
+    waiting_room::seat(&app.store, sale, &gone, (secs - 1) * 1000)
+        .await
+        .expect("run-out admissions");
+
+    let ann = ticket(&joined(&app, sale, "ann").await);
+    let now = admitted_at(&app.address, sale, &ann, Duration::from_secs(2)).await;
+    assert_eq!(now["active"], 1, "{now}");
 }
 
 /// The Buy form with an admission the room no longer holds (taken off
