@@ -43,6 +43,16 @@ async fn at_the_door(app: &TestApp, sale: i64, buyer: &str) -> AtTheDoor {
         .0
 }
 
+/// A second ago on Redis' clock, in ms: an admission's end (its score
+/// among the room's admitted) that has passed there.
+async fn a_second_ago_on_redis_clock(app: &TestApp) -> i64 {
+    let (secs, _): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("TIME");
+    (secs - 1) * 1000
+}
+
 /// An admitted buyer buys with `strategy` through the purchase alone, as
 /// an instance that died after its commit, before any step of the door
 /// after it, leaves things; the order goes unpaid and its unit comes
@@ -284,18 +294,14 @@ async fn an_admission_past_its_end_on_redis_clock_buys_nothing(strategy: Strateg
     let sale = sale_with_room(&app, 5, 0, fifo(10, 10)).await;
     let ann = ticket(&joined(&app, sale, "ann").await);
     let anns = admission(&admitted(&app, sale, &ann).await).to_owned();
-    let mut conn = app.redis_conn().await;
-    let (secs, _): (i64, i64) = redis::cmd("TIME")
-        .query_async(&mut conn)
-        .await
-        .expect("TIME");
+    let ended = a_second_ago_on_redis_clock(&app).await;
     let changed: i64 = redis::cmd("ZADD")
         .arg(&app.keys(sale).room.admitted)
         .arg("XX")
         .arg("CH")
-        .arg((secs - 1) * 1000)
+        .arg(ended)
         .arg("ann")
-        .query_async(&mut conn)
+        .query_async(&mut app.redis_conn().await)
         .await
         .expect("ZADD");
     assert_eq!(changed, 1, "ann was not among the admitted");
@@ -342,14 +348,15 @@ async fn with_postgres_an_admission_past_its_end_on_redis_clock_buys_nothing() {
 async fn a_crowd_of_run_out_admissions_does_not_hold_the_line() {
     let app = spawn_app().await;
     let sale = sale_with_room(&app, 5, 0, fifo(10, 10)).await;
-    let (secs, _): (i64, i64) = redis::cmd("TIME")
-        .query_async(&mut app.redis_conn().await)
-        .await
-        .expect("TIME");
     let gone: Vec<String> = (0..100_000).map(|n| format!("gone-{n}")).collect();
-    waiting_room::seat(&app.store, sale, &gone, (secs - 1) * 1000)
-        .await
-        .expect("run-out admissions");
+    waiting_room::seat(
+        &app.store,
+        sale,
+        &gone,
+        a_second_ago_on_redis_clock(&app).await,
+    )
+    .await
+    .expect("run-out admissions");
 
     let ann = ticket(&joined(&app, sale, "ann").await);
     let now = admitted_at(&app.address, sale, &ann, Duration::from_secs(2)).await;
