@@ -33,12 +33,10 @@ use tracing::Instrument;
 
 use crate::config::Strategy;
 use crate::domain::{Sale, UserId, Window};
-use crate::keys::SaleKeys;
 use prometheus::{Histogram, IntCounter};
 
 use crate::metrics::metrics;
-use crate::strategy::under_lock::Lanes;
-use crate::strategy::{Buy, Flag, Shop, article, decr, getset, lua, naive, postgres};
+use crate::strategy::{Buy, Flag, Lanes, Shop, article, decr, getset, naive, postgres};
 use crate::tally::{self, Tally};
 
 pub use crate::strategy::Outcome;
@@ -47,7 +45,7 @@ pub use crate::strategy::Outcome;
 pub struct Purchaser {
     /// The instance's handles and memory, shared with the strategies.
     shop: Shop,
-    /// The lock strategy's per-sale queues of waiting buyers.
+    /// The per-sale queues of waiting buyers of `lock` and `lua`.
     lanes: Lanes,
     /// This instance's count of its answers, by sale, for the live page.
     /// Shared with the task that flushes it into Redis (`startup.rs`).
@@ -90,7 +88,7 @@ impl Purchaser {
     }
 
     /// Forget what this instance keeps in memory of the sales that ended
-    /// before `before`: the catalog's copy, the lock strategy's lane, the
+    /// before `before`: the catalog's copy, the sale's lane, the
     /// sold-out flag, the lock's release notifier, the answer counts (sent
     /// to Redis with the next flush). Without it every sale ever served
     /// would stay for the life of the process. A request for such a sale
@@ -165,14 +163,14 @@ impl Purchaser {
         if self.shop.sold_out.check(sale.id, refresh) == Flag::SoldOut {
             return Ok(Outcome::SoldOut);
         }
-        // What follows talks to Redis and may log. With `lock` it runs in
-        // the sale lane's task, under that task's span (`lanes.rs`): this
+        // What follows talks to Redis and may log. With `lock` and `lua` it
+        // runs in the sale lane's task, under that task's span (`lanes.rs`): this
         // request only waits for its answer, and logs nothing. With the
         // other strategies it runs here, in a span that names the sale and
         // the buyer. The answers above log nothing and open none: a span
         // costs every request that opens it (its fields formatted, an entry
         // made and freed), and sold-out answers are most of a burst's.
-        if self.strategy() == Strategy::Lock {
+        if matches!(self.strategy(), Strategy::Lock | Strategy::Lua) {
             let roomed = sale.waiting_room.is_some();
             return self.lanes.purchase(&self.shop, sale.id, roomed, user).await;
         }
@@ -186,33 +184,26 @@ impl Purchaser {
     }
 
     /// The strategy's part of a purchase of a sale this instance does not
-    /// know to be sold out, for every strategy but `lock` (its sale lanes
-    /// take its purchases).
+    /// know to be sold out, for every strategy but `lock` and `lua` (their
+    /// sale lanes take their purchases).
     async fn contend(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
         let strategy = self.strategy();
-        let keys = SaleKeys::new(self.shop.store.prefix(), sale.id);
-        // The pool's wait timeout bounds how long a request queues for a
-        // connection; running out of connections is "busy", not an error.
-        let Some(mut conn) = self.shop.store.redis_pool().get_or_busy().await? else {
-            return Ok(Outcome::Busy);
+        let (keys, mut conn) = match self.shop.ready(sale.id).await? {
+            Ok(ready) => ready,
+            Err(told) => return Ok(told),
         };
-        if let Some(known) = self.shop.known_sold_out(&mut conn, &keys, sale.id).await? {
-            return Ok(known);
-        }
         let buy = Buy {
             shop: &self.shop,
             keys: &keys,
             sale_id: sale.id,
             user,
-            roomed: sale.waiting_room.is_some(),
         };
         let conn = &mut conn;
         match strategy {
-            Strategy::Lock => unreachable!("handled by `decide`"),
+            Strategy::Lock | Strategy::Lua => unreachable!("handled by `decide`"),
             Strategy::Naive => naive::purchase(buy, conn).await,
             Strategy::Article => article::purchase(buy, conn).await,
             Strategy::Getset => getset::purchase(buy, conn).await,
-            Strategy::Lua => lua::purchase(buy, conn).await,
             Strategy::Postgres => postgres::purchase(buy, conn).await,
             Strategy::Decr => decr::purchase(buy, conn).await,
         }

@@ -1,8 +1,9 @@
 //! A pass's orders, and the one queue job that carries them.
 //!
-//! The lock strategy decides a pass of buyers at once
-//! (`strategy/under_lock.rs`) and queues the pass's orders as one job,
-//! not one job per order (`lua/purchase_commit.lua`): what Redis spends on
+//! `lock` decides a pass of buyers at once (`strategy/under_lock.rs`),
+//! `lua`'s script a lane's buyers (`strategy/lua.rs`), and each queues
+//! the pass's orders as one job, not one job per order
+//! (`lua/purchase_commit.lua`, `lua/purchase_lua.lua`): what Redis spends on
 //! a job (its entry in the due set, its body, its reserve and its ack) is
 //! then spent once a pass, where it was a third of what Redis spent on
 //! each purchase (docs/bench.md, "Redis' cost per purchase").
@@ -173,8 +174,9 @@ pub fn carriers(order_id: &Uuid, key: &PassKey) -> [Uuid; 2] {
 
 /// A pass's job: `{"n":<orders>,"orders":[<order job>,...]}`, `n` first
 /// so that the queue weighs the job without decoding it
-/// (`lua/queue_lib.lua`, `weight_of`). The commit builds the same text in
-/// Lua; this is the other writers' way (the drain's bench, tests).
+/// (`lua/queue_lib.lua`, `weight_of`). The purchase scripts build the
+/// same text in Lua (`queue_lib.lua`, `pass_payload`); this is the other
+/// writers' way (the drain's bench, tests).
 pub fn pass_payload(orders: &[OrderJob]) -> String {
     let bodies: Vec<String> = orders.iter().map(OrderJob::to_payload).collect();
     format!(

@@ -119,8 +119,7 @@ if #takers > 0 then
   -- new (drawn for this pass), and this script writes only once (a
   -- second run of it finds the lock released, above). So no look at the
   -- known ids (`push_fresh_many`).
-  local pass = '{"n":' .. int(#bodies) .. ',"orders":[' .. table.concat(bodies, ',') .. ']}'
-  push_fresh_many(KEYS[4], KEYS[5], { ARGV[5], pass }, now)
+  push_fresh_many(KEYS[4], KEYS[5], { ARGV[5], pass_payload(bodies) }, now)
 end
 if roomed and #takers > 0 then
   -- Their places among the active go to the next in line.

@@ -4,7 +4,8 @@
 -- Not a script of its own: `queue_script!` (queue.rs) puts this text in
 -- front of every script that needs it (Redis scripts cannot call each
 -- other), so that "push a job" is written in this one file, in three forms: `push`,
--- two commands for one job (`purchase_lua.lua`'s one order), `push_many`,
+-- two commands for one job (`purchase_lua.lua`'s one job for a
+-- lane's orders), `push_many`,
 -- three variadic calls for a batch of any size (the worker's deadlines,
 -- the queue's enqueue): for a single job, one call more than `push`; and
 -- `push_fresh_many`, the two writes of `push_many` without its look at
@@ -79,6 +80,13 @@ end
 -- many.
 local function weight_of(payload)
   return math.max(1, tonumber(string.match(payload, '^{"n":(%d+),')) or 1)
+end
+
+-- A pass's job payload for the orders whose bodies are `bodies`:
+-- `{"n":K,"orders":[...]}` (domain/pass_job.rs' `pass_payload`, built
+-- the same way), the count first for `weight_of`.
+local function pass_payload(bodies)
+  return '{"n":' .. int(#bodies) .. ',"orders":[' .. table.concat(bodies, ',') .. ']}'
 end
 
 -- Enqueue many jobs whose ids are new, all due at `due_at`, without

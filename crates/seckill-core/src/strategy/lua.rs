@@ -3,23 +3,31 @@
 //!
 //! What it is: the checks and the writes in one script, which Redis runs
 //! alone: nothing can happen between the check and the write, so nothing
-//! can oversell. One round trip per buyer, no waiting, no TTL, no fence.
+//! can oversell. No waiting for a lock, no TTL, no fence.
 //!
 //! What it costs: nothing here, and that is the lesson. A lock is needed
 //! when the decision involves more than one script can see (several Redis
 //! hash slots, another database, a remote call); when it all lives in one
 //! Redis slot, the script is the lock. `lock` stays the default because it
 //! is the article's tool and the general one.
+//!
+//! The buyers of a sale waiting at once on one instance go in one call of
+//! the script (a pass of the sale's lane, `lanes.rs`), as `lock`'s go
+//! through the lock together: the script decides them in turn, so a pass
+//! of thirty is thirty purchases, each atomic, for one script's and one
+//! round trip's cost (docs/bench.md, "`lua` in lanes").
 
 use std::sync::LazyLock;
 
 use anyhow::Context;
-use redis::Script;
+use redis::{Script, ScriptInvocation};
+use uuid::Uuid;
 
-use super::{Buy, Looked, Outcome};
+use super::{Looked, Outcome, Shop};
 use crate::config::RedisDurability;
-use crate::domain::OrderJob;
+use crate::domain::{OrderJob, PassIds, UserId};
 use crate::failure;
+use crate::keys::SaleKeys;
 use crate::payment;
 use crate::queue::queue_script;
 use crate::redis_pool::RedisConn;
@@ -34,86 +42,151 @@ pub fn script() -> &'static Script {
     &PURCHASE
 }
 
-/// One purchase, in one script, with its `WAIT` under `replica` in the
-/// same round trip (`replicas::run_and_confirm`), whatever it answers: a
-/// "sold out" or an "already purchased" read from data a failover could
-/// take back is not final either.
-pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
-    let roomed = buy.roomed;
-    let (shop, keys, sale_id, user) = buy.parts();
-    let durability = shop.store.durability();
-    let job = OrderJob::new(sale_id, user);
-    for _ in 0..2 {
-        let mut script = PURCHASE.prepare_invoke();
+/// The script's call for a pass of `jobs` (one sale's: `keys`), its one
+/// job to be named `job_id`; `roomed`: the sale has a waiting room.
+pub fn invocation<'a>(
+    keys: &SaleKeys,
+    roomed: bool,
+    job_id: Uuid,
+    jobs: &[OrderJob],
+) -> ScriptInvocation<'a> {
+    let mut script = PURCHASE.prepare_invoke();
+    script
+        .key(&keys.stock)
+        .key(&keys.holds)
+        .key(&keys.queue.due)
+        .key(&keys.queue.jobs)
+        .key(&keys.room.admitted)
+        .key(&keys.room.bought)
+        .arg(&keys.events)
+        .arg(u8::from(roomed))
+        .arg(job_id.to_string());
+    for job in jobs {
         script
-            .key(&keys.stock)
-            .key(&keys.holds)
-            .key(&keys.queue.due)
-            .key(&keys.queue.jobs)
-            .key(&keys.room.admitted)
-            .key(&keys.room.bought)
-            .arg(user.as_str())
+            .arg(job.user_id.as_str())
             .arg(job.order_id.to_string())
-            .arg(job.to_payload())
-            .arg(&keys.events)
-            .arg(u8::from(roomed));
-        let ((status, left, held), confirmed): ((String, i64, Option<String>), bool) =
-            match replicas::run_and_confirm(conn, &PURCHASE, &script, durability, &keys.waited)
+            .arg(job.to_payload());
+    }
+    script
+}
+
+/// A pass of the sale's lane: `users`' purchases in one script, with its
+/// `WAIT` under `replica` in the same round trip
+/// (`replicas::run_and_confirm`), whatever it answers: a "sold out" or an
+/// "already purchased" read from data a failover could take back is not
+/// final either. One outcome per user, in order.
+pub(super) async fn pass(
+    shop: &Shop,
+    (keys, mut conn): (SaleKeys, RedisConn),
+    sale_id: i64,
+    roomed: bool,
+    users: &[&UserId],
+) -> anyhow::Result<Vec<Outcome>> {
+    // Each buyer gets an order id of the pass, used if they win (an id
+    // left unused names nothing): the one job the script queues carries
+    // the orders taken, named as `lock`'s passes are (`domain::PassIds`).
+    let mut ids = PassIds::new(sale_id, shop.store.pass_key().await?);
+    let job_id = ids.job_id();
+    let jobs: Vec<OrderJob> = users.iter().map(|user| ids.order(user)).collect();
+    let durability = shop.store.durability();
+    for _ in 0..2 {
+        let script = invocation(&keys, roomed, job_id, &jobs);
+        let ((status, left, answers), confirmed): ((String, i64, Vec<String>), bool) =
+            match replicas::run_and_confirm(&mut conn, &PURCHASE, &script, durability, &keys.waited)
                 .await
             {
                 Ok(answer) => answer,
                 // The script may have run, its answer lost with the
-                // connection. There is no lock, so no fence to close: a
-                // script not found now may still land (sent to a stalled
-                // server, it runs when the server goes on). Only an order
-                // found taken, under `local`, is final; any other is in
-                // doubt and told `503` with its id, never an error
-                // without it.
-                // (Under `replica` the `WAIT` was lost too: whatever a
-                // look finds, the answer is the same, so none is made.)
+                // connection.
                 Err(error) if failure::answer_lost(&error) => {
-                    let in_doubt = Outcome::Unconfirmed {
-                        order_id: Some(job.order_id),
-                    };
-                    if durability != RedisDurability::Local {
-                        return Ok(in_doubt);
-                    }
-                    let looked = shop
-                        .after_a_lost_answer(job.order_id, std::slice::from_ref(&job))
-                        .await;
-                    return Ok(match looked {
-                        Looked::Taken(_) => Outcome::Accepted {
-                            order_id: job.order_id,
-                        },
-                        Looked::NotTaken | Looked::Unknown => in_doubt,
-                    });
+                    return Ok(after_a_lost_answer(shop, job_id, &jobs, durability).await);
                 }
                 Err(error) => return Err(error).context("running the purchase script"),
             };
-        let outcome = match status.as_str() {
-            "taken" => Outcome::Accepted {
-                order_id: job.order_id,
-            },
-            "already_purchased" => Outcome::AlreadyPurchased {
-                order_id: held.and_then(|id| uuid::Uuid::parse_str(&id).ok()),
-            },
-            "sold_out" => Outcome::SoldOut,
-            "not_admitted" => Outcome::NotAdmitted,
+        match status.as_str() {
+            "done" => {}
             "not_loaded" => {
-                store::load::load_into_redis(shop.store.pg(), conn, shop.store.prefix(), sale_id)
-                    .await?;
+                store::load::load_into_redis(
+                    shop.store.pg(),
+                    &mut conn,
+                    shop.store.prefix(),
+                    sale_id,
+                )
+                .await?;
                 continue;
             }
             other => return Err(payment::unexpected_answer("purchase_lua.lua", other).into()),
-        };
-        // Unconfirmed, no answer a failover could take back.
-        if !super::replicated(conn, durability, keys, Some(confirmed)).await {
-            return Ok(outcome.unconfirmed());
         }
-        if outcome == Outcome::SoldOut || (status == "taken" && left <= 0) {
+        anyhow::ensure!(
+            answers.len() == jobs.len(),
+            "purchase_lua.lua answered {} of {} buyers",
+            answers.len(),
+            jobs.len()
+        );
+        let outcomes = (answers.iter().zip(&jobs))
+            .map(|(answer, job)| outcome_of(answer, job))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        // Unconfirmed, no answer a failover could take back.
+        if !super::replicated(&mut conn, durability, &keys, Some(confirmed)).await {
+            return Ok(outcomes.iter().map(Outcome::unconfirmed).collect());
+        }
+        if left <= 0 {
             shop.sold_out.set(sale_id);
         }
-        return Ok(outcome);
+        return Ok(outcomes);
     }
     anyhow::bail!("sale {sale_id} is not in Redis even after loading it")
+}
+
+/// What the script answered for `job`'s buyer.
+fn outcome_of(answer: &str, job: &OrderJob) -> anyhow::Result<Outcome> {
+    Ok(match answer {
+        "taken" => Outcome::Accepted {
+            order_id: job.order_id,
+        },
+        "sold_out" => Outcome::SoldOut,
+        "not_admitted" => Outcome::NotAdmitted,
+        // In a room a buyer buys once: the admission bought already, and
+        // its unit came back (the API answers `403 not_admitted` `used`).
+        "spent" => Outcome::AlreadyPurchased { order_id: None },
+        held => Outcome::AlreadyPurchased {
+            order_id: Some(
+                Uuid::parse_str(held)
+                    .map_err(|_| payment::unexpected_answer("purchase_lua.lua", held))?,
+            ),
+        },
+    })
+}
+
+/// The pass's script may have run, its answer lost with the connection.
+/// There is no lock, so no fence to close: a script not found now may
+/// still land (sent to a stalled server, it runs when the server goes
+/// on). Only an order found taken, under `local`, is final; every other
+/// buyer is in doubt and told `503` with the id of the order they would
+/// have, never an error without it. (Under `replica` the `WAIT` was lost
+/// too: whatever a look finds, the answer is the same, so none is made.)
+async fn after_a_lost_answer(
+    shop: &Shop,
+    job_id: Uuid,
+    jobs: &[OrderJob],
+    durability: RedisDurability,
+) -> Vec<Outcome> {
+    let in_doubt = |job: &OrderJob| Outcome::Unconfirmed {
+        order_id: Some(job.order_id),
+    };
+    if durability != RedisDurability::Local {
+        return jobs.iter().map(in_doubt).collect();
+    }
+    let taken = match shop.after_a_lost_answer(job_id, jobs).await {
+        Looked::Taken(taken) => taken,
+        Looked::NotTaken | Looked::Unknown => Vec::new(),
+    };
+    jobs.iter()
+        .map(|job| match taken.contains(&job.order_id) {
+            true => Outcome::Accepted {
+                order_id: job.order_id,
+            },
+            false => in_doubt(job),
+        })
+        .collect()
 }

@@ -13,12 +13,14 @@
 //!   of the articles and tutorials this project grew from, bugs included
 //!   (DELIBERATELY BROKEN; each file names its bugs and the knob that
 //!   makes each one happen).
-//! - `lua.rs`: no lock; the purchase is one Redis script. Correct.
+//! - `lua.rs`: no lock; the purchase is one Redis script, for the buyers
+//!   waiting on one instance together. Correct.
 //! - `postgres.rs`: no Redis on the decision; one conditional UPDATE in
 //!   PostgreSQL. Correct, and the price of a database round trip.
 //!
 //! What they share lives here: the [`Outcome`] of a purchase, the pure
-//! decision ([`decide`]), the per-instance sold-out flags, and [`Shop`], the
+//! decision ([`decide`]), the per-instance sold-out flags, the sale lanes
+//! of `lock` and `lua` (`lanes.rs`), and [`Shop`], the
 //! instance's handles and the steps every strategy uses (read the sale,
 //! note a pending order, find out whether a commit whose answer was lost
 //! went through).
@@ -26,12 +28,14 @@
 pub(crate) mod article;
 pub(crate) mod decr;
 pub(crate) mod getset;
+mod lanes;
 mod lost_answer;
 pub mod lua;
 pub(crate) mod naive;
 pub(crate) mod postgres;
 pub mod under_lock;
 
+pub(crate) use lanes::Lanes;
 pub(crate) use lost_answer::{LOOKUP_RETRY, Looked};
 
 use std::collections::HashMap;
@@ -224,10 +228,6 @@ pub(crate) struct Buy<'a> {
     pub(crate) keys: &'a SaleKeys,
     pub(crate) sale_id: i64,
     pub(crate) user: &'a UserId,
-    /// The sale has a waiting room: a strategy that spends admissions
-    /// ([`crate::config::Strategy::spends_admissions`]) checks and spends
-    /// the buyer's in its commit.
-    pub(crate) roomed: bool,
 }
 
 impl<'a> Buy<'a> {
@@ -296,6 +296,24 @@ impl Shop {
             payment_window,
             released,
         }
+    }
+
+    /// Where every purchase of a sale starts: its keys and a Redis
+    /// connection, or the answer for each of its buyers at once when the
+    /// pool has no connection free within its wait timeout (`busy`, not an
+    /// error) or the sale is known sold out ([`Shop::known_sold_out`]).
+    pub(crate) async fn ready(
+        &self,
+        sale_id: i64,
+    ) -> anyhow::Result<Result<(SaleKeys, RedisConn), Outcome>> {
+        let keys = SaleKeys::new(self.store.prefix(), sale_id);
+        let Some(mut conn) = self.store.redis_pool().get_or_busy().await? else {
+            return Ok(Err(Outcome::Busy));
+        };
+        if let Some(known) = self.known_sold_out(&mut conn, &keys, sale_id).await? {
+            return Ok(Err(known));
+        }
+        Ok(Ok((keys, conn)))
     }
 
     /// What to tell the buyer of a sale sold out as far as this instance

@@ -13,7 +13,7 @@
 //! pipeline, then write and release), and with an fsync'ed append-only
 //! file both wait for the disk. One buyer per
 //! pass would cap a sale at a few hundred purchases a second. So the buyers
-//! of a sale waiting on one instance queue in a **lane** ([`Lanes`]): one
+//! of a sale waiting on one instance queue in a **lane** (`lanes.rs`): one
 //! task (started by the first of them, the leader) takes everyone queued
 //! through the lock at once: one read for all (stock and every buyer's
 //! hold), decisions in arrival order, one fenced write for all the
@@ -38,6 +38,7 @@ use crate::lock::{Acquire, LockGuard, RedisLock, Release};
 use crate::metrics::metrics;
 use crate::payment;
 use crate::queue::queue_script;
+use crate::redis_pool::RedisConn;
 use crate::replicas;
 use crate::store::Snapshot;
 use crate::store::sales::{self, SnapshotRead};
@@ -150,32 +151,21 @@ struct PassJob<'a> {
 }
 
 mod decide;
-mod lanes;
 mod lost;
 
 use decide::{SPENT, decide_batch, refuse};
 use lost::{close_the_fence, refused_by_the_room};
 
-pub(crate) use lanes::Lanes;
-
 /// Take the lock, run the five steps for `users`, release. One outcome per
-/// user, in order.
-async fn pass(
+/// user, in order. (A sale lane's pass, `lanes.rs`.)
+pub(super) async fn pass(
     shop: &Shop,
+    (keys, mut conn): (SaleKeys, RedisConn),
     sale_id: i64,
     roomed: bool,
     users: &[&UserId],
 ) -> anyhow::Result<Vec<Outcome>> {
     let everyone = |outcome| Ok(vec![outcome; users.len()]);
-    let keys = SaleKeys::new(shop.store.prefix(), sale_id);
-    // The pool's wait timeout bounds how long a pass queues for a
-    // connection; running out of connections is "busy", not an error.
-    let Some(mut conn) = shop.store.redis_pool().get_or_busy().await? else {
-        return everyone(Outcome::Busy);
-    };
-    if let Some(known) = shop.known_sold_out(&mut conn, &keys, sale_id).await? {
-        return everyone(known);
-    }
     // Read before the lock is taken: from PostgreSQL the first time only.
     let key = shop.store.pass_key().await?;
     let lock =

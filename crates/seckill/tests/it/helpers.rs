@@ -25,6 +25,7 @@ use uuid::Uuid;
 mod app;
 mod binaries;
 mod monitor;
+mod raw_buyers;
 pub mod source;
 
 pub use app::{Told, no_redirects};
@@ -34,6 +35,7 @@ pub use binaries::{
     spawn_this_test, start_app_and_a_worker,
 };
 pub use monitor::Monitor;
+pub use raw_buyers::RawBuyers;
 
 /// The repository's root (the workspace), where `docs/`, `deploy/` and
 /// `ARCHITECTURE.md` are.

@@ -59,6 +59,7 @@ mod proxies;
 mod proxy;
 mod purchase;
 mod purchase_lock;
+mod purchase_lua;
 mod purchase_retry;
 mod queue;
 mod queue_dead;

@@ -3,7 +3,6 @@
 //! commit below zero still a commit, and the buyers waiting on one
 //! instance going through it together.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use seckill_core::domain::OrderJob;
@@ -11,10 +10,9 @@ use seckill_core::keys::SaleKeys;
 use seckill_core::lock::{LockGuard, RedisLock};
 use seckill_core::redis_pool::RedisConn;
 use seckill_core::strategy::under_lock;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
-use crate::helpers::{Options, spawn_app, spawn_app_with};
+use crate::helpers::{Options, RawBuyers, spawn_app, spawn_app_with};
 use crate::purchase::error_code;
 
 /// The lock's commit of one order, for `user`, as a pass of its own
@@ -177,56 +175,11 @@ async fn buyers_waiting_on_one_instance_go_through_the_lock_together() {
         .expect("acquire")
         .expect("free");
 
-    // Each buyer's request written whole on a connection of its own; the
-    // lock is released once the instance has read every one of them (they
-    // wait in its lane by then), however long a loaded machine takes.
-    let address = app.address.trim_start_matches("http://").to_owned();
-    let mut buyers = Vec::new();
-    for i in 0..300 {
-        let body = format!(r#"{{"user_id":"buyer-{i}"}}"#);
-        let request = format!(
-            "POST /api/sales/{sale}/purchase HTTP/1.1\r\nHost: {address}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let mut socket = tokio::net::TcpStream::connect(&address)
-            .await
-            .expect("connect");
-        socket
-            .write_all(request.as_bytes())
-            .await
-            .expect("write the request");
-        buyers.push(socket);
-    }
-    let port = buyers[0]
-        .peer_addr()
-        .expect("the instance's address")
-        .port();
-    let clients: HashSet<u16> = buyers
-        .iter()
-        .map(|socket| socket.local_addr().expect("an address").port())
-        .collect();
-    crate::helpers::eventually(
-        Duration::from_secs(60),
-        "the instance to read all 300 requests",
-        || async { requests_read(port, &clients) == 300 },
-    )
-    .await;
+    // The lock is released once the instance has read every request.
+    let buyers = RawBuyers::send(&app, sale, "buyer", 300).await;
+    buyers.all_read().await;
     held.release(&mut conn).await.expect("release");
-    let answers = futures::future::join_all(buyers.into_iter().map(|mut socket| async move {
-        let mut answer = String::new();
-        socket
-            .read_to_string(&mut answer)
-            .await
-            .expect("read the answer");
-        answer
-            .split(' ')
-            .nth(1)
-            .and_then(|status| status.parse::<u16>().ok())
-            .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"))
-    }))
-    .await;
+    let answers = buyers.statuses().await;
     let won = answers.iter().filter(|status| **status == 202).count();
     let sold_out = answers.iter().filter(|status| **status == 409).count();
     assert_eq!((won, sold_out), (40, 260), "{answers:?}");
@@ -245,52 +198,6 @@ async fn buyers_waiting_on_one_instance_go_through_the_lock_together() {
         acquisitions <= 5,
         "the lock was taken {acquisitions} times for 300 buyers: they did not go through together"
     );
-}
-
-/// How many of the connections from `clients` (their local ports) to the
-/// instance on `port` had their request read to the end: the instance's
-/// side holds nothing unread, the client's nothing unsent. From the
-/// kernel's table of TCP sockets (`/proc/net/tcp`: addresses as `hex
-/// ip:hex port`, the state `01` for established, the queues as `hex
-/// send:hex receive`).
-fn requests_read(port: u16, clients: &HashSet<u16>) -> usize {
-    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    let port_of = |address: &str| {
-        address
-            .rsplit(':')
-            .next()
-            .and_then(|hex| u16::from_str_radix(hex, 16).ok())
-    };
-    // (local port, remote port, state, queues) of every socket.
-    let sockets: Vec<(u16, u16, &str, &str)> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            Some((
-                port_of(fields.get(1)?)?,
-                port_of(fields.get(2)?)?,
-                *fields.get(3)?,
-                *fields.get(4)?,
-            ))
-        })
-        .collect();
-    let sent: HashSet<u16> = sockets
-        .iter()
-        .filter(|(local, remote, _, queues)| {
-            clients.contains(local) && *remote == port && queues.starts_with("00000000:")
-        })
-        .map(|(local, ..)| *local)
-        .collect();
-    sockets
-        .iter()
-        .filter(|(local, remote, state, queues)| {
-            *local == port
-                && sent.contains(remote)
-                && *state == "01"
-                && queues.ends_with(":00000000")
-        })
-        .count()
 }
 
 /// A pass whose commit the fence refuses took nothing, so nobody it

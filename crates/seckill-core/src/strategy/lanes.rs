@@ -1,6 +1,10 @@
-//! The lanes of the `lock` strategy: the buyers of a sale waiting on one
-//! instance, and the one task at a time that takes them through the sale's
-//! lock, a pass after another (`lock.rs` runs each pass).
+//! The sale lanes of `lock` and `lua`: the buyers of a sale waiting on
+//! one instance, and the one task at a time that takes them in passes,
+//! one after another. A pass of `lock` goes through the sale's lock
+//! (`under_lock.rs`, `pass`), a pass of `lua` is one script
+//! (`lua.rs`, `pass`): either way, what Redis and the round trip cost is
+//! paid once a pass, not once a buyer. (Databases call this group
+//! commit.)
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -8,13 +12,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::pass;
+use crate::config::Strategy;
 use crate::domain::UserId;
 use crate::failure;
-use crate::strategy::{Outcome, Shop};
+use crate::strategy::{Outcome, Shop, lua, under_lock};
 
-/// The most buyers one pass through the lock takes; the rest wait for the
-/// next pass. Bounds one script's length and one pass's time, and is the
+/// The most buyers one pass takes; the rest wait for the next pass. Bounds one script's length and one pass's time, and is the
 /// most orders one pass's ids can number (`domain::MAX_PASS`).
 const MAX_BATCH: usize = crate::domain::MAX_PASS;
 
@@ -35,14 +38,14 @@ struct Lane {
 
 #[derive(Default)]
 struct LaneState {
-    /// Buyers who arrived and wait to be taken through the lock, oldest
-    /// first.
+    /// Buyers who arrived and wait for a pass, oldest first.
     waiting: Vec<Waiter>,
-    /// Whether a task is taking them through ([`drain`]): one contender for
-    /// the Redis lock per sale per instance. Without it every waiting buyer
-    /// would poll Redis for the lock, and the holder's writes would queue
-    /// behind their polls. Set by the buyer who finds it unset, cleared by
-    /// the task when it finds nobody waiting, both under this lock: the
+    /// Whether a task is taking them through ([`drain`]). With `lock`, one
+    /// contender for the Redis lock per sale per instance: without it
+    /// every waiting buyer would poll Redis for the lock, and the holder's
+    /// writes would queue behind their polls. With `lua`, one script at a
+    /// time for all who wait. Set by the buyer who finds it unset, cleared
+    /// by the task when it finds nobody waiting, both under this lock: the
     /// race it settles is a buyer joining as the task finds the lane empty,
     /// who is either taken by the task or starts the next one, never left
     /// waiting with no task to come.
@@ -86,8 +89,8 @@ impl Lanes {
         };
         if lane.join(waiter) {
             // In a task of its own: its passes carry other buyers' answers
-            // and may hold the Redis lock, so they must finish even if this
-            // request is dropped. On the store's runtime, not this HTTP
+            // (and with `lock` may hold the Redis lock), so they must
+            // finish even if this request is dropped. On the store's runtime, not this HTTP
             // worker's: there, in a burst, a pass would wait behind
             // thousands of new requests at each of its round trips, holding
             // the lock the other instances wait for (see `Store::runtime`);
@@ -112,15 +115,12 @@ impl Lanes {
     }
 }
 
-/// Take the lane's buyers through the sale's lock, a pass of up to
-/// [`MAX_BATCH`] at a time, oldest first, until nobody is waiting.
-/// `roomed`: the sale has a waiting room (the same for every buyer of a
-/// lane, which is one sale's).
+/// Take the lane's buyers in passes of up to [`MAX_BATCH`] at a time,
+/// oldest first, until nobody is waiting. `roomed`: the sale has a
+/// waiting room (the same for every buyer of a lane, which is one
+/// sale's).
 async fn drain(shop: Shop, lane: Arc<Lane>, sale_id: i64, roomed: bool) {
-    drain_with(&lane, |batch| {
-        through_the_lock(&shop, sale_id, roomed, batch)
-    })
-    .await;
+    drain_with(&lane, |batch| one_pass(&shop, sale_id, roomed, batch)).await;
 }
 
 /// [`drain`], each pass run by `pass`. A pass that panics loses its own
@@ -147,7 +147,7 @@ where
                 .unwrap_or("a panic");
             tracing::error!(
                 panic = what,
-                "a pass through the sale lock panicked; its buyers get no answer"
+                "a pass of a sale lane panicked; its buyers get no answer"
             );
         }
     }
@@ -184,11 +184,12 @@ impl Lane {
 /// The pass that should have answered a buyer ended without it (it
 /// panicked).
 fn no_answer() -> anyhow::Error {
-    anyhow::anyhow!("the purchase's pass through the lock ended without an answer")
+    anyhow::anyhow!("the purchase's pass ended without an answer")
 }
 
-/// One pass: take `batch` through the sale's lock and answer each buyer.
-async fn through_the_lock(shop: &Shop, sale_id: i64, roomed: bool, batch: Vec<Waiter>) {
+/// One pass: take `batch` through the instance's strategy (`lock` or
+/// `lua`) and answer each buyer.
+async fn one_pass(shop: &Shop, sale_id: i64, roomed: bool, batch: Vec<Waiter>) {
     // Buyers whose request is gone (the client hung up) buy nothing.
     let batch: Vec<Waiter> = batch
         .into_iter()
@@ -198,7 +199,16 @@ async fn through_the_lock(shop: &Shop, sale_id: i64, roomed: bool, batch: Vec<Wa
         return;
     }
     let users: Vec<&UserId> = batch.iter().map(|waiter| &waiter.user).collect();
-    match pass(shop, sale_id, roomed, &users).await {
+    let passed = match shop.ready(sale_id).await {
+        Ok(Err(told)) => Ok(vec![told; users.len()]),
+        Ok(Ok(ready)) => match shop.settings.strategy {
+            Strategy::Lua => lua::pass(shop, ready, sale_id, roomed, &users).await,
+            Strategy::Lock => under_lock::pass(shop, ready, sale_id, roomed, &users).await,
+            other => Err(anyhow::anyhow!("`{other:?}` purchases take no sale lane")),
+        },
+        Err(error) => Err(error),
+    };
+    match passed {
         Ok(outcomes) => {
             for (waiter, outcome) in batch.into_iter().zip(outcomes) {
                 let _ = waiter.answer.send(Ok(outcome));
