@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{SendRequest, handshake};
-use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -84,6 +84,9 @@ pub struct PurchaseAnswer {
     pub status: Option<u16>,
     /// The `X-Seckill-Instance` header, if the answer had one.
     pub instance: Option<Arc<str>>,
+    /// Whether the answer said when to try again (`Retry-After`): every
+    /// `503` seckill gives must (the chaos run's judge checks it).
+    pub retry_after: bool,
 }
 
 impl PurchaseAnswer {
@@ -93,6 +96,7 @@ impl PurchaseAnswer {
             classified: Classified::error(),
             status: None,
             instance: None,
+            retry_after: false,
         }
     }
 }
@@ -232,6 +236,7 @@ impl Connection {
             sender.ready().await?;
             let response = sender.send_request(request).await?;
             let status = response.status().as_u16();
+            let retry_after = response.headers().contains_key(RETRY_AFTER);
             if let Some(name) = response
                 .headers()
                 .get(INSTANCE_HEADER)
@@ -241,13 +246,13 @@ impl Connection {
                 *instance = Some(Arc::from(name));
             }
             let body = response.into_body().collect().await?.to_bytes();
-            anyhow::Ok((status, body))
+            anyhow::Ok((status, retry_after, body))
         };
         // The exchange makes progress only while the connection is polled.
         // The connection may also end first with the whole answer already
         // read (`Connection: close`): then the exchange finishes from what
         // hyper buffered, or fails if the answer never came.
-        let (status, body) = {
+        let (status, retry_after, body) = {
             let mut exchange = std::pin::pin!(exchange);
             tokio::select! {
                 exchanged = &mut exchange => exchanged?,
@@ -261,6 +266,7 @@ impl Connection {
             classified: classify(status, &body),
             status: Some(status),
             instance: self.instance.clone(),
+            retry_after,
         })
     }
 }
@@ -348,6 +354,26 @@ mod tests {
             let answer = connection.purchase(&path, user).await;
             assert_eq!(answer.status, Some(202), "{user}: {answer:?}");
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Whether a `503` said when to try again is read off the answer:
+    /// the chaos judge holds every `503` to it.
+    #[tokio::test]
+    async fn an_answer_says_whether_it_carried_retry_after() {
+        for (headers, carried) in [("Retry-After: 1\r\n", true), ("", false)] {
+            let unavailable = answer(
+                "503 Service Unavailable",
+                &format!("Connection: close\r\n{headers}"),
+                r#"{"error":"unavailable","message":"Redis does not answer"}"#,
+            );
+            let target = Target::resolve(&first_request_server(unavailable, true).await)
+                .await
+                .expect("a target");
+            let mut connection = Connection::open(target).await.expect("open");
+            let told = connection.purchase(&purchase_path(1), "ann").await;
+            assert_eq!(told.status, Some(503));
+            assert_eq!(told.retry_after, carried, "{headers:?}: {told:?}");
         }
     }
 

@@ -313,6 +313,7 @@ mod tests {
             order_id: None,
             instance: Some("a".into()),
             status: Some(200),
+            retry_after: false,
             intended_us: 0,
             sent_us,
             done_us,

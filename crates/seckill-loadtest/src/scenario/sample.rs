@@ -22,6 +22,8 @@ pub struct Sample {
     pub instance: Option<Arc<str>>,
     /// The HTTP status; `None` when no answer came.
     pub status: Option<u16>,
+    /// Whether the answer carried `Retry-After`.
+    pub retry_after: bool,
     /// When the request was due.
     pub intended_us: u64,
     /// When it was handed to the connection.
@@ -44,6 +46,7 @@ impl Sample {
             order_id: answer.classified.order_id,
             instance: answer.instance,
             status: answer.status,
+            retry_after: answer.retry_after,
             intended_us: micros_of(intended),
             sent_us: micros_of(sent),
             done_us: micros_of(done),

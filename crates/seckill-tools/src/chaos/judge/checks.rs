@@ -294,8 +294,13 @@ pub(crate) async fn checks(
             ok: refused >= 1,
         });
     }
-    let internal = run.samples.iter().filter(|s| s.status == Some(500)).count();
+    let (internal, without_retry_after) = dishonest(&run.samples);
     checks.push(ChaosCheck::equal("answers 500 internal", 0, internal));
+    checks.push(ChaosCheck::equal(
+        "answers 503 without Retry-After",
+        0,
+        without_retry_after,
+    ));
     let on_sale = i64::from(rig.stock) - i64::from(sold);
     let summary = Summary {
         accepted: accepted_ids.len() as u64,
@@ -317,6 +322,19 @@ pub(crate) async fn checks(
         crowd: None,
     };
     Ok((checks, lost, summary))
+}
+
+/// Answers no buyer may get, whatever the fault: `(500s, 503s without
+/// Retry-After)`. While a server is down the answer is `503` with when to
+/// try again, and a `503` without it leaves the buyer to guess: the stall
+/// test (`tests/it/stall.rs`) checks it buyer by buyer, this for every
+/// answer of the run.
+fn dishonest(samples: &[Sample]) -> (usize, usize) {
+    let count = |bad: fn(&Sample) -> bool| samples.iter().filter(|s| bad(s)).count();
+    (
+        count(|s| s.status == Some(500)),
+        count(|s| s.status == Some(503) && !s.retry_after),
+    )
 }
 
 /// The bound every request is answered within on a cluster, whatever a
@@ -390,5 +408,40 @@ impl Rig {
         }
         buyers.sort_unstable();
         Ok((stock, buyers, ttl, (queued, dead)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn told(status: Option<u16>, retry_after: bool) -> Sample {
+        Sample {
+            user: 0,
+            outcome: AnswerKind::Error,
+            order_id: None,
+            instance: None,
+            status,
+            retry_after,
+            intended_us: 0,
+            sent_us: 0,
+            done_us: 0,
+        }
+    }
+
+    /// A `500`, and a `503` that does not say when to try again, are each
+    /// counted; a `503` with `Retry-After`, a refusal, and no answer at
+    /// all (judged elsewhere) are not.
+    #[test]
+    fn a_500_and_a_503_without_retry_after_are_dishonest_answers() {
+        let samples = [
+            told(Some(503), true),
+            told(Some(503), false),
+            told(Some(503), false),
+            told(Some(500), true),
+            told(Some(409), false),
+            told(None, false),
+        ];
+        assert_eq!(dishonest(&samples), (1, 2));
     }
 }
