@@ -139,6 +139,11 @@ impl Application {
             .with_durability(settings.durability)
             .with_room_abandon(settings.room_abandon)
             .with_room_grace(settings.room_grace);
+        // Read once now, while PostgreSQL answers: every pass of `lock`
+        // and `lua` names its orders with the database's key, and the
+        // rooms sign with it, so a purchase never waits on PostgreSQL
+        // for it, nor fails while PostgreSQL is down.
+        store.pass_key().await?;
         let shutdown = CancellationToken::new();
         let (events, events_task) =
             SaleEvents::start(&settings.redis, &settings.redis_prefix, shutdown.clone())

@@ -29,8 +29,11 @@
 -- the same step as the refusal: a buyer who asks again because their
 -- `202` was lost on its way learns the order they won. And a buyer whose
 -- held order is the one this call names for them is told 'taken': a call
--- that ran twice (sent again on a new connection) takes nothing the
--- second time, and answers what the first did.
+-- that ran twice (sent again on a new connection) takes nothing twice,
+-- and tells each buyer it took the same. (A buyer it refused may be
+-- taken at the second run, if a unit came back meanwhile: their order
+-- is then queued as a job of its own while the first run's job is
+-- still there.)
 --
 -- The race this prevents is the oversell itself: the checks (has this
 -- buyer bought? is a unit left?) and the writes (take the unit, record the
@@ -87,7 +90,7 @@ local left = tonumber(stock)
 -- Redis' clock, read once, and only once a take is possible: a batch of
 -- refusals reads nothing more.
 local now = nil
-local answers, takers, holds, bodies, taken_here = {}, {}, {}, {}, {}
+local answers, takers, holds, orders, bodies, taken_here = {}, {}, {}, {}, {}, {}
 for k, buyer in ipairs(buyers) do
   local i = 4 + 3 * (k - 1)
   local mine = held[k] or taken_here[buyer]
@@ -111,6 +114,7 @@ for k, buyer in ipairs(buyers) do
       takers[#takers + 1] = buyer
       holds[#holds + 1] = buyer
       holds[#holds + 1] = ARGV[i + 1]
+      orders[#orders + 1] = ARGV[i + 1]
       bodies[#bodies + 1] = ARGV[i + 2]
     end
   end
@@ -118,9 +122,16 @@ end
 if #takers > 0 then
   left = redis.call('DECRBY', KEYS[1], int(#takers))
   call_many('HSET', KEYS[2], holds)
-  -- One job for the orders taken, not one each; `push` adds it once,
-  -- were this call run twice.
-  push(KEYS[3], KEYS[4], ARGV[3], pass_payload(bodies), now)
+  -- One job for the orders taken, not one each. Were this call run
+  -- twice, taking a buyer the second time while the first run's job is
+  -- still queued, those orders go as jobs of their own, each named by
+  -- its order's id (domain/pass_job.rs: `carriers`). (Once the worker
+  -- has acked the first, its id is free again.)
+  if push(KEYS[3], KEYS[4], ARGV[3], pass_payload(bodies), now) == 0 then
+    for k, order in ipairs(orders) do
+      push(KEYS[3], KEYS[4], order, bodies[k], now)
+    end
+  end
   if roomed then
     -- Their places among the active go to the next in line.
     call_many('ZREM', KEYS[5], takers)

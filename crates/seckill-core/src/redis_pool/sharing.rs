@@ -3,9 +3,9 @@
 //! pipelined, and the server reads them, and writes their replies, in a
 //! few system calls where a connection each took two for every command.
 //!
-//! Measured (docs/bench.md, "One connection to one server"): a `lua`
-//! purchase, one script per request, cost its instance and Redis less
-//! CPU, Redis reading a dozen purchases at a time.
+//! Measured (docs/bench.md, "One connection to one server"): `lua`
+//! purchases, then one script per request, cost their instance and Redis
+//! less CPU, Redis reading a dozen purchases at a time.
 //!
 //! Where a connection is not shared:
 //! - one server's, while a `WAIT` is sent on it (`--redis-durability

@@ -187,6 +187,19 @@ fn no_answer() -> anyhow::Error {
     anyhow::anyhow!("the purchase's pass ended without an answer")
 }
 
+/// What a pass found for its buyers, one outcome each, in order: now, or
+/// once a look that may take seconds is done.
+pub(crate) enum Passed {
+    Now(Vec<Outcome>),
+    /// A `lua` pass whose answer was lost: whether its orders were taken
+    /// is looked up (`lua.rs`, `after_a_lost_answer`) in a task of its
+    /// own, and the lane goes on with its next pass meanwhile. `lua` holds
+    /// no lock a pass must keep until it is done, and a stalled server
+    /// would otherwise hold every later buyer of the sale on this
+    /// instance behind each pass's look (up to 3 s), one after another.
+    Later(std::pin::Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>),
+}
+
 /// One pass: take `batch` through the instance's strategy (`lock` or
 /// `lua`) and answer each buyer.
 async fn one_pass(shop: &Shop, sale_id: i64, roomed: bool, batch: Vec<Waiter>) {
@@ -200,19 +213,22 @@ async fn one_pass(shop: &Shop, sale_id: i64, roomed: bool, batch: Vec<Waiter>) {
     }
     let users: Vec<&UserId> = batch.iter().map(|waiter| &waiter.user).collect();
     let passed = match shop.ready(sale_id).await {
-        Ok(Err(told)) => Ok(vec![told; users.len()]),
+        Ok(Err(told)) => Ok(Passed::Now(vec![told; users.len()])),
         Ok(Ok(ready)) => match shop.settings.strategy {
             Strategy::Lua => lua::pass(shop, ready, sale_id, roomed, &users).await,
-            Strategy::Lock => under_lock::pass(shop, ready, sale_id, roomed, &users).await,
+            Strategy::Lock => under_lock::pass(shop, ready, sale_id, roomed, &users)
+                .await
+                .map(Passed::Now),
             other => Err(anyhow::anyhow!("`{other:?}` purchases take no sale lane")),
         },
         Err(error) => Err(error),
     };
     match passed {
-        Ok(outcomes) => {
-            for (waiter, outcome) in batch.into_iter().zip(outcomes) {
-                let _ = waiter.answer.send(Ok(outcome));
-            }
+        Ok(Passed::Now(outcomes)) => answer(batch, outcomes),
+        Ok(Passed::Later(look)) => {
+            shop.store
+                .runtime()
+                .spawn(async move { answer(batch, look.await) }.in_current_span());
         }
         Err(error) => {
             // Each buyer gets the failure, judged once: a server that is
@@ -222,6 +238,13 @@ async fn one_pass(shop: &Shop, sale_id: i64, roomed: bool, batch: Vec<Waiter>) {
                 let _ = waiter.answer.send(Err(judged.to_error()));
             }
         }
+    }
+}
+
+/// Send each waiter of `batch` its outcome.
+fn answer(batch: Vec<Waiter>, outcomes: Vec<Outcome>) {
+    for (waiter, outcome) in batch.into_iter().zip(outcomes) {
+        let _ = waiter.answer.send(Ok(outcome));
     }
 }
 

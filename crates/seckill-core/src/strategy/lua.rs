@@ -23,12 +23,12 @@ use anyhow::Context;
 use redis::{Script, ScriptInvocation};
 use uuid::Uuid;
 
+use super::lanes::Passed;
 use super::{Looked, Outcome, Shop};
 use crate::config::RedisDurability;
 use crate::domain::{OrderJob, PassIds, UserId};
 use crate::failure;
 use crate::keys::SaleKeys;
-use crate::payment;
 use crate::queue::queue_script;
 use crate::redis_pool::RedisConn;
 use crate::replicas;
@@ -74,14 +74,15 @@ pub fn invocation<'a>(
 /// `WAIT` under `replica` in the same round trip
 /// (`replicas::run_and_confirm`), whatever it answers: a "sold out" or an
 /// "already purchased" read from data a failover could take back is not
-/// final either. One outcome per user, in order.
+/// final either. One outcome per user, in order; found later when the
+/// script's answer was lost ([`Passed::Later`]).
 pub(super) async fn pass(
     shop: &Shop,
     (keys, mut conn): (SaleKeys, RedisConn),
     sale_id: i64,
     roomed: bool,
     users: &[&UserId],
-) -> anyhow::Result<Vec<Outcome>> {
+) -> anyhow::Result<Passed> {
     // Each buyer gets an order id of the pass, used if they win (an id
     // left unused names nothing): the one job the script queues carries
     // the orders taken, named as `lock`'s passes are (`domain::PassIds`).
@@ -99,48 +100,46 @@ pub(super) async fn pass(
                 // The script may have run, its answer lost with the
                 // connection.
                 Err(error) if failure::answer_lost(&error) => {
-                    return Ok(after_a_lost_answer(shop, job_id, &jobs, durability).await);
+                    return Ok(after_a_lost_answer(shop.clone(), job_id, jobs, durability));
                 }
                 Err(error) => return Err(error).context("running the purchase script"),
             };
-        match status.as_str() {
-            "done" => {}
-            "not_loaded" => {
-                store::load::load_into_redis(
-                    shop.store.pg(),
-                    &mut conn,
-                    shop.store.prefix(),
-                    sale_id,
-                )
+        if status == "not_loaded" {
+            store::load::load_into_redis(shop.store.pg(), &mut conn, shop.store.prefix(), sale_id)
                 .await?;
-                continue;
-            }
-            other => return Err(payment::unexpected_answer("purchase_lua.lua", other).into()),
+            continue;
         }
-        anyhow::ensure!(
-            answers.len() == jobs.len(),
-            "purchase_lua.lua answered {} of {} buyers",
-            answers.len(),
-            jobs.len()
-        );
-        let outcomes = (answers.iter().zip(&jobs))
+        // The script ran: whatever its answer says, each buyer is told
+        // what happened, or that it is in doubt, never an error.
+        if status != "done" || answers.len() != jobs.len() {
+            tracing::error!(
+                %status,
+                answers = answers.len(),
+                buyers = jobs.len(),
+                "purchase_lua.lua answered out of shape; its buyers are in doubt"
+            );
+            return Ok(Passed::Now(jobs.iter().map(in_doubt).collect()));
+        }
+        let outcomes: Vec<Outcome> = (answers.iter().zip(&jobs))
             .map(|(answer, job)| outcome_of(answer, job))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+            .collect();
         // Unconfirmed, no answer a failover could take back.
         if !super::replicated(&mut conn, durability, &keys, Some(confirmed)).await {
-            return Ok(outcomes.iter().map(Outcome::unconfirmed).collect());
+            return Ok(Passed::Now(
+                outcomes.iter().map(Outcome::unconfirmed).collect(),
+            ));
         }
         if left <= 0 {
             shop.sold_out.set(sale_id);
         }
-        return Ok(outcomes);
+        return Ok(Passed::Now(outcomes));
     }
     anyhow::bail!("sale {sale_id} is not in Redis even after loading it")
 }
 
 /// What the script answered for `job`'s buyer.
-fn outcome_of(answer: &str, job: &OrderJob) -> anyhow::Result<Outcome> {
-    Ok(match answer {
+fn outcome_of(answer: &str, job: &OrderJob) -> Outcome {
+    match answer {
         "taken" => Outcome::Accepted {
             order_id: job.order_id,
         },
@@ -149,44 +148,52 @@ fn outcome_of(answer: &str, job: &OrderJob) -> anyhow::Result<Outcome> {
         // In a room a buyer buys once: the admission bought already, and
         // its unit came back (the API answers `403 not_admitted` `used`).
         "spent" => Outcome::AlreadyPurchased { order_id: None },
+        // The order the buyer holds; a hold that names none (the lab's
+        // broken strategies write empty ones on the same keys) is still
+        // a unit held.
         held => Outcome::AlreadyPurchased {
-            order_id: Some(
-                Uuid::parse_str(held)
-                    .map_err(|_| payment::unexpected_answer("purchase_lua.lua", held))?,
-            ),
+            order_id: Uuid::parse_str(held).ok(),
         },
-    })
+    }
+}
+
+/// A buyer whose purchase may or may not have been taken: `503` with
+/// the id of the order they would have (`GET /api/orders/{id}` tells
+/// later what became of it).
+fn in_doubt(job: &OrderJob) -> Outcome {
+    Outcome::Unconfirmed {
+        order_id: Some(job.order_id),
+    }
 }
 
 /// The pass's script may have run, its answer lost with the connection.
 /// There is no lock, so no fence to close: a script not found now may
 /// still land (sent to a stalled server, it runs when the server goes
 /// on). Only an order found taken, under `local`, is final; every other
-/// buyer is in doubt and told `503` with the id of the order they would
-/// have, never an error without it. (Under `replica` the `WAIT` was lost
-/// too: whatever a look finds, the answer is the same, so none is made.)
-async fn after_a_lost_answer(
-    shop: &Shop,
+/// buyer is in doubt, never told an error. (Under `replica` the `WAIT`
+/// was lost too: whatever a look finds, the answer is the same, so none
+/// is made.) The look is left to a task of its own ([`Passed::Later`]).
+fn after_a_lost_answer(
+    shop: Shop,
     job_id: Uuid,
-    jobs: &[OrderJob],
+    jobs: Vec<OrderJob>,
     durability: RedisDurability,
-) -> Vec<Outcome> {
-    let in_doubt = |job: &OrderJob| Outcome::Unconfirmed {
-        order_id: Some(job.order_id),
-    };
+) -> Passed {
     if durability != RedisDurability::Local {
-        return jobs.iter().map(in_doubt).collect();
+        return Passed::Now(jobs.iter().map(in_doubt).collect());
     }
-    let taken = match shop.after_a_lost_answer(job_id, jobs).await {
-        Looked::Taken(taken) => taken,
-        Looked::NotTaken | Looked::Unknown => Vec::new(),
-    };
-    jobs.iter()
-        .map(|job| match taken.contains(&job.order_id) {
-            true => Outcome::Accepted {
-                order_id: job.order_id,
-            },
-            false => in_doubt(job),
-        })
-        .collect()
+    Passed::Later(Box::pin(async move {
+        let taken = match shop.after_a_lost_answer(job_id, &jobs).await {
+            Looked::Taken(taken) => taken,
+            Looked::NotTaken | Looked::Unknown => Vec::new(),
+        };
+        jobs.iter()
+            .map(|job| match taken.contains(&job.order_id) {
+                true => Outcome::Accepted {
+                    order_id: job.order_id,
+                },
+                false => in_doubt(job),
+            })
+            .collect()
+    }))
 }

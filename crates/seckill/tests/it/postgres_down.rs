@@ -195,3 +195,23 @@ async fn while_postgres_is_down_what_needs_it_answers_503_and_a_known_sale_goes_
         "ann pays once it is back"
     );
 }
+
+/// An instance that has sold nothing yet sells while PostgreSQL is down:
+/// the database's key, which names the orders of every pass, is read as
+/// the instance starts, not at its first purchase. (Read then, the
+/// purchase was `503 unavailable` until PostgreSQL came back.)
+#[tokio::test]
+async fn an_instance_that_has_sold_nothing_yet_sells_while_postgres_is_down() {
+    let (mut postgres, app) = spawn_app_on_private_postgres().await;
+    let sale = app.create_sale(10).await;
+    // The instance reads the sale, which it keeps, and buys nothing.
+    let view = app.get_json(&format!("/api/sales/{sale}")).await;
+    assert_eq!(view["stock_left"], 10, "{view}");
+
+    postgres.stop();
+    let told = app.purchase(sale, "ann").await;
+    assert_eq!(told.status(), 202, "{:?}", told.text().await);
+    postgres.restart().await.expect("PostgreSQL back");
+    assert_eq!(app.drain().await.confirmed, 1);
+    assert_eq!(app.sold(sale).await, 1);
+}

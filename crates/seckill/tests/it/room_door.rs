@@ -45,7 +45,7 @@ async fn at_the_door(app: &TestApp, sale: i64, buyer: &str) -> AtTheDoor {
 
 /// A second ago on Redis' clock, in ms: an admission's end (its score
 /// among the room's admitted) that has passed there.
-async fn a_second_ago_on_redis_clock(app: &TestApp) -> i64 {
+pub(crate) async fn a_second_ago_on_redis_clock(app: &TestApp) -> i64 {
     let (secs, _): (i64, i64) = redis::cmd("TIME")
         .query_async(&mut app.redis_conn().await)
         .await
