@@ -100,7 +100,8 @@ pub(super) async fn pass(
                 // The script may have run, its answer lost with the
                 // connection.
                 Err(error) if failure::answer_lost(&error) => {
-                    return Ok(after_a_lost_answer(shop.clone(), job_id, jobs, durability));
+                    let shop = shop.clone();
+                    return Ok(after_a_lost_answer(shop, keys, job_id, jobs, durability));
                 }
                 Err(error) => return Err(error).context("running the purchase script"),
             };
@@ -169,12 +170,15 @@ fn in_doubt(job: &OrderJob) -> Outcome {
 /// The pass's script may have run, its answer lost with the connection.
 /// There is no lock, so no fence to close: a script not found now may
 /// still land (sent to a stalled server, it runs when the server goes
-/// on). Only an order found taken, under `local`, is final; every other
-/// buyer is in doubt, never told an error. (Under `replica` the `WAIT`
-/// was lost too: whatever a look finds, the answer is the same, so none
-/// is made.) The look is left to a task of its own ([`Passed::Later`]).
+/// on). Final, under `local`: an order found taken, and a buyer found
+/// holding another order (which the script, landing late, would leave
+/// as it is). Every other buyer is in doubt, never told an error. (Under
+/// `replica` the `WAIT` was lost too: whatever a look finds, the answer
+/// is the same, so none is made.) The look is left to a task of its own
+/// ([`Passed::Later`]).
 fn after_a_lost_answer(
     shop: Shop,
+    keys: SaleKeys,
     job_id: Uuid,
     jobs: Vec<OrderJob>,
     durability: RedisDurability,
@@ -187,13 +191,37 @@ fn after_a_lost_answer(
             Looked::Taken(taken) => taken,
             Looked::NotTaken | Looked::Unknown => Vec::new(),
         };
-        jobs.iter()
-            .map(|job| match taken.contains(&job.order_id) {
-                true => Outcome::Accepted {
-                    order_id: job.order_id,
-                },
-                false => in_doubt(job),
+        let held = holds(&shop, &keys, &jobs).await.unwrap_or_default();
+        (jobs.iter().enumerate())
+            .map(|(i, job)| {
+                let own = job.order_id.to_string();
+                match held.get(i).cloned().flatten() {
+                    // Taken: its job is queued, or its hold is in place.
+                    _ if taken.contains(&job.order_id) => Outcome::Accepted {
+                        order_id: job.order_id,
+                    },
+                    Some(held) if held == own => Outcome::Accepted {
+                        order_id: job.order_id,
+                    },
+                    Some(other) => outcome_of(&other, job),
+                    None => in_doubt(job),
+                }
             })
             .collect()
     }))
+}
+
+/// The order each of `jobs`' buyers holds now, if any.
+async fn holds(
+    shop: &Shop,
+    keys: &SaleKeys,
+    jobs: &[OrderJob],
+) -> anyhow::Result<Vec<Option<String>>> {
+    let mut conn = shop.store.redis().await?;
+    let buyers: Vec<&str> = jobs.iter().map(|job| job.user_id.as_str()).collect();
+    Ok(redis::cmd("HMGET")
+        .arg(&keys.holds)
+        .arg(&buyers)
+        .query_async(&mut conn)
+        .await?)
 }

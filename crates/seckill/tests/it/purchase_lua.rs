@@ -1,17 +1,21 @@
 //! `lua`'s one script for the buyers of a sale waiting on one instance:
 //! each buyer decided in turn against the units the ones before left, a
 //! buyer who comes twice taking one unit, a call run twice taking nothing
-//! more, and the instance sending its waiting buyers in one call.
+//! more, and the instance sending its waiting buyers in one call; a
+//! holder whose pass's answer is lost told the order she holds.
 
 use std::time::Duration;
 
 use seckill_core::config::Strategy;
 use seckill_core::domain::OrderJob;
-use seckill_core::redis_pool::RedisConn;
+use seckill_core::redis_pool::{RedisAt, RedisConn};
 use seckill_core::strategy::lua;
 use uuid::Uuid;
 
-use crate::helpers::{Monitor, Options, RawBuyers, TestApp, spawn_app_on_private_redis_with};
+use crate::helpers::{
+    Monitor, Options, RawBuyers, Scratch, TestApp, spawn_app_on, spawn_app_on_private_redis_with,
+};
+use crate::proxy::LoseOneAnswer;
 
 /// One call of the purchase script for `buyers`, each with a fresh order
 /// id, as a pass of the sale's lane sends it: what it answered, and the
@@ -240,4 +244,36 @@ async fn buyers_waiting_on_one_instance_go_in_one_script() {
     assert_eq!((report.confirmed, report.rejected), (40, 0));
     assert_eq!(app.sold(sale).await, 40);
     assert_eq!(app.redis_stock(sale).await, Some(0));
+}
+
+/// Ann holds a unit and asks again; the answer of her pass's script is
+/// lost. She is told `409 already_purchased` with the order she holds,
+/// read from the holds after the loss (a script landing late would leave
+/// it as it is), not `503` naming an order that never was.
+#[tokio::test]
+async fn a_holder_whose_answer_is_lost_is_told_the_order_she_holds() {
+    let scratch = Scratch::new().await;
+    // redis://host:port[/db] -> host:port
+    let upstream = (scratch.redis_url().split('/').nth(2))
+        .expect("host and port")
+        .to_owned();
+    let needle = lua::script().get_hash().as_bytes().to_vec();
+    let proxy = LoseOneAnswer::start(upstream, vec![needle]).await;
+    let options = Options {
+        app_redis: Some(RedisAt::Server(proxy.url.clone())),
+        ..Options::with_strategy(Strategy::Lua)
+    };
+    let app = spawn_app_on(scratch, options).await;
+    let sale = app.create_sale(5).await;
+    // Her unit, taken past the proxy.
+    let earlier = Call::new(sale, &["ann"]);
+    let (_, _, answers) = earlier.run(&app, &mut app.redis_conn().await).await;
+    assert_eq!(answers, ["taken"]);
+
+    let told = app.purchase(sale, "ann").await;
+    assert_eq!(proxy.answers_lost(), 1, "the script's answer was not lost");
+    assert_eq!(told.status(), 409);
+    let body: serde_json::Value = told.json().await.expect("JSON");
+    assert_eq!(body["error"], "already_purchased", "{body}");
+    assert_eq!(body["order_id"], earlier.order_of(0), "{body}");
 }
