@@ -19,7 +19,7 @@
 --          payload
 --
 -- Returns {'done', units left, answers}, one answer per buyer in order:
--- 'taken'; 'sold_out'; 'not_admitted' for a roomed sale's buyer the room
+-- 'taken'; 'sold_out'; 'busy' (below); 'not_admitted' for a roomed sale's buyer the room
 -- does not hold as admitted (or whose admission's end passed on Redis'
 -- clock); 'spent' for a roomed sale's buyer whose admission bought
 -- already and whose unit came back; or the id of the order the buyer
@@ -30,10 +30,11 @@
 -- `202` was lost on its way learns the order they won. And a buyer whose
 -- held order is the one this call names for them is told 'taken': a call
 -- that ran twice (sent again on a new connection) takes nothing twice,
--- and tells each buyer it took the same. (A buyer it refused may be
--- taken at the second run, if a unit came back meanwhile: their order
--- is then queued as a job of its own while the first run's job is
--- still there.)
+-- and tells each buyer it took the same. While the first run's job is
+-- still queued it takes nobody new either: a buyer it refused, who could
+-- be taken now (a unit came back meanwhile), is told 'busy', to ask
+-- again. Their order would need that job's id, which is also the pass's
+-- first order id (domain/pass_job.rs), so no job could be named for it.
 --
 -- The race this prevents is the oversell itself: the checks (has this
 -- buyer bought? is a unit left?) and the writes (take the unit, record the
@@ -90,7 +91,10 @@ local left = tonumber(stock)
 -- Redis' clock, read once, and only once a take is possible: a batch of
 -- refusals reads nothing more.
 local now = nil
-local answers, takers, holds, orders, bodies, taken_here = {}, {}, {}, {}, {}, {}
+-- Whether this call's job is queued already: asked once, and only once
+-- a take is possible.
+local ran_before = nil
+local answers, takers, holds, bodies, taken_here = {}, {}, {}, {}, {}
 for k, buyer in ipairs(buyers) do
   local i = 4 + 3 * (k - 1)
   local mine = held[k] or taken_here[buyer]
@@ -105,8 +109,13 @@ for k, buyer in ipairs(buyers) do
     answers[k] = 'sold_out'
   else
     now = now or now_ms()
+    if ran_before == nil then
+      ran_before = redis.call('HEXISTS', KEYS[4], ARGV[3]) == 1
+    end
     if roomed and (not ends[k] or tonumber(ends[k]) <= now) then
       answers[k] = 'not_admitted'
+    elseif ran_before then
+      answers[k] = 'busy'
     else
       left = left - 1
       answers[k] = 'taken'
@@ -114,7 +123,6 @@ for k, buyer in ipairs(buyers) do
       takers[#takers + 1] = buyer
       holds[#holds + 1] = buyer
       holds[#holds + 1] = ARGV[i + 1]
-      orders[#orders + 1] = ARGV[i + 1]
       bodies[#bodies + 1] = ARGV[i + 2]
     end
   end
@@ -122,16 +130,10 @@ end
 if #takers > 0 then
   left = redis.call('DECRBY', KEYS[1], int(#takers))
   call_many('HSET', KEYS[2], holds)
-  -- One job for the orders taken, not one each. Were this call run
-  -- twice, taking a buyer the second time while the first run's job is
-  -- still queued, those orders go as jobs of their own, each named by
-  -- its order's id (domain/pass_job.rs: `carriers`). (Once the worker
-  -- has acked the first, its id is free again.)
-  if push(KEYS[3], KEYS[4], ARGV[3], pass_payload(bodies), now) == 0 then
-    for k, order in ipairs(orders) do
-      push(KEYS[3], KEYS[4], order, bodies[k], now)
-    end
-  end
+  -- One job for the orders taken, not one each. (A second run finds
+  -- no job of this id queued: the worker has acked the first run's,
+  -- whose orders are in PostgreSQL, and the id names this one now.)
+  push_fresh_many(KEYS[3], KEYS[4], { ARGV[3], pass_payload(bodies) }, now)
   if roomed then
     -- Their places among the active go to the next in line.
     call_many('ZREM', KEYS[5], takers)

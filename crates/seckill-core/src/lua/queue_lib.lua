@@ -3,13 +3,11 @@
 --
 -- Not a script of its own: `queue_script!` (queue.rs) puts this text in
 -- front of every script that needs it (Redis scripts cannot call each
--- other), so that "push a job" is written in this one file, in three forms: `push`,
--- two commands for one job (`purchase_lua.lua`'s one job for a
--- lane's orders), `push_many`,
--- three variadic calls for a batch of any size (the worker's deadlines,
--- the queue's enqueue): for a single job, one call more than `push`; and
--- `push_fresh_many`, the two writes of `push_many` without its look at
--- the known ids, for ids new by construction (the lock's commit).
+-- other), so that "push a job" is written in this one file, in two
+-- forms: `push_many`, three variadic calls for a batch of any size (the
+-- worker's deadlines, the queue's enqueue), and `push_fresh_many`, the
+-- two writes of `push_many` without its look at the known ids, for ids
+-- new by construction (the purchase scripts' pass jobs).
 
 -- The Redis server's clock in milliseconds. Due times and leases are always
 -- measured on this one clock, never on the clocks of the app instances,
@@ -27,17 +25,6 @@ end
 -- value a whole batch shares is converted once.
 local function int(n)
   return string.format('%d', n)
-end
-
--- Enqueue by id: a job id that is already known (due, in flight or dead) is
--- left as it is, so enqueueing twice never duplicates a job.
--- Returns 1 if the job was added, 0 if it was already there.
-local function push(due, jobs, id, payload, due_at)
-  if redis.call('HSETNX', jobs, id, payload) == 1 then
-    redis.call('ZADD', due, int(due_at), id)
-    return 1
-  end
-  return 0
 end
 
 -- Run a variadic command (ZREM, HDEL, HMGET, ZADD, ZMSCORE...) on `key`
@@ -91,8 +78,9 @@ end
 
 -- Enqueue many jobs whose ids are new, all due at `due_at`, without
 -- looking whether they are known: for a caller whose ids are new by
--- construction (the lock's commit: ids drawn at random for this pass, and
--- a commit sent twice is refused by the fence before it writes). An id
+-- construction (the purchase scripts: ids drawn at random for a pass; a
+-- `lock` commit sent twice is refused by the fence before it writes, a
+-- `lua` call run twice takes nobody while its job is queued). An id
 -- that was known would have its job replaced and its due time moved:
 -- every other caller uses `push_many`. `entries` is { id1, payload1, id2,
 -- payload2, ... }. Returns how many were added.
@@ -107,9 +95,10 @@ local function push_fresh_many(due, jobs, entries, due_at)
   return #scored / 2
 end
 
--- Enqueue many jobs by id, all due at `due_at` (`push`, for a batch).
--- `entries` is { id1, payload1, id2, payload2, ... }. An id already known,
--- or given twice, is added once. Returns how many were added.
+-- Enqueue many jobs by id, all due at `due_at`. `entries` is { id1,
+-- payload1, id2, payload2, ... }. An id already known (due, in flight or
+-- dead), or given twice, is added once, so that enqueueing twice never
+-- duplicates a job. Returns how many were added.
 local function push_many(due, jobs, entries, due_at)
   local ids = {}
   for i = 1, #entries, 2 do

@@ -93,7 +93,8 @@ pub struct Store {
     /// The runtime the store was made on: in `serve`, the process' own
     /// (`main`), not one of the HTTP workers'. What many requests wait on
     /// runs here, in a task of its own: a sale's one read (`catalog.rs`),
-    /// the passes through a sale's lock (`strategy/lanes.rs`), a
+    /// the passes of a sale's lane and the looks of those whose answer
+    /// was lost (`strategy/lanes.rs`), a
     /// live page's reading task (`scoreboard.rs`) and the single-flight
     /// reads of the index and the sale pages (`web/single_flight.rs`); the Redis pool opens its
     /// connections on the same runtime (`redis_pool/recycle_check.rs`). Each HTTP worker runs

@@ -197,7 +197,11 @@ pub(crate) enum Passed {
     /// no lock a pass must keep until it is done, and a stalled server
     /// would otherwise hold every later buyer of the sale on this
     /// instance behind each pass's look (up to 3 s), one after another.
-    Later(std::pin::Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>),
+    /// `doubt`: what each buyer is told if the look panics.
+    Later {
+        look: std::pin::Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>,
+        doubt: Vec<Outcome>,
+    },
 }
 
 /// One pass: take `batch` through the instance's strategy (`lock` or
@@ -225,10 +229,21 @@ async fn one_pass(shop: &Shop, sale_id: i64, roomed: bool, batch: Vec<Waiter>) {
     };
     match passed {
         Ok(Passed::Now(outcomes)) => answer(batch, outcomes),
-        Ok(Passed::Later(look)) => {
-            shop.store
-                .runtime()
-                .spawn(async move { answer(batch, look.await) }.in_current_span());
+        Ok(Passed::Later { look, doubt }) => {
+            let looked = async move {
+                use futures_util::FutureExt;
+                let outcomes = match std::panic::AssertUnwindSafe(look).catch_unwind().await {
+                    Ok(outcomes) => outcomes,
+                    Err(_) => {
+                        tracing::error!(
+                            "the look of a pass whose answer was lost panicked; its buyers are in doubt"
+                        );
+                        doubt
+                    }
+                };
+                answer(batch, outcomes);
+            };
+            shop.store.runtime().spawn(looked.in_current_span());
         }
         Err(error) => {
             // Each buyer gets the failure, judged once: a server that is

@@ -138,7 +138,8 @@ pub(super) async fn pass(
     anyhow::bail!("sale {sale_id} is not in Redis even after loading it")
 }
 
-/// What the script answered for `job`'s buyer.
+/// What the script answered for `job`'s buyer (or, after a lost answer,
+/// the buyer's hold).
 fn outcome_of(answer: &str, job: &OrderJob) -> Outcome {
     match answer {
         "taken" => Outcome::Accepted {
@@ -146,14 +147,25 @@ fn outcome_of(answer: &str, job: &OrderJob) -> Outcome {
         },
         "sold_out" => Outcome::SoldOut,
         "not_admitted" => Outcome::NotAdmitted,
+        // A second run of a call whose job is queued takes nobody new.
+        "busy" => Outcome::Busy,
         // In a room a buyer buys once: the admission bought already, and
         // its unit came back (the API answers `403 not_admitted` `used`).
         "spent" => Outcome::AlreadyPurchased { order_id: None },
-        // The order the buyer holds; a hold that names none (the lab's
-        // broken strategies write empty ones on the same keys) is still
-        // a unit held.
-        held => Outcome::AlreadyPurchased {
-            order_id: Uuid::parse_str(held).ok(),
+        // A hold that names no order: the lab's broken strategies write
+        // empty ones on the same keys. Still a unit held.
+        "" => Outcome::AlreadyPurchased { order_id: None },
+        held => match Uuid::parse_str(held) {
+            Ok(order_id) => Outcome::AlreadyPurchased {
+                order_id: Some(order_id),
+            },
+            Err(_) => {
+                tracing::error!(
+                    answer = held,
+                    "purchase_lua.lua answered what no buyer can be told"
+                );
+                in_doubt(job)
+            }
         },
     }
 }
@@ -183,15 +195,27 @@ fn after_a_lost_answer(
     jobs: Vec<OrderJob>,
     durability: RedisDurability,
 ) -> Passed {
+    let doubt: Vec<Outcome> = jobs.iter().map(in_doubt).collect();
     if durability != RedisDurability::Local {
-        return Passed::Now(jobs.iter().map(in_doubt).collect());
+        return Passed::Now(doubt);
     }
-    Passed::Later(Box::pin(async move {
-        let taken = match shop.after_a_lost_answer(job_id, &jobs).await {
+    let look = Box::pin(async move {
+        let looked = shop.after_a_lost_answer(job_id, &jobs).await;
+        // The holds are read once Redis has answered the look: not while
+        // it does not (the look's 3 s are the wait a buyer is held to).
+        let held = match looked {
+            Looked::Unknown => Vec::new(),
+            Looked::Taken(_) | Looked::NotTaken => {
+                holds(&shop, &keys, &jobs).await.unwrap_or_else(|error| {
+                    tracing::warn!(%error, "the holds of a pass whose answer was lost could not be read");
+                    Vec::new()
+                })
+            }
+        };
+        let taken = match looked {
             Looked::Taken(taken) => taken,
             Looked::NotTaken | Looked::Unknown => Vec::new(),
         };
-        let held = holds(&shop, &keys, &jobs).await.unwrap_or_default();
         (jobs.iter().enumerate())
             .map(|(i, job)| {
                 let own = job.order_id.to_string();
@@ -208,7 +232,8 @@ fn after_a_lost_answer(
                 }
             })
             .collect()
-    }))
+    });
+    Passed::Later { look, doubt }
 }
 
 /// The order each of `jobs`' buyers holds now, if any.
@@ -224,4 +249,46 @@ async fn holds(
         .arg(&buyers)
         .query_async(&mut conn)
         .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every answer the script gives becomes what its buyer is told, and
+    /// one it cannot give leaves the buyer in doubt with their order id,
+    /// never an error for the whole pass (whose other buyers may have
+    /// won).
+    #[test]
+    fn each_answer_is_what_its_buyer_is_told_and_a_stray_one_is_in_doubt() {
+        let job = OrderJob {
+            order_id: Uuid::now_v7(),
+            sale_id: 1,
+            user_id: "ann".to_owned(),
+        };
+        let held = Uuid::now_v7();
+        let order_id = job.order_id;
+        for (answer, told) in [
+            ("taken", Outcome::Accepted { order_id }),
+            ("sold_out", Outcome::SoldOut),
+            ("not_admitted", Outcome::NotAdmitted),
+            ("busy", Outcome::Busy),
+            ("spent", Outcome::AlreadyPurchased { order_id: None }),
+            ("", Outcome::AlreadyPurchased { order_id: None }),
+            (
+                &held.to_string(),
+                Outcome::AlreadyPurchased {
+                    order_id: Some(held),
+                },
+            ),
+            (
+                "what?",
+                Outcome::Unconfirmed {
+                    order_id: Some(order_id),
+                },
+            ),
+        ] {
+            assert_eq!(outcome_of(answer, &job), told, "{answer:?}");
+        }
+    }
 }

@@ -527,8 +527,10 @@ async fn with_lua_a_dropped_connection_is_in_doubt_never_a_second_try() {
 /// Redis ran the commit once. (With the cluster client's own retries,
 /// `retries(16)` in `redis_pool/timeouts.rs`, it re-sent the commit and
 /// its `WAIT` on a new connection: the commit ran twice, and its second run
-/// told the winner `409 already_purchased` under `lua` and `lock_lost`
-/// under `lock`.)
+/// told the winner `409 already_purchased` under `lua`, as a script of
+/// one buyer then did, and `lock_lost` under `lock`. `lua`'s pass script
+/// now answers a second run what the first did, so only the count of
+/// runs shows the re-send.)
 async fn a_commit_whose_answer_was_lost_is_never_sent_again(
     strategy: seckill_core::config::Strategy,
 ) {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use seckill_core::config::Strategy;
-use seckill_core::domain::OrderJob;
+use seckill_core::domain::{OrderJob, PassIds, UserId};
 use seckill_core::redis_pool::{RedisAt, RedisConn};
 use seckill_core::strategy::lua;
 use uuid::Uuid;
@@ -28,16 +28,16 @@ struct Call {
 }
 
 impl Call {
-    fn new(sale: i64, buyers: &[&str]) -> Self {
+    /// Ids as a pass makes them (`PassIds`): the call's job is named by
+    /// its first buyer's order id.
+    async fn new(app: &TestApp, sale: i64, buyers: &[&str]) -> Self {
+        let key = app.store.pass_key().await.expect("the database's key");
+        let mut ids = PassIds::new(sale, key);
         let jobs = (buyers.iter())
-            .map(|user| OrderJob {
-                order_id: Uuid::now_v7(),
-                sale_id: sale,
-                user_id: (*user).to_owned(),
-            })
+            .map(|user| ids.order(&UserId::parse(user).expect("a buyer")))
             .collect();
         Self {
-            pass: Uuid::now_v7(),
+            pass: ids.job_id(),
             jobs,
             roomed: false,
         }
@@ -73,9 +73,11 @@ async fn lua_app() -> (seckill_devenv::services::PrivateRedis, TestApp) {
 /// each take one, ann's second request is told her order, dee is told
 /// sold out. Sent again (as a connection lost and re-sent would), the
 /// call takes nothing more and answers the same. Once a unit has come
-/// back, a third run takes it for dee, whose order goes as a job of its
-/// own (the call's job is still queued). PostgreSQL ends with the four
-/// orders, each under the id the call named.
+/// back, a third run takes nobody new while the call's job is queued
+/// (dee is told to ask again: her order would need that job's id); a
+/// fourth, once the worker has written the call's orders, takes it for
+/// dee. PostgreSQL ends with the four orders, each under the id the call
+/// named.
 #[tokio::test]
 async fn one_call_decides_its_buyers_in_turn_and_a_second_run_takes_nothing_twice() {
     let (_redis, app) = lua_app().await;
@@ -87,7 +89,7 @@ async fn one_call_decides_its_buyers_in_turn_and_a_second_run_takes_nothing_twic
         .query_async(&mut conn)
         .await
         .expect("a unit aside");
-    let call = Call::new(sale, &["ann", "bob", "ann", "cy", "dee"]);
+    let call = Call::new(&app, sale, &["ann", "bob", "ann", "cy", "dee"]).await;
 
     let (status, left, answers) = call.run(&app, &mut conn).await;
     let expected = [
@@ -118,17 +120,19 @@ async fn one_call_decides_its_buyers_in_turn_and_a_second_run_takes_nothing_twic
         .await
         .expect("a unit back");
     let (_, left, third) = call.run(&app, &mut conn).await;
-    assert_eq!(left, 0);
-    assert_eq!(third[4], "taken", "dee, with a unit back: {third:?}");
+    assert_eq!(left, 1, "the unit back stays on sale");
+    assert_eq!(third[4], "busy", "dee, while the call's job is queued");
     assert_eq!(third[..4], expected[..4], "the others, as before");
-    assert_eq!(
-        app.queue_stats(sale).await.waiting,
-        2,
-        "dee's order, a job of its own"
-    );
-
+    assert_eq!(app.queue_stats(sale).await.waiting, 1);
     let report = app.drain().await;
-    assert_eq!((report.confirmed, report.rejected), (4, 0));
+    assert_eq!((report.confirmed, report.rejected), (3, 0));
+
+    let (_, left, fourth) = call.run(&app, &mut conn).await;
+    assert_eq!(left, 0);
+    assert_eq!(fourth[4], "taken", "dee, once the call's job is written");
+    assert_eq!(fourth[..4], expected[..4], "the others, as before");
+    let report = app.drain().await;
+    assert_eq!((report.confirmed, report.rejected), (1, 0));
     let mut orders: Vec<(String, String)> = crate::helpers::orders(&app.pg, sale)
         .await
         .into_iter()
@@ -171,7 +175,9 @@ async fn a_roomed_call_checks_each_buyers_admission() {
         .query_async(&mut conn)
         .await
         .expect("a room's admitted and bought");
-    let call = Call::new(sale, &["ann", "bob", "cy", "dee", "ann"]).roomed();
+    let call = Call::new(&app, sale, &["ann", "bob", "cy", "dee", "ann"])
+        .await
+        .roomed();
 
     let (status, left, answers) = call.run(&app, &mut conn).await;
     assert_eq!((status.as_str(), left), ("done", 4));
@@ -266,7 +272,7 @@ async fn a_holder_whose_answer_is_lost_is_told_the_order_she_holds() {
     let app = spawn_app_on(scratch, options).await;
     let sale = app.create_sale(5).await;
     // Her unit, taken past the proxy.
-    let earlier = Call::new(sale, &["ann"]);
+    let earlier = Call::new(&app, sale, &["ann"]).await;
     let (_, _, answers) = earlier.run(&app, &mut app.redis_conn().await).await;
     assert_eq!(answers, ["taken"]);
 
