@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::config::Strategy;
 use crate::domain::UserId;
 use crate::failure;
-use crate::strategy::{Outcome, Shop, lua, under_lock};
+use crate::strategy::{Outcome, Passed, Shop, lua, under_lock};
 
 /// The most buyers one pass takes; the rest wait for the next pass. Bounds one script's length and one pass's time, and is the
 /// most orders one pass's ids can number (`domain::MAX_PASS`).
@@ -185,23 +185,6 @@ impl Lane {
 /// panicked).
 fn no_answer() -> anyhow::Error {
     anyhow::anyhow!("the purchase's pass ended without an answer")
-}
-
-/// What a pass found for its buyers, one outcome each, in order: now, or
-/// once a look that may take seconds is done.
-pub(crate) enum Passed {
-    Now(Vec<Outcome>),
-    /// A `lua` pass whose answer was lost: whether its orders were taken
-    /// is looked up (`lua.rs`, `after_a_lost_answer`) in a task of its
-    /// own, and the lane goes on with its next pass meanwhile. `lua` holds
-    /// no lock a pass must keep until it is done, and a stalled server
-    /// would otherwise hold every later buyer of the sale on this
-    /// instance behind each pass's look (up to 3 s), one after another.
-    /// `doubt`: what each buyer is told if the look panics.
-    Later {
-        look: std::pin::Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>,
-        doubt: Vec<Outcome>,
-    },
 }
 
 /// One pass: take `batch` through the instance's strategy (`lock` or

@@ -23,8 +23,7 @@ use anyhow::Context;
 use redis::{Script, ScriptInvocation};
 use uuid::Uuid;
 
-use super::lanes::Passed;
-use super::{Looked, Outcome, Shop};
+use super::{Looked, Outcome, Passed, Shop};
 use crate::config::RedisDurability;
 use crate::domain::{OrderJob, PassIds, UserId};
 use crate::failure;

@@ -221,6 +221,23 @@ impl SoldOutFlags {
     }
 }
 
+/// What a pass found for its buyers, one outcome each, in order: now, or
+/// once a look that may take seconds is done.
+pub(crate) enum Passed {
+    Now(Vec<Outcome>),
+    /// A `lua` pass whose answer was lost: whether its orders were taken
+    /// is looked up (`lua.rs`, `after_a_lost_answer`) in a task of its
+    /// own (`lanes.rs`), and the lane goes on with its next pass meanwhile. `lua` holds
+    /// no lock a pass must keep until it is done, and a stalled server
+    /// would otherwise hold every later buyer of the sale on this
+    /// instance behind each pass's look (up to 3 s), one after another.
+    /// `doubt`: what each buyer is told if the look panics.
+    Later {
+        look: std::pin::Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>,
+        doubt: Vec<Outcome>,
+    },
+}
+
 /// One purchase, as every strategy's `purchase` takes it.
 #[derive(Clone, Copy)]
 pub(crate) struct Buy<'a> {
