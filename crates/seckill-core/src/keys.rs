@@ -43,6 +43,11 @@ pub struct SaleKeys {
     /// Redis. It makes the give-back happen once per order however often the
     /// deadline job is delivered (see `lua/unit_return.lua`).
     pub(crate) returned: String,
+    /// `SET`: ids of the `lua` passes whose answer was lost, each added
+    /// by the look that then tells their buyers (`lua/pass_void.lua`): a
+    /// script of such a pass that lands later takes nobody
+    /// (`lua/purchase_lua.lua`). Kept, as `returned` is: one id a fault.
+    pub voided: String,
     /// Pub/sub channel (not a key) on which every change of the units left
     /// is published, as the new number of units left.
     pub events: String,
@@ -131,6 +136,7 @@ impl SaleKeys {
             queue: QueueKeys::new(&base),
             deadlines: QueueKeys::new(&under(&base, ":pay")),
             returned: under(&base, ":returned"),
+            voided: under(&base, ":voided"),
             events: under(&base, ":events"),
             epoch: under(&base, ":epoch"),
             waited: under(&base, ":waited"),
@@ -351,6 +357,7 @@ mod tests {
             (&keys.lock, "lock"),
             (&keys.fence, "fence"),
             (&keys.returned, "returned"),
+            (&keys.voided, "voided"),
             (&keys.events, "events"),
             (&keys.epoch, "epoch"),
             (&keys.waited, "waited"),
@@ -386,6 +393,7 @@ mod tests {
             &keys.lock,
             &keys.fence,
             &keys.returned,
+            &keys.voided,
             &keys.events,
             &keys.epoch,
             &keys.waited,

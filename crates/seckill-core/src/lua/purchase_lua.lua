@@ -9,6 +9,8 @@
 --          (buyer -> order id)
 -- KEYS[5]  the room's admitted       KEYS[6]  the room's bought
 --          (keys.rs: RoomKeys; both untouched unless ARGV[2])
+-- KEYS[7]  the sale's voided: passes whose answer was lost, looked up
+--          since (lua/pass_void.lua)
 -- ARGV[1]  the sale's events channel (pub/sub, not a key)
 -- ARGV[2]  '1' when the sale has a waiting room: each buyer's admission
 --          is checked and spent here, in the same step as the take
@@ -35,6 +37,9 @@
 -- be taken now (a unit came back meanwhile), is told 'busy', to ask
 -- again. Their order would need that job's id, which is also the pass's
 -- first order id (domain/pass_job.rs), so no job could be named for it.
+-- And a call whose answer was lost, and which the instance has looked up
+-- since (its id in KEYS[7]), takes nobody when it lands late: its buyers
+-- were told what the look found (lua/pass_void.lua).
 --
 -- The race this prevents is the oversell itself: the checks (has this
 -- buyer bought? is a unit left?) and the writes (take the unit, record the
@@ -91,8 +96,9 @@ local left = tonumber(stock)
 -- Redis' clock, read once, and only once a take is possible: a batch of
 -- refusals reads nothing more.
 local now = nil
--- Whether this call's job is queued already: asked once, and only once
--- a take is possible.
+-- Whether this call's job is queued already, or the call was voided by a
+-- look after its answer was lost: asked once, and only once a take is
+-- possible.
 local ran_before = nil
 local answers, takers, holds, bodies, taken_here = {}, {}, {}, {}, {}
 for k, buyer in ipairs(buyers) do
@@ -111,6 +117,7 @@ for k, buyer in ipairs(buyers) do
     now = now or now_ms()
     if ran_before == nil then
       ran_before = redis.call('HEXISTS', KEYS[4], ARGV[3]) == 1
+        or redis.call('SISMEMBER', KEYS[7], ARGV[3]) == 1
     end
     if roomed and (not ends[k] or tonumber(ends[k]) <= now) then
       answers[k] = 'not_admitted'

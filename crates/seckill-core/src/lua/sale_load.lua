@@ -7,7 +7,7 @@
 -- KEYS[2]  the sale's holds hash (buyer -> the order their unit belongs to)
 -- KEYS[3]  the sale's load epoch
 -- KEYS[4..] the sale's other keys that hold its state (lock, queues,
---          returned orders, answers, waiting room): cleared with the rest when the
+--          returned orders, voided passes, answers, waiting room): cleared with the rest when the
 --          sale in Redis was loaded from another database
 -- ARGV[1]  units left according to PostgreSQL (stock_total - sold)
 -- ARGV[2]  a fresh id for this load (the new epoch): "db:<database id>:<random>"

@@ -123,11 +123,16 @@ impl Loading {
         let epoch = format!("{ours}{}", uuid::Uuid::new_v4().simple());
         let mut load = LOAD.prepare_invoke();
         load.key(&keys.stock).key(&keys.holds).key(&keys.epoch);
-        for key in [keys.lock.as_str(), &keys.returned, &keys.answers]
-            .into_iter()
-            .chain(keys.queue.all())
-            .chain(keys.deadlines.all())
-            .chain(keys.room.all())
+        for key in [
+            keys.lock.as_str(),
+            &keys.returned,
+            &keys.voided,
+            &keys.answers,
+        ]
+        .into_iter()
+        .chain(keys.queue.all())
+        .chain(keys.deadlines.all())
+        .chain(keys.room.all())
         {
             load.key(key);
         }

@@ -1,11 +1,17 @@
 //! A commit whose answer was lost with its connection: was it taken?
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use anyhow::Context;
+use redis::Script;
 use uuid::Uuid;
 
 use super::Shop;
-use crate::domain::OrderJob;
+use crate::domain::{OrderJob, carried};
+use crate::keys::SaleKeys;
+
+static VOID: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/pass_void.lua")));
 
 /// How long a purchase whose commit answer was lost spends finding out
 /// whether its order was taken (a Redis restart takes a moment), and the
@@ -26,6 +32,19 @@ pub(crate) enum Looked {
     Unknown,
 }
 
+/// What keeps a commit whose answer was lost from landing after the look
+/// that tells its buyers: without it, a `NotTaken` could be taken back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LateCommit {
+    /// `lock`: the lock's fence, closed before the look
+    /// (`under_lock.rs`, `close_the_fence`); the look only reads.
+    Fenced,
+    /// `lua`: no lock, so the look voids the pass in the step that looks
+    /// for its job (`lua/pass_void.lua`), and the script, landing late,
+    /// takes nobody.
+    Voided,
+}
+
 impl Shop {
     /// A commit's answer was lost with its connection. Look its job up
     /// (`job_id`, carrying `jobs`' orders, on the sale's queue), then its
@@ -36,8 +55,14 @@ impl Shop {
     /// answer is the caller's: only a `Taken` order, or a `NotTaken` one
     /// whose late commit cannot land, is final; an order in doubt is told
     /// `503` with its id, never an error without it (`GET
-    /// /api/orders/{id}` tells later what became of it).
-    pub(crate) async fn after_a_lost_answer(&self, job_id: Uuid, jobs: &[OrderJob]) -> Looked {
+    /// /api/orders/{id}` tells later what became of it). `late`: how a
+    /// commit still on its way is kept from taking after the look.
+    pub(crate) async fn after_a_lost_answer(
+        &self,
+        job_id: Uuid,
+        jobs: &[OrderJob],
+        late: LateCommit,
+    ) -> Looked {
         let Some(first) = jobs.first() else {
             return Looked::NotTaken;
         };
@@ -45,7 +70,9 @@ impl Shop {
         // restarting): ask again until it answers or the limit passes.
         let deadline = tokio::time::Instant::now() + LOOKUP_LIMIT;
         loop {
-            match tokio::time::timeout_at(deadline, self.taken(first.sale_id, job_id, jobs)).await {
+            match tokio::time::timeout_at(deadline, self.taken(first.sale_id, job_id, jobs, late))
+                .await
+            {
                 Ok(Ok(taken)) if !taken.is_empty() => {
                     tracing::warn!(%job_id, "commit answer lost, but the orders were taken");
                     return Looked::Taken(taken);
@@ -66,15 +93,33 @@ impl Shop {
     /// carries while it is on the queue, else those PostgreSQL holds (the
     /// worker acks a job only once all its orders are written). Empty:
     /// not taken. The queue first: the worker moves orders from it to
-    /// PostgreSQL, never back.
+    /// PostgreSQL, never back. (So, once a `Voided` pass is voided, a
+    /// job not on the queue is in PostgreSQL or nowhere, for good.)
     async fn taken(
         &self,
         sale_id: i64,
         job_id: Uuid,
         jobs: &[OrderJob],
+        late: LateCommit,
     ) -> anyhow::Result<Vec<Uuid>> {
         let mut conn = self.store.redis().await?;
-        if let Some(carried) = self.store.queued_job(&mut conn, sale_id, job_id).await? {
+        let queued = match late {
+            LateCommit::Fenced => self.store.queued_job(&mut conn, sale_id, job_id).await?,
+            LateCommit::Voided => {
+                let keys = SaleKeys::new(self.store.prefix(), sale_id);
+                let payload: Option<String> = VOID
+                    .key(&keys.queue.jobs)
+                    .key(&keys.voided)
+                    .arg(job_id.to_string())
+                    .invoke_async(&mut conn)
+                    .await
+                    .context("voiding a pass whose answer was lost")?;
+                payload
+                    .map(|payload| carried(&payload).context("decoding a queued job"))
+                    .transpose()?
+            }
+        };
+        if let Some(carried) = queued {
             return Ok(carried.iter().map(|order| order.order_id).collect());
         }
         let ids: Vec<Uuid> = jobs.iter().map(|job| job.order_id).collect();

@@ -23,7 +23,7 @@ use anyhow::Context;
 use redis::{Script, ScriptInvocation};
 use uuid::Uuid;
 
-use super::{Looked, Outcome, Passed, Shop};
+use super::{LateCommit, Looked, Outcome, Passed, Shop};
 use crate::config::RedisDurability;
 use crate::domain::{OrderJob, PassIds, UserId};
 use crate::failure;
@@ -57,6 +57,7 @@ pub fn invocation<'a>(
         .key(&keys.queue.jobs)
         .key(&keys.room.admitted)
         .key(&keys.room.bought)
+        .key(&keys.voided)
         .arg(&keys.events)
         .arg(u8::from(roomed))
         .arg(job_id.to_string());
@@ -181,11 +182,16 @@ fn in_doubt(job: &OrderJob) -> Outcome {
 /// The pass's script may have run, its answer lost with the connection.
 /// There is no lock, so no fence to close: a script not found now may
 /// still land (sent to a stalled server, it runs when the server goes
-/// on). Final, under `local`: an order found taken, and a buyer found
-/// holding another order (which the script, landing late, would leave
-/// as it is). Every other buyer is in doubt, never told an error. (Under
-/// `replica` the `WAIT` was lost too: whatever a look finds, the answer
-/// is the same, so none is made.) The look is left to a task of its own
+/// on). So the look voids the pass in the step that looks for its job
+/// (`LateCommit::Voided`, `lua/pass_void.lua`): once Redis has answered
+/// it, the script takes nobody, whenever it lands, and what the look
+/// found is final under `local`. An order found taken is `202`; a buyer
+/// found holding another order is told that order (`409`); every other
+/// buyer was not taken and is told `busy` (`503`, ask again: they were
+/// refused, or the script never ran). Only while Redis cannot be asked
+/// for the look's 3 s is a buyer in doubt. (Under `replica` the `WAIT`
+/// was lost too: whatever a look finds, a failover could take it back,
+/// so none is made.) The look is left to a task of its own
 /// ([`Passed::Later`]).
 fn after_a_lost_answer(
     shop: Shop,
@@ -199,34 +205,33 @@ fn after_a_lost_answer(
         return Passed::Now(doubt);
     }
     let look = Box::pin(async move {
-        let looked = shop.after_a_lost_answer(job_id, &jobs).await;
-        // The holds are read once Redis has answered the look: not while
-        // it does not (the look's 3 s are the wait a buyer is held to).
-        let held = match looked {
-            Looked::Unknown => Vec::new(),
-            Looked::Taken(_) | Looked::NotTaken => {
-                holds(&shop, &keys, &jobs).await.unwrap_or_else(|error| {
-                    tracing::warn!(%error, "the holds of a pass whose answer was lost could not be read");
-                    Vec::new()
-                })
-            }
-        };
+        let looked = (shop.after_a_lost_answer(job_id, &jobs, LateCommit::Voided)).await;
         let taken = match looked {
             Looked::Taken(taken) => taken,
-            Looked::NotTaken | Looked::Unknown => Vec::new(),
+            Looked::NotTaken => Vec::new(),
+            // Not voided: the script may land yet.
+            Looked::Unknown => return jobs.iter().map(in_doubt).collect(),
         };
+        // Read once the pass is voided: no late script can change them.
+        let held = holds(&shop, &keys, &jobs).await.unwrap_or_else(|error| {
+            tracing::warn!(%error, "the holds of a pass whose answer was lost could not be read");
+            Vec::new()
+        });
         (jobs.iter().enumerate())
             .map(|(i, job)| {
                 let own = job.order_id.to_string();
-                match held.get(i).cloned().flatten() {
+                match held.get(i).cloned() {
                     // Taken: its job is queued, or its hold is in place.
                     _ if taken.contains(&job.order_id) => Outcome::Accepted {
                         order_id: job.order_id,
                     },
-                    Some(held) if held == own => Outcome::Accepted {
+                    Some(Some(held)) if held == own => Outcome::Accepted {
                         order_id: job.order_id,
                     },
-                    Some(other) => outcome_of(&other, job),
+                    Some(Some(other)) => outcome_of(&other, job),
+                    // Holding nothing, and the pass cannot take them now.
+                    Some(None) => Outcome::Busy,
+                    // The holds could not be read.
                     None => in_doubt(job),
                 }
             })

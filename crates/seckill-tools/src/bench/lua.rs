@@ -56,8 +56,9 @@ pub(super) async fn script_per_second(
         ])
         // __rand_int__ becomes a random 12-digit number in each call.
         .args(["-r", "1000000000000", "--csv"])
-        .args(["EVALSHA", script.get_hash(), "4"])
+        .args(["EVALSHA", script.get_hash(), "7"])
         .args([&keys.stock, &keys.holds, &keys.queue.due, &keys.queue.jobs])
+        .args([&keys.room.admitted, &keys.room.bought, &keys.voided])
         // One buyer a call: the script as a pass of one sends it.
         .args([&keys.events, "0", "pass-__rand_int__"])
         .args(["buyer-__rand_int__", "order-__rand_int__", &payload]);

@@ -2,7 +2,8 @@
 //! each buyer decided in turn against the units the ones before left, a
 //! buyer who comes twice taking one unit, a call run twice taking nothing
 //! more, and the instance sending its waiting buyers in one call; a
-//! holder whose pass's answer is lost told the order she holds.
+//! holder whose pass's answer is lost told the order she holds, and a
+//! script that lands after the look that told its buyers taking nobody.
 
 use std::time::Duration;
 
@@ -252,24 +253,45 @@ async fn buyers_waiting_on_one_instance_go_in_one_script() {
     assert_eq!(app.redis_stock(sale).await, Some(0));
 }
 
+/// An instance whose every connection to the sale's Redis goes through
+/// `proxy` (given where Redis is), the purchase script loaded first: a
+/// script the proxy holds runs when it reaches Redis.
+async fn lua_app_behind<F>(proxy: impl FnOnce(String) -> F) -> (TestApp, LoseOneAnswer)
+where
+    F: Future<Output = LoseOneAnswer>,
+{
+    let scratch = Scratch::new().await;
+    // redis://host:port[/db] -> host:port
+    let upstream = (scratch.redis_url().split('/').nth(2))
+        .expect("host and port")
+        .to_owned();
+    let proxy = proxy(upstream).await;
+    let options = Options {
+        app_redis: Some(RedisAt::Server(proxy.url.clone())),
+        ..Options::with_strategy(Strategy::Lua)
+    };
+    let app = spawn_app_on(scratch, options).await;
+    let _: String = lua::script()
+        .prepare_invoke()
+        .load_async(&mut app.redis_conn().await)
+        .await
+        .expect("SCRIPT LOAD");
+    (app, proxy)
+}
+
+/// The purchase script's hash: what the proxy watches for.
+fn the_script() -> Vec<Vec<u8>> {
+    vec![lua::script().get_hash().as_bytes().to_vec()]
+}
+
 /// Ann holds a unit and asks again; the answer of her pass's script is
 /// lost. She is told `409 already_purchased` with the order she holds,
 /// read from the holds after the loss (a script landing late would leave
 /// it as it is), not `503` naming an order that never was.
 #[tokio::test]
 async fn a_holder_whose_answer_is_lost_is_told_the_order_she_holds() {
-    let scratch = Scratch::new().await;
-    // redis://host:port[/db] -> host:port
-    let upstream = (scratch.redis_url().split('/').nth(2))
-        .expect("host and port")
-        .to_owned();
-    let needle = lua::script().get_hash().as_bytes().to_vec();
-    let proxy = LoseOneAnswer::start(upstream, vec![needle]).await;
-    let options = Options {
-        app_redis: Some(RedisAt::Server(proxy.url.clone())),
-        ..Options::with_strategy(Strategy::Lua)
-    };
-    let app = spawn_app_on(scratch, options).await;
+    let (app, proxy) =
+        lua_app_behind(|upstream| LoseOneAnswer::start(upstream, the_script())).await;
     let sale = app.create_sale(5).await;
     // Her unit, taken past the proxy.
     let earlier = Call::new(&app, sale, &["ann"]).await;
@@ -282,4 +304,47 @@ async fn a_holder_whose_answer_is_lost_is_told_the_order_she_holds() {
     let body: serde_json::Value = told.json().await.expect("JSON");
     assert_eq!(body["error"], "already_purchased", "{body}");
     assert_eq!(body["order_id"], earlier.order_of(0), "{body}");
+}
+
+/// Bob's pass's script is held on its way (a stalled connection) until
+/// after the look that follows its lost answer, and then reaches Redis.
+/// The look voided the pass: Bob is told `503 busy` with `Retry-After`
+/// (nothing was taken, ask again), and the script, landing late, takes
+/// nothing: no order nobody was told about, no unit gone. Asked again,
+/// Bob buys.
+#[tokio::test]
+async fn a_script_that_lands_after_its_look_takes_nobody() {
+    let late = Duration::from_millis(1500);
+    let (app, proxy) =
+        lua_app_behind(|upstream| LoseOneAnswer::delaying(upstream, the_script(), late)).await;
+    let sale = app.create_sale(5).await;
+    let mut monitor = Monitor::start(app.scratch.redis_url(), &app.keys(sale).stock).await;
+
+    let told = app.purchase(sale, "bob").await;
+    assert_eq!(proxy.answers_lost(), 1, "the script was not held");
+    assert_eq!(told.status(), 503);
+    assert!(told.headers().contains_key("retry-after"), "{told:?}");
+    let body: serde_json::Value = told.json().await.expect("JSON");
+    assert_eq!(body["error"], "busy", "{body}");
+
+    // The held script reaches Redis, and runs.
+    tokio::time::sleep(late + Duration::from_secs(1)).await;
+    let scripts = (monitor.until_now().await.into_iter())
+        .filter(|command| command[0].eq_ignore_ascii_case("evalsha"))
+        .count();
+    assert_eq!(
+        scripts, 1,
+        "the held script never ran: the test proves nothing"
+    );
+    assert_eq!(
+        app.redis_stock(sale).await,
+        Some(5),
+        "the late script took a unit"
+    );
+    assert!(app.redis_buyers(sale).await.is_empty());
+    let report = app.drain().await;
+    assert_eq!(report.confirmed, 0, "an order nobody was told about");
+
+    assert_eq!(app.purchase(sale, "bob").await.status(), 202);
+    assert_eq!(app.redis_stock(sale).await, Some(4));
 }

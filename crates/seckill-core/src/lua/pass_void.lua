@@ -1,0 +1,28 @@
+-- pass_void.lua: a `lua` pass whose answer was lost: find its job, and
+-- make sure that, if it has not run, it never takes anyone.
+--
+-- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs):
+-- KEYS[1]  the sale's queue's jobs hash (job id -> payload)
+-- KEYS[2]  the sale's voided: SET of the pass ids looked up after a lost
+--          answer (keys.rs: SaleKeys::voided)
+-- ARGV[1]  the pass's id: the id of the one queue job its orders go in
+--
+-- Returns the job's payload while the queue holds it (waiting, in flight
+-- or dead); else false. Either way the pass is voided first.
+--
+-- The race this closes: `lua` has no lock, so no fence. A pass's script
+-- whose answer was lost may not have reached Redis yet (its connection
+-- stalled, or the server did): looked up now, its job is not found, and
+-- its buyers are told nothing was taken; then it lands and takes their
+-- units, orders nobody was told about. As two steps (read the queue,
+-- then mark the pass) the script could land between them. Here the look
+-- and the mark are one step, and purchase_lua.lua checks the mark before
+-- it takes anyone (the same check that keeps a second run of a call from
+-- taking twice): a pass not found here never takes anyone later. One
+-- found here ran already; it is voided too, so that no run of it but the
+-- first can take.
+--
+-- The set keeps each id, as `returned` keeps each returned order: a pass
+-- is voided only after a lost answer, a fault, not per purchase.
+redis.call('SADD', KEYS[2], ARGV[1])
+return redis.call('HGET', KEYS[1], ARGV[1])
