@@ -43,7 +43,9 @@ pub enum ApiError {
     NotStarted,
     #[error("the sale has ended")]
     Ended,
-    #[error("too many buyers at once; try again in a moment")]
+    #[error(
+        "nothing was taken: too many buyers at once, or the answer was lost on its way; try again in a moment"
+    )]
     Busy,
     #[error("this purchase held the sale's lock too long (it ran out) and took nothing; try again")]
     LockLost,

@@ -5,12 +5,23 @@
 -- KEYS[1]  the sale's queue's jobs hash (job id -> payload)
 -- KEYS[2]  the sale's voided: SET of the pass ids looked up after a lost
 --          answer (keys.rs: SaleKeys::voided)
+-- KEYS[3]  the sale's stock (absent: Redis does not hold the sale)
 -- ARGV[1]  the pass's id: the id of the one queue job its orders go in
 --
--- Returns the job's payload while the queue holds it (waiting, in flight
--- or dead); else false. Either way the pass is voided first.
+-- Returns {loaded, payload}: loaded 1 while Redis holds the sale (its
+-- stock); payload the job's while the queue holds it (waiting, in
+-- flight or dead), else false. Either way the pass is voided first.
 --
--- The race this closes: `lua` has no lock, so no fence. A pass's script
+-- A job not found while the sale is loaded is in PostgreSQL or nowhere,
+-- for good: the worker moves a job from the queue to PostgreSQL, never
+-- back, and a batch a worker reserved before Redis lost the sale is
+-- written only if no load came since (store/confirm.rs). While the sale
+-- is not loaded (Redis lost it: a restart without persistence), such a
+-- batch may still be written, so nothing is final: the caller asks again.
+-- (A failover under `local` that loses the pass's job keeps the sale:
+-- that loss is what `replica` durability is for.)
+--
+-- The race this prevents: `lua` has no lock, so no fence. A pass's script
 -- whose answer was lost may not have reached Redis yet (its connection
 -- stalled, or the server did): looked up now, its job is not found, and
 -- its buyers are told nothing was taken; then it lands and takes their
@@ -25,4 +36,5 @@
 -- The set keeps each id, as `returned` keeps each returned order: a pass
 -- is voided only after a lost answer, a fault, not per purchase.
 redis.call('SADD', KEYS[2], ARGV[1])
-return redis.call('HGET', KEYS[1], ARGV[1])
+local loaded = redis.call('EXISTS', KEYS[3])
+return {loaded, redis.call('HGET', KEYS[1], ARGV[1])}

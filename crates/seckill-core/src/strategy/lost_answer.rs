@@ -93,8 +93,11 @@ impl Shop {
     /// carries while it is on the queue, else those PostgreSQL holds (the
     /// worker acks a job only once all its orders are written). Empty:
     /// not taken. The queue first: the worker moves orders from it to
-    /// PostgreSQL, never back. (So, once a `Voided` pass is voided, a
-    /// job not on the queue is in PostgreSQL or nowhere, for good.)
+    /// PostgreSQL, never back. (So, once a `Voided` pass is voided while
+    /// Redis holds its sale, a job not on the queue is in PostgreSQL or
+    /// nowhere, for good: `lua/pass_void.lua`. While Redis does not hold
+    /// the sale, a worker may still write a batch it reserved before, so
+    /// the look is asked again.)
     async fn taken(
         &self,
         sale_id: i64,
@@ -107,13 +110,18 @@ impl Shop {
             LateCommit::Fenced => self.store.queued_job(&mut conn, sale_id, job_id).await?,
             LateCommit::Voided => {
                 let keys = SaleKeys::new(self.store.prefix(), sale_id);
-                let payload: Option<String> = VOID
+                let (loaded, payload): (bool, Option<String>) = VOID
                     .key(&keys.queue.jobs)
                     .key(&keys.voided)
+                    .key(&keys.stock)
                     .arg(job_id.to_string())
                     .invoke_async(&mut conn)
                     .await
                     .context("voiding a pass whose answer was lost")?;
+                anyhow::ensure!(
+                    loaded || payload.is_some(),
+                    "sale {sale_id} is not in Redis: a worker may still write the pass's orders"
+                );
                 payload
                     .map(|payload| carried(&payload).context("decoding a queued job"))
                     .transpose()?

@@ -188,8 +188,10 @@ fn in_doubt(job: &OrderJob) -> Outcome {
 /// found is final under `local`. An order found taken is `202`; a buyer
 /// found holding another order is told that order (`409`); every other
 /// buyer was not taken and is told `busy` (`503`, ask again: they were
-/// refused, or the script never ran). Only while Redis cannot be asked
-/// for the look's 3 s is a buyer in doubt. (Under `replica` the `WAIT`
+/// refused, or the script never ran). A buyer is in doubt only when the
+/// look cannot tell within its 3 s (Redis or PostgreSQL does not answer
+/// it, or Redis lost the sale and nothing loaded it again), or the holds
+/// cannot be read. (Under `replica` the `WAIT`
 /// was lost too: whatever a look finds, a failover could take it back,
 /// so none is made.) The look is left to a task of its own
 /// ([`Passed::Later`]).
@@ -209,7 +211,8 @@ fn after_a_lost_answer(
         let taken = match looked {
             Looked::Taken(taken) => taken,
             Looked::NotTaken => Vec::new(),
-            // Not voided: the script may land yet.
+            // Maybe not voided (the look had no answer), or Redis had
+            // lost the sale: the script's orders may be written yet.
             Looked::Unknown => return jobs.iter().map(in_doubt).collect(),
         };
         // Read once the pass is voided: no late script can change them.

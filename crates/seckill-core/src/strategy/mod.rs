@@ -74,7 +74,9 @@ pub enum Outcome {
     },
     NotStarted,
     Ended,
-    /// The lock could not be had in time; the client may retry.
+    /// Nothing was taken, and the client may retry: the lock could not
+    /// be had in time, or (`lua`) the pass's answer was lost and the look
+    /// that voided it found the buyer not taken.
     Busy,
     /// This purchase held the lock, but it ran out before the commit (a
     /// pause longer than its TTL): the fence refused the write, nothing was
