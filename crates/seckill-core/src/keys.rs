@@ -43,8 +43,8 @@ pub struct SaleKeys {
     /// Redis. It makes the give-back happen once per order however often the
     /// deadline job is delivered (see `lua/unit_return.lua`).
     pub(crate) returned: String,
-    /// `SET`: ids of the `lua` passes whose answer was lost, each added
-    /// by the look that then tells their buyers (`lua/pass_void.lua`): a
+    /// `SET`: ids of the passes whose answer was lost, each added by the
+    /// look that then tells their buyers (`lua/pass_void.lua`): a `lua`
     /// script of such a pass that lands later takes nobody
     /// (`lua/purchase_lua.lua`). Kept, as `returned` is: one id a fault.
     pub voided: String,

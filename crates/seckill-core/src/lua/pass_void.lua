@@ -1,5 +1,8 @@
--- pass_void.lua: a `lua` pass whose answer was lost: find its job, and
--- make sure that, if it has not run, it never takes anyone.
+-- pass_void.lua: a pass whose answer was lost: find its job, and make
+-- sure that, if it has not run, it never takes anyone. Both strategies'
+-- looks call it (strategy/lost_answer.rs); the mark is for `lua`, whose
+-- script has no fence: a `lock` commit is kept out by the lock's fence,
+-- closed before the look, and never reads the mark.
 --
 -- KEYS are one sale's, under its hash tag {sale:ID} (keys.rs):
 -- KEYS[1]  the sale's queue's jobs hash (job id -> payload)

@@ -267,23 +267,6 @@ impl Store {
             .context("looking for orders")
     }
 
-    /// A job's payload on a sale's order queue (waiting, in flight or
-    /// dead), decoded: the orders it carries; `None` if the queue does not
-    /// know it.
-    pub(crate) async fn queued_job<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        sale_id: i64,
-        job_id: Uuid,
-    ) -> anyhow::Result<Option<Vec<OrderJob>>> {
-        Queue::new(SaleKeys::new(&self.prefix, sale_id).queue)
-            .payload(conn, &job_id.to_string())
-            .await
-            .context("looking for a queued job")?
-            .map(|payload| carried(&payload).context("decoding a queued job"))
-            .transpose()
-    }
-
     /// One order as stored in PostgreSQL.
     pub async fn stored_order(&self, order_id: Uuid) -> anyhow::Result<Option<Order>> {
         let row: Option<(i64, String, OrderStatus, Option<DateTime<Utc>>)> =

@@ -32,19 +32,6 @@ pub(crate) enum Looked {
     Unknown,
 }
 
-/// What keeps a commit whose answer was lost from landing after the look
-/// that tells its buyers: without it, a `NotTaken` could be taken back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LateCommit {
-    /// `lock`: the lock's fence, closed before the look
-    /// (`under_lock.rs`, `close_the_fence`); the look only reads.
-    Fenced,
-    /// `lua`: no lock, so the look voids the pass in the step that looks
-    /// for its job (`lua/pass_void.lua`), and the script, landing late,
-    /// takes nobody.
-    Voided,
-}
-
 impl Shop {
     /// A commit's answer was lost with its connection. Look its job up
     /// (`job_id`, carrying `jobs`' orders, on the sale's queue), then its
@@ -55,14 +42,14 @@ impl Shop {
     /// answer is the caller's: only a `Taken` order, or a `NotTaken` one
     /// whose late commit cannot land, is final; an order in doubt is told
     /// `503` with its id, never an error without it (`GET
-    /// /api/orders/{id}` tells later what became of it). `late`: how a
-    /// commit still on its way is kept from taking after the look.
-    pub(crate) async fn after_a_lost_answer(
-        &self,
-        job_id: Uuid,
-        jobs: &[OrderJob],
-        late: LateCommit,
-    ) -> Looked {
+    /// /api/orders/{id}` tells later what became of it).
+    ///
+    /// A commit still on its way is kept from taking after the look:
+    /// `lock`'s by its fence, closed before the look (`under_lock.rs`,
+    /// `close_the_fence`); `lua`'s, which has no lock, by the look itself,
+    /// which voids the pass in the step that looks for its job
+    /// (`lua/pass_void.lua`).
+    pub(crate) async fn after_a_lost_answer(&self, job_id: Uuid, jobs: &[OrderJob]) -> Looked {
         let Some(first) = jobs.first() else {
             return Looked::NotTaken;
         };
@@ -70,9 +57,7 @@ impl Shop {
         // restarting): ask again until it answers or the limit passes.
         let deadline = tokio::time::Instant::now() + LOOKUP_LIMIT;
         loop {
-            match tokio::time::timeout_at(deadline, self.taken(first.sale_id, job_id, jobs, late))
-                .await
-            {
+            match tokio::time::timeout_at(deadline, self.taken(first.sale_id, job_id, jobs)).await {
                 Ok(Ok(taken)) if !taken.is_empty() => {
                     tracing::warn!(%job_id, "commit answer lost, but the orders were taken");
                     return Looked::Taken(taken);
@@ -93,8 +78,8 @@ impl Shop {
     /// carries while it is on the queue, else those PostgreSQL holds (the
     /// worker acks a job only once all its orders are written). Empty:
     /// not taken. The queue first: the worker moves orders from it to
-    /// PostgreSQL, never back. (So, once a `Voided` pass is voided while
-    /// Redis holds its sale, a job not on the queue is in PostgreSQL or
+    /// PostgreSQL, never back. (So, once the pass is voided while Redis
+    /// holds its sale, a job not on the queue is in PostgreSQL or
     /// nowhere, for good: `lua/pass_void.lua`. While Redis does not hold
     /// the sale, a worker may still write a batch it reserved before, so
     /// the look is asked again.)
@@ -103,30 +88,23 @@ impl Shop {
         sale_id: i64,
         job_id: Uuid,
         jobs: &[OrderJob],
-        late: LateCommit,
     ) -> anyhow::Result<Vec<Uuid>> {
         let mut conn = self.store.redis().await?;
-        let queued = match late {
-            LateCommit::Fenced => self.store.queued_job(&mut conn, sale_id, job_id).await?,
-            LateCommit::Voided => {
-                let keys = SaleKeys::new(self.store.prefix(), sale_id);
-                let (loaded, payload): (bool, Option<String>) = VOID
-                    .key(&keys.queue.jobs)
-                    .key(&keys.voided)
-                    .key(&keys.stock)
-                    .arg(job_id.to_string())
-                    .invoke_async(&mut conn)
-                    .await
-                    .context("voiding a pass whose answer was lost")?;
-                anyhow::ensure!(
-                    loaded || payload.is_some(),
-                    "sale {sale_id} is not in Redis: a worker may still write the pass's orders"
-                );
-                payload
-                    .map(|payload| carried(&payload).context("decoding a queued job"))
-                    .transpose()?
-            }
-        };
+        let keys = SaleKeys::new(self.store.prefix(), sale_id);
+        let (loaded, payload): (bool, Option<String>) = VOID
+            .key(&keys.queue.jobs)
+            .key(&keys.voided)
+            .key(&keys.stock)
+            .arg(job_id.to_string())
+            .invoke_async(&mut conn)
+            .await
+            .context("looking for the job of a pass whose answer was lost")?;
+        anyhow::ensure!(
+            loaded || payload.is_some(),
+            "sale {sale_id} is not in Redis: a worker may still write the pass's orders"
+        );
+        let queued = (payload.map(|payload| carried(&payload)).transpose())
+            .context("decoding a queued job")?;
         if let Some(carried) = queued {
             return Ok(carried.iter().map(|order| order.order_id).collect());
         }

@@ -23,7 +23,7 @@ use anyhow::Context;
 use redis::{Script, ScriptInvocation};
 use uuid::Uuid;
 
-use super::{LateCommit, Looked, Outcome, Passed, Shop};
+use super::{Looked, Outcome, Passed, Shop};
 use crate::config::RedisDurability;
 use crate::domain::{OrderJob, PassIds, UserId};
 use crate::failure;
@@ -183,18 +183,17 @@ fn in_doubt(job: &OrderJob) -> Outcome {
 /// There is no lock, so no fence to close: a script not found now may
 /// still land (sent to a stalled server, it runs when the server goes
 /// on). So the look voids the pass in the step that looks for its job
-/// (`LateCommit::Voided`, `lua/pass_void.lua`): once Redis has answered
-/// it, the script takes nobody, whenever it lands, and what the look
-/// found is final under `local`. An order found taken is `202`; a buyer
+/// (`Shop::after_a_lost_answer`, `lua/pass_void.lua`): once Redis has
+/// answered it, the script takes nobody, whenever it lands, and what the
+/// look found is final under `local`. An order found taken is `202`; a buyer
 /// found holding another order is told that order (`409`); every other
 /// buyer was not taken and is told `busy` (`503`, ask again: they were
 /// refused, or the script never ran). A buyer is in doubt only when the
 /// look cannot tell within its 3 s (Redis or PostgreSQL does not answer
 /// it, or Redis lost the sale and nothing loaded it again), or the holds
-/// cannot be read. (Under `replica` the `WAIT`
-/// was lost too: whatever a look finds, a failover could take it back,
-/// so none is made.) The look is left to a task of its own
-/// ([`Passed::Later`]).
+/// cannot be read. (Under `replica` the `WAIT` was lost too: whatever a
+/// look finds, a failover could take it back, so none is made.) The look
+/// is left to a task of its own ([`Passed::Later`]).
 fn after_a_lost_answer(
     shop: Shop,
     keys: SaleKeys,
@@ -207,7 +206,7 @@ fn after_a_lost_answer(
         return Passed::Now(doubt);
     }
     let look = Box::pin(async move {
-        let looked = (shop.after_a_lost_answer(job_id, &jobs, LateCommit::Voided)).await;
+        let looked = shop.after_a_lost_answer(job_id, &jobs).await;
         let taken = match looked {
             Looked::Taken(taken) => taken,
             Looked::NotTaken => Vec::new(),
