@@ -23,7 +23,7 @@ use anyhow::Context;
 use redis::{Script, ScriptInvocation};
 use uuid::Uuid;
 
-use super::{Looked, Outcome, Passed, Shop};
+use super::{LateCommit, Looked, Outcome, Passed, Shop};
 use crate::config::RedisDurability;
 use crate::domain::{OrderJob, PassIds, UserId};
 use crate::failure;
@@ -206,7 +206,7 @@ fn after_a_lost_answer(
         return Passed::Now(doubt);
     }
     let look = Box::pin(async move {
-        let looked = shop.after_a_lost_answer(job_id, &jobs).await;
+        let looked = (shop.after_a_lost_answer(job_id, &jobs, LateCommit::Voided)).await;
         let taken = match looked {
             Looked::Taken(taken) => taken,
             Looked::NotTaken => Vec::new(),

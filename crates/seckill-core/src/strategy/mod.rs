@@ -36,7 +36,7 @@ pub(crate) mod postgres;
 pub mod under_lock;
 
 pub(crate) use lanes::Lanes;
-pub(crate) use lost_answer::{LOOKUP_RETRY, Looked};
+pub(crate) use lost_answer::{LOOKUP_RETRY, LateCommit, Looked};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

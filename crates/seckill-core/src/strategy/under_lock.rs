@@ -29,7 +29,7 @@ use redis::Script;
 use redis::aio::ConnectionLike;
 use uuid::Uuid;
 
-use super::{Flag, Looked, Outcome, Shop};
+use super::{Flag, LateCommit, Looked, Outcome, Shop};
 use crate::config::RedisDurability;
 use crate::domain::{OrderJob, PassIds, UserId};
 use crate::failure;
@@ -377,7 +377,9 @@ async fn locked_section<C: ConnectionLike + Send>(
             // order is final only under `local`, and one that could not be
             // looked up is in doubt. Both are told `503` with their order
             // ids (`confirmed: Some(false)`), never an error without them.
-            let looked = shop.after_a_lost_answer(job_id, &jobs).await;
+            let looked = shop
+                .after_a_lost_answer(job_id, &jobs, LateCommit::Fenced)
+                .await;
             // The orders the commit did not take were refused by the room
             // (a roomed pass): which way, the room says. A roomed pass
             // whose every order the room refused took nothing and queued
