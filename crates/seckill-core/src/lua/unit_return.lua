@@ -55,11 +55,14 @@ if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return {'already_returned', 0}
 end
 redis.call('HDEL', KEYS[2], ARGV[2])
-local room_ttl = redis.call('PTTL', KEYS[5])
-if room_ttl ~= -2 then
+-- The room's end as a moment (PEXPIRETIME), not a time left: a time
+-- left read and set again could land a millisecond off the room's other
+-- keys, each of whose expiries is that same moment.
+local room_ends = redis.call('PEXPIRETIME', KEYS[5])
+if room_ends ~= -2 then
   redis.call('SADD', KEYS[4], ARGV[2])
-  if room_ttl > 0 then
-    redis.call('PEXPIRE', KEYS[4], int(room_ttl))
+  if room_ends > 0 then
+    redis.call('PEXPIREAT', KEYS[4], int(room_ends))
   end
 end
 local left = redis.call('INCR', KEYS[1])

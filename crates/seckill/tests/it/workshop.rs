@@ -210,10 +210,10 @@ fn the_readme_shows_the_workshop_first_and_no_block_waits_behind_a_server() {
     let readme = include_str!("../../../../README.md");
     let first_screen: String = readme.lines().take(25).collect::<Vec<_>>().join("\n");
     assert!(
-        first_screen.contains("docs/workshop.md") && first_screen.contains("4 to 7 minutes"),
+        first_screen.contains("docs/workshop.md") && first_screen.contains("4 to 8 minutes"),
         "{first_screen}"
     );
-    assert!(GUIDE.contains("4 to 7 minutes"));
+    assert!(GUIDE.contains("4 to 8 minutes"));
     for block in readme.split("```sh\n").skip(1) {
         let lines: Vec<&str> = block
             .split("```")
