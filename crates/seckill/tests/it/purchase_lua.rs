@@ -284,6 +284,26 @@ fn the_script() -> Vec<Vec<u8>> {
     vec![lua::script().get_hash().as_bytes().to_vec()]
 }
 
+/// An instance whose first purchase script is held on its way for `late`
+/// after its connection is closed (a stalled connection).
+async fn lua_app_holding_the_script(late: Duration) -> (TestApp, LoseOneAnswer) {
+    lua_app_behind(|upstream| LoseOneAnswer::delaying(upstream, the_script(), late)).await
+}
+
+/// Bob buys, his pass's script is held past the look: he is told `503`
+/// with `Retry-After`, whatever the look found. The answer's body.
+async fn bob_held_past_the_look(
+    app: &TestApp,
+    proxy: &LoseOneAnswer,
+    sale: i64,
+) -> serde_json::Value {
+    let told = app.purchase(sale, "bob").await;
+    assert_eq!(proxy.answers_lost(), 1, "the script was not held");
+    assert_eq!(told.status(), 503);
+    assert!(told.headers().contains_key("retry-after"), "{told:?}");
+    told.json().await.expect("JSON")
+}
+
 /// Ann holds a unit and asks again; the answer of her pass's script is
 /// lost. She is told `409 already_purchased` with the order she holds,
 /// read from the holds after the loss (a script landing late would leave
@@ -315,17 +335,12 @@ async fn a_holder_whose_answer_is_lost_is_told_the_order_she_holds() {
 #[tokio::test]
 async fn a_script_that_lands_after_its_look_takes_nobody() {
     let late = Duration::from_secs(2);
-    let (app, proxy) =
-        lua_app_behind(|upstream| LoseOneAnswer::delaying(upstream, the_script(), late)).await;
+    let (app, proxy) = lua_app_holding_the_script(late).await;
     let sale = app.create_sale(5).await;
     let voided = app.keys(sale).voided;
     let mut monitor = Monitor::start(app.scratch.redis_url(), &voided).await;
 
-    let told = app.purchase(sale, "bob").await;
-    assert_eq!(proxy.answers_lost(), 1, "the script was not held");
-    assert_eq!(told.status(), 503);
-    assert!(told.headers().contains_key("retry-after"), "{told:?}");
-    let body: serde_json::Value = told.json().await.expect("JSON");
+    let body = bob_held_past_the_look(&app, &proxy, sale).await;
     assert_eq!(body["error"], "busy", "{body}");
 
     // The held script reaches Redis, runs, and asks whether its pass was
@@ -360,16 +375,11 @@ async fn a_script_that_lands_after_its_look_takes_nobody() {
 /// /api/orders/{id}` tells later), not `503 busy`.
 #[tokio::test]
 async fn a_look_while_redis_has_lost_the_sale_leaves_the_buyer_in_doubt() {
-    let late = Duration::from_secs(5);
-    let (app, proxy) =
-        lua_app_behind(|upstream| LoseOneAnswer::delaying(upstream, the_script(), late)).await;
+    let (app, proxy) = lua_app_holding_the_script(Duration::from_secs(5)).await;
     let sale = app.create_sale(5).await;
     app.wipe_all_of_sale(sale).await;
 
-    let told = app.purchase(sale, "bob").await;
-    assert_eq!(proxy.answers_lost(), 1, "the script was not held");
-    assert_eq!(told.status(), 503);
-    let body: serde_json::Value = told.json().await.expect("JSON");
+    let body = bob_held_past_the_look(&app, &proxy, sale).await;
     assert_eq!(body["error"], "unconfirmed", "{body}");
     assert!(body["order_id"].is_string(), "{body}");
 }
