@@ -239,6 +239,15 @@ pub fn lock_line(lock: &str) -> String {
     format!("{lock}:line")
 }
 
+/// The lock's abandoned attempts: `SET` of the nonces of attempts whose
+/// answer was lost and which their caller gave up (`lua/lock_abandon.lua`),
+/// so that one landing late takes nothing (`lua/lock_acquire.lua`). It
+/// expires a minute after the last abandon. Beside its lock, so under the
+/// same hash tag.
+pub fn lock_abandoned(lock: &str) -> String {
+    format!("{lock}:abandoned")
+}
+
 /// The pub/sub channel (not a key) on which a lock's release is announced,
 /// so that waiters wake instead of polling (`lock.rs`).
 pub(crate) fn lock_released(lock: &str) -> String {
@@ -406,7 +415,8 @@ mod tests {
             &keys.room.seen,
         ];
         let (line, released) = (lock_line(&keys.lock), lock_released(&keys.lock));
-        all.extend([&line, &released]);
+        let abandoned = lock_abandoned(&keys.lock);
+        all.extend([&line, &released, &abandoned]);
         let queues: Vec<String> = keys
             .queue
             .all()
@@ -426,7 +436,12 @@ mod tests {
     #[test]
     fn the_sweep_locks_keys_share_one_hash_tag() {
         let (lock, fence) = sweep_lock("t1");
-        for key in [&lock, &fence, &lock_line(&lock), &lock_released(&lock)] {
+        let others = [
+            lock_line(&lock),
+            lock_released(&lock),
+            lock_abandoned(&lock),
+        ];
+        for key in [&lock, &fence].into_iter().chain(&others) {
             assert!(
                 key.starts_with("t1:{sweep}:"),
                 "{key} lacks the sweep's hash tag"

@@ -66,20 +66,26 @@ use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script, ServerErrorKind, Value};
 
 use crate::keys;
+use crate::redis_pool::RedisPool;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_acquire.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_release.lua")));
-/// Sent whole (`EVAL`), never by its hash: an abandon goes into a server
-/// that may never have run it, and a `NOSCRIPT` then would come back to a
-/// caller that no longer waits, and send nothing again.
+/// Sent whole ([`RedisLock::abandon_cmd`]).
 const ABANDON: &str = include_str!("lua/lock_abandon.lua");
+/// How long an abandon is sent again, in the background, until Redis
+/// answers it: past that, a late attempt's lock is left to its TTL.
+const ABANDON_RETRIED: Duration = Duration::from_secs(30);
+/// How long a lock's abandoned attempts are kept after the last abandon
+/// (`keys::lock_abandoned`): an attempt held up on its way longer than
+/// this is no longer refused, and holds the lock for its TTL.
+const ABANDONED_KEPT: Duration = Duration::from_secs(60);
 static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_extend.lua")));
 
 /// A named lock in Redis. Cheap to build; holds no connection.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedisLock {
     /// The key that exists while the lock is held.
     key: String,
@@ -90,6 +96,9 @@ pub struct RedisLock {
     fence_key: String,
     /// How long a holder keeps the lock if it never releases it (it crashed).
     ttl: Duration,
+    /// Where an abandon that could not be sent on its attempt's own
+    /// connection is sent again ([`RedisLock::abandons_through`]).
+    pool: Option<RedisPool>,
 }
 
 /// Proof of holding a lock, returned by [`RedisLock::try_acquire`].
@@ -131,7 +140,18 @@ impl RedisLock {
             holder: String::new(),
             fence_key: fence_key.into(),
             ttl,
+            pool: None,
         }
+    }
+
+    /// Send the abandon of an attempt whose answer was lost again on
+    /// connections from `pool`, until Redis answers it
+    /// ([`RedisLock::abandon`]). Without a pool it goes out once, on the
+    /// attempt's own connection, and a connection that broke leaves a late
+    /// attempt's lock to its TTL.
+    pub fn abandons_through(mut self, pool: &RedisPool) -> Self {
+        self.pool = Some(pool.clone());
+        self
     }
 
     /// Name who takes the lock (an instance id). It is only a label: each
@@ -173,6 +193,7 @@ impl RedisLock {
             .key(&self.key)
             .key(&self.fence_key)
             .key(keys::lock_line(&self.key))
+            .key(keys::lock_abandoned(&self.key))
             .arg(ttl_millis(self.ttl))
             .arg(&nonce)
             .arg(place)
@@ -236,35 +257,75 @@ impl RedisLock {
 
     /// An attempt whose answer was lost may still run (sent into a stalled
     /// server, it runs when the server goes on) and take the lock for a
-    /// caller that gave up: delete the lock if that attempt took it
-    /// (`lua/lock_abandon.lua`), on the same connection, so that Redis
-    /// runs this after the attempt.
+    /// caller that gave up: name it abandoned, and delete the lock if it
+    /// took it (`lua/lock_abandon.lua`, which says why either order of the
+    /// two is safe).
     ///
-    /// Sent without waiting for its answer (`set_no_response`): the redis
-    /// crate's connection reads that answer and drops it. The race this
-    /// prevents: a request whose caller stopped waiting before the
-    /// connection's task wrote it is never written (redis 1.8,
-    /// `PipelineSink::start_send` skips a request whose receiver is
-    /// closed), so an abandon awaited past the response timeout, on a
-    /// connection busy enough that its task had not yet written it, was
-    /// dropped, and the lock stood held for nobody. And the pass's buyers
-    /// are told at once, not a second response timeout later. On a
-    /// cluster it is only so once the cluster client has handed it to the
-    /// node's connection: while the client refreshes its slot map it
-    /// hands nothing on, and drops what its caller gave up on. A failure
-    /// to send is left to the lock's TTL.
+    /// First on the attempt's own connection, without waiting for the
+    /// answer (`set_no_response`): the redis crate's connection reads that
+    /// answer and drops it. The race this prevents: a request whose caller
+    /// stopped waiting before the connection's task wrote it is never
+    /// written (redis 1.8, `PipelineSink::start_send` skips a request
+    /// whose receiver is closed), so an abandon awaited past the response
+    /// timeout, on a connection busy enough that its task had not yet
+    /// written it, was dropped. And the pass's buyers are told at once,
+    /// not a second response timeout later.
+    ///
+    /// That send reaches Redis only while the connection lives: one that
+    /// broke fails it, and a cluster client refreshing its slot map hands
+    /// nothing on and drops what its caller gave up on. So, given a pool
+    /// ([`RedisLock::abandons_through`]), the abandon is sent again in
+    /// the background on a connection from it, its answer awaited, and
+    /// sent again after a pause until Redis answers, for at most
+    /// [`ABANDON_RETRIED`].
     async fn abandon<C: ConnectionLike + Send>(&self, conn: &mut C, nonce: &str) {
+        let mut abandon = self.abandon_cmd(nonce);
+        abandon.set_no_response(true);
+        if let Err(error) = conn.req_packed_command(&abandon).await {
+            tracing::debug!(%error, "a lost lock attempt not abandoned on its own connection");
+        }
+        let Some(pool) = self.pool.clone() else {
+            return;
+        };
+        let abandon = self.abandon_cmd(nonce);
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            for failures in 1u32.. {
+                let sent = match pool.get().await {
+                    Ok(mut conn) => conn.req_packed_command(&abandon).await.map(drop),
+                    Err(error) => Err(redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "no connection",
+                        error.to_string(),
+                    ))),
+                };
+                let Err(error) = sent else {
+                    return;
+                };
+                if started.elapsed() >= ABANDON_RETRIED {
+                    tracing::warn!(%error, "a lost lock attempt not abandoned; its TTL ends it");
+                    return;
+                }
+                tokio::time::sleep(crate::backoff::after(failures)).await;
+            }
+        });
+    }
+
+    /// The abandon of the attempt `nonce` (`lua/lock_abandon.lua`). Sent
+    /// whole (`EVAL`), never by its hash: it goes into a server that may
+    /// never have run it, and a `NOSCRIPT` then would come back to a
+    /// caller that no longer waits, and send nothing again.
+    fn abandon_cmd(&self, nonce: &str) -> redis::Cmd {
         let mut abandon = redis::cmd("EVAL");
         abandon
             .arg(ABANDON)
-            .arg(1)
+            .arg(2)
             .arg(&self.key)
+            .arg(keys::lock_abandoned(&self.key))
             .arg(nonce)
             .arg(keys::lock_released(&self.key))
-            .set_no_response(true);
-        if let Err(error) = conn.req_packed_command(&abandon).await {
-            tracing::debug!(%error, "a lost lock attempt not abandoned; its TTL ends it");
-        }
+            .arg(ttl_millis(ABANDONED_KEPT));
+        abandon
     }
 }
 

@@ -7,6 +7,8 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fencing counter of this lock (never expires, only grows)
 -- KEYS[3]  the lock's line: the one waiter next in line (keys::lock_line)
+-- KEYS[4]  the lock's abandoned attempts: SET of nonces (keys::lock_abandoned,
+--          written by lock_abandon.lua)
 -- ARGV[1]  time to live in milliseconds
 -- ARGV[2]  the caller's name and a random nonce, as '<holder>:<nonce>'
 -- ARGV[3]  the caller's place in line: an id the caller keeps for all its
@@ -17,7 +19,8 @@
 --          waiter coming back for it
 --
 -- Returns the fencing token (an integer) on success, or nil if the lock is
--- held or promised to the waiter next in line.
+-- held or promised to the waiter next in line, or if this attempt was
+-- abandoned before it ran.
 --
 -- The article's bug this fixes: they ran SETNX and then EXPIRE as two commands.
 -- A process that died between the two left a lock with no TTL that nobody
@@ -37,6 +40,20 @@
 -- waiter that keeps waiting renews its place at every attempt, and one that
 -- stops waiting gives it back (lock_leave_line.lua); the place of a waiter
 -- that died lapses after ARGV[4] ms.
+--
+-- And the race the abandoned set prevents: an attempt whose answer was
+-- lost may reach Redis after its caller gave it up, and after the
+-- abandon its caller sent (lock.rs): on a cluster node's connection that
+-- broke, the abandon goes out on a new socket in no set order with the
+-- old one's, and one that could not be sent at once is sent again from
+-- the pool later. An abandon that ran first finds no lock to delete; the
+-- attempt, landing after it, would take the lock for nobody, for its
+-- whole TTL, while every buyer of the sale waits. So the abandon leaves
+-- the attempt's nonce behind, and an attempt it names takes nothing,
+-- whichever of the two runs first.
+if redis.call('SISMEMBER', KEYS[4], ARGV[2]) == 1 then
+  return nil
+end
 local next_in_line = redis.call('GET', KEYS[3])
 local mine = ARGV[3] ~= '' and next_in_line == ARGV[3]
 if redis.call('EXISTS', KEYS[1]) == 1 or (next_in_line and not mine) then

@@ -168,8 +168,9 @@ pub(super) async fn pass(
     let everyone = |outcome| Ok(vec![outcome; users.len()]);
     // Read before the lock is taken: from PostgreSQL the first time only.
     let key = shop.store.pass_key().await?;
-    let lock =
-        RedisLock::new(&keys.lock, &keys.fence, shop.settings.lock_ttl()).held_by(&*shop.instance);
+    let lock = RedisLock::new(&keys.lock, &keys.fence, shop.settings.lock_ttl())
+        .held_by(&*shop.instance)
+        .abandons_through(shop.store.redis_pool());
     // If this instance learns meanwhile that the sale sold out (a pass
     // whose leader went away may still be running), there is no point in
     // waiting any longer.

@@ -23,7 +23,8 @@ impl Worker {
     pub(crate) async fn sweep(&self) -> anyhow::Result<u64> {
         let mut conn = self.store.redis().await?;
         let (lock_key, fence_key) = keys::sweep_lock(self.store.prefix());
-        let lock = RedisLock::new(lock_key, fence_key, SWEEP_LOCK_TTL);
+        let lock = RedisLock::new(lock_key, fence_key, SWEEP_LOCK_TTL)
+            .abandons_through(self.store.redis_pool());
         // The race this lock prevents is only waste (the sweep is
         // idempotent), so a worker that finds it taken simply skips.
         let Some(guard) = lock

@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{
-    Options, Scratch, eventually, spawn_app, spawn_app_on, spawn_app_on_private_postgres,
+    Monitor, Options, Scratch, eventually, spawn_app, spawn_app_on, spawn_app_on_private_postgres,
     spawn_app_on_private_redis,
 };
 use crate::proxy::LoseOneAnswer;
@@ -491,6 +491,65 @@ async fn a_commit_still_on_its_way_when_the_buyer_is_answered_can_no_longer_land
     assert_eq!(app.queue_stats(sale).await, QueueStats::default());
     let retry = app.purchase(sale, "ann").await;
     assert_eq!(retry.status(), 202, "ann's retry is her first purchase");
+}
+
+/// Ann's pass's lock attempt is held on its way (a stalled connection,
+/// closed at once) for 2 s, and then reaches Redis. Its abandon, sent on
+/// the attempt's own connection, fails with that connection; sent again
+/// on a new one from the pool, it runs first, while the attempt is still
+/// held, and finds no lock to delete. It names the attempt abandoned, so
+/// the attempt, landing after it, takes nothing: the sale's lock stays
+/// free, and bob buys at once. Before, the late attempt held the lock for
+/// nobody for its whole TTL (2 s here), and every buyer of the sale
+/// waited.
+#[tokio::test]
+async fn a_lock_attempt_that_lands_after_its_abandon_takes_nothing() {
+    let scratch = Scratch::new().await;
+    let (upstream, _) = commit_on_its_way(&scratch);
+    let acquire = redis::Script::new(include_str!(
+        "../../../seckill-core/src/lua/lock_acquire.lua"
+    ));
+    // Loaded first, straight to Redis: the held attempt is an `EVALSHA`,
+    // which a server without the script would refuse, proving nothing.
+    let _: String = acquire
+        .prepare_invoke()
+        .load_async(&mut crate::helpers::redis_at(scratch.redis_url()).await)
+        .await
+        .expect("SCRIPT LOAD");
+    let late = Duration::from_secs(2);
+    let hash = acquire.get_hash().to_owned();
+    let proxy = LoseOneAnswer::delaying(upstream, vec![hash.as_bytes().to_vec()], late).await;
+    let app = app_through(scratch, &proxy).await;
+    let sale = app.create_sale(5).await;
+    let lock = app.keys(sale).lock;
+    let abandoned = seckill_core::keys::lock_abandoned(&lock);
+    let mut monitor = Monitor::start(app.scratch.redis_url(), &abandoned).await;
+
+    let told = app.purchase(sale, "ann").await;
+    assert_eq!(proxy.answers_lost(), 1, "the attempt was not held");
+    assert_eq!(told.status(), 503, "{told:?}");
+    assert!(told.headers().contains_key("retry-after"), "{told:?}");
+
+    // The held attempt has reached Redis by now, and run: the one
+    // `EVALSHA` of the acquire script Redis was sent.
+    tokio::time::sleep(late + Duration::from_millis(500)).await;
+    let attempts = (monitor.until_now().await.into_iter())
+        .filter(|command| command[0].eq_ignore_ascii_case("evalsha") && command[1] == hash)
+        .count();
+    assert_eq!(
+        attempts, 1,
+        "the held attempt never ran: the test proves nothing"
+    );
+    let held: Option<String> = redis::cmd("GET")
+        .arg(&lock)
+        .query_async(&mut app.redis_conn().await)
+        .await
+        .expect("GET");
+    assert_eq!(
+        held, None,
+        "the late attempt took the sale's lock for nobody"
+    );
+    assert_eq!(app.purchase(sale, "bob").await.status(), 202);
 }
 
 /// A load of a sale Redis lost reads PostgreSQL, sends its script, and
