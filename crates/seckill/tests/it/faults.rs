@@ -19,7 +19,7 @@ use crate::helpers::{
     Monitor, Options, Scratch, eventually, spawn_app, spawn_app_on, spawn_app_on_private_postgres,
     spawn_app_on_private_redis,
 };
-use crate::proxy::LoseOneAnswer;
+use crate::proxy::{LoseOneAnswer, Pause};
 use crate::waiting_room::{fifo, sale_with_room};
 
 #[tokio::test]
@@ -550,6 +550,74 @@ async fn a_lock_attempt_that_lands_after_its_abandon_takes_nothing() {
         "the late attempt took the sale's lock for nobody"
     );
     assert_eq!(app.purchase(sale, "bob").await.status(), 202);
+}
+
+/// Ann's pass's commit runs, and before its answer is lost, Redis loses
+/// the sale (its keys wiped, as a restart without persistence does).
+/// Neither the queue nor PostgreSQL has her order then, and no answer can
+/// come of it: a worker may still write a batch it reserved before the
+/// loss. So the look asks again, and once its 3 s pass, she is told `503
+/// unconfirmed` with her order id, not that nothing was taken.
+#[tokio::test]
+async fn a_lost_commit_while_redis_has_lost_the_sale_leaves_the_buyer_in_doubt() {
+    let (app, proxy, pause, sale) = app_pausing_the_commit().await;
+
+    let (told, ()) = tokio::join!(app.purchase(sale, "ann"), async {
+        commit_ran(&app, &pause, sale).await;
+        app.wipe_all_of_sale(sale).await;
+        pause.go();
+    });
+    assert_eq!(proxy.answers_lost(), 1, "the commit's answer was not lost");
+    assert_eq!(told.status(), 503, "{told:?}");
+    assert!(told.headers().contains_key("retry-after"), "{told:?}");
+    let body: Value = told.json().await.expect("JSON");
+    assert_eq!(body["error"], "unconfirmed", "{body}");
+    assert!(body["order_id"].is_string(), "{body}");
+}
+
+/// As above, and a worker that reserved ann's order before Redis lost the
+/// sale writes it to PostgreSQL after. The look finds it there, though
+/// Redis does not hold the sale: ann is told `202` with that order, not
+/// left in doubt.
+#[tokio::test]
+async fn a_lost_commit_whose_order_a_worker_wrote_after_redis_lost_the_sale_is_told_202() {
+    let (app, proxy, pause, sale) = app_pausing_the_commit().await;
+
+    let (told, ()) = tokio::join!(app.purchase(sale, "ann"), async {
+        commit_ran(&app, &pause, sale).await;
+        let held = app.worker.reserve_orders(sale).await.expect("reserve");
+        app.wipe_all_of_sale(sale).await;
+        pause.go();
+        let report = app.worker.write_batch(held).await.expect("write");
+        assert_eq!(report.confirmed, 1);
+    });
+    assert_eq!(proxy.answers_lost(), 1, "the commit's answer was not lost");
+    assert_eq!(told.status(), 202, "{told:?}");
+    let body: Value = told.json().await.expect("JSON");
+    let orders = app.orders(sale).await;
+    assert_eq!(orders.len(), 1, "{orders:?}");
+    assert_eq!(body["order_id"], orders[0].0.to_string(), "{body}");
+}
+
+/// An app behind a proxy that pauses its first commit (`pausing`), and a
+/// sale of 5.
+async fn app_pausing_the_commit() -> (crate::helpers::TestApp, LoseOneAnswer, Pause, i64) {
+    let scratch = Scratch::new().await;
+    let (upstream, needles) = commit_on_its_way(&scratch);
+    let (proxy, pause) = LoseOneAnswer::pausing(upstream, needles).await;
+    let app = app_through(scratch, &proxy).await;
+    let sale = app.create_sale(5).await;
+    (app, proxy, pause, sale)
+}
+
+/// Until the commit the pausing proxy caught has run: its buyer holds a
+/// unit.
+async fn commit_ran(app: &crate::helpers::TestApp, pause: &Pause, sale: i64) {
+    pause.sent().await;
+    eventually(Duration::from_secs(2), "the commit ran", || async {
+        !app.redis_buyers(sale).await.is_empty()
+    })
+    .await;
 }
 
 /// A load of a sale Redis lost reads PostgreSQL, sends its script, and

@@ -10,6 +10,12 @@
 //! the client's connection is closed at once, and the request reaches the
 //! server only after the delay (a command still on its way when its sender
 //! gave up on it).
+//!
+//! Started with [`LoseOneAnswer::pausing`], the request is sent on and
+//! its reply swallowed, and the client's connection is closed only when
+//! the test says so ([`Pause::go`]): the test acts between the command's
+//! run and its sender's loss of the answer (within the sender's response
+//! timeout, 500 ms).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -17,6 +23,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 
 /// A running proxy; stops with the test's runtime.
 pub struct LoseOneAnswer {
@@ -29,16 +36,28 @@ impl LoseOneAnswer {
     /// Proxy to `upstream` (`host:port`), losing the answer to the first
     /// request containing any of `needles`.
     pub async fn start(upstream: String, needles: Vec<Vec<u8>>) -> Self {
-        Self::start_with(upstream, needles, None).await
+        Self::start_with(upstream, needles, Fault::Lose).await
+    }
+
+    /// Proxy to `upstream`, sending the first request containing any of
+    /// `needles` on, swallowing its reply, and closing its client's
+    /// connection when the returned [`Pause`] says [`Pause::go`].
+    pub async fn pausing(upstream: String, needles: Vec<Vec<u8>>) -> (Self, Pause) {
+        let pause = Pause {
+            ran: Arc::new(Notify::new()),
+            go: Arc::new(Notify::new()),
+        };
+        let proxy = Self::start_with(upstream, needles, Fault::Pause(pause.clone())).await;
+        (proxy, pause)
     }
 
     /// Proxy to `upstream`, holding the first request containing any of
     /// `needles` for `delay` after closing its client's connection.
     pub async fn delaying(upstream: String, needles: Vec<Vec<u8>>, delay: Duration) -> Self {
-        Self::start_with(upstream, needles, Some(delay)).await
+        Self::start_with(upstream, needles, Fault::Delay(delay)).await
     }
 
-    async fn start_with(upstream: String, needles: Vec<Vec<u8>>, delay: Option<Duration>) -> Self {
+    async fn start_with(upstream: String, needles: Vec<Vec<u8>>, fault: Fault) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("redis://{}", listener.local_addr().expect("address"));
         let cut = Arc::new(AtomicU32::new(0));
@@ -56,7 +75,7 @@ impl LoseOneAnswer {
                     needles.clone(),
                     armed.clone(),
                     counter.clone(),
-                    delay,
+                    fault.clone(),
                 ));
             }
         });
@@ -75,7 +94,7 @@ async fn pass(
     needles: Arc<Vec<Vec<u8>>>,
     armed: Arc<AtomicBool>,
     cut: Arc<AtomicU32>,
-    delay: Option<Duration>,
+    fault: Fault,
 ) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
@@ -85,8 +104,13 @@ async fn pass(
     let replies = tokio::spawn(async move {
         let mut buffer = vec![0; 64 * 1024];
         while let Ok(n) = server_read.read(&mut buffer).await {
-            if n == 0 || replies_muted.load(Ordering::SeqCst) {
+            if n == 0 {
                 break;
+            }
+            // Swallowed: the client's connection stays open, unanswered,
+            // until the request's fault closes it.
+            if replies_muted.load(Ordering::SeqCst) {
+                continue;
             }
             if client_write.write_all(&buffer[..n]).await.is_err() {
                 break;
@@ -113,7 +137,8 @@ async fn pass(
             muted.store(true, Ordering::SeqCst);
             cut.fetch_add(1, Ordering::SeqCst);
         }
-        if let (true, Some(delay)) = (fatal, delay) {
+        if let (true, Fault::Delay(delay)) = (fatal, &fault) {
+            let delay = *delay;
             // The client's connection closes now; the request is sent
             // late, on the server connection, which stays open for it.
             replies.abort();
@@ -130,12 +155,48 @@ async fn pass(
         }
         if fatal {
             // Let the server run it, then drop the connection unanswered.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            match &fault {
+                Fault::Pause(pause) => {
+                    pause.ran.notify_one();
+                    pause.go.notified().await;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
             replies.abort();
             return;
         }
     }
     replies.abort();
+}
+
+/// What the proxy does with the request it catches.
+#[derive(Clone)]
+enum Fault {
+    /// Send it on, swallow the reply, close the client's connection.
+    Lose,
+    /// Close the client's connection, send the request on this late.
+    Delay(Duration),
+    /// As `Lose`, closing the client's connection only at the test's word.
+    Pause(Pause),
+}
+
+/// The two signals of a [`LoseOneAnswer::pausing`] proxy.
+#[derive(Clone)]
+pub struct Pause {
+    ran: Arc<Notify>,
+    go: Arc<Notify>,
+}
+
+impl Pause {
+    /// Until the caught request was sent on to the server.
+    pub async fn sent(&self) {
+        self.ran.notified().await;
+    }
+
+    /// Close the caught request's client connection: its answer is lost.
+    pub fn go(&self) {
+        self.go.notify_one();
+    }
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
