@@ -239,13 +239,13 @@ pub fn lock_line(lock: &str) -> String {
     format!("{lock}:line")
 }
 
-/// The lock's abandoned attempts: `SET` of the nonces of attempts whose
-/// answer was lost and which their caller gave up (`lua/lock_abandon.lua`),
-/// so that one landing late takes nothing (`lua/lock_acquire.lua`). It
-/// expires a minute after the last abandon. Beside its lock, so under the
-/// same hash tag.
-pub fn lock_abandoned(lock: &str) -> String {
-    format!("{lock}:abandoned")
+/// The mark of a lock attempt (named by its `nonce`) whose answer was
+/// lost and which its caller gave up (`lua/lock_abandon.lua`), so that the
+/// attempt, landing late, takes nothing (`lua/lock_acquire.lua`). A
+/// `STRING` that expires a minute after it is set. Beside its lock, so
+/// under the same hash tag.
+pub fn lock_abandoned(lock: &str, nonce: &str) -> String {
+    format!("{lock}:abandoned:{nonce}")
 }
 
 /// The pub/sub channel (not a key) on which a lock's release is announced,
@@ -415,7 +415,7 @@ mod tests {
             &keys.room.seen,
         ];
         let (line, released) = (lock_line(&keys.lock), lock_released(&keys.lock));
-        let abandoned = lock_abandoned(&keys.lock);
+        let abandoned = lock_abandoned(&keys.lock, "test:0");
         all.extend([&line, &released, &abandoned]);
         let queues: Vec<String> = keys
             .queue
@@ -439,7 +439,7 @@ mod tests {
         let others = [
             lock_line(&lock),
             lock_released(&lock),
-            lock_abandoned(&lock),
+            lock_abandoned(&lock, "test:0"),
         ];
         for key in [&lock, &fence].into_iter().chain(&others) {
             assert!(

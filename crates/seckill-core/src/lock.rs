@@ -77,9 +77,12 @@ const ABANDON: &str = include_str!("lua/lock_abandon.lua");
 /// How long an abandon is sent again, in the background, until Redis
 /// answers it: past that, a late attempt's lock is left to its TTL.
 const ABANDON_RETRIED: Duration = Duration::from_secs(30);
-/// How long a lock's abandoned attempts are kept after the last abandon
-/// (`keys::lock_abandoned`): an attempt held up on its way longer than
-/// this is no longer refused, and holds the lock for its TTL.
+/// How many abandons a process sends again at once (`RedisLock::abandon`).
+const ABANDONS_AT_ONCE: usize = 4;
+static ABANDONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(ABANDONS_AT_ONCE);
+/// How long an abandoned attempt's mark is kept (`keys::lock_abandoned`):
+/// an attempt held up on its way longer than this is no longer refused,
+/// and holds the lock for its TTL.
 const ABANDONED_KEPT: Duration = Duration::from_secs(60);
 static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_extend.lua")));
@@ -96,8 +99,8 @@ pub struct RedisLock {
     fence_key: String,
     /// How long a holder keeps the lock if it never releases it (it crashed).
     ttl: Duration,
-    /// Where an abandon that could not be sent on its attempt's own
-    /// connection is sent again ([`RedisLock::abandons_through`]).
+    /// Where the abandon of an attempt whose answer was lost is sent
+    /// again, until Redis answers it ([`RedisLock::abandons_through`]).
     pool: Option<RedisPool>,
 }
 
@@ -193,7 +196,7 @@ impl RedisLock {
             .key(&self.key)
             .key(&self.fence_key)
             .key(keys::lock_line(&self.key))
-            .key(keys::lock_abandoned(&self.key))
+            .key(keys::lock_abandoned(&self.key, &nonce))
             .arg(ttl_millis(self.ttl))
             .arg(&nonce)
             .arg(place)
@@ -277,7 +280,11 @@ impl RedisLock {
     /// ([`RedisLock::abandons_through`]), the abandon is sent again in
     /// the background on a connection from it, its answer awaited, and
     /// sent again after a pause until Redis answers, for at most
-    /// [`ABANDON_RETRIED`].
+    /// [`ABANDON_RETRIED`]: always, since a send handed to a connection
+    /// says nothing of whether it reached Redis. At most
+    /// [`ABANDONS_AT_ONCE`] of them at a time in a process: a long outage
+    /// that loses many answers does not take the pool's connections from
+    /// the buyers, nor send a crowd of abandons at once when Redis is back.
     async fn abandon<C: ConnectionLike + Send>(&self, conn: &mut C, nonce: &str) {
         let mut abandon = self.abandon_cmd(nonce);
         abandon.set_no_response(true);
@@ -290,6 +297,13 @@ impl RedisLock {
         let abandon = self.abandon_cmd(nonce);
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
+            let Ok(Ok(_turn)) = tokio::time::timeout(ABANDON_RETRIED, ABANDONS.acquire()).await
+            else {
+                tracing::warn!(
+                    "a lost lock attempt not abandoned (too many at once); its TTL ends it"
+                );
+                return;
+            };
             for failures in 1u32.. {
                 let sent = match pool.get().await {
                     Ok(mut conn) => conn.req_packed_command(&abandon).await.map(drop),
@@ -321,7 +335,7 @@ impl RedisLock {
             .arg(ABANDON)
             .arg(2)
             .arg(&self.key)
-            .arg(keys::lock_abandoned(&self.key))
+            .arg(keys::lock_abandoned(&self.key, nonce))
             .arg(nonce)
             .arg(keys::lock_released(&self.key))
             .arg(ttl_millis(ABANDONED_KEPT));

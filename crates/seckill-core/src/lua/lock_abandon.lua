@@ -6,12 +6,13 @@
 -- sale's, the deadline sweep's lock its own), so the script runs on one
 -- Redis Cluster master:
 -- KEYS[1]  the lock key
--- KEYS[2]  the lock's abandoned attempts: SET of nonces (keys::lock_abandoned)
+-- KEYS[2]  the attempt's abandon mark (keys::lock_abandoned: named after
+--          the nonce, beside the lock)
 -- ARGV[1]  the attempt's nonce ("holder:uuid", lock.rs): the value
 --          lock_acquire.lua sets is "fence:" followed by it
 -- ARGV[2]  the channel (not a key) the release is published on
 --          (keys::lock_released)
--- ARGV[3]  how long the abandoned set is kept after this call, in ms
+-- ARGV[3]  how long the mark is kept, in ms
 --
 -- Returns 1 released, 0 not taken by that attempt (the key is gone, or
 -- another caller's, or the attempt has not run yet).
@@ -24,18 +25,16 @@
 -- the attempt's own connection it runs after it (Redis runs one
 -- connection's commands in the order they came), but that connection may
 -- have broken, and then it is sent again on another (lock.rs), in no set
--- order with the attempt. So it does both halves in one step: it names
--- the attempt in the abandoned set, which the attempt checks before it
--- takes anything (lua/lock_acquire.lua), and deletes the lock if the
--- attempt took it already. Whichever runs first, the attempt holds no
--- lock once both have run. The set outlives the last abandon by ARGV[3]
--- (far longer than a command is held up on its way), so it costs nothing
--- once the faults are over. The fence the attempt drew is not known to a
+-- order with the attempt. So it does both halves in one step: it marks
+-- the attempt abandoned, which the attempt checks before it takes
+-- anything (lua/lock_acquire.lua), and deletes the lock if the attempt
+-- took it already. Whichever runs first, the attempt holds no lock once
+-- both have run. The mark lasts ARGV[3] (far longer than a command is
+-- held up on its way), one key an attempt, so none outlives its use. The fence the attempt drew is not known to a
 -- caller that lost its answer, so the nonce alone names it. Compare and
 -- delete in one step, as lock_release.lua: a GET and a DEL from the
 -- client could delete a lock that changed hands between them.
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 local current = redis.call('GET', KEYS[1])
 local suffix = ':' .. ARGV[1]
 if not current or string.sub(current, -#suffix) ~= suffix then

@@ -7,8 +7,8 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fencing counter of this lock (never expires, only grows)
 -- KEYS[3]  the lock's line: the one waiter next in line (keys::lock_line)
--- KEYS[4]  the lock's abandoned attempts: SET of nonces (keys::lock_abandoned,
---          written by lock_abandon.lua)
+-- KEYS[4]  this attempt's abandon mark: exists once the attempt was
+--          abandoned (keys::lock_abandoned, written by lock_abandon.lua)
 -- ARGV[1]  time to live in milliseconds
 -- ARGV[2]  the caller's name and a random nonce, as '<holder>:<nonce>'
 -- ARGV[3]  the caller's place in line: an id the caller keeps for all its
@@ -49,9 +49,9 @@
 -- the pool later. An abandon that ran first finds no lock to delete; the
 -- attempt, landing after it, would take the lock for nobody, for its
 -- whole TTL, while every buyer of the sale waits. So the abandon leaves
--- the attempt's nonce behind, and an attempt it names takes nothing,
--- whichever of the two runs first.
-if redis.call('SISMEMBER', KEYS[4], ARGV[2]) == 1 then
+-- a mark named after the attempt's nonce, and an attempt it marks takes
+-- nothing, whichever of the two runs first.
+if redis.call('EXISTS', KEYS[4]) == 1 then
   return nil
 end
 local next_in_line = redis.call('GET', KEYS[3])

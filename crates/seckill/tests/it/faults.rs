@@ -522,23 +522,31 @@ async fn a_lock_attempt_that_lands_after_its_abandon_takes_nothing() {
     let app = app_through(scratch, &proxy).await;
     let sale = app.create_sale(5).await;
     let lock = app.keys(sale).lock;
-    let abandoned = seckill_core::keys::lock_abandoned(&lock);
-    let mut monitor = Monitor::start(app.scratch.redis_url(), &abandoned).await;
+    // Every attempt's mark is named after the lock, then the attempt.
+    let marks = seckill_core::keys::lock_abandoned(&lock, "");
+    let mut monitor = Monitor::start(app.scratch.redis_url(), &marks).await;
 
     let told = app.purchase(sale, "ann").await;
     assert_eq!(proxy.answers_lost(), 1, "the attempt was not held");
     assert_eq!(told.status(), 503, "{told:?}");
     assert!(told.headers().contains_key("retry-after"), "{told:?}");
 
-    // The held attempt has reached Redis by now, and run: the one
-    // `EVALSHA` of the acquire script Redis was sent.
-    tokio::time::sleep(late + Duration::from_millis(500)).await;
-    let attempts = (monitor.until_now().await.into_iter())
-        .filter(|command| command[0].eq_ignore_ascii_case("evalsha") && command[1] == hash)
-        .count();
-    assert_eq!(
-        attempts, 1,
-        "the held attempt never ran: the test proves nothing"
+    // The held attempt reaches Redis and runs (the one `EVALSHA` of the
+    // acquire script Redis is sent), after the abandon (`EVAL`) did.
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|command: &Vec<String>| command[0].eq_ignore_ascii_case("evalsha"))
+    {
+        seen.push(monitor.next(late + Duration::from_secs(5)).await);
+    }
+    let attempt = seen.len() - 1;
+    assert_eq!(seen[attempt][1], hash, "{seen:?}");
+    assert!(
+        seen[..attempt]
+            .iter()
+            .any(|command| command[0].eq_ignore_ascii_case("eval")),
+        "the abandon did not run before the attempt: the test proves nothing: {seen:?}"
     );
     let held: Option<String> = redis::cmd("GET")
         .arg(&lock)
@@ -563,7 +571,7 @@ async fn a_lost_commit_while_redis_has_lost_the_sale_leaves_the_buyer_in_doubt()
     let (app, proxy, pause, sale) = app_pausing_the_commit().await;
 
     let (told, ()) = tokio::join!(app.purchase(sale, "ann"), async {
-        commit_ran(&app, &pause, sale).await;
+        pause.ran().await;
         app.wipe_all_of_sale(sale).await;
         pause.go();
     });
@@ -584,7 +592,7 @@ async fn a_lost_commit_whose_order_a_worker_wrote_after_redis_lost_the_sale_is_t
     let (app, proxy, pause, sale) = app_pausing_the_commit().await;
 
     let (told, ()) = tokio::join!(app.purchase(sale, "ann"), async {
-        commit_ran(&app, &pause, sale).await;
+        pause.ran().await;
         let held = app.worker.reserve_orders(sale).await.expect("reserve");
         app.wipe_all_of_sale(sale).await;
         pause.go();
@@ -608,16 +616,6 @@ async fn app_pausing_the_commit() -> (crate::helpers::TestApp, LoseOneAnswer, Pa
     let app = app_through(scratch, &proxy).await;
     let sale = app.create_sale(5).await;
     (app, proxy, pause, sale)
-}
-
-/// Until the commit the pausing proxy caught has run: its buyer holds a
-/// unit.
-async fn commit_ran(app: &crate::helpers::TestApp, pause: &Pause, sale: i64) {
-    pause.sent().await;
-    eventually(Duration::from_secs(2), "the commit ran", || async {
-        !app.redis_buyers(sale).await.is_empty()
-    })
-    .await;
 }
 
 /// A load of a sale Redis lost reads PostgreSQL, sends its script, and

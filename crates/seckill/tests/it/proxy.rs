@@ -14,8 +14,9 @@
 //! Started with [`LoseOneAnswer::pausing`], the request is sent on and
 //! its reply swallowed, and the client's connection is closed only when
 //! the test says so ([`Pause::go`]): the test acts between the command's
-//! run and its sender's loss of the answer (within the sender's response
-//! timeout, 500 ms).
+//! run ([`Pause::ran`]) and its sender's loss of the answer, and must be
+//! quick about it: the sender gives up by itself after its response
+//! timeout (500 ms), and looks its answer up.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -101,6 +102,12 @@ async fn pass(
     // Set before the fatal request goes out, so its reply is never relayed.
     let muted = Arc::new(AtomicBool::new(false));
     let replies_muted = muted.clone();
+    // The swallowed reply says the caught request ran: what a pausing
+    // proxy's test waits for.
+    let ran = match &fault {
+        Fault::Pause(pause) => Some(pause.ran.clone()),
+        _ => None,
+    };
     let replies = tokio::spawn(async move {
         let mut buffer = vec![0; 64 * 1024];
         while let Ok(n) = server_read.read(&mut buffer).await {
@@ -110,6 +117,9 @@ async fn pass(
             // Swallowed: the client's connection stays open, unanswered,
             // until the request's fault closes it.
             if replies_muted.load(Ordering::SeqCst) {
+                if let Some(ran) = &ran {
+                    ran.notify_one();
+                }
                 continue;
             }
             if client_write.write_all(&buffer[..n]).await.is_err() {
@@ -156,10 +166,7 @@ async fn pass(
         if fatal {
             // Let the server run it, then drop the connection unanswered.
             match &fault {
-                Fault::Pause(pause) => {
-                    pause.ran.notify_one();
-                    pause.go.notified().await;
-                }
+                Fault::Pause(pause) => pause.go.notified().await,
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
             replies.abort();
@@ -188,8 +195,9 @@ pub struct Pause {
 }
 
 impl Pause {
-    /// Until the caught request was sent on to the server.
-    pub async fn sent(&self) {
+    /// Until the server answered the caught request (its reply
+    /// swallowed): it ran.
+    pub async fn ran(&self) {
         self.ran.notified().await;
     }
 
