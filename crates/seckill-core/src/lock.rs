@@ -282,9 +282,10 @@ impl RedisLock {
     /// sent again after a pause until Redis answers, for at most
     /// [`ABANDON_RETRIED`]: always, since a send handed to a connection
     /// says nothing of whether it reached Redis. At most
-    /// [`ABANDONS_AT_ONCE`] of them at a time in a process: a long outage
-    /// that loses many answers does not take the pool's connections from
-    /// the buyers, nor send a crowd of abandons at once when Redis is back.
+    /// [`ABANDONS_AT_ONCE`] sends at a time in a process, each taking its
+    /// turn for one send, not for its retries: a long outage that loses
+    /// many answers does not take the pool's connections from the buyers,
+    /// nor hold up the abandons meant for a Redis that answers.
     async fn abandon<C: ConnectionLike + Send>(&self, conn: &mut C, nonce: &str) {
         let mut abandon = self.abandon_cmd(nonce);
         abandon.set_no_response(true);
@@ -297,21 +298,21 @@ impl RedisLock {
         let abandon = self.abandon_cmd(nonce);
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
-            let Ok(Ok(_turn)) = tokio::time::timeout(ABANDON_RETRIED, ABANDONS.acquire()).await
-            else {
-                tracing::warn!(
-                    "a lost lock attempt not abandoned (too many at once); its TTL ends it"
-                );
-                return;
-            };
             for failures in 1u32.. {
-                let sent = match pool.get().await {
-                    Ok(mut conn) => conn.req_packed_command(&abandon).await.map(drop),
-                    Err(error) => Err(redis::RedisError::from((
-                        redis::ErrorKind::Io,
-                        "no connection",
-                        error.to_string(),
-                    ))),
+                let sent = {
+                    // A turn for this one send: a Redis that does not
+                    // answer holds a turn one send long, not its retries.
+                    let Ok(_turn) = ABANDONS.acquire().await else {
+                        return;
+                    };
+                    match pool.get().await {
+                        Ok(mut conn) => conn.req_packed_command(&abandon).await.map(drop),
+                        Err(error) => Err(redis::RedisError::from((
+                            redis::ErrorKind::Io,
+                            "no connection",
+                            error.to_string(),
+                        ))),
+                    }
                 };
                 let Err(error) = sent else {
                     return;

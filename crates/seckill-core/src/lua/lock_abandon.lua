@@ -30,10 +30,11 @@
 -- anything (lua/lock_acquire.lua), and deletes the lock if the attempt
 -- took it already. Whichever runs first, the attempt holds no lock once
 -- both have run. The mark lasts ARGV[3] (far longer than a command is
--- held up on its way), one key an attempt, so none outlives its use. The fence the attempt drew is not known to a
--- caller that lost its answer, so the nonce alone names it. Compare and
--- delete in one step, as lock_release.lua: a GET and a DEL from the
--- client could delete a lock that changed hands between them.
+-- held up on its way), one key an attempt, so none outlives its use.
+-- The fence the attempt drew is not known to a caller that lost its
+-- answer, so the nonce alone names it. Compare and delete in one step,
+-- as lock_release.lua: a GET and a DEL from the client could delete a
+-- lock that changed hands between them.
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 local current = redis.call('GET', KEYS[1])
 local suffix = ':' .. ARGV[1]

@@ -41,7 +41,7 @@
 -- stops waiting gives it back (lock_leave_line.lua); the place of a waiter
 -- that died lapses after ARGV[4] ms.
 --
--- And the race the abandoned set prevents: an attempt whose answer was
+-- And the race the abandon mark prevents: an attempt whose answer was
 -- lost may reach Redis after its caller gave it up, and after the
 -- abandon its caller sent (lock.rs): on a cluster node's connection that
 -- broke, the abandon goes out on a new socket in no set order with the

@@ -254,7 +254,7 @@ async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty
 #[tokio::test]
 async fn a_commit_whose_answer_is_lost_is_answered_202_and_the_order_is_kept() {
     let scratch = Scratch::new().await;
-    let (upstream, needles) = commit_on_its_way(&scratch);
+    let (upstream, needles) = commit_on_its_way(&scratch).await;
     let proxy = LoseOneAnswer::start(upstream, needles).await;
     let app = app_through(scratch, &proxy).await;
     let sale = app.create_sale(5).await;
@@ -363,7 +363,7 @@ async fn one_roomed_pass_whose_answer_is_lost<const N: usize>(
     sale: i64,
     buyers: [&'static str; N],
 ) -> [Result<Outcome, String>; N] {
-    let (upstream, needles) = commit_on_its_way(&app.scratch);
+    let (upstream, needles) = commit_on_its_way(&app.scratch).await;
     let proxy = LoseOneAnswer::start(upstream, needles).await;
     let through_proxy = Store::new(
         app.pg.clone(),
@@ -436,9 +436,10 @@ async fn app_through(scratch: Scratch, proxy: &LoseOneAnswer) -> crate::helpers:
 }
 
 /// The upstream (`host:port`) of the scratch Redis, and what the purchase
-/// commit looks like on the wire: `EVALSHA` of the script's hash, or
-/// `EVAL` of its text when Redis does not have it cached yet.
-fn commit_on_its_way(scratch: &Scratch) -> (String, Vec<Vec<u8>>) {
+/// commit looks like on the wire: `EVALSHA` of the script's hash. The
+/// script is loaded into Redis first, straight: a server without it would
+/// answer the caught `EVALSHA` `NOSCRIPT`, and the commit would not run.
+async fn commit_on_its_way(scratch: &Scratch) -> (String, Vec<Vec<u8>>) {
     // redis://host:port[/db] -> host:port
     let upstream = scratch
         .redis_url()
@@ -450,13 +451,17 @@ fn commit_on_its_way(scratch: &Scratch) -> (String, Vec<Vec<u8>>) {
         include_str!("../../../seckill-core/src/lua/queue_lib.lua"),
         include_str!("../../../seckill-core/src/lua/purchase_commit.lua")
     ));
-    (
-        upstream,
-        vec![
-            commit.get_hash().as_bytes().to_vec(),
-            b"purchase_commit.lua".to_vec(),
-        ],
-    )
+    load_straight(scratch, &commit).await;
+    (upstream, vec![commit.get_hash().as_bytes().to_vec()])
+}
+
+/// Load `script` into the scratch Redis, past any proxy.
+async fn load_straight(scratch: &Scratch, script: &redis::Script) {
+    let _: String = script
+        .prepare_invoke()
+        .load_async(&mut crate::helpers::redis_at(scratch.redis_url()).await)
+        .await
+        .expect("SCRIPT LOAD");
 }
 
 /// The connection breaks while the commit is still on its way to Redis: it
@@ -469,7 +474,7 @@ fn commit_on_its_way(scratch: &Scratch) -> (String, Vec<Vec<u8>>) {
 #[tokio::test]
 async fn a_commit_still_on_its_way_when_the_buyer_is_answered_can_no_longer_land() {
     let scratch = Scratch::new().await;
-    let (upstream, needles) = commit_on_its_way(&scratch);
+    let (upstream, needles) = commit_on_its_way(&scratch).await;
     // Late by a second: well after the lookup, well within the lock's 2 s.
     let proxy = LoseOneAnswer::delaying(upstream, needles, Duration::from_secs(1)).await;
     let app = app_through(scratch, &proxy).await;
@@ -505,17 +510,13 @@ async fn a_commit_still_on_its_way_when_the_buyer_is_answered_can_no_longer_land
 #[tokio::test]
 async fn a_lock_attempt_that_lands_after_its_abandon_takes_nothing() {
     let scratch = Scratch::new().await;
-    let (upstream, _) = commit_on_its_way(&scratch);
+    let (upstream, _) = commit_on_its_way(&scratch).await;
     let acquire = redis::Script::new(include_str!(
         "../../../seckill-core/src/lua/lock_acquire.lua"
     ));
-    // Loaded first, straight to Redis: the held attempt is an `EVALSHA`,
-    // which a server without the script would refuse, proving nothing.
-    let _: String = acquire
-        .prepare_invoke()
-        .load_async(&mut crate::helpers::redis_at(scratch.redis_url()).await)
-        .await
-        .expect("SCRIPT LOAD");
+    // Loaded first: the held attempt is an `EVALSHA`, which a server
+    // without the script would refuse, proving nothing.
+    load_straight(&scratch, &acquire).await;
     let late = Duration::from_secs(2);
     let hash = acquire.get_hash().to_owned();
     let proxy = LoseOneAnswer::delaying(upstream, vec![hash.as_bytes().to_vec()], late).await;
@@ -540,13 +541,12 @@ async fn a_lock_attempt_that_lands_after_its_abandon_takes_nothing() {
     {
         seen.push(monitor.next(late + Duration::from_secs(5)).await);
     }
-    let attempt = seen.len() - 1;
-    assert_eq!(seen[attempt][1], hash, "{seen:?}");
+    // `EVALSHA` hash 4 lock fence line mark ...; `EVAL` text 2 lock mark ...
+    let mark = &seen[seen.len() - 1][6];
     assert!(
-        seen[..attempt]
-            .iter()
-            .any(|command| command[0].eq_ignore_ascii_case("eval")),
-        "the abandon did not run before the attempt: the test proves nothing: {seen:?}"
+        seen.iter()
+            .any(|command| command[0].eq_ignore_ascii_case("eval") && &command[4] == mark),
+        "the attempt's abandon did not run before it: the test proves nothing: {seen:?}"
     );
     let held: Option<String> = redis::cmd("GET")
         .arg(&lock)
@@ -571,7 +571,7 @@ async fn a_lost_commit_while_redis_has_lost_the_sale_leaves_the_buyer_in_doubt()
     let (app, proxy, pause, sale) = app_pausing_the_commit().await;
 
     let (told, ()) = tokio::join!(app.purchase(sale, "ann"), async {
-        pause.ran().await;
+        commit_ran(&app, &pause, sale).await;
         app.wipe_all_of_sale(sale).await;
         pause.go();
     });
@@ -592,7 +592,7 @@ async fn a_lost_commit_whose_order_a_worker_wrote_after_redis_lost_the_sale_is_t
     let (app, proxy, pause, sale) = app_pausing_the_commit().await;
 
     let (told, ()) = tokio::join!(app.purchase(sale, "ann"), async {
-        pause.ran().await;
+        commit_ran(&app, &pause, sale).await;
         let held = app.worker.reserve_orders(sale).await.expect("reserve");
         app.wipe_all_of_sale(sale).await;
         pause.go();
@@ -607,11 +607,21 @@ async fn a_lost_commit_whose_order_a_worker_wrote_after_redis_lost_the_sale_is_t
     assert_eq!(body["order_id"], orders[0].0.to_string(), "{body}");
 }
 
+/// Until the commit the pausing proxy caught has run: a reply came (one
+/// to an earlier command may come first), and its buyer holds a unit.
+async fn commit_ran(app: &crate::helpers::TestApp, pause: &Pause, sale: i64) {
+    pause.ran().await;
+    eventually(Duration::from_secs(1), "the commit ran", || async {
+        !app.redis_buyers(sale).await.is_empty()
+    })
+    .await;
+}
+
 /// An app behind a proxy that pauses its first commit (`pausing`), and a
 /// sale of 5.
 async fn app_pausing_the_commit() -> (crate::helpers::TestApp, LoseOneAnswer, Pause, i64) {
     let scratch = Scratch::new().await;
-    let (upstream, needles) = commit_on_its_way(&scratch);
+    let (upstream, needles) = commit_on_its_way(&scratch).await;
     let (proxy, pause) = LoseOneAnswer::pausing(upstream, needles).await;
     let app = app_through(scratch, &proxy).await;
     let sale = app.create_sale(5).await;
@@ -628,7 +638,7 @@ async fn app_pausing_the_commit() -> (crate::helpers::TestApp, LoseOneAnswer, Pa
 #[tokio::test]
 async fn a_load_still_on_its_way_after_a_commit_writes_nothing() {
     let scratch = Scratch::new().await;
-    let (upstream, _) = commit_on_its_way(&scratch);
+    let (upstream, _) = commit_on_its_way(&scratch).await;
     let load = redis::Script::new(include_str!("../../../seckill-core/src/lua/sale_load.lua"));
     let proxy = LoseOneAnswer::delaying(
         upstream,
@@ -684,7 +694,7 @@ async fn a_load_still_on_its_way_after_a_commit_writes_nothing() {
 #[tokio::test]
 async fn a_won_form_purchase_is_shown_though_the_read_after_it_fails() {
     let scratch = Scratch::new().await;
-    let (upstream, _) = commit_on_its_way(&scratch);
+    let (upstream, _) = commit_on_its_way(&scratch).await;
     // The `lua` purchase is one `EVALSHA`; the page's read is a plain
     // `GET` of the stock key: lose the first such request's answer.
     // The sale is the scratch database's first: id 1.
