@@ -20,9 +20,10 @@
 -- when asked to.
 --
 -- A job not found while the sale is loaded (and the pass voided, or
--- fenced) is in PostgreSQL or nowhere, for good: the worker moves a job from the queue to PostgreSQL, never
--- back, and a batch a worker reserved before Redis lost the sale is
--- written only if no load came since (store/confirm.rs). While the sale
+-- fenced) is in PostgreSQL or nowhere, for good: the worker moves a job
+-- from the queue to PostgreSQL, never back, and a batch a worker
+-- reserved before Redis lost the sale is written only if no load came
+-- since (store/confirm.rs). While the sale
 -- is not loaded (Redis lost it: a restart without persistence), such a
 -- batch may still be written, so nothing is final: the caller asks again.
 -- (A failover under `local` that loses the pass's job keeps the sale:

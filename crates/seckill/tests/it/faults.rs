@@ -19,7 +19,7 @@ use crate::helpers::{
     Monitor, Options, Scratch, eventually, spawn_app, spawn_app_on, spawn_app_on_private_postgres,
     spawn_app_on_private_redis,
 };
-use crate::proxy::{LoseOneAnswer, Pause};
+use crate::proxy::{LoseOneAnswer, Pause, upstream_of};
 use crate::waiting_room::{fifo, sale_with_room};
 
 #[tokio::test]
@@ -440,13 +440,7 @@ async fn app_through(scratch: Scratch, proxy: &LoseOneAnswer) -> crate::helpers:
 /// script is loaded into Redis first, straight: a server without it would
 /// answer the caught `EVALSHA` `NOSCRIPT`, and the commit would not run.
 async fn commit_on_its_way(scratch: &Scratch) -> (String, Vec<Vec<u8>>) {
-    // redis://host:port[/db] -> host:port
-    let upstream = scratch
-        .redis_url()
-        .split('/')
-        .nth(2)
-        .expect("host and port")
-        .to_owned();
+    let upstream = upstream_of(scratch.redis_url());
     let commit = redis::Script::new(concat!(
         include_str!("../../../seckill-core/src/lua/queue_lib.lua"),
         include_str!("../../../seckill-core/src/lua/purchase_commit.lua")
@@ -510,7 +504,7 @@ async fn a_commit_still_on_its_way_when_the_buyer_is_answered_can_no_longer_land
 #[tokio::test]
 async fn a_lock_attempt_that_lands_after_its_abandon_takes_nothing() {
     let scratch = Scratch::new().await;
-    let (upstream, _) = commit_on_its_way(&scratch).await;
+    let upstream = upstream_of(scratch.redis_url());
     let acquire = redis::Script::new(include_str!(
         "../../../seckill-core/src/lua/lock_acquire.lua"
     ));
@@ -518,8 +512,8 @@ async fn a_lock_attempt_that_lands_after_its_abandon_takes_nothing() {
     // without the script would refuse, proving nothing.
     load_straight(&scratch, &acquire).await;
     let late = Duration::from_secs(2);
-    let hash = acquire.get_hash().to_owned();
-    let proxy = LoseOneAnswer::delaying(upstream, vec![hash.as_bytes().to_vec()], late).await;
+    let needle = acquire.get_hash().as_bytes().to_vec();
+    let proxy = LoseOneAnswer::delaying(upstream, vec![needle], late).await;
     let app = app_through(scratch, &proxy).await;
     let sale = app.create_sale(5).await;
     let lock = app.keys(sale).lock;
@@ -534,19 +528,21 @@ async fn a_lock_attempt_that_lands_after_its_abandon_takes_nothing() {
 
     // The held attempt reaches Redis and runs (the one `EVALSHA` of the
     // acquire script Redis is sent), after the abandon (`EVAL`) did.
-    let mut seen = Vec::new();
-    while !seen
-        .iter()
-        .any(|command: &Vec<String>| command[0].eq_ignore_ascii_case("evalsha"))
-    {
-        seen.push(monitor.next(late + Duration::from_secs(5)).await);
-    }
+    let mut before = Vec::new();
+    let attempt = loop {
+        let command = monitor.next(late + Duration::from_secs(5)).await;
+        if command[0].eq_ignore_ascii_case("evalsha") {
+            break command;
+        }
+        before.push(command);
+    };
     // `EVALSHA` hash 4 lock fence line mark ...; `EVAL` text 2 lock mark ...
-    let mark = &seen[seen.len() - 1][6];
+    let mark = &attempt[6];
     assert!(
-        seen.iter()
+        before
+            .iter()
             .any(|command| command[0].eq_ignore_ascii_case("eval") && &command[4] == mark),
-        "the attempt's abandon did not run before it: the test proves nothing: {seen:?}"
+        "the attempt's abandon did not run before it: the test proves nothing: {before:?}"
     );
     let held: Option<String> = redis::cmd("GET")
         .arg(&lock)
@@ -638,7 +634,7 @@ async fn app_pausing_the_commit() -> (crate::helpers::TestApp, LoseOneAnswer, Pa
 #[tokio::test]
 async fn a_load_still_on_its_way_after_a_commit_writes_nothing() {
     let scratch = Scratch::new().await;
-    let (upstream, _) = commit_on_its_way(&scratch).await;
+    let upstream = upstream_of(scratch.redis_url());
     let load = redis::Script::new(include_str!("../../../seckill-core/src/lua/sale_load.lua"));
     let proxy = LoseOneAnswer::delaying(
         upstream,
@@ -694,7 +690,7 @@ async fn a_load_still_on_its_way_after_a_commit_writes_nothing() {
 #[tokio::test]
 async fn a_won_form_purchase_is_shown_though_the_read_after_it_fails() {
     let scratch = Scratch::new().await;
-    let (upstream, _) = commit_on_its_way(&scratch).await;
+    let upstream = upstream_of(scratch.redis_url());
     // The `lua` purchase is one `EVALSHA`; the page's read is a plain
     // `GET` of the stock key: lose the first such request's answer.
     // The sale is the scratch database's first: id 1.

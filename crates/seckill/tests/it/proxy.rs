@@ -26,6 +26,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
+/// The `host:port` a proxy forwards to, of a `redis://host:port[/db]` URL.
+pub fn upstream_of(redis_url: &str) -> String {
+    (redis_url.split('/').nth(2))
+        .expect("host and port")
+        .to_owned()
+}
+
 /// A running proxy; stops with the test's runtime.
 pub struct LoseOneAnswer {
     /// `redis://` URL of the proxy.

@@ -261,10 +261,7 @@ where
     F: Future<Output = LoseOneAnswer>,
 {
     let scratch = Scratch::new().await;
-    // redis://host:port[/db] -> host:port
-    let upstream = (scratch.redis_url().split('/').nth(2))
-        .expect("host and port")
-        .to_owned();
+    let upstream = crate::proxy::upstream_of(scratch.redis_url());
     let proxy = proxy(upstream).await;
     let options = Options {
         app_redis: Some(RedisAt::Server(proxy.url.clone())),
