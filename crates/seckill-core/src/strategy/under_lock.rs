@@ -381,34 +381,36 @@ async fn locked_section<C: ConnectionLike + Send>(
             let looked = shop
                 .after_a_lost_answer(job_id, &jobs, LateCommit::Fenced)
                 .await;
-            // The orders the commit did not take were refused by the room
-            // (a roomed pass): which way, the room says. A roomed pass
-            // whose every order the room refused took nothing and queued
-            // no job: its buyers are told their refusals, which a retry
-            // would be told too, not a `503`. (Whether the commit ran or
-            // not, the fence is closed: it cannot take anything now.)
+            // Every order the commit did not take lost its turn, and so did
+            // the buyers refused only because one of them took the unit:
+            // told `busy` (`503`, ask again), as `lua` tells them, since
+            // nothing was taken and a retry is told what is true. In a
+            // room, the orders it did not take may have been refused by
+            // the room (a roomed pass): which way, the room says, and a
+            // buyer it refused is told that refusal, which a retry would
+            // be told too. (Whether the commit ran or not, the fence is
+            // closed: it cannot take anything now.)
             let not_taken: Vec<usize> = match &looked {
                 Looked::Taken(taken) => (0..jobs.len())
                     .filter(|i| !taken.contains(&jobs[*i].order_id))
                     .collect(),
-                Looked::NotTaken if roomed => (0..jobs.len()).collect(),
-                Looked::NotTaken | Looked::Unknown => Vec::new(),
+                Looked::NotTaken => (0..jobs.len()).collect(),
+                Looked::Unknown => Vec::new(),
             };
-            let told = (&mut outcomes[..], &on_commit[..]);
-            let refused = refused_by_the_room(shop, sale_id, told, &jobs, &not_taken).await;
-            let confirmed = match looked {
-                Looked::Taken(_) => durability == RedisDurability::Local,
-                Looked::Unknown => false,
-                Looked::NotTaken if refused => durability == RedisDurability::Local,
-                Looked::NotTaken => {
-                    return Err(error).with_context(|| {
-                        format!(
-                            "committing purchases: the answer was lost, and none of the {} orders was taken",
-                            jobs.len()
-                        )
-                    });
-                }
-            };
+            if roomed {
+                let told = (&mut outcomes[..], &on_commit[..]);
+                refused_by_the_room(shop, sale_id, told, &jobs, &not_taken).await;
+            } else {
+                refuse(&mut outcomes, &on_commit, &jobs, &not_taken, Outcome::Busy);
+            }
+            if looked == Looked::NotTaken {
+                tracing::warn!(
+                    %error,
+                    buyers = jobs.len(),
+                    "a commit's answer was lost and it took nobody; its buyers are told busy"
+                );
+            }
+            let confirmed = looked != Looked::Unknown && durability == RedisDurability::Local;
             Ok(Inside {
                 outcomes,
                 released: true,

@@ -482,6 +482,9 @@ async fn a_commit_still_on_its_way_when_the_buyer_is_answered_can_no_longer_land
         "nothing was taken when ann was answered"
     );
     assert_eq!(response.headers()["retry-after"], "1");
+    // Told to ask again, as `lua` tells her: not that Redis is down.
+    let told: serde_json::Value = response.json().await.expect("a JSON answer");
+    assert_eq!(told["error"], "busy", "{told}");
 
     // The held commit has reached Redis by now, and written nothing.
     tokio::time::sleep(Duration::from_millis(1_500)).await;

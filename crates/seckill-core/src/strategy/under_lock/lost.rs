@@ -14,16 +14,16 @@ use crate::waiting_room::{self, AtTheDoor};
 /// one would be sent the wrong way: to give up, or to join again), all
 /// read in one round trip. A buyer the room did not refuse, or all of
 /// them if the room cannot be read, is told to retry: nothing was taken,
-/// and a retry is told which. Whether the room refused any.
+/// and a retry is told which.
 pub(super) async fn refused_by_the_room(
     shop: &Shop,
     sale_id: i64,
     (outcomes, on_commit): (&mut [Outcome], &[bool]),
     jobs: &[OrderJob],
     not_taken: &[usize],
-) -> bool {
+) {
     if not_taken.is_empty() {
-        return false;
+        return;
     }
     // (Unconfirmed under `replica`, the buyers are told in doubt anyway:
     // a lost answer's `WAIT` was lost with it.)
@@ -34,17 +34,14 @@ pub(super) async fn refused_by_the_room(
     let standings = waiting_room::at_the_door_all(&shop.store, sale_id, &buyers)
         .await
         .unwrap_or_else(|_| vec![AtTheDoor::MayBuy; not_taken.len()]);
-    let mut refused_any = false;
     for (i, standing) in not_taken.iter().zip(standings) {
         let told = match standing {
             AtTheDoor::Spent => SPENT,
             AtTheDoor::NotHeld => Outcome::NotAdmitted,
             AtTheDoor::MayBuy => Outcome::Busy,
         };
-        refused_any |= told != Outcome::Busy;
         refuse(outcomes, on_commit, jobs, &[*i], told);
     }
-    refused_any
 }
 
 /// Make sure `guard` no longer holds the lock: release it if it still
