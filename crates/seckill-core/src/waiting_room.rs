@@ -230,7 +230,7 @@ async fn run_visit(
     let keys = SaleKeys::new(store.prefix(), sale.id);
     let seed = match room.mode {
         RoomMode::Lottery => lottery_seed(store.pass_key().await?, sale.id),
-        RoomMode::Fifo => 0,
+        RoomMode::Fifo => String::new(),
     };
     let mut conn = store.redis().await?;
     let mut script = VISIT.prepare_invoke();
@@ -250,7 +250,7 @@ async fn run_visit(
         .arg(sale.starts_at.timestamp_millis())
         .arg(sale.ends_at.map_or(0, |end| end.timestamp_millis()))
         .arg(u8::from(room.mode == RoomMode::Lottery))
-        .arg(seed)
+        .arg(&seed)
         .arg(u64::try_from(store.room_abandon().as_millis()).unwrap_or(u64::MAX))
         .arg(u64::try_from(store.room_grace().as_millis()).unwrap_or(u64::MAX))
         .arg(room.max_line.unwrap_or(0))
@@ -292,7 +292,7 @@ async fn run_visit(
         // would let a bot pick ids that draw well.
         tracing::info!(
             sale_id = sale.id,
-            seed,
+            %seed,
             drawn = told,
             "waiting room: lottery drawn"
         );
@@ -410,14 +410,16 @@ pub fn closed(sale: &Sale, stock_left: Option<i64>, now: chrono::DateTime<chrono
 
 /// The lottery's seed for a sale: drawn from the database's key, so that
 /// nobody outside can foresee the draw, and the same for every instance.
-fn lottery_seed(key: &PassKey, sale_id: i64) -> i64 {
+/// 128 bits, as 32 hex digits: a drawn place is told at the join, before
+/// the open, so a seed that could be tried exhaustively (a 31-bit one:
+/// about 2^31 SHA1s, a minute on a laptop) would be found from one place,
+/// and with it the ids that draw the front of the line.
+fn lottery_seed(key: &PassKey, sale_id: i64) -> String {
     let digest = key
         .mac_of(&format!("lottery:{sale_id}"))
         .finalize()
         .into_bytes();
-    let n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
-    // Park-Miller's generator takes a seed in 1..2^31-1.
-    i64::from(n % 2_147_483_646) + 1
+    digest[..16].iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 mod door;

@@ -20,7 +20,7 @@
 -- ARGV[6]  when the sale opens, ms since the epoch
 -- ARGV[7]  when the sale ends, ms since the epoch (0: never)
 -- ARGV[8]  1 for a lottery among those who joined before the open
--- ARGV[9]  the lottery's seed (a positive integer below 2^31)
+-- ARGV[9]  the lottery's seed (32 hex digits: 128 bits)
 -- ARGV[10] the abandon time, in ms: a buyer in line who has not visited
 --          for longer has left the line
 -- ARGV[11] the room's grace, in ms: every key of the room expires this

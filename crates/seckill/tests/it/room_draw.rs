@@ -78,11 +78,19 @@ async fn the_seed_is_logged_at_the_open_and_every_drawn_place_follows_from_it() 
         .find(|line| line.contains("lottery drawn"))
         .expect("the line");
     assert_eq!(logged.matches("lottery drawn").count(), 1, "{logged}");
-    let seed: u64 = line
+    let seed = line
         .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .filter(|word| !word.is_empty())
         .skip_while(|word| *word != "seed")
-        .find_map(|word| word.parse().ok())
+        .nth(1)
         .unwrap_or_else(|| panic!("no seed in {line}"));
+    // 128 bits: a drawn place is told at the join, so a seed small enough
+    // to try every one (a 31-bit seed: about 2^31 SHA1s) is found from one
+    // place, and with it the ids that draw the front of the line.
+    assert!(
+        seed.len() == 32 && seed.bytes().all(|b| b.is_ascii_hexdigit()),
+        "not a 128-bit seed: {line}"
+    );
     assert!(
         line.contains("drawn=3") || line.contains(r#""drawn":3"#),
         "{line}"
