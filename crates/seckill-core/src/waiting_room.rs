@@ -419,7 +419,10 @@ fn lottery_seed(key: &PassKey, sale_id: i64) -> String {
         .mac_of(&format!("lottery:{sale_id}"))
         .finalize()
         .into_bytes();
-    digest[..16].iter().map(|byte| format!("{byte:02x}")).collect()
+    digest[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 mod door;

@@ -24,6 +24,7 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
 use chrono::{DateTime, Utc};
 use sqlx::{Acquire, Postgres, Transaction};
 
@@ -195,45 +196,55 @@ impl Store {
         // load can run while the row is locked, so what Redis says now
         // holds until the commit. (Redis not answering is "try again".)
         let keys = SaleKeys::new(self.prefix(), sale_id);
-        if epoch.is_some() {
-            let now = match self.redis().await {
-                Ok(mut conn) => super::load::epoch(&mut conn, &keys).await,
-                Err(error) => Err(error),
-            }
-            .map_err(|error| sqlx::Error::Io(std::io::Error::other(format!("{error:#}"))))?;
-            match now {
-                Some(now) if Some(now.as_str()) != epoch => {
-                    return Ok(Fenced::Closed { recorded });
-                }
-                Some(_) => {}
-                // No epoch at all: Redis lost the sale and nobody loaded it
-                // yet; a load after this commit counts it. Except a load
-                // still on its way, which read PostgreSQL before this
-                // commit and lost its reply: mark the epoch, so that it
-                // finds the sale moved on and writes nothing
-                // (`lua/sale_load.lua`). A load that landed first is
-                // another epoch: refuse, as above.
-                None => {
-                    let marked = match self.redis().await {
-                        Ok(mut conn) => redis::cmd("SET")
-                            .arg(&keys.epoch)
-                            .arg(format!("committed:{}", uuid::Uuid::new_v4().simple()))
-                            .arg("NX")
-                            .query_async::<Option<String>>(&mut conn)
-                            .await
-                            .map_err(anyhow::Error::from),
-                        Err(error) => Err(error),
-                    }
-                    .map_err(|error| {
-                        sqlx::Error::Io(std::io::Error::other(format!("{error:#}")))
-                    })?;
-                    if marked.is_none() {
-                        return Ok(Fenced::Closed { recorded });
-                    }
-                }
+        if let Some(epoch) = epoch {
+            let held = self
+                .epoch_still(&keys, epoch)
+                .await
+                .map_err(|error| sqlx::Error::Io(std::io::Error::other(format!("{error:#}"))))?;
+            if !held {
+                return Ok(Fenced::Closed { recorded });
             }
         }
         Ok(Fenced::Open(tx, pay_by))
+    }
+
+    /// Whether Redis' epoch of the sale (`keys`) is still `epoch`, the one
+    /// a batch was reserved under; called holding the sale's row, so that
+    /// no load can change it before the batch commits. (Redis not
+    /// answering is an error: "try again".)
+    ///
+    /// Redis holding no epoch at all lost the sale (a restart without
+    /// persistence), and nobody loaded it yet: a load after this commit
+    /// counts it. Except a load still on its way, which read PostgreSQL
+    /// before this commit and lost its reply: the epoch is marked
+    /// `committed:<epoch>`, so that such a load finds the sale moved on
+    /// and writes nothing (`lua/sale_load.lua`). The mark names the
+    /// batch's epoch, so the other batches reserved under it, in flight
+    /// beside this one when Redis was lost, find it theirs and commit too:
+    /// a mark of its own for each batch refused every batch but the first,
+    /// and their orders, told `202`, were lost though no load had come.
+    /// A load that landed first wrote another epoch: refused.
+    async fn epoch_still(&self, keys: &SaleKeys, epoch: &str) -> anyhow::Result<bool> {
+        let mark = format!("committed:{epoch}");
+        let mut conn = self.redis().await?;
+        let now = super::load::epoch(&mut conn, keys).await?;
+        if let Some(now) = now {
+            return Ok(now == epoch || now == mark);
+        }
+        let marked: Option<String> = redis::cmd("SET")
+            .arg(&keys.epoch)
+            .arg(&mark)
+            .arg("NX")
+            .query_async(&mut conn)
+            .await
+            .context("marking the sale's load epoch")?;
+        if marked.is_some() {
+            return Ok(true);
+        }
+        // Set meanwhile: by a batch beside this one (the same mark), not by
+        // a load, which waits for this batch's hold on the row.
+        let now = super::load::epoch(&mut conn, keys).await?;
+        Ok(now.as_deref() == Some(mark.as_str()))
     }
 
     /// The `postgres` strategy's whole purchase, in one transaction: take a

@@ -108,6 +108,39 @@ async fn a_batch_committed_before_the_load_is_counted_by_it() {
     );
 }
 
+/// A worker keeps several batches of a sale in flight: two are held
+/// (ann's, then bob's) when Redis restarts empty. The first to commit
+/// marks the sale's epoch, so that a load still on its way lands on
+/// nothing; the second, reserved under the same epoch, finds that mark
+/// its own and is written too. No load came between them: both buyers
+/// were told `202`, and both orders are kept. (Each commit used to mark
+/// an epoch of its own: every batch but the first was refused, and its
+/// orders lost, though nothing had sold their units again.)
+#[tokio::test]
+async fn every_batch_held_through_a_wipe_is_written_when_no_load_came_first() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    app.buy(sale, "ann").await;
+    let first = app.worker.reserve_orders(sale).await.expect("reserve");
+    app.buy(sale, "bob").await;
+    let second = app.worker.reserve_orders(sale).await.expect("reserve");
+    app.wipe_all_of_sale(sale).await;
+    for (who, held) in [("ann", first), ("bob", second)] {
+        let report = app.worker.write_batch(held).await.expect("write");
+        assert_eq!(
+            (report.confirmed, report.superseded),
+            (1, 0),
+            "{who}'s batch"
+        );
+    }
+    let mut written: Vec<String> = app.orders(sale).await.into_iter().map(|o| o.1).collect();
+    written.sort();
+    assert_eq!(written, ["ann", "bob"]);
+    let view = app.get_json(&format!("/api/sales/{sale}")).await;
+    assert_eq!(view["stock_left"], 3);
+    assert_eq!(buyers(&app, sale).await, ["ann", "bob"]);
+}
+
 /// A load that wrote Redis and then failed to record its epoch leaves
 /// PostgreSQL behind. The worker finds Redis' epoch unchanged since it
 /// reserved, records it, and writes the batch on its next delivery: the
