@@ -24,7 +24,9 @@
 //! The races this keeps closed. A buyer answered from the look never
 //! asked Redis, so Redis would take them for gone (abandoned) at their
 //! turn: the buyers answered here are noted, and sent as seen with the
-//! next look, in its script, before it admits anyone. Many requests
+//! next look, in its script, before it admits anyone: the oldest
+//! [`SEEN_PER_LOOK`] of them a look, so that the script stays short
+//! whatever the crowd (the rest wait for the next looks). Many requests
 //! finding the look stale at once would each look again: the look is a
 //! single-flight read (`single_flight.rs`), one at a time per room. And a
 //! look taken before this instance took a buyer's purchase would show
@@ -33,7 +35,7 @@
 //! out): the purchase forgets the look, and a look under way then keeps
 //! nothing (`SingleFlight::forget`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -71,8 +73,11 @@ struct View {
 
 #[derive(Default)]
 struct Buyers {
-    /// Buyers answered from a look, to be sent as seen with the next one.
-    seen: HashSet<String>,
+    /// Buyers answered from a look, to be sent as seen with the next ones,
+    /// first answered first; `queued` holds the same buyers, so that one
+    /// who asks again while queued is queued once.
+    seen: VecDeque<String>,
+    queued: HashSet<String>,
     /// Buyers whose standing each look reads: when each last asked here.
     tracked: HashMap<String, Instant>,
     /// Buyers asked about in Redis, never answered by their ticket's
@@ -83,6 +88,15 @@ struct Buyers {
     /// after that, or when Redis places them. At most [`UNSEEN_MAX`].
     unseen: HashMap<String, Instant>,
 }
+
+/// The most buyers seen a look sends (`lua/room_visit.lua` notes each in
+/// a `ZSCORE` and an `HSET`: about a millisecond of Redis for all of
+/// them), so that a look stays short at any crowd; the rest go with the
+/// next looks, first answered first. A look every [`FRESH_FOR`], so 5,000
+/// a second an instance: a buyer waits in the queue for a few seconds
+/// while one instance answers tens of thousands from its looks, well
+/// within the abandon time (30 s by default).
+pub(crate) const SEEN_PER_LOOK: usize = 1_000;
 
 /// How long a buyer stays asked about in Redis ([`Buyers::unseen`]) after
 /// Redis last found them outside: longer than a page's one-second
@@ -260,8 +274,8 @@ impl View {
             .await
     }
 
-    /// The buyers to send with the next look: those seen since the last
-    /// (taken), and those tracked (the ones who stopped asking dropped).
+    /// The buyers to send with the next look: the oldest seen since they
+    /// were last sent, at most [`SEEN_PER_LOOK`] (taken), and those tracked (the ones who stopped asking dropped).
     fn to_send(&self) -> (Vec<String>, Vec<String>) {
         let mut buyers = lock(&self.buyers);
         buyers
@@ -270,7 +284,11 @@ impl View {
         buyers
             .unseen
             .retain(|_, since| since.elapsed() < UNSEEN_FOR);
-        let seen = buyers.seen.drain().collect();
+        let sent = buyers.seen.len().min(SEEN_PER_LOOK);
+        let seen: Vec<String> = buyers.seen.drain(..sent).collect();
+        for buyer in &seen {
+            buyers.queued.remove(buyer);
+        }
         (seen, buyers.tracked.keys().cloned().collect())
     }
 
@@ -281,8 +299,8 @@ impl View {
         if let Some(asked) = buyers.tracked.get_mut(buyer) {
             *asked = Instant::now();
         }
-        if matches!(place, Place::Waiting { .. }) {
-            buyers.seen.insert(buyer.to_owned());
+        if matches!(place, Place::Waiting { .. }) && buyers.queued.insert(buyer.to_owned()) {
+            buyers.seen.push_back(buyer.to_owned());
         }
     }
 
@@ -445,6 +463,37 @@ mod tests {
         view.answered("admitted", Place::Admitted { until_ms: 0 });
         view.answered("bought", Place::Bought);
         assert_eq!(view.to_send().0, ["waiting"]);
+        assert!(view.to_send().0.is_empty());
+    }
+
+    /// A look sends at most `SEEN_PER_LOOK` buyers seen, the first
+    /// answered first, and the rest with the next: the look's script stays
+    /// short however many buyers this instance answers, and nobody waits
+    /// behind later ones. A buyer asking again while queued is sent once.
+    #[test]
+    fn a_look_sends_the_oldest_seen_buyers_and_at_most_its_share() {
+        let view = view();
+        let in_line = Place::Waiting {
+            number: 7,
+            ahead: 3,
+        };
+        for n in 0..SEEN_PER_LOOK + 5 {
+            view.answered(&format!("buyer-{n}"), in_line);
+        }
+        view.answered("buyer-0", in_line);
+        let first = view.to_send().0;
+        assert_eq!(first.len(), SEEN_PER_LOOK);
+        assert_eq!(first[0], "buyer-0");
+        assert_eq!(
+            first[SEEN_PER_LOOK - 1],
+            format!("buyer-{}", SEEN_PER_LOOK - 1)
+        );
+        view.answered("buyer-0", in_line);
+        let next: Vec<String> = (SEEN_PER_LOOK..SEEN_PER_LOOK + 5)
+            .map(|n| format!("buyer-{n}"))
+            .chain(["buyer-0".to_owned()])
+            .collect();
+        assert_eq!(view.to_send().0, next);
         assert!(view.to_send().0.is_empty());
     }
 
