@@ -93,7 +93,8 @@ impl Worker {
         let deadlines = deadlines
             .into_iter()
             .map(|(pay_by, left)| (DeadlineJob::new(sale_id, pay_by), left));
-        enqueue_deadlines(conn, self.store.prefix(), deadlines).await
+        let (added, queued) = enqueue_deadlines(conn, self.store.prefix(), deadlines).await;
+        queued.map(|()| added)
     }
 
     /// One step on one sale's deadline queue: take its next due deadline,
@@ -211,12 +212,20 @@ impl Worker {
     pub(super) async fn requeue_lost_deadlines(&self, conn: &mut RedisConn) -> anyhow::Result<u64> {
         // A page at a time: the sweep's memory and each query's cost stay
         // those of one page, however many deadlines are pending.
-        let (mut swept, mut after) = (0, None);
+        // A sale whose shard does not answer keeps the others' deadlines
+        // from nobody: every page is swept, and the first failure returned
+        // after them (the sweep stays due, and puts that sale's back later).
+        let (mut swept, mut after, mut failed) = (0, None, None);
         loop {
             let page = self.store.unpaid_deadlines(after, SWEEP_PAGE).await?;
             let last = page.last().map(|(job, _)| (job.sale_id, job.pay_by()));
             let full = page.len() as i64 == SWEEP_PAGE;
-            swept += enqueue_deadlines(conn, self.store.prefix(), page.into_iter()).await?;
+            let (added, queued) =
+                enqueue_deadlines(conn, self.store.prefix(), page.into_iter()).await;
+            swept += added;
+            if let Err(error) = queued {
+                failed.get_or_insert(error);
+            }
             match last {
                 Some(last) if full => after = Some(last),
                 _ => break,
@@ -228,7 +237,7 @@ impl Worker {
                 "payment deadlines Redis had lost are queued again"
             );
         }
-        Ok(swept)
+        failed.map_or(Ok(swept), Err)
     }
 }
 
@@ -249,12 +258,15 @@ impl Due {
 }
 
 /// Queue deadline jobs, each on its sale's deadline queue, due after its
-/// delay. Returns how many jobs were new to their queue.
+/// delay. Returns how many jobs were new to their queue, and whether every
+/// sale's were queued: one sale whose queue failed (its shard down) does
+/// not keep the others' from theirs; its first failure is returned, the
+/// others logged.
 async fn enqueue_deadlines(
     conn: &mut RedisConn,
     prefix: &str,
     deadlines: impl Iterator<Item = (DeadlineJob, Duration)>,
-) -> anyhow::Result<u64> {
+) -> (u64, anyhow::Result<()>) {
     let mut grouped: BTreeMap<(i64, Duration), Vec<(String, String)>> = BTreeMap::new();
     for (deadline, left) in deadlines {
         grouped
@@ -262,16 +274,29 @@ async fn enqueue_deadlines(
             .or_default()
             .push((deadline.id(), deadline.to_payload()));
     }
-    let mut added = 0;
+    let (mut added, mut failed) = (0, None);
     for ((sale_id, left), jobs) in grouped {
         let jobs: Vec<(&str, &str)> = jobs
             .iter()
             .map(|(id, payload)| (id.as_str(), payload.as_str()))
             .collect();
-        added += Queue::new(SaleKeys::new(prefix, sale_id).deadlines)
+        let queued = Queue::new(SaleKeys::new(prefix, sale_id).deadlines)
             .enqueue(conn, &jobs, left)
-            .await
-            .context("queueing payment deadlines")?;
+            .await;
+        match queued {
+            Ok(new) => added += new,
+            Err(error) if failed.is_some() => tracing::warn!(
+                sale_id,
+                %error,
+                "a sale's payment deadlines could not be queued"
+            ),
+            Err(error) => {
+                failed = Some(
+                    anyhow::Error::from(error)
+                        .context(format!("queueing payment deadlines of sale {sale_id}")),
+                );
+            }
+        }
     }
-    Ok(added)
+    (added, failed.map_or(Ok(()), Err))
 }

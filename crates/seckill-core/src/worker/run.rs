@@ -175,9 +175,24 @@ impl Worker {
         let mut total = BatchReport::default();
         let mut busy = Vec::new();
         let started = std::time::Instant::now();
+        // One sale's failure (its shard down, its replica not confirming)
+        // stops neither the other sales of this pass nor the next full
+        // pass: the others are visited, and a full pass counts as done
+        // only when every sale was. Nor does the sweep's: its lock lives
+        // on one shard, and a sweep that failed there ended the pass before
+        // any sale was visited, every pass until the shard was back, so no
+        // sale cancelled its unpaid orders. It stays due, and is tried
+        // again on the next pass. The first failure is the pass's; the
+        // others are logged.
+        let mut failed: Option<anyhow::Error> = None;
         if self.sweep.due() {
-            total.swept = self.sweep().await?;
-            self.sweep.done(started);
+            match self.sweep().await {
+                Ok(swept) => {
+                    total.swept = swept;
+                    self.sweep.done(started);
+                }
+                Err(error) => failed = Some(error.context("the sweep")),
+            }
         }
         // A sale that ended has work only until its last deadline (one
         // payment window after its end) and whatever an outage delayed:
@@ -195,12 +210,6 @@ impl Worker {
                 .sales_in_play(self.settings.payment_window() + IN_PLAY_AFTER_WINDOW)
                 .await?
         };
-        // One sale's failure (its shard down, its replica not confirming)
-        // stops neither the other sales of this pass nor the next full
-        // pass: the others are visited, and a full pass counts as done
-        // only when every sale was. The first failure is the pass's; the
-        // others are logged.
-        let mut failed: Option<anyhow::Error> = None;
         for sale_id in sales {
             let visited = async {
                 let orders = self.try_process_batch(sale_id).await?;

@@ -675,3 +675,77 @@ async fn a_202_waits_for_as_many_replicas_as_it_is_told() {
     assert!(told.body["order_id"].is_string(), "{told:?}");
     sells(&app, sale).await;
 }
+
+/// A worker whose sweep fails, its lock's shard stopped (the sweep's lock
+/// lives on one shard: `{sweep}`), still cancels at its deadline the
+/// unpaid order of a sale on another shard, in the same pass. (Before, a
+/// failed sweep ended the pass before any sale was visited, and, still
+/// due, failed every pass after it: no sale on any shard cancelled an
+/// unpaid order until the stopped one was back.)
+#[tokio::test]
+async fn a_stopped_shard_stops_not_the_payment_deadlines_of_the_sales_on_the_others() {
+    let (redis, scratch) = three_masters().await;
+    let sweep_lock = format!("{}:{{sweep}}:lock", scratch.prefix);
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sweeps_on = redis.master_of(&sweep_lock).await.expect("its master");
+    let sales = a_sale_per_master(&redis, &app).await;
+    let (_, sale) = sales
+        .iter()
+        .find(|(master, _)| **master != sweeps_on)
+        .expect("a sale on another master");
+    let ann = app.buy(*sale, "ann").await;
+    app.drain().await;
+    crate::payment::make_deadlines_due(&app, *sale, &[ann]).await;
+
+    let stopped = redis.node(&sweeps_on).expect("the master's node");
+    stopped.pause();
+    // A new worker sweeps on its first pass.
+    let worker = seckill_core::worker::Worker::new(app.store.clone(), Default::default());
+    let pass = worker.run_once().await;
+    let status = crate::payment::status_of(&app, ann).await;
+    stopped.resume();
+    assert!(pass.is_err(), "the sweep's shard was stopped: {pass:?}");
+    assert_eq!(status, "cancelled", "ann's order past its deadline");
+}
+
+/// The sweep puts back the payment deadlines Redis lost of every sale it
+/// can reach: a sale whose shard is stopped fails its own, not those of
+/// the sales swept after it. (Before, the first sale that failed ended
+/// the sweep.)
+#[tokio::test]
+async fn a_sweep_puts_back_the_lost_deadlines_of_every_sale_but_a_stopped_shards() {
+    let (redis, scratch) = three_masters().await;
+    let sweep_lock = format!("{}:{{sweep}}:lock", scratch.prefix);
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sweeps_on = redis.master_of(&sweep_lock).await.expect("its master");
+    let mut others: Vec<(String, i64)> = a_sale_per_master(&redis, &app)
+        .await
+        .into_iter()
+        .filter(|(master, _)| *master != sweeps_on)
+        .collect();
+    // Swept in the order of their ids: the stopped shard's sale first.
+    others.sort_by_key(|(_, sale)| *sale);
+    let [(stopped_master, first), (_, last)] = &others[..] else {
+        panic!("two sales off the sweep's master: {others:?}");
+    };
+    for sale in [*first, *last] {
+        app.buy(sale, "ann").await;
+    }
+    app.drain().await;
+    for sale in [*first, *last] {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&app.keys(sale).deadlines.all()[..])
+            .query_async(&mut app.redis_conn().await)
+            .await
+            .expect("DEL");
+    }
+
+    let stopped = redis.node(stopped_master).expect("the master's node");
+    stopped.pause();
+    let worker = seckill_core::worker::Worker::new(app.store.clone(), Default::default());
+    let pass = worker.run_once().await;
+    let put_back = app.deadline_stats(*last).await;
+    stopped.resume();
+    assert!(pass.is_err(), "sale {first}'s shard was stopped: {pass:?}");
+    assert_eq!(put_back.waiting, 1, "sale {last}'s lost deadline");
+}
