@@ -38,6 +38,15 @@ impl Worker {
         batch: Carried<'_>,
     ) -> anyhow::Result<BatchReport> {
         let max_attempts = self.settings.max_attempts;
+        // All of them within the write time limit too, as one batch's
+        // write is (the batch's own write, failed, took at most the other
+        // half of the lease): the race it bounds is the same, the lease
+        // running out while this worker still writes, its jobs handed to
+        // another worker and charged an attempt each, healthy ones too. A
+        // write cut off here goes as one PostgreSQL refused for a while:
+        // the jobs not yet done are given back uncharged (their orders
+        // that committed are skipped on the next delivery).
+        let until = tokio::time::Instant::now() + self.settings.write_time_limit();
         let mut orders = batch.orders;
         for (i, (carries, job)) in batch.carries.iter().zip(batch.reserved).enumerate() {
             let (its, rest) = orders.split_at(*carries);
@@ -45,7 +54,15 @@ impl Worker {
             let mut failed = false;
             for (k, order) in its.iter().enumerate() {
                 let one = std::slice::from_ref(order);
-                match self.confirm(one, under.epoch).await {
+                let confirmed = tokio::time::timeout_at(until, self.confirm(one, under.epoch))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(sqlx::Error::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "a failed batch's orders, written one by one, took half the lease",
+                        )))
+                    });
+                match confirmed {
                     Ok(Confirmation::Written { written, pay_by }) => {
                         report.count(&written);
                         self.schedule_deadlines(conn, under.sale_id, pay_by, one, &written)

@@ -237,3 +237,51 @@ async fn an_outage_after_an_order_at_fault_dead_letters_no_untried_order() {
     assert_eq!(confirmed(&app, sale).await, 2, "ann's and dan's orders");
     assert_eq!(counts(app.queue_stats(sale).await), (0, 0, 1));
 }
+
+/// An order at fault, and then a PostgreSQL that takes 0.4 s for each
+/// order alone (a trigger): the orders written one by one take the
+/// write's time limit too, half the lease (1 s here), as the batch's one
+/// write does. Past it, the rest of the job goes back uncharged, though
+/// it is at its last attempt: the worker does not write on past its
+/// lease while the queue hands the job to another and charges it. (Before,
+/// the one-by-one writes had no bound: all five orders written in 2 s,
+/// past the lease, and the job charged for bob and dead-lettered.)
+#[tokio::test]
+async fn orders_written_one_by_one_stop_within_the_writes_time_limit() {
+    let mut options = Options::default();
+    options.worker.max_attempts = 1;
+    options.worker.lease_ms = 2_000;
+    let app = spawn_app_with(options).await;
+    let sale = app.create_sale(10).await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION slow_alone() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF (SELECT count(*) FROM inserted) = 1 THEN
+             PERFORM pg_sleep(0.4);
+           END IF;
+           RETURN NULL;
+         END $$;
+         CREATE TRIGGER slow_alone AFTER INSERT ON orders
+           REFERENCING NEW TABLE AS inserted
+           FOR EACH STATEMENT EXECUTE FUNCTION slow_alone();",
+    )
+    .execute(&app.pg)
+    .await
+    .expect("the trigger");
+    let users = ["ann", "bob", "cy", "dan", "eve", "fay"];
+    let (job, orders) = pass_with_bad_bob(&app, sale, &users).await;
+    enqueue_pass(&app, sale, job, &orders).await;
+
+    let cut = app.worker.run_once().await;
+    assert!(cut.is_err(), "the writes ran past their limit: {cut:?}");
+    let written = confirmed(&app, sale).await;
+    assert!(
+        (1..5).contains(&written),
+        "{written} of five orders written in the limit"
+    );
+    assert_eq!(
+        counts(app.queue_stats(sale).await),
+        (1, 0, 0),
+        "the job, at its last attempt, given back uncharged"
+    );
+}
