@@ -175,6 +175,25 @@ impl Worker {
         let mut total = BatchReport::default();
         let mut busy = Vec::new();
         let started = std::time::Instant::now();
+        // A sale that ended has work only until its last deadline (one
+        // payment window after its end) and whatever an outage delayed:
+        // most passes visit the sales still in play, so that an idle pass
+        // costs the live sales, not every sale ever made (with 10,000
+        // ended sales, it cost purchases a fifth of their speed: the
+        // bench's `ended` rows). A full pass, on a worker's first and every
+        // ten minutes, visits every sale, so nothing left on an old sale's
+        // queue is stranded.
+        let full = self.full_pass.due();
+        let sales = if full {
+            self.store.sale_ids().await?
+        } else {
+            self.store
+                .sales_in_play(self.settings.payment_window() + IN_PLAY_AFTER_WINDOW)
+                .await?
+        };
+        // The sales first: without PostgreSQL there is nothing to do, and
+        // the pass fails at once (the sweep reads PostgreSQL too).
+        //
         // One sale's failure (its shard down, its replica not confirming)
         // stops neither the other sales of this pass nor the next full
         // pass: the others are visited, and a full pass counts as done
@@ -194,22 +213,6 @@ impl Worker {
                 Err(error) => failed = Some(error.context("the sweep")),
             }
         }
-        // A sale that ended has work only until its last deadline (one
-        // payment window after its end) and whatever an outage delayed:
-        // most passes visit the sales still in play, so that an idle pass
-        // costs the live sales, not every sale ever made (with 10,000
-        // ended sales, it cost purchases a fifth of their speed: the
-        // bench's `ended` rows). A full pass, on a worker's first and every
-        // ten minutes, visits every sale, so nothing left on an old sale's
-        // queue is stranded.
-        let full = self.full_pass.due();
-        let sales = if full {
-            self.store.sale_ids().await?
-        } else {
-            self.store
-                .sales_in_play(self.settings.payment_window() + IN_PLAY_AFTER_WINDOW)
-                .await?
-        };
         for sale_id in sales {
             let visited = async {
                 let orders = self.try_process_batch(sale_id).await?;
