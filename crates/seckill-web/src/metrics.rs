@@ -16,7 +16,18 @@ use seckill_core::metrics::metrics;
 use seckill_core::queue::{Queue, QueueStats};
 use seckill_core::waiting_room::{self, RoomFigures};
 
+/// One scrape's state reads at a time in the process. A scrape reads
+/// every sale's queues and every room, one round trip after another on a
+/// pooled Redis connection: anyone who can reach `/metrics` (it is served
+/// on the storefront's port) could send a hundred at once and hold the
+/// pool's connections, and Redis' time, that buyers need; and two at once
+/// raced on the gauges each resets. Scrapes queue here instead, each
+/// answered in turn.
+static SCRAPING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 pub(crate) async fn scrape(state: web::Data<AppState>) -> HttpResponse {
+    // Never closed: a permit always comes.
+    let _turn = SCRAPING.acquire().await;
     let metrics = metrics();
     let open = state
         .max_streams

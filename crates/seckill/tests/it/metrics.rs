@@ -180,3 +180,33 @@ async fn metrics_answer_while_redis_is_down() {
     );
     assert!(!scrape.contains("seckill_queue_jobs{"), "{scrape}");
 }
+
+/// Scrapes sent at once are answered in turn: each reads every sale's
+/// queues in one walk, and no walk starts before the one before it ended.
+/// (Before, each scrape walked at once, on a pooled connection of its
+/// own: anyone who could reach `/metrics`, served on the storefront's
+/// port, could send a hundred and hold the connections, and Redis' time,
+/// that buyers need.)
+#[tokio::test]
+async fn scrapes_sent_at_once_read_redis_one_after_another() {
+    let app = crate::helpers::spawn_app().await;
+    for _ in 0..2 {
+        app.create_sale(5).await;
+    }
+    let needle = format!("{}:{{sale:", app.scratch.prefix);
+    let mut monitor = crate::helpers::Monitor::start(app.scratch.redis_url(), &needle).await;
+    let scrapes = (0..8).map(|_| app.client.get(app.url("/metrics")).send());
+    for scraped in futures::future::join_all(scrapes).await {
+        assert_eq!(scraped.expect("GET /metrics").status(), 200);
+    }
+    let counted: Vec<String> = (monitor.until_now().await.into_iter())
+        .filter(|command| command[0].eq_ignore_ascii_case("zcard"))
+        .map(|command| command[1].clone())
+        .collect();
+    // One walk: two sales, their order and deadline queues, three sets each.
+    let walk = 2 * 2 * 3;
+    assert_eq!(counted.len(), 8 * walk, "{counted:?}");
+    for (n, one) in counted.chunks(walk).enumerate() {
+        assert_eq!(one, &counted[..walk], "walk {n} ran beside another");
+    }
+}
