@@ -152,6 +152,8 @@ pub enum InvalidSale {
     StartsTooLate,
     #[error("a sale lasts between 1 and {max} seconds", max = NewSale::MAX_SCHEDULE_SECS)]
     Duration,
+    #[error("starts_at {}", self.rule())]
+    StartsBeforeEpoch,
     #[error("ends_at {}", self.rule())]
     EndsBeforeStart,
     #[error("ends_at {}", self.rule())]
@@ -186,6 +188,9 @@ impl InvalidSale {
             Self::Price => between(0, NewSale::MAX_PRICE_CENTS),
             Self::StartsTooLate => between(0, NewSale::MAX_SCHEDULE_SECS),
             Self::Duration => between(1, NewSale::MAX_SCHEDULE_SECS),
+            // PostgreSQL keeps no time before 4713 BC: such a start, which
+            // chrono reads, failed the insert, a `500`.
+            Self::StartsBeforeEpoch => "must not be before 1970-01-01T00:00:00Z".to_owned(),
             Self::EndsBeforeStart => "must be after starts_at".to_owned(),
             Self::EndsInThePast => "must be in the future".to_owned(),
             Self::RoomRate => between(1, RoomSettings::MAX_ADMIT_PER_SEC.into()),
@@ -326,6 +331,9 @@ impl NewSaleBuilder {
             Opens::At(at) => at,
             Opens::In(secs) => now + seconds(secs, InvalidSale::StartsTooLate)?,
         };
+        if starts_at < DateTime::<Utc>::UNIX_EPOCH {
+            return Err(InvalidSale::StartsBeforeEpoch);
+        }
         let ends_at = match self.closes {
             Closes::Never => None,
             Closes::At(at) => Some(at),

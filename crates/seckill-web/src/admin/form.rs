@@ -118,7 +118,8 @@ impl NewSaleForm {
                 | InvalidSale::ControlCharacter => "name",
                 InvalidSale::Stock => "stock",
                 InvalidSale::Price => "price_cents",
-                InvalidSale::StartsTooLate => "starts_in_secs",
+                // The form's start is seconds from now: never before 1970.
+                InvalidSale::StartsTooLate | InvalidSale::StartsBeforeEpoch => "starts_in_secs",
                 InvalidSale::Duration
                 | InvalidSale::EndsBeforeStart
                 | InvalidSale::EndsInThePast => "duration_secs",

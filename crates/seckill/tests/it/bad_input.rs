@@ -201,6 +201,12 @@ async fn a_sale_of_the_wrong_types_is_refused_in_our_words() {
             json!({"name": "Lamp", "stock": 1, "price_cents": 1, "starts_at": "noon"}),
             "starts_at must be a time such as",
         ),
+        (
+            // A time chrono reads and PostgreSQL keeps none of (before
+            // 4713 BC): it failed the insert, a `500`.
+            json!({"name": "Lamp", "stock": 1, "price_cents": 1, "starts_at": "-5000-01-01T00:00:00Z"}),
+            "starts_at must not be before 1970-01-01T00:00:00Z",
+        ),
         (json!({"stock": 1, "price_cents": 1}), "name is missing"),
     ] {
         let response = app.post_sale(&body).send().await.expect("POST");
