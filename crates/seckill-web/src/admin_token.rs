@@ -117,7 +117,11 @@ impl AdminToken {
             .headers()
             .get(actix_web::http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
+            // The scheme in any case (RFC 7235): a script that writes
+            // `bearer` is refused otherwise, and each refusal counts
+            // towards its address' lock-out.
+            .and_then(|value| value.split_once(' '))
+            .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token))
     }
 
     /// The cookie value of session `id`, expiring at `expires` (seconds

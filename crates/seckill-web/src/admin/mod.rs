@@ -257,7 +257,12 @@ pub(crate) async fn login(
             let mut response = login_page(Some(notice), StatusCode::TOO_MANY_REQUESTS)?;
             response.headers_mut().insert(
                 actix_web::http::header::RETRY_AFTER,
-                left.as_secs().max(1).into(),
+                // Rounded up, as the API's: one who waits as long as told
+                // finds the lock-out over.
+                u64::try_from(left.as_millis().div_ceil(1000))
+                    .unwrap_or(u64::MAX)
+                    .max(1)
+                    .into(),
             );
             return Ok(response);
         }

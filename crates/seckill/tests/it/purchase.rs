@@ -204,6 +204,24 @@ async fn create_sale_requires_the_admin_token() {
     assert_eq!(app.sale_count().await, 0, "a sale was stored");
 }
 
+/// The scheme of `Authorization` is case-insensitive (RFC 7235): the
+/// admin's token after `bearer` or `BEARER` is the admin's too.
+#[tokio::test]
+async fn the_admin_api_takes_the_bearer_scheme_in_any_case() {
+    let app = spawn_app().await;
+    for scheme in ["bearer", "BEARER"] {
+        let response = app
+            .client
+            .post(app.url("/api/sales"))
+            .header("Authorization", format!("{scheme} {ADMIN_TOKEN}"))
+            .json(&json!({"name": "Phone", "stock": 10, "price_cents": 100}))
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(response.status(), 201, "{scheme}");
+    }
+}
+
 #[tokio::test]
 async fn the_admin_api_is_refused_when_no_token_is_configured() {
     let app = spawn_app_with(Options {
