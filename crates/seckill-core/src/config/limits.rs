@@ -30,7 +30,7 @@ pub struct RateLimitSettings {
 
 /// Waiting-room joins per second from one client address, by default: a
 /// household or an office joins a few buyers, not hundreds (with the
-/// burst, 10 at once, then 2 a second).
+/// burst of 10, 11 at once, then 2 a second).
 const DEFAULT_ROOM_JOINS_PER_IP: u32 = 2;
 
 impl Default for RateLimitSettings {

@@ -81,7 +81,7 @@ pub(crate) async fn crowd(
     let token = admin_token();
     let join_limit = match args.room_joins_per_ip {
         0 => "off".to_owned(),
-        per_sec => format!("{per_sec}/s an address, {} at once", PER_ADDRESS.1),
+        per_sec => format!("{per_sec}/s an address, a burst of {}", PER_ADDRESS.1),
     };
     println!(
         "seckill crowd: {} people and {} bots (on {} addresses) for {} units; the room admits {}/s; joins limited: {join_limit}",

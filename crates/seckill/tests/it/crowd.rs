@@ -72,7 +72,7 @@ async fn the_crowd_runs_each_setting_keeps_the_promise_and_fifo_keeps_arrival_or
         "the lottery kept arrival order: {lottery:?}"
     );
     assert!(
-        stdout.contains("joins limited: 2/s an address, 10 at once"),
+        stdout.contains("joins limited: 2/s an address, a burst of 10"),
         "{stdout}"
     );
     for room in ["fifo", "lottery"] {
