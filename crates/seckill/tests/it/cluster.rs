@@ -676,6 +676,16 @@ async fn a_202_waits_for_as_many_replicas_as_it_is_told() {
     sells(&app, sale).await;
 }
 
+/// Three masters, an app on them, and the master that holds the worker
+/// sweep's lock (`{sweep}`: one shard's).
+async fn three_masters_and_the_sweeps() -> (PrivateRedisCluster, TestApp, String) {
+    let (redis, scratch) = three_masters().await;
+    let sweep_lock = format!("{}:{{sweep}}:lock", scratch.prefix);
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sweeps_on = redis.master_of(&sweep_lock).await.expect("its master");
+    (redis, app, sweeps_on)
+}
+
 /// A worker whose sweep fails, its lock's shard stopped (the sweep's lock
 /// lives on one shard: `{sweep}`), still cancels at its deadline the
 /// unpaid order of a sale on another shard, in the same pass. (Before, a
@@ -684,10 +694,7 @@ async fn a_202_waits_for_as_many_replicas_as_it_is_told() {
 /// unpaid order until the stopped one was back.)
 #[tokio::test]
 async fn a_stopped_shard_stops_not_the_payment_deadlines_of_the_sales_on_the_others() {
-    let (redis, scratch) = three_masters().await;
-    let sweep_lock = format!("{}:{{sweep}}:lock", scratch.prefix);
-    let app = spawn_app_on(scratch, Options::default()).await;
-    let sweeps_on = redis.master_of(&sweep_lock).await.expect("its master");
+    let (redis, app, sweeps_on) = three_masters_and_the_sweeps().await;
     let sales = a_sale_per_master(&redis, &app).await;
     let (_, sale) = sales
         .iter()
@@ -714,10 +721,7 @@ async fn a_stopped_shard_stops_not_the_payment_deadlines_of_the_sales_on_the_oth
 /// the sweep.)
 #[tokio::test]
 async fn a_sweep_puts_back_the_lost_deadlines_of_every_sale_but_a_stopped_shards() {
-    let (redis, scratch) = three_masters().await;
-    let sweep_lock = format!("{}:{{sweep}}:lock", scratch.prefix);
-    let app = spawn_app_on(scratch, Options::default()).await;
-    let sweeps_on = redis.master_of(&sweep_lock).await.expect("its master");
+    let (redis, app, sweeps_on) = three_masters_and_the_sweeps().await;
     let mut others: Vec<(String, i64)> = a_sale_per_master(&redis, &app)
         .await
         .into_iter()
