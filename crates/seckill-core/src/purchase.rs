@@ -159,8 +159,8 @@ impl Purchaser {
             Window::Open => {}
         }
         // Sold out, as far as this instance knows: answer without touching Redis.
-        let refresh = self.shop.settings.sold_out_refresh();
-        if self.shop.sold_out.check(sale.id, refresh) == Flag::SoldOut {
+        // Not to a buyer who may hold a unit (`strategy/sold_out.rs`).
+        if self.shop.sold_out_for(sale.id, &[user]) == Flag::SoldOut {
             return Ok(Outcome::SoldOut);
         }
         // What follows talks to Redis and may log. With `lock` and `lua` it
@@ -188,7 +188,7 @@ impl Purchaser {
     /// sale lanes take their purchases).
     async fn contend(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
         let strategy = self.strategy();
-        let (keys, mut conn) = match self.shop.ready(sale.id).await? {
+        let (keys, mut conn) = match self.shop.ready(sale.id, &[user]).await? {
             Ok(ready) => ready,
             Err(told) => return Ok(told),
         };

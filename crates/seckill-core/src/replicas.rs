@@ -153,25 +153,6 @@ where
     }
 }
 
-/// `read` and, under `replica`, the write of `waited` and a `WAIT` behind
-/// it, as one pipeline on one connection: what it read, and whether a
-/// replica holds it (always `true` under `local`).
-pub(crate) async fn read_and_confirm<C, T>(
-    conn: &mut C,
-    read: &redis::Cmd,
-    durability: RedisDurability,
-    waited: &str,
-) -> RedisResult<(T, bool)>
-where
-    C: ConnectionLike + Send,
-    T: FromRedisValue,
-{
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors().add_command(read.clone());
-    let (read, confirmed) = sent_and_confirmed(conn, pipe, durability, waited).await?;
-    Ok((T::from_redis_value(read?)?, confirmed))
-}
-
 /// `pipe` (built with `ignore_errors`, one command whose answer counts)
 /// sent with [`wait_behind_a_write`]'s commands behind it: that
 /// command's answer, and whether it is confirmed ([`confirmed_by`]).

@@ -33,6 +33,7 @@ use anyhow::Context;
 use redis::aio::ConnectionLike;
 
 use super::{Buy, Flag, Outcome, Shop, take_unguarded};
+use crate::domain::UserId;
 use crate::redis_pool::RedisConn;
 
 /// The pause between two tries of a waiter.
@@ -41,7 +42,7 @@ const RETRY: Duration = Duration::from_millis(5);
 /// One purchase under the GETSET lock.
 pub(crate) async fn purchase(buy: Buy<'_>, conn: &mut RedisConn) -> anyhow::Result<Outcome> {
     let (shop, keys, sale_id, user) = buy.parts();
-    match lock(shop, conn, &keys.lock, sale_id).await? {
+    match lock(shop, conn, &keys.lock, (sale_id, user)).await? {
         Got::Lock => {}
         Got::TimedOut => return Ok(Outcome::Busy),
         Got::SoldOut => return Ok(Outcome::SoldOut),
@@ -67,7 +68,7 @@ async fn lock<C: ConnectionLike + Send>(
     shop: &Shop,
     conn: &mut C,
     key: &str,
-    sale_id: i64,
+    (sale_id, user): (i64, &UserId),
 ) -> anyhow::Result<Got> {
     let ttl = shop.settings.lock_ttl();
     let give_up = shop.settings.now_ms() + shop.settings.lock_wait().as_millis() as i64;
@@ -115,8 +116,7 @@ async fn lock<C: ConnectionLike + Send>(
         if shop.settings.now_ms() > give_up {
             return Ok(Got::TimedOut);
         }
-        let refresh = shop.settings.sold_out_refresh();
-        if shop.sold_out.check(sale_id, refresh) == Flag::SoldOut {
+        if shop.sold_out_for(sale_id, &[user]) == Flag::SoldOut {
             return Ok(Got::SoldOut);
         }
         tokio::time::sleep(RETRY).await;

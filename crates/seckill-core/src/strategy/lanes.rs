@@ -199,7 +199,7 @@ async fn one_pass(shop: &Shop, sale_id: i64, roomed: bool, batch: Vec<Waiter>) {
         return;
     }
     let users: Vec<&UserId> = batch.iter().map(|waiter| &waiter.user).collect();
-    let passed = match shop.ready(sale_id).await {
+    let passed = match shop.ready(sale_id, &users).await {
         Ok(Err(told)) => Ok(Passed::Now(vec![told; users.len()])),
         Ok(Ok(ready)) => match shop.settings.strategy {
             Strategy::Lua => lua::pass(shop, ready, sale_id, roomed, &users).await,

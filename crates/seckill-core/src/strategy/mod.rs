@@ -273,31 +273,59 @@ impl Shop {
     pub(crate) async fn ready(
         &self,
         sale_id: i64,
+        users: &[&UserId],
     ) -> anyhow::Result<Result<(SaleKeys, RedisConn), Outcome>> {
         let keys = SaleKeys::new(self.store.prefix(), sale_id);
         let Some(mut conn) = self.store.redis_pool().get_or_busy().await? else {
             return Ok(Err(Outcome::Busy));
         };
-        if let Some(known) = self.known_sold_out(&mut conn, &keys, sale_id).await? {
+        if let Some(known) = self
+            .known_sold_out(&mut conn, &keys, sale_id, users)
+            .await?
+        {
             return Ok(Err(known));
         }
         Ok(Ok((keys, conn)))
     }
 
-    /// What to tell the buyer of a sale sold out as far as this instance
-    /// can tell without the lock (`None`: not known sold out): a flag
-    /// within its refresh period costs nothing, a stale one costs one
-    /// `GET` (under `replica`, with a write and a `WAIT` behind it).
+    /// What this instance's memory of sold-out sales tells `users` of
+    /// `sale_id` ([`SoldOutFlags::check`]), starting the listing of the
+    /// sale's holders in the background when it asks for one.
+    pub(crate) fn sold_out_for(&self, sale_id: i64, users: &[&UserId]) -> Flag {
+        let (flag, list) = self
+            .sold_out
+            .check(sale_id, users, self.settings.sold_out_refresh());
+        if list {
+            let shop = self.clone();
+            let listing = async move {
+                let keys = SaleKeys::new(shop.store.prefix(), sale_id);
+                let list = match shop.store.redis().await {
+                    Ok(mut conn) => sold_out::list_holders(&mut conn, &keys).await,
+                    Err(error) => Err(error),
+                };
+                if let Err(error) = &list {
+                    tracing::warn!(sale_id, error = %format!("{error:#}"), "listing a sold-out sale's holders failed; its buyers are answered from Redis");
+                }
+                shop.sold_out.listed(sale_id, list);
+            };
+            self.store.runtime().spawn(listing);
+        }
+        flag
+    }
+
+    /// What to tell the buyers `users` of a sale sold out as far as this
+    /// instance can tell without the lock (`None`: not known sold out, or
+    /// one of them may hold a unit): a flag within its refresh period
+    /// costs nothing, a stale one costs one script (under `replica`, with
+    /// a write and a `WAIT` behind it).
     pub(crate) async fn known_sold_out<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         keys: &SaleKeys,
         sale_id: i64,
+        users: &[&UserId],
     ) -> anyhow::Result<Option<Outcome>> {
-        match self
-            .sold_out
-            .check(sale_id, self.settings.sold_out_refresh())
-        {
+        match self.sold_out_for(sale_id, users) {
             Flag::Unknown => Ok(None),
             Flag::SoldOut => Ok(Some(Outcome::SoldOut)),
             Flag::Stale => {
@@ -311,18 +339,24 @@ impl Shop {
                 // Unconfirmed, the buyer is told so at once: the purchase
                 // would read the same data and wait for the same replica
                 // in vain, a second wait for every request.
-                let (left, confirmed): (Option<i64>, bool) = replicas::read_and_confirm(
-                    conn,
-                    redis::cmd("GET").arg(&keys.stock),
-                    self.store.durability(),
-                    &keys.waited,
-                )
-                .await
-                .context("reading the stock")?;
+                let mut look = sold_out::LOOK.prepare_invoke();
+                look.key(&keys.stock).key(&keys.holds).key(&keys.returned);
+                let ((left, takes), confirmed): ((Option<i64>, i64), bool) =
+                    replicas::run_and_confirm(
+                        conn,
+                        &sold_out::LOOK,
+                        &look,
+                        self.store.durability(),
+                        &keys.waited,
+                    )
+                    .await
+                    .context("reading the stock")?;
                 match left {
                     Some(left) if left <= 0 && confirmed => {
-                        self.sold_out.set(sale_id);
-                        Ok(Some(Outcome::SoldOut))
+                        self.sold_out.refreshed(sale_id, takes);
+                        // A holder among `users` is answered by Redis.
+                        Ok((self.sold_out_for(sale_id, users) == Flag::SoldOut)
+                            .then_some(Outcome::SoldOut))
                     }
                     Some(left) if left <= 0 => Ok(Some(Outcome::SoldOut.unconfirmed())),
                     _ => {

@@ -1,75 +1,314 @@
 //! What an instance remembers of the sales it saw sold out: a purchase
-//! of one within the refresh period is answered without Redis.
+//! of one within the refresh period is answered without Redis, unless
+//! its buyer may hold a unit.
+//!
+//! The holders are the reason for the list. A buyer whose `202` was lost
+//! on its way (a client that timed out, a phone that lost its
+//! connection) asks again, and by then the sale has usually sold out: a
+//! flash sale sells out in about a second. Answered "sold out" from the
+//! flag, they would believe they lost, and not pay; their unit would come
+//! back unpaid at the end of the payment window. So once a sale is seen
+//! sold out, the instance lists its holders from Redis (`HSCAN` of the
+//! sale's holds hash, [`list_holders`]) and answers from memory only the
+//! buyers the list does not name; a buyer it may name goes to Redis as
+//! before the sale sold out, and hears `409 already_purchased` with
+//! their order. Until the list is made, every buyer goes to Redis.
+//!
+//! The list holds an 8-byte hash of each holder's id (8 MB for a sale of
+//! a million units). A hash that two ids share sends the second to Redis
+//! for nothing; never the other way.
+//!
+//! A sold-out sale gains a holder only when a unit comes back (an unpaid
+//! order cancelled) and is taken again. The flag's refresh reads, with
+//! the stock, how many holds the sale has written in all
+//! (`lua/sold_out_look.lua`); a list made at another count is made again.
+//! So a buyer who took a returned unit can be told "sold out" only within
+//! one refresh period of their take, from another instance's flag.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-/// Per-instance memory of which sales were seen sold out, and when.
+use anyhow::Context;
+use redis::Script;
+use redis::aio::ConnectionLike;
+
+use crate::domain::UserId;
+use crate::keys::SaleKeys;
+
+/// Per-instance memory of which sales were seen sold out, when, and who
+/// holds their units.
 #[derive(Debug, Default)]
 pub(crate) struct SoldOutFlags {
     /// A std Mutex, not a tokio one: it is held for a map lookup and never
     /// across an await.
-    seen: Mutex<HashMap<i64, Instant>>,
+    seen: Mutex<HashMap<i64, Seen>>,
+}
+
+#[derive(Debug)]
+struct Seen {
+    at: Instant,
+    holders: Holders,
+}
+
+/// The holders of a sale seen sold out, as far as this instance has them.
+#[derive(Debug)]
+enum Holders {
+    /// Not listed yet: the next check starts the listing.
+    Unlisted,
+    /// A listing is on its way.
+    Listing,
+    Listed(Arc<HolderList>),
+}
+
+/// The holders of a sale's units, as hashes of their ids, and how many
+/// holds the sale had written in all when they were read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct HolderList {
+    /// Sorted, for a binary search.
+    hashes: Vec<u64>,
+    takes: i64,
+}
+
+impl HolderList {
+    fn may_hold(&self, user: &UserId) -> bool {
+        self.hashes
+            .binary_search(&holder_hash(user.as_str()))
+            .is_ok()
+    }
+}
+
+/// The hash a holder is listed under. `DefaultHasher::new` hashes alike
+/// in every call of one process, which is all the list needs.
+fn holder_hash(user: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    user.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// What an instance knows about a sale's stock without asking Redis.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Flag {
-    /// No purchase here has seen it sold out.
+    /// No purchase here has seen it sold out, or one of the buyers asking
+    /// may hold a unit, or its holders are not listed yet: ask Redis.
     Unknown,
-    /// Seen sold out within the refresh period: answer without Redis.
+    /// Seen sold out within the refresh period, and none of the buyers
+    /// asking holds a unit: answer without Redis.
     SoldOut,
     /// Seen sold out, but long enough ago that a unit may have come back.
     Stale,
 }
 
 impl SoldOutFlags {
-    pub(crate) fn check(&self, sale_id: i64, refresh: Duration) -> Flag {
-        match self
-            .seen
-            .lock()
-            .expect("sold-out flags poisoned")
-            .get(&sale_id)
-        {
-            None => Flag::Unknown,
-            Some(at) if at.elapsed() < refresh => Flag::SoldOut,
-            Some(_) => Flag::Stale,
+    /// What to tell `users` of `sale_id`, and whether the caller is to
+    /// list the sale's holders ([`list_holders`], then
+    /// [`SoldOutFlags::listed`]): true for one caller until a listing
+    /// ends.
+    pub(crate) fn check(&self, sale_id: i64, users: &[&UserId], refresh: Duration) -> (Flag, bool) {
+        let mut seen = self.seen();
+        let Some(sale) = seen.get_mut(&sale_id) else {
+            return (Flag::Unknown, false);
+        };
+        if sale.at.elapsed() >= refresh {
+            return (Flag::Stale, false);
+        }
+        match &sale.holders {
+            Holders::Listed(list) if users.iter().any(|user| list.may_hold(user)) => {
+                (Flag::Unknown, false)
+            }
+            Holders::Listed(_) => (Flag::SoldOut, false),
+            Holders::Listing => (Flag::Unknown, false),
+            Holders::Unlisted => {
+                sale.holders = Holders::Listing;
+                (Flag::Unknown, true)
+            }
         }
     }
 
+    /// `sale_id` seen sold out now. Its holders stay listed.
     pub(crate) fn set(&self, sale_id: i64) {
-        self.seen
-            .lock()
-            .expect("sold-out flags poisoned")
-            .insert(sale_id, Instant::now());
+        self.seen()
+            .entry(sale_id)
+            .and_modify(|sale| sale.at = Instant::now())
+            .or_insert_with(|| Seen {
+                at: Instant::now(),
+                holders: Holders::Unlisted,
+            });
+    }
+
+    /// `sale_id` seen sold out now by the flag's refresh, which read that
+    /// the sale has written `takes` holds in all: a list made at another
+    /// count misses a holder or names one too many, and is made again.
+    pub(crate) fn refreshed(&self, sale_id: i64, takes: i64) {
+        self.set(sale_id);
+        if let Some(sale) = self.seen().get_mut(&sale_id)
+            && matches!(&sale.holders, Holders::Listed(list) if list.takes != takes)
+        {
+            sale.holders = Holders::Unlisted;
+        }
+    }
+
+    /// A listing's end: its list (`Err`: it failed, and the next check
+    /// starts another). Kept only while the sale is still flagged.
+    pub(crate) fn listed(&self, sale_id: i64, list: anyhow::Result<HolderList>) {
+        if let Some(sale) = self.seen().get_mut(&sale_id)
+            && matches!(sale.holders, Holders::Listing)
+        {
+            sale.holders = match list {
+                Ok(list) => Holders::Listed(Arc::new(list)),
+                Err(_) => Holders::Unlisted,
+            };
+        }
     }
 
     /// How many sales have a flag here.
     pub(crate) fn len(&self) -> usize {
-        self.seen.lock().expect("sold-out flags poisoned").len()
+        self.seen().len()
     }
 
     pub(crate) fn clear(&self, sale_id: i64) {
-        let mut seen = self.seen.lock().expect("sold-out flags poisoned");
+        let mut seen = self.seen();
         seen.remove(&sale_id);
         crate::map_memory::shrink_if_sparse(&mut seen);
     }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Seen>> {
+        self.seen.lock().expect("sold-out flags poisoned")
+    }
 }
+
+/// How many holds a sale's listing reads a call.
+const LIST_CHUNK: usize = 1_000;
+
+/// The holders of `keys`' sale, read from its holds hash a chunk at a
+/// time (`HSCAN`: never one long command for a big sale), with the count
+/// of holds written in all read first: a hold written during the scan
+/// moves the count past the one listed, and the next refresh lists again.
+pub(crate) async fn list_holders<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &SaleKeys,
+) -> anyhow::Result<HolderList> {
+    let (_, takes): (Option<i64>, i64) = LOOK
+        .key(&keys.stock)
+        .key(&keys.holds)
+        .key(&keys.returned)
+        .invoke_async(conn)
+        .await
+        .context("counting the sale's holds")?;
+    let mut hashes = Vec::new();
+    let mut cursor = 0_u64;
+    loop {
+        let (next, pairs): (u64, Vec<String>) = redis::cmd("HSCAN")
+            .arg(&keys.holds)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(LIST_CHUNK)
+            .query_async(conn)
+            .await
+            .context("listing the sale's holders")?;
+        // Field, value, field, value: the buyers are the fields.
+        hashes.extend(pairs.iter().step_by(2).map(|user| holder_hash(user)));
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    hashes.sort_unstable();
+    hashes.dedup();
+    Ok(HolderList { hashes, takes })
+}
+
+/// The stock and the count of holds written in all, in one step
+/// (`lua/sold_out_look.lua`).
+pub(crate) static LOOK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/sold_out_look.lua")));
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn buyer(name: &str) -> UserId {
+        UserId::parse(name).expect("a buyer")
+    }
+
+    fn list(holders: &[&str], takes: i64) -> anyhow::Result<HolderList> {
+        let mut hashes: Vec<u64> = holders.iter().map(|user| holder_hash(user)).collect();
+        hashes.sort_unstable();
+        Ok(HolderList { hashes, takes })
+    }
+
+    /// Flags with sale 1 seen sold out, and its holders listed as given.
+    fn sold_out_with(holders: &[&str], takes: i64) -> SoldOutFlags {
+        let flags = SoldOutFlags::default();
+        flags.set(1);
+        assert_eq!(flags.check(1, &[], MINUTE), (Flag::Unknown, true));
+        flags.listed(1, list(holders, takes));
+        flags
+    }
+
     #[test]
     fn sold_out_flag_is_trusted_only_within_the_refresh_period() {
-        let flags = SoldOutFlags::default();
-        assert_eq!(flags.check(1, Duration::from_secs(60)), Flag::Unknown);
-        flags.set(1);
-        assert_eq!(flags.check(1, Duration::from_secs(60)), Flag::SoldOut);
-        assert_eq!(flags.check(1, Duration::ZERO), Flag::Stale);
-        assert_eq!(flags.check(2, Duration::from_secs(60)), Flag::Unknown);
+        let carl = buyer("carl");
+        assert_eq!(
+            SoldOutFlags::default().check(1, &[&carl], MINUTE).0,
+            Flag::Unknown
+        );
+        let flags = sold_out_with(&[], 0);
+        assert_eq!(flags.check(1, &[&carl], MINUTE).0, Flag::SoldOut);
+        assert_eq!(flags.check(1, &[&carl], Duration::ZERO).0, Flag::Stale);
+        assert_eq!(flags.check(2, &[&carl], MINUTE).0, Flag::Unknown);
         flags.clear(1);
-        assert_eq!(flags.check(1, Duration::from_secs(60)), Flag::Unknown);
+        assert_eq!(flags.check(1, &[&carl], MINUTE).0, Flag::Unknown);
+    }
+
+    #[test]
+    fn a_holder_is_never_told_sold_out_from_memory() {
+        let flags = SoldOutFlags::default();
+        let (ann, carl) = (buyer("ann"), buyer("carl"));
+        flags.set(1);
+        // Until the holders are listed, nobody is answered from memory,
+        // and one caller lists them.
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::Unknown, true));
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::Unknown, false));
+        flags.listed(1, list(&["ann", "bob"], 2));
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::SoldOut, false));
+        assert_eq!(flags.check(1, &[&ann], MINUTE), (Flag::Unknown, false));
+        // A pass with a holder among its buyers goes to Redis whole.
+        assert_eq!(flags.check(1, &[&carl, &ann], MINUTE).0, Flag::Unknown);
+        // Seen sold out again: the list stays.
+        flags.set(1);
+        assert_eq!(flags.check(1, &[&carl], MINUTE).0, Flag::SoldOut);
+    }
+
+    #[test]
+    fn a_list_is_made_again_when_the_sale_has_written_holds_since() {
+        let flags = sold_out_with(&["ann", "bob"], 2);
+        let (dan, carl) = (buyer("dan"), buyer("carl"));
+        flags.refreshed(1, 2);
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::SoldOut, false));
+        // Ann's unit came back, and dan took it: three holds in all.
+        flags.refreshed(1, 3);
+        assert_eq!(flags.check(1, &[&dan], MINUTE), (Flag::Unknown, true));
+        flags.listed(1, list(&["bob", "dan"], 3));
+        assert_eq!(flags.check(1, &[&dan], MINUTE).0, Flag::Unknown);
+        assert_eq!(flags.check(1, &[&carl], MINUTE).0, Flag::SoldOut);
+    }
+
+    #[test]
+    fn a_failed_or_late_listing_lists_nothing() {
+        let flags = SoldOutFlags::default();
+        let carl = buyer("carl");
+        flags.set(1);
+        flags.check(1, &[&carl], MINUTE);
+        flags.listed(1, Err(anyhow::anyhow!("Redis went away")));
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::Unknown, true));
+        // The sale came back on sale while its holders were being listed.
+        flags.clear(1);
+        flags.listed(1, list(&[], 0));
+        assert_eq!(flags.check(1, &[&carl], MINUTE).0, Flag::Unknown);
+        assert_eq!(flags.len(), 0);
     }
 }

@@ -174,13 +174,12 @@ pub(super) async fn pass(
     // If this instance learns meanwhile that the sale sold out (a pass
     // whose leader went away may still be running), there is no point in
     // waiting any longer.
-    let refresh = shop.settings.sold_out_refresh();
     let wake = shop.released.of(sale_id);
     let waiting = std::time::Instant::now();
     // Steps 1 and 2 go with every attempt, so that the holder does not
     // spend a round trip reading inside the lock.
     let reads = sales::snapshot_reads(&keys, users);
-    let give_up = || shop.sold_out.check(sale_id, refresh) == Flag::SoldOut;
+    let give_up = || shop.sold_out_for(sale_id, users) == Flag::SoldOut;
     let (acquired, read) = lock
         .acquire_and_read(
             &mut conn,

@@ -1,13 +1,19 @@
 //! A buyer whose `202` was lost on its way (a client that timed out, a
 //! phone that lost its connection) asks again: the answer names the order
 //! they won, through the API, the form without JavaScript and the waiting
-//! room's door, so that the winner can pay before the window closes.
+//! room's door, so that the winner can pay before the window closes,
+//! and after the sale has sold out too: by then it usually has.
+
+use std::time::Duration;
 
 use seckill_core::config::Strategy;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::helpers::{Options, TestApp, spawn_app_with};
+use crate::helpers::{
+    Options, TestApp, spawn_app_on_private_redis_with, spawn_app_with, start_instance,
+};
+use crate::payment::make_deadlines_due;
 
 /// The app with purchases run by `strategy`.
 async fn app_with(strategy: Strategy) -> TestApp {
@@ -76,6 +82,23 @@ async fn a_retry_of_a_won_purchase_names_its_order(strategy: Strategy) {
         page.contains(&format!("href=\"/orders/{}\"", again.2.expect("an id"))),
         "{strategy:?}: {page}"
     );
+
+    // The sale sells out, and the instance then answers "sold out" from
+    // memory: to everyone but its holders, before and after it has
+    // listed them (`strategy/sold_out.rs`).
+    let last = app.create_sale(1).await;
+    let won = app.buy(last, "ann").await;
+    let sold_out = (409, Some("sold_out".to_owned()), None);
+    let again = (409, Some("already_purchased".to_owned()), Some(won));
+    assert_eq!(answer(&app, last, "carl").await, sold_out);
+    assert_eq!(answer(&app, last, "ann").await, again, "{strategy:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(answer(&app, last, "carl").await, sold_out);
+    assert_eq!(
+        answer(&app, last, "ann").await,
+        again,
+        "{strategy:?}, the holders listed"
+    );
 }
 
 #[tokio::test]
@@ -86,4 +109,71 @@ async fn with_lock_a_retry_of_a_won_purchase_names_its_order() {
 #[tokio::test]
 async fn with_lua_a_retry_of_a_won_purchase_names_its_order() {
     a_retry_of_a_won_purchase_names_its_order(Strategy::Lua).await;
+}
+
+/// A sold-out sale gains a holder when a unit comes back unpaid and is
+/// taken again, maybe on another instance: an instance that listed the
+/// holders before lists them again at its flag's next refresh, so the new
+/// holder asking there learns their order.
+#[tokio::test]
+async fn a_returned_unit_taken_on_another_instance_is_named_to_its_buyer_after_a_refresh() {
+    let mut options = Options::default();
+    options.purchase.sold_out_refresh_ms = 300;
+    let app = spawn_app_with(options.clone()).await;
+    let sale = app.create_sale(1).await;
+    let ann = app.buy(sale, "ann").await;
+    let sold_out = (409, Some("sold_out".to_owned()), None);
+    assert_eq!(answer(&app, sale, "carl").await, sold_out);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Listed by now: ann, and carl is answered from memory.
+    assert_eq!(answer(&app, sale, "carl").await, sold_out);
+
+    // Ann does not pay; her unit comes back, and dan takes it on another
+    // instance, before this one's flag is due for a refresh.
+    app.drain().await;
+    make_deadlines_due(&app, sale, &[ann]).await;
+    let cancelled = app.worker.try_process_deadlines(sale).await.expect("step");
+    assert_eq!(cancelled.cancelled, 1);
+    let other = start_instance(&app.scratch, &options, "instance-b").await;
+    let dan = app
+        .client
+        .post(format!("{other}/api/sales/{sale}/purchase"))
+        .json(&serde_json::json!({ "user_id": "dan" }))
+        .send()
+        .await
+        .expect("dan's purchase");
+    assert_eq!(dan.status(), 202);
+    let body: Value = dan.json().await.expect("JSON");
+    let dan = Uuid::parse_str(body["order_id"].as_str().expect("an id")).expect("a UUID");
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        answer(&app, sale, "dan").await,
+        (409, Some("already_purchased".to_owned()), Some(dan)),
+        "dan, asking the instance that listed the holders before his take"
+    );
+    assert_eq!(answer(&app, sale, "carl").await, sold_out);
+}
+
+/// What the listing is for: once an instance has listed a sold-out sale's
+/// holders, it answers everyone else without Redis (here, while Redis is
+/// down), and never a holder: with Redis down, the holder is told to come
+/// back (`503`), not "sold out".
+#[tokio::test]
+async fn once_the_holders_are_listed_only_a_holder_needs_redis_to_be_answered() {
+    let mut options = Options::default();
+    options.purchase.sold_out_refresh_ms = 60_000;
+    let (mut redis, app) = spawn_app_on_private_redis_with(options).await;
+    let sale = app.create_sale(1).await;
+    app.buy(sale, "ann").await;
+    let sold_out = (409, Some("sold_out".to_owned()), None);
+    assert_eq!(answer(&app, sale, "carl").await, sold_out);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    redis.kill();
+    assert_eq!(answer(&app, sale, "carl").await, sold_out);
+    assert_eq!(answer(&app, sale, "dan").await, sold_out);
+    let ann = app.purchase(sale, "ann").await;
+    assert_eq!(ann.status(), 503, "ann holds the unit: not sold out to her");
+    assert!(ann.headers().contains_key("retry-after"));
 }
