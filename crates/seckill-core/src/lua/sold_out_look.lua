@@ -6,6 +6,7 @@
 -- KEYS[1]  the sale's stock
 -- KEYS[2]  the sale's holds hash (buyer -> the order their unit belongs to)
 -- KEYS[3]  the sale's set of orders whose unit was returned
+-- ARGV     none
 --
 -- Returns {stock or false, holds written}. Read only.
 --
@@ -18,9 +19,9 @@
 -- no hold was written since, and a changed one that the list may miss a
 -- buyer who took a returned unit.
 --
--- Why one script: read as two commands, a return and a take between
--- them would be counted by one read and not the other, and a stock read
--- before a take could pair with a count read after it.
+-- The race this prevents: read as separate commands, a return and a
+-- take between them would be counted by one read and not the other, and
+-- a stock read before a take could pair with a count read after it.
 local stock = redis.call('GET', KEYS[1])
 if stock then
   stock = tonumber(stock)
