@@ -39,6 +39,7 @@ pub mod probe;
 
 pub mod redis_pool;
 pub mod replicas;
+pub(crate) mod scripts;
 
 pub mod urls;
 // 1: the article's two tools, fixed.

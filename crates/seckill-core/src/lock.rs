@@ -67,6 +67,7 @@ use redis::{FromRedisValue, Script, ServerErrorKind, Value};
 
 use crate::keys;
 use crate::redis_pool::RedisPool;
+use crate::scripts;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/lock_acquire.lua")));
@@ -201,19 +202,21 @@ impl RedisLock {
             .arg(&nonce)
             .arg(place)
             .arg(ttl_millis(PLACE_KEPT));
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors().invoke_script(&invocation);
-        for read in reads.cmd_iter() {
-            pipe.add_command(read.clone());
-        }
-        let mut answers: Vec<Value> = self.sent(conn, &pipe, &nonce).await?;
+        let with_reads = |load| {
+            let mut pipe = scripts::call(&ACQUIRE, &invocation, load);
+            for read in reads.cmd_iter() {
+                pipe.add_command(read.clone());
+            }
+            pipe
+        };
+        let mut answers: Vec<Value> = self.sent(conn, &with_reads(false), &nonce).await?;
         if let Some(Value::ServerError(error)) = answers.first()
             && error.kind() == Some(ServerErrorKind::NoScript)
         {
             // A server that does not have the script yet (it restarted):
-            // the script did not run; give it the script, send it all again.
-            invocation.load_async(conn).await?;
-            answers = self.sent(conn, &pipe, &nonce).await?;
+            // the script did not run; send it all again behind the
+            // script's load, on the same node (`scripts.rs`).
+            answers = self.sent(conn, &with_reads(true), &nonce).await?;
         }
         let mut answers = answers.into_iter();
         let taken = answers.next().unwrap_or(Value::Nil).extract_error()?;
@@ -403,12 +406,11 @@ impl LockGuard {
         &self,
         conn: &mut C,
     ) -> redis::RedisResult<Release> {
-        let found: i64 = RELEASE
-            .key(&self.key)
+        let mut call = RELEASE.prepare_invoke();
+        call.key(&self.key)
             .arg(&self.value)
-            .arg(self.released_channel())
-            .invoke_async(conn)
-            .await?;
+            .arg(self.released_channel());
+        let found: i64 = scripts::run(conn, &RELEASE, &call).await?;
         Ok(Release::from_script(found))
     }
 
@@ -420,12 +422,9 @@ impl LockGuard {
         conn: &mut C,
         ttl: Duration,
     ) -> redis::RedisResult<Release> {
-        let found: i64 = EXTEND
-            .key(&self.key)
-            .arg(&self.value)
-            .arg(ttl_millis(ttl))
-            .invoke_async(conn)
-            .await?;
+        let mut call = EXTEND.prepare_invoke();
+        call.key(&self.key).arg(&self.value).arg(ttl_millis(ttl));
+        let found: i64 = scripts::run(conn, &EXTEND, &call).await?;
         Ok(Release::from_script(found))
     }
 }

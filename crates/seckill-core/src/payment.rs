@@ -39,6 +39,7 @@ use uuid::Uuid;
 use crate::domain::{Order, OrderJob};
 use crate::keys::SaleKeys;
 use crate::queue::queue_script;
+use crate::scripts;
 use crate::store::{self, PayOutcome, Store};
 
 static UNIT_RETURN: LazyLock<Script> = queue_script!("lua/unit_return.lua");
@@ -112,17 +113,20 @@ pub async fn return_unit<C: ConnectionLike + Send>(
     keys: &SaleKeys,
     order: &OrderJob,
 ) -> redis::RedisResult<UnitReturn> {
-    let (status, left): (String, i64) = UNIT_RETURN
-        .key(&keys.stock)
-        .key(&keys.holds)
-        .key(&keys.returned)
-        .key(&keys.room.bought)
-        .key(&keys.room.state)
-        .arg(order.order_id.to_string())
-        .arg(&order.user_id)
-        .arg(&keys.events)
-        .invoke_async(conn)
-        .await?;
+    let (status, left): (String, i64) = scripts::run(
+        conn,
+        &UNIT_RETURN,
+        UNIT_RETURN
+            .key(&keys.stock)
+            .key(&keys.holds)
+            .key(&keys.returned)
+            .key(&keys.room.bought)
+            .key(&keys.room.state)
+            .arg(order.order_id.to_string())
+            .arg(&order.user_id)
+            .arg(&keys.events),
+    )
+    .await?;
     Ok(match status.as_str() {
         "returned" => UnitReturn::Returned { stock_left: left },
         "already_returned" => UnitReturn::AlreadyReturned,

@@ -34,6 +34,7 @@ use redis::Script;
 use redis::aio::ConnectionLike;
 
 use crate::keys::QueueKeys;
+use crate::scripts;
 
 /// Prepends the shared helpers (`now_ms`, `push`, `call_many`, `push_many`, `push_fresh_many`,
 /// `weight_of`)
@@ -134,7 +135,7 @@ impl Queue {
         for (id, payload) in jobs {
             call.arg(*id).arg(*payload);
         }
-        call.invoke_async(conn).await
+        scripts::run(conn, &ENQUEUE, &call).await
     }
 
     /// Peek at up to `limit` due jobs: `(id, due time in ms)`, oldest first.
@@ -144,7 +145,7 @@ impl Queue {
         conn: &mut C,
         limit: usize,
     ) -> redis::RedisResult<Vec<(String, u64)>> {
-        TOP.key(&self.keys.due).arg(limit).invoke_async(conn).await
+        scripts::run(conn, &TOP, TOP.key(&self.keys.due).arg(limit)).await
     }
 
     /// When a waiting job is due, in ms on the Redis clock (its score), due
@@ -177,12 +178,9 @@ impl Queue {
         id: &str,
         due_ms: u64,
     ) -> redis::RedisResult<bool> {
-        DEQUEUE
-            .key(&self.keys.all()[..])
-            .arg(id)
-            .arg(due_ms)
-            .invoke_async(conn)
-            .await
+        let mut call = DEQUEUE.prepare_invoke();
+        call.key(&self.keys.all()[..]).arg(id).arg(due_ms);
+        scripts::run(conn, &DEQUEUE, &call).await
     }
 
     /// The article's `pop`, made reliable: lease due jobs for `lease`, up
@@ -197,12 +195,16 @@ impl Queue {
         lease: Duration,
         max_attempts: u32,
     ) -> redis::RedisResult<Reservation> {
-        let (reclaimed, dead_lettered, taken): (u64, u64, Vec<(String, String, u32)>) = RESERVE
-            .key(&self.keys.all()[..])
-            .arg(limit)
-            .arg(millis(lease))
-            .arg(max_attempts)
-            .invoke_async(conn)
+        let (reclaimed, dead_lettered, taken): (u64, u64, Vec<(String, String, u32)>) =
+            scripts::run(
+                conn,
+                &RESERVE,
+                RESERVE
+                    .key(&self.keys.all()[..])
+                    .arg(limit)
+                    .arg(millis(lease))
+                    .arg(max_attempts),
+            )
             .await?;
         let jobs = taken
             .into_iter()
@@ -235,7 +237,7 @@ impl Queue {
         for job in jobs {
             call.arg(&job.id).arg(job.attempt);
         }
-        call.invoke_async(conn).await
+        scripts::run(conn, &ACK, &call).await
     }
 
     /// Give jobs back to run again after `delay`. A [`Attempt::Failed`] job on
@@ -260,7 +262,7 @@ impl Queue {
         for job in jobs {
             call.arg(&job.id).arg(job.attempt);
         }
-        call.invoke_async(conn).await
+        scripts::run(conn, &RETRY, &call).await
     }
 
     /// Put every dead-lettered job back, attempts reset, the first due now
@@ -270,11 +272,9 @@ impl Queue {
         conn: &mut C,
         spacing: Duration,
     ) -> redis::RedisResult<u64> {
-        REDRIVE
-            .key(&self.keys.all()[..])
-            .arg(millis(spacing))
-            .invoke_async(conn)
-            .await
+        let mut call = REDRIVE.prepare_invoke();
+        call.key(&self.keys.all()[..]).arg(millis(spacing));
+        scripts::run(conn, &REDRIVE, &call).await
     }
 
     /// The payload of a job the queue still knows (waiting, in flight or dead).

@@ -15,6 +15,7 @@ use redis::aio::ConnectionLike;
 
 use crate::config::RateLimit;
 use crate::queue::queue_script;
+use crate::scripts;
 
 static CHECK: LazyLock<Script> = queue_script!("lua/rate_limit.lua");
 
@@ -33,12 +34,12 @@ pub async fn check<C: ConnectionLike + Send>(
     limit: RateLimit,
 ) -> redis::RedisResult<Allowance> {
     let interval_us = (1_000_000 / u64::from(limit.per_second.max(1))).max(1);
-    let (allowed, wait_us): (i64, i64) = CHECK
-        .key(key)
-        .arg(interval_us)
-        .arg(limit.burst)
-        .invoke_async(conn)
-        .await?;
+    let (allowed, wait_us): (i64, i64) = scripts::run(
+        conn,
+        &CHECK,
+        CHECK.key(key).arg(interval_us).arg(limit.burst),
+    )
+    .await?;
     Ok(if allowed == 1 {
         Allowance::Allowed
     } else {

@@ -51,11 +51,10 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{
-    ErrorKind, FromRedisValue, RedisResult, Script, ScriptInvocation, ServerErrorKind, Value,
-};
+use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, Value};
 
 use crate::config::RedisDurability;
+use crate::scripts;
 
 /// Whether everything the primary of `waited`'s slot held so far (the
 /// sale's [`SaleKeys::waited`](crate::keys::SaleKeys)) is held as
@@ -137,17 +136,10 @@ where
 {
     let mut load = false;
     loop {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        if load {
-            pipe.load_script(script).ignore();
-        }
-        pipe.invoke_script(invocation);
+        let pipe = scripts::call(script, invocation, load);
         let (ran, confirmed) = sent_and_confirmed(conn, pipe, durability, waited).await?;
         match ran {
-            Err(error) if !load && error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                load = true;
-            }
+            Err(error) if !load && scripts::lacks_script(&error) => load = true,
             ran => return Ok((T::from_redis_value(ran?)?, confirmed)),
         }
     }

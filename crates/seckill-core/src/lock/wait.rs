@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::{Acquire, RedisLock};
 use crate::keys;
+use crate::scripts;
 
 static LEAVE_LINE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/lock_leave_line.lua")));
@@ -119,11 +120,12 @@ impl RedisLock {
         if place.is_empty() {
             return;
         }
-        let _: redis::RedisResult<i64> = LEAVE_LINE
-            .key(keys::lock_line(&self.key))
-            .arg(place)
-            .invoke_async(conn)
-            .await;
+        let _: redis::RedisResult<i64> = scripts::run(
+            conn,
+            &LEAVE_LINE,
+            LEAVE_LINE.key(keys::lock_line(&self.key)).arg(place),
+        )
+        .await;
     }
 }
 

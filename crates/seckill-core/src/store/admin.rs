@@ -14,6 +14,7 @@ use anyhow::Context;
 use super::{OrderRow, Store};
 use crate::keys::{self, SaleKeys, SaleQueue};
 use crate::queue::{Queue, QueueStats};
+use crate::scripts;
 
 /// The gap between the due times of re-driven jobs, so that old
 /// batch-mates are tried apart (`lua/queue_redrive.lua`): 1,000 dead jobs
@@ -121,12 +122,15 @@ impl Store {
         client: &str,
         window: Duration,
     ) -> anyhow::Result<(u64, Duration)> {
-        let (attempts, left_ms): (u64, i64) = LOGIN_FAILURE
-            .key(keys::login_failures(&self.prefix, client))
-            .arg(u64::try_from(window.as_millis()).unwrap_or(u64::MAX))
-            .invoke_async(&mut self.redis().await?)
-            .await
-            .context("counting a token attempt")?;
+        let (attempts, left_ms): (u64, i64) = scripts::run(
+            &mut self.redis().await?,
+            &LOGIN_FAILURE,
+            LOGIN_FAILURE
+                .key(keys::login_failures(&self.prefix, client))
+                .arg(u64::try_from(window.as_millis()).unwrap_or(u64::MAX)),
+        )
+        .await
+        .context("counting a token attempt")?;
         Ok((
             attempts,
             Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),

@@ -12,6 +12,7 @@ use redis::aio::ConnectionLike;
 use sqlx::PgPool;
 
 use crate::keys::SaleKeys;
+use crate::scripts;
 
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/sale_load.lua")));
 
@@ -144,8 +145,7 @@ impl Loading {
         for (buyer, order) in self.loadable.buyers.iter().zip(&self.loadable.orders) {
             load.arg(buyer).arg(order);
         }
-        let loaded: i64 = load
-            .invoke_async(redis)
+        let loaded: i64 = scripts::run(redis, &LOAD, &load)
             .await
             .context("loading a sale into Redis")?;
         if loaded == 1 {

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::Shop;
 use crate::domain::{OrderJob, carried};
 use crate::keys::SaleKeys;
+use crate::scripts;
 
 static VOID: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/pass_void.lua")));
 
@@ -112,15 +113,17 @@ impl Shop {
     ) -> anyhow::Result<Vec<Uuid>> {
         let mut conn = self.store.redis().await?;
         let keys = SaleKeys::new(self.store.prefix(), sale_id);
-        let (loaded, payload): (bool, Option<String>) = VOID
-            .key(&keys.queue.jobs)
-            .key(&keys.voided)
-            .key(&keys.stock)
-            .arg(job_id.to_string())
-            .arg(u8::from(late == LateCommit::Voided))
-            .invoke_async(&mut conn)
-            .await
-            .context("looking for the job of a pass whose answer was lost")?;
+        let (loaded, payload): (bool, Option<String>) = scripts::run(
+            &mut conn,
+            &VOID,
+            VOID.key(&keys.queue.jobs)
+                .key(&keys.voided)
+                .key(&keys.stock)
+                .arg(job_id.to_string())
+                .arg(u8::from(late == LateCommit::Voided)),
+        )
+        .await
+        .context("looking for the job of a pass whose answer was lost")?;
         let queued = (payload.map(|payload| carried(&payload)).transpose())
             .context("decoding a queued job")?;
         if let Some(carried) = queued {

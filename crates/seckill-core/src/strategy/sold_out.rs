@@ -36,6 +36,7 @@ use redis::aio::ConnectionLike;
 
 use crate::domain::UserId;
 use crate::keys::SaleKeys;
+use crate::scripts;
 
 /// Per-instance memory of which sales were seen sold out, when, and who
 /// holds their units.
@@ -189,13 +190,13 @@ pub(crate) async fn list_holders<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
 ) -> anyhow::Result<HolderList> {
-    let (_, takes): (Option<i64>, i64) = LOOK
-        .key(&keys.stock)
-        .key(&keys.holds)
-        .key(&keys.returned)
-        .invoke_async(conn)
-        .await
-        .context("counting the sale's holds")?;
+    let (_, takes): (Option<i64>, i64) = scripts::run(
+        conn,
+        &LOOK,
+        LOOK.key(&keys.stock).key(&keys.holds).key(&keys.returned),
+    )
+    .await
+    .context("counting the sale's holds")?;
     let mut hashes = Vec::new();
     let mut cursor = 0_u64;
     loop {

@@ -13,6 +13,7 @@ use redis::aio::ConnectionLike;
 use crate::domain::{Pass, PassKey, PassKind, UserId};
 use crate::keys::SaleKeys;
 use crate::replicas;
+use crate::scripts;
 use crate::store::Store;
 
 static BOUGHT: LazyLock<Script> =
@@ -137,15 +138,18 @@ pub fn bought_reads(pipe: &mut redis::Pipeline, keys: &SaleKeys, buyer: &str) {
 pub async fn bought(store: &Store, sale_id: i64, buyer: &UserId) -> anyhow::Result<()> {
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let mut conn = store.redis().await?;
-    let _: i64 = BOUGHT
-        .key(&keys.room.admitted)
-        .key(&keys.room.bought)
-        .key(&keys.room.state)
-        .key(&keys.holds)
-        .arg(buyer.as_str())
-        .invoke_async(&mut conn)
-        .await
-        .context("spending an admission")?;
+    let _: i64 = scripts::run(
+        &mut conn,
+        &BOUGHT,
+        BOUGHT
+            .key(&keys.room.admitted)
+            .key(&keys.room.bought)
+            .key(&keys.room.state)
+            .key(&keys.holds)
+            .arg(buyer.as_str()),
+    )
+    .await
+    .context("spending an admission")?;
     Ok(())
 }
 

@@ -356,6 +356,43 @@ async fn a_stalled_shard_stops_only_its_own_sales_and_every_buyer_is_answered_in
     assert!(stopped.took < ANSWERED_WITHIN, "{stopped:?}");
 }
 
+/// A shard that forgot its scripts (a restart, a promotion) while another
+/// is stopped: its sales still sell and its orders drain. The scripts go
+/// by their hash, and the node's `NOSCRIPT` is answered by loading the
+/// script on that node alone (`scripts.rs`). (Before, the redis crate's
+/// `SCRIPT LOAD` went to every primary and waited for the stopped one:
+/// the buyer was told `503`, and the worker could not reserve.)
+#[tokio::test]
+async fn a_shard_that_forgot_its_scripts_sells_while_another_shard_is_stopped() {
+    let (redis, scratch) = three_masters().await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sales = a_sale_per_master(&redis, &app).await;
+    for sale in sales.values() {
+        assert_eq!(buy(&app, *sale, "early").await.status, 202);
+    }
+    let mut masters = sales.iter();
+    let (forgetful, sale) = masters.next().expect("a sale");
+    let (stopped, _) = masters.next().expect("another");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut crate::helpers::redis_at(forgetful).await)
+        .await
+        .expect("SCRIPT FLUSH");
+
+    let stopped = redis.node(stopped).expect("the master's node");
+    stopped.pause();
+    let told = buy(&app, *sale, "ann").await;
+    let drained = app.worker.try_process_batch(*sale).await;
+    stopped.resume();
+    assert_eq!(told.status, 202, "{told:?}");
+    assert!(told.took < ANSWERED_WITHIN, "{told:?}");
+    let drained = drained.expect("the forgetful shard's orders drain");
+    assert_eq!(
+        drained.confirmed, 2,
+        "early's and ann's orders: {drained:?}"
+    );
+}
+
 /// A cluster of three shards, each a primary and one replica, and an app
 /// whose `202` waits for the sale's replica (`wait` at most).
 async fn three_shards_with_replicas(
