@@ -16,9 +16,12 @@ pub fn raise_open_files_limit() {
     }
 }
 
-/// Ends at the first SIGINT (Ctrl-C) or SIGTERM (`docker stop`, `kill`)
-/// the process gets from the moment this is called, not from the moment
-/// the returned future is first awaited.
+/// Ends at the first SIGINT (Ctrl-C), SIGTERM (`docker stop`, `kill`) or
+/// SIGHUP (its terminal closed, an SSH session dropped) the process gets
+/// from the moment this is called, not from the moment the returned
+/// future is first awaited. SIGHUP's default ends the process without its
+/// graceful stop: its instances' lanes unanswered, its private servers
+/// left to their reapers.
 ///
 /// The race this prevents: a program prints "Press Ctrl-C to stop." (or
 /// the address a supervisor waits for) and only then starts to wait. Once
@@ -34,6 +37,7 @@ pub fn stop_requested() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
     let mut terminate = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    let mut hangup = signal(SignalKind::hangup()).expect("installing a SIGHUP handler");
     let parent = std::env::var(PARENT_PID_ENV)
         .ok()
         .and_then(|pid| pid.parse().ok());
@@ -41,6 +45,7 @@ pub fn stop_requested() -> impl Future<Output = ()> + Send + 'static {
         tokio::select! {
             _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
+            _ = hangup.recv() => {}
             () = parent_gone(parent) => {
                 tracing::warn!("the process that started this one is gone; stopping");
             }
@@ -80,18 +85,31 @@ mod tests {
 
     use super::stop_requested;
 
-    /// The stop is seen though it came before the wait: the program had
-    /// printed "Press Ctrl-C to stop." and was not yet waiting. (This
-    /// leaves the unit tests' process listening for SIGINT and SIGTERM
-    /// until it exits; the unit tests are over in well under a second.)
-    #[tokio::test]
-    async fn a_signal_between_the_prompt_and_the_wait_is_not_lost() {
+    /// `signal`, sent after [`stop_requested`] and before its wait, ends
+    /// the wait. (This leaves the unit tests' process listening for the
+    /// stop signals until it exits; the unit tests are over in well under
+    /// a second.)
+    async fn stops_on(signal: Signal) {
         let stop = stop_requested();
-        raise(Signal::SIGTERM).expect("SIGTERM to this process");
+        raise(signal).expect("a signal to this process");
         // Time for the signal to be caught before anything waits for it.
         tokio::time::sleep(Duration::from_millis(50)).await;
         tokio::time::timeout(Duration::from_secs(5), stop)
             .await
-            .expect("the SIGTERM sent before the wait ends it");
+            .unwrap_or_else(|_| panic!("the {signal} sent before the wait ends it"));
+    }
+
+    /// The stop is seen though it came before the wait: the program had
+    /// printed "Press Ctrl-C to stop." and was not yet waiting.
+    #[tokio::test]
+    async fn a_signal_between_the_prompt_and_the_wait_is_not_lost() {
+        stops_on(Signal::SIGTERM).await;
+    }
+
+    /// A terminal that closes (an SSH session dropped) stops the program
+    /// gracefully too: its default would end it with nothing cleaned up.
+    #[tokio::test]
+    async fn a_closed_terminal_is_a_stop_request() {
+        stops_on(Signal::SIGHUP).await;
     }
 }

@@ -106,6 +106,11 @@ impl PrivateRedis {
         Ok(redis)
     }
 
+    /// The folder of its files, removed when it stops.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }

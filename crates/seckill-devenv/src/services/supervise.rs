@@ -4,10 +4,21 @@
 //! destructors. So that its private servers do not outlive it, each one has a
 //! tiny "reaper" shell process that checks every second whether the parent
 //! still lives and stops the server when it does not.
+//!
+//! Neither is in the process group of the process that started them: each
+//! is the leader of a group of its own. A terminal sends its signals to
+//! its foreground group: Ctrl-C's SIGINT, and SIGHUP when it closes (an
+//! SSH session dropped). In the starter's group, the reaper died of them
+//! with its parent, before its clean-up, and a server that ignores SIGHUP
+//! (Redis) or reloads on it (PostgreSQL) served on, orphaned, holding its
+//! port and its files; one that stops on SIGINT left its files. Out of
+//! the group, the server hears only its starter (a graceful stop) or its
+//! reaper (the starter gone, however it went).
 
 use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -29,7 +40,8 @@ pub(super) struct Supervised {
 
 impl Supervised {
     pub(super) fn spawn(mut command: Command, dir: &Path, polite: Signal) -> anyhow::Result<Self> {
-        let server = command
+        let mut server = command
+            .process_group(0)
             .spawn()
             .with_context(|| format!("starting {command:?}"))?;
         // $0 = our pid, $1 = the server's, $2 = its directory. While we live,
@@ -48,9 +60,17 @@ kill -{sig} "$1" 2>/dev/null; sleep 5; kill -KILL "$1" 2>/dev/null; rm -rf "$2""
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
-            .context("starting the reaper of a private server")?;
-        Ok(Self { server, reaper })
+            .process_group(0)
+            .spawn();
+        match reaper {
+            Ok(reaper) => Ok(Self { server, reaper }),
+            Err(error) => {
+                // Nothing would stop the server once this process is gone.
+                let _ = server.kill();
+                let _ = server.wait();
+                Err(error).context("starting the reaper of a private server")
+            }
+        }
     }
 
     /// The server's process id.

@@ -53,6 +53,7 @@ mod payment_deadline;
 mod payment_race;
 mod pool;
 mod postgres_down;
+mod private_servers;
 mod processes;
 mod projector;
 mod proxies;
