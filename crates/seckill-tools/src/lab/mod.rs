@@ -172,11 +172,19 @@ impl Workload {
     /// A row's: the run's, but where the row sets its own.
     fn of_row(args: &LabArgs, row: &LabRow) -> Self {
         let units = row.units.unwrap_or(args.stock);
+        let instances = row.instances.unwrap_or(args.instances);
         Self {
             buyers: row.buyers.count(args.users, units),
             dup: row.dup.unwrap_or(args.dup),
             units,
-            instances: row.instances.unwrap_or(args.instances),
+            // A fault set on the second instance (a skewed clock) needs
+            // one: with `--instances 1` the row ran without its fault and
+            // showed nothing.
+            instances: if row.flags.second.is_empty() {
+                instances
+            } else {
+                instances.max(2)
+            },
         }
     }
 
@@ -439,5 +447,23 @@ mod tests {
             "seckill lab: 2 rows; each: 2000 buyers (+5% sending twice) race for 10 units \
              on 2 app instances"
         );
+    }
+
+    /// The clock-skew row's fault is its second instance's clock: asked
+    /// for one instance, the run gives that row two, and says so.
+    #[test]
+    fn a_row_whose_fault_is_its_second_instance_runs_two_of_one_asked() {
+        let args = LabArgs {
+            instances: 1,
+            ..run_args()
+        };
+        let skew = rows::select(Some(Strategy::Getset), Some(Knob::ClockSkew));
+        assert_eq!(
+            header(&args, &skew),
+            "seckill lab: 1 row (getset+clock-skew): \
+             2000 buyers (+5% sending twice) race for 1 unit on 2 app instances"
+        );
+        let skew = rows::select(Some(Strategy::Lock), Some(Knob::ClockSkew));
+        assert_eq!(Workload::of_row(&args, &skew[0]).instances, 2);
     }
 }
