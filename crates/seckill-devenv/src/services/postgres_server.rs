@@ -16,7 +16,7 @@ use sqlx::postgres::PgConnection;
 use tempfile::TempDir;
 
 use super::probes::postgres_answers;
-use super::supervise::{Supervised, find_on_path, free_port, wait_until};
+use super::supervise::{Supervised, find_on_path, free_port};
 use seckill_core::urls::{redact, with_database};
 
 /// Create the database named in `database_url` if it does not exist yet.
@@ -284,16 +284,16 @@ impl PrivatePostgres {
         Ok(())
     }
 
-    async fn wait_ready(&self) -> anyhow::Result<()> {
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
         let url = self.url("postgres");
-        wait_until(|| postgres_answers(&url))
+        let log = self.dir.path().join("postgres.log");
+        let server = self
+            .server
+            .as_mut()
+            .expect("launched before it is waited for");
+        server
+            .wait_ready("PostgreSQL", &log, || postgres_answers(&url))
             .await
-            .with_context(|| {
-                format!(
-                    "PostgreSQL did not answer; see {}",
-                    self.dir.path().join("postgres.log").display()
-                )
-            })
     }
 }
 

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use tempfile::TempDir;
 
 use super::probes::redis_answers;
-use super::supervise::{Supervised, find_on_path, free_port, wait_until};
+use super::supervise::{Supervised, find_on_path, free_port};
 
 /// The name the sentinels watch the primary under.
 pub(super) const MASTER_NAME: &str = "seckill";
@@ -90,6 +90,11 @@ impl PrivateRedis {
     /// Start a server as `role`, with an append-only file when `durable`.
     pub(super) async fn start_as(durable: bool, role: Role) -> anyhow::Result<Self> {
         let binary = find_on_path("redis-server").context("redis-server is not installed")?;
+        Self::start_binary(&binary, durable, role).await
+    }
+
+    /// [`Self::start_as`] with the server program at `binary`.
+    async fn start_binary(binary: &Path, durable: bool, role: Role) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("seckill-redis-")
             .tempdir()
@@ -101,7 +106,7 @@ impl PrivateRedis {
             role,
             server: None,
         };
-        redis.launch(&binary)?;
+        redis.launch(binary)?;
         redis.wait_ready().await?;
         Ok(redis)
     }
@@ -260,14 +265,16 @@ impl PrivateRedis {
         Ok(())
     }
 
-    async fn wait_ready(&self) -> anyhow::Result<()> {
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
         let url = self.url();
-        wait_until(|| redis_answers(&url)).await.with_context(|| {
-            format!(
-                "Redis did not answer; see {}",
-                self.dir.path().join("redis.log").display()
-            )
-        })
+        let log = self.dir.path().join("redis.log");
+        let server = self
+            .server
+            .as_mut()
+            .expect("launched before it is waited for");
+        server
+            .wait_ready("Redis", &log, || redis_answers(&url))
+            .await
     }
 }
 
@@ -276,5 +283,43 @@ impl Drop for PrivateRedis {
         if let Some(server) = self.server.take() {
             server.stop(Signal::SIGTERM);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+
+    use super::{PrivateRedis, Role};
+
+    /// A server that cannot start is reported at once, with what it said:
+    /// the log it wrote goes with its folder, so the error quotes it.
+    /// (Before, the error came after the 30 s start-up wait and named a
+    /// log file already deleted.)
+    #[tokio::test]
+    async fn a_server_that_exits_at_once_is_reported_with_the_end_of_its_log() {
+        let bin = tempfile::tempdir().expect("a folder");
+        let fake = bin.path().join("redis-server");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho \"*** FATAL CONFIG FILE ERROR: Bad directive\" >&2\nexit 1\n",
+        )
+        .expect("the fake server");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
+            .expect("made runnable");
+
+        let started = tokio::time::timeout(
+            Duration::from_secs(10),
+            PrivateRedis::start_binary(&fake, false, Role::Alone),
+        )
+        .await
+        .expect("reported well within the 30 s start-up wait");
+        let error = format!("{:#}", started.expect_err("it cannot start"));
+        assert!(error.contains("exited"), "{error}");
+        assert!(
+            error.contains("FATAL CONFIG FILE ERROR: Bad directive"),
+            "{error}"
+        );
     }
 }

@@ -73,6 +73,46 @@ kill -{sig} "$1" 2>/dev/null; sleep 5; kill -KILL "$1" 2>/dev/null; rm -rf "$2""
         }
     }
 
+    /// Whether the server has exited, and how.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.server.try_wait().ok().flatten()
+    }
+
+    /// Wait until `answers` says the server (`what`, writing to `log`)
+    /// answers, for [`STARTUP_TIMEOUT`] at most, and no longer than it
+    /// runs: a server that exits at once (a bad option, a port taken) is
+    /// reported then, not 30 s later. A failure quotes the end of the log:
+    /// the log goes with the server's folder when the caller drops the
+    /// server, so a path to it would name a file already gone.
+    pub(super) async fn wait_ready<F, Fut>(
+        &mut self,
+        what: &str,
+        log: &Path,
+        mut answers: F,
+    ) -> anyhow::Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
+        let why = loop {
+            if answers().await {
+                return Ok(());
+            }
+            if let Some(status) = self.exited() {
+                break format!("it exited ({status})");
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break format!("no answer within {STARTUP_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        bail!(
+            "{what} did not start: {why}; its log ends:\n{}",
+            log_tail(log)
+        )
+    }
+
     /// The server's process id.
     pub(super) fn pid(&self) -> Pid {
         Pid::from_raw(i32::try_from(self.server.id()).expect("pids fit in i32"))
@@ -99,6 +139,19 @@ kill -{sig} "$1" 2>/dev/null; sleep 5; kill -KILL "$1" 2>/dev/null; rm -rf "$2""
         }
         let _ = self.server.kill();
         let _ = self.server.wait();
+    }
+}
+
+/// The last lines of the log at `path`, or why there are none.
+fn log_tail(path: &Path) -> String {
+    const LINES: usize = 15;
+    match std::fs::read_to_string(path) {
+        Ok(log) if log.trim().is_empty() => "(nothing)".to_owned(),
+        Ok(log) => {
+            let lines: Vec<&str> = log.lines().collect();
+            lines[lines.len().saturating_sub(LINES)..].join("\n")
+        }
+        Err(error) => format!("(unreadable: {error})"),
     }
 }
 
