@@ -6,7 +6,9 @@
 //!
 //! 1. the URL the user gave (`SECKILL_REDIS_URL` or, for a Redis Cluster,
 //!    `SECKILL_REDIS_CLUSTER_NODES`; `SECKILL_DATABASE_URL`);
-//! 2. the server on its default local port, if it answers;
+//! 2. the server on its default local port, if it answers (for Redis, only
+//!    beside a PostgreSQL that is not private: a private one numbers its
+//!    sales from 1 again, and they would take another deployment's keys);
 //! 3. a private server, started from the installed binaries (`redis-server`;
 //!    PostgreSQL's `initdb` and `postgres`) in a temporary directory on a free
 //!    port. It stops, and its directory is deleted, when the [`Services`]
@@ -54,6 +56,19 @@ pub(crate) const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Where seckill looks for PostgreSQL when no URL is given (trust auth, as a
 /// fresh Debian install allows for local connections).
 pub const DEFAULT_POSTGRES_SERVER: &str = "postgres://postgres@127.0.0.1:5432";
+/// Where [`Services::find`] looks for local servers.
+#[derive(Debug, Clone, Copy)]
+struct Local<'a> {
+    redis: &'a str,
+    postgres: &'a str,
+}
+
+/// The default local ports.
+const LOCAL: Local<'static> = Local {
+    redis: DEFAULT_REDIS_URL,
+    postgres: DEFAULT_POSTGRES_SERVER,
+};
+
 /// The database seckill uses on a server it found or started.
 pub(crate) const DEFAULT_DATABASE: &str = "seckill";
 
@@ -116,6 +131,16 @@ impl Services {
         database_url: Option<&str>,
         private: PrivateServers,
     ) -> anyhow::Result<Self> {
+        Self::find_looking_at(LOCAL, redis, database_url, private).await
+    }
+
+    /// [`Services::find`], looking for local servers at `local`.
+    async fn find_looking_at(
+        local: Local<'_>,
+        redis: Option<RedisAt>,
+        database_url: Option<&str>,
+        private: PrivateServers,
+    ) -> anyhow::Result<Self> {
         let refuse = |what: &str| {
             anyhow::anyhow!(
                 "no {what} answers on its default local port, and a private server would vanish \
@@ -123,26 +148,11 @@ impl Services {
                  SECKILL_DATABASE_URL (for example to the servers of `docker compose up -d`)"
             )
         };
-        let (redis, redis_origin, private_redis) = match redis {
-            Some(at) => (at, Origin::Configured, None),
-            None if redis_answers(DEFAULT_REDIS_URL).await => (
-                RedisAt::Server(DEFAULT_REDIS_URL.to_owned()),
-                Origin::Local,
-                None,
-            ),
-            None if private == PrivateServers::Refused => return Err(refuse("Redis")),
-            None => {
-                let redis = PrivateRedis::start()
-                    .await
-                    .with_context(|| format!("no Redis answers on 127.0.0.1:6379 and none could be started; {HOW_TO_GET_SERVERS}"))?;
-                (RedisAt::Server(redis.url()), Origin::Private, Some(redis))
-            }
-        };
         let (server_url, postgres_origin, private_postgres) = match database_url {
             Some(url) => (url.to_owned(), Origin::Configured, None),
-            None => match postgres_refusal(DEFAULT_POSTGRES_SERVER).await {
+            None => match postgres_refusal(local.postgres).await {
                 None => (
-                    with_database(DEFAULT_POSTGRES_SERVER, DEFAULT_DATABASE)?,
+                    with_database(local.postgres, DEFAULT_DATABASE)?,
                     Origin::Local,
                     None,
                 ),
@@ -168,6 +178,31 @@ impl Services {
                     )
                 }
             },
+        };
+        // A private PostgreSQL numbers its sales from 1 again. Beside a
+        // Redis that outlives this process (the local one), its sale 1
+        // would take the keys of another deployment's sale 1 there (a load
+        // replaces what it finds), and leave keys of sales no database
+        // knows. So a private PostgreSQL gets a private Redis.
+        let pair_with_private = postgres_origin == Origin::Private;
+        let (redis, redis_origin, private_redis) = match redis {
+            Some(at) => (at, Origin::Configured, None),
+            None if !pair_with_private && redis_answers(local.redis).await => {
+                (RedisAt::Server(local.redis.to_owned()), Origin::Local, None)
+            }
+            None if private == PrivateServers::Refused => return Err(refuse("Redis")),
+            None => {
+                if pair_with_private {
+                    tracing::info!(
+                        "a private Redis is started beside the private PostgreSQL: the sales \
+                         of a database of this process' own keep their keys to themselves"
+                    );
+                }
+                let redis = PrivateRedis::start()
+                    .await
+                    .with_context(|| format!("no Redis answers on 127.0.0.1:6379 and none could be started; {HOW_TO_GET_SERVERS}"))?;
+                (RedisAt::Server(redis.url()), Origin::Private, Some(redis))
+            }
         };
         Ok(Self {
             redis,
@@ -215,5 +250,31 @@ mod tests {
         drop(postgres);
         let why = postgres_refusal(&server).await.expect("gone");
         assert!(!why.is_empty());
+    }
+
+    /// A private PostgreSQL gets a private Redis, though one answers on
+    /// the local port: its sales, numbered from 1 again, must not take
+    /// the keys of another deployment's sales there.
+    #[tokio::test]
+    async fn a_private_postgres_comes_with_a_private_redis() {
+        // The local Redis: one that answers, of this test's own.
+        let local = PrivateRedis::start().await.expect("a Redis");
+        let nothing = PrivateRedis::start().await.expect("a port");
+        let refusing = nothing.url().replace("redis://", "postgres://postgres@");
+        drop(nothing);
+        let found = Services::find_looking_at(
+            Local {
+                redis: &local.url(),
+                postgres: &refusing,
+            },
+            None,
+            None,
+            PrivateServers::Allowed,
+        )
+        .await
+        .expect("servers");
+        assert_eq!(found.postgres_origin, Origin::Private);
+        assert_eq!(found.redis_origin, Origin::Private);
+        assert_ne!(found.redis, RedisAt::Server(local.url()));
     }
 }
