@@ -29,6 +29,7 @@
 //! tiny "reaper" shell process that checks every second whether the parent
 //! still lives and stops the server when it does not.
 
+mod leftovers;
 mod postgres_server;
 mod probes;
 mod redis_cluster;
@@ -39,6 +40,7 @@ mod supervise;
 
 use anyhow::Context;
 
+pub use leftovers::{Held, Leftovers};
 pub use postgres_server::{PrivatePostgres, ServerSession, drop_database, ensure_database};
 pub use probes::postgres_answers;
 use probes::{postgres_refusal, redis_answers};

@@ -9,6 +9,7 @@
 //! Redis' `MONITOR` feed, for commands that leave no trace, in
 //! `helpers/monitor.rs`.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use seckill_core::config::{PurchaseSettings, WorkerSettings};
@@ -16,7 +17,9 @@ use seckill_core::redis_pool::{RedisAt, RedisPool};
 use seckill_core::store::Store;
 use seckill_core::urls;
 use seckill_core::worker::{BatchReport, Worker};
-use seckill_devenv::services::{self, PrivatePostgres, PrivateRedis, PrivateServers, Services};
+use seckill_devenv::services::{
+    self, Held, Leftovers, PrivatePostgres, PrivateRedis, PrivateServers, Services,
+};
 use seckill_web::startup::{Application, Settings};
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
@@ -46,11 +49,33 @@ pub fn repo_root() -> std::path::PathBuf {
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
 /// The servers every test of this binary shares (each test gets its own
-/// database and key prefix on them).
-static SERVICES: OnceCell<Services> = OnceCell::const_new();
+/// database and key prefix on them), and this run's hold on what it
+/// leaves there ([`TEST_RUNS`]).
+static SERVICES: OnceCell<(Services, Held)> = OnceCell::const_new();
+
+/// This run of the test binary: 32 hex digits, in the name of every
+/// database and key prefix its tests make on the shared servers.
+static RUN: LazyLock<String> = LazyLock::new(|| Uuid::new_v4().simple().to_string());
+
+/// What a run of the tests leaves on the shared servers when it is killed
+/// outright (Ctrl-C on `cargo test`, which has no handler, a time limit):
+/// its `seckill_test_<run>_<test>` databases and `seckill-test-<run>-<test>`
+/// keys, each test's [`Scratch`] that was never dropped. The next run takes
+/// them away (`seckill-devenv`'s `services/leftovers.rs`). Databases named
+/// otherwise (an older build's, `seckill_test_<test>`) are left alone.
+pub const TEST_RUNS: Leftovers = Leftovers {
+    what: "test run",
+    lock_class: 0x5ec_7e5,
+    databases: "seckill_test_",
+    run_of: |database| {
+        let (run, _test) = database.strip_prefix("seckill_test_")?.split_once('_')?;
+        (run.len() == 32).then_some(run)
+    },
+    keys_of: |run| format!("seckill-test-{run}-*"),
+};
 
 pub async fn services() -> &'static Services {
-    SERVICES
+    let (services, _held) = SERVICES
         .get_or_init(|| async {
             // One server: `cluster.rs` starts a cluster of its own.
             let redis = std::env::var("SECKILL_REDIS_URL").ok().map(RedisAt::Server);
@@ -68,11 +93,17 @@ pub async fn services() -> &'static Services {
                 }
                 None => None,
             };
-            Services::resolve(redis, database.as_deref(), PrivateServers::Allowed)
+            let services = Services::resolve(redis, database.as_deref(), PrivateServers::Allowed)
                 .await
-                .expect("Redis and PostgreSQL for the tests")
+                .expect("Redis and PostgreSQL for the tests");
+            let held = TEST_RUNS
+                .hold_and_sweep(&services.database_url, &services.redis, &RUN)
+                .await
+                .expect("this test run's lock");
+            (services, held)
         })
-        .await
+        .await;
+    services
 }
 
 /// Held by the tests that saturate both cores for seconds (the bench's,
@@ -110,8 +141,10 @@ impl Scratch {
     /// A scratch database and prefix on the given servers (fault tests pass
     /// their private ones).
     pub async fn on(database_url: &str, redis: &RedisAt) -> Self {
-        let id = Uuid::new_v4().simple().to_string();
-        let database_url = urls::with_database(database_url, &format!("seckill_test_{id}"))
+        // 16 hex digits a test: with the run's 32, the name fills
+        // PostgreSQL's 63 bytes and is not cut.
+        let (run, id) = (&*RUN, &Uuid::new_v4().simple().to_string()[..16]);
+        let database_url = urls::with_database(database_url, &format!("seckill_test_{run}_{id}"))
             .expect("a database URL");
         services::ensure_database(&database_url)
             .await
@@ -119,7 +152,7 @@ impl Scratch {
         Self {
             database_url,
             redis: redis.clone(),
-            prefix: format!("seckill-test-{id}"),
+            prefix: format!("seckill-test-{run}-{id}"),
         }
     }
 
