@@ -34,10 +34,12 @@ pub(crate) const SCHEMA: &str = "seckill-loadtest/1";
 pub enum Verdict {
     /// Every invariant held. Exit code 0.
     Pass,
-    /// An invariant broke. Exit code 1.
+    /// An invariant broke, whatever else happened in the run: a broken
+    /// promise is never excused by errors beside it. Exit code 1.
     Fail,
-    /// The run itself cannot be trusted (errors, a saturated generator);
-    /// its invariants say nothing. Exit code 2.
+    /// Every invariant held, but the run itself cannot be trusted
+    /// (errors, a saturated generator): its passing checks prove nothing.
+    /// Exit code 2.
     Invalid,
 }
 
@@ -140,14 +142,17 @@ pub struct Report {
 }
 
 impl Report {
-    /// Decide the verdict from the problems and the checks.
+    /// Decide the verdict from the problems and the checks. A failed check
+    /// comes first: problems in the run (an `error` answer, a connection
+    /// that could not be opened) may make a pass worthless, but cannot
+    /// make a broken promise less broken.
     pub fn judge(problems: &[String], checks: &[Check]) -> Verdict {
-        if !problems.is_empty() {
-            Verdict::Invalid
-        } else if checks.iter().all(|c| c.passed) {
-            Verdict::Pass
-        } else {
+        if !checks.iter().all(|c| c.passed) {
             Verdict::Fail
+        } else if !problems.is_empty() {
+            Verdict::Invalid
+        } else {
+            Verdict::Pass
         }
     }
 }
@@ -166,7 +171,7 @@ mod tests {
     }
 
     #[test]
-    fn problems_make_a_run_invalid_whatever_its_checks_say() {
+    fn a_broken_promise_fails_whatever_else_happened_and_problems_alone_make_a_run_invalid() {
         assert_eq!(Report::judge(&[], &[check(true)]), Verdict::Pass);
         assert_eq!(
             Report::judge(&[], &[check(true), check(false)]),
@@ -175,6 +180,10 @@ mod tests {
         assert_eq!(
             Report::judge(&["3 errors".into()], &[check(true)]),
             Verdict::Invalid
+        );
+        assert_eq!(
+            Report::judge(&["1 requests failed".into()], &[check(true), check(false)]),
+            Verdict::Fail
         );
         assert_eq!(Verdict::Pass.exit_code(), 0);
         assert_eq!(Verdict::Fail.exit_code(), 1);

@@ -270,19 +270,26 @@ async fn run(args: ChaosArgs) -> anyhow::Result<(Verdict, ChaosReport)> {
     Ok((verdict, report))
 }
 
+/// The run's verdict, as the load test's (`Report::judge`): nothing sent
+/// proves nothing (invalid); then a failed row or check fails the run,
+/// however many sends the generator dropped; only a run that broke nothing
+/// is invalid for its dropped sends.
 fn verdict(run: &RunData, rows: &[FaultRow], checks: &[ChaosCheck]) -> Verdict {
     let sent = run.samples.len() as f64 + run.dropped as f64;
+    if sent == 0.0 {
+        return Verdict::Invalid;
+    }
+    if !(rows.iter().all(|r| r.ok) && checks.iter().all(|c| c.ok)) {
+        return Verdict::Fail;
+    }
     let dropped_between = rows
         .iter()
         .find(|row| row.fault == judge::BETWEEN)
         .map_or(run.dropped, |row| row.dropped);
-    if sent == 0.0 || dropped_between as f64 / sent > MAX_DROPPED_SHARE {
-        return Verdict::Invalid;
-    }
-    if rows.iter().all(|r| r.ok) && checks.iter().all(|c| c.ok) {
-        Verdict::Pass
+    if dropped_between as f64 / sent > MAX_DROPPED_SHARE {
+        Verdict::Invalid
     } else {
-        Verdict::Fail
+        Verdict::Pass
     }
 }
 
@@ -416,5 +423,74 @@ impl Rig {
             left = (left.0 + due, left.1 + inflight, left.2 + deadlines + held);
         }
         Ok(left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seckill_loadtest::answer::AnswerKind;
+    use seckill_loadtest::scenario::Sample;
+
+    fn between(dropped: u64, ok: bool) -> FaultRow {
+        FaultRow {
+            fault: judge::BETWEEN.to_owned(),
+            requests: 10,
+            accepted: 1,
+            errors: 0,
+            unavailable: 0,
+            internal: 0,
+            lost: 0,
+            dropped,
+            recovered_after_ms: None,
+            failures_by_second: Vec::new(),
+            ok,
+        }
+    }
+
+    fn check(ok: bool) -> ChaosCheck {
+        ChaosCheck::equal("a check", 0, if ok { 0 } else { 1 })
+    }
+
+    /// Half the sends dropped between faults makes a clean run invalid,
+    /// but a lost `202` beside them still fails it, as in the load test.
+    #[test]
+    fn a_broken_promise_fails_the_run_however_many_sends_were_dropped() {
+        let sample = Sample {
+            user: 0,
+            outcome: AnswerKind::Won,
+            order_id: None,
+            instance: None,
+            status: Some(202),
+            retry_after: false,
+            intended_us: 0,
+            sent_us: 0,
+            done_us: 0,
+        };
+        let run = RunData {
+            samples: vec![sample; 10],
+            dropped: 10,
+            ..RunData::default()
+        };
+        assert_eq!(
+            verdict(&run, &[between(10, true)], &[check(true)]),
+            Verdict::Invalid
+        );
+        assert_eq!(
+            verdict(&run, &[between(10, true)], &[check(false)]),
+            Verdict::Fail
+        );
+        assert_eq!(
+            verdict(&run, &[between(10, false)], &[check(true)]),
+            Verdict::Fail
+        );
+        assert_eq!(
+            verdict(&run, &[between(0, true)], &[check(true)]),
+            Verdict::Pass
+        );
+        assert_eq!(
+            verdict(&RunData::default(), &[], &[check(false)]),
+            Verdict::Invalid
+        );
     }
 }
