@@ -73,6 +73,12 @@ impl AnswerKind {
 pub struct Classified {
     pub outcome: AnswerKind,
     pub order_id: Option<Uuid>,
+    /// A `503 unconfirmed` (a [`AnswerKind::Busy`] the server could not
+    /// confirm: no replica held its pass in time, or its answer was lost
+    /// with Redis): told apart from `busy` and `lock_lost`, which are
+    /// about the sale's lock, because it is a server's trouble, which a
+    /// judge of faults counts as an outage.
+    pub unconfirmed: bool,
 }
 
 impl Classified {
@@ -80,6 +86,7 @@ impl Classified {
         Self {
             outcome: AnswerKind::Error,
             order_id: None,
+            unconfirmed: false,
         }
     }
 }
@@ -103,6 +110,7 @@ pub(crate) fn classify(status: u16, body: &[u8]) -> Classified {
             return Classified {
                 outcome: AnswerKind::Won,
                 order_id: body.order_id,
+                unconfirmed: false,
             };
         }
         (409, Some("sold_out")) => AnswerKind::SoldOut,
@@ -112,6 +120,7 @@ pub(crate) fn classify(status: u16, body: &[u8]) -> Classified {
             return Classified {
                 outcome: AnswerKind::Duplicate,
                 order_id: body.order_id,
+                unconfirmed: false,
             };
         }
         (409, Some("not_started")) => AnswerKind::NotStarted,
@@ -125,6 +134,7 @@ pub(crate) fn classify(status: u16, body: &[u8]) -> Classified {
             return Classified {
                 outcome: AnswerKind::Busy,
                 order_id: body.order_id,
+                unconfirmed: true,
             };
         }
         _ => AnswerKind::Error,
@@ -132,6 +142,7 @@ pub(crate) fn classify(status: u16, body: &[u8]) -> Classified {
     Classified {
         outcome,
         order_id: None,
+        unconfirmed: false,
     }
 }
 
@@ -183,6 +194,21 @@ mod tests {
         assert_eq!(
             outcome(503, r#"{"error":"busy","message":"x"}"#),
             AnswerKind::Busy
+        );
+        let busy = classify(503, br#"{"error":"lock_lost"}"#);
+        assert_eq!((busy.outcome, busy.unconfirmed), (AnswerKind::Busy, false));
+        let id = Uuid::new_v4();
+        let unconfirmed = classify(
+            503,
+            format!(r#"{{"error":"unconfirmed","order_id":"{id}"}}"#).as_bytes(),
+        );
+        assert_eq!(
+            (
+                unconfirmed.outcome,
+                unconfirmed.order_id,
+                unconfirmed.unconfirmed
+            ),
+            (AnswerKind::Busy, Some(id), true)
         );
     }
 

@@ -311,6 +311,7 @@ mod tests {
             user: 0,
             outcome,
             order_id: None,
+            unconfirmed: false,
             instance: Some("a".into()),
             status: Some(200),
             retry_after: false,

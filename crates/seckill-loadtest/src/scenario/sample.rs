@@ -19,6 +19,8 @@ pub struct Sample {
     pub user: u32,
     pub outcome: AnswerKind,
     pub order_id: Option<Uuid>,
+    /// A `503 unconfirmed` ([`crate::answer::Classified::unconfirmed`]).
+    pub unconfirmed: bool,
     pub instance: Option<Arc<str>>,
     /// The HTTP status; `None` when no answer came.
     pub status: Option<u16>,
@@ -44,6 +46,7 @@ impl Sample {
             user,
             outcome: answer.classified.outcome,
             order_id: answer.classified.order_id,
+            unconfirmed: answer.classified.unconfirmed,
             instance: answer.instance,
             status: answer.status,
             retry_after: answer.retry_after,

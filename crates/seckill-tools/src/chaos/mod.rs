@@ -460,6 +460,7 @@ mod tests {
             user: 0,
             outcome: AnswerKind::Won,
             order_id: None,
+            unconfirmed: false,
             instance: None,
             status: Some(202),
             retry_after: false,

@@ -420,6 +420,7 @@ mod tests {
             user: 0,
             outcome: AnswerKind::Error,
             order_id: None,
+            unconfirmed: false,
             instance: None,
             status,
             retry_after,

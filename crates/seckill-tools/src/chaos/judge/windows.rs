@@ -32,7 +32,9 @@ pub(crate) struct FaultRow {
     pub(crate) accepted: u64,
     /// No answer (connection refused or cut), or an unexpected status.
     pub(crate) errors: u64,
-    /// `503 unavailable` (a server down), and `500`s, which must not exist.
+    /// `503 unavailable` (a server down) and `503 unconfirmed` (Redis not
+    /// heard in time: no replica confirmed, or an answer lost), and `500`s,
+    /// which must not exist.
     pub(crate) unavailable: u64,
     pub(crate) internal: u64,
     /// `202`s in this window whose order was lost (a Redis wipe).
@@ -93,9 +95,16 @@ enum Told {
     Error,
 }
 
+/// A `503 busy` (the sale's lock not had in time) and a `503 lock_lost`
+/// (a pass slower than the lock's TTL, its write refused by the fence)
+/// are answers about the sale's lock, refusals like a `409`. A `503
+/// unconfirmed` is not: the instance could not hear from Redis in time
+/// (no replica confirmed the pass, or its answer was lost), a server's
+/// trouble, counted with `503 unavailable` where nothing may fail.
 fn said(sample: &Sample) -> Told {
     match (sample.outcome, sample.status) {
         (AnswerKind::Won, _) => Told::Sold,
+        (AnswerKind::Busy, _) if sample.unconfirmed => Told::Unavailable,
         (AnswerKind::Error, Some(500)) => Told::Internal,
         (AnswerKind::Error, Some(503)) => Told::Unavailable,
         (AnswerKind::Error, _) => Told::Error,
@@ -332,4 +341,71 @@ pub(crate) fn timeline(run: &RunData, epoch: Instant, slice: Duration) -> Vec<Ti
         tick.at_ms = (i as u64 * slice_us) / 1_000;
     }
     ticks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(fault: Fault, start_ms: u64, end_ms: u64) -> FaultWindow {
+        FaultWindow {
+            fault,
+            start: Duration::from_millis(start_ms),
+            end: Duration::from_millis(end_ms),
+            note: String::new(),
+        }
+    }
+
+    /// A sample due and answered at `at_ms`.
+    fn answered(at_ms: u64, outcome: AnswerKind, status: u16, unconfirmed: bool) -> Sample {
+        Sample {
+            user: 0,
+            outcome,
+            order_id: None,
+            unconfirmed,
+            instance: None,
+            status: Some(status),
+            retry_after: status == 503,
+            intended_us: at_ms * 1_000,
+            sent_us: at_ms * 1_000,
+            done_us: at_ms * 1_000 + 10,
+        }
+    }
+
+    /// Where nothing may fail (another shard's stall, the time between
+    /// faults), a `503 unconfirmed` is a `503`: the sale noticed. A `503
+    /// busy` there is a refusal, an answer about the sale's lock.
+    #[test]
+    fn a_503_unconfirmed_fails_a_window_where_nothing_may_fail_and_busy_does_not() {
+        let epoch = Instant::now();
+        let windows = [window(Fault::OtherShardStall, 1_000, 2_000)];
+        let run = |samples: Vec<Sample>| RunData {
+            samples,
+            started: Some(epoch),
+            ..RunData::default()
+        };
+        let ok_rows = |samples| {
+            rows(&run(samples), epoch, &windows, &HashSet::new())
+                .expect("rows")
+                .iter()
+                .map(|row| (row.unavailable, row.ok))
+                .collect::<Vec<_>>()
+        };
+        let won = |at| answered(at, AnswerKind::Won, 202, false);
+        let busy = |at| answered(at, AnswerKind::Busy, 503, false);
+        let unconfirmed = |at| answered(at, AnswerKind::Busy, 503, true);
+        // The stall's window, then the time between faults.
+        assert_eq!(
+            ok_rows(vec![won(1_500), busy(1_600), won(5_000), busy(5_100)]),
+            [(0, true), (0, true)]
+        );
+        assert_eq!(
+            ok_rows(vec![won(1_500), unconfirmed(1_600), won(5_000)]),
+            [(1, false), (0, true)]
+        );
+        assert_eq!(
+            ok_rows(vec![won(1_500), won(5_000), unconfirmed(5_100)]),
+            [(0, true), (1, false)]
+        );
+    }
 }
