@@ -225,7 +225,7 @@ fn crowd_table(sides: &[Side]) -> Option<String> {
          at once: the most buyers holding an admission told to them, of the room's max_active\n\
          forgotten: told admitted, then waiting or another admission before it ran out or bought\n\
          again: told a new admission after their 202; cut off: 200s and 202s told with no replica\n\
-         lost: 202s not in PostgreSQL; double: buyers with two orders or two 202s",
+         lost: 202s (or orders a 409 named) not in PostgreSQL; double: buyers with two orders or two 202s",
         buyers?
     ))
 }

@@ -49,12 +49,17 @@ async fn stored(rig: &Rig) -> anyhow::Result<Vec<(Uuid, String, OrderStatus)>> {
 struct Promised {
     /// Order ids answered `202`.
     accepted_ids: HashSet<Uuid>,
-    /// Of those, the ones PostgreSQL does not have.
+    /// Order ids a `409 already_purchased` named: the order the buyer
+    /// holds, a promise as firm as a `202` (a buyer whose `202` was lost
+    /// on its way learns of their order so).
+    named_ids: HashSet<Uuid>,
+    /// Of the promised (a `202` or a `409` naming it), the ones PostgreSQL
+    /// does not have.
     lost: HashSet<Uuid>,
-    /// Of the accepted, the ones waiting on the queue when Redis was wiped:
-    /// lost, every one.
+    /// Of the promised, the ones waiting on the queue when Redis was
+    /// wiped: lost, every one.
     waiting_at_wipe: HashSet<Uuid>,
-    /// Of the accepted, the ones a worker held when Redis was wiped: lost
+    /// Of the promised, the ones a worker held when Redis was wiped: lost
     /// or not, as the worker's commit and the sale's reload raced.
     in_flight_at_wipe: HashSet<Uuid>,
     /// Buyers with a request that got no answer at all.
@@ -98,30 +103,31 @@ fn promised(
     (wiped, key): (&Wiped, &PassKey),
 ) -> Promised {
     let in_pg: HashSet<Uuid> = orders.iter().map(|(id, _, _)| *id).collect();
-    let accepted_ids: HashSet<Uuid> = run
-        .samples
-        .iter()
-        .filter(|s| s.outcome == AnswerKind::Won)
-        .filter_map(|s| s.order_id)
-        .collect();
-    // Orders a `503 unconfirmed` named (no replica had confirmed them, so
-    // a failover may have taken them, or not), and those a retry's `409
-    // already_purchased` named: their buyers were told of them too.
-    let unconfirmed = run
-        .samples
-        .iter()
-        .filter(|s| s.outcome != AnswerKind::Won)
-        .filter_map(|s| s.order_id)
-        .collect();
-    let lost: HashSet<Uuid> = accepted_ids
+    let named_by = |outcome: AnswerKind| -> HashSet<Uuid> {
+        run.samples
+            .iter()
+            .filter(|s| s.outcome == outcome)
+            .filter_map(|s| s.order_id)
+            .collect()
+    };
+    let accepted_ids = named_by(AnswerKind::Won);
+    // A retry's `409 already_purchased` names the order its buyer holds:
+    // kept as surely as a `202`'s (the load test's verifier holds it so).
+    let named_ids = named_by(AnswerKind::Duplicate);
+    // Orders a `503 unconfirmed` named: no replica had confirmed them, so
+    // a failover may have taken them, or not; their buyers were told to
+    // look them up.
+    let unconfirmed = named_by(AnswerKind::Busy);
+    let promised: HashSet<Uuid> = accepted_ids.union(&named_ids).copied().collect();
+    let lost: HashSet<Uuid> = promised
         .iter()
         .copied()
         .filter(|id| !in_pg.contains(id))
         .collect();
-    // The accepted orders carried by the jobs `ids`: a job of their own,
+    // The promised orders carried by the jobs `ids`: a job of their own,
     // or their pass's (`domain::carriers`).
     let among = |ids: &HashSet<String>| {
-        accepted_ids
+        promised
             .iter()
             .copied()
             .filter(|id| {
@@ -142,6 +148,7 @@ fn promised(
         waiting_at_wipe: among(&wiped.waiting),
         in_flight_at_wipe: among(&wiped.in_flight),
         accepted_ids,
+        named_ids,
         lost,
         unanswered,
     }
@@ -166,6 +173,7 @@ pub(crate) async fn checks(
     let key = rig.store.pass_key().await?;
     let Promised {
         accepted_ids,
+        named_ids,
         lost,
         waiting_at_wipe,
         in_flight_at_wipe,
@@ -182,6 +190,7 @@ pub(crate) async fn checks(
         .iter()
         .filter(|(id, user, _)| {
             !accepted_ids.contains(id)
+                && !named_ids.contains(id)
                 && !unconfirmed.contains(id)
                 && (strict || !unanswered.contains(user))
         })
@@ -428,6 +437,36 @@ mod tests {
             sent_us: 0,
             done_us: 0,
         }
+    }
+
+    fn naming(outcome: AnswerKind, status: u16, order: Uuid) -> Sample {
+        Sample {
+            outcome,
+            order_id: Some(order),
+            ..told(Some(status), status == 503)
+        }
+    }
+
+    /// A `409 already_purchased` names the order its buyer holds: one
+    /// PostgreSQL never got is lost, as a `202`'s would be. An order a
+    /// `503 unconfirmed` named is in doubt, not lost.
+    #[test]
+    fn an_order_named_by_a_409_that_never_reached_postgres_is_lost() {
+        let (won, named, in_doubt) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        let run = RunData {
+            samples: vec![
+                naming(AnswerKind::Won, 202, won),
+                naming(AnswerKind::Duplicate, 409, named),
+                naming(AnswerKind::Busy, 503, in_doubt),
+            ],
+            ..RunData::default()
+        };
+        let plan = Plan::new(1, 1, 0.0, Vec::new());
+        let stored = [(won, plan.user_id(0), OrderStatus::Confirmed)];
+        let key = PassKey::new(b"a key".to_vec());
+        let promised = promised(&plan, &run, &stored, (&Wiped::default(), &key));
+        assert_eq!(promised.lost, HashSet::from([named]));
+        assert_eq!(promised.unconfirmed, HashSet::from([in_doubt]));
     }
 
     /// A `500`, and a `503` that does not say when to try again, are each

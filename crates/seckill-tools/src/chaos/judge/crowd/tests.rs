@@ -161,6 +161,24 @@ fn every_202_is_one_order_and_every_order_was_told() {
     assert!(failed(UNTOLD, &checks));
 }
 
+/// A retry's `409 already_purchased` names the order its buyer holds:
+/// an order so named that PostgreSQL never got is lost, as a `202`'s.
+#[test]
+fn an_order_a_409_named_that_never_reached_postgres_is_lost() {
+    let order = Uuid::new_v4();
+    let again = Answer {
+        error: Some("already_purchased".to_owned()),
+        order_id: Some(order),
+        ..answer(0, 2.0, Asked::Purchase, 409)
+    };
+    let told = [admitted(0, 1.0, "a", 11.0), again];
+    let (checks, _, _) = judged(&told, &[(order, buyer_id(0))], None);
+    assert!(!failed(LOST, &checks), "{checks:?}");
+    let (checks, row, summary) = judged(&told, &[], None);
+    assert!(failed(LOST, &checks), "{checks:?}");
+    assert_eq!((row.lost, summary.lost), (1, 1));
+}
+
 #[test]
 fn a_503_with_retry_after_is_an_answer_and_a_500_or_none_is_not() {
     let fine = [answer(0, 1.0, Asked::Join, 503)];
