@@ -54,32 +54,51 @@ struct Side {
     verdict: &'static str,
     /// The checks that failed, by name.
     broken: Vec<&'static str>,
+    /// The table's rows that failed (`ok` NO), by fault, but the waiting
+    /// crowd's, whose `ok` is its checks' (judged by name in `broken`).
+    failed_rows: Vec<String>,
     #[serde(flatten)]
     summary: Summary,
 }
 
 impl Side {
     /// Whether the run showed what its durability promises: `replica`
-    /// every check, `local` every check but [`A_FAILOVER_BREAKS`].
+    /// a verdict of PASS (every check and every row of its table: a
+    /// window that answered a `500`, or a `503` where nothing may fail,
+    /// breaks a promise as surely as a failed check), `local` every row
+    /// and every check but [`A_FAILOVER_BREAKS`].
     fn as_expected(&self) -> bool {
         match self.durability {
-            "replica" => self.broken.is_empty(),
-            _ => self
-                .broken
-                .iter()
-                .all(|name| A_FAILOVER_BREAKS.contains(name)),
+            "replica" => {
+                self.verdict == Verdict::Pass.as_str()
+                    && self.broken.is_empty()
+                    && self.failed_rows.is_empty()
+            }
+            _ => {
+                self.failed_rows.is_empty()
+                    && self
+                        .broken
+                        .iter()
+                        .all(|name| A_FAILOVER_BREAKS.contains(name))
+            }
         }
     }
 
     /// The last column: whether the run kept every promise, and if not,
     /// whether it broke only what a failover breaks.
     fn kept(&self) -> String {
-        if self.broken.is_empty() {
+        let rows = self.failed_rows.iter().map(|row| format!("row {row}"));
+        let broken: Vec<String> = rows
+            .chain(self.broken.iter().map(|name| (*name).to_owned()))
+            .collect();
+        if broken.is_empty() && self.verdict == Verdict::Pass.as_str() {
             "yes".to_owned()
         } else if self.as_expected() {
             "no, as a failover does".to_owned()
+        } else if broken.is_empty() {
+            format!("NO, unexpectedly: verdict {}", self.verdict)
         } else {
-            format!("NO, unexpectedly: {}", self.broken.join("; "))
+            format!("NO, unexpectedly: {}", broken.join("; "))
         }
     }
 }
@@ -120,6 +139,12 @@ pub(super) async fn compare(args: ChaosArgs) -> anyhow::Result<Verdict> {
                 .iter()
                 .filter(|c| !c.ok)
                 .map(|c| c.name)
+                .collect(),
+            failed_rows: report
+                .rows
+                .iter()
+                .filter(|row| !row.ok && row.fault != super::judge::CROWD_ROW)
+                .map(|row| row.fault.clone())
                 .collect(),
             summary: report.summary,
         });
@@ -238,8 +263,9 @@ mod tests {
     fn side(durability: &'static str, broken: &[&'static str]) -> Side {
         Side {
             durability,
-            verdict: "FAIL",
+            verdict: if broken.is_empty() { "PASS" } else { "FAIL" },
             broken: broken.to_vec(),
+            failed_rows: Vec::new(),
             summary: Summary {
                 accepted: 1781,
                 lost: 3,
@@ -285,6 +311,31 @@ mod tests {
         assert!(!side("local", &["buyers holding two units"]).as_expected());
         assert!(side("replica", &[]).as_expected());
         assert!(!side("replica", &["lost 202s (no Redis wipe in this run)"]).as_expected());
+    }
+
+    /// A row of the table that failed (a `503` in the time between faults,
+    /// a window no request fell in) fails the run as a check does: a
+    /// `replica` run is kept only with a verdict of PASS.
+    #[test]
+    fn a_failed_row_or_verdict_is_not_kept_though_every_check_passed() {
+        let row_failed = Side {
+            verdict: "FAIL",
+            failed_rows: vec!["(between faults)".to_owned()],
+            ..side("replica", &[])
+        };
+        assert!(!row_failed.as_expected());
+        assert_eq!(row_failed.kept(), "NO, unexpectedly: row (between faults)");
+        let failed = Side {
+            verdict: "FAIL",
+            ..side("replica", &[])
+        };
+        assert!(!failed.as_expected());
+        assert_eq!(failed.kept(), "NO, unexpectedly: verdict FAIL");
+        let local = Side {
+            failed_rows: vec!["(between faults)".to_owned()],
+            ..side("local", &["Redis stock = units - sold"])
+        };
+        assert!(!local.as_expected());
     }
 
     #[test]
