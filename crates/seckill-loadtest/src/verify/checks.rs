@@ -156,8 +156,9 @@ pub(super) fn redis_stock_check(
 
 /// Redis' holders are PostgreSQL's buyers, no more and no fewer, and each
 /// is held for the order PostgreSQL holds for them: the order a buyer who
-/// asks again is told of. A hold that names no order (empty: the lab's
-/// broken strategies write it) is checked for its buyer alone.
+/// asks again is told of. A hold that names no order (empty) fails: only
+/// the lab's broken strategies write one, and they are never held to this
+/// check (`Expect::NoOversell` is for the correct strategies alone).
 pub(super) fn redis_holds_check(stored: &SaleSnapshot, holds: &BTreeMap<String, String>) -> Check {
     let pg_holds: BTreeMap<String, String> = stored
         .confirmed
@@ -172,7 +173,7 @@ pub(super) fn redis_holds_check(stored: &SaleSnapshot, holds: &BTreeMap<String, 
         && holds
             .iter()
             .zip(&pg_holds)
-            .all(|((_, held), (_, stored))| held.is_empty() || held == stored);
+            .all(|((_, held), (_, stored))| held == stored);
     check(
         "Redis buyers = PostgreSQL buyers",
         format!("{} buyers", pg_holds.len()),
@@ -181,6 +182,8 @@ pub(super) fn redis_holds_check(stored: &SaleSnapshot, holds: &BTreeMap<String, 
             holds.len(),
             if same {
                 ""
+            } else if same_buyers && holds.values().any(String::is_empty) {
+                ", some with no order"
             } else if same_buyers {
                 ", some with another order"
             } else {

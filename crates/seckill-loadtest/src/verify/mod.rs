@@ -8,6 +8,8 @@
 //! check.
 
 mod checks;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -68,7 +70,7 @@ use self::checks::{
 };
 
 /// What the run did, as the buyers saw it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RunFacts {
     pub sale_id: i64,
     /// Units the sale started with.

@@ -1,0 +1,57 @@
+//! The checks that need no server, on made-up runs and snapshots. Those
+//! that read PostgreSQL and Redis are run against real ones in
+//! `crates/seckill/tests/it/verify.rs`.
+
+use super::checks::redis_holds_check;
+use super::*;
+
+/// A sale of `stock` units, won by `winners` (user `w{i}`, a fresh order each).
+fn facts(stock: i64, winners: usize) -> RunFacts {
+    RunFacts {
+        sale_id: 1,
+        stock,
+        distinct_buyers: 100,
+        accepted: (0..winners)
+            .map(|i| (format!("w{i}"), Uuid::now_v7()))
+            .collect(),
+        ..RunFacts::default()
+    }
+}
+
+/// PostgreSQL holding one confirmed order for each of `facts`' winners.
+fn snapshot(facts: &RunFacts) -> SaleSnapshot {
+    SaleSnapshot {
+        sold: facts.accepted.len() as i64,
+        confirmed: facts
+            .accepted
+            .iter()
+            .map(|(user, id)| (user.clone(), vec![*id]))
+            .collect(),
+        all_ids: facts.accepted.iter().map(|(_, id)| *id).collect(),
+        rejected: 0,
+        cancelled: 0,
+    }
+}
+
+/// Redis' holds as a correct strategy writes them: each buyer's order.
+fn holds_of(facts: &RunFacts) -> BTreeMap<String, String> {
+    facts
+        .accepted
+        .iter()
+        .map(|(user, id)| (user.clone(), id.to_string()))
+        .collect()
+}
+
+/// Under `no-oversell` (the correct strategies) every hold names its
+/// buyer's order: one that names none is as wrong as one naming another.
+#[test]
+fn a_redis_hold_that_names_no_order_fails_the_buyers_check() {
+    let run = facts(5, 3);
+    let stored = snapshot(&run);
+    let mut holds = holds_of(&run);
+    assert!(redis_holds_check(&stored, &holds).passed);
+    holds.insert(run.accepted[1].0.clone(), String::new());
+    let check = redis_holds_check(&stored, &holds);
+    assert!(!check.passed, "{check:?}");
+    assert_eq!(check.actual, "3 buyers, some with no order");
+}
