@@ -170,7 +170,6 @@ pub async fn load_test<R: ConnectionLike + Send>(
     let facts = run_facts(subject, &plan, &run, &before);
     let findings = check_invariants(subject, args.expect, &facts, progress).await?;
 
-    let won = summary.count(AnswerKind::Won);
     let report = Report {
         schema: report::SCHEMA,
         label: label.to_owned(),
@@ -178,7 +177,7 @@ pub async fn load_test<R: ConnectionLike + Send>(
         config: run_config(subject, args, &plan),
         environment: Environment::here(),
         verdict: Report::judge(&problems, &findings.checks),
-        oversold_by: won.saturating_sub(u64::try_from(subject.stock).unwrap_or(0)),
+        oversold_by: findings.oversold_by,
         duplicate_buyers: findings.duplicate_buyers,
         summary,
         generator,

@@ -135,7 +135,10 @@ pub struct Report {
     pub verdict: Verdict,
     /// Why the run is invalid, when it is.
     pub problems: Vec<String>,
-    /// Winning answers beyond the stock (the naive strategy's oversell).
+    /// Orders told beyond the stock (the naive strategy's oversell): this
+    /// run's `202`s and orders recovered by a retry, with the units sold
+    /// before it (`--sale`), less the sale's units; the promise check's
+    /// count.
     pub oversold_by: u64,
     /// Buyers who got more than one `202` (the `decr` strategy's race).
     pub duplicate_buyers: u64,

@@ -65,8 +65,8 @@ pub(crate) async fn queue_depth<C: ConnectionLike + Send>(
 
 use self::checks::{
     cancelled_orders_check, confirmed_count_check, double_orders_check, duplicate_buyers,
-    exactly_the_202s_check, lost_orders, lost_orders_check, promise_check, queue_checks,
-    redis_holds_check, redis_stock_check, rejected_orders_check, sold_counter_check,
+    exactly_the_202s_check, lost_orders, lost_orders_check, oversold_by, promise_check,
+    queue_checks, redis_holds_check, redis_stock_check, rejected_orders_check, sold_counter_check,
 };
 
 /// What the run did, as the buyers saw it.
@@ -149,6 +149,9 @@ pub struct Findings {
     pub lost: u64,
     /// Buyers who got more than one `202`.
     pub duplicate_buyers: u64,
+    /// Orders told (with the units sold before the run) beyond the
+    /// units: the count the promise check judges.
+    pub oversold_by: u64,
 }
 
 impl Findings {
@@ -279,6 +282,7 @@ pub async fn verify<C: ConnectionLike + Send>(
         rejected: u64::try_from(stored.rejected).unwrap_or(0),
         lost: lost_orders(facts, &stored) as u64,
         duplicate_buyers: duplicate_buyers(facts) as u64,
+        oversold_by: oversold_by(facts),
     })
 }
 

@@ -2,7 +2,7 @@
 //! that read PostgreSQL and Redis are run against real ones in
 //! `crates/seckill/tests/it/verify.rs`.
 
-use super::checks::redis_holds_check;
+use super::checks::{oversold_by, redis_holds_check};
 use super::*;
 
 /// A sale of `stock` units, won by `winners` (user `w{i}`, a fresh order each).
@@ -54,4 +54,17 @@ fn a_redis_hold_that_names_no_order_fails_the_buyers_check() {
     let check = redis_holds_check(&stored, &holds);
     assert!(!check.passed, "{check:?}");
     assert_eq!(check.actual, "3 buyers, some with no order");
+}
+
+/// An existing sale (`--sale`) had 4 of its 10 units sold before the run,
+/// whose 7 `202`s make 11 orders: one beyond the stock, though the run's
+/// own `202`s (7) are fewer than the units.
+#[test]
+fn units_sold_beyond_the_stock_count_those_sold_before_the_run() {
+    let run = facts(10, 11);
+    assert_eq!(oversold_by(&run), 1);
+    assert_eq!(oversold_by(&facts(10, 10)), 0);
+    let mut recovered = facts(10, 10);
+    recovered.recovered = vec![("late".into(), Uuid::now_v7())];
+    assert_eq!(oversold_by(&recovered), 1);
 }
