@@ -167,7 +167,7 @@ pub async fn load_test<R: ConnectionLike + Send>(
     let problems = problems(&summary);
 
     settle(subject, args, progress).await?;
-    let facts = run_facts(subject, &plan, &run, &before);
+    let facts = run_facts(subject.stock, &plan, &run, &before);
     let findings = check_invariants(subject, args.expect, &facts, progress).await?;
 
     let report = Report {
@@ -212,14 +212,10 @@ impl LoadArgs {
     }
 }
 
-/// What the run did, as the buyers saw it, for the verifier. `before`
-/// holds the orders that held a unit before the run began.
-fn run_facts<R>(
-    subject: &Subject<R>,
-    plan: &Plan,
-    run: &RunData,
-    before: &[(String, Uuid)],
-) -> RunFacts {
+/// What the run did, as the buyers saw it, for the verifier: the sale
+/// of `stock` units `plan` sent to. `before` holds the orders that held a
+/// unit before the run began.
+fn run_facts(stock: i64, plan: &Plan, run: &RunData, before: &[(String, Uuid)]) -> RunFacts {
     // Buyers who were answered: a buyer whose every request came back busy
     // or failed never competed for a unit, so the check that every unit
     // found a buyer does not count them.
@@ -237,25 +233,41 @@ fn run_facts<R>(
         .filter(|s| s.outcome == AnswerKind::Won)
         .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id)))
         .collect();
-    // A buyer told no `202` whose retry's `409` named the order they
-    // hold: the `202` was lost on its way, and the retry told them.
-    let winners: BTreeSet<&str> = won.iter().map(|(user, _)| user.as_str()).collect();
-    let mut recovered: Vec<(String, Uuid)> = run
+    // Every order a `409 already_purchased` named: a winner's must be
+    // their `202`'s (the verifier checks it). A buyer told no `202` whose
+    // retry's `409` named the order they hold: the `202` was lost on its
+    // way, and the retry told them.
+    let named: Vec<(String, Uuid)> = run
         .samples
         .iter()
         .filter(|s| s.outcome == AnswerKind::Duplicate)
         .filter_map(|s| s.order_id.map(|id| (plan.user_id(s.user), id)))
+        .collect();
+    let winners: BTreeSet<&str> = won.iter().map(|(user, _)| user.as_str()).collect();
+    let mut recovered: Vec<(String, Uuid)> = named
+        .iter()
         .filter(|(user, _)| !winners.contains(user.as_str()))
+        .cloned()
         .collect();
     recovered.sort_unstable();
     recovered.dedup();
+    let times = |outcome: AnswerKind, at: fn(&scenario::Sample) -> u64| -> Vec<u64> {
+        run.samples
+            .iter()
+            .filter(|s| s.outcome == outcome)
+            .map(at)
+            .collect()
+    };
     RunFacts {
-        sale_id: subject.sale_id,
-        stock: subject.stock,
+        sale_id: plan.sale_id,
+        stock,
         // This run's user ids carry its tag: none of them bought before.
         distinct_buyers: before.len() + asked.len(),
         accepted: before.iter().cloned().chain(won).collect(),
         recovered,
+        named,
+        sold_out_done_us: times(AnswerKind::SoldOut, |s| s.done_us),
+        won_sent_us: times(AnswerKind::Won, |s| s.sent_us),
     }
 }
 
@@ -386,6 +398,49 @@ mod tests {
             problems(&summary),
             ["no request was answered: the run measured nothing"]
         );
+    }
+
+    /// A sample of buyer `user`, sent at `sent_ms` and answered 1 ms later.
+    fn told(user: u32, outcome: AnswerKind, order: Option<Uuid>, sent_ms: u64) -> scenario::Sample {
+        scenario::Sample {
+            user,
+            outcome,
+            order_id: order,
+            unconfirmed: false,
+            instance: None,
+            status: Some(if outcome == AnswerKind::Won { 202 } else { 409 }),
+            retry_after: false,
+            intended_us: sent_ms * 1_000,
+            sent_us: sent_ms * 1_000,
+            done_us: (sent_ms + 1) * 1_000,
+        }
+    }
+
+    /// The verifier sees every `409` that named an order, a winner's too
+    /// (so that one naming another order than their `202` is caught), and
+    /// when each `sold_out` was in and each winning purchase was sent.
+    #[test]
+    fn the_facts_keep_a_winners_409_and_the_moments_of_sold_out_and_wins() {
+        let plan = Plan::new(7, 3, 0.0, Vec::new());
+        let (won, other, late) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        let run = RunData {
+            samples: vec![
+                told(0, AnswerKind::Won, Some(won), 6),
+                told(0, AnswerKind::Duplicate, Some(other), 7),
+                told(1, AnswerKind::SoldOut, None, 4),
+                told(2, AnswerKind::Duplicate, Some(late), 8),
+            ],
+            ..RunData::default()
+        };
+        let facts = run_facts(10, &plan, &run, &[]);
+        assert_eq!(
+            facts.named,
+            [(plan.user_id(0), other), (plan.user_id(2), late)]
+        );
+        assert_eq!(facts.recovered, [(plan.user_id(2), late)]);
+        assert_eq!(facts.sold_out_done_us, [5_000]);
+        assert_eq!(facts.won_sent_us, [6_000]);
+        assert_eq!((facts.sale_id, facts.stock), (7, 10));
     }
 
     #[test]

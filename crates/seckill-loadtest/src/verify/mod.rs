@@ -3,10 +3,13 @@
 //!
 //! The verifier reads PostgreSQL and Redis directly and trusts nothing the
 //! app said, except the list of `202`s the buyers received: those are the
-//! promises the system made, and every one must be kept. The checks on
-//! PostgreSQL and Redis are in `checks.rs`; this file reads what they
-//! check.
+//! promises the system made, and every one must be kept. What else the
+//! buyers were told is held to the truth too (`answers.rs`): a `sold_out`
+//! while a unit was left, or a `409` naming another order than the
+//! buyer's `202`, is a lie. The checks on PostgreSQL and Redis are in
+//! `checks.rs`; this file reads what they check.
 
+mod answers;
 mod checks;
 #[cfg(test)]
 mod tests;
@@ -63,6 +66,7 @@ pub(crate) async fn queue_depth<C: ConnectionLike + Send>(
     })
 }
 
+use self::answers::{named_another_order_check, sold_out_told_true_check};
 use self::checks::{
     cancelled_orders_check, confirmed_count_check, double_orders_check, duplicate_buyers,
     exactly_the_202s_check, lost_orders, lost_orders_check, oversold_by, promise_check,
@@ -84,6 +88,13 @@ pub struct RunFacts {
     /// `409 already_purchased` named the order they hold: told, by a
     /// retry, as surely as by a `202`. Checked with the `202`s.
     pub recovered: Vec<(String, Uuid)>,
+    /// `(user id, order id)` of every `409 already_purchased` that named
+    /// an order, the winners' too: a winner's must name their `202`'s.
+    pub named: Vec<(String, Uuid)>,
+    /// When each `sold_out` answer was in, in µs from the run's start.
+    pub sold_out_done_us: Vec<u64>,
+    /// When each purchase answered `202` was sent, on the same clock.
+    pub won_sent_us: Vec<u64>,
 }
 
 impl RunFacts {
@@ -258,6 +269,11 @@ pub async fn verify<C: ConnectionLike + Send>(
     if expect == Expect::NoOversell {
         checks.push(rejected_orders_check(&stored));
         checks.push(exactly_the_202s_check(facts, &stored));
+        // What the buyers were told, held to the truth: a correct
+        // strategy's answers are; the broken ones are judged by
+        // PostgreSQL's word alone.
+        checks.push(sold_out_told_true_check(facts));
+        checks.push(named_another_order_check(facts));
         let (stock, holds): (Option<i64>, BTreeMap<String, String>) = redis::pipe()
             .get(&keys.stock)
             .hgetall(&keys.holds)

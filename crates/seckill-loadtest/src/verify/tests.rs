@@ -2,6 +2,7 @@
 //! that read PostgreSQL and Redis are run against real ones in
 //! `crates/seckill/tests/it/verify.rs`.
 
+use super::answers::{named_another_order_check, sold_out_told_true_check};
 use super::checks::{oversold_by, redis_holds_check};
 use super::*;
 
@@ -40,6 +41,41 @@ fn holds_of(facts: &RunFacts) -> BTreeMap<String, String> {
         .iter()
         .map(|(user, id)| (user.clone(), id.to_string()))
         .collect()
+}
+
+/// A `sold_out` answered at 5 ms, before a purchase sent at 6 ms won: a
+/// unit was left when it was told (none comes back during a run). One
+/// answered after the last winning send is true.
+#[test]
+fn a_sold_out_answered_before_a_winning_purchase_was_sent_is_a_lie() {
+    let mut run = facts(10, 10);
+    run.won_sent_us = vec![1_000, 6_000, 2_000];
+    run.sold_out_done_us = vec![7_000, 9_000];
+    assert!(sold_out_told_true_check(&run).passed);
+    run.sold_out_done_us.push(5_000);
+    let lie = sold_out_told_true_check(&run);
+    assert!(!lie.passed, "{lie:?}");
+    assert_eq!(
+        lie.actual,
+        "1 (the first answered at 5.0 ms; a purchase sent at 6.0 ms won)"
+    );
+    // No winner: nothing shows a unit was left.
+    run.won_sent_us.clear();
+    assert!(sold_out_told_true_check(&run).passed);
+}
+
+/// A winner's `409 already_purchased` must name their `202`'s order; a
+/// buyer with no `202` (told by the retry alone) is checked elsewhere.
+#[test]
+fn a_winners_409_naming_another_order_than_their_202_fails() {
+    let mut run = facts(10, 2);
+    let (winner, order) = run.accepted[0].clone();
+    run.named = vec![(winner.clone(), order), ("no-202".into(), Uuid::now_v7())];
+    assert!(named_another_order_check(&run).passed);
+    run.named.push((winner, Uuid::now_v7()));
+    let wrong = named_another_order_check(&run);
+    assert!(!wrong.passed, "{wrong:?}");
+    assert_eq!(wrong.actual, "1");
 }
 
 /// Under `no-oversell` (the correct strategies) every hold names its

@@ -78,7 +78,7 @@ impl World {
                 stock: 5,
                 distinct_buyers: 100,
                 accepted,
-                recovered: Vec::new(),
+                ..RunFacts::default()
             },
         }
     }
@@ -328,4 +328,25 @@ async fn the_observe_expectation_counts_double_winners_and_fails_on_a_lost_order
         ["accepted orders missing from PostgreSQL"]
     );
     assert_eq!(world.verify(Expect::Observe).await.lost, 1);
+}
+
+/// What the buyers were told beside their `202`s is held to the truth
+/// under `no-oversell`: a `sold_out` answered before a winning purchase
+/// was sent, and a winner's `409` naming another order, each fail their
+/// check. `observe` (the broken strategies) judges PostgreSQL's word alone.
+#[tokio::test]
+async fn a_sold_out_told_while_a_unit_was_left_and_a_wrong_409_fail_under_no_oversell() {
+    let mut world = World::new(5).await;
+    world.facts.sold_out_done_us = vec![1_000];
+    world.facts.won_sent_us = vec![500, 2_000];
+    let winner = world.facts.accepted[0].0.clone();
+    world.facts.named = vec![(winner, Uuid::now_v7())];
+    assert_eq!(
+        world.failures(Expect::NoOversell).await,
+        [
+            "told sold out while a unit was left (a sold_out answered before a winning purchase was sent)",
+            "409s naming another order than the buyer's 202",
+        ]
+    );
+    assert_eq!(world.failures(Expect::Observe).await, Vec::<&str>::new());
 }
