@@ -116,27 +116,35 @@ mod tests {
         fail: Vec<usize>,
     }
 
-    impl ConnectionLike for Flaky {
-        fn req_packed_command<'a>(&'a mut self, _cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+    impl Flaky {
+        /// Whether this call fails; counts it.
+        fn fails(&mut self) -> bool {
             let call = self.calls;
             self.calls += 1;
-            let fails = self.fail.contains(&call);
-            Box::pin(async move {
-                if fails {
-                    Err(RedisError::from((ErrorKind::Io, "connection dropped")))
-                } else {
-                    Ok(Value::Int(1))
-                }
-            })
+            self.fail.contains(&call)
+        }
+    }
+
+    impl ConnectionLike for Flaky {
+        fn req_packed_command<'a>(&'a mut self, _cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+            unreachable!("a script is called in a pipeline (`scripts.rs`)")
         }
 
+        /// A release: the script's call, alone in its pipeline.
         fn req_packed_commands<'a>(
             &'a mut self,
             _pipeline: &'a Pipeline,
             _offset: usize,
-            _count: usize,
+            count: usize,
         ) -> RedisFuture<'a, Vec<Value>> {
-            unreachable!("releasing sends no pipeline")
+            let fails = self.fails();
+            Box::pin(async move {
+                if fails {
+                    Err(RedisError::from((ErrorKind::Io, "connection dropped")))
+                } else {
+                    Ok(vec![Value::Int(1); count])
+                }
+            })
         }
 
         fn get_db(&self) -> i64 {
