@@ -292,10 +292,10 @@ impl Shop {
     /// `sale_id` ([`SoldOutFlags::check`]), starting the listing of the
     /// sale's holders in the background when it asks for one.
     pub(crate) fn sold_out_for(&self, sale_id: i64, users: &[&UserId]) -> Flag {
-        let (flag, list) = self
+        let (flag, listing) = self
             .sold_out
             .check(sale_id, users, self.settings.sold_out_refresh());
-        if list {
+        if let Some(listing) = listing {
             let shop = self.clone();
             let listing = async move {
                 let keys = SaleKeys::new(shop.store.prefix(), sale_id);
@@ -306,7 +306,7 @@ impl Shop {
                 if let Err(error) = &list {
                     tracing::warn!(sale_id, error = %format!("{error:#}"), "listing a sold-out sale's holders failed; its buyers are answered from Redis");
                 }
-                shop.sold_out.listed(sale_id, list);
+                shop.sold_out.listed(sale_id, listing, list);
             };
             self.store.runtime().spawn(listing);
         }

@@ -21,12 +21,21 @@
 //! A sold-out sale gains a holder only when a unit comes back (an unpaid
 //! order cancelled) and is taken again. The flag's refresh reads, with
 //! the stock, how many holds the sale has written in all
-//! (`lua/sold_out_look.lua`); a list made at another count is made again.
-//! So a buyer who took a returned unit can be told "sold out" only within
-//! one refresh period of their take, from another instance's flag.
+//! (`lua/sold_out_look.lua`); a list made at another count is made again,
+//! and until it is, every buyer goes to Redis. The count is read again
+//! one refresh period after it was last read, however often passes see
+//! the sale sold out meanwhile (a holder's retries go to Redis, and each
+//! sees it so). So a buyer who took a returned unit can be told "sold
+//! out" only within one refresh period of their take, from another
+//! instance's flag.
+//!
+//! The `postgres` strategy writes a holder into Redis after PostgreSQL's
+//! commit, and a copy that failed is not written again: such a holder is
+//! in no list, and is told "sold out" from memory.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,6 +54,9 @@ pub(crate) struct SoldOutFlags {
     /// A std Mutex, not a tokio one: it is held for a map lookup and never
     /// across an await.
     seen: Mutex<HashMap<i64, Seen>>,
+    /// The number of the last listing started, so that a listing's end
+    /// is taken only by the listing it ends.
+    listings: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -56,12 +68,22 @@ struct Seen {
 /// The holders of a sale seen sold out, as far as this instance has them.
 #[derive(Debug)]
 enum Holders {
-    /// Not listed yet: the next check starts the listing.
-    Unlisted,
-    /// A listing is on its way.
-    Listing,
-    Listed(Arc<HolderList>),
+    /// Not listed: the next check starts a listing, not before
+    /// `not_before` (a listing failed: Redis is not asked again at the
+    /// rate of the requests).
+    Unlisted { not_before: Option<Instant> },
+    /// Listing number `n` is on its way.
+    Listing(u64),
+    /// Listed; `counted` is when the sale's count of holds was last read
+    /// and found the list's.
+    Listed {
+        list: Arc<HolderList>,
+        counted: Instant,
+    },
 }
+
+/// How long after a failed listing the next one starts.
+const LIST_RETRY: Duration = Duration::from_secs(1);
 
 /// The holders of a sale's units, as hashes of their ids, and how many
 /// holds the sale had written in all when they were read.
@@ -102,27 +124,40 @@ pub(crate) enum Flag {
 }
 
 impl SoldOutFlags {
-    /// What to tell `users` of `sale_id`, and whether the caller is to
-    /// list the sale's holders ([`list_holders`], then
-    /// [`SoldOutFlags::listed`]): true for one caller until a listing
-    /// ends.
-    pub(crate) fn check(&self, sale_id: i64, users: &[&UserId], refresh: Duration) -> (Flag, bool) {
+    /// What to tell `users` of `sale_id`, and the number of the listing
+    /// the caller is to make of the sale's holders ([`list_holders`], then
+    /// [`SoldOutFlags::listed`]): given to one caller at a time.
+    pub(crate) fn check(
+        &self,
+        sale_id: i64,
+        users: &[&UserId],
+        refresh: Duration,
+    ) -> (Flag, Option<u64>) {
         let mut seen = self.seen();
         let Some(sale) = seen.get_mut(&sale_id) else {
-            return (Flag::Unknown, false);
+            return (Flag::Unknown, None);
         };
         if sale.at.elapsed() >= refresh {
-            return (Flag::Stale, false);
+            return (Flag::Stale, None);
         }
         match &sale.holders {
-            Holders::Listed(list) if users.iter().any(|user| list.may_hold(user)) => {
-                (Flag::Unknown, false)
+            // The count read too long ago, though passes saw the sale sold
+            // out since: read it again with the stock.
+            Holders::Listed { counted, .. } if counted.elapsed() >= refresh => (Flag::Stale, None),
+            Holders::Listed { list, .. } if users.iter().any(|user| list.may_hold(user)) => {
+                (Flag::Unknown, None)
             }
-            Holders::Listed(_) => (Flag::SoldOut, false),
-            Holders::Listing => (Flag::Unknown, false),
-            Holders::Unlisted => {
-                sale.holders = Holders::Listing;
-                (Flag::Unknown, true)
+            Holders::Listed { .. } => (Flag::SoldOut, None),
+            Holders::Listing(_) => (Flag::Unknown, None),
+            Holders::Unlisted { not_before }
+                if not_before.is_some_and(|at| at > Instant::now()) =>
+            {
+                (Flag::Unknown, None)
+            }
+            Holders::Unlisted { .. } => {
+                let listing = self.listings.fetch_add(1, Ordering::Relaxed) + 1;
+                sale.holders = Holders::Listing(listing);
+                (Flag::Unknown, Some(listing))
             }
         }
     }
@@ -134,7 +169,7 @@ impl SoldOutFlags {
             .and_modify(|sale| sale.at = Instant::now())
             .or_insert_with(|| Seen {
                 at: Instant::now(),
-                holders: Holders::Unlisted,
+                holders: Holders::Unlisted { not_before: None },
             });
     }
 
@@ -143,22 +178,33 @@ impl SoldOutFlags {
     /// count misses a holder or names one too many, and is made again.
     pub(crate) fn refreshed(&self, sale_id: i64, takes: i64) {
         self.set(sale_id);
-        if let Some(sale) = self.seen().get_mut(&sale_id)
-            && matches!(&sale.holders, Holders::Listed(list) if list.takes != takes)
-        {
-            sale.holders = Holders::Unlisted;
+        let mut seen = self.seen();
+        let Some(sale) = seen.get_mut(&sale_id) else {
+            return;
+        };
+        match &mut sale.holders {
+            Holders::Listed { list, counted } if list.takes == takes => *counted = Instant::now(),
+            Holders::Listed { .. } => sale.holders = Holders::Unlisted { not_before: None },
+            _ => {}
         }
     }
 
-    /// A listing's end: its list (`Err`: it failed, and the next check
-    /// starts another). Kept only while the sale is still flagged.
-    pub(crate) fn listed(&self, sale_id: i64, list: anyhow::Result<HolderList>) {
+    /// Listing number `listing`'s end: its list (`Err`: it failed, and a
+    /// check [`LIST_RETRY`] later starts another). Taken only while the
+    /// sale waits for that listing: one started before the sale came
+    /// back on sale and sold out again lists holders of another time.
+    pub(crate) fn listed(&self, sale_id: i64, listing: u64, list: anyhow::Result<HolderList>) {
         if let Some(sale) = self.seen().get_mut(&sale_id)
-            && matches!(sale.holders, Holders::Listing)
+            && matches!(sale.holders, Holders::Listing(n) if n == listing)
         {
             sale.holders = match list {
-                Ok(list) => Holders::Listed(Arc::new(list)),
-                Err(_) => Holders::Unlisted,
+                Ok(list) => Holders::Listed {
+                    list: Arc::new(list),
+                    counted: Instant::now(),
+                },
+                Err(_) => Holders::Unlisted {
+                    not_before: Some(Instant::now() + LIST_RETRY),
+                },
             };
         }
     }
@@ -241,12 +287,18 @@ mod tests {
         Ok(HolderList { hashes, takes })
     }
 
+    /// The listing a check asks its caller to make.
+    fn claimed(checked: (Flag, Option<u64>)) -> u64 {
+        assert_eq!(checked.0, Flag::Unknown);
+        checked.1.expect("a listing to make")
+    }
+
     /// Flags with sale 1 seen sold out, and its holders listed as given.
     fn sold_out_with(holders: &[&str], takes: i64) -> SoldOutFlags {
         let flags = SoldOutFlags::default();
         flags.set(1);
-        assert_eq!(flags.check(1, &[], MINUTE), (Flag::Unknown, true));
-        flags.listed(1, list(holders, takes));
+        let listing = claimed(flags.check(1, &[], MINUTE));
+        flags.listed(1, listing, list(holders, takes));
         flags
     }
 
@@ -254,8 +306,8 @@ mod tests {
     fn sold_out_flag_is_trusted_only_within_the_refresh_period() {
         let carl = buyer("carl");
         assert_eq!(
-            SoldOutFlags::default().check(1, &[&carl], MINUTE).0,
-            Flag::Unknown
+            SoldOutFlags::default().check(1, &[&carl], MINUTE),
+            (Flag::Unknown, None)
         );
         let flags = sold_out_with(&[], 0);
         assert_eq!(flags.check(1, &[&carl], MINUTE).0, Flag::SoldOut);
@@ -272,11 +324,11 @@ mod tests {
         flags.set(1);
         // Until the holders are listed, nobody is answered from memory,
         // and one caller lists them.
-        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::Unknown, true));
-        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::Unknown, false));
-        flags.listed(1, list(&["ann", "bob"], 2));
-        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::SoldOut, false));
-        assert_eq!(flags.check(1, &[&ann], MINUTE), (Flag::Unknown, false));
+        let listing = claimed(flags.check(1, &[&carl], MINUTE));
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::Unknown, None));
+        flags.listed(1, listing, list(&["ann", "bob"], 2));
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::SoldOut, None));
+        assert_eq!(flags.check(1, &[&ann], MINUTE), (Flag::Unknown, None));
         // A pass with a holder among its buyers goes to Redis whole.
         assert_eq!(flags.check(1, &[&carl, &ann], MINUTE).0, Flag::Unknown);
         // Seen sold out again: the list stays.
@@ -289,27 +341,57 @@ mod tests {
         let flags = sold_out_with(&["ann", "bob"], 2);
         let (dan, carl) = (buyer("dan"), buyer("carl"));
         flags.refreshed(1, 2);
-        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::SoldOut, false));
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::SoldOut, None));
         // Ann's unit came back, and dan took it: three holds in all.
         flags.refreshed(1, 3);
-        assert_eq!(flags.check(1, &[&dan], MINUTE), (Flag::Unknown, true));
-        flags.listed(1, list(&["bob", "dan"], 3));
+        let listing = claimed(flags.check(1, &[&dan], MINUTE));
+        flags.listed(1, listing, list(&["bob", "dan"], 3));
         assert_eq!(flags.check(1, &[&dan], MINUTE).0, Flag::Unknown);
         assert_eq!(flags.check(1, &[&carl], MINUTE).0, Flag::SoldOut);
     }
 
+    /// A holder's retries go to Redis, and each of their passes sees the
+    /// sale sold out: that must not keep the count from being read again
+    /// within the refresh period.
     #[test]
-    fn a_failed_or_late_listing_lists_nothing() {
+    fn passes_that_see_the_sale_sold_out_do_not_put_off_the_count() {
+        let refresh = Duration::from_millis(30);
+        let flags = sold_out_with(&["ann"], 1);
+        let carl = buyer("carl");
+        std::thread::sleep(refresh + Duration::from_millis(10));
+        flags.set(1);
+        assert_eq!(flags.check(1, &[&carl], refresh).0, Flag::Stale);
+        flags.refreshed(1, 1);
+        assert_eq!(flags.check(1, &[&carl], refresh).0, Flag::SoldOut);
+    }
+
+    #[test]
+    fn a_failed_listing_is_tried_again_later_not_at_once() {
         let flags = SoldOutFlags::default();
         let carl = buyer("carl");
         flags.set(1);
-        flags.check(1, &[&carl], MINUTE);
-        flags.listed(1, Err(anyhow::anyhow!("Redis went away")));
-        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::Unknown, true));
-        // The sale came back on sale while its holders were being listed.
+        let listing = claimed(flags.check(1, &[&carl], MINUTE));
+        flags.listed(1, listing, Err(anyhow::anyhow!("Redis went away")));
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::Unknown, None));
+    }
+
+    #[test]
+    fn a_listing_of_another_time_lists_nothing() {
+        let flags = SoldOutFlags::default();
+        let carl = buyer("carl");
+        flags.set(1);
+        let early = claimed(flags.check(1, &[&carl], MINUTE));
+        // The sale came back on sale and sold out again while it listed.
         flags.clear(1);
-        flags.listed(1, list(&[], 0));
-        assert_eq!(flags.check(1, &[&carl], MINUTE).0, Flag::Unknown);
+        flags.set(1);
+        let late = claimed(flags.check(1, &[&carl], MINUTE));
+        flags.listed(1, early, list(&[], 0));
+        assert_eq!(flags.check(1, &[&carl], MINUTE), (Flag::Unknown, None));
+        flags.listed(1, late, list(&["dan"], 1));
+        assert_eq!(flags.check(1, &[&carl], MINUTE).0, Flag::SoldOut);
+        // Forgotten: a listing's end finds nothing to fill.
+        flags.clear(1);
+        flags.listed(1, late, list(&[], 0));
         assert_eq!(flags.len(), 0);
     }
 }
