@@ -21,7 +21,9 @@ pub fn raise_open_files_limit() {
 /// from the moment this is called, not from the moment the returned
 /// future is first awaited. SIGHUP's default ends the process without its
 /// graceful stop: its instances' lanes unanswered, its private servers
-/// left to their reapers.
+/// left to their reapers. Unless the process was started ignoring SIGHUP
+/// (`nohup seckill serve &`): a handler would undo what was asked, and it
+/// serves on when its terminal closes.
 ///
 /// The race this prevents: a program prints "Press Ctrl-C to stop." (or
 /// the address a supervisor waits for) and only then starts to wait. Once
@@ -37,7 +39,8 @@ pub fn stop_requested() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
     let mut terminate = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    let mut hangup = signal(SignalKind::hangup()).expect("installing a SIGHUP handler");
+    let mut hangup = (!started_ignoring_sighup())
+        .then(|| signal(SignalKind::hangup()).expect("installing a SIGHUP handler"));
     let parent = std::env::var(PARENT_PID_ENV)
         .ok()
         .and_then(|pid| pid.parse().ok());
@@ -45,12 +48,36 @@ pub fn stop_requested() -> impl Future<Output = ()> + Send + 'static {
         tokio::select! {
             _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
-            _ = hangup.recv() => {}
+            Some(_) = async {
+                match &mut hangup {
+                    Some(hangup) => hangup.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {}
             () = parent_gone(parent) => {
                 tracing::warn!("the process that started this one is gone; stopping");
             }
         }
     }
+}
+
+/// Whether this process was started with SIGHUP ignored (`nohup`, a
+/// shell's `trap '' HUP`): the kernel's `SigIgn` mask in
+/// `/proc/self/status`, read before any handler of ours is installed.
+fn started_ignoring_sighup() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .is_some_and(|status| ignores_sighup(&status))
+}
+
+/// Whether a `/proc/<pid>/status` text says SIGHUP (signal 1, the mask's
+/// lowest bit) is ignored.
+fn ignores_sighup(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & 1 == 1)
 }
 
 /// Set by `seckill-devenv`'s `processes` on every process it starts: the starter's pid.
@@ -111,5 +138,25 @@ mod tests {
     #[tokio::test]
     async fn a_closed_terminal_is_a_stop_request() {
         stops_on(Signal::SIGHUP).await;
+    }
+
+    /// Under `nohup` (SIGHUP ignored from the start) a closed terminal is
+    /// no stop request: the mask read is the one the kernel shows for a
+    /// process started so.
+    #[test]
+    fn a_process_started_under_nohup_is_seen_ignoring_sighup() {
+        let status = |shell: &str| {
+            let output = std::process::Command::new("sh")
+                .args(["-c", shell])
+                .output()
+                .expect("sh");
+            String::from_utf8(output.stdout).expect("text")
+        };
+        assert!(super::ignores_sighup(&status(
+            "trap '' HUP; exec cat /proc/self/status"
+        )));
+        assert!(!super::ignores_sighup(&status(
+            "trap - HUP; exec cat /proc/self/status"
+        )));
     }
 }
