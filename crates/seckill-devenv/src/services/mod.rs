@@ -200,9 +200,9 @@ impl Services {
                          of a database of this process' own keep their keys to themselves"
                     );
                 }
-                let redis = PrivateRedis::start()
-                    .await
-                    .with_context(|| format!("no Redis answers on 127.0.0.1:6379 and none could be started; {HOW_TO_GET_SERVERS}"))?;
+                let redis = PrivateRedis::start().await.with_context(|| {
+                    format!("a private Redis could not be started; {HOW_TO_GET_SERVERS}")
+                })?;
                 (RedisAt::Server(redis.url()), Origin::Private, Some(redis))
             }
         };
