@@ -383,9 +383,16 @@ impl Rig {
         for name in &names {
             self.cluster.signal(name, Signal::SIGSTOP)?;
         }
+        // A command already sent by a process just stopped (a commit that
+        // queues an order, a worker's reserve) runs when Redis reads it:
+        // read the queue after it, both sets at one moment. Read before
+        // it, an order queued then was lost with the wipe though it was on
+        // no list, and one reserved then was counted as waiting.
+        tokio::time::sleep(SETTLE).await;
         let on_the_queue = async {
             let mut conn = self.store.redis().await?;
             let (waiting, in_flight): (Vec<String>, Vec<String>) = redis::pipe()
+                .atomic()
                 .zrange(&self.keys.queue.due, 0, -1)
                 .zrange(&self.keys.queue.inflight, 0, -1)
                 .query_async(&mut conn)
