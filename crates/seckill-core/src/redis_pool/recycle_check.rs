@@ -248,8 +248,38 @@ enum Heard {
     Nothing,
 }
 
-fn said<T>(outcome: &Result<T, RedisError>) -> Heard {
+/// What came back over a connection: a reply, or a pipeline's replies.
+/// The redis crate hands an error reply back as a value
+/// (`Value::ServerError`), not as an error: the caller's `query` turns it
+/// into one later, past this check.
+pub(crate) trait Replies {
+    /// Whether a reply is `READONLY`: the server became a replica.
+    fn readonly(&self) -> bool;
+}
+
+/// Replies already taken apart by `query`: an error reply is an error.
+impl Replies for () {
+    fn readonly(&self) -> bool {
+        false
+    }
+}
+
+impl Replies for Value {
+    fn readonly(&self) -> bool {
+        matches!(self, Value::ServerError(error) if error.code() == "READONLY")
+    }
+}
+
+impl Replies for Vec<Value> {
+    fn readonly(&self) -> bool {
+        self.iter().any(Replies::readonly)
+    }
+}
+
+fn said<T: Replies>(outcome: &Result<T, RedisError>) -> Heard {
     match outcome {
+        // As `said_by` takes the same reply given as an error.
+        Ok(replies) if replies.readonly() => Heard::Lost,
         Ok(_) => Heard::Answered,
         Err(error) => said_by(error),
     }
@@ -280,7 +310,7 @@ impl<C> Tracked<C> {
     }
 
     /// Take in the outcome of a command sent at `sent`.
-    pub(crate) fn note<T>(&mut self, sent: Instant, outcome: &Result<T, RedisError>) {
+    pub(crate) fn note<T: Replies>(&mut self, sent: Instant, outcome: &Result<T, RedisError>) {
         match said(outcome) {
             Heard::Answered => self.answered = Some(sent),
             Heard::Unsure => self.answered = None,
@@ -339,6 +369,25 @@ mod tests {
             Heard::Lost
         );
         assert_eq!(said_by(&io(std::io::ErrorKind::BrokenPipe)), Heard::Lost);
+    }
+
+    /// A server demoted to a replica without its clients cut off (a
+    /// `REPLICAOF`, a `FAILOVER`) answers every write `READONLY`, as a
+    /// reply the redis crate hands back as a value. That reply is a loss:
+    /// every connection to the server is checked before its next use, and
+    /// the check drops those to a replica. (Before, only an error carrying
+    /// `READONLY` was, which the connections never give: the pool went on
+    /// handing out connections to the replica, and every write failed.)
+    #[test]
+    fn a_readonly_reply_is_a_loss_alone_or_in_a_pipeline() {
+        let reply = |code: &str| {
+            let error = redis::make_extension_error(code.into(), Some("a reply".into()));
+            Value::ServerError(redis::ServerError::try_from(error).expect("a server error"))
+        };
+        assert_eq!(said(&Ok(reply("READONLY"))), Heard::Lost);
+        assert_eq!(said(&Ok(vec![Value::Okay, reply("READONLY")])), Heard::Lost);
+        assert_eq!(said(&Ok(reply("NOSCRIPT"))), Heard::Answered);
+        assert_eq!(said(&Ok(vec![Value::Okay, reply("BUSY")])), Heard::Answered);
     }
 
     #[test]
