@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use seckill_core::redis_pool::{RedisAt, connect_redis};
 
-use super::ServerSession;
+use super::postgres_server::ServerSession;
 
 /// How long a dead run's database may still be in use (its processes
 /// noticing their parent is gone) before it is left for the next sweep.

@@ -377,17 +377,14 @@ impl Rig {
     }
 
     /// Restart Redis with no data. Every process is paused (SIGSTOP) around
-    /// it, so that the ids read from the queue are exactly the ones on it.
+    /// it, and the queue read once their last commands ran (a commit, a
+    /// reserve: else an order queued after the read was lost on no list),
+    /// both sets at one moment: the ids read are exactly the ones on it.
     async fn wipe_redis(&mut self) -> anyhow::Result<Wiped> {
         let names = self.cluster.names();
         for name in &names {
             self.cluster.signal(name, Signal::SIGSTOP)?;
         }
-        // A command already sent by a process just stopped (a commit that
-        // queues an order, a worker's reserve) runs when Redis reads it:
-        // read the queue after it, both sets at one moment. Read before
-        // it, an order queued then was lost with the wipe though it was on
-        // no list, and one reserved then was counted as waiting.
         tokio::time::sleep(SETTLE).await;
         let on_the_queue = async {
             let mut conn = self.store.redis().await?;
