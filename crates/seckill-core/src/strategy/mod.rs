@@ -53,7 +53,6 @@ use crate::events::LockReleases;
 use crate::keys::SaleKeys;
 use crate::queue::Queue;
 use crate::redis_pool::RedisConn;
-use crate::replicas;
 use crate::store::{self, Snapshot, Store};
 
 /// How a purchase ended. Business outcomes, not errors: each maps to one
@@ -339,16 +338,7 @@ impl Shop {
                 // Unconfirmed, the buyer is told so at once: the purchase
                 // would read the same data and wait for the same replica
                 // in vain, a second wait for every request.
-                let mut look = sold_out::LOOK.prepare_invoke();
-                look.key(&keys.stock).key(&keys.holds).key(&keys.returned);
-                let ((left, takes), confirmed): ((Option<i64>, i64), bool) =
-                    replicas::run_and_confirm(
-                        conn,
-                        &sold_out::LOOK,
-                        &look,
-                        self.store.durability(),
-                        &keys.waited,
-                    )
+                let (left, takes, confirmed) = sold_out::look(conn, keys, self.store.durability())
                     .await
                     .context("reading the stock")?;
                 match left {

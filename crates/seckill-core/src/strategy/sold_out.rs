@@ -43,9 +43,10 @@ use anyhow::Context;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
+use crate::config::RedisDurability;
 use crate::domain::UserId;
 use crate::keys::SaleKeys;
-use crate::scripts;
+use crate::replicas;
 
 /// Per-instance memory of which sales were seen sold out, when, and who
 /// holds their units.
@@ -236,13 +237,9 @@ pub(crate) async fn list_holders<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
 ) -> anyhow::Result<HolderList> {
-    let (_, takes): (Option<i64>, i64) = scripts::run(
-        conn,
-        &LOOK,
-        LOOK.key(&keys.stock).key(&keys.holds).key(&keys.returned),
-    )
-    .await
-    .context("counting the sale's holds")?;
+    let (_, takes, _) = look(conn, keys, RedisDurability::Local)
+        .await
+        .context("counting the sale's holds")?;
     let mut hashes = Vec::new();
     let mut cursor = 0_u64;
     loop {
@@ -266,10 +263,23 @@ pub(crate) async fn list_holders<C: ConnectionLike + Send>(
     Ok(HolderList { hashes, takes })
 }
 
-/// The stock and the count of holds written in all, in one step
-/// (`lua/sold_out_look.lua`).
-pub(crate) static LOOK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/sold_out_look.lua")));
+/// `keys`' sale's units left (`None`: not loaded) and holds written in
+/// all, read at one moment (`lua/sold_out_look.lua`), and whether a
+/// replica holds what was read (`replicas::run_and_confirm`: always under
+/// `local`).
+pub(crate) async fn look<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &SaleKeys,
+    durability: RedisDurability,
+) -> redis::RedisResult<(Option<i64>, i64, bool)> {
+    static LOOK: LazyLock<Script> =
+        LazyLock::new(|| Script::new(include_str!("../lua/sold_out_look.lua")));
+    let mut look = LOOK.prepare_invoke();
+    look.key(&keys.stock).key(&keys.holds).key(&keys.returned);
+    let ((left, takes), confirmed) =
+        replicas::run_and_confirm(conn, &LOOK, &look, durability, &keys.waited).await?;
+    Ok((left, takes, confirmed))
+}
 
 #[cfg(test)]
 mod tests {
