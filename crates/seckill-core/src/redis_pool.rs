@@ -35,6 +35,7 @@
 //! PostgreSQL, and each sale's keys are named from its id.
 
 mod at;
+mod followed;
 mod recycle_check;
 mod sharing;
 mod timeouts;
@@ -48,6 +49,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 pub use at::{LOCATION_ENV, RedisAt};
+pub use followed::FollowedCluster;
 pub use recycle_check::TRUSTED_FOR;
 use recycle_check::Trusting;
 use sharing::Sharing;
@@ -234,7 +236,7 @@ impl RedisConn {
         };
         let sent = std::time::Instant::now();
         let each = commands.into_iter().map(|command| {
-            let mut conn: redis::cluster_async::ClusterConnection = conn.conn.clone();
+            let mut conn = conn.conn.clone();
             async move { command.query_async::<Value>(&mut conn).await }
         });
         let outcome = futures_util::future::try_join_all(each).await.map(drop);

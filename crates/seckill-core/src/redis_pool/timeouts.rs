@@ -47,6 +47,12 @@
 //!   connection per node shared by every caller, as the crate intends),
 //!   and [`ClusterManager`] checks nothing of the nodes: the cluster client
 //!   replaces a node's connection itself after a failure on it.
+//! - The cluster client asks for the slot map again only on an answer
+//!   (`MOVED`, `READONLY`) or a dropped connection, never on a reply that
+//!   did not come: a primary stopped or cut off without a reset kept its
+//!   slots in the map after its replica was promoted, and its sales
+//!   answered `503` until it came back. The pool's connection is made
+//!   anew when a node goes unanswered (`followed.rs`).
 //!
 //! What it bounds: a request that meets a node that does not answer is
 //! told `503` with `Retry-After` one response timeout after each round
@@ -64,9 +70,10 @@ use std::time::Duration;
 use deadpool::managed::{self, Metrics, RecycleResult};
 use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
-use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{AsyncConnectionConfig, RedisError};
+
+use super::followed::FollowedCluster;
 
 /// How long any Redis connection waits, whatever the topology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,16 +153,17 @@ impl ClusterManager {
 }
 
 impl managed::Manager for ClusterManager {
-    type Type = ClusterConnection;
+    type Type = FollowedCluster;
     type Error = RedisError;
 
-    async fn create(&self) -> Result<ClusterConnection, RedisError> {
-        self.client.get_async_connection().await
+    async fn create(&self) -> Result<FollowedCluster, RedisError> {
+        FollowedCluster::connect(self.client.clone()).await
     }
 
     /// Nothing to check: a `PING` would go to every primary (module
-    /// notes), and the client reconnects a failed node by itself.
-    async fn recycle(&self, _: &mut ClusterConnection, _: &Metrics) -> RecycleResult<RedisError> {
+    /// notes); the client reconnects a failed node by itself, and a node
+    /// that stops answering makes the connection anew (`followed.rs`).
+    async fn recycle(&self, _: &mut FollowedCluster, _: &Metrics) -> RecycleResult<RedisError> {
         Ok(())
     }
 }

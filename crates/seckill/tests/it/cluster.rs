@@ -356,6 +356,60 @@ async fn a_stalled_shard_stops_only_its_own_sales_and_every_buyer_is_answered_in
     assert!(stopped.took < ANSWERED_WITHIN, "{stopped:?}");
 }
 
+/// A primary that stops answering without closing its connections (its
+/// host froze it, or a network drops its packets: no reset ever arrives)
+/// is failed over to its replica, and its sale sells again from the
+/// replica while the old primary is still stopped; every answer meanwhile
+/// is a `202` or a `503`. (Before, the cluster client kept the stopped
+/// node's slots in its map, since only an answer or a dropped connection
+/// makes it ask the cluster again: the sale answered `503` until the old
+/// primary came back; `redis_pool/followed.rs`.)
+#[tokio::test]
+async fn a_sale_sells_again_from_the_replica_that_replaced_its_stopped_primary() {
+    let _cores = crate::helpers::cores_alone().await;
+    let redis = PrivateRedisCluster::start_with(3, 1, Duration::from_millis(1_500))
+        .await
+        .expect("a private cluster of 3 masters and 3 replicas");
+    let scratch = Scratch::on(&services().await.database_url, &redis.at()).await;
+    let app = spawn_app_on(scratch, Options::default()).await;
+    let sale = app.create_sale(100).await;
+    sells(&app, sale).await;
+    let slot = redis
+        .slot_of(&app.keys(sale).stock)
+        .await
+        .expect("the slot");
+    let old = redis.master_of_slot(slot).await.expect("the primary");
+    let stopped = redis.node(&old).expect("the primary's node");
+
+    stopped.pause();
+    let promoted = redis.wait_for_failover(&old, slot).await;
+    let mut answers = Vec::new();
+    let sold = tokio::time::timeout(Duration::from_secs(10), async {
+        for n in 0.. {
+            let told = buy(&app, sale, &format!("after-{n}")).await;
+            answers.push((told.status, told.body["error"].clone()));
+            if told.status == 202 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    stopped.resume();
+
+    let promoted = promoted.expect("the cluster promoted the replica");
+    assert!(
+        sold.is_ok(),
+        "no 202 within 10 s of {promoted} replacing {old}: {answers:?}"
+    );
+    assert!(
+        answers
+            .iter()
+            .all(|(status, _)| [202, 503].contains(status)),
+        "{answers:?}"
+    );
+}
+
 /// A shard that forgot its scripts (a restart, a promotion) while another
 /// is stopped: its sales still sell and its orders drain. The scripts go
 /// by their hash, and the node's `NOSCRIPT` is answered by loading the
