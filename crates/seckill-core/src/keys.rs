@@ -325,6 +325,11 @@ pub struct QueueKeys {
     pub(crate) attempts: String,
     /// `ZSET` job id -> time it was given up on (ms): the dead-letter set.
     pub dead: String,
+    /// The start of each reserve's record (`STRING`, JSON, expiring with
+    /// the lease it gave): `<reserved><token>`, what the reserve took, so
+    /// that asked again after its answer was lost it hands out the same
+    /// jobs (`lua/queue_reserve.lua`). Written and read by that script only.
+    reserved: String,
 }
 
 impl QueueKeys {
@@ -336,7 +341,13 @@ impl QueueKeys {
             jobs: under(&queue, ":jobs"),
             attempts: under(&queue, ":attempts"),
             dead: under(&queue, ":dead"),
+            reserved: under(&queue, ":reserved:"),
         }
+    }
+
+    /// The record of the reserves made with `token` (`reserved`, above).
+    pub fn reservation(&self, token: &str) -> String {
+        under(&self.reserved, token)
     }
 
     /// The keys in the fixed order every queue script expects them.

@@ -20,7 +20,10 @@
 //! deadline, in the same atomic step. [`Queue::ack`] removes them when the
 //! work is done. If the consumer dies, its lease runs out and the next reserve
 //! hands the job out again; after `max_attempts` deliveries a job goes to the
-//! dead-letter set instead, where [`Queue::redrive`] can bring it back.
+//! dead-letter set instead, where [`Queue::redrive`] can bring it back. A
+//! consumer that is alive but lost the reserve's answer asks again with the
+//! same token ([`Queue::reserve_as`]) and gets the same jobs, uncharged: a
+//! lost answer is not a death.
 //!
 //! Every operation that reads and then writes is one Lua script in
 //! `lua/queue_*.lua` (the queue needs no lock, unlike the article's). The
@@ -67,6 +70,24 @@ static DEQUEUE: LazyLock<Script> = queue_script!("lua/queue_dequeue.lua");
 #[derive(Debug, Clone)]
 pub struct Queue {
     keys: QueueKeys,
+}
+
+/// Names one reserve, and its retries after a lost answer
+/// ([`Queue::reserve_as`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveToken(String);
+
+impl ReserveToken {
+    /// A token no other reserve has.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4().simple().to_string())
+    }
+}
+
+impl Default for ReserveToken {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// A job handed out by [`Queue::reserve`]; give it back to `ack` or `retry`.
@@ -195,12 +216,31 @@ impl Queue {
         lease: Duration,
         max_attempts: u32,
     ) -> redis::RedisResult<Reservation> {
+        let token = ReserveToken::new();
+        self.reserve_as(conn, limit, lease, max_attempts, &token)
+            .await
+    }
+
+    /// [`Queue::reserve`] under `token`: asked again with the same token
+    /// after its answer was lost, within the lease, it hands out the jobs
+    /// the first call took, leased anew, and takes no others
+    /// (`lua/queue_reserve.lua`). A token is for one reserve and its
+    /// retries.
+    pub async fn reserve_as<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        limit: usize,
+        lease: Duration,
+        max_attempts: u32,
+        token: &ReserveToken,
+    ) -> redis::RedisResult<Reservation> {
         let (reclaimed, dead_lettered, taken): (u64, u64, Vec<(String, String, u32)>) =
             scripts::run(
                 conn,
                 &RESERVE,
                 RESERVE
                     .key(&self.keys.all()[..])
+                    .key(self.keys.reservation(&token.0))
                     .arg(limit)
                     .arg(millis(lease))
                     .arg(max_attempts),

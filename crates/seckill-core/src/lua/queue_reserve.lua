@@ -2,13 +2,27 @@
 --
 -- KEYS are one queue's, under its sale's hash tag {sale:ID} (keys.rs), so
 -- the script runs on one Redis Cluster master and never spans two sales:
--- KEYS     due, inflight, jobs, attempts, dead (QueueKeys::all order)
+-- KEYS     due, inflight, jobs, attempts, dead (QueueKeys::all order),
+--          then this reserve's record (QueueKeys::reservation: the
+--          caller's token, the same when it asks again)
 -- ARGV[1]  how much weight at most (a job weighs 1, a pass's job its
 --          orders: queue_lib.lua, weight_of); at least one job is taken
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempts after which an expired job is given up on (dead-lettered)
 --
 -- Returns { reclaimed, dead_lettered, { {id, payload, attempt}, ... } }.
+--
+-- A reserve whose answer was lost (a timeout, a dropped connection) has
+-- taken its jobs, and nobody runs them: they would come back only when
+-- the lease ran out, each charged an attempt it never had, and a job
+-- whose reserves kept losing their answers (a connection queued behind a
+-- `WAIT` that outlasts the client's timeout, every time) went to the
+-- dead-letter set with its orders, each told `202`. So each reserve
+-- records what it took under its caller's token, for a lease; asked
+-- again with the same token, it hands out the jobs it still holds under
+-- that record, leased anew, and takes nothing else. The race this
+-- prevents: the same reserve, run twice, taking two batches where the
+-- caller heard of one.
 --
 -- The attempts hash holds a job's count only past its first delivery: a
 -- job in flight without an entry is on its first, a due one has had none.
@@ -27,10 +41,44 @@
 -- and the consumer must make a second delivery harmless (the worker does:
 -- the order id is PostgreSQL's primary key).
 local due, inflight, jobs, attempts, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local record = KEYS[6]
 local lease, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 -- As text, once: every entry below is scored with it (queue_lib.lua: int).
 local now_text, lease_end = int(now), int(now + lease)
+
+-- 0. Asked again: the jobs this reserve took and still holds (in flight
+--    under the lease it gave them; one whose lease ran out and was taken
+--    again is another reserve's now), leased anew, with the counts the
+--    lost answer carried.
+local earlier = redis.call('GET', record)
+if earlier then
+  earlier = cjson.decode(earlier)
+  local ids, held_until = earlier.ids, tonumber(earlier.lease_end)
+  local scores = call_many('ZMSCORE', inflight, ids)
+  local still, leased = {}, {}
+  for k, id in ipairs(ids) do
+    if tonumber(scores[k]) == held_until then
+      still[#still + 1] = id
+      leased[#leased + 1] = lease_end
+      leased[#leased + 1] = id
+    end
+  end
+  call_many('ZADD', inflight, leased)
+  local payloads = call_many('HMGET', jobs, still)
+  local counts = attempts_of(attempts, still)
+  local taken = {}
+  for k, id in ipairs(still) do
+    -- No entry: the job's first delivery (below). A job is in flight
+    -- with its body (only ack deletes one, and only its holder acks).
+    if payloads[k] then
+      taken[#taken + 1] = { id, payloads[k], tonumber(counts[k]) or 1 }
+    end
+  end
+  earlier.lease_end = lease_end
+  redis.call('SET', record, cjson.encode(earlier), 'PX', int(lease))
+  return { earlier.reclaimed, earlier.buried, taken }
+end
 
 -- 1. Leases that ran out: their worker died or stalled. Back to due, or to
 --    the dead-letter set once the job has had its attempts (a job that
@@ -122,4 +170,13 @@ end
 call_many('HSET', attempts, counted)
 call_many('ZADD', inflight, leased)
 call_many('HDEL', attempts, strays)
+if #taken > 0 then
+  local ids = {}
+  for k, job in ipairs(taken) do
+    ids[k] = job[1]
+  end
+  redis.call('SET', record, cjson.encode({
+    ids = ids, lease_end = lease_end, reclaimed = reclaimed, buried = buried,
+  }), 'PX', int(lease))
+end
 return { reclaimed, buried, taken }

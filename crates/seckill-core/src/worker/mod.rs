@@ -47,11 +47,13 @@ mod one_by_one;
 mod report;
 mod run;
 mod sweep;
+mod unanswered;
 
 use now::Now;
 use one_by_one::Carried;
 pub use report::BatchReport;
 use report::log_reservation;
+use unanswered::Unanswered;
 
 use std::time::Duration;
 
@@ -94,6 +96,8 @@ pub struct Worker {
     /// When this worker's pass visits every sale next. Only `run_once`
     /// asks.
     full_pass: Now,
+    /// The tokens of reserves whose answer was lost, by queue.
+    unanswered: Unanswered,
 }
 
 /// A batch reserved from one queue, its payloads decoded: the orders each
@@ -138,6 +142,7 @@ impl Worker {
             settings,
             sweep: Now::every(SWEEP_EVERY),
             full_pass: Now::every(FULL_PASS_EVERY),
+            unanswered: Unanswered::default(),
         }
     }
 
@@ -397,15 +402,29 @@ impl Worker {
         let keys = SaleKeys::new(self.store.prefix(), sale_id);
         let queue = Queue::new(which(&keys).clone());
         let mut conn = self.store.redis().await?;
-        let reservation = queue
-            .reserve(
+        // A reserve whose answer was lost took jobs nobody runs: its token
+        // is kept, and the next reserve of this queue asks again with it,
+        // for those jobs, uncharged (`lua/queue_reserve.lua`).
+        let asked = which(&keys).due.clone();
+        let token = self.unanswered.take(&asked);
+        let reservation = match queue
+            .reserve_as(
                 &mut conn,
                 limit,
                 self.settings.lease(),
                 self.settings.max_attempts,
+                &token,
             )
             .await
-            .context("reserving jobs")?;
+        {
+            Ok(reservation) => reservation,
+            Err(error) => {
+                if failure::answer_lost(&error) {
+                    self.unanswered.keep(asked, token);
+                }
+                return Err(error).context("reserving jobs");
+            }
+        };
         let mut report = BatchReport {
             reclaimed: reservation.reclaimed,
             dead_lettered: reservation.dead_lettered,

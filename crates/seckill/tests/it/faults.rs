@@ -450,7 +450,7 @@ async fn commit_on_its_way(scratch: &Scratch) -> (String, Vec<Vec<u8>>) {
 }
 
 /// Load `script` into the scratch Redis, past any proxy.
-async fn load_straight(scratch: &Scratch, script: &redis::Script) {
+pub(crate) async fn load_straight(scratch: &Scratch, script: &redis::Script) {
     let _: String = script
         .prepare_invoke()
         .load_async(&mut crate::helpers::redis_at(scratch.redis_url()).await)

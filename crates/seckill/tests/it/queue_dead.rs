@@ -1,12 +1,18 @@
 //! The queue's dead letters: a job that keeps failing, or whose workers
 //! keep dying, is set aside once its attempts are used up, each job by its
 //! own count; a retry that was not tried uses none; re-driven jobs come
-//! back one after another.
+//! back one after another; a reserve whose answer was lost hands its jobs
+//! out again, uncharged.
 
 use std::time::Duration;
 
-use seckill_core::queue::Attempt;
+use seckill_core::config::WorkerSettings;
+use seckill_core::queue::{Attempt, Queue};
+use seckill_core::redis_pool::{RedisAt, connect_redis};
+use seckill_core::store::Store;
+use seckill_core::worker::Worker;
 
+use crate::proxy::{LoseOneAnswer, upstream_of};
 use crate::queue::{LEASE, MAX_ATTEMPTS, enqueue_now, setup, stats};
 
 #[tokio::test]
@@ -210,4 +216,61 @@ async fn redriven_jobs_come_due_one_after_another() {
         .expect("ZRANGE");
     assert_eq!(due.len(), 2);
     assert_eq!(due[1].1 - due[0].1, 60_000, "not spaced: {due:?}");
+}
+
+/// A worker's reserve ran in Redis and its answer was lost: it took ann's
+/// order's job, and nobody runs it. The worker's next pass asks again
+/// with the same reserve's token and gets the same job, uncharged, and
+/// ann's order, told `202`, is written. (Before, the next reserve found
+/// the job in flight and took nothing; when the lease ran out the job came
+/// back charged the attempt it never had, and with one attempt allowed,
+/// as after five such losses with the default, it went to the
+/// dead-letter set with ann's order.)
+#[tokio::test]
+async fn a_reserve_whose_answer_was_lost_hands_out_its_jobs_again_uncharged() {
+    let app = crate::helpers::spawn_app().await;
+    let sale = app.create_sale(3).await;
+    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
+    let reserve = redis::Script::new(concat!(
+        include_str!("../../../seckill-core/src/lua/queue_lib.lua"),
+        include_str!("../../../seckill-core/src/lua/queue_reserve.lua")
+    ));
+    crate::faults::load_straight(&app.scratch, &reserve).await;
+    let proxy = LoseOneAnswer::start(
+        upstream_of(app.scratch.redis_url()),
+        vec![reserve.get_hash().as_bytes().to_vec()],
+    )
+    .await;
+    let through_proxy = connect_redis(&RedisAt::Server(proxy.url.clone()), Duration::from_secs(5))
+        .await
+        .expect("Redis through the proxy");
+    let store = Store::new(app.pg.clone(), through_proxy, app.scratch.prefix.clone());
+    let settings = WorkerSettings {
+        max_attempts: 1,
+        lease_ms: 2_000,
+        ..WorkerSettings::default()
+    };
+    let worker = Worker::new(store, settings);
+
+    let lost = worker.try_process_batch(sale).await;
+    assert_eq!(proxy.answers_lost(), 1, "the reserve's answer was not lost");
+    assert!(lost.is_err(), "{lost:?}");
+    let again = worker.try_process_batch(sale).await.expect("a batch");
+    assert_eq!((again.reserved, again.confirmed), (1, 1), "{again:?}");
+    let orders = app.orders(sale).await;
+    assert_eq!(orders.len(), 1, "{orders:?}");
+    assert_eq!(
+        (orders[0].1.as_str(), orders[0].2.as_str()),
+        ("ann", "confirmed")
+    );
+
+    // Past the lease, nothing comes back and nothing is dead.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let after = worker.try_process_batch(sale).await.expect("a batch");
+    assert_eq!(after.reserved, 0, "{after:?}");
+    let left = Queue::new(app.keys(sale).queue)
+        .stats(&mut app.redis_conn().await)
+        .await
+        .expect("stats");
+    assert_eq!(left, stats(0, 0, 0));
 }
