@@ -179,7 +179,13 @@ impl RedisPool {
     pub async fn get(&self) -> Result<RedisConn, deadpool_redis::PoolError> {
         Ok(match self {
             Self::Server(pool) => RedisConn::Server(pool.get().await?),
-            Self::Cluster(pool) => RedisConn::Cluster(pool.get().await?),
+            Self::Cluster(pool) => {
+                let mut conn = pool.get().await?;
+                // One connection for all the caller sends, a step and its
+                // `WAIT` alike (`redis_pool/followed.rs`).
+                conn.conn.pin();
+                RedisConn::Cluster(conn)
+            }
             Self::Sentinel(pool) => RedisConn::Sentinel(pool.get().await?),
         })
     }

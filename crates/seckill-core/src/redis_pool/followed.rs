@@ -16,9 +16,14 @@
 //! So the pool's one cluster connection ([`FollowedCluster`]) is made
 //! anew, in the background, when a command on it goes unanswered (a
 //! timeout, a dropped or refused connection): a new connection asks the
-//! nodes that answer for the map. Callers send every command on whichever
-//! connection is current, so the next command after the swap goes to the
-//! promoted replica. At most one is made at a time, and [`REBUILD_EVERY`]
+//! nodes that answer for the map. Each handle taken from the pool sends
+//! on the connection that was current when it was taken, so the next
+//! caller after the swap goes to the promoted replica. Not the next
+//! command: a caller's step and the `WAIT` that confirms it are sent one
+//! after the other, and each must reach the same node (`replicas.rs`).
+//! On two connections, a step run by the old primary (resumed, not yet
+//! told it was replaced) would be "confirmed" by the new primary's
+//! replicas. At most one is made at a time, and [`REBUILD_EVERY`]
 //! apart: while a primary is stopped and not yet replaced, one new
 //! connection a second (each connects to every node and asks for the map,
 //! in about two seconds while a node does not answer), none while every
@@ -40,10 +45,18 @@ use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 /// of the last one's making.
 pub(crate) const REBUILD_EVERY: Duration = Duration::from_secs(1);
 
+/// The longest a new connection may take to make.
+const MAKING_LIMIT: Duration = Duration::from_secs(10);
+
 /// The pool's cluster connection, made anew when a node stops answering
-/// (module notes). Cheap to clone: every clone sends on the current one.
+/// (module notes). Cheap to clone. A handle sends on the connection it
+/// was pinned to ([`FollowedCluster::pin`], at each checkout).
 #[derive(Clone)]
-pub struct FollowedCluster(Arc<Followed>);
+pub struct FollowedCluster {
+    shared: Arc<Followed>,
+    /// The connection this handle sends on, until pinned again.
+    pinned: ClusterConnection,
+}
 
 struct Followed {
     /// Makes each connection, with the pool's timeouts and no retries.
@@ -62,37 +75,44 @@ struct Followed {
 }
 
 struct Making {
+    /// A new connection is being made, or waits for its turn.
     under_way: bool,
-    last_done: Instant,
+    /// When the last was made (or failed to be).
+    last_done: Option<Instant>,
 }
 
 impl FollowedCluster {
     /// The first connection, made now (the caller's timeouts bound it).
     pub(crate) async fn connect(client: ClusterClient) -> RedisResult<Self> {
         let conn = client.get_async_connection().await?;
-        Ok(Self(Arc::new(Followed {
-            client,
-            current: RwLock::new(conn),
-            making: Mutex::new(Making {
-                under_way: false,
-                last_done: Instant::now(),
+        Ok(Self {
+            shared: Arc::new(Followed {
+                client,
+                current: RwLock::new(conn.clone()),
+                making: Mutex::new(Making {
+                    under_way: false,
+                    last_done: None,
+                }),
+                runtime: tokio::runtime::Handle::current(),
             }),
-            runtime: tokio::runtime::Handle::current(),
-        })))
+            pinned: conn,
+        })
     }
 
-    /// The connection to send on now.
-    fn current(&self) -> ClusterConnection {
-        self.0
+    /// Send on the connection current now, until pinned again: the pool
+    /// pins each handle as it hands it out (`RedisPool::get`).
+    pub(crate) fn pin(&mut self) {
+        self.pinned = self
+            .shared
             .current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .clone();
     }
 
     /// Take in a command's outcome: one that went unanswered starts a new
-    /// connection, unless one is under way or was made less than
-    /// [`REBUILD_EVERY`] ago.
+    /// connection, unless one is under way, and not before
+    /// [`REBUILD_EVERY`] has passed since the last.
     fn heard<T>(&self, outcome: &RedisResult<T>) {
         if outcome.as_ref().is_err_and(unanswered) {
             self.rebuild_soon();
@@ -100,25 +120,41 @@ impl FollowedCluster {
     }
 
     fn rebuild_soon(&self) {
-        {
-            let mut making = self.0.making.lock().unwrap_or_else(PoisonError::into_inner);
-            if making.under_way || making.last_done.elapsed() < REBUILD_EVERY {
+        let wait = {
+            let mut making = self
+                .shared
+                .making
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if making.under_way {
                 return;
             }
             making.under_way = true;
-        }
-        let followed = Arc::clone(&self.0);
-        self.0.runtime.spawn(async move {
-            match followed.client.get_async_connection().await {
-                Ok(conn) => {
+            // Too soon after the last: made when the gap has passed, not
+            // dropped (a silence seen once, then no more commands to that
+            // node, would leave its sales on the old map).
+            REBUILD_EVERY.saturating_sub(making.last_done.map_or(REBUILD_EVERY, |at| at.elapsed()))
+        };
+        let followed = Arc::clone(&self.shared);
+        self.shared.runtime.spawn(async move {
+            tokio::time::sleep(wait).await;
+            // Bounded by the client's own timeouts too; this bound keeps a
+            // connect that never ended from stopping every later one.
+            let made =
+                tokio::time::timeout(MAKING_LIMIT, followed.client.get_async_connection()).await;
+            match made {
+                Ok(Ok(conn)) => {
                     *followed
                         .current
                         .write()
                         .unwrap_or_else(PoisonError::into_inner) = conn;
                     tracing::info!("a Redis Cluster node went unanswered: connected anew");
                 }
-                Err(error) => {
+                Ok(Err(error)) => {
                     tracing::warn!(%error, "a Redis Cluster node went unanswered: no new connection");
+                }
+                Err(_) => {
+                    tracing::warn!(limit = ?MAKING_LIMIT, "a Redis Cluster node went unanswered: no new connection in time");
                 }
             }
             let mut making = followed
@@ -126,7 +162,7 @@ impl FollowedCluster {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             making.under_way = false;
-            making.last_done = Instant::now();
+            making.last_done = Some(Instant::now());
         });
     }
 }
@@ -143,9 +179,8 @@ fn unanswered(error: &RedisError) -> bool {
 
 impl ConnectionLike for FollowedCluster {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let mut conn = self.current();
         Box::pin(async move {
-            let outcome = conn.req_packed_command(cmd).await;
+            let outcome = self.pinned.req_packed_command(cmd).await;
             self.heard(&outcome);
             outcome
         })
@@ -157,16 +192,18 @@ impl ConnectionLike for FollowedCluster {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let mut conn = self.current();
         Box::pin(async move {
-            let outcome = conn.req_packed_commands(pipeline, offset, count).await;
+            let outcome = self
+                .pinned
+                .req_packed_commands(pipeline, offset, count)
+                .await;
             self.heard(&outcome);
             outcome
         })
     }
 
     fn get_db(&self) -> i64 {
-        self.current().get_db()
+        self.pinned.get_db()
     }
 }
 

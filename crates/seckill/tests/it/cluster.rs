@@ -410,6 +410,86 @@ async fn a_sale_sells_again_from_the_replica_that_replaced_its_stopped_primary()
     );
 }
 
+/// A handle taken from the pool sends everything on the connection it
+/// was given, even after the pool made its connection anew; the next
+/// handle taken goes on the new one. A step and the `WAIT` that confirms
+/// it are sent one after the other and must reach the same node: on two
+/// connections, a step run by an old primary (resumed, not yet told it was
+/// replaced) would be confirmed by the new primary's replicas
+/// (`redis_pool/followed.rs`).
+#[tokio::test]
+async fn a_handle_keeps_its_connection_when_the_pool_makes_a_new_one() {
+    let (redis, scratch) = three_masters().await;
+    let pool = seckill_core::redis_pool::connect_redis(&redis.at(), Duration::from_secs(5))
+        .await
+        .expect("a pool on the cluster");
+    let key = format!("{}:pinned", scratch.prefix);
+    let node = redis.master_of(&key).await.expect("the key's master");
+    let mut held = pool.get().await.expect("a handle");
+    send(&mut held, "STRLEN", &key).await;
+    let before = ran_on(&node, "strlen").await;
+
+    // A command that goes unanswered on another shard makes the pool's
+    // connection anew.
+    let mut elsewhere = String::new();
+    for n in 0.. {
+        elsewhere = format!("{}:elsewhere-{n}", scratch.prefix);
+        if redis.master_of(&elsewhere).await.expect("a master") != node {
+            break;
+        }
+    }
+    let other = redis.master_of(&elsewhere).await.expect("a master");
+    let stopped = redis.node(&other).expect("its node");
+    stopped.pause();
+    let unanswered: redis::RedisResult<redis::Value> = redis::cmd("EXISTS")
+        .arg(&elsewhere)
+        .query_async(&mut pool.get().await.expect("a handle"))
+        .await;
+    stopped.resume();
+    assert!(unanswered.is_err(), "the stopped shard answered");
+    eventually(
+        Duration::from_secs(10),
+        "a handle on a new connection",
+        || {
+            let (pool, key, node, before) = (&pool, &key, &node, &before);
+            async move {
+                let mut fresh = pool.get().await.expect("a handle");
+                send(&mut fresh, "HLEN", key).await;
+                ran_on(node, "hlen").await != *before
+            }
+        },
+    )
+    .await;
+
+    send(&mut held, "LLEN", &key).await;
+    assert_eq!(ran_on(&node, "llen").await, before, "the held handle moved");
+}
+
+/// Send `command key` on `conn`.
+async fn send(conn: &mut seckill_core::redis_pool::RedisConn, command: &str, key: &str) {
+    let _: redis::Value = redis::cmd(command)
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("an answer");
+}
+
+/// The id of the newest client connection to `node` whose last command
+/// was `command` (lower case), from the node's `CLIENT LIST`.
+async fn ran_on(node: &str, command: &str) -> u64 {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut crate::helpers::redis_at(node).await)
+        .await
+        .expect("CLIENT LIST");
+    let found = list
+        .lines()
+        .filter(|line| line.contains(&format!(" cmd={command} ")))
+        .filter_map(|line| line.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+        .max();
+    found.unwrap_or_else(|| panic!("no client ran {command}: {list}"))
+}
+
 /// A shard that forgot its scripts (a restart, a promotion) while another
 /// is stopped: its sales still sell and its orders drain. The scripts go
 /// by their hash, and the node's `NOSCRIPT` is answered by loading the
