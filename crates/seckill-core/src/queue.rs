@@ -75,12 +75,24 @@ pub struct Queue {
 /// Names one reserve, and its retries after a lost answer
 /// ([`Queue::reserve_as`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReserveToken(String);
+pub struct ReserveToken {
+    id: String,
+    /// Sent before, by a reserve whose answer was lost.
+    sent: bool,
+}
 
 impl ReserveToken {
     /// A token no other reserve has.
     pub fn new() -> Self {
-        Self(uuid::Uuid::new_v4().simple().to_string())
+        Self {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            sent: false,
+        }
+    }
+
+    /// The same token, to send again after its reserve's answer was lost.
+    pub fn again(self) -> Self {
+        Self { sent: true, ..self }
     }
 }
 
@@ -240,10 +252,11 @@ impl Queue {
                 &RESERVE,
                 RESERVE
                     .key(&self.keys.all()[..])
-                    .key(self.keys.reservation(&token.0))
+                    .key(self.keys.reservation(&token.id))
                     .arg(limit)
                     .arg(millis(lease))
-                    .arg(max_attempts),
+                    .arg(max_attempts)
+                    .arg(u8::from(token.sent)),
             )
             .await?;
         let jobs = taken

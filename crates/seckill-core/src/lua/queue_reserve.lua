@@ -9,6 +9,8 @@
 --          orders: queue_lib.lua, weight_of); at least one job is taken
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  attempts after which an expired job is given up on (dead-lettered)
+-- ARGV[4]  1 when this token was sent before by a reserve whose answer was
+--          lost: the record is then written even if nothing is taken
 --
 -- Returns { reclaimed, dead_lettered, { {id, payload, attempt}, ... } }.
 --
@@ -22,7 +24,10 @@
 -- again with the same token, it hands out the jobs it still holds under
 -- that record, leased anew, and takes nothing else. The race this
 -- prevents: the same reserve, run twice, taking two batches where the
--- caller heard of one.
+-- caller heard of one. Either may run first: the first sent can still be
+-- on its way (queued behind a slow command) when the second, sent on a
+-- new connection, runs; so the second writes its record even when it
+-- takes nothing, and the first, landing late, takes nothing either.
 --
 -- The attempts hash holds a job's count only past its first delivery: a
 -- job in flight without an entry is on its first, a due one has had none.
@@ -170,7 +175,7 @@ end
 call_many('HSET', attempts, counted)
 call_many('ZADD', inflight, leased)
 call_many('HDEL', attempts, strays)
-if #taken > 0 then
+if #taken > 0 or ARGV[4] == '1' then
   local ids = {}
   for k, job in ipairs(taken) do
     ids[k] = job[1]

@@ -231,26 +231,7 @@ async fn a_reserve_whose_answer_was_lost_hands_out_its_jobs_again_uncharged() {
     let app = crate::helpers::spawn_app().await;
     let sale = app.create_sale(3).await;
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
-    let reserve = redis::Script::new(concat!(
-        include_str!("../../../seckill-core/src/lua/queue_lib.lua"),
-        include_str!("../../../seckill-core/src/lua/queue_reserve.lua")
-    ));
-    crate::faults::load_straight(&app.scratch, &reserve).await;
-    let proxy = LoseOneAnswer::start(
-        upstream_of(app.scratch.redis_url()),
-        vec![reserve.get_hash().as_bytes().to_vec()],
-    )
-    .await;
-    let through_proxy = connect_redis(&RedisAt::Server(proxy.url.clone()), Duration::from_secs(5))
-        .await
-        .expect("Redis through the proxy");
-    let store = Store::new(app.pg.clone(), through_proxy, app.scratch.prefix.clone());
-    let settings = WorkerSettings {
-        max_attempts: 1,
-        lease_ms: 2_000,
-        ..WorkerSettings::default()
-    };
-    let worker = Worker::new(store, settings);
+    let (proxy, worker) = a_worker_behind(&app, LoseOneAnswer::start).await;
 
     let lost = worker.try_process_batch(sale).await;
     assert_eq!(proxy.answers_lost(), 1, "the reserve's answer was not lost");
@@ -273,4 +254,71 @@ async fn a_reserve_whose_answer_was_lost_hands_out_its_jobs_again_uncharged() {
         .await
         .expect("stats");
     assert_eq!(left, stats(0, 0, 0));
+}
+
+/// A worker with one attempt a job and a 2 s lease, reaching Redis
+/// through a proxy that `start` makes, given the scratch Redis and what
+/// the reserve looks like on the wire (its hash, loaded past the proxy).
+async fn a_worker_behind<Started>(
+    app: &crate::helpers::TestApp,
+    start: impl FnOnce(String, Vec<Vec<u8>>) -> Started,
+) -> (LoseOneAnswer, Worker)
+where
+    Started: Future<Output = LoseOneAnswer>,
+{
+    let reserve = redis::Script::new(concat!(
+        include_str!("../../../seckill-core/src/lua/queue_lib.lua"),
+        include_str!("../../../seckill-core/src/lua/queue_reserve.lua")
+    ));
+    crate::faults::load_straight(&app.scratch, &reserve).await;
+    let needle = reserve.get_hash().as_bytes().to_vec();
+    let proxy = start(upstream_of(app.scratch.redis_url()), vec![needle]).await;
+    let through_proxy = connect_redis(&RedisAt::Server(proxy.url.clone()), Duration::from_secs(5))
+        .await
+        .expect("Redis through the proxy");
+    let store = Store::new(app.pg.clone(), through_proxy, app.scratch.prefix.clone());
+    let settings = WorkerSettings {
+        max_attempts: 1,
+        lease_ms: 2_000,
+        ..WorkerSettings::default()
+    };
+    (proxy, Worker::new(store, settings))
+}
+
+/// The reserve asked again can run before the first one does: the first
+/// was still on its way when its connection broke, and lands a second
+/// later. Asked again with nothing due, the reserve records that it took
+/// nothing; ann then buys; the first reserve lands, finds the record, and
+/// takes nothing either, so ann's job stays due and the next pass writes
+/// it. (Before, only a reserve that took something left a record: the
+/// late first one took ann's job, and its answer went to nobody; the job
+/// came back charged when the lease ran out, and with one attempt
+/// allowed went to the dead-letter set.)
+#[tokio::test]
+async fn a_reserve_that_lands_after_it_was_asked_again_takes_nothing() {
+    let app = crate::helpers::spawn_app().await;
+    let sale = app.create_sale(3).await;
+    let late = Duration::from_millis(1_000);
+    let (proxy, worker) = a_worker_behind(&app, |upstream, needles| {
+        LoseOneAnswer::delaying(upstream, needles, late)
+    })
+    .await;
+
+    let cut = worker.try_process_batch(sale).await;
+    assert!(cut.is_err(), "{cut:?}");
+    let again = worker.try_process_batch(sale).await.expect("a batch");
+    assert_eq!(again.reserved, 0, "{again:?}");
+    assert_eq!(app.purchase(sale, "ann").await.status(), 202);
+    // The first reserve lands now.
+    tokio::time::sleep(late + Duration::from_millis(300)).await;
+    assert_eq!(proxy.answers_lost(), 1, "the reserve was not held");
+
+    let next = worker.try_process_batch(sale).await.expect("a batch");
+    assert_eq!((next.reserved, next.confirmed), (1, 1), "{next:?}");
+    let orders = app.orders(sale).await;
+    assert_eq!(orders.len(), 1, "{orders:?}");
+    assert_eq!(
+        (orders[0].1.as_str(), orders[0].2.as_str()),
+        ("ann", "confirmed")
+    );
 }

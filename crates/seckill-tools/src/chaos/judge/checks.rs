@@ -153,28 +153,39 @@ fn promised(
     }
 }
 
-/// How many of `orders` nobody was told about (`told` says which were).
-/// With `unanswered`, each request of a buyer that got no answer may
-/// have made one order its buyer never heard of: it excuses one of that
-/// buyer's, not all of them (a buyer holds one unit, but may have had
-/// orders cancelled unpaid before it).
+/// How many of `orders` nobody was told about: `answered` says which a
+/// request's own answer named (a `202`, a `503` naming it), `named` which
+/// a later `409 already_purchased` named. With `unanswered`, each request
+/// of a buyer that got no answer may have made one order its buyer never
+/// heard of: it excuses one of that buyer's, not all of them (a buyer
+/// holds one unit, but may have had orders cancelled unpaid before it).
+/// An order named only by a `409` was made by a request whose answer did
+/// not name it, so it uses up one of its buyer's excuses first.
 fn untold(
     orders: &[(Uuid, String, OrderStatus)],
-    told: impl Fn(&Uuid) -> bool,
+    (answered, named): (impl Fn(&Uuid) -> bool, impl Fn(&Uuid) -> bool),
     unanswered: Option<&HashMap<String, usize>>,
 ) -> usize {
     let mut excuses = unanswered.cloned().unwrap_or_default();
-    orders
+    let mut excused = |user: &String| match excuses.get_mut(user) {
+        Some(left) if *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
+    };
+    let unnamed: Vec<&String> = orders
         .iter()
-        .filter(|(id, _, _)| !told(id))
-        .filter(|(_, user, _)| match excuses.get_mut(user) {
-            Some(left) if *left > 0 => {
-                *left -= 1;
-                false
+        .filter(|(id, _, _)| !answered(id))
+        .filter_map(|(id, user, _)| match named(id) {
+            true => {
+                excused(user);
+                None
             }
-            _ => true,
+            false => Some(user),
         })
-        .count()
+        .collect();
+    unnamed.into_iter().filter(|user| !excused(user)).count()
 }
 
 /// Every overall check. (Long on purpose: one list, in the order the
@@ -211,7 +222,10 @@ pub(crate) async fn checks(
     let distinct: HashSet<&str> = holding.iter().copied().collect();
     let invented = untold(
         &orders,
-        |id| accepted_ids.contains(id) || named_ids.contains(id) || unconfirmed.contains(id),
+        (
+            |id: &Uuid| accepted_ids.contains(id) || unconfirmed.contains(id),
+            |id: &Uuid| named_ids.contains(id),
+        ),
         (!strict).then_some(&unanswered),
     );
     let rejected = orders
