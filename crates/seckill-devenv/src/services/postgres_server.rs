@@ -16,7 +16,7 @@ use sqlx::postgres::PgConnection;
 use tempfile::TempDir;
 
 use super::probes::postgres_answers;
-use super::supervise::{Supervised, find_on_path, free_port};
+use super::supervise::{PORT_TRIES, Supervised, find_on_path, free_port, port_taken};
 use seckill_core::urls::{redact, with_database};
 
 /// Create the database named in `database_url` if it does not exist yet.
@@ -188,8 +188,20 @@ impl PrivatePostgres {
         };
         postgres.initdb()?;
         let mut postgres = postgres;
-        postgres.launch()?;
-        postgres.wait_ready().await?;
+        for tries in 1.. {
+            postgres.launch()?;
+            match postgres.wait_ready().await {
+                Ok(()) => break,
+                Err(error) if tries < PORT_TRIES && port_taken(&error) => {
+                    tracing::info!(
+                        port = postgres.port,
+                        "a PostgreSQL port taken by another process: another"
+                    );
+                    postgres.port = free_port()?;
+                }
+                Err(error) => return Err(error),
+            }
+        }
         Ok(postgres)
     }
 

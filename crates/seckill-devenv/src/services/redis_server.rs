@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use tempfile::TempDir;
 
 use super::probes::redis_answers;
-use super::supervise::{Supervised, find_on_path, free_port};
+use super::supervise::{PORT_TRIES, Supervised, find_on_path, free_port, port_taken};
 
 /// The name the sentinels watch the primary under.
 pub(super) const MASTER_NAME: &str = "seckill";
@@ -106,8 +106,23 @@ impl PrivateRedis {
             role,
             server: None,
         };
-        redis.launch(binary)?;
-        redis.wait_ready().await?;
+        for tries in 1.. {
+            redis.launch(binary)?;
+            match redis.wait_ready().await {
+                Ok(()) => break,
+                Err(error) if tries < PORT_TRIES && port_taken(&error) => {
+                    tracing::info!(
+                        port = redis.port,
+                        "a Redis port taken by another process: another"
+                    );
+                    redis.port = free_port()?;
+                    if let Role::ClusterNode { bus, .. } = &mut redis.role {
+                        *bus = free_port()?;
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
         Ok(redis)
     }
 
@@ -321,5 +336,47 @@ mod tests {
             error.contains("FATAL CONFIG FILE ERROR: Bad directive"),
             "{error}"
         );
+    }
+
+    /// Another process took the port drawn for the server before the
+    /// server bound it (a second test run drew the same): the server is
+    /// started again on another port. The stand-in fails as Redis does the
+    /// first time, then runs the real `redis-server`. (Before, the start
+    /// failed, and with it the test or the bench that asked.)
+    #[tokio::test]
+    async fn a_server_whose_port_another_process_took_starts_on_another() {
+        let Some(real) = super::find_on_path("redis-server") else {
+            panic!("redis-server is not installed");
+        };
+        let bin = tempfile::tempdir().expect("a folder");
+        let fake = bin.path().join("redis-server");
+        let tried = bin.path().join("tried");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\nif [ ! -e {tried} ]; then\n  touch {tried}\n  echo \"# Warning: Could not create server TCP listening socket 127.0.0.1:$2: bind: Address already in use\"\n  exit 1\nfi\nexec {real} \"$@\"\n",
+                tried = tried.display(),
+                real = real.display(),
+            ),
+        )
+        .expect("the stand-in");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
+            .expect("made runnable");
+
+        let redis = PrivateRedis::start_binary(&fake, false, Role::Alone)
+            .await
+            .expect("started on another port");
+        assert!(tried.exists(), "the first start did not fail");
+        let pong: String = redis::cmd("PING")
+            .query_async(
+                &mut redis::Client::open(redis.url())
+                    .expect("a URL")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("a connection"),
+            )
+            .await
+            .expect("PING");
+        assert_eq!(pong, "PONG");
     }
 }

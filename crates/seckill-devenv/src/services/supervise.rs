@@ -205,6 +205,21 @@ pub(super) fn free_port() -> anyhow::Result<u16> {
     bail!("no free port below {ephemeral} after 1,000 draws")
 }
 
+/// How often a private server is started on a new port after another
+/// process took the one drawn for it ([`port_taken`]).
+pub(super) const PORT_TRIES: u32 = 3;
+
+/// Whether a server's start failed because its port was taken: the race
+/// [`free_port`] cannot close across processes. Two test runs or a bench
+/// beside them draw from the same range; one can bind the port another
+/// drew between the draw's check and its server's own bind. Redis says
+/// "bind: Address already in use", PostgreSQL "could not bind IPv4
+/// address ...: Address already in use"; [`Supervised::wait_ready`]'s
+/// error quotes the end of the log.
+pub(super) fn port_taken(error: &anyhow::Error) -> bool {
+    format!("{error:#}").contains("Address already in use")
+}
+
 /// Where Linux's ephemeral ports start (`ip_local_port_range`).
 fn ephemeral_start() -> Option<u16> {
     std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -227,7 +242,24 @@ pub fn find_on_path(program: &str) -> Option<PathBuf> {
 mod tests {
     use std::collections::BTreeSet;
 
-    use super::{ephemeral_start, free_port};
+    use super::{ephemeral_start, free_port, port_taken};
+
+    /// What each server logs when its port is taken, as the start's error
+    /// quotes it (its log's end): both are started again elsewhere; any
+    /// other failure is not.
+    #[test]
+    fn a_taken_port_is_told_apart_from_other_failures() {
+        let said = |log: &str| anyhow::anyhow!("{log}").context("Redis exited");
+        for log in [
+            "# Warning: Could not create server TCP listening socket 127.0.0.1:12345: bind: Address already in use",
+            "LOG:  could not bind IPv4 address \"127.0.0.1\": Address already in use",
+        ] {
+            assert!(port_taken(&said(log)), "{log}");
+        }
+        assert!(!port_taken(&said(
+            "*** FATAL CONFIG FILE ERROR: Bad directive"
+        )));
+    }
 
     /// No port drawn is one an outgoing connection could take (the
     /// ephemeral range), and none is drawn twice.
