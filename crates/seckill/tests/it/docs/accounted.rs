@@ -154,6 +154,7 @@ pub(super) const ACCOUNTED: &[(&[&str], &str)] = &[
             "cargo run --release -- chaos --cluster --compare-durability --duration-secs 45 --rate 300 --users 15000 --stock 8000",
             "seckill chaos --cluster --compare-durability",
             "seckill chaos --cluster",
+            "seckill chaos --cluster --fault sale-shard-stall --redis-durability replica --users 3000 --stock 2000 --rate 100 --duration-secs 30",
         ],
         "not run as written (two runs of a minute each on nine Redis nodes): chaos_cluster::on_a_cluster_with_replicas_a_failover_and_a_stall_take_back_no_202 runs two of its four faults under replica, shorter",
     ),
