@@ -27,6 +27,7 @@
 //! before it is checked against Redis again.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
 use tracing::Instrument;
@@ -38,6 +39,11 @@ use prometheus::{Histogram, IntCounter};
 use crate::metrics::metrics;
 use crate::strategy::{Buy, Flag, Lanes, Shop, article, decr, getset, naive, postgres};
 use crate::tally::{self, Tally};
+
+/// How long a purchase Redis did not answer waits for PostgreSQL to say
+/// whether its buyer holds a unit already ([`Purchaser::held_in_postgres`]):
+/// an outage's answers stay quick when PostgreSQL is slow too.
+const HELD_LOOKUP: Duration = Duration::from_millis(250);
 
 pub use crate::strategy::Outcome;
 
@@ -136,6 +142,18 @@ impl Purchaser {
     pub async fn purchase(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {
         let started = std::time::Instant::now();
         let decided = self.decide(sale, user).await;
+        // `lock` and `lua` name a holder's order when Redis answers (the
+        // sale's holds); the same answer when it did not, or its answer
+        // was lost and the look after it could not tell.
+        let unanswered = match &decided {
+            Err(error) => crate::failure::transient(error),
+            Ok(outcome) => matches!(outcome, Outcome::Unconfirmed { .. }),
+        };
+        let decided = match unanswered && matches!(self.strategy(), Strategy::Lock | Strategy::Lua)
+        {
+            true => self.held_in_postgres(sale.id, user, decided).await,
+            false => decided,
+        };
         let figures = &self.figures;
         figures.seconds.observe(started.elapsed().as_secs_f64());
         match &decided {
@@ -147,6 +165,31 @@ impl Purchaser {
         // count adds no round trip to the buyer's wait.
         self.tally.count(sale.id, &outcome);
         Ok(outcome)
+    }
+
+    /// Redis did not answer the purchase (`decided` is an error, or `503
+    /// unconfirmed`): a buyer whose unit PostgreSQL holds already is told
+    /// so, with the order, not `503`. The order happened, and PostgreSQL
+    /// has the last word on it: a Redis that comes back empty is loaded
+    /// from it, the buyer's unit kept, and an order of this attempt that
+    /// landed would be refused there (one live order a buyer). Anyone
+    /// else, and everyone when PostgreSQL does not answer within
+    /// [`HELD_LOOKUP`] either, gets `decided`. Before, a winner whose
+    /// `202` was lost, asking again while Redis was down, heard only "try
+    /// again".
+    async fn held_in_postgres(
+        &self,
+        sale_id: i64,
+        user: &UserId,
+        decided: anyhow::Result<Outcome>,
+    ) -> anyhow::Result<Outcome> {
+        let store = &self.shop.store;
+        match tokio::time::timeout(HELD_LOOKUP, store.held_order(sale_id, user.as_str())).await {
+            Ok(Ok(Some(order_id))) => Ok(Outcome::AlreadyPurchased {
+                order_id: Some(order_id),
+            }),
+            _ => decided,
+        }
     }
 
     async fn decide(&self, sale: &Sale, user: &UserId) -> anyhow::Result<Outcome> {

@@ -267,6 +267,25 @@ impl Store {
             .context("looking for orders")
     }
 
+    /// The order that holds `user_id`'s unit of sale `sale_id` in
+    /// PostgreSQL (confirmed or paid), if any: at most one, by the index
+    /// `orders_one_per_buyer`, which this reads.
+    pub(crate) async fn held_order(
+        &self,
+        sale_id: i64,
+        user_id: &str,
+    ) -> anyhow::Result<Option<Uuid>> {
+        sqlx::query_scalar(
+            "SELECT id FROM orders \
+             WHERE sale_id = $1 AND user_id = $2 AND status IN ('confirmed', 'paid')",
+        )
+        .bind(sale_id)
+        .bind(user_id)
+        .fetch_optional(&self.pg)
+        .await
+        .context("looking for the order a buyer holds")
+    }
+
     /// One order as stored in PostgreSQL.
     pub async fn stored_order(&self, order_id: Uuid) -> anyhow::Result<Option<Order>> {
         let row: Option<(i64, String, OrderStatus, Option<DateTime<Utc>>)> =

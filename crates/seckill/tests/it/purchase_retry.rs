@@ -155,6 +155,39 @@ async fn a_returned_unit_taken_on_another_instance_is_named_to_its_buyer_after_a
     assert_eq!(answer(&app, sale, "carl").await, sold_out);
 }
 
+/// Redis is down, and a winner whose `202` was lost asks again: the order
+/// is in PostgreSQL, which has the last word, so they are told
+/// `409 already_purchased` with it, not `503` ("try again": their order
+/// happened). A buyer who holds nothing is told `503` with `Retry-After`.
+/// (Before, both were told `503`.)
+async fn with_redis_down_a_holder_is_told_their_order_from_postgres(strategy: Strategy) {
+    let mut options = Options::default();
+    options.purchase.strategy = strategy;
+    let (mut redis, app) = spawn_app_on_private_redis_with(options).await;
+    let sale = app.create_sale(5).await;
+    let won = app.buy(sale, "ann").await;
+    app.drain().await;
+
+    redis.kill();
+    assert_eq!(
+        answer(&app, sale, "ann").await,
+        (409, Some("already_purchased".to_owned()), Some(won))
+    );
+    let bob = app.purchase(sale, "bob").await;
+    assert_eq!(bob.status(), 503, "bob holds nothing");
+    assert!(bob.headers().contains_key("retry-after"));
+}
+
+#[tokio::test]
+async fn with_lock_and_redis_down_a_holder_is_told_their_order_from_postgres() {
+    with_redis_down_a_holder_is_told_their_order_from_postgres(Strategy::Lock).await;
+}
+
+#[tokio::test]
+async fn with_lua_and_redis_down_a_holder_is_told_their_order_from_postgres() {
+    with_redis_down_a_holder_is_told_their_order_from_postgres(Strategy::Lua).await;
+}
+
 /// What the listing is for: once an instance has listed a sold-out sale's
 /// holders, it answers everyone else without Redis (here, while Redis is
 /// down), and never a holder: with Redis down, the holder is told to come
