@@ -44,6 +44,8 @@ use crate::tally::{self, Tally};
 /// whether its buyer holds a unit already ([`Purchaser::held_in_postgres`]):
 /// an outage's answers stay quick when PostgreSQL is slow too.
 const HELD_LOOKUP: Duration = Duration::from_millis(250);
+/// How many of those lookups an instance makes at once.
+const HELD_LOOKUPS: usize = 4;
 
 pub use crate::strategy::Outcome;
 
@@ -60,6 +62,9 @@ pub struct Purchaser {
     /// lookup takes a lock and a hash per call, which every purchase
     /// would pay.
     figures: StrategyFigures,
+    /// Turns for asking PostgreSQL whether a buyer Redis could not answer
+    /// holds a unit ([`Purchaser::held_in_postgres`]); [`HELD_LOOKUPS`].
+    held_lookups: tokio::sync::Semaphore,
 }
 
 /// A strategy's purchase figures, by answer (in `tally::FIELDS` order,
@@ -90,6 +95,7 @@ impl Purchaser {
             shop,
             lanes: Lanes::default(),
             tally: Arc::default(),
+            held_lookups: tokio::sync::Semaphore::new(HELD_LOOKUPS),
         }
     }
 
@@ -143,11 +149,12 @@ impl Purchaser {
         let started = std::time::Instant::now();
         let decided = self.decide(sale, user).await;
         // `lock` and `lua` name a holder's order when Redis answers (the
-        // sale's holds); the same answer when it did not, or its answer
-        // was lost and the look after it could not tell.
+        // sale's holds); the same answer when it did not. Not when this
+        // attempt names an order of its own in doubt (`503 unconfirmed`
+        // with its id): that answer stays, since the order may yet land.
         let unanswered = match &decided {
             Err(error) => crate::failure::transient(error),
-            Ok(outcome) => matches!(outcome, Outcome::Unconfirmed { .. }),
+            Ok(outcome) => matches!(outcome, Outcome::Unconfirmed { order_id: None }),
         };
         let decided = match unanswered && matches!(self.strategy(), Strategy::Lock | Strategy::Lua)
         {
@@ -168,13 +175,12 @@ impl Purchaser {
     }
 
     /// Redis did not answer the purchase (`decided` is an error, or `503
-    /// unconfirmed`): a buyer whose unit PostgreSQL holds already is told
-    /// so, with the order, not `503`. The order happened, and PostgreSQL
-    /// has the last word on it: a Redis that comes back empty is loaded
-    /// from it, the buyer's unit kept, and an order of this attempt that
-    /// landed would be refused there (one live order a buyer). Anyone
-    /// else, and everyone when PostgreSQL does not answer within
-    /// [`HELD_LOOKUP`] either, gets `decided`. Before, a winner whose
+    /// unconfirmed` naming no order): a buyer whose unit PostgreSQL holds
+    /// already is told so, with the order, not `503`. The order happened,
+    /// and PostgreSQL has the last word on it: a Redis that comes back
+    /// empty is loaded from it, the buyer's unit kept. Anyone else, and
+    /// everyone when PostgreSQL does not answer within [`HELD_LOOKUP`]
+    /// either or [`HELD_LOOKUPS`] are under way, gets `decided`. Before, a winner whose
     /// `202` was lost, asking again while Redis was down, heard only "try
     /// again".
     async fn held_in_postgres(
@@ -183,6 +189,13 @@ impl Purchaser {
         user: &UserId,
         decided: anyhow::Result<Outcome>,
     ) -> anyhow::Result<Outcome> {
+        // A few at a time: in an outage every buyer's request fails, and
+        // each looking PostgreSQL up would queue ahead of the worker's
+        // writes and the buyers' payments on the same pool. The others
+        // keep their `503`.
+        let Ok(_turn) = self.held_lookups.try_acquire() else {
+            return decided;
+        };
         let store = &self.shop.store;
         match tokio::time::timeout(HELD_LOOKUP, store.held_order(sale_id, user.as_str())).await {
             Ok(Ok(Some(order_id))) => Ok(Outcome::AlreadyPurchased {

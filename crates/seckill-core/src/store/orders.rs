@@ -268,8 +268,10 @@ impl Store {
     }
 
     /// The order that holds `user_id`'s unit of sale `sale_id` in
-    /// PostgreSQL (confirmed or paid), if any: at most one, by the index
-    /// `orders_one_per_buyer`, which this reads.
+    /// PostgreSQL, if any: paid, or confirmed with its payment window still
+    /// open on PostgreSQL's clock (one whose window closed is cancelled by
+    /// its deadline job, which may wait in a Redis that does not answer).
+    /// At most one, by the index `orders_one_per_buyer`, which this reads.
     pub(crate) async fn held_order(
         &self,
         sale_id: i64,
@@ -277,7 +279,8 @@ impl Store {
     ) -> anyhow::Result<Option<Uuid>> {
         sqlx::query_scalar(
             "SELECT id FROM orders \
-             WHERE sale_id = $1 AND user_id = $2 AND status IN ('confirmed', 'paid')",
+             WHERE sale_id = $1 AND user_id = $2 \
+               AND (status = 'paid' OR (status = 'confirmed' AND pay_by > now()))",
         )
         .bind(sale_id)
         .bind(user_id)

@@ -197,6 +197,10 @@ impl PrivatePostgres {
                         port = postgres.port,
                         "a PostgreSQL port taken by another process: another"
                     );
+                    // Its log is made anew by the next launch.
+                    if let Some(failed) = postgres.server.take() {
+                        failed.abandon();
+                    }
                     postgres.port = free_port()?;
                 }
                 Err(error) => return Err(error),

@@ -115,6 +115,14 @@ impl PrivateRedis {
                         port = redis.port,
                         "a Redis port taken by another process: another"
                     );
+                    if let Some(failed) = redis.server.take() {
+                        failed.abandon();
+                    }
+                    // The log is appended to across restarts; emptied here,
+                    // so that the next start's failure is judged by its
+                    // own lines, not by this one's "Address already in use".
+                    std::fs::File::create(redis.dir.path().join("redis.log"))
+                        .context("emptying the Redis log")?;
                     redis.port = free_port()?;
                     if let Role::ClusterNode { bus, .. } = &mut redis.role {
                         *bus = free_port()?;
@@ -378,5 +386,33 @@ mod tests {
             .await
             .expect("PING");
         assert_eq!(pong, "PONG");
+    }
+
+    /// A second start that fails for another reason than the port is not
+    /// taken for a port clash: the log is emptied before each new try, so
+    /// the first try's "Address already in use" does not decide the
+    /// second's. Two starts, then the second's own error. (Before, the log
+    /// kept the first failure's line and the start was tried a third time.)
+    #[tokio::test]
+    async fn only_a_start_whose_own_log_says_the_port_was_taken_is_tried_again() {
+        let bin = tempfile::tempdir().expect("a folder");
+        let fake = bin.path().join("redis-server");
+        let starts = bin.path().join("starts");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\necho start >> {starts}\nif [ $(wc -l < {starts}) -eq 1 ]; then\n  echo \"# Could not create server TCP listening socket 127.0.0.1:$2: bind: Address already in use\"\nelse\n  echo \"*** FATAL CONFIG FILE ERROR: Bad directive\"\nfi\nexit 1\n",
+                starts = starts.display(),
+            ),
+        )
+        .expect("the stand-in");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
+            .expect("made runnable");
+
+        let started = PrivateRedis::start_binary(&fake, false, Role::Alone).await;
+        let error = format!("{:#}", started.expect_err("it cannot start"));
+        assert!(error.contains("FATAL CONFIG FILE ERROR"), "{error}");
+        let launched = std::fs::read_to_string(&starts).expect("the starts");
+        assert_eq!(launched.lines().count(), 2, "{error}");
     }
 }

@@ -113,6 +113,20 @@ kill -{sig} "$1" 2>/dev/null; sleep 5; kill -KILL "$1" 2>/dev/null; rm -rf "$2""
         )
     }
 
+    /// End a start that failed, before another is tried: the server is
+    /// killed if it still runs, and its reaper goes too. Left, the reaper
+    /// would, once this process ends, signal a pid the system may have
+    /// handed to another process by then, and remove the folder the next
+    /// start uses.
+    pub(super) fn abandon(mut self) {
+        if self.exited().is_none() {
+            let _ = self.server.kill();
+            let _ = self.server.wait();
+        }
+        let _ = self.reaper.kill();
+        let _ = self.reaper.wait();
+    }
+
     /// The server's process id.
     pub(super) fn pid(&self) -> Pid {
         Pid::from_raw(i32::try_from(self.server.id()).expect("pids fit in i32"))
