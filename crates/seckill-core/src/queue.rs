@@ -36,8 +36,9 @@ use std::time::Duration;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
+use crate::config::RedisDurability;
 use crate::keys::QueueKeys;
-use crate::scripts;
+use crate::{replicas, scripts};
 
 /// Prepends the shared helpers (`now_ms`, `push`, `call_many`, `push_many`, `push_fresh_many`,
 /// `weight_of`)
@@ -229,36 +230,44 @@ impl Queue {
         max_attempts: u32,
     ) -> redis::RedisResult<Reservation> {
         let token = ReserveToken::new();
-        self.reserve_as(conn, limit, lease, max_attempts, &token)
-            .await
+        let (reservation, _) = self
+            .reserve_as(
+                conn,
+                (limit, lease, max_attempts),
+                &token,
+                (RedisDurability::Local, ""),
+            )
+            .await?;
+        Ok(reservation)
     }
 
     /// [`Queue::reserve`] under `token`: asked again with the same token
     /// after its answer was lost, within the lease, it hands out the jobs
     /// the first call took, leased anew, and takes no others
     /// (`lua/queue_reserve.lua`). A token is for one reserve and its
-    /// retries.
+    /// retries. Under `replica` (`confirm`: the durability and the sale's
+    /// `waited` key) a `WAIT` rides in the same pipeline, so that it goes
+    /// to the node that ran the reserve, whatever the connection learns of
+    /// the slots meanwhile (`replicas::run_and_confirm`); the second value
+    /// says whether enough replicas hold the reserve, and so the jobs it
+    /// took (always `true` under `local`).
     pub async fn reserve_as<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
-        limit: usize,
-        lease: Duration,
-        max_attempts: u32,
+        (limit, lease, max_attempts): (usize, Duration, u32),
         token: &ReserveToken,
-    ) -> redis::RedisResult<Reservation> {
-        let (reclaimed, dead_lettered, taken): (u64, u64, Vec<(String, String, u32)>) =
-            scripts::run(
-                conn,
-                &RESERVE,
-                RESERVE
-                    .key(&self.keys.all()[..])
-                    .key(self.keys.reservation(&token.id))
-                    .arg(limit)
-                    .arg(millis(lease))
-                    .arg(max_attempts)
-                    .arg(u8::from(token.sent)),
-            )
-            .await?;
+        (durability, waited): (RedisDurability, &str),
+    ) -> redis::RedisResult<(Reservation, bool)> {
+        type Taken = (u64, u64, Vec<(String, String, u32)>);
+        let mut call = RESERVE.prepare_invoke();
+        call.key(&self.keys.all()[..])
+            .key(self.keys.reservation(&token.id))
+            .arg(limit)
+            .arg(millis(lease))
+            .arg(max_attempts)
+            .arg(u8::from(token.sent));
+        let ((reclaimed, dead_lettered, taken), confirmed): (Taken, bool) =
+            replicas::run_and_confirm(conn, &RESERVE, &call, durability, waited).await?;
         let jobs = taken
             .into_iter()
             .map(|(id, payload, attempt)| Reserved {
@@ -267,11 +276,12 @@ impl Queue {
                 attempt,
             })
             .collect();
-        Ok(Reservation {
+        let reservation = Reservation {
             jobs,
             reclaimed,
             dead_lettered,
-        })
+        };
+        Ok((reservation, confirmed))
     }
 
     /// The jobs are done: remove them for good. Returns how many were still

@@ -117,6 +117,7 @@ impl Worker {
                 |keys| &keys.deadlines,
                 DEADLINES_PER_STEP,
                 (Due::from_payload, |_| 1),
+                crate::config::RedisDurability::Local,
             )
             .await?;
         let Some(due) = jobs.first() else {

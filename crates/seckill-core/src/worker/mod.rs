@@ -59,7 +59,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::WorkerSettings;
+use crate::config::{RedisDurability, WorkerSettings};
 use crate::domain::{OrderJob, carried};
 use crate::failure;
 use crate::keys::{QueueKeys, SaleKeys};
@@ -122,6 +122,11 @@ pub struct Batch<J = Vec<OrderJob>> {
     jobs: Vec<J>,
     /// Their reservations, in the same order: what ack and retry take.
     reserved: Vec<Reserved>,
+    /// With `--redis-durability replica`, whether enough replicas held
+    /// the reserve (and so the jobs it took) when it was answered: its
+    /// `WAIT` rode in the reserve's pipeline (`Queue::reserve_as`).
+    /// Always `true` under `local`.
+    confirmed: bool,
 }
 
 /// How a queue's payloads decode, and how much work each decoded job is.
@@ -177,6 +182,7 @@ impl Worker {
                 |keys| &keys.queue,
                 self.settings.batch_size as usize,
                 (carried, Vec::len),
+                self.store.durability(),
             )
             .await?;
         batch.epoch = epoch;
@@ -195,6 +201,7 @@ impl Worker {
             mut report,
             jobs,
             reserved,
+            confirmed,
         } = batch;
         if reserved.is_empty() {
             return Ok(report);
@@ -206,23 +213,23 @@ impl Worker {
 
         // With `--redis-durability replica`: PostgreSQL gets only orders a
         // replica holds. The reserve was written after the orders it
-        // reserved, so a replica that has it has them. The race this
-        // closes: the worker commits an order the primary never
+        // reserved, so a replica that has it has them; its `WAIT` went in
+        // the reserve's own pipeline, to the node that ran it. The race
+        // this closes: the worker commits an order the primary never
         // replicated; a failover then gives its unit back in Redis, sells
         // it again, and PostgreSQL refuses a later `202` as an oversell.
-        match crate::replicas::confirmed(&mut conn, self.store.durability(), &keys.waited).await {
-            Ok(true) => {}
-            unconfirmed => {
-                metrics().unreplicated_passes.inc();
-                self.give_back_now(&mut conn, &queue, &reserved)
-                    .await
-                    .context("giving back jobs no replica confirmed")?;
-                let why = match unconfirmed {
-                    Err(error) => format!("WAIT failed: {error}"),
-                    Ok(_) => "no replica confirmed them in time".to_owned(),
-                };
-                anyhow::bail!("{} jobs given back: {why}", reserved.len());
-            }
+        // (A `WAIT` sent on its own, after the reserve, could reach another
+        // node, once the connection had learnt of a failover in between,
+        // whose replicas confirm nothing of the reserve.)
+        if !confirmed {
+            metrics().unreplicated_passes.inc();
+            self.give_back_now(&mut conn, &queue, &reserved)
+                .await
+                .context("giving back jobs no replica confirmed")?;
+            anyhow::bail!(
+                "{} jobs given back: no replica confirmed them in time",
+                reserved.len()
+            );
         }
         metrics().batch_size.observe(orders.len() as f64);
         let committing = std::time::Instant::now();
@@ -387,7 +394,10 @@ impl Worker {
     }
 
     /// Reserve a batch from one of the sale's queues (`which` picks it from
-    /// the sale's keys), up to `limit` of weight (`Queue::reserve`), and
+    /// the sale's keys), up to `limit` of weight (`Queue::reserve`), its
+    /// `WAIT` in the same pipeline under `durability` (the order queue's:
+    /// the batch's `confirmed`; the deadlines take `local`, as nothing
+    /// waits for them), and
     /// decode it with `decode`; the report counts the work reserved as
     /// `weigh` weighs each job (a pass's job, its orders). A payload that
     /// does not decode can never succeed: its attempt counts, so it ends
@@ -398,6 +408,7 @@ impl Worker {
         which: fn(&SaleKeys) -> &QueueKeys,
         limit: usize,
         (decode, weigh): Decoding<J>,
+        durability: RedisDurability,
     ) -> anyhow::Result<Batch<J>> {
         let keys = SaleKeys::new(self.store.prefix(), sale_id);
         let queue = Queue::new(which(&keys).clone());
@@ -407,17 +418,16 @@ impl Worker {
         // for those jobs, uncharged (`lua/queue_reserve.lua`).
         let asked = which(&keys).due.clone();
         let token = self.unanswered.take(&asked);
-        let reservation = match queue
+        let reserved = queue
             .reserve_as(
                 &mut conn,
-                limit,
-                self.settings.lease(),
-                self.settings.max_attempts,
+                (limit, self.settings.lease(), self.settings.max_attempts),
                 &token,
+                (durability, &keys.waited),
             )
-            .await
-        {
-            Ok(reservation) => reservation,
+            .await;
+        let (reservation, confirmed) = match reserved {
+            Ok(reserved) => reserved,
             Err(error) => {
                 if failure::answer_lost(&error) {
                     self.unanswered.keep(asked, token);
@@ -469,6 +479,7 @@ impl Worker {
             report,
             jobs,
             reserved,
+            confirmed,
         })
     }
 }
