@@ -318,17 +318,14 @@ pub struct QueueKeys {
     pub inflight: String,
     /// `HASH` job id -> payload: the job bodies, for due, in-flight and dead jobs.
     pub jobs: String,
-    /// `HASH` job id -> number of times the job has been reserved, kept
-    /// only past the first: a job in flight with no entry is on its first
-    /// delivery, a due one has had none that counted. Most jobs run once,
-    /// so most never write it (`lua/queue_reserve.lua`).
+    /// `HASH` job id -> times reserved, kept only past the first (none: in
+    /// flight on its first delivery, or due with none counted), so that
+    /// most jobs, which run once, never write it (`lua/queue_reserve.lua`).
     pub(crate) attempts: String,
     /// `ZSET` job id -> time it was given up on (ms): the dead-letter set.
     pub dead: String,
-    /// The start of each reserve's record (`STRING`, JSON, expiring with
-    /// the lease it gave): `<reserved><token>`, what the reserve took, so
-    /// that asked again after its answer was lost it hands out the same
-    /// jobs (`lua/queue_reserve.lua`). Written and read by that script only.
+    /// `<reserved><token>`: `STRING` (JSON, expiring with its lease), what a
+    /// reserve took, handed out again to its retry (`lua/queue_reserve.lua`).
     reserved: String,
 }
 
@@ -345,7 +342,7 @@ impl QueueKeys {
         }
     }
 
-    /// The record of the reserves made with `token` (`reserved`, above).
+    /// The record of the reserve made with `token` (`reserved`).
     pub fn reservation(&self, token: &str) -> String {
         under(&self.reserved, token)
     }
