@@ -176,13 +176,12 @@ impl Purchaser {
 
     /// Redis did not answer the purchase (`decided` is an error, or `503
     /// unconfirmed` naming no order): a buyer whose unit PostgreSQL holds
-    /// already is told so, with the order, not `503`. The order happened,
-    /// and PostgreSQL has the last word on it: a Redis that comes back
-    /// empty is loaded from it, the buyer's unit kept. Anyone else, and
-    /// everyone when PostgreSQL does not answer within [`HELD_LOOKUP`]
-    /// either or [`HELD_LOOKUPS`] are under way, gets `decided`. Before, a winner whose
-    /// `202` was lost, asking again while Redis was down, heard only "try
-    /// again".
+    /// already is told so, with the order, not `503`: a winner whose `202`
+    /// was lost learns it even in an outage. The order happened, and
+    /// PostgreSQL has the last word on it: a Redis that comes back empty
+    /// is loaded from it, the buyer's unit kept. Anyone else, and everyone
+    /// when PostgreSQL does not answer within [`HELD_LOOKUP`] either or
+    /// [`HELD_LOOKUPS`] are under way, gets `decided`.
     async fn held_in_postgres(
         &self,
         sale_id: i64,

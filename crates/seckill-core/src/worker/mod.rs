@@ -394,11 +394,11 @@ impl Worker {
     }
 
     /// Reserve a batch from one of the sale's queues (`which` picks it from
-    /// the sale's keys), up to `limit` of weight (`Queue::reserve`), its
-    /// `WAIT` in the same pipeline under `durability` (the order queue's:
-    /// the batch's `confirmed`; the deadlines take `local`, as nothing
-    /// waits for them), and
-    /// decode it with `decode`; the report counts the work reserved as
+    /// the sale's keys), up to `limit` of weight (`Queue::reserve_as`), and
+    /// decode it with `decode`. Under `durability` a `WAIT` rides in the
+    /// reserve's pipeline and says the batch's `confirmed` (the order
+    /// queue's; the deadlines pass `local`: nothing waits on their
+    /// replication). The report counts the work reserved as
     /// `weigh` weighs each job (a pass's job, its orders). A payload that
     /// does not decode can never succeed: its attempt counts, so it ends
     /// in the dead-letter set, and the rest carry on.
