@@ -12,7 +12,7 @@ pub(crate) mod scoreboard;
 pub(crate) mod waiting;
 
 use actix_web::cookie::{Cookie, SameSite};
-use actix_web::http::header::ContentType;
+use actix_web::http::header::{self, ContentType, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use anyhow::Context;
 use askama::Template;
@@ -157,9 +157,13 @@ fn set_buyer_cookie(response: &mut HttpResponse, buyer: &str) -> Result<(), ApiE
         .http_only(true)
         .same_site(SameSite::Lax)
         .finish();
-    response
-        .add_cookie(&cookie)
-        .context("setting the buyer cookie")?;
+    // Percent-encoded, as actix reads a cookie back (`HttpRequest::cookie`
+    // decodes). Written raw (`add_cookie`), an id with `;` in it was cut
+    // there by the browser, and one with `%41` in it came back as another
+    // buyer, `A`.
+    let value =
+        HeaderValue::from_str(&cookie.encoded().to_string()).context("setting the buyer cookie")?;
+    response.headers_mut().append(header::SET_COOKIE, value);
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use reqwest::header::SET_COOKIE;
+use reqwest::header::{COOKIE, SET_COOKIE};
 
 use crate::helpers::{TestApp, spawn_app};
 
@@ -134,6 +134,47 @@ async fn the_sale_page_renders_its_figures_and_gives_a_new_browser_a_buyer_cooki
         !html.contains(r#"id="buy" disabled"#),
         "a live sale's button is enabled"
     );
+}
+
+/// The buy form's buyer comes back from their cookie as they typed it.
+/// Before, the cookie was written raw and read percent-decoded: a buyer
+/// who bought as `50%41 off; zoë` came back as `50A off` (the browser cuts
+/// the value at the `;`, and `%41` is `A`), a buyer of their own, and the
+/// `ë` made the header more than ASCII.
+#[tokio::test]
+async fn a_buyer_id_comes_back_from_its_cookie_as_it_was_typed() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(5).await;
+    let typed = "50%41 off; zoë, x";
+    let bought = app
+        .client
+        .post(app.url(&format!("/sales/{sale}/buy")))
+        .form(&[("user_id", typed)])
+        .send()
+        .await
+        .expect("POST buy");
+    assert_eq!(bought.status(), 200);
+    let set = bought.headers()[SET_COOKIE]
+        .to_str()
+        .expect("a cookie in ASCII")
+        .to_owned();
+    // What a browser sends back: the pair before the first `;`.
+    let pair = set.split(';').next().expect("a name and value");
+    let page = app
+        .client
+        .get(app.url(&format!("/sales/{sale}")))
+        .header(COOKIE, pair)
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("HTML");
+    assert!(
+        page.contains(&format!(r#"id="user_id" name="user_id" value="{typed}""#)),
+        "{set} came back as another buyer: {page}"
+    );
+    assert_eq!(app.redis_buyers(sale).await, [typed]);
 }
 
 #[tokio::test]
