@@ -152,16 +152,29 @@ impl Store {
         .context("inserting a sale")?;
         self.catalog.forget_missing(sale.id);
         self.catalog.cache(sale.clone());
-        // If Redis fails here the sale exists only in PostgreSQL; that is safe:
-        // the first purchase finds the stock key missing and loads it.
         // Whatever Redis holds under a new sale's id is not this sale's
         // (another database's sale of the same id, left under the same
-        // prefix), so this first load replaces it.
-        begin_load(&self.pg, sale.id)
-            .await?
-            .of_a_new_sale()
-            .write(&mut conn, &self.prefix)
-            .await?;
+        // prefix), so this first load replaces it. If it fails, the sale
+        // exists only in PostgreSQL, which is safe: the first purchase
+        // finds the stock key missing and loads it (and a key another
+        // database left is replaced then too: its epoch names that
+        // database, `lua/sale_load.lua`). So the sale was created, and is
+        // answered as created: an error here would ask the caller to try
+        // again, and the retry would create a second sale.
+        let loaded = async {
+            begin_load(&self.pg, sale.id)
+                .await?
+                .of_a_new_sale()
+                .write(&mut conn, &self.prefix)
+                .await
+        };
+        if let Err(error) = loaded.await {
+            tracing::warn!(
+                sale_id = sale.id,
+                error = format!("{error:#}"),
+                "sale created, not loaded into Redis: its first purchase loads it"
+            );
+        }
         tracing::info!(sale_id = sale.id, stock = sale.stock_total, "sale created");
         Ok(sale)
     }
