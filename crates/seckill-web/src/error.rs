@@ -30,6 +30,10 @@ pub enum ApiError {
     OrderNotFound,
     #[error("no such page or endpoint")]
     NotFound,
+    /// A path that is there, asked with a method it does not take; with
+    /// the methods it takes, as the `Allow` header names them.
+    #[error("this address takes {0} only")]
+    MethodNotAllowed(&'static str),
     #[error("the sale is sold out")]
     SoldOut,
     /// With the order the buyer's unit belongs to, where the purchase path
@@ -132,6 +136,7 @@ impl ApiError {
             Self::SaleNotFound => "sale_not_found",
             Self::OrderNotFound => "order_not_found",
             Self::NotFound => "not_found",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::SoldOut => "sold_out",
             Self::AlreadyPurchased(_) => "already_purchased",
             Self::NotStarted => "not_started",
@@ -165,6 +170,7 @@ impl ResponseError for ApiError {
             Self::NoWaitingRoom => StatusCode::NOT_FOUND,
             Self::Unauthorized | Self::AdminDisabled => StatusCode::UNAUTHORIZED,
             Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::SoldOut
             | Self::AlreadyPurchased(_)
             | Self::NotStarted
@@ -252,6 +258,9 @@ impl ApiError {
             Self::Unauthorized | Self::AdminDisabled => {
                 response
                     .insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+            }
+            Self::MethodNotAllowed(allow) => {
+                response.insert_header((header::ALLOW, HeaderValue::from_static(allow)));
             }
             _ => {}
         }

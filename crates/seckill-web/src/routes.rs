@@ -1,7 +1,7 @@
 //! Every route, in one table: the top of the crate. Handlers live in
 //! [`crate::api`] (JSON), [`crate::pages`] (HTML) and [`crate::admin`].
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, Resource, web};
 
 use crate::error::{ApiError, PageError};
 use crate::state::MAX_JSON_BYTES;
@@ -42,55 +42,65 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 PageError::from(ApiError::InvalidRequest(message)).into()
             }),
         )
-        // First: actix tries the routes in this order, running the regex
+        // First: actix tries the paths in this order, running the regex
         // of each one with an `{id}` against the path, and a flash sale's
-        // load is purchases. (No two routes here match the same path, so
+        // load is purchases. (No two paths here match the same request, so
         // the order changes nothing else.)
-        .route("/api/sales/{id}/purchase", web::post().to(api::purchase))
-        .route("/healthz", web::get().to(api::health))
-        .route("/metrics", web::get().to(metrics::scrape))
-        .route("/api/sales", web::post().to(api::create_sale))
-        .route("/api/sales/{id}", web::get().to(api::get_sale))
-        .route(
-            "/api/sales/{id}/events",
-            web::get().to(api::events::sale_events),
+        .service(at("/api/sales/{id}/purchase", "POST").route(web::post().to(api::purchase)))
+        .service(at("/healthz", "GET").route(web::get().to(api::health)))
+        .service(at("/metrics", "GET").route(web::get().to(metrics::scrape)))
+        .service(at("/api/sales", "POST").route(web::post().to(api::create_sale)))
+        .service(at("/api/sales/{id}", "GET").route(web::get().to(api::get_sale)))
+        .service(at("/api/sales/{id}/events", "GET").route(web::get().to(api::events::sale_events)))
+        .service(
+            at("/api/sales/{id}/queue", "GET, POST")
+                .route(web::post().to(api::queue::join))
+                .route(web::get().to(api::queue::status)),
         )
-        .route("/api/sales/{id}/queue", web::post().to(api::queue::join))
-        .route("/api/sales/{id}/queue", web::get().to(api::queue::status))
-        .route(
-            "/api/sales/{id}/live",
-            web::get().to(pages::scoreboard::stream),
-        )
-        .route("/api/orders/{id}", web::get().to(api::get_order))
-        .route("/api/orders/{id}/pay", web::post().to(api::pay))
-        .route("/", web::get().to(pages::index::index))
-        .route("/sales/{id}", web::get().to(pages::sale))
-        .route("/sales/{id}/buy", web::post().to(pages::buy))
-        .route("/sales/{id}/queue", web::post().to(pages::waiting::join))
-        .route(
-            "/sales/{id}/queue/events",
-            web::get().to(pages::waiting::events),
-        )
-        .route("/sales/{id}/live", web::get().to(pages::scoreboard::page))
-        .route("/orders/{id}", web::get().to(pages::order))
-        .route("/orders/{id}/pay", web::post().to(pages::pay))
-        .route("/admin", web::get().to(admin::index))
-        .route("/admin/login", web::post().to(admin::login))
-        .route("/admin/logout", web::post().to(admin::logout))
-        .route("/admin/sales", web::post().to(admin::create_sale))
-        .route("/admin/sales/{id}", web::get().to(admin::sale))
-        .route("/admin/sales/{id}/redrive", web::post().to(admin::redrive))
-        .route("/static/{file}", web::get().to(pages::static_file))
+        .service(at("/api/sales/{id}/live", "GET").route(web::get().to(pages::scoreboard::stream)))
+        .service(at("/api/orders/{id}", "GET").route(web::get().to(api::get_order)))
+        .service(at("/api/orders/{id}/pay", "POST").route(web::post().to(api::pay)))
+        .service(at("/", "GET").route(web::get().to(pages::index::index)))
+        .service(at("/sales/{id}", "GET").route(web::get().to(pages::sale)))
+        .service(at("/sales/{id}/buy", "POST").route(web::post().to(pages::buy)))
+        .service(at("/sales/{id}/queue", "POST").route(web::post().to(pages::waiting::join)))
+        .service(at("/sales/{id}/queue/events", "GET").route(web::get().to(pages::waiting::events)))
+        .service(at("/sales/{id}/live", "GET").route(web::get().to(pages::scoreboard::page)))
+        .service(at("/orders/{id}", "GET").route(web::get().to(pages::order)))
+        .service(at("/orders/{id}/pay", "POST").route(web::post().to(pages::pay)))
+        .service(at("/admin", "GET").route(web::get().to(admin::index)))
+        .service(at("/admin/login", "POST").route(web::post().to(admin::login)))
+        .service(at("/admin/logout", "POST").route(web::post().to(admin::logout)))
+        .service(at("/admin/sales", "POST").route(web::post().to(admin::create_sale)))
+        .service(at("/admin/sales/{id}", "GET").route(web::get().to(admin::sale)))
+        .service(at("/admin/sales/{id}/redrive", "POST").route(web::post().to(admin::redrive)))
+        .service(at("/static/{file}", "GET").route(web::get().to(pages::static_file)))
         .default_service(web::to(not_found));
 }
 
-/// A path no route matches: JSON under `/api/`, where programs ask, and
-/// a page elsewhere, where people do.
-async fn not_found(request: actix_web::HttpRequest) -> Result<HttpResponse, actix_web::Error> {
+/// The path `path`, whose routes take the methods `allow` names (as the
+/// `Allow` header names them): asked with another method, it answers
+/// `405 method_not_allowed` with `Allow`. (A route added with `cfg.route`
+/// makes its method part of the path's match, and a wrong method was
+/// answered `404`, as if nothing were there.)
+fn at(path: &str, allow: &'static str) -> Resource {
+    web::resource(path).default_service(web::to(move |request: HttpRequest| async move {
+        refused(&request, ApiError::MethodNotAllowed(allow))
+    }))
+}
+
+/// A path no route matches.
+async fn not_found(request: HttpRequest) -> Result<HttpResponse, actix_web::Error> {
+    refused(&request, ApiError::NotFound)
+}
+
+/// `error` as `request`'s path answers: JSON under `/api/`, where programs
+/// ask, and a page elsewhere, where people do.
+fn refused(request: &HttpRequest, error: ApiError) -> Result<HttpResponse, actix_web::Error> {
     Err(if request.path().starts_with("/api/") {
-        ApiError::NotFound.into()
+        error.into()
     } else {
-        PageError::from(ApiError::NotFound).into()
+        PageError::from(error).into()
     })
 }
 

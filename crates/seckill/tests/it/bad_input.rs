@@ -152,6 +152,55 @@ async fn unknown_paths_are_answered_404_in_json() {
     assert_eq!(error["error"], "not_found");
 }
 
+/// A path that is there, asked with a method it does not take, is
+/// answered `405` with `Allow`, as JSON under `/api/` and as a page
+/// elsewhere. Before, it was `404`, as if the path did not exist: a
+/// `curl` of the purchase without `-d` (a GET) was told "no such page or
+/// endpoint", and so was a reload of the page a Buy form posted to.
+#[tokio::test]
+async fn a_method_a_path_does_not_take_is_answered_405_with_allow() {
+    let app = spawn_app().await;
+    let sale = app.create_sale(1).await;
+    for (method, path, allow) in [
+        (
+            reqwest::Method::GET,
+            format!("/api/sales/{sale}/purchase"),
+            "POST",
+        ),
+        (
+            reqwest::Method::DELETE,
+            format!("/api/sales/{sale}/queue"),
+            "GET, POST",
+        ),
+        (reqwest::Method::PUT, format!("/api/sales/{sale}"), "GET"),
+    ] {
+        let response = app
+            .client
+            .request(method.clone(), app.url(&path))
+            .send()
+            .await
+            .expect("a request");
+        assert_eq!(response.status(), 405, "{method} {path}");
+        assert_eq!(response.headers()["allow"], allow, "{method} {path}");
+        let error: Value = response.json().await.expect("JSON");
+        assert_eq!(error["error"], "method_not_allowed", "{method} {path}");
+        assert_eq!(error["message"], format!("this address takes {allow} only"));
+    }
+    let page = app
+        .client
+        .get(app.url(&format!("/sales/{sale}/buy")))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(page.status(), 405);
+    assert_eq!(page.headers()["allow"], "POST");
+    let html = page.text().await.expect("a page");
+    assert!(html.starts_with("<!doctype html>"), "{html}");
+    assert!(html.contains("method_not_allowed"), "{html}");
+    // Nothing was bought by any of them.
+    assert!(app.redis_buyers(sale).await.is_empty());
+}
+
 /// One parse of a buyer id for the form and the API: the spaces around an
 /// id are not part of it, so `" ann"` through the API and `"ann "` through
 /// the form are one buyer, who gets one unit.
