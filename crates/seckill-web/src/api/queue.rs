@@ -5,7 +5,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
-use crate::body::Object;
+use crate::body::{Object, field};
 use crate::door::{Asking, enter};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -14,6 +14,7 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct JoinRequest {
+    #[serde(deserialize_with = "field::user_id")]
     user_id: String,
 }
 

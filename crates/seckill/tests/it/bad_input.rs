@@ -276,3 +276,35 @@ fn reason_in(error: &Value, reason: &str) -> Value {
         json!(reason)
     }
 }
+
+/// A join of a waiting room reads its buyer as a purchase does. Before,
+/// a `user_id` of the wrong type was told "the body must be a string, not
+/// a number", naming no field.
+#[tokio::test]
+async fn a_join_with_a_user_id_of_the_wrong_type_is_told_which_field() {
+    let app = spawn_app().await;
+    let sale = app
+        .create_sale_with(json!({
+            "name": "Phone", "stock": 5, "price_cents": 99_900,
+            "waiting_room": {"mode": "fifo", "admit_per_sec": 50, "max_active": 5,
+                             "admission_secs": 60},
+        }))
+        .await;
+    for body in [json!({"user_id": 42}), json!({"user_id": null})] {
+        let response = app
+            .client
+            .post(app.url(&format!("/api/sales/{sale}/queue")))
+            .json(&body)
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(response.status(), 400, "{body}");
+        let error: Value = response.json().await.expect("a JSON error");
+        assert_eq!(error["error"], "invalid_request", "{body}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("user_id must be a string of 1 to 64 characters"),
+            "{body}: {message:?}"
+        );
+    }
+}
