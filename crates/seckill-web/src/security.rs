@@ -153,13 +153,15 @@ pub(crate) async fn guard(
     let api = request.path().starts_with("/api/");
     let mut response = async move {
         match refusal(&request) {
-            // A cross-site form post is refused as a page, in the site's
-            // layout (a form is posted from a page; the API's paths are
-            // never refused so); any other refusal as the API answers.
+            // A refusal is answered as its path's other answers are: JSON
+            // under `/api/`, where programs ask, and a page in the site's
+            // layout elsewhere, where people do (a cross-site form post is
+            // a page's; a browser's cookies can pass the header limit).
             Some(refused) => Ok::<_, actix_web::Error>({
-                let answer = match refused {
-                    ApiError::CrossSite => HttpResponse::from_error(PageError::from(refused)),
-                    refused => HttpResponse::from_error(refused),
+                let answer = if api {
+                    HttpResponse::from_error(refused)
+                } else {
+                    HttpResponse::from_error(PageError::from(refused))
                 };
                 request.into_response(answer).map_into_right_body()
             }),

@@ -9,20 +9,43 @@ use tokio::io::AsyncWriteExt;
 
 use crate::helpers::{Options, TestApp, spawn_app, spawn_app_with};
 
+/// Refused with `431`, as JSON under `/api/` and as a page on the pages'
+/// paths (before, a page's was JSON too: a browser whose cookies passed
+/// the limit showed the JSON).
 #[tokio::test]
 async fn headers_over_16_kib_are_refused_with_431() {
     let app = spawn_app().await;
-    let get = |bytes: usize| {
+    let sale = app.create_sale(1).await;
+    let get = |path: String, bytes: usize| {
         app.client
-            .get(app.url("/healthz"))
+            .get(app.url(&path))
             .header("x-padding", "p".repeat(bytes))
             .send()
     };
-    assert_eq!(get(8 * 1024).await.expect("GET").status(), 200);
-    let refused = get(17 * 1024).await.expect("GET");
+    let api = format!("/api/sales/{sale}");
+    assert_eq!(get(api.clone(), 8 * 1024).await.expect("GET").status(), 200);
+    let refused = get(api, 17 * 1024).await.expect("GET");
     assert_eq!(refused.status(), 431);
     let error: Value = refused.json().await.expect("a JSON error");
     assert_eq!(error["error"], "headers_too_large");
+
+    let page = format!("/sales/{sale}");
+    assert_eq!(
+        get(page.clone(), 8 * 1024).await.expect("GET").status(),
+        200
+    );
+    let refused = get(page, 17 * 1024).await.expect("GET");
+    assert_eq!(refused.status(), 431);
+    assert!(
+        refused.headers()["content-type"]
+            .to_str()
+            .expect("ASCII")
+            .starts_with("text/html"),
+        "{:?}",
+        refused.headers()
+    );
+    let html = refused.text().await.expect("a page");
+    assert!(html.starts_with("<!doctype html>"), "{html}");
 }
 
 #[tokio::test]
