@@ -292,8 +292,14 @@ pub(crate) async fn logout(
     state: web::Data<AppState>,
     request: HttpRequest,
 ) -> Result<HttpResponse, PageError> {
-    if let Ok(id) = session(&state, &request).await {
-        state.store.close_session(&id).await?;
+    match session(&state, &request).await {
+        Ok(id) => state.store.close_session(&id).await?,
+        // No session to close (none, forged, expired, closed already): the
+        // cookie goes all the same.
+        Err(ApiError::Unauthorized | ApiError::AdminDisabled) => {}
+        // One that cannot be checked (Redis down) cannot be closed either:
+        // told it was, the admin would leave it open for its whole life.
+        Err(error) => return Err(error.into()),
     }
     let mut cookie = admin_cookie(String::new(), Duration::ZERO);
     cookie.make_removal();

@@ -192,6 +192,17 @@ async fn healthz_reports_redis_down_and_purchases_resume_after_it_restarts_empty
         .await
         .expect("GET /admin");
     assert_eq!(page.status(), 503);
+    // Nor is a logout told it closed a session it could not reach (it was
+    // told so before, and the session stayed open).
+    let out = admin
+        .post(app.url("/admin/logout"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .expect("POST /admin/logout");
+    assert_eq!(out.status(), 503);
+    assert_eq!(out.headers()["retry-after"], "1");
+    assert!(out.headers().get("set-cookie").is_none());
     let health = app
         .client
         .get(app.url("/healthz"))
