@@ -63,7 +63,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{FromRedisValue, Script, ServerErrorKind, Value};
+use redis::{FromRedisValue, Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::keys;
 use crate::redis_pool::RedisPool;
@@ -406,12 +406,20 @@ impl LockGuard {
         &self,
         conn: &mut C,
     ) -> redis::RedisResult<Release> {
+        let (script, call) = self.release_call();
+        let found: i64 = scripts::run(conn, script, &call).await?;
+        Ok(Release::from_script(found))
+    }
+
+    /// The release script (`lua/lock_release.lua`) and its call on this
+    /// lock, for a caller that sends it with more behind it (a `WAIT`:
+    /// `strategy/under_lock.rs`).
+    pub(crate) fn release_call(&self) -> (&'static Script, ScriptInvocation<'static>) {
         let mut call = RELEASE.prepare_invoke();
         call.key(&self.key)
             .arg(&self.value)
             .arg(self.released_channel());
-        let found: i64 = scripts::run(conn, &RELEASE, &call).await?;
-        Ok(Release::from_script(found))
+        (&RELEASE, call)
     }
 
     /// Push the lock's expiry to `ttl` from now, if we still hold it. The
@@ -430,7 +438,7 @@ impl LockGuard {
 }
 
 impl Release {
-    fn from_script(found: i64) -> Self {
+    pub(crate) fn from_script(found: i64) -> Self {
         match found {
             1 => Release::Released,
             0 => Release::Expired,

@@ -125,7 +125,7 @@ pub(super) async fn pass(
             .map(|(answer, job)| outcome_of(answer, job))
             .collect();
         // Unconfirmed, no answer a failover could take back.
-        if !super::replicated(&mut conn, durability, &keys, Some(confirmed)).await {
+        if !super::replicated(confirmed) {
             return Ok(Passed::Now(
                 outcomes.iter().map(Outcome::unconfirmed).collect(),
             ));

@@ -139,36 +139,15 @@ pub(crate) fn decide(already_bought: bool, stock_left: i64) -> Decision {
     }
 }
 
-/// Whether a replica confirmed this connection's writes to the sale of
-/// `keys` as `durability` asks: what the `WAIT` sent with the pass's
-/// commit said (`said`), or else a `WAIT` sent now. A failed `WAIT`
-/// confirms nothing.
-pub(crate) async fn replicated<C: ConnectionLike + Send>(
-    conn: &mut C,
-    durability: crate::config::RedisDurability,
-    keys: &SaleKeys,
-    said: Option<bool>,
-) -> bool {
-    let confirmed = match said {
-        Some(said) => Ok(said),
-        None => crate::replicas::confirmed(conn, durability, &keys.waited).await,
-    };
-    match confirmed {
-        Ok(confirmed) => {
-            if !confirmed {
-                crate::metrics::metrics().unreplicated_passes.inc();
-                tracing::warn!(
-                    "no replica confirmed a purchase's writes in time; its buyers get 503"
-                );
-            }
-            confirmed
-        }
-        Err(error) => {
-            crate::metrics::metrics().unreplicated_passes.inc();
-            tracing::warn!(%error, "WAIT for a replica failed; the purchase's buyers get 503");
-            false
-        }
+/// Whether a replica confirmed a pass, as the `WAIT` sent in the pipeline
+/// of its last step said (`replicas::run_and_confirm`): counted and
+/// logged when not, since its buyers are then told `503`.
+pub(crate) fn replicated(confirmed: bool) -> bool {
+    if !confirmed {
+        crate::metrics::metrics().unreplicated_passes.inc();
+        tracing::warn!("no replica confirmed a purchase's writes in time; its buyers get 503");
     }
+    confirmed
 }
 
 /// What a pass found for its buyers, one outcome each, in order: now, or

@@ -210,27 +210,29 @@ pub(super) async fn pass(
     let inside = locked_section(shop, &mut conn, &keys, section, users, read, &guard).await;
     let Inside {
         mut outcomes,
-        released,
         sold_out,
         confirmed,
     } = match inside {
         Ok(inside) => inside,
         Err(error) => {
-            release(&mut conn, guard).await;
+            release_and_confirm(&mut conn, guard, RedisDurability::Local, &keys).await;
             return Err(error);
         }
     };
-    if !released {
-        release(&mut conn, guard).await;
-    }
     // With `--redis-durability replica`, nobody is answered before a
-    // replica holds what this pass read and wrote (one `WAIT` for the
-    // whole pass, sent with the commit when there was one, on the
-    // connection that took the lock). The race it closes: the primary
+    // replica holds what this pass read and wrote: one `WAIT` for the
+    // whole pass, in the pipeline of the step that let the lock go (the
+    // commit, or the release of a pass that wrote nothing), so that it
+    // reaches the node that step reached. The race it closes: the primary
     // dies after the commit, before replicating it; the promoted replica
     // sells the same units again, and the buyers told `202` (or "sold
     // out") here are taken back.
-    if !super::replicated(&mut conn, shop.store.durability(), &keys, confirmed).await {
+    let durability = shop.store.durability();
+    let confirmed = match confirmed {
+        Some(said) => said,
+        None => release_and_confirm(&mut conn, guard, durability, &keys).await,
+    };
+    if !super::replicated(confirmed) {
         for outcome in &mut outcomes {
             *outcome = outcome.unconfirmed();
         }
@@ -254,15 +256,13 @@ struct Section<'k> {
 struct Inside {
     /// One per buyer, in order.
     outcomes: Vec<Outcome>,
-    /// Whether the lock is no longer ours to release (the commit released
-    /// it, or it was lost).
-    released: bool,
     /// Whether the sale is sold out once what this pass read and wrote
     /// holds: the instance's flag is set only then (in `pass`).
     sold_out: bool,
-    /// Whether a replica holds what the pass wrote, when the commit's own
-    /// `WAIT` (or a lost answer) said; `None`: the pass wrote nothing, and
-    /// `pass` asks.
+    /// Whether a replica holds what the pass read and wrote, when the
+    /// commit's own `WAIT` (or a lost answer) said; the commit released
+    /// the lock, or it was lost. `None`: the pass wrote nothing, and
+    /// `pass` releases the lock and asks in one pipeline.
     confirmed: Option<bool>,
 }
 
@@ -301,7 +301,6 @@ async fn locked_section<C: ConnectionLike + Send>(
     if jobs.is_empty() {
         return Ok(Inside {
             outcomes,
-            released: false,
             sold_out: sold_out_before,
             confirmed: None,
         });
@@ -335,12 +334,11 @@ async fn locked_section<C: ConnectionLike + Send>(
             );
             Ok(Inside {
                 outcomes,
-                released: true,
                 sold_out: left <= 0,
                 confirmed: Some(confirmed),
             })
         }
-        Ok((None, confirmed)) => {
+        Ok((None, _)) => {
             tracing::warn!(
                 fence = guard.fence(),
                 buyers = jobs.len(),
@@ -355,11 +353,16 @@ async fn locked_section<C: ConnectionLike + Send>(
                     *outcome = Outcome::LockLost;
                 }
             }
+            // Under `replica`, the refusals this pass read are not
+            // confirmed either: the fence's answer, and the `WAIT` behind
+            // it, may come from a node the pass did not read (the slot
+            // moved to a promoted replica after the reads, and the commit
+            // answered `MOVED` was sent there whole), whose replicas
+            // confirm nothing the pass read.
             Ok(Inside {
                 outcomes,
-                released: true,
                 sold_out: sold_out_before,
-                confirmed: Some(confirmed),
+                confirmed: Some(durability == RedisDurability::Local),
             })
         }
         // The connection broke before the answer came back: the script may
@@ -412,7 +415,6 @@ async fn locked_section<C: ConnectionLike + Send>(
             let confirmed = looked != Looked::Unknown && durability == RedisDurability::Local;
             Ok(Inside {
                 outcomes,
-                released: true,
                 sold_out: false,
                 confirmed: Some(confirmed),
             })
@@ -421,16 +423,37 @@ async fn locked_section<C: ConnectionLike + Send>(
     }
 }
 
-/// Release the lock; a failure is logged, not fatal (the lock expires with
-/// its TTL).
-async fn release<C: ConnectionLike + Send>(conn: &mut C, guard: LockGuard) {
-    match guard.release(conn).await {
-        Ok(Release::Released) => {}
-        Ok(lost) => tracing::warn!(
-            ?lost,
-            "the sale lock expired inside the critical section; raise SECKILL_LOCK_TTL_MS"
-        ),
-        Err(error) => tracing::warn!(%error, "could not release the sale lock"),
+/// Release the lock and, under `replica`, confirm in the same pipeline
+/// (`replicas::run_and_confirm`) what the pass read under it: confirmed
+/// only if the lock was still ours on the node the `WAIT` went to, and a
+/// replica of that node holds everything up to the release. The race it
+/// closes: a `WAIT` sent on its own after the release goes where the
+/// connection's slot map says then; a primary that answered the pass's
+/// reads (stalled past a failover, resumed, demoted) answers the release
+/// `MOVED`, the map moves to the promoted replica, and its replicas would
+/// confirm reads they never held. Under `local`, always confirmed; a
+/// failure is logged, not fatal (the lock expires with its TTL).
+async fn release_and_confirm<C: ConnectionLike + Send>(
+    conn: &mut C,
+    guard: LockGuard,
+    durability: RedisDurability,
+    keys: &SaleKeys,
+) -> bool {
+    let (script, call) = guard.release_call();
+    let answer = replicas::run_and_confirm(conn, script, &call, durability, &keys.waited).await;
+    match answer.map(|(found, confirmed): (i64, bool)| (Release::from_script(found), confirmed)) {
+        Ok((Release::Released, confirmed)) => confirmed,
+        Ok((lost, _)) => {
+            tracing::warn!(
+                ?lost,
+                "the sale lock expired inside the critical section; raise SECKILL_LOCK_TTL_MS"
+            );
+            durability == RedisDurability::Local
+        }
+        Err(error) => {
+            tracing::warn!(%error, "could not release the sale lock");
+            durability == RedisDurability::Local
+        }
     }
 }
 
