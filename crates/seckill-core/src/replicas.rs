@@ -56,26 +56,6 @@ use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation, Value};
 use crate::config::RedisDurability;
 use crate::scripts;
 
-/// Whether everything the primary of `waited`'s slot held so far (the
-/// sale's [`SaleKeys::waited`](crate::keys::SaleKeys)) is held as
-/// `durability` asks: always for `Local`; for `Replica`, when as many
-/// replicas of that primary as it names acknowledged the write of
-/// `waited` within its wait, and with it everything before it.
-pub async fn confirmed<C: ConnectionLike + Send>(
-    conn: &mut C,
-    durability: RedisDurability,
-    waited: &str,
-) -> redis::RedisResult<bool> {
-    if durability == RedisDurability::Local {
-        return Ok(true);
-    }
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    wait_behind_a_write(&mut pipe, durability, waited);
-    let answers: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
-    Ok(confirmed_by(answers.into_iter(), durability))
-}
-
 /// Under `replica`, the write of `waited` and the `WAIT` behind it, added
 /// to `pipe` (built with `ignore_errors`): two answers, read by
 /// [`confirmed_by`]. Nothing under `local`.
@@ -109,7 +89,7 @@ fn confirmed_by(
 }
 
 /// Run a script and, under `replica`, the write of `waited` and a `WAIT`
-/// behind it ([`confirmed`]), as one pipeline on one connection: the
+/// behind it, as one pipeline on one connection: the
 /// script's answer, and whether enough replicas of its primary
 /// acknowledged everything up to it (always `true` under `local`).
 ///
@@ -150,19 +130,38 @@ where
 /// command's answer, and whether it is confirmed ([`confirmed_by`]).
 async fn sent_and_confirmed<C: ConnectionLike + Send>(
     conn: &mut C,
-    mut pipe: redis::Pipeline,
+    pipe: redis::Pipeline,
     durability: RedisDurability,
     waited: &str,
 ) -> RedisResult<(RedisResult<Value>, bool)> {
-    wait_behind_a_write(&mut pipe, durability, waited);
-    let answers: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
-    let mut answers = answers.into_iter();
-    let first = answers.next().unwrap_or_else(|| {
+    let (answers, confirmed) = all_and_confirmed(conn, pipe, 1, durability, waited).await?;
+    let first = answers.into_iter().next().unwrap_or_else(|| {
         Err(redis::RedisError::from(std::io::Error::other(
             "no answer to the command before the WAIT",
         )))
     });
-    Ok((first, confirmed_by(answers, durability)))
+    Ok((first, confirmed))
+}
+
+/// `pipe` (built with `ignore_errors`, `count` commands whose answers
+/// count) sent with [`wait_behind_a_write`]'s commands behind it, as one
+/// pipeline: those commands' answers, and whether a replica holds
+/// everything up to them ([`confirmed_by`]). For reads that decide an
+/// answer (the room's door, `waiting_room/door.rs`): in one pipeline they
+/// and the `WAIT` reach one node, re-sent whole after a `MOVED`, where a
+/// `WAIT` sent after them goes where the cluster connection's slot map
+/// says then.
+pub(crate) async fn all_and_confirmed<C: ConnectionLike + Send>(
+    conn: &mut C,
+    mut pipe: redis::Pipeline,
+    count: usize,
+    durability: RedisDurability,
+    waited: &str,
+) -> RedisResult<(Vec<RedisResult<Value>>, bool)> {
+    wait_behind_a_write(&mut pipe, durability, waited);
+    let mut answers: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
+    let behind = answers.split_off(count.min(answers.len()));
+    Ok((answers, confirmed_by(behind.into_iter(), durability)))
 }
 
 /// `WAIT`'s timeout: milliseconds, at least 1 (0 would wait forever).

@@ -10,6 +10,7 @@ use anyhow::Context;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
+use crate::config::RedisDurability;
 use crate::domain::{Pass, PassKey, PassKind, UserId};
 use crate::keys::SaleKeys;
 use crate::replicas;
@@ -38,9 +39,10 @@ pub enum AtTheDoor {
 /// confirmed: under `--redis-durability replica`, a refusal read from
 /// data no replica holds is not final (a failover could bring back the
 /// admission, or take back the purchase that spent it), so it is
-/// confirmed behind a write and a `WAIT`, as every refusal is
-/// (`replicas::confirmed`); `false` when no replica confirmed it in time.
-/// A `MayBuy` is not waited for: the purchase that follows decides.
+/// confirmed behind a write and a `WAIT`, as every refusal is, in the
+/// read's own pipeline (`replicas::all_and_confirmed`); `false` when no
+/// replica confirmed it in time. A `MayBuy` is not waited for: the
+/// purchase that follows decides.
 pub async fn at_the_door(
     store: &Store,
     sale_id: i64,
@@ -49,14 +51,9 @@ pub async fn at_the_door(
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let mut conn = store.redis().await?;
     // One standing for one buyer: `standings` checks the count.
-    let standing = standings(&mut conn, &keys, &[buyer]).await?[0];
-    // The `WAIT` covers the read above: it went first on the same
-    // connection, and the write it waits behind follows it.
-    let confirmed = standing == AtTheDoor::MayBuy
-        || replicas::confirmed(&mut conn, store.durability(), &keys.waited)
-            .await
-            .context("confirming a waiting room's refusal")?;
-    Ok((standing, confirmed))
+    let (standings, confirmed) = standings(&mut conn, &keys, &[buyer], store.durability()).await?;
+    let standing = standings[0];
+    Ok((standing, standing == AtTheDoor::MayBuy || confirmed))
 }
 
 /// Where each of `buyers`' admissions to sale's room stands, in their
@@ -70,34 +67,51 @@ pub async fn at_the_door_all(
 ) -> anyhow::Result<Vec<AtTheDoor>> {
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let mut conn = store.redis().await?;
-    standings(&mut conn, &keys, buyers).await
+    let (standings, _) = standings(&mut conn, &keys, buyers, RedisDurability::Local).await?;
+    Ok(standings)
 }
 
-/// The standings of `buyers`, one each, in their order.
+/// The standings of `buyers`, one each, in their order, and whether a
+/// replica holds what they were read from as `durability` asks (always
+/// under `local`).
 async fn standings<C: ConnectionLike + Send>(
     conn: &mut C,
     keys: &SaleKeys,
     buyers: &[&str],
-) -> anyhow::Result<Vec<AtTheDoor>> {
-    // One snapshot: the unit's return moves a buyer from the holds to
-    // the bought in one step (`lua/unit_return.lua`), and a purchase
-    // takes them off the admitted in the step that names them in the
-    // holds. Redis' clock is read in it too: an admission whose end (its
-    // score among the admitted) has passed there is not held, though no
-    // visit has swept it out yet and the instance's clock, running
-    // behind, still calls it valid (as the commit scripts judge it).
+    durability: RedisDurability,
+) -> anyhow::Result<(Vec<AtTheDoor>, bool)> {
+    // One snapshot, a transaction: the unit's return moves a buyer from
+    // the holds to the bought in one step (`lua/unit_return.lua`), and a
+    // purchase takes them off the admitted in the step that names them in
+    // the holds. Redis' clock is read in it too: an admission whose end
+    // (its score among the admitted) has passed there is not held, though
+    // no visit has swept it out yet and the instance's clock, running
+    // behind, still calls it valid (as the commit scripts judge it). The
+    // `WAIT` goes behind it in the same pipeline, not in the transaction
+    // (where it would not wait).
     let mut pipe = redis::pipe();
-    pipe.atomic();
+    pipe.ignore_errors();
+    pipe.cmd("MULTI");
     for buyer in buyers {
         bought_reads(&mut pipe, keys, buyer);
         pipe.zscore(&keys.room.admitted, *buyer);
     }
     pipe.cmd("TIME");
-    let mut found: Vec<redis::Value> = pipe
-        .query_async(conn)
-        .await
+    pipe.cmd("EXEC");
+    // MULTI's `OK`, a `QUEUED` for each read, and EXEC's answers.
+    let queued = 3 * buyers.len() + 1;
+    let (answers, confirmed) =
+        replicas::all_and_confirmed(conn, pipe, queued + 2, durability, &keys.waited)
+            .await
+            .context("reading a waiting room")?;
+    let mut answers = answers.into_iter();
+    let exec = answers
+        .nth(queued + 1)
+        .context("reading a waiting room: no transaction's answer")?
         .context("reading a waiting room")?;
-    if found.len() != 3 * buyers.len() + 1 {
+    let mut found: Vec<redis::Value> =
+        redis::from_redis_value(exec).context("reading a waiting room's answers")?;
+    if found.len() != queued {
         anyhow::bail!(
             "reading a waiting room: {} answers for {} buyers",
             found.len(),
@@ -121,7 +135,7 @@ async fn standings<C: ConnectionLike + Send>(
             AtTheDoor::MayBuy
         });
     }
-    Ok(standings)
+    Ok((standings, confirmed))
 }
 
 /// Add to `pipe` the two reads that say whether `buyer`'s admission
