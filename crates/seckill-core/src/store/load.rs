@@ -65,7 +65,28 @@ pub struct Loading {
 /// The read half of [`load_into_redis`]: lock the sale's row, then read its
 /// units left and the buyers of its orders that hold a unit.
 pub async fn begin_load(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loading> {
-    let mut tx = pg.begin().await.context("starting a load")?;
+    let tx = pg.begin().await.context("starting a load")?;
+    loading(tx, sale_id).await
+}
+
+/// The load of a sale inserted in `tx`, not committed yet
+/// (`Store::create_sale`): whatever Redis holds under its id belongs to
+/// another database, epoch or none. The write commits the insert with the
+/// load, so a sale that exists was loaded once.
+pub(crate) async fn of_a_new_sale(
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    sale_id: i64,
+) -> anyhow::Result<Loading> {
+    let mut loading = loading(tx, sale_id).await?;
+    loading.new_sale = true;
+    Ok(loading)
+}
+
+/// Read in `tx`, holding the sale's row, what a load writes.
+async fn loading(
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    sale_id: i64,
+) -> anyhow::Result<Loading> {
     // The row lock first: every change of `sold` waits for this load now,
     // so the buyers read next (a fresh snapshot, after the lock) match it.
     let stock_left: i32 =
@@ -101,12 +122,6 @@ pub async fn begin_load(pg: &PgPool, sale_id: i64) -> anyhow::Result<Loading> {
 }
 
 impl Loading {
-    /// The load of a sale just created (`Store::create_sale`).
-    pub(crate) fn of_a_new_sale(mut self) -> Self {
-        self.new_sale = true;
-        self
-    }
-
     /// The write half: writes only if the sale's stock key is absent
     /// (`lua/sale_load.lua`), then records the load's epoch in PostgreSQL
     /// and lets go of the row. Returns whether it wrote.

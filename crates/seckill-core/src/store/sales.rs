@@ -20,7 +20,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::Store;
-use super::load::{begin_load, load_into_redis};
+use super::load::{load_into_redis, of_a_new_sale};
 use crate::domain::{NewSale, Sale, UserId};
 use crate::keys::SaleKeys;
 
@@ -127,6 +127,7 @@ impl Store {
         // The connection first: with Redis unreachable, nothing is written,
         // and a retry cannot create the sale twice.
         let mut conn = self.redis().await?;
+        let mut tx = self.pg.begin().await.context("starting a sale's insert")?;
         let sale: Sale = sqlx::query_as(&format!(
             "INSERT INTO sales (name, price_cents, stock_total, starts_at, ends_at, \
                                 room_mode, room_admit_per_sec, room_max_active, room_admission_secs, \
@@ -147,34 +148,24 @@ impl Store {
                 .and_then(|room| room.max_line)
                 .map(|cap| cap as i32),
         )
-        .fetch_one(&self.pg)
+        .fetch_one(&mut *tx)
         .await
         .context("inserting a sale")?;
+        // The insert commits with the load, in one transaction (the
+        // write commits it once Redis holds the sale): whatever Redis holds
+        // under a new sale's id is not this sale's (another database's sale
+        // of the same id, left under the same prefix), and only a load of a
+        // sale just created replaces it; a purchase loads only a sale whose
+        // stock key is missing. So a load that fails rolls the sale back,
+        // and the error answered is true: a retry creates it once. (A load
+        // that ran in Redis and whose commit then failed leaves keys under
+        // an id the sequence never hands out again.)
+        of_a_new_sale(tx, sale.id)
+            .await?
+            .write(&mut conn, &self.prefix)
+            .await?;
         self.catalog.forget_missing(sale.id);
         self.catalog.cache(sale.clone());
-        // Whatever Redis holds under a new sale's id is not this sale's
-        // (another database's sale of the same id, left under the same
-        // prefix), so this first load replaces it. If it fails, the sale
-        // exists only in PostgreSQL, which is safe: the first purchase
-        // finds the stock key missing and loads it (and a key another
-        // database left is replaced then too: its epoch names that
-        // database, `lua/sale_load.lua`). So the sale was created, and is
-        // answered as created: an error here would ask the caller to try
-        // again, and the retry would create a second sale.
-        let loaded = async {
-            begin_load(&self.pg, sale.id)
-                .await?
-                .of_a_new_sale()
-                .write(&mut conn, &self.prefix)
-                .await
-        };
-        if let Err(error) = loaded.await {
-            tracing::warn!(
-                sale_id = sale.id,
-                error = format!("{error:#}"),
-                "sale created, not loaded into Redis: its first purchase loads it"
-            );
-        }
         tracing::info!(sale_id = sale.id, stock = sale.stock_total, "sale created");
         Ok(sale)
     }

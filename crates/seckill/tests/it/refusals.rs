@@ -93,17 +93,16 @@ async fn a_redis_refusing_writes_is_answered_503_with_retry_after_and_healthz_sa
     assert_eq!(app.queue_stats(sale).await, QueueStats::default());
 }
 
-/// A sale whose load into Redis is refused after its `INSERT` (here
-/// Redis answers the load `WRONGTYPE`: a key of another kind lies under
-/// the new sale's id) is in PostgreSQL: it is answered `201`, and sells
-/// once its first purchase can load it. Before, that refusal was the
-/// creation's answer (`500`, or `503` with `Retry-After` for a Redis out
-/// of memory or read-only), for a sale that existed, and the retry such
-/// an answer asks for created a second one. (Redis refusing writes from
-/// the start refuses the admin's call before anything is written: its
-/// login counter is a write.)
+/// A sale whose load into Redis is refused (here Redis answers the load
+/// `WRONGTYPE`: a key of another kind lies under the new sale's id) is not
+/// created: its insert rolls back with the load, so the error answered is
+/// true, and the retry it asks for creates the sale once. Before, the
+/// insert was committed first: the error was told for a sale that existed,
+/// and its retry made a second one; answered `201` instead, the sale would
+/// have sold against whatever another database left under its id, which
+/// only a new sale's load replaces.
 #[tokio::test]
-async fn a_sale_whose_load_into_redis_is_refused_is_answered_created_and_sells_later() {
+async fn a_sale_whose_load_into_redis_is_refused_is_not_created_and_its_retry_creates_it_once() {
     let app = crate::helpers::spawn_app().await;
     let first = app.create_sale(1).await;
     // The next sale's load epoch (`keys.rs`: beside its stock key).
@@ -120,17 +119,19 @@ async fn a_sale_whose_load_into_redis_is_refused_is_answered_created_and_sells_l
         .query_async::<()>(&mut redis)
         .await
         .expect("HSET");
-    let sale = app.create_sale(3).await;
-    assert_eq!(sale, first + 1);
-    assert_eq!(app.sale_count().await, 2, "created once");
-    assert_eq!(app.redis_stock(sale).await, None, "the load was refused");
+    let body = serde_json::json!({"name": "Phone", "stock": 3, "price_cents": 99_900});
+    let refused = app.post_sale(&body).send().await.expect("POST");
+    assert_eq!(refused.status(), 500);
+    assert_eq!(app.sale_count().await, 1, "nothing created");
     redis::cmd("DEL")
         .arg(&next)
         .query_async::<()>(&mut redis)
         .await
         .expect("DEL");
+    let sale = app.create_sale(3).await;
+    assert_eq!(app.sale_count().await, 2, "created once");
+    assert_eq!(app.redis_stock(sale).await, Some(3));
     assert_eq!(app.purchase(sale, "ann").await.status(), 202);
-    assert_eq!(app.redis_stock(sale).await, Some(2));
     app.drain().await;
     assert_eq!(app.orders(sale).await.len(), 1);
 }
