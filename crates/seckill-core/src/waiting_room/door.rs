@@ -38,11 +38,11 @@ pub enum AtTheDoor {
 /// Where `buyer`'s admission to sale's room stands, and whether that is
 /// confirmed: under `--redis-durability replica`, a refusal read from
 /// data no replica holds is not final (a failover could bring back the
-/// admission, or take back the purchase that spent it), so it is
-/// confirmed behind a write and a `WAIT`, as every refusal is, in the
-/// read's own pipeline (`replicas::all_and_confirmed`); `false` when no
-/// replica confirmed it in time. A `MayBuy` is not waited for: the
-/// purchase that follows decides.
+/// admission, or take back the purchase that spent it), so a refusal is
+/// read again with a write and a `WAIT` behind it, in the read's own
+/// pipeline (`replicas::all_and_confirmed`), and answered from that read;
+/// `false` when no replica confirmed it in time. A `MayBuy` is not waited
+/// for: the purchase that follows decides, and waits for its own.
 pub async fn at_the_door(
     store: &Store,
     sale_id: i64,
@@ -51,9 +51,12 @@ pub async fn at_the_door(
     let keys = SaleKeys::new(store.prefix(), sale_id);
     let mut conn = store.redis().await?;
     // One standing for one buyer: `standings` checks the count.
+    let (first, _) = standings(&mut conn, &keys, &[buyer], RedisDurability::Local).await?;
+    if first[0] == AtTheDoor::MayBuy || store.durability() == RedisDurability::Local {
+        return Ok((first[0], true));
+    }
     let (standings, confirmed) = standings(&mut conn, &keys, &[buyer], store.durability()).await?;
-    let standing = standings[0];
-    Ok((standing, standing == AtTheDoor::MayBuy || confirmed))
+    Ok((standings[0], confirmed))
 }
 
 /// Where each of `buyers`' admissions to sale's room stands, in their
